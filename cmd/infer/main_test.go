@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+type refFile struct {
+	GreedyPrompt       []int32 `json:"greedy_prompt"`
+	GreedyContinuation []int32 `json:"greedy_continuation"`
+}
+
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = runMain(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func joinInts(ids []int32) string { return joinIDs(ids) }
+
+// TestRunModelGreedyJSON: the CLI prints exactly the reference's greedy
+// continuation, for the checkpoint directory and for the bundled model.
+func TestRunModelGreedyJSON(t *testing.T) {
+	data, err := os.ReadFile("../../testdata/tiny-llama/reference.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref refFile
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatal(err)
+	}
+	for _, model := range []string{"../../testdata/tiny-llama", ""} {
+		args := []string{"run-model", "--token-ids", joinInts(ref.GreedyPrompt), "--max-new-tokens", "20", "--temperature", "0", "--json"}
+		if model != "" {
+			args = append(args, "--model", model)
+		}
+		code, out, errOut := run(t, args...)
+		if code != 0 {
+			t.Fatalf("model %q: exit %d, stderr %s", model, code, errOut)
+		}
+		var got struct {
+			PromptIDs    []int32 `json:"prompt_ids"`
+			GeneratedIDs []int32 `json:"generated_ids"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("output is not one JSON object: %v\n%s", err, out)
+		}
+		if !slices.Equal(got.PromptIDs, ref.GreedyPrompt) || !slices.Equal(got.GeneratedIDs, ref.GreedyContinuation) {
+			t.Fatalf("model %q: got %v → %v, want %v", model, got.PromptIDs, got.GeneratedIDs, ref.GreedyContinuation)
+		}
+	}
+}
+
+func TestRunModelSamplingIsSeeded(t *testing.T) {
+	args := []string{"run-model", "--token-ids", "5,6,7", "--max-new-tokens", "12", "--temperature", "1.2", "--top-k", "40", "--top-p", "0.9", "--ignore-eos", "--json"}
+	_, a, _ := run(t, append(args, "--seed", "7")...)
+	_, b, _ := run(t, append(args, "--seed", "7")...)
+	_, c, _ := run(t, append(args, "--seed", "8")...)
+	ids := func(s string) []int32 {
+		var v struct {
+			G []int32 `json:"generated_ids"`
+		}
+		if err := json.Unmarshal([]byte(s), &v); err != nil {
+			t.Fatalf("bad JSON %q: %v", s, err)
+		}
+		return v.G
+	}
+	if !slices.Equal(ids(a), ids(b)) {
+		t.Fatal("same seed, different samples")
+	}
+	if slices.Equal(ids(a), ids(c)) {
+		t.Fatal("different seeds gave identical 12-token samples")
+	}
+}
+
+func TestRunModelErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"run-model"}, 2, "--token-ids is required"},
+		{[]string{"run-model", "--token-ids", "1,x"}, 2, `item 1 ("x")`},
+		{[]string{"run-model", "--token-ids", "1,512"}, 2, "id 512 at position 1 is outside the vocabulary [0, 512)"},
+		{[]string{"run-model", "--token-ids", "1", "--top-p", "2"}, 2, "--top-p 2"},
+		{[]string{"run-model", "--token-ids", "1", "--device", "tpu"}, 2, `--device "tpu"`},
+		{[]string{"run-model", "--token-ids", "1", "--bogus"}, 2, "unknown flag: --bogus"},
+		{[]string{"run-model", "--token-ids", "1", "--model", "/nonexistent/dir"}, 1, "/nonexistent/dir"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+	}
+	for _, c := range cases {
+		code, _, errOut := run(t, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	code, out, _ := run(t, "--help")
+	if code != 0 || !strings.Contains(out, "run-model") {
+		t.Fatalf("infer --help: exit %d, %q", code, out)
+	}
+	code, _, errOut := run(t, "run-model", "--help")
+	if code != 0 || !strings.Contains(errOut, "Examples:") || !strings.Contains(errOut, "--max-new-tokens") {
+		t.Fatalf("run-model --help: exit %d, %q", code, errOut)
+	}
+}

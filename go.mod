@@ -1,0 +1,11 @@
+module github.com/flextensor-go/flextensor
+
+go 1.26.8
+
+require (
+	github.com/dlclark/regexp2 v1.12.0 // indirect
+	github.com/nlpodyssey/safetensors v0.0.0-20250209183917-bfb01cc25f7c // indirect
+	github.com/spf13/pflag v1.1.0 // indirect
+	github.com/x448/float16 v0.8.4 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)

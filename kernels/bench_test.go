@@ -1,0 +1,70 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// matmulShapes are named real shapes: x is [m,k], w is [n,k].
+var matmulShapes = []struct {
+	name    string
+	m, k, n int
+}{
+	{"decode_gemv_8B_q_proj_1x4096x4096", 1, 4096, 4096},
+	{"decode_gemv_tiny_1x128x352", 1, 128, 352},
+	{"prefill_64x512x512", 64, 512, 512},
+	{"prefill_128x1024x1024", 128, 1024, 1024},
+}
+
+func BenchmarkMatMul(b *testing.B) {
+	for _, dt := range []runtime.DType{runtime.BF16, runtime.F32} {
+		for _, s := range matmulShapes {
+			b.Run(fmt.Sprintf("%s/%v", s.name, dt), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(1, 2))
+				w := randMat(r, dt, s.n, s.k)
+				x := randF32(r, s.m*s.k)
+				out := make([]float32, s.m*s.n)
+				b.SetBytes(int64(s.n * s.k * dt.Size()))
+				b.ResetTimer()
+				for b.Loop() {
+					if err := MatMul(out, x, s.m, w); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+func BenchmarkBF16ToF32(b *testing.B) {
+	const n = 64 << 20
+	src := make([]uint16, n)
+	for i := range src {
+		src[i] = uint16(i*2654435761) & 0x7f7f
+	}
+	dst := make([]float32, n)
+	BF16ToF32(dst, src) // fault the pages in outside the timed region
+	b.SetBytes(6 * n)   // 2 bytes read and 4 written per value
+	b.ResetTimer()
+	for b.Loop() {
+		BF16ToF32(dst, src)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/value")
+}
+
+func BenchmarkBF16ToF32SingleCore(b *testing.B) {
+	const n = 64 << 20
+	src := make([]uint16, n)
+	dst := make([]float32, n)
+	widenBF16(dst, src)
+	b.SetBytes(6 * n)
+	b.ResetTimer()
+	for b.Loop() {
+		widenBF16(dst, src)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/value")
+}

@@ -1,0 +1,41 @@
+package kernels
+
+// The float32 micro-kernels under MatMul and Attention. Go has no SIMD, so
+// speed comes from independent accumulators that hide the add latency and
+// from reusing each loaded value for several products. Measured on amd64
+// (Go's register allocator spills beyond about 12 live floats): one x value
+// against four rows with four accumulators beats 8-accumulator, 2×4 and 4×2
+// blockings, which spill.
+
+// dot returns Σ_k x[k]·y[k] over k < len(x); y must be at least as long.
+func dot(x, y []float32) float32 {
+	y = y[:len(x)]
+	var s0, s1, s2, s3 float32
+	k := 0
+	for ; k+4 <= len(x); k += 4 {
+		a := x[k : k+4 : k+4]
+		b := y[k : k+4 : k+4]
+		s0 += a[0] * b[0]
+		s1 += a[1] * b[1]
+		s2 += a[2] * b[2]
+		s3 += a[3] * b[3]
+	}
+	for ; k < len(x); k++ {
+		s0 += x[k] * y[k]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// dot1x4 returns s_r = Σ_k x[k]·w_r[k] for the four rows w0..w3 (each at
+// least len(x) long): every x[k] is loaded once for four products.
+func dot1x4(x, w0, w1, w2, w3 []float32) (s0, s1, s2, s3 float32) {
+	n := len(x)
+	w0, w1, w2, w3 = w0[:n], w1[:n], w2[:n], w3[:n]
+	for k, a := range x {
+		s0 += a * w0[k]
+		s1 += a * w1[k]
+		s2 += a * w2[k]
+		s3 += a * w3[k]
+	}
+	return
+}

@@ -1,0 +1,313 @@
+package llama
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/loader"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+const tinyDir = "../../testdata/tiny-llama"
+
+type reference struct {
+	InputIDs           [][]int32       `json:"input_ids"`
+	Logits             [][][]float32   `json:"logits_fp32_from_bf16_weights"`
+	GreedyPrompt       []int32         `json:"greedy_prompt"`
+	GreedyContinuation []int32         `json:"greedy_continuation"`
+	Extra              json.RawMessage `json:"-"`
+}
+
+func readReference(t *testing.T) reference {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(tinyDir, "reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r reference
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.InputIDs) != 2 || len(r.Logits) != 2 || len(r.GreedyContinuation) != 20 {
+		t.Fatalf("reference.json has an unexpected layout: %d prompts, %d logit sets, %d greedy tokens",
+			len(r.InputIDs), len(r.Logits), len(r.GreedyContinuation))
+	}
+	return r
+}
+
+// loadTiny loads a checkpoint on a fresh CPU device and cleans up after the test.
+func loadTiny(t *testing.T, dir string) (*Model, kernels.Backend) {
+	t.Helper()
+	dev := runtime.NewCPU(0)
+	m, ck, err := Load(dir, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := kernels.NewCPUBackend(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		ck.Close()
+		if err := dev.Close(); err != nil {
+			t.Errorf("device close: %v", err)
+		}
+	})
+	return m, b
+}
+
+func fullLogits(t *testing.T, m *Model, b kernels.Backend, ids []int32) [][]float32 {
+	t.Helper()
+	cache, err := m.NewKVCache(b, len(ids))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Free()
+	lt, err := m.Forward(b, cache, ids, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := make([]float32, lt.NumElements())
+	if err := b.ReadF32(flat, lt); err != nil {
+		t.Fatal(err)
+	}
+	V := m.Cfg.VocabSize
+	out := make([][]float32, len(ids))
+	for i := range out {
+		out[i] = flat[i*V : (i+1)*V]
+	}
+	return out
+}
+
+// bf16RoundedInvFreq is the rotary table the reference was computed with:
+// make_fixtures.py casts the model with .to(torch.bfloat16), which rounds the
+// inv_freq buffer to bfloat16, and the later .float() keeps that rounding.
+func bf16RoundedInvFreq(m *Model) []float32 {
+	out := make([]float32, len(m.InvFreq()))
+	for i, f := range m.InvFreq() {
+		out[i] = runtime.BF16ToF32(runtime.F32ToBF16(f))
+	}
+	return out
+}
+
+// TestGoldenLogits matches transformers' float32 logits within 1e-3 with the
+// rotary table the reference used (bf16-rounded), and within 2e-3 with the
+// exact table (the rounding alone moves the logits by about 1.6e-3).
+func TestGoldenLogits(t *testing.T) {
+	ref := readReference(t)
+	for _, c := range []struct {
+		name    string
+		rounded bool
+		tol     float64
+	}{{"reference rope table", true, 1e-3}, {"exact rope table", false, 2e-3}} {
+		t.Run(c.name, func(t *testing.T) {
+			m, b := loadTiny(t, tinyDir)
+			if c.rounded {
+				if err := m.SetInvFreq(bf16RoundedInvFreq(m)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			goldenLogits(t, m, b, ref, c.tol)
+		})
+	}
+}
+
+func goldenLogits(t *testing.T, m *Model, b kernels.Backend, ref reference, tol float64) {
+	for p, ids := range ref.InputIDs {
+		got := fullLogits(t, m, b, ids)
+		worst := 0.0
+		for i := range got {
+			for j := range got[i] {
+				worst = math.Max(worst, math.Abs(float64(got[i][j]-ref.Logits[p][i][j])))
+			}
+			if a, r := kernels.Argmax(got[i]), kernels.Argmax(ref.Logits[p][i]); a != r {
+				t.Errorf("prompt %d position %d: argmax %d, reference %d", p, i, a, r)
+			}
+		}
+		if worst > tol {
+			t.Errorf("prompt %d: logits max abs error %.3g > %g", p, worst, tol)
+		}
+		t.Logf("prompt %d: logits max abs error %.3g", p, worst)
+	}
+}
+
+func TestGreedyContinuation(t *testing.T) {
+	ref := readReference(t)
+	m, b := loadTiny(t, tinyDir)
+	got, err := m.Generate(b, ref.GreedyPrompt, GenerateOptions{MaxNewTokens: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, ref.GreedyContinuation) {
+		t.Fatalf("greedy continuation\n got %v\nwant %v", got, ref.GreedyContinuation)
+	}
+}
+
+// TestKVCacheMatchesFullForward: prefill of half the prompt, then one token
+// at a time, gives the logits of one full forward.
+func TestKVCacheMatchesFullForward(t *testing.T) {
+	ref := readReference(t)
+	m, b := loadTiny(t, tinyDir)
+	ids := ref.InputIDs[1]
+	full := fullLogits(t, m, b, ids)
+	cache, err := m.NewKVCache(b, len(ids))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Free()
+	step := make([][]float32, 0, len(ids))
+	read := func(lt *runtime.Tensor) {
+		v := make([]float32, lt.NumElements())
+		if err := b.ReadF32(v, lt); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < lt.Dim(0); i++ {
+			step = append(step, v[i*m.Cfg.VocabSize:(i+1)*m.Cfg.VocabSize])
+		}
+	}
+	lt, err := m.Forward(b, cache, ids[:5], true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read(lt)
+	for _, id := range ids[5:] {
+		lt, err := m.Forward(b, cache, []int32{id}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read(lt)
+	}
+	if cache.Len() != len(ids) {
+		t.Fatalf("cache holds %d positions, want %d", cache.Len(), len(ids))
+	}
+	for i := range full {
+		for j := range full[i] {
+			if d := math.Abs(float64(full[i][j] - step[i][j])); d > 1e-4 {
+				t.Fatalf("position %d logit %d: full %v, incremental %v", i, j, full[i][j], step[i][j])
+			}
+		}
+	}
+}
+
+// copyCheckpoint writes the tiny checkpoint to a new directory, letting edit
+// change the config (as a JSON map) and the tensors.
+func copyCheckpoint(t *testing.T, edit func(cfg map[string]any, ts []loader.NamedTensor) []loader.NamedTensor) string {
+	t.Helper()
+	dir := t.TempDir()
+	raw, err := os.ReadFile(filepath.Join(tinyDir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := loader.OpenCheckpoint(tinyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	var ts []loader.NamedTensor
+	for _, n := range ck.Names() {
+		info, _ := ck.Info(n)
+		data, _ := ck.Bytes(n)
+		ts = append(ts, loader.NamedTensor{Name: n, DType: info.DType, Shape: info.Shape, Data: slices.Clone(data)})
+	}
+	ts = edit(cfg, ts)
+	out, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := loader.WriteFile(filepath.Join(dir, "model.safetensors"), ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func find(ts []loader.NamedTensor, name string) int {
+	return slices.IndexFunc(ts, func(x loader.NamedTensor) bool { return x.Name == name })
+}
+
+// TestTiedEmbeddings: with tie_word_embeddings and no lm_head.weight, the LM
+// head reads model.embed_tokens.weight; the logits equal those of an untied
+// checkpoint whose lm_head.weight is a copy of the embedding.
+func TestTiedEmbeddings(t *testing.T) {
+	tied := copyCheckpoint(t, func(cfg map[string]any, ts []loader.NamedTensor) []loader.NamedTensor {
+		cfg["tie_word_embeddings"] = true
+		return slices.Delete(ts, find(ts, "lm_head.weight"), find(ts, "lm_head.weight")+1)
+	})
+	untied := copyCheckpoint(t, func(cfg map[string]any, ts []loader.NamedTensor) []loader.NamedTensor {
+		e := ts[find(ts, "model.embed_tokens.weight")]
+		ts[find(ts, "lm_head.weight")].Data = slices.Clone(e.Data)
+		return ts
+	})
+	ids := readReference(t).InputIDs[0]
+	mt, bt := loadTiny(t, tied)
+	mu, bu := loadTiny(t, untied)
+	if mt.Head.Weight != mt.Embed.Weight {
+		t.Fatal("tied model: lm_head does not share the embedding parameter")
+	}
+	a, c := fullLogits(t, mt, bt, ids), fullLogits(t, mu, bu, ids)
+	for i := range a {
+		if !slices.Equal(a[i], c[i]) {
+			t.Fatalf("position %d: tied and untied logits differ", i)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	cases := []struct {
+		name string
+		edit func(cfg map[string]any, ts []loader.NamedTensor) []loader.NamedTensor
+		want []string
+	}{
+		{"missing tensor", func(cfg map[string]any, ts []loader.NamedTensor) []loader.NamedTensor {
+			i := find(ts, "model.layers.2.mlp.up_proj.weight")
+			return slices.Delete(ts, i, i+1)
+		}, []string{"model.layers.2.mlp.up_proj.weight"}},
+		{"wrong shape", func(cfg map[string]any, ts []loader.NamedTensor) []loader.NamedTensor {
+			i := find(ts, "model.layers.1.self_attn.k_proj.weight")
+			ts[i].Shape = []int{ts[i].Shape[1], ts[i].Shape[0]}
+			return ts
+		}, []string{"model.layers.1.self_attn.k_proj.weight", "shape [128 64]", "[64 128]"}},
+		{"unsupported weight dtype", func(cfg map[string]any, ts []loader.NamedTensor) []loader.NamedTensor {
+			i := find(ts, "model.norm.weight")
+			ts[i].DType = runtime.I32
+			ts[i].Data = make([]byte, 4*ts[i].Shape[0])
+			return ts
+		}, []string{"model.norm.weight", "I32"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := copyCheckpoint(t, c.edit)
+			dev := runtime.NewCPU(0)
+			_, _, err := Load(dir, dev)
+			if err == nil {
+				t.Fatal("Load succeeded")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if err := dev.Close(); err != nil {
+				t.Errorf("a failed Load leaked memory: %v", err)
+			}
+		})
+	}
+}
+
+func TestTokenOutsideVocabulary(t *testing.T) {
+	m, b := loadTiny(t, tinyDir)
+	_, err := m.Generate(b, []int32{3, 512, 4}, GenerateOptions{MaxNewTokens: 2})
+	if err == nil || !strings.Contains(err.Error(), "token id 512 at position 1") {
+		t.Fatalf("error = %v, want one naming token 512 at position 1", err)
+	}
+}

@@ -1,0 +1,345 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// CPUDevice is the pure-Go device: device memory is ordinary Go memory with
+// byte accounting and an optional limit, so the offload engine's budgets and
+// ordering run for real without a GPU. Streams made by NewStream run their
+// copies on a goroutine of their own; Compute is the calling goroutine.
+type CPUDevice struct {
+	mem, host *Accountant
+	compute   *syncStream
+	mu        sync.Mutex
+	streams   []*cpuStream
+	closed    bool
+	// CopyFault, when set, is called before each copy a stream runs; an error
+	// it returns fails that copy (fault injection for tests).
+	CopyFault func(op string, bytes int64) error
+	// AllocFault, when set, is called before each device allocation; an error
+	// it returns fails the allocation (fault injection for tests).
+	AllocFault func(label string, bytes int64) error
+}
+
+// NewCPU returns a CPU device whose device memory is limited to limit bytes
+// (0 = no limit). Host (staging) memory is accounted without a limit.
+func NewCPU(limit int64) *CPUDevice {
+	d := &CPUDevice{mem: NewAccountant("cpu device memory", limit), host: NewAccountant("cpu host memory", 0)}
+	d.compute = &syncStream{dev: d}
+	return d
+}
+
+// Name is "cpu".
+func (d *CPUDevice) Name() string { return "cpu" }
+
+// Kind is KindCPU.
+func (d *CPUDevice) Kind() DeviceKind { return KindCPU }
+
+// Memory reports the device pool.
+func (d *CPUDevice) Memory() MemStats { return d.mem.Stats() }
+
+// HostMemory reports the host (staging) pool.
+func (d *CPUDevice) HostMemory() MemStats { return d.host.Stats() }
+
+// SetMemoryLimit changes the device pool's limit (0 = none).
+func (d *CPUDevice) SetMemoryLimit(limit int64) { d.mem.SetLimit(limit) }
+
+// ResetPeak sets the device pool's peak to its bytes in use.
+func (d *CPUDevice) ResetPeak() { d.mem.ResetPeak() }
+
+// Alloc takes zeroed device memory.
+func (d *CPUDevice) Alloc(bytes int64, label string) (*DeviceBuffer, error) {
+	if d.AllocFault != nil {
+		if err := d.AllocFault(label, bytes); err != nil {
+			return nil, fmt.Errorf("cpu device memory: allocation %q of %s: %w", label, FormatBytes(bytes), err)
+		}
+	}
+	if err := d.mem.Reserve(bytes, label); err != nil {
+		return nil, err
+	}
+	return NewDeviceBuffer(d, bytes, label, make([]byte, bytes), 0, func() { d.mem.Release(bytes) }), nil
+}
+
+// Wrap accounts existing memory (an mmapped checkpoint, say) as device memory
+// without copying it. Free releases the accounting; the memory stays the caller's.
+func (d *CPUDevice) Wrap(data []byte, label string) (*DeviceBuffer, error) {
+	n := int64(len(data))
+	if err := d.mem.Reserve(n, label); err != nil {
+		return nil, err
+	}
+	return NewDeviceBuffer(d, n, label, data, 0, func() { d.mem.Release(n) }), nil
+}
+
+// AllocHost takes zeroed host memory.
+func (d *CPUDevice) AllocHost(bytes int64, label string) (*HostBuffer, error) {
+	if err := d.host.Reserve(bytes, label); err != nil {
+		return nil, err
+	}
+	return NewHostBuffer(d, label, make([]byte, bytes), func() { d.host.Release(bytes) }), nil
+}
+
+// Compute is the calling goroutine as a stream: copies run at once, Record
+// returns a completed event, and Wait blocks the caller.
+func (d *CPUDevice) Compute() Stream { return d.compute }
+
+// NewStream starts a stream whose work runs in order on a goroutine of its own.
+func (d *CPUDevice) NewStream(name string) (Stream, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, errors.New("cpu device: NewStream after Close")
+	}
+	s := &cpuStream{dev: d, name: name, work: make(chan func(), 1024), stopped: make(chan struct{})}
+	go s.run()
+	d.streams = append(d.streams, s)
+	return s, nil
+}
+
+// Close stops the device's streams. Device or host bytes still in use are
+// reported as an error (they are leaks of the caller's).
+func (d *CPUDevice) Close() error {
+	d.mu.Lock()
+	streams := d.streams
+	d.streams, d.closed = nil, true
+	d.mu.Unlock()
+	var errs []error
+	for _, s := range streams {
+		if err := s.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if m := d.mem.Stats(); m.InUse != 0 {
+		errs = append(errs, fmt.Errorf("cpu device: closed with %s of device memory in %d allocations still held", FormatBytes(m.InUse), m.Count))
+	}
+	if m := d.host.Stats(); m.InUse != 0 {
+		errs = append(errs, fmt.Errorf("cpu device: closed with %s of host memory in %d allocations still held", FormatBytes(m.InUse), m.Count))
+	}
+	return errors.Join(errs...)
+}
+
+// cpuEvent completes when its channel closes; err and at are written before.
+type cpuEvent struct {
+	done chan struct{}
+	err  error
+	at   time.Time
+}
+
+func newCompletedEvent(err error) *cpuEvent {
+	e := &cpuEvent{done: make(chan struct{}), err: err, at: time.Now()}
+	close(e.done)
+	return e
+}
+
+func (e *cpuEvent) Synchronize() error { <-e.done; return e.err }
+
+func (e *cpuEvent) Done() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *cpuEvent) ElapsedSince(start Event) (time.Duration, error) {
+	s, ok := start.(*cpuEvent)
+	if !ok {
+		return 0, fmt.Errorf("cpu event: ElapsedSince an event of another device (%T)", start)
+	}
+	if !e.Done() || !s.Done() {
+		return 0, errors.New("cpu event: ElapsedSince on an event that has not completed")
+	}
+	return e.at.Sub(s.at), nil
+}
+
+func asCPUEvent(e Event) (*cpuEvent, error) {
+	ce, ok := e.(*cpuEvent)
+	if !ok || ce == nil {
+		return nil, fmt.Errorf("cpu stream: cannot wait on an event of type %T", e)
+	}
+	return ce, nil
+}
+
+// copyBytes is the one copy routine of the CPU device: it checks ranges and
+// that neither buffer has been freed.
+func (d *CPUDevice) copyBytes(op string, dst []byte, dstFreed bool, dstOff int64, src []byte, srcFreed bool, srcOff, n int64) error {
+	if dstFreed || srcFreed {
+		return fmt.Errorf("cpu %s of %d bytes: buffer freed before the copy ran", op, n)
+	}
+	if err := CheckRange("cpu "+op+" destination", dstOff, n, int64(len(dst))); err != nil {
+		return err
+	}
+	if err := CheckRange("cpu "+op+" source", srcOff, n, int64(len(src))); err != nil {
+		return err
+	}
+	if d.CopyFault != nil {
+		if err := d.CopyFault(op, n); err != nil {
+			return fmt.Errorf("cpu %s of %d bytes: %w", op, n, err)
+		}
+	}
+	copy(dst[dstOff:dstOff+n], src[srcOff:srcOff+n])
+	return nil
+}
+
+func (d *CPUDevice) checkOwn(what string, dev Device) error {
+	if dev != Device(d) {
+		return fmt.Errorf("cpu stream: %s buffer belongs to device %v", what, deviceName(dev))
+	}
+	return nil
+}
+
+func deviceName(d Device) string {
+	if d == nil {
+		return "<nil>"
+	}
+	return d.Name()
+}
+
+// syncStream runs everything on the caller's goroutine.
+type syncStream struct{ dev *CPUDevice }
+
+func (s *syncStream) CopyH2D(dst *DeviceBuffer, dstOff int64, src *HostBuffer, srcOff, n int64) error {
+	return s.dev.copyBytes("H2D copy", dst.data, dst.Freed(), dstOff, src.data, src.freed.Load(), srcOff, n)
+}
+func (s *syncStream) CopyD2H(dst *HostBuffer, dstOff int64, src *DeviceBuffer, srcOff, n int64) error {
+	return s.dev.copyBytes("D2H copy", dst.data, dst.freed.Load(), dstOff, src.data, src.Freed(), srcOff, n)
+}
+func (s *syncStream) CopyD2D(dst *DeviceBuffer, dstOff int64, src *DeviceBuffer, srcOff, n int64) error {
+	return s.dev.copyBytes("D2D copy", dst.data, dst.Freed(), dstOff, src.data, src.Freed(), srcOff, n)
+}
+func (s *syncStream) Record() (Event, error) { return newCompletedEvent(nil), nil }
+func (s *syncStream) Wait(e Event) error {
+	ce, err := asCPUEvent(e)
+	if err != nil {
+		return err
+	}
+	return ce.Synchronize()
+}
+func (s *syncStream) Synchronize() error { return nil }
+func (s *syncStream) Close() error       { return nil }
+
+// cpuStream runs its work in order on its own goroutine. The first error of
+// any work is sticky: later events carry it and Synchronize returns it.
+type cpuStream struct {
+	dev     *CPUDevice
+	name    string
+	work    chan func()
+	stopped chan struct{}
+	mu      sync.Mutex
+	closed  bool
+	err     error // touched only by the stream's goroutine
+}
+
+func (s *cpuStream) run() {
+	defer close(s.stopped)
+	for f := range s.work {
+		f()
+	}
+}
+
+func (s *cpuStream) enqueue(f func()) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("cpu stream %q: used after Close", s.name)
+	}
+	s.work <- f
+	return nil
+}
+
+func (s *cpuStream) fail(err error) {
+	if err != nil && s.err == nil {
+		s.err = fmt.Errorf("cpu stream %q: %w", s.name, err)
+	}
+}
+
+func (s *cpuStream) CopyH2D(dst *DeviceBuffer, dstOff int64, src *HostBuffer, srcOff, n int64) error {
+	if err := s.dev.checkOwn("H2D destination", dst.dev); err != nil {
+		return err
+	}
+	if err := CheckRange("H2D copy destination", dstOff, n, dst.size); err != nil {
+		return err
+	}
+	if err := CheckRange("H2D copy source", srcOff, n, src.size); err != nil {
+		return err
+	}
+	return s.enqueue(func() {
+		if s.err == nil {
+			s.fail(s.dev.copyBytes("H2D copy", dst.data, dst.Freed(), dstOff, src.data, src.freed.Load(), srcOff, n))
+		}
+	})
+}
+
+func (s *cpuStream) CopyD2H(dst *HostBuffer, dstOff int64, src *DeviceBuffer, srcOff, n int64) error {
+	if err := CheckRange("D2H copy destination", dstOff, n, dst.size); err != nil {
+		return err
+	}
+	if err := CheckRange("D2H copy source", srcOff, n, src.size); err != nil {
+		return err
+	}
+	return s.enqueue(func() {
+		if s.err == nil {
+			s.fail(s.dev.copyBytes("D2H copy", dst.data, dst.freed.Load(), dstOff, src.data, src.Freed(), srcOff, n))
+		}
+	})
+}
+
+func (s *cpuStream) CopyD2D(dst *DeviceBuffer, dstOff int64, src *DeviceBuffer, srcOff, n int64) error {
+	if err := CheckRange("D2D copy destination", dstOff, n, dst.size); err != nil {
+		return err
+	}
+	if err := CheckRange("D2D copy source", srcOff, n, src.size); err != nil {
+		return err
+	}
+	return s.enqueue(func() {
+		if s.err == nil {
+			s.fail(s.dev.copyBytes("D2D copy", dst.data, dst.Freed(), dstOff, src.data, src.Freed(), srcOff, n))
+		}
+	})
+}
+
+func (s *cpuStream) Record() (Event, error) {
+	e := &cpuEvent{done: make(chan struct{})}
+	err := s.enqueue(func() {
+		e.err, e.at = s.err, time.Now()
+		close(e.done)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (s *cpuStream) Wait(e Event) error {
+	ce, err := asCPUEvent(e)
+	if err != nil {
+		return err
+	}
+	return s.enqueue(func() { s.fail(ce.Synchronize()) })
+}
+
+func (s *cpuStream) Synchronize() error {
+	e, err := s.Record()
+	if err != nil {
+		return err
+	}
+	return e.Synchronize()
+}
+
+// Close drains the queue, stops the goroutine and returns the sticky error.
+func (s *cpuStream) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.work)
+	s.mu.Unlock()
+	<-s.stopped
+	return s.err
+}

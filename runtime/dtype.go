@@ -1,0 +1,67 @@
+// Package runtime holds the executor's data model: element types, shapes,
+// tensors, devices (cpu, meta, and cuda behind a build tag), buffers, streams,
+// events and memory accounting.
+package runtime
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// DType is the element type of a tensor.
+type DType uint8
+
+// The element types the executor knows.
+const (
+	Invalid DType = iota
+	F32           // IEEE 754 binary32
+	F16           // IEEE 754 binary16
+	BF16          // bfloat16: the top 16 bits of a binary32
+	I32           // two's-complement 32-bit integer
+	I64           // two's-complement 64-bit integer (token ids in some checkpoints)
+	U8            // unsigned byte
+)
+
+var dtypeNames = [...]string{Invalid: "invalid", F32: "F32", F16: "F16", BF16: "BF16", I32: "I32", I64: "I64", U8: "U8"}
+var dtypeSizes = [...]int{Invalid: 0, F32: 4, F16: 2, BF16: 2, I32: 4, I64: 8, U8: 1}
+
+// Size is the number of bytes of one element.
+func (d DType) Size() int {
+	if int(d) >= len(dtypeSizes) {
+		return 0
+	}
+	return dtypeSizes[d]
+}
+
+// String is the safetensors spelling of the type ("F32", "BF16", ...).
+func (d DType) String() string {
+	if int(d) >= len(dtypeNames) {
+		return fmt.Sprintf("DType(%d)", uint8(d))
+	}
+	return dtypeNames[d]
+}
+
+// ParseDType reads a safetensors dtype name ("BF16", "F32", ...); the match
+// ignores case. An unknown name is an error that names it.
+func ParseDType(s string) (DType, error) {
+	for i, n := range dtypeNames {
+		if i != int(Invalid) && strings.EqualFold(n, s) {
+			return DType(i), nil
+		}
+	}
+	return Invalid, fmt.Errorf("unknown dtype %q (known: F32, F16, BF16, I32, I64, U8)", s)
+}
+
+// BF16ToF32 widens one bfloat16 value: its bits are the high half of a binary32.
+func BF16ToF32(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
+
+// F32ToBF16 narrows a binary32 to bfloat16 with round-to-nearest-even; NaN stays NaN.
+func F32ToBF16(f float32) uint16 {
+	u := math.Float32bits(f)
+	if u&0x7fffffff > 0x7f800000 { // NaN: keep it quiet and non-zero
+		return uint16(u>>16) | 0x40
+	}
+	u += 0x7fff + (u>>16)&1
+	return uint16(u >> 16)
+}
