@@ -68,3 +68,52 @@ func BenchmarkBF16ToF32SingleCore(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/value")
 }
+
+// BenchmarkSample draws from a Llama-3-sized vocabulary (128256 logits).
+func BenchmarkSample(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	logits := randF32(r, 128256)
+	for i := range logits {
+		logits[i] *= 8
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, p := range []SampleParams{{}, {Temperature: 1}, {Temperature: 0.6, TopP: 0.9}, {Temperature: 0.8, TopK: 40, TopP: 0.95}} {
+		b.Run(fmt.Sprintf("T%v_k%d_p%v", p.Temperature, p.TopK, p.TopP), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Sample(logits, p, rng); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAttention is one decode step of a Llama-3-8B-shaped layer (32
+// query heads, 8 KV heads, d = 128) at context 512, and a 512-token prefill.
+func BenchmarkAttention(b *testing.B) {
+	const nHeads, nKV, d, capacity = 32, 8, 128, 1024
+	r := rand.New(rand.NewPCG(1, 2))
+	kc, vc := randF32(r, capacity*nKV*d), randF32(r, capacity*nKV*d)
+	for _, c := range []struct {
+		name       string
+		nTok, pos0 int
+	}{{"decode_ctx512_8B", 1, 511}, {"prefill_512_8B", 512, 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			q := randF32(r, c.nTok*nHeads*d)
+			out := make([]float32, len(q))
+			scratch := make([]float32, AttentionScratchLen(c.nTok, c.pos0))
+			// q·k and p·v over the visible positions, 2 flops each.
+			var macs float64
+			for t := range c.nTok {
+				macs += 2 * float64(nHeads*d*(c.pos0+t+1))
+			}
+			b.SetBytes(int64(2 * (c.pos0 + c.nTok) * nKV * d * 4))
+			for b.Loop() {
+				if err := Attention(out, q, kc, vc, c.nTok, c.pos0, nHeads, nKV, d, scratch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(2*macs*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}

@@ -35,7 +35,7 @@ type SampleParams struct {
 }
 
 // Sample draws a token id from logits. Temperature ≤ 0 returns
-// Argmax(logits). Otherwise, with p = softmax(logits/T) computed in float64:
+// Argmax(logits) (rng may then be nil). Otherwise, with p = softmax(logits/T) computed in float64:
 // keep the TopK most probable tokens (all when TopK is 0 or ≥ len(logits));
 // renormalise and keep the smallest prefix of them, sorted by decreasing
 // probability, whose cumulative probability is ≥ TopP (all when TopP is 0 or
@@ -73,11 +73,18 @@ func Sample(logits []float32, p SampleParams, rng *rand.Rand) (int, error) {
 	defer samplerPool.Put(s)
 	n := len(logits)
 	s.prob = slices.Grow(s.prob[:0], n)[:n]
+	// The exponentials are the costly part (a Llama 3 vocabulary has 128256
+	// logits): compute them in parallel, each on its own, and sum them in
+	// id order so the result does not depend on the number of cores.
 	invT := 1 / float64(p.Temperature)
+	if splits(n, convGrain/8) {
+		prob := s.prob
+		parallelFor(n, convGrain/8, func(_, lo, hi int) { expScaled(prob[lo:hi], logits[lo:hi], mx, invT) })
+	} else {
+		expScaled(s.prob, logits, mx, invT)
+	}
 	var total float64
-	for i, v := range logits {
-		e := math.Exp(float64(v-mx) * invT)
-		s.prob[i] = e
+	for _, e := range s.prob {
 		total += e
 	}
 
@@ -87,101 +94,107 @@ func Sample(logits []float32, p SampleParams, rng *rand.Rand) (int, error) {
 	}
 	if p.TopK > 0 && p.TopK < n {
 		s.topK(p.TopK)
-		return s.drawPrefix(s.idx, topP, rng), nil
+		return s.drawPrefix(topP, rng), nil
 	}
 	if topP < 1 {
-		// Sorting the whole vocabulary is the slow part: first try the
-		// tokens with probability ≥ 1/1024, then ≥ (1−P)/n (whose mass
-		// is ≥ P in exact arithmetic), then all. Any token left out of a
-		// tier sorts after every token in it, so a prefix found inside a
-		// tier is the prefix of the full order.
-		for _, tau := range [...]float64{total / 1024, total * (1 - topP) / float64(n), 0} {
-			s.idx = s.idx[:0]
-			var mass float64
-			for i, e := range s.prob {
-				if e >= tau {
-					s.idx = append(s.idx, int32(i))
-					mass += e
-				}
-			}
-			if mass < topP*total && tau > 0 {
-				continue
-			}
-			s.sortIdx()
-			if k, ok := prefixFor(s.prob, s.idx, topP*total); ok || tau == 0 {
-				return s.draw(s.idx[:k], rng), nil
+		cut := s.topPCut(topP*total, total)
+		// Walk the tokens that sort no later than cut, in id order.
+		var mass float64
+		for i, e := range s.prob {
+			if (cand{e, int32(i)}).cmp(cut) <= 0 {
+				mass += e
 			}
 		}
+		u := rng.Float64() * mass
+		var c float64
+		for i, e := range s.prob {
+			if (cand{e, int32(i)}).cmp(cut) <= 0 {
+				c += e
+				if u < c {
+					return i, nil
+				}
+			}
+		}
+		return int(cut.id), nil // u rounded up to the mass
 	}
 	// No filtering: walk the distribution in id order.
 	u := rng.Float64() * total
 	var c float64
+	last := 0
 	for i, e := range s.prob {
 		c += e
 		if u < c {
 			return i, nil
 		}
+		if e > 0 {
+			last = i
+		}
 	}
-	return lastPositive(s.prob), nil
+	return last, nil // u rounded up to the total
+}
+
+// expScaled computes prob[i] = exp((logits[i] − mx)·invT).
+func expScaled(prob []float64, logits []float32, mx float32, invT float64) {
+	prob = prob[:len(logits)]
+	for i, v := range logits {
+		prob[i] = math.Exp((float64(v) - float64(mx)) * invT)
+	}
 }
 
 // sampler is Sample's pooled scratch.
 type sampler struct {
-	prob []float64 // unnormalised probabilities exp((l−max)/T)
-	idx  []int32   // candidate ids
+	prob []float64 // unnormalised probabilities exp((l−max)/T), by id
+	cand []cand    // candidates of top-k / top-p
 }
 
 var samplerPool = sync.Pool{New: func() any { return new(sampler) }}
 
-// before orders token ids by decreasing probability, then increasing id.
-func (s *sampler) before(a, b int32) bool {
-	pa, pb := s.prob[a], s.prob[b]
-	return pa > pb || (pa == pb && a < b)
+// cand is a candidate token with its unnormalised probability.
+type cand struct {
+	p  float64
+	id int32
 }
 
-func (s *sampler) sortIdx() {
-	prob := s.prob
-	slices.SortFunc(s.idx, func(a, b int32) int {
-		if c := cmp.Compare(prob[b], prob[a]); c != 0 {
-			return c
-		}
-		return cmp.Compare(a, b)
-	})
+// cmp orders candidates by decreasing probability, then increasing id.
+func (a cand) cmp(b cand) int {
+	if c := cmp.Compare(b.p, a.p); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.id, b.id)
 }
 
-// topK leaves in s.idx the k most probable ids in decreasing order, by a
-// min-heap (least probable candidate at the root) over one pass of the
-// vocabulary.
+// topK leaves in s.cand the k most probable tokens in order, by a min-heap
+// (the last in order at the root) over one pass of the vocabulary.
 func (s *sampler) topK(k int) {
-	s.idx = slices.Grow(s.idx[:0], k)[:k]
-	h := s.idx
+	h := slices.Grow(s.cand[:0], k)[:k]
 	for i := range h {
-		h[i] = int32(i)
+		h[i] = cand{s.prob[i], int32(i)}
 	}
 	for i := k/2 - 1; i >= 0; i-- {
-		s.siftDown(i)
+		siftDown(h, i)
 	}
 	for i := k; i < len(s.prob); i++ {
-		if id := int32(i); s.before(id, h[0]) {
-			h[0] = id
-			s.siftDown(0)
+		if c := (cand{s.prob[i], int32(i)}); c.cmp(h[0]) < 0 {
+			h[0] = c
+			siftDown(h, 0)
 		}
 	}
-	s.sortIdx()
+	slices.SortFunc(h, cand.cmp)
+	s.cand = h
 }
 
-// siftDown restores the min-heap order of s.idx below node i.
-func (s *sampler) siftDown(i int) {
-	h := s.idx
+// siftDown restores the heap order (every node after its children) below
+// node i.
+func siftDown(h []cand, i int) {
 	for {
 		c := 2*i + 1
 		if c >= len(h) {
 			return
 		}
-		if c+1 < len(h) && s.before(h[c], h[c+1]) {
-			c++ // the less probable child
+		if c+1 < len(h) && h[c].cmp(h[c+1]) < 0 {
+			c++ // the later child in order
 		}
-		if !s.before(h[i], h[c]) {
+		if h[i].cmp(h[c]) > 0 {
 			return
 		}
 		h[i], h[c] = h[c], h[i]
@@ -189,57 +202,119 @@ func (s *sampler) siftDown(i int) {
 	}
 }
 
-// drawPrefix applies top-p to the sorted candidates ids (renormalised among
-// themselves) and draws.
-func (s *sampler) drawPrefix(ids []int32, topP float64, rng *rand.Rand) int {
-	if topP < 1 {
+// topPCut returns the last token, in the order of cand.cmp, of the shortest
+// prefix of that order whose mass is ≥ target: a weighted quickselect, O(n)
+// expected, instead of sorting the vocabulary. It first tries the tokens with
+// probability ≥ 2^-10 of the total, which usually hold the mass (a token left
+// out sorts after every one kept, so their prefix is the full order's).
+func (s *sampler) topPCut(target, total float64) cand {
+	for _, tau := range [...]float64{0x1p-10, 0} {
+		s.cand = s.cand[:0]
 		var mass float64
-		for _, id := range ids {
-			mass += s.prob[id]
+		for i, e := range s.prob {
+			if e > 0 && e >= tau*total {
+				s.cand = append(s.cand, cand{e, int32(i)})
+				mass += e
+			}
 		}
-		k, _ := prefixFor(s.prob, ids, topP*mass)
-		ids = ids[:k]
+		if mass >= target || tau == 0 {
+			break
+		}
 	}
-	return s.draw(ids, rng)
+	c := s.cand
+	var acc float64 // mass of c[:lo], all before the cut or the cut itself
+	lo, hi := 0, len(c)
+	for rounds := 0; hi-lo > 16 && rounds < 64; rounds++ {
+		// Median-of-three pivot, moved to lo; partition c[lo+1:hi] into
+		// tokens before it, c[lo+1:mid], and after it.
+		a, b, m := lo, lo+(hi-lo)/2, hi-1
+		if c[b].cmp(c[a]) < 0 {
+			a, b = b, a
+		}
+		if c[m].cmp(c[b]) < 0 {
+			b = m
+			if c[b].cmp(c[a]) < 0 {
+				b = a
+			}
+		}
+		c[lo], c[b] = c[b], c[lo]
+		pv := c[lo]
+		mid := lo + 1
+		var before float64
+		for i := lo + 1; i < hi; i++ {
+			if c[i].cmp(pv) < 0 {
+				before += c[i].p
+				c[mid], c[i] = c[i], c[mid]
+				mid++
+			}
+		}
+		// Put the pivot between the two parts.
+		c[lo], c[mid-1] = c[mid-1], c[lo]
+		switch {
+		case acc+before >= target: // the cut is before the pivot
+			hi = mid - 1
+		case acc+before+pv.p >= target: // the pivot is the cut
+			return pv
+		default:
+			acc += before + pv.p
+			lo = mid
+		}
+	}
+	rest := c[lo:hi]
+	slices.SortFunc(rest, cand.cmp)
+	for _, x := range rest {
+		acc += x.p
+		if acc >= target {
+			return x
+		}
+	}
+	if len(rest) > 0 {
+		return rest[len(rest)-1]
+	}
+	return c[max(lo-1, 0)] // rounding: everything before lo
 }
 
-// prefixFor returns the length of the shortest prefix of ids whose mass is
+// drawPrefix applies top-p to the sorted candidates s.cand (renormalised
+// among themselves) and draws.
+func (s *sampler) drawPrefix(topP float64, rng *rand.Rand) int {
+	c := s.cand
+	if topP < 1 {
+		var mass float64
+		for _, x := range c {
+			mass += x.p
+		}
+		k, _ := prefixFor(c, topP*mass)
+		c = c[:k]
+	}
+	return draw(c, rng)
+}
+
+// prefixFor returns the length of the shortest prefix of c whose mass is
 // ≥ target (at least 1), and whether one was found before the end.
-func prefixFor(prob []float64, ids []int32, target float64) (int, bool) {
-	var c float64
-	for i, id := range ids {
-		c += prob[id]
-		if c >= target {
+func prefixFor(c []cand, target float64) (int, bool) {
+	var m float64
+	for i, x := range c {
+		m += x.p
+		if m >= target {
 			return i + 1, true
 		}
 	}
-	return max(len(ids), 1), false
+	return max(len(c), 1), false
 }
 
-// draw picks ids[i] with probability prob[ids[i]] / Σ prob[ids].
-func (s *sampler) draw(ids []int32, rng *rand.Rand) int {
+// draw picks c[i].id with probability c[i].p / Σ c.p.
+func draw(c []cand, rng *rand.Rand) int {
 	var mass float64
-	for _, id := range ids {
-		mass += s.prob[id]
+	for _, x := range c {
+		mass += x.p
 	}
 	u := rng.Float64() * mass
-	var c float64
-	for _, id := range ids {
-		c += s.prob[id]
-		if u < c {
-			return int(id)
+	var m float64
+	for _, x := range c {
+		m += x.p
+		if u < m {
+			return int(x.id)
 		}
 	}
-	return int(ids[len(ids)-1]) // u rounded up to the mass
-}
-
-// lastPositive is the last id with non-zero probability (the draw's u rounded
-// up to the total).
-func lastPositive(prob []float64) int {
-	for i := len(prob) - 1; i >= 0; i-- {
-		if prob[i] > 0 {
-			return i
-		}
-	}
-	return 0
+	return int(c[len(c)-1].id) // u rounded up to the mass
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // The file names of a Hugging Face checkpoint directory.
@@ -108,6 +109,7 @@ func openSharded(dir, indexPath string, raw []byte) (*Checkpoint, error) {
 		c.where[name] = f
 		c.total += t.Size
 	}
+	slices.SortFunc(c.files, func(a, b *File) int { return strings.Compare(a.path, b.path) })
 	return c, nil
 }
 
@@ -117,7 +119,7 @@ func (c *Checkpoint) Dir() string { return c.dir }
 // Names lists the checkpoint's tensor names in sorted order.
 func (c *Checkpoint) Names() []string { return slices.Clone(c.names) }
 
-// Files lists the paths of the checkpoint's safetensors files.
+// Files lists the paths of the checkpoint's safetensors files, sorted.
 func (c *Checkpoint) Files() []string {
 	out := make([]string, len(c.files))
 	for i, f := range c.files {

@@ -163,6 +163,11 @@ func TestRoundTripWriteSharded(t *testing.T) {
 	if len(files) != 3 {
 		t.Fatalf("got %d shards, want 3: %v", len(files), files)
 	}
+	for k, p := range files {
+		if want := filepath.Join(dir, ShardName(k+1, 3)); p != want {
+			t.Errorf("Files()[%d] = %s, want %s", k, p, want)
+		}
+	}
 	for _, nt := range tensors {
 		info, _ := c.Info(nt.Name)
 		k := wantShard[nt.Name]
@@ -179,8 +184,10 @@ func TestRoundTripWriteSharded(t *testing.T) {
 		t.Fatal(err)
 	}
 	var idx struct {
-		Metadata  struct{ TotalSize int64 `json:"total_size"` } `json:"metadata"`
-		WeightMap map[string]string                            `json:"weight_map"`
+		Metadata struct {
+			TotalSize int64 `json:"total_size"`
+		} `json:"metadata"`
+		WeightMap map[string]string `json:"weight_map"`
 	}
 	if err := json.Unmarshal(raw, &idx); err != nil {
 		t.Fatal(err)

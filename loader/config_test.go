@@ -68,7 +68,7 @@ func TestParseLlamaConfigLlama31(t *testing.T) {
 		HiddenSize: 4096, IntermediateSize: 14336, NumHiddenLayers: 32, NumAttentionHeads: 32, NumKeyValueHeads: 8,
 		HeadDim: 128, VocabSize: 128256, MaxPositionEmbeddings: 131072, RMSNormEps: 1e-5, HiddenAct: "silu",
 		BOSTokenID: 128000, EOSTokenIDs: []int{128001, 128008, 128009},
-		Rope: RopeConfig{Theta: 500000, Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
+		Rope:       RopeConfig{Theta: 500000, Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
 		TorchDType: "bfloat16",
 	}
 	if !reflect.DeepEqual(c, want) {

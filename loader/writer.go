@@ -63,7 +63,8 @@ func WriteFile(path string, tensors []NamedTensor, metadata map[string]string) e
 // WriteFileFunc writes a safetensors file like WriteFile, but streams the
 // data: after writing the header it calls fill(i, dst) once for each specs[i],
 // with a zeroed dst of exactly that tensor's size, which fill must set to the
-// tensor's bytes. Calls run concurrently on several goroutines (distinct i)
+// tensor's bytes and must not retain after returning (buffers are reused).
+// Calls run concurrently on several goroutines (distinct i)
 // with a bounded amount of buffer memory in flight, and each filled buffer is
 // written at its offset with a positioned write. The first error from fill
 // (or a panic in it, turned into an error) stops the write and is returned,
@@ -234,13 +235,15 @@ func fillTensors(f *os.File, base int64, specs []TensorSpec, offsets []int64, fi
 		cond.Broadcast()
 		mu.Unlock()
 	}
+	var bufs bufPool // local, so its buffers die with this call
 	one := func(i int, n int64) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				err = fmt.Errorf("tensor %q: fill panicked: %v", specs[i].Name, r)
 			}
 		}()
-		buf := make([]byte, n)
+		buf := bufs.get(n)
+		defer bufs.put(buf)
 		if err := fill(i, buf); err != nil {
 			return fmt.Errorf("tensor %q: %w", specs[i].Name, err)
 		}
@@ -382,3 +385,19 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	return err
 }
+
+// bufPool recycles tensor buffers between fills: reusing one (clear is a
+// memclr) is several times cheaper than faulting in fresh pages for each.
+type bufPool struct{ p sync.Pool }
+
+// get returns a zeroed buffer of n bytes.
+func (bp *bufPool) get(n int64) []byte {
+	if b, ok := bp.p.Get().(*[]byte); ok && int64(cap(*b)) >= n {
+		buf := (*b)[:n]
+		clear(buf)
+		return buf
+	}
+	return make([]byte, n)
+}
+
+func (bp *bufPool) put(b []byte) { bp.p.Put(&b) }

@@ -1,0 +1,194 @@
+package offload
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// TimingMode selects what the engine measures during INFERENCE.
+type TimingMode int
+
+// The timing modes.
+const (
+	TimingOff   TimingMode = iota // measure nothing (the fastest)
+	TimingEager                   // per trap per pass: transfer, compute and wait, from device events
+	TimingGraph                   // as eager, published after each graph replay by UpdateOffloadTiming
+)
+
+func (m TimingMode) String() string {
+	switch m {
+	case TimingOff:
+		return "off"
+	case TimingEager:
+		return "eager"
+	case TimingGraph:
+		return "graph"
+	}
+	return fmt.Sprintf("TimingMode(%d)", int(m))
+}
+
+// ParseTimingMode reads "off", "eager" or "graph".
+func ParseTimingMode(s string) (TimingMode, error) {
+	for _, m := range []TimingMode{TimingOff, TimingEager, TimingGraph} {
+		if strings.EqualFold(s, m.String()) {
+			return m, nil
+		}
+	}
+	return TimingOff, fmt.Errorf("offload timing mode %q: want off, eager or graph", s)
+}
+
+// Budget is a device memory budget: Bytes, or a Fraction of the device's
+// memory when Bytes is 0. The zero Budget means "no budget": everything may
+// stay resident if it fits the device.
+type Budget struct {
+	Bytes    int64
+	Fraction float64
+}
+
+// ParseBudget reads "8GiB", "512MiB", "1.5GB", "123456" (bytes) or a
+// fraction in (0, 1] such as "0.25".
+func ParseBudget(s string) (Budget, error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return Budget{}, errors.New("empty memory budget")
+	}
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToLower(t), strings.ToLower(u.suffix)) {
+			num := strings.TrimSpace(t[:len(t)-len(u.suffix)])
+			v, err := strconv.ParseFloat(num, 64)
+			if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+				return Budget{}, fmt.Errorf("memory budget %q: %q is not a non-negative number", s, num)
+			}
+			return Budget{Bytes: int64(v * u.mult)}, nil
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return Budget{}, fmt.Errorf("memory budget %q: want bytes with a unit (8GiB, 512MiB) or a fraction of the device (0.25)", s)
+	}
+	if v > 0 && v <= 1 {
+		return Budget{Fraction: v}, nil
+	}
+	if v != math.Trunc(v) {
+		return Budget{}, fmt.Errorf("memory budget %q: a fraction must be in (0, 1]; bytes must be a whole number", s)
+	}
+	return Budget{Bytes: int64(v)}, nil
+}
+
+// Resolve turns the budget into bytes for a device whose memory limit is
+// limit (0 = unknown). A fraction needs a known limit.
+func (b Budget) Resolve(limit int64) (int64, error) {
+	switch {
+	case b.Bytes > 0:
+		return b.Bytes, nil
+	case b.Fraction > 0:
+		if limit <= 0 {
+			return 0, fmt.Errorf("a budget of %.3g of the device needs a device memory limit (set one, or give bytes)", b.Fraction)
+		}
+		return int64(b.Fraction * float64(limit)), nil
+	}
+	return limit, nil
+}
+
+// String prints the budget as given.
+func (b Budget) String() string {
+	switch {
+	case b.Bytes > 0:
+		return runtime.FormatBytes(b.Bytes)
+	case b.Fraction > 0:
+		return fmt.Sprintf("%.3g of the device", b.Fraction)
+	}
+	return "unlimited"
+}
+
+// Config is an offload manager's configuration (the seed's OffloadConfig).
+type Config struct {
+	// Enabled false makes Offload a no-op: the model runs as it is.
+	Enabled bool
+	// Device is the compute device (the GPU; a CPU device runs the same
+	// engine without one). Required when Enabled.
+	Device runtime.Device
+	// PinnedMemory packs streamed weights into page-locked host memory taken
+	// from Device (fast copies); false uses ordinary Go memory.
+	PinnedMemory bool
+	// DiscoveryIters is the number of forwards in DISCOVERY (≥ 1).
+	DiscoveryIters int
+	// ProfilingIters is the number of recorded forwards in PROFILING (≥ 1);
+	// compute times are their median.
+	ProfilingIters int
+	// Include and Exclude are globs over qualified module names ("*" matches
+	// one dot-separated part, "**" any number); the outermost modules that
+	// match Include and not Exclude are the units. Default: model.layers.*.
+	Include, Exclude []string
+	// GPUBudget bounds the device bytes the engine takes (resident weights,
+	// non-unit weights and transfer blocks); activations and KV caches are
+	// the model's and not counted.
+	GPUBudget Budget
+	// TransferBlocks is the number of transfer slots; 0 lets the planner
+	// choose (1 to 4).
+	TransferBlocks int
+	// TransferBudgetScale multiplies predicted copy times in planning (a
+	// safety factor); 0 means 1.
+	TransferBudgetScale float64
+	// ProfileDir is where SaveProfile writes and LoadProfile reads.
+	ProfileDir string
+	// ProfileReadOnly forbids writing profiles.
+	ProfileReadOnly bool
+	// OffloadTiming selects the measurements taken during INFERENCE.
+	OffloadTiming TimingMode
+}
+
+// DefaultConfig is an enabled configuration for dev with the Llama unit
+// pattern, 1 discovery and 2 profiling forwards, pinned memory and no budget.
+func DefaultConfig(dev runtime.Device) Config {
+	return Config{
+		Enabled: true, Device: dev, PinnedMemory: true,
+		DiscoveryIters: 1, ProfilingIters: 2,
+		Include: []string{"model.layers.*"},
+	}
+}
+
+// validate checks the fields and fills defaults into a copy.
+func (c Config) validate() (Config, error) {
+	if !c.Enabled {
+		return c, nil
+	}
+	if c.Device == nil {
+		return c, errors.New("offload config: Device is required")
+	}
+	if c.DiscoveryIters == 0 {
+		c.DiscoveryIters = 1
+	}
+	if c.ProfilingIters == 0 {
+		c.ProfilingIters = 2
+	}
+	if c.DiscoveryIters < 0 || c.ProfilingIters < 0 {
+		return c, fmt.Errorf("offload config: iterations must be positive (discovery %d, profiling %d)", c.DiscoveryIters, c.ProfilingIters)
+	}
+	if len(c.Include) == 0 {
+		c.Include = []string{"model.layers.*"}
+	}
+	if c.TransferBlocks < 0 {
+		return c, fmt.Errorf("offload config: TransferBlocks %d is negative", c.TransferBlocks)
+	}
+	if c.TransferBudgetScale < 0 || math.IsNaN(c.TransferBudgetScale) {
+		return c, fmt.Errorf("offload config: TransferBudgetScale %v is negative", c.TransferBudgetScale)
+	}
+	if c.TransferBudgetScale == 0 {
+		c.TransferBudgetScale = 1
+	}
+	if c.GPUBudget.Bytes < 0 || c.GPUBudget.Fraction < 0 || c.GPUBudget.Fraction > 1 {
+		return c, fmt.Errorf("offload config: budget %+v out of range", c.GPUBudget)
+	}
+	return c, nil
+}

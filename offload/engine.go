@@ -1,0 +1,847 @@
+package offload
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// blockAlign is the alignment of each parameter inside a packed block.
+const blockAlign = 256
+
+func alignUp(n int64) int64 { return (n + blockAlign - 1) / blockAlign * blockAlign }
+
+// unit is one offload unit: the parameters its subtree owns, packed once into
+// one host block.
+type unit struct {
+	idx      int
+	name     string
+	mod      nn.Module
+	params   []*nn.Parameter
+	orig     []*runtime.Tensor
+	offs     []int64
+	bytes    int64
+	host     *runtime.HostBuffer   // packed weights; freed once the unit is resident
+	dev      *runtime.DeviceBuffer // the resident copy (INFERENCE)
+	resident bool
+	seq      int // index among streamed units (INFERENCE)
+	slot     int // transfer slot of a streamed unit
+	samples  []float64
+	views    map[*runtime.DeviceBuffer][]*runtime.Tensor
+	shared   map[*nn.Parameter]bool // parameters made resident because another unit reads them
+	// per-pass state
+	start, end runtime.Event
+	waitStart  runtime.Event
+	copyRec    *copyTiming
+}
+
+// copyTiming holds the events around one copy.
+type copyTiming struct {
+	start, end runtime.Event
+	bytes      int64
+}
+
+// engine is the state of one offloaded model.
+type engine struct {
+	m      *Manager
+	cfg    Config
+	opts   offloadOptions
+	dev    runtime.Device
+	model  nn.Module
+	tree   *nn.Tree
+	units  []*unit
+	byMod  map[nn.Module]*unit
+	owner  map[*nn.Parameter]*unit
+	phase  Phase
+	passes int
+	copy   runtime.Stream
+	unhook func()
+	active *unit
+	failed error
+	// inForward is true between the root's entry and exit.
+	inForward bool
+	staging   *runtime.DeviceBuffer
+
+	// Non-unit parameters, uploaded at Offload, and parameters shared between
+	// units, uploaded when discovery finds them.
+	fixed       []*nn.Parameter
+	fixedOrig   []*runtime.Tensor
+	fixedBufs   []*runtime.DeviceBuffer
+	fixedBytes  int64
+	sharedOrig  map[*nn.Parameter]*runtime.Tensor
+	discoverErr error
+
+	// INFERENCE
+	curve    H2DCurve
+	plan     Plan
+	planIn   PlanInput
+	budget   int64
+	slots    []*runtime.DeviceBuffer
+	slotFree []runtime.Event // compute event after the slot's last reader
+	slotOcc  []int           // global copy index of the slot's latest occupant, -1 for none
+	ready    []runtime.Event // copy-stream event per slot: its latest copy is done
+	streamed []*unit
+	issued   int // copies issued, counted over passes
+	entered  int // streamed-unit entries, counted over passes
+	exited   int // streamed-unit exits, counted over passes
+	pending  map[int]*copyTiming
+
+	timing timingState
+}
+
+func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *engine, err error) {
+	e := &engine{m: m, cfg: cfg, opts: o, dev: cfg.Device, model: model, tree: model.Node().Tree(),
+		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}, sharedOrig: map[*nn.Parameter]*runtime.Tensor{},
+		pending: map[int]*copyTiming{}}
+	defer func() {
+		if err != nil {
+			e.freeAll()
+		}
+	}()
+	mods, err := nn.MatchOutermost(model, cfg.Include, cfg.Exclude)
+	if err != nil {
+		return nil, err
+	}
+	if len(mods) == 0 {
+		return nil, fmt.Errorf("%w: include %q, exclude %q; modules are named like %s",
+			ErrNothingIncluded, cfg.Include, cfg.Exclude, exampleNames(model))
+	}
+	for i, mod := range mods {
+		u := &unit{idx: i, name: mod.Node().Name(), mod: mod, views: map[*runtime.DeviceBuffer][]*runtime.Tensor{}, shared: map[*nn.Parameter]bool{}}
+		for _, p := range nn.Parameters(mod) {
+			if p.Owner() == nil || !under(p.Owner(), mod) {
+				continue // a parameter another module owns (tied weights): not this unit's
+			}
+			t := p.Peek()
+			if t == nil {
+				return nil, fmt.Errorf("parameter %s has no tensor bound; load the weights before Offload", p.Name())
+			}
+			if t.Bytes() == nil {
+				return nil, fmt.Errorf("parameter %s is on %s, not in host memory; build the model on a cpu device so the engine can place its weights", p.Name(), t.Device().Name())
+			}
+			u.params = append(u.params, p)
+			u.orig = append(u.orig, t)
+			u.offs = append(u.offs, u.bytes)
+			u.bytes = alignUp(u.bytes + t.NumBytes())
+			e.owner[p] = u
+		}
+		e.units = append(e.units, u)
+		e.byMod[mod] = u
+	}
+	if e.copy, err = e.dev.NewStream("offload copy"); err != nil {
+		return nil, err
+	}
+	for _, p := range nn.Parameters(model) {
+		if e.owner[p] == nil {
+			if p.Peek() == nil {
+				return nil, fmt.Errorf("parameter %s has no tensor bound; load the weights before Offload", p.Name())
+			}
+			e.fixed = append(e.fixed, p)
+		}
+	}
+	if err := e.uploadFixed(); err != nil {
+		return nil, err
+	}
+	for _, u := range e.units {
+		if err := e.pack(u); err != nil {
+			return nil, err
+		}
+	}
+	var maxBytes int64
+	for _, u := range e.units {
+		maxBytes = max(maxBytes, u.bytes)
+	}
+	if e.staging, err = e.dev.Alloc(max(maxBytes, 1), "offload staging block"); err != nil {
+		return nil, err
+	}
+	e.phase = PhaseDiscovery
+	e.tree.SetReadObserver(e.observe)
+	e.unhook = e.tree.AddHook(e)
+	return e, nil
+}
+
+// under reports whether m is mod or inside mod's subtree.
+func under(m, mod nn.Module) bool {
+	name, root := m.Node().Name(), mod.Node().Name()
+	return name == root || root == "" || strings.HasPrefix(name, root+".")
+}
+
+func exampleNames(root nn.Module) string {
+	var names []string
+	for _, m := range nn.Modules(root) {
+		if n := m.Node().Name(); n != "" {
+			names = append(names, n)
+		}
+		if len(names) == 4 {
+			break
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// hostBlock takes a host block for packing: pinned from the device, or Go memory.
+func (e *engine) hostBlock(n int64, label string) (*runtime.HostBuffer, error) {
+	if e.cfg.PinnedMemory {
+		return e.dev.AllocHost(n, label)
+	}
+	return runtime.NewHostBuffer(e.dev, label, make([]byte, n), nil), nil
+}
+
+// pack copies a unit's parameters into one host block.
+func (e *engine) pack(u *unit) error {
+	h, err := e.hostBlock(max(u.bytes, 1), "offload unit "+u.name)
+	if err != nil {
+		return err
+	}
+	for i, t := range u.orig {
+		copy(h.Bytes()[u.offs[i]:], t.Bytes())
+	}
+	u.host = h
+	return nil
+}
+
+// uploadFixed places the non-unit parameters on the device: one packed
+// upload through a temporary host block. Parameters already on the device
+// stay where they are.
+func (e *engine) uploadFixed() error {
+	var todo []*nn.Parameter
+	for _, p := range e.fixed {
+		e.fixedOrig = append(e.fixedOrig, p.Peek())
+		if p.Peek().Device() != e.dev {
+			todo = append(todo, p)
+		}
+	}
+	return e.uploadParams(todo, "offload resident parameters")
+}
+
+// uploadParams copies params (host tensors) into one new device buffer and
+// binds them to views of it.
+func (e *engine) uploadParams(ps []*nn.Parameter, label string) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	offs := make([]int64, len(ps))
+	var n int64
+	for i, p := range ps {
+		t := p.Peek()
+		if t.Bytes() == nil {
+			return fmt.Errorf("parameter %s is on %s, not in host memory", p.Name(), t.Device().Name())
+		}
+		offs[i] = n
+		n = alignUp(n + t.NumBytes())
+	}
+	h, err := e.hostBlock(n, label+" (upload)")
+	if err != nil {
+		return err
+	}
+	defer h.Free()
+	for i, p := range ps {
+		copy(h.Bytes()[offs[i]:], p.Peek().Bytes())
+	}
+	buf, err := e.dev.Alloc(n, label)
+	if err != nil {
+		return err
+	}
+	if err := e.syncCopy(buf, h, n); err != nil {
+		buf.Free()
+		return err
+	}
+	e.fixedBufs = append(e.fixedBufs, buf)
+	e.fixedBytes += n
+	for i, p := range ps {
+		t := p.Peek()
+		v, err := runtime.TensorOn(buf, offs[i], t.DType(), t.Shape())
+		if err != nil {
+			return err
+		}
+		if err := p.Bind(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncCopy copies n bytes host→device on the copy stream after the compute
+// stream's work so far, and makes the compute stream wait for it.
+func (e *engine) syncCopy(dst *runtime.DeviceBuffer, src *runtime.HostBuffer, n int64) error {
+	c := e.dev.Compute()
+	ev, err := c.Record()
+	if err != nil {
+		return err
+	}
+	if err := e.copy.Wait(ev); err != nil {
+		return err
+	}
+	if err := e.copy.CopyH2D(dst, 0, src, 0, n); err != nil {
+		return err
+	}
+	done, err := e.copy.Record()
+	if err != nil {
+		return err
+	}
+	return c.Wait(done)
+}
+
+// bindTo points u's parameters at views of buf (cached per buffer).
+func (e *engine) bindTo(u *unit, buf *runtime.DeviceBuffer) error {
+	vs, ok := u.views[buf]
+	if !ok {
+		for i, t := range u.orig {
+			v, err := runtime.TensorOn(buf, u.offs[i], t.DType(), t.Shape())
+			if err != nil {
+				return err
+			}
+			vs = append(vs, v)
+		}
+		u.views[buf] = vs
+	}
+	for i, p := range u.params {
+		if u.shared[p] {
+			continue
+		}
+		if err := p.Bind(vs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// observe is the read observer during DISCOVERY: a parameter of one unit
+// read outside that unit is made resident, so every unit can read it.
+func (e *engine) observe(p *nn.Parameter) {
+	u := e.owner[p]
+	if u == nil || u == e.active || u.shared[p] {
+		return
+	}
+	i := slices.Index(u.params, p)
+	e.sharedOrig[p] = u.orig[i]
+	if err := p.Bind(u.orig[i]); err != nil && e.discoverErr == nil {
+		e.discoverErr = err
+		return
+	}
+	if err := e.uploadParams([]*nn.Parameter{p}, "offload shared parameter "+p.Name()); err != nil && e.discoverErr == nil {
+		e.discoverErr = fmt.Errorf("making shared parameter %s resident: %w", p.Name(), err)
+		return
+	}
+	u.shared[p] = true
+}
+
+// Enter is the trap at each module's entry.
+func (e *engine) Enter(mod nn.Module) error {
+	if mod == e.model {
+		e.m.mu.Lock()
+		if e.failed != nil {
+			e.m.mu.Unlock()
+			return fmt.Errorf("%w: %v", ErrEngineFailed, e.failed)
+		}
+		if err := e.beginPass(); err != nil {
+			e.m.mu.Unlock()
+			return err
+		}
+		e.inForward = true
+		return nil
+	}
+	u := e.byMod[mod]
+	if u == nil {
+		return nil
+	}
+	if e.active != nil {
+		return fmt.Errorf("offload: unit %s entered inside unit %s", u.name, e.active.name)
+	}
+	e.active = u
+	var err error
+	if e.phase == PhaseInference {
+		err = e.enterInference(u)
+	} else {
+		err = e.enterStaged(u)
+	}
+	if err != nil {
+		e.active = nil
+	}
+	return err
+}
+
+// Exit is the trap at each module's exit.
+func (e *engine) Exit(mod nn.Module, ferr error) error {
+	if mod == e.model {
+		defer e.m.mu.Unlock()
+		e.inForward = false
+		return e.finishPass(ferr)
+	}
+	u := e.byMod[mod]
+	if u == nil {
+		return ferr
+	}
+	e.active = nil
+	var err error
+	if e.phase == PhaseInference {
+		err = e.exitInference(u)
+	} else {
+		err = e.exitStaged(u)
+	}
+	return errors.Join(ferr, err)
+}
+
+func (e *engine) beginPass() error {
+	if e.phase == PhaseInference && e.cfg.OffloadTiming != TimingOff {
+		return e.timing.begin(e)
+	}
+	return nil
+}
+
+// finishPass ends one forward of the root: after a failure the pipeline is
+// drained and restarted at a pass boundary; otherwise the phase advances.
+func (e *engine) finishPass(ferr error) error {
+	e.active = nil
+	if ferr != nil {
+		e.resync()
+		return ferr
+	}
+	if e.discoverErr != nil {
+		err := e.discoverErr
+		e.discoverErr = nil
+		return err
+	}
+	return e.endPass(e.m.suspended > 0)
+}
+
+// resync waits for all copies and forgets in-flight prefetches, so the next
+// forward starts from idle slots.
+func (e *engine) resync() {
+	_ = e.copy.Synchronize()
+	_ = e.dev.Compute().Synchronize()
+	if e.phase == PhaseInference {
+		e.issued, e.entered, e.exited = 0, 0, 0
+		for i := range e.slotOcc {
+			e.slotOcc[i], e.slotFree[i], e.ready[i] = -1, nil, nil
+		}
+		e.pending = map[int]*copyTiming{}
+		e.timing.abort()
+	}
+}
+
+// endPass advances the phase after one forward (or UpdateState).
+func (e *engine) endPass(suspended bool) error {
+	switch e.phase {
+	case PhaseDiscovery:
+		e.passes++
+		if e.passes >= e.cfg.DiscoveryIters {
+			e.tree.SetReadObserver(nil)
+			e.phase, e.passes = PhaseProfiling, 0
+		}
+	case PhaseProfiling:
+		if suspended {
+			e.clearPassEvents()
+			return nil
+		}
+		if err := e.collectSamples(); err != nil {
+			return e.fail(err)
+		}
+		e.passes++
+		if e.passes >= e.cfg.ProfilingIters {
+			if err := e.startInference(); err != nil {
+				return e.fail(err)
+			}
+		}
+	case PhaseInference:
+		if e.cfg.OffloadTiming == TimingEager {
+			return e.timing.end(e)
+		}
+	}
+	return nil
+}
+
+// fail marks the engine unusable: later forwards return ErrEngineFailed.
+func (e *engine) fail(err error) error {
+	e.failed = err
+	return err
+}
+
+// enterStaged (DISCOVERY, PROFILING): copy the unit into the staging block
+// and wait for it, then time its compute.
+func (e *engine) enterStaged(u *unit) error {
+	if err := e.syncCopy(e.staging, u.host, u.bytes); err != nil {
+		return err
+	}
+	if err := e.bindTo(u, e.staging); err != nil {
+		return err
+	}
+	ev, err := e.dev.Compute().Record()
+	u.start = ev
+	return err
+}
+
+func (e *engine) exitStaged(u *unit) error {
+	ev, err := e.dev.Compute().Record()
+	u.end = ev
+	return err
+}
+
+func (e *engine) clearPassEvents() {
+	for _, u := range e.units {
+		u.start, u.end = nil, nil
+	}
+}
+
+// collectSamples records each unit's compute time of the pass just ended.
+func (e *engine) collectSamples() error {
+	if err := e.dev.Compute().Synchronize(); err != nil {
+		return err
+	}
+	for _, u := range e.units {
+		if u.start == nil || u.end == nil {
+			continue // the unit did not run in this pass
+		}
+		d, err := u.end.ElapsedSince(u.start)
+		if err != nil {
+			return err
+		}
+		u.samples = append(u.samples, d.Seconds())
+	}
+	e.clearPassEvents()
+	return nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// measureH2D times copies of a few sizes up to the largest unit from its
+// host block into the staging block: the planner's size→time curve.
+func (e *engine) measureH2D() (H2DCurve, error) {
+	var big *unit
+	for _, u := range e.units {
+		if big == nil || u.bytes > big.bytes {
+			big = u
+		}
+	}
+	var pts []H2DPoint
+	sizes := []int64{1 << 16, 1 << 20, 8 << 20, 64 << 20, big.bytes}
+	for _, n := range sizes {
+		if n > big.bytes || (len(pts) > 0 && n <= pts[len(pts)-1].Bytes) {
+			continue
+		}
+		best := -1.0
+		for rep := 0; rep < 3; rep++ {
+			a, err := e.copy.Record()
+			if err != nil {
+				return H2DCurve{}, err
+			}
+			if err := e.copy.CopyH2D(e.staging, 0, big.host, 0, n); err != nil {
+				return H2DCurve{}, err
+			}
+			b, err := e.copy.Record()
+			if err != nil {
+				return H2DCurve{}, err
+			}
+			if err := b.Synchronize(); err != nil {
+				return H2DCurve{}, err
+			}
+			d, err := b.ElapsedSince(a)
+			if err != nil {
+				return H2DCurve{}, err
+			}
+			if s := max(d.Seconds(), 1e-9); best < 0 || s < best {
+				best = s
+			}
+		}
+		pts = append(pts, H2DPoint{Bytes: n, Seconds: best})
+	}
+	// Keep the curve monotone: timer noise on tiny copies can invert it.
+	for i := 1; i < len(pts); i++ {
+		pts[i].Seconds = max(pts[i].Seconds, pts[i-1].Seconds)
+	}
+	return H2DCurve{Points: pts}, nil
+}
+
+// startInference measures the copy curve, plans, places resident units and
+// allocates the transfer slots.
+func (e *engine) startInference() error {
+	curve, err := e.measureH2D()
+	if err != nil {
+		return fmt.Errorf("measuring host-to-device copies: %w", err)
+	}
+	e.curve = curve
+	in := PlanInput{FixedBytes: e.fixedBytes, Slots: e.cfg.TransferBlocks, Curve: curve, TransferScale: e.cfg.TransferBudgetScale}
+	for _, u := range e.units {
+		in.Units = append(in.Units, PlanUnit{Name: u.name, Bytes: u.bytes, ComputeSec: median(u.samples)})
+	}
+	mem := e.dev.Memory()
+	ours := e.fixedBytes + e.staging.Size()
+	free := int64(0)
+	if mem.Limit > 0 {
+		free = mem.Limit - (mem.InUse - ours)
+	}
+	budget, err := e.cfg.GPUBudget.Resolve(mem.Limit)
+	if err != nil {
+		return err
+	}
+	if budget == 0 { // no budget and no device limit: everything may stay
+		budget = e.fixedBytes
+		for _, u := range e.units {
+			budget += u.bytes
+		}
+	}
+	if mem.Limit > 0 && budget > free {
+		if e.cfg.GPUBudget.Bytes > 0 {
+			return fmt.Errorf("budget %s exceeds the free memory of %s (%s free of %s, the rest held by activations and other allocations)",
+				runtime.FormatBytes(budget), e.dev.Name(), runtime.FormatBytes(free), runtime.FormatBytes(mem.Limit))
+		}
+		budget = free
+	}
+	in.Budget = budget
+	plan, err := MakePlan(in)
+	if err != nil {
+		return err
+	}
+	e.plan, e.planIn, e.budget = plan, in, budget
+	e.staging.Free()
+	e.staging = nil
+	if err := e.placeResident(); err != nil {
+		return err
+	}
+	e.streamed = e.streamed[:0]
+	for i, u := range e.units {
+		u.resident = plan.Resident[i]
+		if !u.resident {
+			u.seq = len(e.streamed)
+			u.slot = plan.SlotOf[i]
+			e.streamed = append(e.streamed, u)
+		}
+	}
+	for s := 0; s < plan.Slots; s++ {
+		buf, err := e.dev.Alloc(plan.SlotBytes, fmt.Sprintf("offload transfer block %d", s))
+		if err != nil {
+			return err
+		}
+		e.slots = append(e.slots, buf)
+		e.slotFree = append(e.slotFree, nil)
+		e.ready = append(e.ready, nil)
+		e.slotOcc = append(e.slotOcc, -1)
+	}
+	e.phase, e.passes = PhaseInference, 0
+	return nil
+}
+
+// placeResident copies the plan's resident units to device buffers of their
+// own and frees their host blocks.
+func (e *engine) placeResident() error {
+	for i, u := range e.units {
+		if !e.plan.Resident[i] {
+			continue
+		}
+		buf, err := e.dev.Alloc(max(u.bytes, 1), "offload resident unit "+u.name)
+		if err != nil {
+			return err
+		}
+		u.dev = buf
+		if err := e.syncCopy(buf, u.host, u.bytes); err != nil {
+			return err
+		}
+		if err := e.copy.Synchronize(); err != nil {
+			return err
+		}
+		u.host.Free()
+		u.host = nil
+		if err := e.bindTo(u, buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// issue enqueues as many prefetch copies as free slots allow: copy g (the
+// g-th over all passes) carries streamed unit g mod N into its slot once the
+// slot's previous occupant has finished computing.
+func (e *engine) issue() error {
+	n := len(e.streamed)
+	for {
+		g := e.issued
+		u := e.streamed[g%n]
+		s := u.slot
+		if e.slotOcc[s] >= e.exited {
+			return nil // the slot's occupant has not run yet
+		}
+		if e.slotFree[s] != nil {
+			if err := e.copy.Wait(e.slotFree[s]); err != nil {
+				return err
+			}
+		}
+		var ct *copyTiming
+		if e.cfg.OffloadTiming != TimingOff {
+			ct = &copyTiming{bytes: u.bytes}
+			var err error
+			if ct.start, err = e.copy.Record(); err != nil {
+				return err
+			}
+		}
+		if err := e.copy.CopyH2D(e.slots[s], 0, u.host, 0, u.bytes); err != nil {
+			return err
+		}
+		ev, err := e.copy.Record()
+		if err != nil {
+			return err
+		}
+		if ct != nil {
+			ct.end = ev
+			e.pending[g] = ct
+		}
+		e.ready[s], e.slotOcc[s] = ev, g
+		e.issued++
+	}
+}
+
+func (e *engine) enterInference(u *unit) error {
+	c := e.dev.Compute()
+	timed := e.cfg.OffloadTiming != TimingOff
+	if !u.resident {
+		g := e.entered
+		if want := e.streamed[g%len(e.streamed)]; want != u {
+			return fmt.Errorf("offload: streamed unit %s entered where the plan expects %s (units must run in the same order every pass)", u.name, want.name)
+		}
+		for e.issued <= g {
+			before := e.issued
+			if err := e.issue(); err != nil {
+				return err
+			}
+			if e.issued == before {
+				return fmt.Errorf("offload: no free transfer block for unit %s", u.name)
+			}
+		}
+		if timed {
+			var err error
+			if u.waitStart, err = c.Record(); err != nil {
+				return err
+			}
+			u.copyRec = e.pending[g]
+			delete(e.pending, g)
+		}
+		if err := c.Wait(e.ready[u.slot]); err != nil {
+			return err
+		}
+		if err := e.bindTo(u, e.slots[u.slot]); err != nil {
+			return err
+		}
+		e.entered++
+		if err := e.issue(); err != nil {
+			return err
+		}
+	}
+	if timed {
+		var err error
+		if u.start, err = c.Record(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *engine) exitInference(u *unit) error {
+	c := e.dev.Compute()
+	ev, err := c.Record()
+	if err != nil {
+		return err
+	}
+	if e.cfg.OffloadTiming != TimingOff {
+		u.end = ev
+		e.timing.unitDone(u)
+	}
+	if u.resident {
+		return nil
+	}
+	e.slotFree[u.slot] = ev
+	e.exited++
+	return e.issue()
+}
+
+// memoryUsage is what GetGPUMemoryUsage reports.
+func (e *engine) memoryUsage() GPUMemoryUsage {
+	var u GPUMemoryUsage
+	for _, s := range e.slots {
+		u.TransferBlockBytes += s.Size()
+	}
+	u.ResidentBytes = e.fixedBytes
+	for _, x := range e.units {
+		if x.dev != nil {
+			u.ResidentBytes += x.dev.Size()
+		}
+	}
+	u.TotalBytes = u.TransferBlockBytes + u.ResidentBytes
+	return u
+}
+
+// pinnedBytes is the host memory the engine holds in unit blocks.
+func (e *engine) pinnedBytes() int64 {
+	var n int64
+	for _, u := range e.units {
+		if u.host != nil {
+			n += u.host.Size()
+		}
+	}
+	return n
+}
+
+// release drains the streams, restores the model (preserve) and frees
+// everything the engine took.
+func (e *engine) release(preserve bool) error {
+	var errs []error
+	if e.copy != nil {
+		errs = append(errs, e.copy.Synchronize())
+	}
+	errs = append(errs, e.dev.Compute().Synchronize())
+	if e.unhook != nil {
+		e.unhook()
+	}
+	e.tree.SetReadObserver(nil)
+	if preserve {
+		for _, u := range e.units {
+			for i, p := range u.params {
+				errs = append(errs, p.Bind(u.orig[i]))
+			}
+		}
+		for i, p := range e.fixed {
+			errs = append(errs, p.Bind(e.fixedOrig[i]))
+		}
+	}
+	e.freeAll()
+	if e.copy != nil {
+		errs = append(errs, e.copy.Close())
+		e.copy = nil
+	}
+	return errors.Join(errs...)
+}
+
+// freeAll returns every buffer the engine holds.
+func (e *engine) freeAll() {
+	for _, u := range e.units {
+		u.host.Free()
+		u.dev.Free()
+		u.host, u.dev = nil, nil
+		u.views = map[*runtime.DeviceBuffer][]*runtime.Tensor{}
+	}
+	for _, b := range e.fixedBufs {
+		b.Free()
+	}
+	for _, b := range e.slots {
+		b.Free()
+	}
+	e.staging.Free()
+	e.fixedBufs, e.slots, e.staging = nil, nil, nil
+	if e.copy != nil && e.phase == PhaseIdle {
+		e.copy.Close()
+		e.copy = nil
+	}
+}

@@ -1,0 +1,417 @@
+// Package offload is the FlexTensor engine: it runs a module tree whose
+// weights do not fit the device by keeping what a memory budget allows
+// resident and streaming the rest, unit by unit, from (pinned) host memory
+// through a ring of transfer blocks, with copies on their own stream hidden
+// behind compute.
+//
+// A manager goes through three phases, advancing after each forward pass of
+// the model's root module:
+//
+//   - DISCOVERY: each unit's weights are copied in before it runs; reads of
+//     parameters are recorded, and a parameter read by a unit other than its
+//     owner (tied embeddings) is made resident.
+//   - PROFILING: each unit's compute time is measured (device events) and the
+//     host-to-device size→time curve is measured; then the planner chooses
+//     what stays resident.
+//   - INFERENCE: the plan runs: resident units stay, streamed units are copied
+//     ahead into transfer blocks on the copy stream.
+//
+// Managers are named ("default" is the default). A manager may be used from
+// any goroutine: its calls are serialised by a mutex, and a forward pass holds
+// the manager from the root module's entry to its exit, so forwards of one
+// manager from several goroutines run one after another.
+package offload
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// DefaultManagerName is the name used when a call gives "".
+const DefaultManagerName = "default"
+
+// Phase is a manager's stage.
+type Phase int
+
+// The phases, in order.
+const (
+	PhaseIdle Phase = iota // no model offloaded
+	PhaseDiscovery
+	PhaseProfiling
+	PhaseInference
+)
+
+func (p Phase) String() string {
+	return [...]string{"IDLE", "DISCOVERY", "PROFILING", "INFERENCE"}[p]
+}
+
+var (
+	registryMu sync.Mutex
+	registry   = map[string]*Manager{}
+	// offloaded maps each offloaded model's tree to its manager's name.
+	offloaded = map[*nn.Tree]string{}
+)
+
+// Errors callers can test for with errors.Is.
+var (
+	ErrNotOffloaded    = errors.New("no model is offloaded by this manager")
+	ErrAlreadyOffload  = errors.New("model is already offloaded")
+	ErrNotInference    = errors.New("manager is not in the INFERENCE phase")
+	ErrUnbalanced      = errors.New("ResumeProfiling without a matching SuspendProfiling")
+	ErrEngineFailed    = errors.New("offload engine failed; Release the manager")
+	ErrNothingIncluded = errors.New("include patterns match no module")
+)
+
+func canon(name string) string {
+	if name == "" {
+		return DefaultManagerName
+	}
+	return name
+}
+
+// GetOffloadManager returns the manager called name ("" = default),
+// creating it when new.
+func GetOffloadManager(name string) *Manager {
+	name = canon(name)
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	m, ok := registry[name]
+	if !ok {
+		m = &Manager{name: name}
+		registry[name] = m
+	}
+	return m
+}
+
+// Init creates (or resets the configuration of) the named manager.
+func Init(cfg Config, name string) error { return GetOffloadManager(name).SetConfig(cfg) }
+
+// SetConfig sets the named manager's configuration.
+func SetConfig(cfg Config, name string) error { return GetOffloadManager(name).SetConfig(cfg) }
+
+// Offload offloads model with the named manager; cfg, when non-nil, replaces
+// the manager's configuration first. See Manager.Offload.
+func Offload(model nn.Module, cfg *Config, name string, opts ...Option) error {
+	m := GetOffloadManager(name)
+	if cfg != nil {
+		m.mu.Lock()
+		busy := m.e != nil
+		m.mu.Unlock()
+		if !busy {
+			if err := m.SetConfig(*cfg); err != nil {
+				return err
+			}
+		}
+	}
+	return m.Offload(model, opts...)
+}
+
+// Release releases the named manager (see Manager.Release).
+func Release(name string, preserveModel bool) error {
+	return GetOffloadManager(name).Release(preserveModel)
+}
+
+// GetGPUMemoryUsage reports the named manager's device memory (INFERENCE only).
+func GetGPUMemoryUsage(name string) (GPUMemoryUsage, error) {
+	return GetOffloadManager(name).GPUMemoryUsage()
+}
+
+// SuspendProfiling suspends recording on the named manager (reference-counted).
+func SuspendProfiling(name string) { GetOffloadManager(name).SuspendProfiling() }
+
+// ResumeProfiling undoes one SuspendProfiling on the named manager.
+func ResumeProfiling(name string) error { return GetOffloadManager(name).ResumeProfiling() }
+
+// PauseProfiling suspends recording on the named manager and returns the
+// function that resumes it: defer offload.PauseProfiling("")().
+func PauseProfiling(name string) (resume func()) { return GetOffloadManager(name).PauseProfiling() }
+
+// ClearProfilingDurations drops the named manager's compute-time samples.
+func ClearProfilingDurations(name string) { GetOffloadManager(name).ClearProfilingDurations() }
+
+// OffloadUnits lists the named manager's streamed units.
+func OffloadUnits(name string) []NamedModule { return GetOffloadManager(name).OffloadUnits() }
+
+// ResidentUnits lists the named manager's resident units.
+func ResidentUnits(name string) []NamedModule { return GetOffloadManager(name).ResidentUnits() }
+
+// CollectOffloadTiming returns the named manager's timing report (nil when
+// timing is off or nothing was measured).
+func CollectOffloadTiming(name string) (*OffloadTimingReport, error) {
+	return GetOffloadManager(name).CollectOffloadTiming()
+}
+
+// ResetOffloadTiming starts a fresh timing window on the named manager.
+func ResetOffloadTiming(name string) { GetOffloadManager(name).ResetOffloadTiming() }
+
+// UpdateOffloadTiming publishes the current pass's timing on the named manager.
+func UpdateOffloadTiming(name string, replayGeneration int) bool {
+	return GetOffloadManager(name).UpdateOffloadTiming(replayGeneration)
+}
+
+// UpdateState advances the named manager's phase by one step, as a forward
+// pass would (for callers whose forwards bypass the module hooks).
+func UpdateState(name string, replayGeneration int) error {
+	return GetOffloadManager(name).UpdateState(replayGeneration)
+}
+
+// NamedModule is a module with its qualified name.
+type NamedModule struct {
+	Name   string
+	Module nn.Module
+}
+
+// GPUMemoryUsage is the device memory a manager holds.
+type GPUMemoryUsage struct {
+	TransferBlockBytes int64 // the transfer slots
+	ResidentBytes      int64 // resident weights: resident units and non-unit parameters
+	TotalBytes         int64
+}
+
+// MB is TotalBytes in MiB.
+func (u GPUMemoryUsage) MB() float64 { return float64(u.TotalBytes) / (1 << 20) }
+
+// Option adjusts one Offload call.
+type Option func(*offloadOptions)
+
+type offloadOptions struct {
+	compile CompileFunc
+}
+
+// CompileFunc compiles one unit for the device (the seed's compile_fn); it
+// returns an error when it cannot (see the compiled-units issue).
+type CompileFunc func(unit nn.Module) error
+
+// WithCompile applies fn to each offloaded unit.
+func WithCompile(fn CompileFunc) Option { return func(o *offloadOptions) { o.compile = fn } }
+
+// Manager is one offload engine instance. The zero value is not usable: get
+// one with GetOffloadManager.
+type Manager struct {
+	name      string
+	mu        sync.Mutex
+	cfg       Config
+	cfgSet    bool
+	e         *engine // nil when nothing is offloaded
+	released  bool    // Release ran since the last Offload
+	suspended int     // outstanding SuspendProfiling calls
+}
+
+// Name is the manager's name.
+func (m *Manager) Name() string { return m.name }
+
+// Config returns the manager's configuration.
+func (m *Manager) Config() Config {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cfg
+}
+
+// SetConfig validates and sets the configuration. It is an error while a
+// model is offloaded.
+func (m *Manager) SetConfig(cfg Config) error {
+	c, err := cfg.validate()
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e != nil {
+		return fmt.Errorf("offload manager %q: SetConfig while a model is offloaded; Release first", m.name)
+	}
+	m.cfg, m.cfgSet = c, true
+	return nil
+}
+
+// Phase is the current phase.
+func (m *Manager) Phase() Phase {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil {
+		return PhaseIdle
+	}
+	return m.e.phase
+}
+
+// Offload takes over model: it finds the units (the outermost modules
+// matching the include patterns), packs their weights, and installs the traps
+// on the model's tree. The model must have been built with its weights in
+// host-addressable memory (a cpu device). Offloading a model twice, or a
+// second model with one manager, is an error.
+func (m *Manager) Offload(model nn.Module, opts ...Option) error {
+	var o offloadOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.cfgSet {
+		return fmt.Errorf("offload manager %q: no configuration; call SetConfig or pass one to Offload", m.name)
+	}
+	if !m.cfg.Enabled {
+		return nil
+	}
+	if m.e != nil {
+		return fmt.Errorf("offload manager %q: %w (a manager offloads one model; Release it first)", m.name, ErrAlreadyOffload)
+	}
+	tree := model.Node().Tree()
+	if tree == nil || tree.Root() != model {
+		return fmt.Errorf("offload manager %q: the model must be the root of its module tree", m.name)
+	}
+	registryMu.Lock()
+	if other, ok := offloaded[tree]; ok {
+		registryMu.Unlock()
+		return fmt.Errorf("offload manager %q: %w by manager %q", m.name, ErrAlreadyOffload, other)
+	}
+	offloaded[tree] = m.name
+	registryMu.Unlock()
+	e, err := newEngine(m, model, m.cfg, o)
+	if err != nil {
+		registryMu.Lock()
+		delete(offloaded, tree)
+		registryMu.Unlock()
+		return fmt.Errorf("offload manager %q: %w", m.name, err)
+	}
+	m.e, m.released = e, false
+	return nil
+}
+
+// Release tears the engine down and returns every device and pinned byte it
+// took. With preserveModel the parameters are bound back to the model's own
+// tensors, so the model runs as before Offload; without it the model must be
+// discarded. Releasing a manager that holds no model is an error.
+func (m *Manager) Release(preserveModel bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil {
+		if m.released {
+			return fmt.Errorf("offload manager %q: Release twice: %w", m.name, ErrNotOffloaded)
+		}
+		return fmt.Errorf("offload manager %q: Release: %w", m.name, ErrNotOffloaded)
+	}
+	err := m.e.release(preserveModel)
+	registryMu.Lock()
+	delete(offloaded, m.e.tree)
+	registryMu.Unlock()
+	m.e, m.released = nil, true
+	return err
+}
+
+// GPUMemoryUsage reports the device memory the engine holds. It is an error
+// before INFERENCE, when the plan has not been made.
+func (m *Manager) GPUMemoryUsage() (GPUMemoryUsage, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil {
+		return GPUMemoryUsage{}, fmt.Errorf("offload manager %q: GPUMemoryUsage: %w", m.name, ErrNotOffloaded)
+	}
+	if m.e.phase != PhaseInference {
+		return GPUMemoryUsage{}, fmt.Errorf("offload manager %q: GPUMemoryUsage in %v: %w", m.name, m.e.phase, ErrNotInference)
+	}
+	return m.e.memoryUsage(), nil
+}
+
+// SuspendProfiling stops recording (durations and parameter reads in
+// PROFILING; the profiling-iteration counter is frozen). Suspensions nest:
+// recording resumes when every one has been resumed. In DISCOVERY parameter
+// reads are still recorded (later phases need them).
+func (m *Manager) SuspendProfiling() {
+	m.mu.Lock()
+	m.suspended++
+	m.mu.Unlock()
+}
+
+// ResumeProfiling undoes one SuspendProfiling; more resumes than suspends is
+// an error.
+func (m *Manager) ResumeProfiling() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.suspended == 0 {
+		return fmt.Errorf("offload manager %q: %w", m.name, ErrUnbalanced)
+	}
+	m.suspended--
+	return nil
+}
+
+// PauseProfiling is the scoped form: it suspends and returns the resume.
+func (m *Manager) PauseProfiling() (resume func()) {
+	m.SuspendProfiling()
+	var once sync.Once
+	return func() { once.Do(func() { _ = m.ResumeProfiling() }) }
+}
+
+// ClearProfilingDurations drops every compute-time sample (discovery's
+// parameter sets are kept).
+func (m *Manager) ClearProfilingDurations() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e != nil {
+		for _, u := range m.e.units {
+			u.samples = nil
+		}
+	}
+}
+
+// OffloadUnits lists the streamed units (INFERENCE; empty before).
+func (m *Manager) OffloadUnits() []NamedModule { return m.unitsWhere(false) }
+
+// ResidentUnits lists the resident units (INFERENCE; empty before).
+func (m *Manager) ResidentUnits() []NamedModule { return m.unitsWhere(true) }
+
+func (m *Manager) unitsWhere(resident bool) []NamedModule {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []NamedModule
+	if m.e == nil || m.e.phase != PhaseInference {
+		return out
+	}
+	for _, u := range m.e.units {
+		if u.resident == resident {
+			out = append(out, NamedModule{u.name, u.mod})
+		}
+	}
+	return out
+}
+
+// Plan returns the plan in force (INFERENCE only).
+func (m *Manager) Plan() (Plan, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil || m.e.phase != PhaseInference {
+		return Plan{}, fmt.Errorf("offload manager %q: Plan: %w", m.name, ErrNotInference)
+	}
+	return m.e.plan, nil
+}
+
+// PlanInput returns what the planner was given (INFERENCE only): units with
+// their bytes and measured compute, the H2D curve and the budget.
+func (m *Manager) PlanInput() (PlanInput, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil || m.e.phase != PhaseInference {
+		return PlanInput{}, fmt.Errorf("offload manager %q: PlanInput: %w", m.name, ErrNotInference)
+	}
+	return m.e.planIn, nil
+}
+
+// UpdateState advances the phase as one forward pass would.
+func (m *Manager) UpdateState(replayGeneration int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil {
+		return fmt.Errorf("offload manager %q: UpdateState: %w", m.name, ErrNotOffloaded)
+	}
+	return m.e.endPass(m.suspended > 0)
+}
+
+// deviceOf is a helper for messages.
+func deviceOf(d runtime.Device) string {
+	if d == nil {
+		return "<none>"
+	}
+	return d.Name()
+}
