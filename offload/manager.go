@@ -415,3 +415,55 @@ func deviceOf(d runtime.Device) string {
 	}
 	return d.Name()
 }
+
+// Footprint is what a model weighs for the engine under a configuration's
+// include patterns, before discovery.
+type Footprint struct {
+	FixedBytes   int64   // non-unit parameters (always resident)
+	UnitBytes    []int64 // each unit's packed bytes, in traversal order
+	UnitNames    []string
+	MaxUnitBytes int64
+	TotalBytes   int64 // FixedBytes + Σ UnitBytes
+}
+
+// MinBudget is the smallest budget with slots transfer blocks and nothing
+// resident: FixedBytes + slots × MaxUnitBytes.
+func (f Footprint) MinBudget(slots int) int64 { return f.FixedBytes + int64(slots)*f.MaxUnitBytes }
+
+// Measure computes the footprint of model under include/exclude (the
+// defaults when empty) with the engine's packing.
+func Measure(model nn.Module, include, exclude []string) (Footprint, error) {
+	if len(include) == 0 {
+		include = []string{"model.layers.*"}
+	}
+	mods, err := nn.MatchOutermost(model, include, exclude)
+	if err != nil {
+		return Footprint{}, err
+	}
+	if len(mods) == 0 {
+		return Footprint{}, fmt.Errorf("%w: include %q, exclude %q", ErrNothingIncluded, include, exclude)
+	}
+	var f Footprint
+	owned := map[*nn.Parameter]bool{}
+	for _, mod := range mods {
+		var n int64
+		for _, p := range nn.Parameters(mod) {
+			if p.Owner() == nil || !under(p.Owner(), mod) || p.Peek() == nil {
+				continue
+			}
+			owned[p] = true
+			n = alignUp(n + p.Peek().NumBytes())
+		}
+		f.UnitBytes = append(f.UnitBytes, n)
+		f.UnitNames = append(f.UnitNames, mod.Node().Name())
+		f.MaxUnitBytes = max(f.MaxUnitBytes, n)
+		f.TotalBytes += n
+	}
+	for _, p := range nn.Parameters(model) {
+		if !owned[p] && p.Peek() != nil {
+			f.FixedBytes = alignUp(f.FixedBytes + p.Peek().NumBytes())
+		}
+	}
+	f.TotalBytes += f.FixedBytes
+	return f, nil
+}

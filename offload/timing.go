@@ -31,7 +31,7 @@ type TrapTimingStats struct {
 	Trap     string
 	Streamed bool
 	Passes   int
-	Bytes    int64
+	Bytes    int64 // the unit's weight bytes (0 for a manual block)
 	// Per-pass samples, in pass order.
 	TransferMs, ComputeMs, WaitMs []float64
 }
@@ -176,6 +176,10 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 	r := &OffloadTimingReport{Snapshots: slices.Clone(t.snaps), PredictedMs: e.plan.PredictedSec * 1e3,
 		FloorMs: e.plan.FloorSec * 1e3, TransferBlocks: e.plan.Slots}
 	idx := map[string]int{}
+	unitBytes := map[string]int64{}
+	for _, u := range e.units {
+		unitBytes[u.name] = u.bytes
+	}
 	var fwd []float64
 	var copied int64
 	var copySec float64
@@ -186,7 +190,7 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 			if !ok {
 				i = len(r.Traps)
 				idx[rec.Trap] = i
-				r.Traps = append(r.Traps, TrapTimingStats{Trap: rec.Trap, Streamed: rec.Streamed, Bytes: rec.Bytes})
+				r.Traps = append(r.Traps, TrapTimingStats{Trap: rec.Trap, Streamed: rec.Streamed, Bytes: unitBytes[rec.Trap]})
 			}
 			st := &r.Traps[i]
 			st.Passes++

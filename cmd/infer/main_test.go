@@ -111,3 +111,64 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("run-model --help: exit %d, %q", code, errOut)
 	}
 }
+
+// TestRunModelOffloaded: with a budget the engine streams layers, and the
+// greedy ids are still the reference's; --offload-timing prints the table.
+func TestRunModelOffloaded(t *testing.T) {
+	data, _ := os.ReadFile("../../testdata/tiny-llama/reference.json")
+	var ref refFile
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatal(err)
+	}
+	for _, budget := range []string{"1MiB", "0.5"} {
+		code, out, errOut := run(t, "run-model", "--token-ids", joinInts(ref.GreedyPrompt), "--max-new-tokens", "20",
+			"--json", "--device-memory", "2MiB", "--gpu-budget", budget, "--offload-timing")
+		if code != 0 {
+			t.Fatalf("budget %s: exit %d: %s", budget, code, errOut)
+		}
+		var got struct {
+			GeneratedIDs []int32 `json:"generated_ids"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.GeneratedIDs, ref.GreedyContinuation) {
+			t.Fatalf("budget %s: got %v, want %v", budget, got.GeneratedIDs, ref.GreedyContinuation)
+		}
+		for _, want := range []string{"model.layers.3", "streamed", "transfer ms", "plan predicted"} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("budget %s: timing table lacks %q:\n%s", budget, want, errOut)
+			}
+		}
+	}
+	code, _, errOut := run(t, "run-model", "--token-ids", "1,2", "--gpu-budget", "0.5")
+	if code != 1 || !strings.Contains(errOut, "device memory limit") {
+		t.Errorf("fraction without a device limit: exit %d, %q", code, errOut)
+	}
+	code, _, errOut = run(t, "run-model", "--token-ids", "1,2", "--gpu-budget", "lots")
+	if code != 2 || !strings.Contains(errOut, `"lots"`) {
+		t.Errorf("bad budget: exit %d, %q", code, errOut)
+	}
+}
+
+func TestBench(t *testing.T) {
+	code, out, errOut := run(t, "bench", "--device-memory", "64MiB", "--budgets", "0,1MiB,resident", "--context", "16", "--iters", "2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want 3 JSON rows, got %q", out)
+	}
+	var row struct {
+		StreamedUnits int     `json:"streamed_units"`
+		FloorMs       float64 `json:"floor_ms"`
+		MeasuredMs    float64 `json:"measured_ms"`
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &row); err != nil {
+		t.Fatal(err)
+	}
+	if row.StreamedUnits != 4 || row.FloorMs <= 0 || row.MeasuredMs <= 0 {
+		t.Errorf("budget 0 row: %+v (want all 4 layers streamed, positive floor and time)", row)
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	flextensor "github.com/flextensor-go/flextensor"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/llama"
 )
@@ -28,17 +27,18 @@ Examples:
   infer run-model --token-ids 37,235,396 --max-new-tokens 20
   infer run-model --model ./Llama-3.1-8B --token-ids 128000,9906 --temperature 0.7 --top-p 0.9 --seed 1
   infer run-model --token-ids 37,235 --json
+  infer run-model --model ./llama3-8b --device cuda:0 --gpu-budget 8GiB --token-ids 128000,9906 --offload-timing
+  infer run-model --device cpu --device-memory 1MiB --gpu-budget 0.9 --token-ids 37,235 --offload-timing
 `
 
 type runOptions struct {
-	model       string
+	dev         deviceFlags
 	tokenIDs    string
 	maxNew      int
 	temperature float32
 	topK        int
 	topP        float32
 	seed        uint64
-	device      string
 	jsonOut     bool
 	ignoreEOS   bool
 }
@@ -46,16 +46,15 @@ type runOptions struct {
 func runModel(args []string, stdout, stderr io.Writer) error {
 	var o runOptions
 	fs := newFlags("run-model", runModelUsage, stderr)
-	fs.StringVar(&o.model, "model", "", "checkpoint directory (config.json + safetensors); default: the bundled tiny model")
 	fs.StringVar(&o.tokenIDs, "token-ids", "", "prompt as comma-separated token ids (required)")
 	fs.IntVar(&o.maxNew, "max-new-tokens", 32, "most tokens to generate")
 	fs.Float32Var(&o.temperature, "temperature", 0, "sampling temperature; 0 = greedy")
 	fs.IntVar(&o.topK, "top-k", 0, "sample from the k most likely tokens; 0 = all")
 	fs.Float32Var(&o.topP, "top-p", 1, "sample from the smallest set of tokens with this much probability")
 	fs.Uint64Var(&o.seed, "seed", 0, "sampling seed")
-	fs.StringVar(&o.device, "device", "cpu", "device: cpu")
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of text")
 	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
+	o.dev.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -69,27 +68,13 @@ func runModel(args []string, stdout, stderr io.Writer) error {
 	if o.temperature < 0 || o.topK < 0 || o.topP < 0 || o.topP > 1 {
 		return usagef("sampling flags out of range: --temperature %g (≥ 0), --top-k %d (≥ 0), --top-p %g (in [0,1])", o.temperature, o.topK, o.topP)
 	}
-	dir := o.model
-	if dir == "" {
-		d, cleanup, err := flextensor.ExtractTinyLlama()
-		if err != nil {
-			return err
-		}
-		defer cleanup()
-		dir = d
-	}
-	dev, backend, err := openDevice(o.device)
-	if err != nil {
-		return err
-	}
-	defer dev.Close()
 	start := time.Now()
-	model, ck, err := llama.Load(dir, dev)
+	sess, err := openSession(o.dev)
 	if err != nil {
 		return err
 	}
-	defer ck.Close()
-	defer model.Close()
+	defer sess.Close()
+	model, backend, dev := sess.model, sess.backend, sess.dev
 	loadDur := time.Since(start)
 	for i, id := range prompt {
 		if int(id) >= model.Cfg.VocabSize {
@@ -107,6 +92,9 @@ func runModel(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	genDur := time.Since(start)
+	if o.dev.offloadTiming {
+		defer sess.printTiming(stderr)
+	}
 	if o.jsonOut {
 		return json.NewEncoder(stdout).Encode(map[string]any{
 			"prompt_ids":    nonNil(prompt),

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	flextensor "github.com/flextensor-go/flextensor"
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/models/llama"
+	"github.com/flextensor-go/flextensor/offload"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+func init() {
+	register(command{name: "bench", summary: "time offloaded forwards at several GPU budgets against their floor", run: benchCmd})
+}
+
+const benchUsage = `
+infer bench times forward passes of one model under a list of device memory
+budgets and prints, for each, the measured forward time next to the plan's
+prediction and its floor (max of compute and streamed bytes over the measured
+host-to-device bandwidth).
+
+Budgets: bytes (8GiB), a fraction of the device (0.25), "0" for everything
+streamed through --transfer-blocks slots (default 2), or "resident" for the
+model fully on the device without the offload engine.
+
+Usage:
+  infer bench --model DIR --device cuda:0 --budgets 0,4GiB,8GiB,resident [flags]
+
+Examples:
+  infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0,4GiB,8GiB,12GiB --mode decode --context 512
+  infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0 --mode prefill --tokens 8192
+  infer bench --device cpu --device-memory 4MiB --budgets 0,1MiB,resident --iters 5
+`
+
+type benchRow struct {
+	Budget         string  `json:"budget"`
+	BudgetBytes    int64   `json:"budget_bytes"`
+	Mode           string  `json:"mode"`
+	Tokens         int     `json:"tokens"`
+	Context        int     `json:"context"`
+	ResidentUnits  int     `json:"resident_units"`
+	StreamedUnits  int     `json:"streamed_units"`
+	Slots          int     `json:"transfer_blocks"`
+	StreamedBytes  int64   `json:"streamed_bytes"`
+	DeviceBytes    int64   `json:"device_bytes"`
+	PinnedBytes    int64   `json:"pinned_bytes"`
+	H2DGBps        float64 `json:"h2d_gbps"`
+	FloorMs        float64 `json:"floor_ms"`
+	TransferMs     float64 `json:"transfer_floor_ms"`
+	PredictedMs    float64 `json:"predicted_ms"`
+	MeasuredMs     float64 `json:"measured_ms"`
+	MinMs          float64 `json:"min_ms"`
+	MeasuredVsFlr  float64 `json:"measured_over_floor"`
+	PredictedError float64 `json:"prediction_error"`
+}
+
+func benchCmd(args []string, stdout, stderr io.Writer) error {
+	var d deviceFlags
+	fs := newFlags("bench", benchUsage, stderr)
+	d.register(fs)
+	budgets := fs.String("budgets", "0,resident", "comma-separated budgets (see above)")
+	mode := fs.String("mode", "decode", "decode (one token at --context) or prefill (--tokens at once)")
+	tokens := fs.Int("tokens", 512, "prefill: tokens per forward")
+	context := fs.Int("context", 512, "decode: tokens already in the KV cache")
+	iters := fs.Int("iters", 10, "measured forwards per budget")
+	warm := fs.Int("warmup", 2, "unmeasured forwards after the engine reaches INFERENCE")
+	jsonOut := fs.Bool("json", false, "print one JSON object per budget")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *mode != "decode" && *mode != "prefill" {
+		return usagef("--mode %q: want decode or prefill", *mode)
+	}
+	if *tokens <= 0 || *context < 0 || *iters <= 0 || *warm < 0 {
+		return usagef("--tokens, --iters must be positive; --context, --warmup not negative")
+	}
+	list := strings.Split(*budgets, ",")
+	var limit int64
+	if d.deviceMemory != "" {
+		b, err := offload.ParseBudget(d.deviceMemory)
+		if err != nil || b.Bytes == 0 {
+			return usagef("--device-memory %q: want bytes with a unit, such as 2GiB", d.deviceMemory)
+		}
+		limit = b.Bytes
+	}
+	dir := d.model
+	if dir == "" {
+		x, cleanup, err := flextensor.ExtractTinyLlama()
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		dir = x
+	}
+	dev, backend, err := openDevice(d.device, limit)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	host := runtime.NewCPU(0)
+	defer host.Close()
+	model, ck, err := llama.Load(dir, host)
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	defer model.Close()
+	slots := d.blocks
+	if slots == 0 {
+		slots = 2
+	}
+	if !*jsonOut {
+		fmt.Fprintf(stdout, "%s on %s, %s, %d layers, %.2f GB of weights\n", dir, dev.Name(), benchShape(*mode, *tokens, *context),
+			model.Cfg.NumHiddenLayers, float64(ck.TotalBytes())/1e9)
+		fmt.Fprintf(stdout, "%-10s %5s %5s %5s %9s %8s %10s %10s %10s %8s %8s\n", "budget", "res", "str", "slots",
+			"stream GB", "H2D GB/s", "floor ms", "pred ms", "meas ms", "meas/flr", "pred err")
+	}
+	for i, b := range list {
+		b = strings.TrimSpace(b)
+		row := benchRow{Budget: b, Mode: *mode, Tokens: *tokens, Context: *context}
+		if *mode == "decode" {
+			row.Tokens = 1
+		}
+		var times []float64
+		if b == "resident" {
+			m, ck2, err := llama.Load(dir, dev)
+			if err != nil {
+				return fmt.Errorf("budget resident: %w", err)
+			}
+			times, err = measureForwards(m, backend, *mode, *tokens, *context, *warm, *iters, uint64(i))
+			row.DeviceBytes = ck2.TotalBytes()
+			m.Close()
+			ck2.Close()
+			if err != nil {
+				return fmt.Errorf("budget resident: %w", err)
+			}
+			row.ResidentUnits = model.Cfg.NumHiddenLayers
+		} else {
+			cfg := offload.DefaultConfig(dev)
+			cfg.TransferBlocks = d.blocks
+			if b == "0" {
+				fp, err := offload.Measure(model, cfg.Include, cfg.Exclude)
+				if err != nil {
+					return err
+				}
+				cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(slots)}
+				cfg.TransferBlocks = slots
+			} else if cfg.GPUBudget, err = offload.ParseBudget(b); err != nil {
+				return usageError{fmt.Errorf("--budgets: %w", err)}
+			}
+			name := fmt.Sprintf("bench-%d", i)
+			if err := offload.Offload(model, &cfg, name); err != nil {
+				return fmt.Errorf("budget %s: %w", b, err)
+			}
+			// Discovery (the first forward) and profiling (two) come before INFERENCE.
+			pre := 2
+			if *mode == "prefill" {
+				pre = 3
+			}
+			times, err = measureForwards(model, backend, *mode, *tokens, *context, *warm+pre, *iters, uint64(i))
+			if err == nil {
+				err = fillPlanRow(&row, name, dev)
+			}
+			if rerr := offload.Release(name, true); err == nil {
+				err = rerr
+			}
+			if err != nil {
+				return fmt.Errorf("budget %s: %w", b, err)
+			}
+		}
+		row.MeasuredMs, row.MinMs = medianOf(times), slices.Min(times)
+		if row.FloorMs > 0 {
+			row.MeasuredVsFlr = row.MeasuredMs / row.FloorMs
+			row.PredictedError = (row.PredictedMs - row.MeasuredMs) / row.MeasuredMs
+		}
+		if *jsonOut {
+			if err := json.NewEncoder(stdout).Encode(row); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(stdout, "%-10s %5d %5d %5d %9.2f %8.1f %10.2f %10.2f %10.2f %8.3f %+7.1f%%\n", row.Budget, row.ResidentUnits,
+			row.StreamedUnits, row.Slots, float64(row.StreamedBytes)/1e9, row.H2DGBps, row.FloorMs, row.PredictedMs,
+			row.MeasuredMs, row.MeasuredVsFlr, 100*row.PredictedError)
+	}
+	return nil
+}
+
+func benchShape(mode string, tokens, context int) string {
+	if mode == "decode" {
+		return fmt.Sprintf("decode at context %d", context)
+	}
+	return fmt.Sprintf("prefill of %d tokens", tokens)
+}
+
+// fillPlanRow copies the plan and memory figures of manager name into row.
+func fillPlanRow(row *benchRow, name string, dev runtime.Device) error {
+	mgr := offload.GetOffloadManager(name)
+	plan, err := mgr.Plan()
+	if err != nil {
+		return err
+	}
+	in, err := mgr.PlanInput()
+	if err != nil {
+		return err
+	}
+	usage, err := mgr.GPUMemoryUsage()
+	if err != nil {
+		return err
+	}
+	row.BudgetBytes = in.Budget
+	row.Slots = plan.Slots
+	for u, res := range plan.Resident {
+		if res {
+			row.ResidentUnits++
+		} else {
+			row.StreamedUnits++
+			row.StreamedBytes += in.Units[u].Bytes
+			row.TransferMs += in.Curve.Time(in.Units[u].Bytes) * 1e3
+		}
+	}
+	if pts := in.Curve.Points; len(pts) > 0 {
+		last := pts[len(pts)-1]
+		row.H2DGBps = float64(last.Bytes) / last.Seconds / 1e9
+	}
+	row.FloorMs, row.PredictedMs = plan.FloorSec*1e3, plan.PredictedSec*1e3
+	row.DeviceBytes = usage.TotalBytes
+	row.PinnedBytes = dev.HostMemory().InUse
+	return nil
+}
+
+// measureForwards runs warm then iters forwards, returning wall times (ms).
+func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, context, warm, iters int, seed uint64) ([]float64, error) {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	randIDs := func(n int) []int32 {
+		ids := make([]int32, n)
+		for i := range ids {
+			ids[i] = int32(rng.IntN(m.Cfg.VocabSize))
+		}
+		return ids
+	}
+	capacity := tokens
+	if mode == "decode" {
+		capacity = context + 1 + warm + iters + 8
+	}
+	cache, err := m.NewKVCache(b, capacity)
+	if err != nil {
+		return nil, err
+	}
+	defer cache.Free()
+	logits := make([]float32, m.Cfg.VocabSize)
+	one := func(ids []int32) (float64, error) {
+		start := time.Now()
+		lt, err := m.Forward(b, cache, ids, false)
+		if err != nil {
+			return 0, err
+		}
+		if err := b.ReadF32(logits, lt); err != nil { // waits for the device
+			return 0, err
+		}
+		return float64(time.Since(start).Microseconds()) / 1e3, nil
+	}
+	if mode == "decode" && context > 0 {
+		if _, err := one(randIDs(context)); err != nil {
+			return nil, err
+		}
+	}
+	var out []float64
+	for i := 0; i < warm+iters; i++ {
+		var ids []int32
+		if mode == "decode" {
+			ids = randIDs(1)
+		} else {
+			cache.Reset()
+			ids = randIDs(tokens)
+		}
+		ms, err := one(ids)
+		if err != nil {
+			return nil, err
+		}
+		if i >= warm {
+			out = append(out, ms)
+		}
+	}
+	return out, nil
+}
+
+func medianOf(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
