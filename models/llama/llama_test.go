@@ -42,7 +42,7 @@ func readReference(t *testing.T) reference {
 }
 
 // loadTiny loads a checkpoint on a fresh CPU device and cleans up after the test.
-func loadTiny(t *testing.T, dir string) (*Model, kernels.Backend) {
+func loadTiny(t testing.TB, dir string) (*Model, kernels.Backend) {
 	t.Helper()
 	dev := runtime.NewCPU(0)
 	m, ck, err := Load(dir, dev)
@@ -311,3 +311,5 @@ func TestTokenOutsideVocabulary(t *testing.T) {
 		t.Fatalf("error = %v, want one naming token 512 at position 1", err)
 	}
 }
+
+func loadTinyB(b *testing.B) (*Model, kernels.Backend) { return loadTiny(b, tinyDir) }
