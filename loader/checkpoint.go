@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 )
 
 // The file names of a Hugging Face checkpoint directory.
@@ -27,6 +28,7 @@ type Checkpoint struct {
 	where map[string]*File // tensor name -> the file holding it
 	names []string         // sorted
 	total int64
+	read  atomic.Int64 // bytes read by ReadAt
 }
 
 // shardIndex is the layout of model.safetensors.index.json.
@@ -172,3 +174,29 @@ func (c *Checkpoint) Close() error {
 	}
 	return first
 }
+
+// ReadAt fills dst with bytes [off, off+len(dst)) of the named tensor by a
+// positioned read on its file (the mapping is not touched). Bytes read this
+// way are counted in BytesRead.
+func (c *Checkpoint) ReadAt(name string, dst []byte, off int64) error {
+	f, ok := c.where[name]
+	if !ok {
+		return fmt.Errorf("checkpoint %s: no tensor %q", c.dir, name)
+	}
+	t, err := f.Info(name)
+	if err != nil {
+		return err
+	}
+	if off < 0 || off+int64(len(dst)) > t.Size {
+		return fmt.Errorf("checkpoint %s: tensor %q: read [%d, %d) outside its %d bytes", c.dir, name, off, off+int64(len(dst)), t.Size)
+	}
+	n, err := f.f.ReadAt(dst, t.Offset+off)
+	c.read.Add(int64(n))
+	if err != nil {
+		return fmt.Errorf("safetensors %s: reading tensor %q: %w", f.path, name, err)
+	}
+	return nil
+}
+
+// BytesRead is the number of bytes ReadAt has read.
+func (c *Checkpoint) BytesRead() int64 { return c.read.Load() }

@@ -3,9 +3,11 @@ package offload
 import (
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -60,6 +62,7 @@ type engine struct {
 	phase  Phase
 	passes int
 	copy   runtime.Stream
+	src    WeightSource
 	unhook func()
 	active *unit
 	failed error
@@ -94,15 +97,33 @@ type engine struct {
 	timing timingState
 }
 
+// WeightSource reads parameter bytes by qualified name: a checkpoint, for an
+// engine built without the weights in host memory (LoadModelFromProfile).
+type WeightSource interface {
+	// ReadAt fills dst with bytes [off, off+len(dst)) of the named tensor.
+	ReadAt(name string, dst []byte, off int64) error
+}
+
 func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *engine, err error) {
-	e := &engine{m: m, cfg: cfg, opts: o, dev: cfg.Device, model: model, tree: model.Node().Tree(),
+	e, err := buildEngine(m, model, cfg, o, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.startDiscovery(); err != nil {
+		e.freeAll()
+		e.closeStream()
+		return nil, err
+	}
+	return e, nil
+}
+
+// buildEngine finds the units and their parameters. With src nil the
+// parameters' tensors must be in host memory; with a source they only need
+// shapes and dtypes (meta tensors).
+func buildEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions, src WeightSource) (_ *engine, err error) {
+	e := &engine{m: m, cfg: cfg, opts: o, dev: cfg.Device, model: model, tree: model.Node().Tree(), src: src,
 		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}, sharedOrig: map[*nn.Parameter]*runtime.Tensor{},
 		pending: map[int]*copyTiming{}}
-	defer func() {
-		if err != nil {
-			e.freeAll()
-		}
-	}()
 	mods, err := nn.MatchOutermost(model, cfg.Include, cfg.Exclude)
 	if err != nil {
 		return nil, err
@@ -111,19 +132,29 @@ func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *en
 		return nil, fmt.Errorf("%w: include %q, exclude %q; modules are named like %s",
 			ErrNothingIncluded, cfg.Include, cfg.Exclude, exampleNames(model))
 	}
+	check := func(p *nn.Parameter) error {
+		t := p.Peek()
+		if t == nil {
+			return fmt.Errorf("parameter %s has no tensor bound; load the weights before Offload", p.Name())
+		}
+		if src == nil && t.Bytes() == nil && t.Device() != e.dev {
+			return fmt.Errorf("parameter %s is on %s, not in host memory; build the model on a cpu device so the engine can place its weights", p.Name(), t.Device().Name())
+		}
+		return nil
+	}
 	for i, mod := range mods {
 		u := &unit{idx: i, name: mod.Node().Name(), mod: mod, views: map[*runtime.DeviceBuffer][]*runtime.Tensor{}, shared: map[*nn.Parameter]bool{}}
 		for _, p := range nn.Parameters(mod) {
 			if p.Owner() == nil || !under(p.Owner(), mod) {
 				continue // a parameter another module owns (tied weights): not this unit's
 			}
+			if err := check(p); err != nil {
+				return nil, err
+			}
+			if src == nil && p.Peek().Bytes() == nil {
+				return nil, fmt.Errorf("parameter %s of unit %s is on %s, not in host memory; build the model on a cpu device", p.Name(), u.name, p.Peek().Device().Name())
+			}
 			t := p.Peek()
-			if t == nil {
-				return nil, fmt.Errorf("parameter %s has no tensor bound; load the weights before Offload", p.Name())
-			}
-			if t.Bytes() == nil {
-				return nil, fmt.Errorf("parameter %s is on %s, not in host memory; build the model on a cpu device so the engine can place its weights", p.Name(), t.Device().Name())
-			}
 			u.params = append(u.params, p)
 			u.orig = append(u.orig, t)
 			u.offs = append(u.offs, u.bytes)
@@ -133,36 +164,66 @@ func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *en
 		e.units = append(e.units, u)
 		e.byMod[mod] = u
 	}
+	for _, p := range nn.Parameters(model) {
+		if e.owner[p] == nil {
+			if err := check(p); err != nil {
+				return nil, err
+			}
+			e.fixed = append(e.fixed, p)
+			e.fixedOrig = append(e.fixedOrig, p.Peek())
+		}
+	}
 	if e.copy, err = e.dev.NewStream("offload copy"); err != nil {
 		return nil, err
 	}
-	for _, p := range nn.Parameters(model) {
-		if e.owner[p] == nil {
-			if p.Peek() == nil {
-				return nil, fmt.Errorf("parameter %s has no tensor bound; load the weights before Offload", p.Name())
-			}
-			e.fixed = append(e.fixed, p)
-		}
-	}
+	return e, nil
+}
+
+// startDiscovery places the non-unit parameters, packs every unit into its
+// host block and installs the traps: the engine enters DISCOVERY.
+func (e *engine) startDiscovery() error {
 	if err := e.uploadFixed(); err != nil {
-		return nil, err
+		return err
 	}
-	for _, u := range e.units {
-		if err := e.pack(u); err != nil {
-			return nil, err
-		}
+	if err := e.packAll(e.units); err != nil {
+		return err
 	}
 	var maxBytes int64
 	for _, u := range e.units {
 		maxBytes = max(maxBytes, u.bytes)
 	}
+	var err error
 	if e.staging, err = e.dev.Alloc(max(maxBytes, 1), "offload staging block"); err != nil {
-		return nil, err
+		return err
 	}
 	e.phase = PhaseDiscovery
 	e.tree.SetReadObserver(e.observe)
 	e.unhook = e.tree.AddHook(e)
-	return e, nil
+	return nil
+}
+
+func (e *engine) closeStream() {
+	if e.copy != nil {
+		e.copy.Close()
+		e.copy = nil
+	}
+}
+
+// readParam fills dst with bytes [off, off+len(dst)) of parameter p, from
+// the weight source or from its host tensor.
+func (e *engine) readParam(p *nn.Parameter, orig *runtime.Tensor, off int64, dst []byte) error {
+	if e.src != nil {
+		return e.src.ReadAt(p.Name(), dst, off)
+	}
+	b := orig.Bytes()
+	if b == nil {
+		return fmt.Errorf("parameter %s is not in host memory", p.Name())
+	}
+	if off < 0 || off+int64(len(dst)) > int64(len(b)) {
+		return fmt.Errorf("parameter %s: read [%d, %d) of %d bytes", p.Name(), off, off+int64(len(dst)), len(b))
+	}
+	copy(dst, b[off:])
+	return nil
 }
 
 // under reports whether m is mod or inside mod's subtree.
@@ -192,70 +253,87 @@ func (e *engine) hostBlock(n int64, label string) (*runtime.HostBuffer, error) {
 	return runtime.NewHostBuffer(e.dev, label, make([]byte, n), nil), nil
 }
 
-// pack copies a unit's parameters into one host block.
+// pack fills a unit's host block with its parameters.
 func (e *engine) pack(u *unit) error {
 	h, err := e.hostBlock(max(u.bytes, 1), "offload unit "+u.name)
 	if err != nil {
 		return err
 	}
-	for i, t := range u.orig {
-		copy(h.Bytes()[u.offs[i]:], t.Bytes())
+	for i, p := range u.params {
+		if err := e.readParam(p, u.orig[i], 0, h.Bytes()[u.offs[i]:u.offs[i]+u.orig[i].NumBytes()]); err != nil {
+			h.Free()
+			return err
+		}
 	}
 	u.host = h
 	return nil
 }
 
-// uploadFixed places the non-unit parameters on the device: one packed
-// upload through a temporary host block. Parameters already on the device
-// stay where they are.
-func (e *engine) uploadFixed() error {
-	var todo []*nn.Parameter
-	for _, p := range e.fixed {
-		e.fixedOrig = append(e.fixedOrig, p.Peek())
-		if p.Peek().Device() != e.dev {
-			todo = append(todo, p)
-		}
+// packAll packs units on several goroutines (copies from memory or reads
+// from files both gain from parallelism).
+func (e *engine) packAll(units []*unit) error {
+	work := make(chan *unit, len(units))
+	for _, u := range units {
+		work <- u
 	}
-	return e.uploadParams(todo, "offload resident parameters")
+	close(work)
+	errs := make(chan error, len(units))
+	workers := min(8, max(1, goruntime.GOMAXPROCS(0)), len(units))
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for u := range work {
+				if err := e.pack(u); err != nil {
+					errs <- fmt.Errorf("packing unit %s: %w", u.name, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
-// uploadParams copies params (host tensors) into one new device buffer and
-// binds them to views of it.
-func (e *engine) uploadParams(ps []*nn.Parameter, label string) error {
+// uploadFixed places the non-unit parameters on the device in one buffer.
+// Parameters already on the device stay where they are.
+func (e *engine) uploadFixed() error {
+	var todo []*nn.Parameter
+	var origs []*runtime.Tensor
+	for i, p := range e.fixed {
+		if e.fixedOrig[i].Device() != e.dev {
+			todo = append(todo, p)
+			origs = append(origs, e.fixedOrig[i])
+		}
+	}
+	return e.uploadParams(todo, origs, "offload resident parameters")
+}
+
+// uploadParams copies params into one new device buffer and binds them to
+// views of it.
+func (e *engine) uploadParams(ps []*nn.Parameter, origs []*runtime.Tensor, label string) error {
 	if len(ps) == 0 {
 		return nil
 	}
 	offs := make([]int64, len(ps))
 	var n int64
-	for i, p := range ps {
-		t := p.Peek()
-		if t.Bytes() == nil {
-			return fmt.Errorf("parameter %s is on %s, not in host memory", p.Name(), t.Device().Name())
-		}
+	for i, t := range origs {
 		offs[i] = n
 		n = alignUp(n + t.NumBytes())
-	}
-	h, err := e.hostBlock(n, label+" (upload)")
-	if err != nil {
-		return err
-	}
-	defer h.Free()
-	for i, p := range ps {
-		copy(h.Bytes()[offs[i]:], p.Peek().Bytes())
 	}
 	buf, err := e.dev.Alloc(n, label)
 	if err != nil {
 		return err
 	}
-	if err := e.syncCopy(buf, h, n); err != nil {
+	if err := e.fillDevice(buf, ps, origs, offs); err != nil {
 		buf.Free()
 		return err
 	}
 	e.fixedBufs = append(e.fixedBufs, buf)
 	e.fixedBytes += n
 	for i, p := range ps {
-		t := p.Peek()
-		v, err := runtime.TensorOn(buf, offs[i], t.DType(), t.Shape())
+		v, err := runtime.TensorOn(buf, offs[i], origs[i].DType(), origs[i].Shape())
 		if err != nil {
 			return err
 		}
@@ -264,6 +342,62 @@ func (e *engine) uploadParams(ps []*nn.Parameter, label string) error {
 		}
 	}
 	return nil
+}
+
+// stageChunk is the size of each of the two host staging buffers through
+// which fillDevice uploads.
+const stageChunk = 64 << 20
+
+// fillDevice writes params[i] at offs[i] of buf, through two host staging
+// chunks so that reading one chunk overlaps copying the other; it returns
+// when the copies are done.
+func (e *engine) fillDevice(buf *runtime.DeviceBuffer, ps []*nn.Parameter, origs []*runtime.Tensor, offs []int64) error {
+	var total int64
+	for _, t := range origs {
+		total += t.NumBytes()
+	}
+	if total == 0 {
+		return nil
+	}
+	size := min(int64(stageChunk), total)
+	var stage [2]*runtime.HostBuffer
+	for i := range stage {
+		h, err := e.hostBlock(size, "offload upload staging")
+		if err != nil {
+			return err
+		}
+		defer h.Free()
+		stage[i] = h
+	}
+	var done [2]runtime.Event
+	k := 0
+	for i, p := range ps {
+		n := origs[i].NumBytes()
+		for off := int64(0); off < n; off += size {
+			m := min(size, n-off)
+			s := k % 2
+			if done[s] != nil {
+				if err := done[s].Synchronize(); err != nil {
+					return err
+				}
+			}
+			if err := e.readParam(p, origs[i], off, stage[s].Bytes()[:m]); err != nil {
+				_ = e.copy.Synchronize()
+				return err
+			}
+			if err := e.copy.CopyH2D(buf, offs[i]+off, stage[s], 0, m); err != nil {
+				_ = e.copy.Synchronize()
+				return err
+			}
+			ev, err := e.copy.Record()
+			if err != nil {
+				return err
+			}
+			done[s] = ev
+			k++
+		}
+	}
+	return e.copy.Synchronize()
 }
 
 // syncCopy copies n bytes host→device on the copy stream after the compute
@@ -324,7 +458,7 @@ func (e *engine) observe(p *nn.Parameter) {
 		e.discoverErr = err
 		return
 	}
-	if err := e.uploadParams([]*nn.Parameter{p}, "offload shared parameter "+p.Name()); err != nil && e.discoverErr == nil {
+	if err := e.uploadParams([]*nn.Parameter{p}, []*runtime.Tensor{u.orig[i]}, "offload shared parameter "+p.Name()); err != nil && e.discoverErr == nil {
 		e.discoverErr = fmt.Errorf("making shared parameter %s resident: %w", p.Name(), err)
 		return
 	}
@@ -613,6 +747,13 @@ func (e *engine) startInference() error {
 	if err := e.placeResident(); err != nil {
 		return err
 	}
+	return e.allocSlots()
+}
+
+// allocSlots records each unit's placement from the plan, allocates the
+// transfer blocks and enters INFERENCE.
+func (e *engine) allocSlots() error {
+	plan := e.plan
 	e.streamed = e.streamed[:0]
 	for i, u := range e.units {
 		u.resident = plan.Resident[i]

@@ -172,3 +172,40 @@ func TestBench(t *testing.T) {
 		t.Errorf("budget 0 row: %+v (want all 4 layers streamed, positive floor and time)", row)
 	}
 }
+
+// TestProfileThenRun: infer profile writes a profile; run-model --profile
+// restarts from it and generates the reference continuation.
+func TestProfileThenRun(t *testing.T) {
+	data, _ := os.ReadFile("../../testdata/tiny-llama/reference.json")
+	var ref refFile
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	code, out, errOut := run(t, "profile", "--device-memory", "4MiB", "--gpu-budget", "0.3", "--out", dir)
+	if code != 0 || !strings.Contains(out, "profile.json") {
+		t.Fatalf("profile: exit %d, %q, %q", code, out, errOut)
+	}
+	code, out, errOut = run(t, "run-model", "--profile", dir, "--device-memory", "4MiB", "--strict",
+		"--token-ids", joinInts(ref.GreedyPrompt), "--max-new-tokens", "20", "--json")
+	if code != 0 {
+		t.Fatalf("run-model --profile: exit %d: %s", code, errOut)
+	}
+	var got struct {
+		GeneratedIDs []int32 `json:"generated_ids"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.GeneratedIDs, ref.GreedyContinuation) {
+		t.Fatalf("got %v, want %v", got.GeneratedIDs, ref.GreedyContinuation)
+	}
+	code, _, errOut = run(t, "run-model", "--profile", dir, "--gpu-budget", "1MiB", "--token-ids", "1")
+	if code != 2 || !strings.Contains(errOut, "exclude each other") {
+		t.Errorf("--profile with --gpu-budget: exit %d, %q", code, errOut)
+	}
+	code, _, errOut = run(t, "run-model", "--profile", t.TempDir(), "--token-ids", "1")
+	if code != 1 || !strings.Contains(errOut, "profile.json") {
+		t.Errorf("--profile of an empty directory: exit %d, %q", code, errOut)
+	}
+}

@@ -23,6 +23,8 @@ type deviceFlags struct {
 	gpuBudget     string
 	blocks        int
 	offloadTiming bool
+	profile       string
+	strict        bool
 }
 
 func (d *deviceFlags) register(fs *pflag.FlagSet) {
@@ -32,6 +34,8 @@ func (d *deviceFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&d.gpuBudget, "gpu-budget", "", "offload: device memory for weights, as bytes (8GiB) or a fraction of the device (0.25); weights beyond it stream from pinned host memory")
 	fs.IntVar(&d.blocks, "transfer-blocks", 0, "offload: number of transfer blocks (0 = the planner chooses)")
 	fs.BoolVar(&d.offloadTiming, "offload-timing", false, "offload: print per-unit transfer/compute/wait times after the run")
+	fs.StringVar(&d.profile, "profile", "", "offload with the saved profile in this directory (from infer profile): no profiling, each weight read once")
+	fs.BoolVar(&d.strict, "strict", false, "with --profile: fail when any tensor of the profile is missing from the checkpoint, listing them")
 }
 
 // session is a loaded model on its device, offloaded when a budget is given.
@@ -87,6 +91,26 @@ func openSession(d deviceFlags) (_ *session, err error) {
 	}
 	if s.dev, s.backend, err = openDevice(d.device, limit); err != nil {
 		return nil, err
+	}
+	if d.profile != "" {
+		if d.gpuBudget != "" {
+			return nil, usagef("--gpu-budget and --profile exclude each other: the profile holds its plan's budget")
+		}
+		st, err := offload.LoadProfile(d.profile)
+		if err != nil {
+			return nil, err
+		}
+		sessionSeq++
+		name := fmt.Sprintf("infer-%d", sessionSeq)
+		cfg := offload.DefaultConfig(s.dev)
+		if d.offloadTiming {
+			cfg.OffloadTiming = offload.TimingEager
+		}
+		if s.model, s.ck, err = llama.LoadFromProfile(dir, st, cfg, name, d.strict); err != nil {
+			return nil, err
+		}
+		s.manager = name
+		return s, nil
 	}
 	if d.gpuBudget == "" {
 		s.model, s.ck, err = llama.Load(dir, s.dev)

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/flextensor-go/flextensor/offload"
+)
+
+func init() {
+	register(command{name: "profile", summary: "profile a model under a GPU budget and save the plan for fast restarts", run: profileCmd})
+}
+
+const profileUsage = `
+infer profile offloads a model under a device memory budget, runs the
+discovery and profiling passes (a prefill of --context tokens, then decode
+steps), and saves profile.json to --out. A later
+  infer run-model --model DIR --profile PROFILE_DIR ...
+skips discovery and profiling and reads each weight once, straight into device
+or pinned memory.
+
+Usage:
+  infer profile --model DIR --gpu-budget X --out PROFILE_DIR [flags]
+
+Examples:
+  infer profile --model /tmp/llama3-8b --device cuda:0 --gpu-budget 8GiB --out /tmp/llama3-8b-8g
+  infer profile --device cpu --device-memory 2MiB --gpu-budget 0.6 --out /tmp/tiny-profile
+`
+
+func profileCmd(args []string, stdout, stderr io.Writer) error {
+	var d deviceFlags
+	fs := newFlags("profile", profileUsage, stderr)
+	d.register(fs)
+	out := fs.String("out", "", "profile directory to write (required)")
+	context := fs.Int("context", 64, "prompt tokens of the profiling run")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return usagef("--out is required")
+	}
+	if d.gpuBudget == "" {
+		return usagef("--gpu-budget is required (the profile's plan is made for it)")
+	}
+	if *context <= 0 {
+		return usagef("--context %d must be positive", *context)
+	}
+	start := time.Now()
+	sess, err := openSession(d)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	// Discovery (the prefill) and two profiling passes (decode steps) lead
+	// to INFERENCE; one more step checks the plan runs.
+	if _, err := measureForwards(sess.model, sess.backend, "decode", 0, *context, 3, 1, 1); err != nil {
+		return err
+	}
+	if err := offload.SaveProfile(*out, sess.manager); err != nil {
+		return err
+	}
+	plan, err := offload.GetOffloadManager(sess.manager).Plan()
+	if err != nil {
+		return err
+	}
+	res := 0
+	for _, r := range plan.Resident {
+		if r {
+			res++
+		}
+	}
+	fmt.Fprintf(stdout, "wrote %s/%s: %d of %d units resident, %d transfer blocks, predicted forward %.3f ms (%v)\n",
+		*out, offload.ProfileFileName, res, len(plan.Resident), plan.Slots, plan.PredictedSec*1e3, time.Since(start).Round(time.Millisecond))
+	return nil
+}
