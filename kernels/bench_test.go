@@ -28,15 +28,26 @@ func BenchmarkMatMul(b *testing.B) {
 				x := randF32(r, s.m*s.k)
 				out := make([]float32, s.m*s.n)
 				b.SetBytes(int64(s.n * s.k * dt.Size()))
-				b.ResetTimer()
+				cpu0 := processCPUSeconds()
 				for b.Loop() {
 					if err := MatMul(out, x, s.m, w); err != nil {
 						b.Fatal(err)
 					}
 				}
-				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				flops := 2 * float64(s.m*s.n*s.k) * float64(b.N)
+				reportRates(b, flops, cpu0)
 			})
 		}
+	}
+}
+
+// reportRates reports GFLOP/s of wall time and GFLOP per CPU-second (the
+// work one core does per second; its ratio to GFLOP/s shows how many cores
+// the kernel kept busy).
+func reportRates(b *testing.B, flops, cpu0 float64) {
+	b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	if cpu := processCPUSeconds() - cpu0; cpu > 0 {
+		b.ReportMetric(flops/cpu/1e9, "GFLOP/cpu-s")
 	}
 }
 
@@ -108,12 +119,13 @@ func BenchmarkAttention(b *testing.B) {
 				macs += 2 * float64(nHeads*d*(c.pos0+t+1))
 			}
 			b.SetBytes(int64(2 * (c.pos0 + c.nTok) * nKV * d * 4))
+			cpu0 := processCPUSeconds()
 			for b.Loop() {
 				if err := Attention(out, q, kc, vc, c.nTok, c.pos0, nHeads, nKV, d, scratch); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(2*macs*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			reportRates(b, 2*macs*float64(b.N), cpu0)
 		})
 	}
 }

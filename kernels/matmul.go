@@ -15,10 +15,12 @@ const gemvGrain = 1 << 15
 // both float32, accumulation in float32 whatever w's dtype (F32, BF16, F16).
 // Size mismatches are errors.
 //
-// m = 1 (decode) is a memory-bound GEMV parallel over output rows j, half
-// rows widened four at a time into a small L1 buffer. m > 1 (prefill) blocks
-// over j: a block of w rows is widened once into float32 scratch and reused
-// by every row of x, four w rows per pass over an x row.
+// m = 1 (decode) is a memory-bound GEMV parallel over output rows j, four
+// rows per pass over x, half-precision rows widened on the fly. m > 1
+// (prefill) blocks over j: a block of w rows is widened once into float32
+// scratch and reused by every row of x, four w rows per pass over an x row.
+// Both sum in the same order, so row i of the result does not depend on m or
+// on the number of cores.
 func MatMul(out, x []float32, m int, w Mat) error {
 	if err := w.Validate(); err != nil {
 		return fmt.Errorf("kernels.MatMul: w: %w", err)
@@ -60,38 +62,37 @@ func gemv(out, x []float32, w Mat) {
 	parallelFor(quads, grain, func(_, lo, hi int) { gemvRows(out, x, w, 4*lo, min(4*hi, n)) })
 }
 
-// gemvRows computes out[j] for j in [j0,j1).
+// gemvRows computes out[j] for j in [j0,j1), four rows per pass over x,
+// half-precision rows widened on the fly.
 func gemvRows(out, x []float32, w Mat, j0, j1 int) {
 	k := w.Cols
-	if w.DType == runtime.F32 {
-		j := j0
+	j := j0
+	switch w.DType {
+	case runtime.F32:
+		v := w.F32
 		for ; j+4 <= j1; j += 4 {
-			out[j], out[j+1], out[j+2], out[j+3] = dot1x4(x,
-				w.F32[j*k:], w.F32[(j+1)*k:], w.F32[(j+2)*k:], w.F32[(j+3)*k:])
+			out[j], out[j+1], out[j+2], out[j+3] = dot1x4(x, v[j*k:], v[(j+1)*k:], v[(j+2)*k:], v[(j+3)*k:])
 		}
 		for ; j < j1; j++ {
-			out[j] = dot(x, w.F32[j*k:(j+1)*k])
+			out[j] = dot(x, v[j*k:])
 		}
-		return
-	}
-	// Widening in integer registers into a buffer that stays in L1/L2 and
-	// then running the float32 kernel beats converting inside the dot
-	// product, where every value would cross from integer to float
-	// registers on its own.
-	bp := getF32(4 * k)
-	buf := *bp
-	for j := j0; j < j1; j += 4 {
-		r := min(4, j1-j)
-		w.widenRows(buf[:r*k], j, j+r)
-		if r == 4 {
-			out[j], out[j+1], out[j+2], out[j+3] = dot1x4(x, buf, buf[k:], buf[2*k:], buf[3*k:])
-			continue
+	case runtime.BF16:
+		h := w.Half
+		for ; j+4 <= j1; j += 4 {
+			out[j], out[j+1], out[j+2], out[j+3] = dot1x4BF16(x, h[j*k:], h[(j+1)*k:], h[(j+2)*k:], h[(j+3)*k:])
 		}
-		for t := range r {
-			out[j+t] = dot(x, buf[t*k:(t+1)*k])
+		for ; j < j1; j++ {
+			out[j] = dotBF16(x, h[j*k:])
+		}
+	case runtime.F16:
+		t, h := f16Lookup(), w.Half
+		for ; j+4 <= j1; j += 4 {
+			out[j], out[j+1], out[j+2], out[j+3] = dot1x4F16(t, x, h[j*k:], h[(j+1)*k:], h[(j+2)*k:], h[(j+3)*k:])
+		}
+		for ; j < j1; j++ {
+			out[j] = dotF16(t, x, h[j*k:])
 		}
 	}
-	putF32(bp)
 }
 
 // gemmBlockRows is how many w rows one block widens: about 128 KiB of

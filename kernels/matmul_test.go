@@ -178,3 +178,29 @@ func TestNoAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulRowsIndependentOfM: each row of a prefill GEMM has the bits of
+// the decode GEMV of that row alone.
+func TestMatMulRowsIndependentOfM(t *testing.T) {
+	r := rand.New(rand.NewPCG(20, 20))
+	for _, dt := range dtypes {
+		const m, k, n = 7, 301, 131 // n%4 and k%4 ≠ 0: the tails too
+		w := randMat(r, dt, n, k)
+		x := randF32(r, m*k)
+		all := make([]float32, m*n)
+		if err := MatMul(all, x, m, w); err != nil {
+			t.Fatal(err)
+		}
+		one := make([]float32, n)
+		for i := range m {
+			if err := MatMul(one, x[i*k:(i+1)*k], 1, w); err != nil {
+				t.Fatal(err)
+			}
+			for j := range one {
+				if one[j] != all[i*n+j] {
+					t.Fatalf("%v row %d col %d: GEMV %v, GEMM %v", dt, i, j, one[j], all[i*n+j])
+				}
+			}
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -35,15 +34,16 @@ type SampleParams struct {
 }
 
 // Sample draws a token id from logits. Temperature ≤ 0 returns
-// Argmax(logits) (rng may then be nil). Otherwise, with p = softmax(logits/T) computed in float64:
-// keep the TopK most probable tokens (all when TopK is 0 or ≥ len(logits));
-// renormalise and keep the smallest prefix of them, sorted by decreasing
-// probability, whose cumulative probability is ≥ TopP (all when TopP is 0 or
-// 1); renormalise and draw with rng. These are transformers' temperature,
-// top-k and top-p warpers in that order. Ties sort by lower id first, so a
-// given rng state always gives the same token. Empty logits, NaN or +Inf
-// logits, no finite logit, a NaN or negative parameter, or TopP > 1 are
-// errors.
+// Argmax(logits) (rng may then be nil). Otherwise, with p = softmax(logits/T)
+// computed in float64: keep the TopK most probable tokens (all when TopK is 0
+// or ≥ len(logits)); renormalise and keep the smallest prefix of them, sorted
+// by decreasing probability, whose cumulative probability is ≥ TopP (all when
+// TopP is 0 or 1); renormalise and draw with rng (one rng.Float64 per call).
+// These are transformers' temperature, top-k and top-p warpers in that order.
+// Ties sort by lower id first, and sums run in a fixed order, so a given rng
+// state always gives the same token on any machine. Empty logits, NaN or +Inf
+// logits, all logits -Inf, a NaN or out-of-range parameter (TopK < 0, TopP
+// outside [0,1]) or a nil rng with Temperature > 0 are errors.
 func Sample(logits []float32, p SampleParams, rng *rand.Rand) (int, error) {
 	if len(logits) == 0 {
 		return 0, errors.New("kernels.Sample: empty logits")
@@ -52,18 +52,21 @@ func Sample(logits []float32, p SampleParams, rng *rand.Rand) (int, error) {
 		return 0, fmt.Errorf("kernels.Sample: bad parameters temperature %v, top-k %d, top-p %v (want top-k ≥ 0, 0 ≤ top-p ≤ 1)",
 			p.Temperature, p.TopK, p.TopP)
 	}
-	mx := float32(math.Inf(-1))
+	inf := float32(math.Inf(1))
+	mx, arg := -inf, -1
 	for i, v := range logits {
-		if v != v || math.IsInf(float64(v), 1) {
+		if !(v < inf) { // NaN or +Inf
 			return 0, fmt.Errorf("kernels.Sample: logit %d of %d is %v", i, len(logits), v)
 		}
-		mx = max(mx, v)
+		if v > mx {
+			mx, arg = v, i
+		}
 	}
-	if math.IsInf(float64(mx), -1) {
+	if arg < 0 {
 		return 0, fmt.Errorf("kernels.Sample: all %d logits are -Inf", len(logits))
 	}
 	if p.Temperature <= 0 {
-		return Argmax(logits), nil
+		return arg, nil // Argmax(logits): the first index of the maximum
 	}
 	if rng == nil {
 		return 0, errors.New("kernels.Sample: nil rng with temperature > 0")
@@ -99,16 +102,17 @@ func Sample(logits []float32, p SampleParams, rng *rand.Rand) (int, error) {
 	if topP < 1 {
 		cut := s.topPCut(topP*total, total)
 		// Walk the tokens that sort no later than cut, in id order.
+		kept := func(i int, e float64) bool { return e > cut.p || (e == cut.p && i <= int(cut.id)) }
 		var mass float64
 		for i, e := range s.prob {
-			if (cand{e, int32(i)}).cmp(cut) <= 0 {
+			if kept(i, e) {
 				mass += e
 			}
 		}
 		u := rng.Float64() * mass
 		var c float64
 		for i, e := range s.prob {
-			if (cand{e, int32(i)}).cmp(cut) <= 0 {
+			if kept(i, e) {
 				c += e
 				if u < c {
 					return i, nil
@@ -155,12 +159,19 @@ type cand struct {
 	id int32
 }
 
-// cmp orders candidates by decreasing probability, then increasing id.
+// before reports whether a sorts before b: higher probability first, then
+// lower id.
+func (a cand) before(b cand) bool { return a.p > b.p || (a.p == b.p && a.id < b.id) }
+
+// cmp is before as a three-way comparison, for slices.SortFunc.
 func (a cand) cmp(b cand) int {
-	if c := cmp.Compare(b.p, a.p); c != 0 {
-		return c
+	switch {
+	case a.before(b):
+		return -1
+	case b.before(a):
+		return 1
 	}
-	return cmp.Compare(a.id, b.id)
+	return 0
 }
 
 // topK leaves in s.cand the k most probable tokens in order, by a min-heap
@@ -174,7 +185,7 @@ func (s *sampler) topK(k int) {
 		siftDown(h, i)
 	}
 	for i := k; i < len(s.prob); i++ {
-		if c := (cand{s.prob[i], int32(i)}); c.cmp(h[0]) < 0 {
+		if c := (cand{s.prob[i], int32(i)}); c.before(h[0]) {
 			h[0] = c
 			siftDown(h, 0)
 		}
@@ -191,10 +202,10 @@ func siftDown(h []cand, i int) {
 		if c >= len(h) {
 			return
 		}
-		if c+1 < len(h) && h[c].cmp(h[c+1]) < 0 {
+		if c+1 < len(h) && h[c].before(h[c+1]) {
 			c++ // the later child in order
 		}
-		if h[i].cmp(h[c]) > 0 {
+		if h[c].before(h[i]) {
 			return
 		}
 		h[i], h[c] = h[c], h[i]
@@ -202,7 +213,7 @@ func siftDown(h []cand, i int) {
 	}
 }
 
-// topPCut returns the last token, in the order of cand.cmp, of the shortest
+// topPCut returns the last token, in the order of cand.before, of the shortest
 // prefix of that order whose mass is ≥ target: a weighted quickselect, O(n)
 // expected, instead of sorting the vocabulary. It first tries the tokens with
 // probability ≥ 2^-10 of the total, which usually hold the mass (a token left
@@ -228,12 +239,12 @@ func (s *sampler) topPCut(target, total float64) cand {
 		// Median-of-three pivot, moved to lo; partition c[lo+1:hi] into
 		// tokens before it, c[lo+1:mid], and after it.
 		a, b, m := lo, lo+(hi-lo)/2, hi-1
-		if c[b].cmp(c[a]) < 0 {
+		if c[b].before(c[a]) {
 			a, b = b, a
 		}
-		if c[m].cmp(c[b]) < 0 {
+		if c[m].before(c[b]) {
 			b = m
-			if c[b].cmp(c[a]) < 0 {
+			if c[b].before(c[a]) {
 				b = a
 			}
 		}
@@ -242,7 +253,7 @@ func (s *sampler) topPCut(target, total float64) cand {
 		mid := lo + 1
 		var before float64
 		for i := lo + 1; i < hi; i++ {
-			if c[i].cmp(pv) < 0 {
+			if c[i].before(pv) {
 				before += c[i].p
 				c[mid], c[i] = c[i], c[mid]
 				mid++
