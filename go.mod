@@ -3,18 +3,21 @@ module github.com/flextensor-go/flextensor
 go 1.26.8
 
 require (
-	github.com/agnivade/levenshtein v1.2.2 // indirect
-	github.com/creack/pty v1.1.24 // indirect
-	github.com/dlclark/regexp2 v1.12.0 // indirect
+	github.com/agnivade/levenshtein v1.2.2
+	github.com/creack/pty v1.1.24
+	github.com/dlclark/regexp2 v1.12.0
+	github.com/nlpodyssey/safetensors v0.0.0-20250209183917-bfb01cc25f7c
+	github.com/schollz/progressbar/v3 v3.19.1
+	github.com/spf13/pflag v1.1.0
+	github.com/x448/float16 v0.8.4
+	golang.org/x/sys v0.50.0
+	golang.org/x/term v0.48.0
+	gorgonia.org/cu v0.9.6
+)
+
+require (
 	github.com/google/uuid v1.1.1 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
-	github.com/nlpodyssey/safetensors v0.0.0-20250209183917-bfb01cc25f7c // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
-	github.com/schollz/progressbar/v3 v3.19.1 // indirect
-	github.com/spf13/pflag v1.1.0 // indirect
-	github.com/x448/float16 v0.8.4 // indirect
-	golang.org/x/sys v0.50.0 // indirect
-	golang.org/x/term v0.48.0 // indirect
-	gorgonia.org/cu v0.9.6 // indirect
 )

@@ -146,6 +146,11 @@ type Config struct {
 	ProfileReadOnly bool
 	// OffloadTiming selects the measurements taken during INFERENCE.
 	OffloadTiming TimingMode
+	// Progress, when set, is told how far long-running steps have come:
+	// stage "weights" counts bytes placed (packed, uploaded or read), stage
+	// "profiling" counts discovery and profiling passes. It may be called
+	// from several goroutines.
+	Progress func(stage string, done, total int64)
 }
 
 // DefaultConfig is an enabled configuration for dev with the Llama unit

@@ -95,6 +95,36 @@ type engine struct {
 	pending  map[int]*copyTiming
 
 	timing timingState
+
+	progMu    sync.Mutex
+	progDone  int64
+	progTotal int64
+}
+
+// placed reports n more weight bytes placed to the configured Progress.
+func (e *engine) placed(n int64) {
+	if e.cfg.Progress == nil {
+		return
+	}
+	e.progMu.Lock()
+	e.progDone += n
+	done, total := e.progDone, e.progTotal
+	e.progMu.Unlock()
+	e.cfg.Progress("weights", done, total)
+}
+
+// weightTotal sets the bytes the "weights" stage will place.
+func (e *engine) weightTotal() {
+	var n int64
+	for _, u := range e.units {
+		n += u.bytes
+	}
+	for _, t := range e.fixedOrig {
+		n += t.NumBytes()
+	}
+	e.progMu.Lock()
+	e.progDone, e.progTotal = 0, n
+	e.progMu.Unlock()
 }
 
 // WeightSource reads parameter bytes by qualified name: a checkpoint, for an
@@ -182,6 +212,7 @@ func buildEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions, src 
 // startDiscovery places the non-unit parameters, packs every unit into its
 // host block and installs the traps: the engine enters DISCOVERY.
 func (e *engine) startDiscovery() error {
+	e.weightTotal()
 	if err := e.uploadFixed(); err != nil {
 		return err
 	}
@@ -266,6 +297,7 @@ func (e *engine) pack(u *unit) error {
 		}
 	}
 	u.host = h
+	e.placed(u.bytes)
 	return nil
 }
 
@@ -385,6 +417,7 @@ func (e *engine) fillDevice(buf *runtime.DeviceBuffer, ps []*nn.Parameter, origs
 				_ = e.copy.Synchronize()
 				return err
 			}
+			e.placed(m)
 			if err := e.copy.CopyH2D(buf, offs[i]+off, stage[s], 0, m); err != nil {
 				_ = e.copy.Synchronize()
 				return err
@@ -564,6 +597,7 @@ func (e *engine) endPass(suspended bool) error {
 	switch e.phase {
 	case PhaseDiscovery:
 		e.passes++
+		e.passProgress()
 		if e.passes >= e.cfg.DiscoveryIters {
 			e.tree.SetReadObserver(nil)
 			e.phase, e.passes = PhaseProfiling, 0
@@ -577,6 +611,7 @@ func (e *engine) endPass(suspended bool) error {
 			return e.fail(err)
 		}
 		e.passes++
+		e.passProgress()
 		if e.passes >= e.cfg.ProfilingIters {
 			if err := e.startInference(); err != nil {
 				return e.fail(err)
@@ -588,6 +623,18 @@ func (e *engine) endPass(suspended bool) error {
 		}
 	}
 	return nil
+}
+
+// passProgress reports the discovery and profiling passes done.
+func (e *engine) passProgress() {
+	if e.cfg.Progress == nil {
+		return
+	}
+	done := int64(e.passes)
+	if e.phase == PhaseProfiling {
+		done += int64(e.cfg.DiscoveryIters)
+	}
+	e.cfg.Progress("profiling", done, int64(e.cfg.DiscoveryIters+e.cfg.ProfilingIters))
 }
 
 // fail marks the engine unusable: later forwards return ErrEngineFailed.

@@ -152,10 +152,24 @@ func (st *State) Validate(model nn.Module) error {
 	if len(st.Plan.Resident) != n || len(st.Plan.SlotOf) != n {
 		return fmt.Errorf("%w: plan covers %d/%d units, profile has %d", ErrProfileMismatch, len(st.Plan.Resident), len(st.Plan.SlotOf), n)
 	}
+	streamed, largest := 0, int64(0)
 	for i, r := range st.Plan.Resident {
-		if !r && (st.Plan.SlotOf[i] < 0 || st.Plan.SlotOf[i] >= st.Plan.Slots) {
+		if r {
+			continue
+		}
+		if st.Plan.SlotOf[i] < 0 || st.Plan.SlotOf[i] >= st.Plan.Slots {
 			return fmt.Errorf("%w: unit %s is streamed through slot %d of %d", ErrProfileMismatch, st.Units[i].Name, st.Plan.SlotOf[i], st.Plan.Slots)
 		}
+		streamed++
+		largest = max(largest, st.Units[i].Bytes)
+	}
+	// A plan has at most one transfer block per streamed unit, each the size
+	// of the largest streamed unit (see Plan): anything else would allocate
+	// what the plan never needs (two billion empty blocks, say) or copy a
+	// unit into a block too small for it.
+	if st.Plan.Slots < 0 || st.Plan.Slots > streamed || st.Plan.SlotBytes != largest {
+		return fmt.Errorf("%w: plan has %d transfer blocks of %d bytes for %d streamed units of at most %d bytes",
+			ErrProfileMismatch, st.Plan.Slots, st.Plan.SlotBytes, streamed, largest)
 	}
 	return nil
 }
@@ -370,6 +384,7 @@ func (e *engine) startFromState(st *State) error {
 				runtime.FormatBytes(st.Plan.PeakBytes), e.dev.Name(), runtime.FormatBytes(free), runtime.FormatBytes(mem.Limit))
 		}
 	}
+	e.weightTotal()
 	if err := e.uploadFixed(); err != nil {
 		return err
 	}

@@ -14,10 +14,12 @@ import (
 	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/spf13/pflag"
 )
 
 func init() {
-	register(command{name: "bench", summary: "time offloaded forwards at several GPU budgets against their floor", run: benchCmd})
+	register(command{name: "bench", summary: "time offloaded forwards at several GPU budgets against their floor", run: benchCmd,
+		define: func(fs *pflag.FlagSet) { benchFlags(fs) }})
 }
 
 const benchUsage = `
@@ -61,20 +63,34 @@ type benchRow struct {
 	PredictedError float64 `json:"prediction_error"`
 }
 
+type benchOptions struct {
+	d                            deviceFlags
+	budgets, mode                string
+	tokens, context, iters, warm int
+	jsonOut                      bool
+}
+
+func benchFlags(fs *pflag.FlagSet) *benchOptions {
+	var o benchOptions
+	o.d.register(fs)
+	fs.StringVar(&o.budgets, "budgets", "0,resident", "comma-separated budgets (see above)")
+	fs.StringVar(&o.mode, "mode", "decode", "decode (one token at --context) or prefill (--tokens at once)")
+	fs.IntVar(&o.tokens, "tokens", 512, "prefill: tokens per forward")
+	fs.IntVar(&o.context, "context", 512, "decode: tokens already in the KV cache")
+	fs.IntVar(&o.iters, "iters", 10, "measured forwards per budget")
+	fs.IntVar(&o.warm, "warmup", 2, "unmeasured forwards after the engine reaches INFERENCE")
+	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object per budget")
+	return &o
+}
+
 func benchCmd(args []string, stdout, stderr io.Writer) error {
-	var d deviceFlags
 	fs := newFlags("bench", benchUsage, stderr)
-	d.register(fs)
-	budgets := fs.String("budgets", "0,resident", "comma-separated budgets (see above)")
-	mode := fs.String("mode", "decode", "decode (one token at --context) or prefill (--tokens at once)")
-	tokens := fs.Int("tokens", 512, "prefill: tokens per forward")
-	context := fs.Int("context", 512, "decode: tokens already in the KV cache")
-	iters := fs.Int("iters", 10, "measured forwards per budget")
-	warm := fs.Int("warmup", 2, "unmeasured forwards after the engine reaches INFERENCE")
-	jsonOut := fs.Bool("json", false, "print one JSON object per budget")
+	o := benchFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	d := o.d
+	budgets, mode, tokens, context, iters, warm, jsonOut := &o.budgets, &o.mode, &o.tokens, &o.context, &o.iters, &o.warm, &o.jsonOut
 	if *mode != "decode" && *mode != "prefill" {
 		return usagef("--mode %q: want decode or prefill", *mode)
 	}

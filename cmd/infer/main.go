@@ -24,10 +24,16 @@ func (u usageError) Unwrap() error { return u.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// errInterrupted is returned when SIGINT or SIGTERM stopped a command (exit 130).
+var errInterrupted = errors.New("interrupted")
+
 // command is one subcommand.
 type command struct {
 	name, summary string
 	run           func(args []string, stdout, stderr io.Writer) error
+	// define adds the command's flags to a flag set (used to learn every
+	// flag name for the FT_* environment variables).
+	define func(fs *pflag.FlagSet)
 }
 
 var commands = map[string]command{}
@@ -59,6 +65,13 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, pflag.ErrHelp):
 		return 0
+	case errors.Is(err, errInterrupted):
+		if err.Error() != errInterrupted.Error() {
+			fmt.Fprintf(stderr, "infer %s: %v\n", c.name, err)
+			return 130
+		}
+		fmt.Fprintf(stderr, "infer %s: interrupted; device and pinned memory released\n", c.name)
+		return 130
 	case errors.As(err, new(usageError)):
 		fmt.Fprintf(stderr, "infer %s: %v\nRun 'infer %s --help' for usage.\n", c.name, err, c.name)
 		return 2
@@ -78,7 +91,15 @@ func printUsage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'infer <command> --help' for a command's flags and examples.")
+	fmt.Fprintln(w, `
+Every flag can also come from an environment variable FT_<FLAG> (dashes as
+underscores: FT_GPU_BUDGET=8GiB) or from a JSON config file named by --config
+or FT_CONFIG ({"device": "cuda:0", "run-model": {"max-new-tokens": 64}}).
+The command line wins over the environment, which wins over the file.
+
+Exit codes: 0 success, 1 runtime error, 2 usage error, 130 interrupted.
+
+Run 'infer <command> --help' for a command's flags and examples.`)
 }
 
 // newFlags returns a flag set that reports errors instead of exiting, with a
@@ -87,6 +108,7 @@ func newFlags(name, usage string, stderr io.Writer) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.SortFlags = false
+	fs.String("config", "", "JSON file of default flag values (see 'infer --help'); also FT_CONFIG")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "%s\n\nFlags:\n%s", strings.TrimSpace(usage), fs.FlagUsages())
 	}
@@ -104,5 +126,5 @@ func parseFlags(fs *pflag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	return nil
+	return applyDefaults(fs, fs.Name())
 }

@@ -2,11 +2,16 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/flextensor-go/flextensor/models/llama"
 )
 
 type refFile struct {
@@ -84,7 +89,7 @@ func TestRunModelErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"run-model"}, 2, "--token-ids is required"},
+		{[]string{"run-model"}, 2, "give exactly one of --prompt TEXT or --token-ids"},
 		{[]string{"run-model", "--token-ids", "1,x"}, 2, `item 1 ("x")`},
 		{[]string{"run-model", "--token-ids", "1,512"}, 2, "id 512 at position 1 is outside the vocabulary [0, 512)"},
 		{[]string{"run-model", "--token-ids", "1", "--top-p", "2"}, 2, "--top-p 2"},
@@ -207,5 +212,208 @@ func TestProfileThenRun(t *testing.T) {
 	code, _, errOut = run(t, "run-model", "--profile", t.TempDir(), "--token-ids", "1")
 	if code != 1 || !strings.Contains(errOut, "profile.json") {
 		t.Errorf("--profile of an empty directory: exit %d, %q", code, errOut)
+	}
+}
+
+func TestTokenize(t *testing.T) {
+	data, err := os.ReadFile("../../testdata/tiny-llama/tokenizer_reference.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Samples []struct {
+			Text string `json:"text"`
+			IDs  []int  `json:"ids"`
+		} `json:"samples"`
+	}
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ref.Samples {
+		for _, src := range [][]string{{"--model", "../../testdata/tiny-llama"}, {"--tokenizer", "../../testdata/tiny-llama/tokenizer.json"}} {
+			args := append([]string{"tokenize", "--text", s.Text, "--add-special", "--json"}, src...)
+			code, out, errOut := run(t, args...)
+			if code != 0 {
+				t.Fatalf("%v: exit %d %s", args, code, errOut)
+			}
+			var got struct {
+				IDs []int `json:"ids"`
+			}
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.IDs, s.IDs) {
+				t.Errorf("%q: got %v, want %v", s.Text, got.IDs, s.IDs)
+			}
+		}
+	}
+	// Without --add-special there is no BOS.
+	_, out, _ := run(t, "tokenize", "--text", "Hello, world!", "--json")
+	if strings.Contains(out, "[0,") {
+		t.Errorf("BOS added without --add-special: %s", out)
+	}
+	code, _, errOut := run(t, "tokenize", "--text", "x", "--tokenizer", "/nonexistent/tokenizer.json")
+	if code != 1 || !strings.Contains(errOut, "/nonexistent/tokenizer.json") {
+		t.Errorf("missing tokenizer: exit %d %q", code, errOut)
+	}
+	code, _, _ = run(t, "tokenize")
+	if code != 2 {
+		t.Errorf("tokenize without --text: exit %d, want 2", code)
+	}
+}
+
+// TestPromptStreamsText: --prompt tokenizes with BOS, the reply streams to
+// stdout, and --json carries the same text.
+func TestPromptStreamsText(t *testing.T) {
+	code, jsonOut, errOut := run(t, "run-model", "--prompt", "Hello, world!", "--max-new-tokens", "12", "--ignore-eos", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var got struct {
+		PromptIDs []int32 `json:"prompt_ids"`
+		Text      string  `json:"text"`
+	}
+	if err := json.Unmarshal([]byte(jsonOut), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.PromptIDs, []int32{0, 41, 70, 358, 80, 13, 279, 264, 77, 69, 2}) || got.Text == "" {
+		t.Fatalf("prompt ids %v, text %q", got.PromptIDs, got.Text)
+	}
+	code, textOut, errOut := run(t, "run-model", "--prompt", "Hello, world!", "--max-new-tokens", "12", "--ignore-eos")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if textOut != got.Text+"\n" {
+		t.Fatalf("streamed %q, JSON text %q", textOut, got.Text)
+	}
+	code, _, errOut = run(t, "run-model", "--prompt", "hi", "--token-ids", "1")
+	if code != 2 || !strings.Contains(errOut, "exactly one of") {
+		t.Errorf("--prompt with --token-ids: exit %d %q", code, errOut)
+	}
+	code, _, errOut = run(t, "run-model", "--prompt", "hi", "--chat")
+	if code != 2 || !strings.Contains(errOut, "not a Llama 3 instruct checkpoint") {
+		t.Errorf("--chat on a base model: exit %d %q", code, errOut)
+	}
+}
+
+// TestChat: with a Llama 3 instruct tokenizer the prompt is wrapped in the
+// chat format and <|eot_id|> ends the reply.
+func TestChat(t *testing.T) {
+	dir := t.TempDir()
+	cfg := llama.Shapes["deep-test"]
+	cfg.VocabSize, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = 128256, 16, 32, 1
+	cfg.HeadDim, cfg.NumAttentionHeads, cfg.NumKeyValueHeads = 8, 2, 1
+	cfg.BOSTokenID, cfg.EOSTokenIDs = 128000, []int{128001}
+	if err := llama.MakeCheckpoint(dir, cfg, 1, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	gz, err := os.Open("../../models/llama/tokenizer/testdata/llama3-8b-instruct.tokenizer.json.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gz.Close()
+	zr, err := gzip.NewReader(gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, "run-model", "--model", dir, "--chat", "--prompt", "Hi!", "--max-new-tokens", "2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var got struct {
+		PromptIDs []int32 `json:"prompt_ids"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	// <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n
+	want := []int32{128000, 128006, 882, 128007, 271, 13347, 0, 128009, 128006, 78191, 128007, 271}
+	if !slices.Equal(got.PromptIDs, want) {
+		t.Fatalf("chat prompt ids %v, want %v", got.PromptIDs, want)
+	}
+}
+
+func TestEveryCommandHasHelp(t *testing.T) {
+	for name := range commands {
+		code, _, errOut := run(t, name, "--help")
+		if code != 0 || !strings.Contains(errOut, "Examples:") || !strings.Contains(errOut, "Usage:") || !strings.Contains(errOut, "Flags:") {
+			t.Errorf("infer %s --help: exit %d, %q", name, code, errOut)
+		}
+	}
+}
+
+func TestEnvironmentAndConfigFile(t *testing.T) {
+	t.Setenv("FT_MAX_NEW_TOKENS", "3")
+	code, out, errOut := run(t, "run-model", "--token-ids", "1,2", "--ignore-eos", "--json")
+	if code != 0 || !strings.Contains(out, `"generated_ids":[`) || strings.Count(out[strings.Index(out, "generated_ids"):], ",") < 2 {
+		t.Fatalf("FT_MAX_NEW_TOKENS: exit %d %q %q", code, out, errOut)
+	}
+	ids := func(s string) []int32 {
+		var v struct {
+			G []int32 `json:"generated_ids"`
+		}
+		json.Unmarshal([]byte(s), &v)
+		return v.G
+	}
+	if n := len(ids(out)); n != 3 {
+		t.Fatalf("FT_MAX_NEW_TOKENS=3 gave %d tokens", n)
+	}
+	// The flag wins over the environment.
+	_, out, _ = run(t, "run-model", "--token-ids", "1,2", "--ignore-eos", "--json", "--max-new-tokens", "5")
+	if n := len(ids(out)); n != 5 {
+		t.Fatalf("flag 5 over FT 3 gave %d tokens", n)
+	}
+	// The config file is below the environment; its command section applies.
+	cfg := filepath.Join(t.TempDir(), "ft.json")
+	os.WriteFile(cfg, []byte(`{"max-new-tokens": 9, "run-model": {"ignore-eos": true}}`), 0o644)
+	_, out, _ = run(t, "run-model", "--token-ids", "1,2", "--json", "--config", cfg)
+	if n := len(ids(out)); n != 3 {
+		t.Fatalf("environment 3 over file 9 gave %d tokens", n)
+	}
+	os.Unsetenv("FT_MAX_NEW_TOKENS")
+	t.Setenv("FT_CONFIG", cfg)
+	_, out, _ = run(t, "run-model", "--token-ids", "1,2", "--json")
+	if n := len(ids(out)); n != 9 {
+		t.Fatalf("FT_CONFIG file gave %d tokens, want 9", n)
+	}
+	t.Setenv("FT_GPU_BUDGE", "1GiB")
+	code, _, errOut = run(t, "run-model", "--token-ids", "1")
+	if code != 2 || !strings.Contains(errOut, "FT_GPU_BUDGE") || !strings.Contains(errOut, "did you mean FT_GPU_BUDGET") {
+		t.Fatalf("unknown FT_ variable: exit %d %q", code, errOut)
+	}
+	os.Unsetenv("FT_GPU_BUDGE")
+	os.WriteFile(cfg, []byte(`{"max-new-tokns": 9}`), 0o644)
+	code, _, errOut = run(t, "run-model", "--token-ids", "1")
+	if code != 2 || !strings.Contains(errOut, `did you mean "max-new-tokens"`) {
+		t.Fatalf("unknown config key: exit %d %q", code, errOut)
+	}
+}
+
+func TestInspect(t *testing.T) {
+	code, out, errOut := run(t, "inspect", "--gpu-budget", "1.2MiB", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d %s", code, errOut)
+	}
+	var rep struct {
+		Parameters    int64                   `json:"parameters"`
+		BytesByDType  map[string]int64        `json:"bytes_by_dtype"`
+		Units         []struct{ Bytes int64 } `json:"units"`
+		ResidentUnits int                     `json:"resident_units"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Parameters != 869504 || rep.BytesByDType["BF16"] != 2*869504 || len(rep.Units) != 4 || rep.Units[0].Bytes != 369152 {
+		t.Fatalf("inspect: %+v", rep)
+	}
+	if rep.ResidentUnits < 0 || rep.ResidentUnits > 2 {
+		t.Fatalf("1.2 MiB keeps %d units resident", rep.ResidentUnits)
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/flextensor-go/flextensor/models/llama"
+	"github.com/spf13/pflag"
 )
 
 func init() {
-	register(command{name: "make-model", summary: "write a random-weight Llama checkpoint of a named shape", run: makeModel})
+	register(command{name: "make-model", summary: "write a random-weight Llama checkpoint of a named shape", run: makeModel,
+		define: func(fs *pflag.FlagSet) { makeModelFlags(fs) }})
 }
 
 const makeModelUsage = `
@@ -26,16 +28,30 @@ Examples:
   infer make-model --shape llama3-8b --layers 4 --out /tmp/llama3-8b-4l
 `
 
+type makeModelOptions struct {
+	shape, out string
+	layers     int
+	seed       uint64
+	shard      int64
+}
+
+func makeModelFlags(fs *pflag.FlagSet) *makeModelOptions {
+	var o makeModelOptions
+	fs.StringVar(&o.shape, "shape", "", "model shape: "+strings.Join(llama.ShapeNames(), ", "))
+	fs.StringVar(&o.out, "out", "", "output directory (created)")
+	fs.IntVar(&o.layers, "layers", 0, "override the number of layers (0 = the shape's)")
+	fs.Uint64Var(&o.seed, "seed", 1, "random seed")
+	fs.Int64Var(&o.shard, "shard-bytes", 5<<30, "largest shard, in bytes")
+	return &o
+}
+
 func makeModel(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("make-model", makeModelUsage, stderr)
-	shape := fs.String("shape", "", "model shape: "+strings.Join(llama.ShapeNames(), ", "))
-	out := fs.String("out", "", "output directory (created)")
-	layers := fs.Int("layers", 0, "override the number of layers (0 = the shape's)")
-	seed := fs.Uint64("seed", 1, "random seed")
-	shard := fs.Int64("shard-bytes", 5<<30, "largest shard, in bytes")
+	o := makeModelFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	shape, out, layers, seed, shard := &o.shape, &o.out, &o.layers, &o.seed, &o.shard
 	cfg, ok := llama.Shapes[*shape]
 	if !ok {
 		return usagef("--shape %q: unknown (known: %s)", *shape, strings.Join(llama.ShapeNames(), ", "))

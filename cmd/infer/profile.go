@@ -6,10 +6,12 @@ import (
 	"time"
 
 	"github.com/flextensor-go/flextensor/offload"
+	"github.com/spf13/pflag"
 )
 
 func init() {
-	register(command{name: "profile", summary: "profile a model under a GPU budget and save the plan for fast restarts", run: profileCmd})
+	register(command{name: "profile", summary: "profile a model under a GPU budget and save the plan for fast restarts", run: profileCmd,
+		define: func(fs *pflag.FlagSet) { profileFlags(fs) }})
 }
 
 const profileUsage = `
@@ -28,15 +30,28 @@ Examples:
   infer profile --device cpu --device-memory 2MiB --gpu-budget 0.6 --out /tmp/tiny-profile
 `
 
+type profileOptions struct {
+	d       deviceFlags
+	out     string
+	context int
+}
+
+func profileFlags(fs *pflag.FlagSet) *profileOptions {
+	var o profileOptions
+	o.d.register(fs)
+	fs.StringVar(&o.out, "out", "", "profile directory to write (required)")
+	fs.IntVar(&o.context, "context", 64, "prompt tokens of the profiling run")
+	return &o
+}
+
 func profileCmd(args []string, stdout, stderr io.Writer) error {
-	var d deviceFlags
 	fs := newFlags("profile", profileUsage, stderr)
-	d.register(fs)
-	out := fs.String("out", "", "profile directory to write (required)")
-	context := fs.Int("context", 64, "prompt tokens of the profiling run")
+	o := profileFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	d, out, context := o.d, &o.out, &o.context
+	d.progress = newProgress(stderr)
 	if *out == "" {
 		return usagef("--out is required")
 	}

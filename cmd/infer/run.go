@@ -1,19 +1,27 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/llama"
+	"github.com/flextensor-go/flextensor/models/llama/tokenizer"
+	"github.com/spf13/pflag"
 )
 
 func init() {
-	register(command{name: "run-model", summary: "generate tokens with a Llama checkpoint", run: runModel})
+	register(command{name: "run-model", summary: "generate tokens with a Llama checkpoint", run: runModel,
+		define: func(fs *pflag.FlagSet) { runModelFlags(fs) }})
 }
 
 const runModelUsage = `
@@ -21,9 +29,11 @@ infer run-model generates tokens with a Hugging Face Llama checkpoint.
 With no --model it runs the tiny model bundled in the binary.
 
 Usage:
-  infer run-model [--model DIR] --token-ids 1,2,3 [flags]
+  infer run-model [--model DIR] (--prompt TEXT | --token-ids 1,2,3) [flags]
 
 Examples:
+  infer run-model --prompt "The license grants"
+  infer run-model --model ./Llama-3.1-8B-Instruct --chat --prompt "Name three rivers." --temperature 0.7
   infer run-model --token-ids 37,235,396 --max-new-tokens 20
   infer run-model --model ./Llama-3.1-8B --token-ids 128000,9906 --temperature 0.7 --top-p 0.9 --seed 1
   infer run-model --token-ids 37,235 --json
@@ -33,6 +43,8 @@ Examples:
 
 type runOptions struct {
 	dev         deviceFlags
+	prompt      string
+	chat        bool
 	tokenIDs    string
 	maxNew      int
 	temperature float32
@@ -43,10 +55,11 @@ type runOptions struct {
 	ignoreEOS   bool
 }
 
-func runModel(args []string, stdout, stderr io.Writer) error {
+func runModelFlags(fs *pflag.FlagSet) *runOptions {
 	var o runOptions
-	fs := newFlags("run-model", runModelUsage, stderr)
-	fs.StringVar(&o.tokenIDs, "token-ids", "", "prompt as comma-separated token ids (required)")
+	fs.StringVar(&o.prompt, "prompt", "", "prompt text (tokenized with the checkpoint's tokenizer.json); the reply streams to stdout")
+	fs.BoolVar(&o.chat, "chat", false, "wrap --prompt in the Llama 3 instruct chat format (instruct checkpoints)")
+	fs.StringVar(&o.tokenIDs, "token-ids", "", "prompt as comma-separated token ids (instead of --prompt)")
 	fs.IntVar(&o.maxNew, "max-new-tokens", 32, "most tokens to generate")
 	fs.Float32Var(&o.temperature, "temperature", 0, "sampling temperature; 0 = greedy")
 	fs.IntVar(&o.topK, "top-k", 0, "sample from the k most likely tokens; 0 = all")
@@ -55,12 +68,31 @@ func runModel(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of text")
 	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
 	o.dev.register(fs)
+	return &o
+}
+
+func runModel(args []string, stdout, stderr io.Writer) (err error) {
+	fs := newFlags("run-model", runModelUsage, stderr)
+	o := runModelFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	prompt, err := parseTokenIDs(o.tokenIDs)
-	if err != nil {
-		return err
+	o.dev.progress = newProgress(stderr)
+	// Ctrl-C stops generation between tokens; the deferred Close releases
+	// device and pinned memory before the command returns.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if (o.prompt == "") == (o.tokenIDs == "") {
+		return usagef("give exactly one of --prompt TEXT or --token-ids 1,2,3")
+	}
+	if o.chat && o.prompt == "" {
+		return usagef("--chat needs --prompt")
+	}
+	var prompt []int32
+	if o.tokenIDs != "" {
+		if prompt, err = parseTokenIDs(o.tokenIDs); err != nil {
+			return err
+		}
 	}
 	if o.maxNew < 0 {
 		return usagef("--max-new-tokens %d is negative", o.maxNew)
@@ -73,21 +105,71 @@ func runModel(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer sess.Close()
+	defer func() {
+		// Closing checks that every device and pinned byte came back.
+		if cerr := sess.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
 	model, backend, dev := sess.model, sess.backend, sess.dev
 	loadDur := time.Since(start)
+	var tok *tokenizer.Tokenizer
+	var stops []int32
+	if o.prompt != "" {
+		if tok, err = loadTokenizer(sess.dir); err != nil {
+			return err
+		}
+		text, special := o.prompt, true
+		if o.chat {
+			if text, stops, err = chatPrompt(sess.dir, tok, o.prompt); err != nil {
+				return err
+			}
+			special = false // the chat format carries its own <|begin_of_text|>
+		}
+		ids, err := tok.Encode(text, special)
+		if err != nil {
+			return fmt.Errorf("--prompt: %w", err)
+		}
+		for _, id := range ids {
+			prompt = append(prompt, int32(id))
+		}
+	}
 	for i, id := range prompt {
 		if int(id) >= model.Cfg.VocabSize {
 			return usagef("--token-ids: id %d at position %d is outside the vocabulary [0, %d)", id, i, model.Cfg.VocabSize)
 		}
 	}
+	// Text streams to stdout as tokens are chosen (not with --json).
+	var stream *tokenizer.StreamDecoder
+	if tok != nil && !o.jsonOut {
+		stream = tok.NewStreamDecoder()
+	}
 	start = time.Now()
 	gen, err := model.Generate(backend, prompt, llama.GenerateOptions{
+		OnToken: func(id int32) error {
+			if ctx.Err() != nil {
+				return errInterrupted
+			}
+			if stream != nil {
+				piece, err := stream.Add(int(id))
+				if err != nil {
+					return err
+				}
+				if _, err := io.WriteString(stdout, piece); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 		MaxNewTokens: o.maxNew,
 		Sampling:     kernels.SampleParams{Temperature: o.temperature, TopK: o.topK, TopP: o.topP},
 		Seed:         o.seed,
 		IgnoreEOS:    o.ignoreEOS,
+		StopTokens:   stops,
 	})
+	if stream != nil {
+		fmt.Fprintln(stdout, stream.Flush())
+	}
 	if err != nil {
 		return err
 	}
@@ -96,15 +178,29 @@ func runModel(args []string, stdout, stderr io.Writer) error {
 		defer sess.printTiming(stderr)
 	}
 	if o.jsonOut {
-		return json.NewEncoder(stdout).Encode(map[string]any{
+		out := map[string]any{
 			"prompt_ids":    nonNil(prompt),
 			"generated_ids": nonNil(gen),
 			"device":        dev.Name(),
 			"load_ms":       float64(loadDur.Microseconds()) / 1e3,
 			"generate_ms":   float64(genDur.Microseconds()) / 1e3,
-		})
+		}
+		if tok != nil {
+			ids := make([]int, len(gen))
+			for i, id := range gen {
+				ids[i] = int(id)
+			}
+			text, err := tok.Decode(ids, true)
+			if err != nil {
+				return err
+			}
+			out["text"] = text
+		}
+		return json.NewEncoder(stdout).Encode(out)
 	}
-	fmt.Fprintf(stdout, "prompt:    %s\ngenerated: %s\n", joinIDs(prompt), joinIDs(gen))
+	if stream == nil {
+		fmt.Fprintf(stdout, "prompt:    %s\ngenerated: %s\n", joinIDs(prompt), joinIDs(gen))
+	}
 	fmt.Fprintf(stderr, "%d tokens in %v (%.1f tokens/s) on %s\n", len(gen), genDur.Round(time.Millisecond),
 		float64(len(gen))/genDur.Seconds(), dev.Name())
 	return nil

@@ -25,6 +25,7 @@ type deviceFlags struct {
 	offloadTiming bool
 	profile       string
 	strict        bool
+	progress      *progress // nil: no progress output
 }
 
 func (d *deviceFlags) register(fs *pflag.FlagSet) {
@@ -46,6 +47,7 @@ type session struct {
 	model   *llama.Model
 	ck      *loader.Checkpoint
 	manager string
+	dir     string // the checkpoint directory (extracted when bundled)
 	cleanup []func()
 }
 
@@ -89,6 +91,7 @@ func openSession(d deviceFlags) (_ *session, err error) {
 		s.cleanup = append(s.cleanup, cleanup)
 		dir = dir2
 	}
+	s.dir = dir
 	if s.dev, s.backend, err = openDevice(d.device, limit); err != nil {
 		return nil, err
 	}
@@ -103,6 +106,7 @@ func openSession(d deviceFlags) (_ *session, err error) {
 		sessionSeq++
 		name := fmt.Sprintf("infer-%d", sessionSeq)
 		cfg := offload.DefaultConfig(s.dev)
+		cfg.Progress = d.progress.update
 		if d.offloadTiming {
 			cfg.OffloadTiming = offload.TimingEager
 		}
@@ -125,6 +129,7 @@ func openSession(d deviceFlags) (_ *session, err error) {
 	cfg := offload.DefaultConfig(s.dev)
 	cfg.GPUBudget = budget
 	cfg.TransferBlocks = d.blocks
+	cfg.Progress = d.progress.update
 	if d.offloadTiming {
 		cfg.OffloadTiming = offload.TimingEager
 	}

@@ -87,14 +87,16 @@ func (m *Model) workspaceFor(b kernels.Backend, n int) (*workspace, error) {
 	}
 	c := m.Cfg
 	w := &workspace{cap: n, act: b.ActDType()}
-	alloc := func(label string, shape ...int) *runtime.Tensor {
-		t, err := runtime.NewTensor(b.Device(), b.ActDType(), shape, "activations "+label)
+	allocAs := func(dt runtime.DType, label string, shape ...int) *runtime.Tensor {
+		t, err := runtime.NewTensor(b.Device(), dt, shape, "activations "+label)
 		if err != nil {
 			panic(err)
 		}
 		w.bufs = append(w.bufs, t.Buffer())
 		return t
 	}
+	alloc := func(label string, shape ...int) *runtime.Tensor { return allocAs(b.ActDType(), label, shape...) }
+	allocF32 := func(label string, shape ...int) *runtime.Tensor { return allocAs(runtime.F32, label, shape...) }
 	var err error
 	func() {
 		defer func() {
@@ -116,7 +118,7 @@ func (m *Model) workspaceFor(b kernels.Backend, n int) (*workspace, error) {
 		w.o = alloc("o", n, c.HiddenSize)
 		w.gate = alloc("gate", n, c.IntermediateSize)
 		w.up = alloc("up", n, c.IntermediateSize)
-		w.logits = alloc("logits", n, c.VocabSize)
+		w.logits = allocF32("logits", n, c.VocabSize) // F32 on every backend: greedy picks compare logits, bf16 would tie
 		w.hLast = alloc("h last", 1, c.HiddenSize)
 	}()
 	if err != nil {
@@ -228,16 +230,7 @@ func (a *Attention) Forward(b kernels.Backend, w *workspace, h, kc, vc *runtime.
 		if err := a.V.Forward(b, v, h); err != nil {
 			return err
 		}
-		if err := b.RoPE(q, pos0, m.invFreq); err != nil {
-			return err
-		}
-		if err := b.RoPE(k, pos0, m.invFreq); err != nil {
-			return err
-		}
-		if err := b.StoreKV(kc, k, pos0); err != nil {
-			return err
-		}
-		if err := b.StoreKV(vc, v, pos0); err != nil {
+		if err := ropeAndStore(b, m.invFreq, q, k, v, kc, vc, pos0); err != nil {
 			return err
 		}
 		att := rows(w.att, T)
@@ -272,9 +265,14 @@ type GenerateOptions struct {
 	Sampling     kernels.SampleParams // Temperature 0 = greedy
 	Seed         uint64               // seeds the sampler
 	IgnoreEOS    bool                 // keep going past end-of-sequence tokens
+	StopTokens   []int32              // more tokens that end generation (a chat turn's end)
 	// OnToken, when set, sees each new token as it is chosen; an error stops
 	// generation and is returned.
 	OnToken func(id int32) error
+	// Eager runs every step op by op. Otherwise, on a backend that can
+	// capture graphs (kernels.StepCapturer) and a model without hooks,
+	// one-token steps replay a captured DecodeGraph.
+	Eager bool
 }
 
 // Generate runs the prompt, then chooses up to MaxNewTokens tokens one at a
@@ -296,8 +294,10 @@ func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions)
 	logits := make([]float32, m.Cfg.VocabSize)
 	var out []int32
 	next := prompt
+	steps := stepper{eager: opt.Eager}
+	defer steps.close()
 	for len(out) < opt.MaxNewTokens {
-		lt, err := m.Forward(b, cache, next, false)
+		lt, err := steps.forward(m, b, cache, next)
 		if err != nil {
 			return out, err
 		}
@@ -315,7 +315,7 @@ func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions)
 				return out, err
 			}
 		}
-		if !opt.IgnoreEOS && slices.Contains(m.Cfg.EOSTokenIDs, int(tok)) {
+		if !opt.IgnoreEOS && (slices.Contains(m.Cfg.EOSTokenIDs, int(tok)) || slices.Contains(opt.StopTokens, tok)) {
 			break
 		}
 		next = []int32{tok}

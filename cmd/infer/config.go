@@ -1,0 +1,198 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/agnivade/levenshtein"
+	"github.com/spf13/pflag"
+)
+
+// Settings come from three places, the first that has one winning:
+//
+//  1. the command line (--gpu-budget 8GiB);
+//  2. environment variables FT_<FLAG> with dashes as underscores
+//     (FT_GPU_BUDGET=8GiB);
+//  3. a JSON config file named by --config or FT_CONFIG, whose keys are flag
+//     names, either at the top level (for every command) or inside an object
+//     named after a command: {"device": "cuda:0", "run-model": {"max-new-tokens": 64}}.
+//
+// An FT_ variable or config key that names no flag of any command is an
+// error that suggests the closest name.
+
+// extraEnv are FT_ variables that are not flags.
+var extraEnv = map[string]bool{
+	"FT_CONFIG":         true, // the config file
+	"FT_FORCE_PROGRESS": true, // draw progress bars even when stderr is not a terminal (tests)
+	"FT_SOAK":           true, // forwards in the offload soak test
+}
+
+// envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.
+func envName(flag string) string {
+	return "FT_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// allFlagNames is the union of every command's flag names.
+func allFlagNames() map[string]bool {
+	names := map[string]bool{"config": true, "help": true}
+	for _, c := range commands {
+		if c.define == nil {
+			continue
+		}
+		fs := pflag.NewFlagSet(c.name, pflag.ContinueOnError)
+		c.define(fs)
+		fs.VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
+	}
+	return names
+}
+
+func closest(name string, candidates []string) string {
+	best, bestD := "", 1<<30
+	for _, c := range candidates {
+		if d := levenshtein.ComputeDistance(name, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if bestD > max(2, len(name)/3) {
+		return ""
+	}
+	return best
+}
+
+// checkEnv rejects FT_ variables that name no flag.
+func checkEnv() error {
+	known := map[string]bool{}
+	var list []string
+	for n := range allFlagNames() {
+		known[envName(n)] = true
+		list = append(list, envName(n))
+	}
+	for n := range extraEnv {
+		known[n] = true
+		list = append(list, n)
+	}
+	sort.Strings(list)
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "FT_") || known[name] {
+			continue
+		}
+		if c := closest(name, list); c != "" {
+			return usagef("unknown environment variable %s (did you mean %s?)", name, c)
+		}
+		return usagef("unknown environment variable %s (FT_ variables name flags, e.g. FT_GPU_BUDGET)", name)
+	}
+	return nil
+}
+
+// applyDefaults fills the flags the command line left unset from the
+// environment, then from the config file.
+func applyDefaults(fs *pflag.FlagSet, command string) error {
+	if err := checkEnv(); err != nil {
+		return err
+	}
+	setByEnv := map[string]bool{}
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || f.Name == "help" {
+			return
+		}
+		if v, ok := os.LookupEnv(envName(f.Name)); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = usagef("%s=%q: %v", envName(f.Name), v, e)
+			}
+			setByEnv[f.Name] = true
+		}
+	})
+	if err != nil {
+		return err
+	}
+	path, _ := fs.GetString("config")
+	if path == "" {
+		path = os.Getenv("FT_CONFIG")
+	}
+	if path == "" {
+		return nil
+	}
+	values, err := readConfigFile(path, command)
+	if err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		f := fs.Lookup(k)
+		if f == nil || f.Changed || setByEnv[k] {
+			continue // another command's flag, or set more specifically
+		}
+		if e := fs.Set(k, values[k]); e != nil {
+			return usagef("config %s: %q: %v", path, k, e)
+		}
+	}
+	return nil
+}
+
+// readConfigFile returns the settings for command: top-level keys, then the
+// command's own section over them. Unknown keys are errors.
+func readConfigFile(path, command string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, usagef("config %s: not a JSON object: %v", path, err)
+	}
+	known := allFlagNames()
+	var flagList []string
+	for n := range known {
+		flagList = append(flagList, n)
+	}
+	sort.Strings(flagList)
+	out := map[string]string{}
+	add := func(k string, v any, where string) error {
+		if !known[k] {
+			if c := closest(k, flagList); c != "" {
+				return usagef("config %s: unknown key %q%s (did you mean %q?)", path, k, where, c)
+			}
+			return usagef("config %s: unknown key %q%s", path, k, where)
+		}
+		switch x := v.(type) {
+		case string:
+			out[k] = x
+		case bool, float64:
+			out[k] = fmt.Sprint(x)
+		default:
+			return usagef("config %s: key %q%s: want a string, number or boolean", path, k, where)
+		}
+		return nil
+	}
+	var section map[string]any
+	for k, v := range raw {
+		if _, isCmd := commands[k]; isCmd {
+			if k == command {
+				m, ok := v.(map[string]any)
+				if !ok {
+					return nil, usagef("config %s: section %q is not an object", path, k)
+				}
+				section = m
+			}
+			continue
+		}
+		if err := add(k, v, ""); err != nil {
+			return nil, err
+		}
+	}
+	for k, v := range section {
+		if err := add(k, v, " in section "+command); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

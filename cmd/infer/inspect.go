@@ -1,0 +1,189 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+
+	flextensor "github.com/flextensor-go/flextensor"
+	"github.com/flextensor-go/flextensor/loader"
+	"github.com/flextensor-go/flextensor/models/llama"
+	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/offload"
+	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/spf13/pflag"
+)
+
+func init() {
+	register(command{name: "inspect", summary: "describe a checkpoint and what stays resident under a budget", run: inspectCmd,
+		define: func(fs *pflag.FlagSet) { inspectFlags(fs) }})
+}
+
+const inspectUsage = `
+infer inspect reads a checkpoint's config.json and safetensors headers (no
+weights) and prints the configuration, the parameter count, bytes by dtype,
+each offload unit's bytes and, with --gpu-budget, which units a plan would
+keep resident. That plan assumes compute proportional to bytes and a 50 GB/s
+copy link; 'infer profile' measures both.
+
+Usage:
+  infer inspect [--model DIR] [--gpu-budget X [--device-memory M]] [--json]
+
+Examples:
+  infer inspect --model /tmp/llama3-8b --gpu-budget 8GiB
+  infer inspect --gpu-budget 1MiB --json
+`
+
+type inspectOptions struct {
+	model, budget, deviceMemory string
+	blocks                      int
+	jsonOut                     bool
+}
+
+func inspectFlags(fs *pflag.FlagSet) *inspectOptions {
+	var o inspectOptions
+	fs.StringVar(&o.model, "model", "", "checkpoint directory; default: the bundled tiny model")
+	fs.StringVar(&o.budget, "gpu-budget", "", "device memory for weights, bytes (8GiB) or a fraction of --device-memory")
+	fs.StringVar(&o.deviceMemory, "device-memory", "", "device memory, for a fractional --gpu-budget")
+	fs.IntVar(&o.blocks, "transfer-blocks", 0, "transfer blocks (0 = the planner chooses)")
+	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object")
+	return &o
+}
+
+type inspectReport struct {
+	Config        *llama.Config    `json:"config"`
+	Parameters    int64            `json:"parameters"`
+	BytesByDType  map[string]int64 `json:"bytes_by_dtype"`
+	TotalBytes    int64            `json:"total_bytes"`
+	FixedBytes    int64            `json:"non_unit_bytes"`
+	Units         []inspectUnit    `json:"units"`
+	Budget        int64            `json:"budget_bytes,omitempty"`
+	ResidentUnits int              `json:"resident_units,omitempty"`
+	Slots         int              `json:"transfer_blocks,omitempty"`
+}
+
+type inspectUnit struct {
+	Name     string `json:"name"`
+	Bytes    int64  `json:"bytes"`
+	Resident *bool  `json:"resident,omitempty"`
+}
+
+func inspectCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("inspect", inspectUsage, stderr)
+	o := inspectFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dir := o.model
+	if dir == "" {
+		d, cleanup, err := flextensor.ExtractTinyLlama()
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		dir = d
+	}
+	cfg, err := loader.ReadLlamaConfig(dir)
+	if err != nil {
+		return err
+	}
+	ck, err := loader.OpenCheckpoint(dir)
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	m, err := llama.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := m.BindCheckpoint(ck, runtime.NewMeta()); err != nil { // shapes only: nothing is read
+		return err
+	}
+	defer m.Close()
+	rep := inspectReport{Config: cfg, BytesByDType: map[string]int64{}}
+	for _, p := range nn.Parameters(m) {
+		t := p.Peek()
+		rep.Parameters += int64(t.NumElements())
+		rep.BytesByDType[t.DType().String()] += t.NumBytes()
+		rep.TotalBytes += t.NumBytes()
+	}
+	fp, err := offload.Measure(m, nil, nil)
+	if err != nil {
+		return err
+	}
+	rep.FixedBytes = fp.FixedBytes
+	for i, n := range fp.UnitNames {
+		rep.Units = append(rep.Units, inspectUnit{Name: n, Bytes: fp.UnitBytes[i]})
+	}
+	if o.budget != "" {
+		b, err := offload.ParseBudget(o.budget)
+		if err != nil {
+			return usageError{fmt.Errorf("--gpu-budget: %w", err)}
+		}
+		var limit int64
+		if o.deviceMemory != "" {
+			lb, err := offload.ParseBudget(o.deviceMemory)
+			if err != nil || lb.Bytes == 0 {
+				return usagef("--device-memory %q: want bytes with a unit", o.deviceMemory)
+			}
+			limit = lb.Bytes
+		}
+		budget, err := b.Resolve(limit)
+		if err != nil {
+			return usageError{err}
+		}
+		in := offload.PlanInput{FixedBytes: fp.FixedBytes, Budget: budget, Slots: o.blocks, Curve: offload.FitH2D(10e-6, 50e9)}
+		for i, n := range fp.UnitNames {
+			in.Units = append(in.Units, offload.PlanUnit{Name: n, Bytes: fp.UnitBytes[i], ComputeSec: float64(fp.UnitBytes[i]) / 4e12})
+		}
+		plan, err := offload.MakePlan(in)
+		if err != nil {
+			return err
+		}
+		rep.Budget, rep.Slots = budget, plan.Slots
+		for i := range rep.Units {
+			r := plan.Resident[i]
+			rep.Units[i].Resident = &r
+			if r {
+				rep.ResidentUnits++
+			}
+		}
+	}
+	if o.jsonOut {
+		return json.NewEncoder(stdout).Encode(rep)
+	}
+	c := cfg
+	fmt.Fprintf(stdout, "checkpoint  %s (%d files)\n", dir, len(ck.Files()))
+	fmt.Fprintf(stdout, "model       Llama: %d layers, hidden %d, MLP %d, heads %d (KV %d) × %d, vocab %d, tied embeddings %v\n",
+		c.NumHiddenLayers, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.VocabSize, c.TieWordEmbeddings)
+	fmt.Fprintf(stdout, "rope        %s, theta %g", c.Rope.Type, c.Rope.Theta)
+	if c.Rope.Type == "llama3" {
+		fmt.Fprintf(stdout, ", factor %g, low/high %g/%g, original %d", c.Rope.Factor, c.Rope.LowFreqFactor, c.Rope.HighFreqFactor, c.Rope.OriginalMaxPositionEmbeddings)
+	}
+	fmt.Fprintf(stdout, "\nparameters  %d (%.2f B)\n", rep.Parameters, float64(rep.Parameters)/1e9)
+	dts := make([]string, 0, len(rep.BytesByDType))
+	for d := range rep.BytesByDType {
+		dts = append(dts, d)
+	}
+	sort.Strings(dts)
+	for _, d := range dts {
+		fmt.Fprintf(stdout, "bytes       %s: %s\n", d, runtime.FormatBytes(rep.BytesByDType[d]))
+	}
+	fmt.Fprintf(stdout, "non-unit    %s (embeddings, final norm, LM head: always resident)\n", runtime.FormatBytes(rep.FixedBytes))
+	for _, u := range rep.Units {
+		place := ""
+		if u.Resident != nil {
+			place = "streamed"
+			if *u.Resident {
+				place = "resident"
+			}
+		}
+		fmt.Fprintf(stdout, "unit        %-24s %12s  %s\n", u.Name, runtime.FormatBytes(u.Bytes), place)
+	}
+	if o.budget != "" {
+		fmt.Fprintf(stdout, "budget      %s: %d of %d units resident, %d transfer blocks (estimate; 'infer profile' measures)\n",
+			runtime.FormatBytes(rep.Budget), rep.ResidentUnits, len(rep.Units), rep.Slots)
+	}
+	return nil
+}
