@@ -96,6 +96,8 @@ type engine struct {
 
 	timing timingState
 
+	replan replanState
+
 	progMu    sync.Mutex
 	progDone  int64
 	progTotal int64
@@ -138,6 +140,12 @@ func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *en
 	e, err := buildEngine(m, model, cfg, o, nil)
 	if err != nil {
 		return nil, err
+	}
+	if o.compile != nil {
+		if err := applyCompile(e.units, o.compile); err != nil {
+			e.closeStream()
+			return nil, err
+		}
 	}
 	if err := e.startDiscovery(); err != nil {
 		e.freeAll()
@@ -555,10 +563,16 @@ func (e *engine) Exit(mod nn.Module, ferr error) error {
 }
 
 func (e *engine) beginPass() error {
-	if e.phase == PhaseInference && e.cfg.OffloadTiming != TimingOff {
+	if e.phase == PhaseInference && e.measuring() {
 		return e.timing.begin(e)
 	}
 	return nil
+}
+
+// measuring reports whether INFERENCE passes record unit events: for the
+// timing report, or for a strategy replan's measurement.
+func (e *engine) measuring() bool {
+	return e.cfg.OffloadTiming != TimingOff || e.replan.state == ReplanInProgress
 }
 
 // finishPass ends one forward of the root: after a failure the pipeline is
@@ -618,9 +632,20 @@ func (e *engine) endPass(suspended bool) error {
 			}
 		}
 	case PhaseInference:
+		if e.replan.state == ReplanInProgress {
+			if err := e.replanCollect(); err != nil {
+				return err
+			}
+			if !e.replan.manual {
+				if err := e.replanStep(); err != nil {
+					return err
+				}
+			}
+		}
 		if e.cfg.OffloadTiming == TimingEager {
 			return e.timing.end(e)
 		}
+		e.timing.abort()
 	}
 	return nil
 }
@@ -894,7 +919,7 @@ func (e *engine) issue() error {
 
 func (e *engine) enterInference(u *unit) error {
 	c := e.dev.Compute()
-	timed := e.cfg.OffloadTiming != TimingOff
+	timed := e.measuring()
 	if !u.resident {
 		g := e.entered
 		if want := e.streamed[g%len(e.streamed)]; want != u {
@@ -943,7 +968,7 @@ func (e *engine) exitInference(u *unit) error {
 	if err != nil {
 		return err
 	}
-	if e.cfg.OffloadTiming != TimingOff {
+	if e.measuring() {
 		u.end = ev
 		e.timing.unitDone(u)
 	}

@@ -405,6 +405,12 @@ func (m *Manager) UpdateState(replayGeneration int) error {
 	if m.e == nil {
 		return fmt.Errorf("offload manager %q: UpdateState: %w", m.name, ErrNotOffloaded)
 	}
+	if m.e.phase == PhaseInference {
+		if m.e.failed != nil {
+			return fmt.Errorf("%w: %v", ErrEngineFailed, m.e.failed)
+		}
+		return m.e.advanceReplan(replayGeneration)
+	}
 	return m.e.endPass(m.suspended > 0)
 }
 

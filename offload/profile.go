@@ -409,7 +409,9 @@ func (e *engine) startFromState(st *State) error {
 	e.budget = st.BudgetBytes
 	e.plan = Plan{Resident: st.Plan.Resident, Slots: st.Plan.Slots, SlotBytes: st.Plan.SlotBytes, SlotOf: st.Plan.SlotOf,
 		Prefetch: st.Plan.Prefetch, PredictedSec: st.Plan.PredictedSec, FloorSec: st.Plan.FloorSec, PeakBytes: st.Plan.PeakBytes}
-	e.planIn = PlanInput{FixedBytes: st.FixedBytes, Budget: st.BudgetBytes, Slots: st.Plan.Slots, Curve: st.Curve, TransferScale: e.cfg.TransferBudgetScale}
+	// A later replan plans with this configuration's slot request (0 = the
+	// planner chooses), not necessarily the profile's count.
+	e.planIn = PlanInput{FixedBytes: st.FixedBytes, Budget: st.BudgetBytes, Slots: e.cfg.TransferBlocks, Curve: st.Curve, TransferScale: e.cfg.TransferBudgetScale}
 	var streamed []*unit
 	for i, u := range e.units {
 		su := st.Units[i]
