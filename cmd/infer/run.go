@@ -145,8 +145,12 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		stream = tok.NewStreamDecoder()
 	}
 	start = time.Now()
+	var firstToken time.Duration
 	gen, err := model.Generate(backend, prompt, llama.GenerateOptions{
 		OnToken: func(id int32) error {
+			if firstToken == 0 {
+				firstToken = time.Since(processStart)
+			}
 			if ctx.Err() != nil {
 				return errInterrupted
 			}
@@ -184,7 +188,16 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			"device":        dev.Name(),
 			"load_ms":       float64(loadDur.Microseconds()) / 1e3,
 			"generate_ms":   float64(genDur.Microseconds()) / 1e3,
+			// From process start to the first generated token, and what the
+			// process read and held to get there.
+			"first_token_ms":        float64(firstToken.Microseconds()) / 1e3,
+			"checkpoint_bytes":      sess.ck.TotalBytes(),
+			"checkpoint_bytes_read": sess.ck.BytesRead(),
+			"peak_rss_bytes":        peakRSS(),
+			"pinned_peak_bytes":     dev.HostMemory().Peak,
+			"device_peak_bytes":     dev.Memory().Peak,
 		}
+		out["io_rchar"], out["io_read_bytes"] = ioCounters()
 		if tok != nil {
 			ids := make([]int, len(gen))
 			for i, id := range gen {
