@@ -307,8 +307,13 @@ func Find(root Module, name string) (Module, error) {
 // "model.layers.*" matches "model.layers.3" but not "model.layers.3.mlp".
 func MatchOutermost(root Module, include, exclude []string) ([]Module, error) {
 	for _, g := range append(append([]string(nil), include...), exclude...) {
-		if _, err := matchGlob(g, ""); err != nil {
-			return nil, fmt.Errorf("bad module pattern %q: %w", g, err)
+		for _, part := range strings.Split(g, ".") {
+			if part == "**" {
+				continue
+			}
+			if err := validPart(part); err != nil {
+				return nil, fmt.Errorf("bad module pattern %q: %w", g, err)
+			}
 		}
 	}
 	var out []Module
