@@ -148,6 +148,7 @@ func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *en
 		}
 	}
 	if err := e.startDiscovery(); err != nil {
+		e.restore() // uploadFixed may have bound parameters to device views freed below
 		e.freeAll()
 		e.closeStream()
 		return nil, err
@@ -384,58 +385,98 @@ func (e *engine) uploadParams(ps []*nn.Parameter, origs []*runtime.Tensor, label
 	return nil
 }
 
-// stageChunk is the size of each of the two host staging buffers through
-// which fillDevice uploads.
-const stageChunk = 64 << 20
+// stageChunk is the size of each host staging buffer through which
+// fillDevice uploads, and stageBuffers their number.
+const (
+	stageChunk   = 64 << 20
+	stageBuffers = 4
+)
 
-// fillDevice writes params[i] at offs[i] of buf, through two host staging
-// chunks so that reading one chunk overlaps copying the other; it returns
-// when the copies are done.
+// fillDevice writes params[i] at offs[i] of buf through a few host staging
+// buffers: chunks are read (from memory or a file) on several goroutines
+// while earlier chunks are copied to the device, so reading and copying
+// overlap. Stream calls stay on the calling goroutine. It returns when the
+// copies are done.
 func (e *engine) fillDevice(buf *runtime.DeviceBuffer, ps []*nn.Parameter, origs []*runtime.Tensor, offs []int64) error {
-	var total int64
-	for _, t := range origs {
-		total += t.NumBytes()
+	type chunk struct {
+		p      *nn.Parameter
+		orig   *runtime.Tensor
+		off, n int64
+		dst    int64
 	}
-	if total == 0 {
+	var jobs []chunk
+	var total int64
+	for i, p := range ps {
+		n := origs[i].NumBytes()
+		total += n
+		for off := int64(0); off < n; off += stageChunk {
+			jobs = append(jobs, chunk{p: p, orig: origs[i], off: off, n: min(stageChunk, n-off), dst: offs[i] + off})
+		}
+	}
+	if len(jobs) == 0 {
 		return nil
 	}
+	k := min(stageBuffers, len(jobs))
 	size := min(int64(stageChunk), total)
-	var stage [2]*runtime.HostBuffer
+	stage := make([]*runtime.HostBuffer, k)
 	for i := range stage {
 		h, err := e.hostBlock(size, "offload upload staging")
 		if err != nil {
+			for _, x := range stage[:i] {
+				x.Free()
+			}
 			return err
 		}
-		defer h.Free()
 		stage[i] = h
 	}
-	var done [2]runtime.Event
-	k := 0
-	for i, p := range ps {
-		n := origs[i].NumBytes()
-		for off := int64(0); off < n; off += size {
-			m := min(size, n-off)
-			s := k % 2
-			if done[s] != nil {
-				if err := done[s].Synchronize(); err != nil {
-					return err
-				}
-			}
-			if err := e.readParam(p, origs[i], off, stage[s].Bytes()[:m]); err != nil {
-				_ = e.copy.Synchronize()
+	defer func() {
+		for _, h := range stage {
+			h.Free()
+		}
+	}()
+	readDone := make([]chan error, len(jobs))
+	started := 0
+	startRead := func(i int) {
+		ch := make(chan error, 1)
+		readDone[i] = ch
+		j, h := jobs[i], stage[i%k]
+		go func() { ch <- e.readParam(j.p, j.orig, j.off, h.Bytes()[:j.n]) }()
+		started = i + 1
+	}
+	// drain waits for reads in flight, so no goroutine writes a staging
+	// buffer after it is freed.
+	drain := func(from int) {
+		for i := from; i < started; i++ {
+			<-readDone[i]
+		}
+		_ = e.copy.Synchronize()
+	}
+	for i := 0; i < k; i++ {
+		startRead(i)
+	}
+	evs := make([]runtime.Event, k)
+	for i, j := range jobs {
+		if err := <-readDone[i]; err != nil {
+			drain(i + 1)
+			return err
+		}
+		if err := e.copy.CopyH2D(buf, j.dst, stage[i%k], 0, j.n); err != nil {
+			drain(i + 1)
+			return err
+		}
+		ev, err := e.copy.Record()
+		if err != nil {
+			drain(i + 1)
+			return err
+		}
+		evs[i%k] = ev
+		e.placed(j.n)
+		if i+k < len(jobs) {
+			if err := ev.Synchronize(); err != nil { // the buffer is free again
+				drain(i + 1)
 				return err
 			}
-			e.placed(m)
-			if err := e.copy.CopyH2D(buf, offs[i]+off, stage[s], 0, m); err != nil {
-				_ = e.copy.Synchronize()
-				return err
-			}
-			ev, err := e.copy.Record()
-			if err != nil {
-				return err
-			}
-			done[s] = ev
-			k++
+			startRead(i + k)
 		}
 	}
 	return e.copy.Synchronize()
@@ -579,22 +620,37 @@ func (e *engine) measuring() bool {
 // drained and restarted at a pass boundary; otherwise the phase advances.
 func (e *engine) finishPass(ferr error) error {
 	e.active = nil
+	if e.discoverErr != nil {
+		ferr = errors.Join(ferr, e.discoverErr)
+		e.discoverErr = nil
+	}
 	if ferr != nil {
 		e.resync()
 		return ferr
 	}
-	if e.discoverErr != nil {
-		err := e.discoverErr
-		e.discoverErr = nil
+	if err := e.endPass(e.m.suspended > 0); err != nil {
+		if e.failed == nil {
+			e.resync() // a failed end of pass (timing) may leave copies in flight
+		}
 		return err
 	}
-	return e.endPass(e.m.suspended > 0)
+	return nil
 }
 
 // resync waits for all copies and forgets in-flight prefetches, so the next
-// forward starts from idle slots.
+// forward starts from idle slots. A stream whose copy failed keeps failing
+// (the error is sticky), so it is replaced by a new one; when no new stream
+// can be made the engine fails.
 func (e *engine) resync() {
-	_ = e.copy.Synchronize()
+	if err := e.copy.Synchronize(); err != nil {
+		_ = e.copy.Close()
+		s, serr := e.dev.NewStream("offload copy")
+		if serr != nil {
+			e.fail(fmt.Errorf("copy stream failed (%v) and cannot be replaced: %w", err, serr))
+		} else {
+			e.copy = s
+		}
+	}
 	_ = e.dev.Compute().Synchronize()
 	if e.phase == PhaseInference {
 		e.issued, e.entered, e.exited = 0, 0, 0
@@ -1012,7 +1068,9 @@ func (e *engine) pinnedBytes() int64 {
 func (e *engine) release(preserve bool) error {
 	var errs []error
 	if e.copy != nil {
-		errs = append(errs, e.copy.Synchronize())
+		if err := e.copy.Synchronize(); e.failed == nil {
+			errs = append(errs, err) // a failed engine's stream error was reported already
+		}
 	}
 	errs = append(errs, e.dev.Compute().Synchronize())
 	if e.unhook != nil {
@@ -1031,7 +1089,9 @@ func (e *engine) release(preserve bool) error {
 	}
 	e.freeAll()
 	if e.copy != nil {
-		errs = append(errs, e.copy.Close())
+		if err := e.copy.Close(); e.failed == nil {
+			errs = append(errs, err)
+		}
 		e.copy = nil
 	}
 	return errors.Join(errs...)
