@@ -109,13 +109,13 @@ func (m *Model) workspaceFor(b kernels.Backend, n int) (*workspace, error) {
 			}
 		}()
 		H, K, d := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-		w.x = alloc("x", n, c.HiddenSize)
+		w.x = allocF32("x", n, c.HiddenSize) // the residual stream stays F32 on every backend
 		w.h = alloc("h", n, c.HiddenSize)
 		w.q = alloc("q", n, H, d)
 		w.k = alloc("k", n, K, d)
 		w.v = alloc("v", n, K, d)
 		w.att = alloc("attn", n, H, d)
-		w.o = alloc("o", n, c.HiddenSize)
+		w.o = allocF32("o", n, c.HiddenSize) // F32: added to the residual
 		w.gate = alloc("gate", n, c.IntermediateSize)
 		w.up = alloc("up", n, c.IntermediateSize)
 		w.logits = allocF32("logits", n, c.VocabSize) // F32 on every backend: greedy picks compare logits, bf16 would tie
@@ -221,13 +221,7 @@ func (a *Attention) Forward(b kernels.Backend, w *workspace, h, kc, vc *runtime.
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {
 		q, k, v := rows(w.q, T), rows(w.k, T), rows(w.v, T)
-		if err := a.Q.Forward(b, q, h); err != nil {
-			return err
-		}
-		if err := a.K.Forward(b, k, h); err != nil {
-			return err
-		}
-		if err := a.V.Forward(b, v, h); err != nil {
+		if err := a.project(b, h, q, k, v); err != nil {
 			return err
 		}
 		if err := ropeAndStore(b, m.invFreq, q, k, v, kc, vc, pos0); err != nil {
@@ -246,13 +240,7 @@ func (p *MLP) Forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor) e
 	T := h.Dim(0)
 	return nn.Call(p, func() error {
 		g, u := rows(w.gate, T), rows(w.up, T)
-		if err := p.Gate.Forward(b, g, h); err != nil {
-			return err
-		}
-		if err := p.Up.Forward(b, u, h); err != nil {
-			return err
-		}
-		if err := b.SiLUMul(g, g, u); err != nil {
+		if err := p.gateUp(b, g, u, h); err != nil {
 			return err
 		}
 		return p.Down.Forward(b, out, g)

@@ -1,0 +1,54 @@
+package kernels
+
+import "github.com/flextensor-go/flextensor/runtime"
+
+// Optional capabilities of a Backend, found by type assertion. The CPU
+// backend has none of them; the CUDA backend has all.
+
+// Graph is backend work recorded once and replayed as one launch (a CUDA
+// graph): every op with the tensors and sizes it was recorded with.
+type Graph interface {
+	// Replay enqueues the recorded work on the backend's compute stream.
+	Replay() error
+	// Close frees the graph.
+	Close() error
+}
+
+// StepCapturer records a forward step into a Graph. While fn runs under
+// CaptureStep, the ops that take token ids or positions (Embedding, RoPE,
+// StoreKV, Attention, RoPEStoreKV) record reads of device memory that SetStep
+// writes, so one graph replays at any position; the ids and positions passed
+// while capturing only size the work. Nothing runs during the capture.
+type StepCapturer interface {
+	Backend
+	// CaptureStep records the work fn enqueues.
+	CaptureStep(fn func() error) (Graph, error)
+	// SetStep enqueues, ahead of the next Replay, the step's token ids and the
+	// position of its first token.
+	SetStep(ids []int32, pos0 int) error
+}
+
+// RoPEStorer fuses a layer's rotary embedding with its KV-cache writes: the
+// same as RoPE(q, pos0, invFreq); RoPE(k, pos0, invFreq); StoreKV(kCache, k,
+// pos0); StoreKV(vCache, v, pos0), in one op.
+type RoPEStorer interface {
+	RoPEStoreKV(q, k, v, kCache, vCache *runtime.Tensor, pos0 int, invFreq []float32) error
+}
+
+// Argmaxer picks greedy tokens on the device: dst[r] = the first index of the
+// largest value of row r of x[R,V] (NaNs skipped), read back to the host.
+type Argmaxer interface {
+	ArgmaxRows(dst []int32, x *runtime.Tensor) error
+}
+
+// MultiMatMuler computes several projections of one input in one op:
+// outs[i][T,N_i] = x[T,D]·ws[i][N_i,D]ᵀ (one launch for a token's q, k and v).
+type MultiMatMuler interface {
+	MatMulN(outs []*runtime.Tensor, x *runtime.Tensor, ws []*runtime.Tensor) error
+}
+
+// GateUpSiLUer fuses Llama's MLP before its down projection for one token:
+// out[1,I] = silu(x·wgᵀ)·(x·wuᵀ), silu(g) = g·σ(g), for x of one row.
+type GateUpSiLUer interface {
+	GateUpSiLU(out, x, wg, wu *runtime.Tensor) error
+}

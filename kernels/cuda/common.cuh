@@ -1,0 +1,159 @@
+// Helpers shared by FlexTensor's CUDA kernels. The .cu files of this
+// directory are compiled as one NVRTC program, this file first (see
+// Source in embed.go); they include no headers.
+//
+// Storage types: bf16_t and f16_t are the raw 16-bit patterns. Every kernel
+// computes in fp32 and rounds to bf16 with round-to-nearest-even, exactly as
+// runtime.F32ToBF16 does.
+
+typedef unsigned short bf16_t;
+typedef unsigned short f16_t;
+typedef unsigned long long usize; // element offsets (NVRTC has no <stddef.h>)
+
+#define FT_INF __int_as_float(0x7f800000)
+#define FT_FULL 0xffffffffu
+#define FT_BF16_NAN ((bf16_t)0x7fc0)
+
+// bf2f widens bfloat16 bits: the high half of a binary32.
+__device__ __forceinline__ float bf2f(bf16_t x) { return __uint_as_float(((unsigned)x) << 16); }
+
+// f2bf narrows to bfloat16 with round-to-nearest-even; NaN stays a quiet NaN.
+__device__ __forceinline__ bf16_t f2bf(float f) {
+	unsigned u = __float_as_uint(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)((u >> 16) | 0x40u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (bf16_t)(u >> 16);
+}
+
+// h2f widens IEEE binary16 bits.
+__device__ __forceinline__ float h2f(f16_t h) {
+	float f;
+	asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+	return f;
+}
+
+// f2h narrows to IEEE binary16 with round-to-nearest-even.
+__device__ __forceinline__ f16_t f2h(float f) {
+	f16_t h;
+	asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+	return h;
+}
+
+// pack_bf16 rounds lo and hi to bfloat16 and packs them, lo in the low half.
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+	unsigned r;
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+	return r;
+}
+
+// Element codes of the runtime.DType values the kernels know.
+#define FT_F32 1
+#define FT_F16 2
+#define FT_BF16 3
+
+__device__ __forceinline__ float load_as_f32(const void* p, int dt, usize i) {
+	if (dt == FT_F32) return ((const float*)p)[i];
+	if (dt == FT_F16) return h2f(((const f16_t*)p)[i]);
+	return bf2f(((const bf16_t*)p)[i]);
+}
+
+__device__ __forceinline__ void store_from_f32(void* p, int dt, usize i, float v) {
+	if (dt == FT_F32) ((float*)p)[i] = v;
+	else if (dt == FT_F16) ((f16_t*)p)[i] = f2h(v);
+	else ((bf16_t*)p)[i] = f2bf(v);
+}
+
+// ft_pos is the position of a step's first token: read from device memory
+// when posp is set (a captured graph replays at any position), else pos0.
+__device__ __forceinline__ int ft_pos(const int* posp, int pos0) { return posp ? *posp : pos0; }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FT_FULL, v, o);
+	return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FT_FULL, v, o));
+	return v;
+}
+
+// block_sum returns the sum of v over the block (blockDim.x a multiple of 32)
+// to every thread; sh holds 32 floats of shared memory.
+__device__ __forceinline__ float block_sum(float v, float* sh) {
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warp_sum(v);
+	__syncthreads();
+	if (lane == 0) sh[w] = v;
+	__syncthreads();
+	v = lane < nw ? sh[lane] : 0.f;
+	return warp_sum(v);
+}
+
+// dot8 is the fp32 dot product of two vectors of 8 bf16 values.
+__device__ __forceinline__ float dot8(uint4 a, uint4 b) {
+	float s = 0.f;
+	s += __uint_as_float(a.x << 16) * __uint_as_float(b.x << 16);
+	s += __uint_as_float(a.x & 0xffff0000u) * __uint_as_float(b.x & 0xffff0000u);
+	s += __uint_as_float(a.y << 16) * __uint_as_float(b.y << 16);
+	s += __uint_as_float(a.y & 0xffff0000u) * __uint_as_float(b.y & 0xffff0000u);
+	s += __uint_as_float(a.z << 16) * __uint_as_float(b.z << 16);
+	s += __uint_as_float(a.z & 0xffff0000u) * __uint_as_float(b.z & 0xffff0000u);
+	s += __uint_as_float(a.w << 16) * __uint_as_float(b.w << 16);
+	s += __uint_as_float(a.w & 0xffff0000u) * __uint_as_float(b.w & 0xffff0000u);
+	return s;
+}
+
+// unpack8 widens 8 bf16 values.
+__device__ __forceinline__ void unpack8(uint4 a, float* f) {
+	f[0] = __uint_as_float(a.x << 16);
+	f[1] = __uint_as_float(a.x & 0xffff0000u);
+	f[2] = __uint_as_float(a.y << 16);
+	f[3] = __uint_as_float(a.y & 0xffff0000u);
+	f[4] = __uint_as_float(a.z << 16);
+	f[5] = __uint_as_float(a.z & 0xffff0000u);
+	f[6] = __uint_as_float(a.w << 16);
+	f[7] = __uint_as_float(a.w & 0xffff0000u);
+}
+
+// Shared-memory address of a generic pointer, for ldmatrix and cp.async.
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+	unsigned r;
+	asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+	return r;
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(smem)), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+__device__ __forceinline__ void cp_async_wait0() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// ldmatrix_x4 loads four 8×8 b16 matrices; lanes 8i..8i+7 give the row
+// addresses of matrix i, which lands in r_i (thread l gets row l/4, columns
+// 2(l%4), 2(l%4)+1).
+__device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, const void* p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		: "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_u32(p)) : "memory");
+}
+
+// ldmatrix_x4_trans is ldmatrix_x4 of the transposed matrices.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, const void* p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		: "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_u32(p)) : "memory");
+}
+
+// mma_bf16: c[16×8] += a[16×16]·b[16×8] (bf16 in, fp32 accumulate), the
+// m16n8k16 fragments of the PTX ISA: thread l holds a at rows l/4 and l/4+8,
+// columns 2(l%4)+{0,1} and +8; b at rows 2(l%4)+{0,1} and +8, column l/4; c at
+// rows l/4 and l/4+8, columns 2(l%4)+{0,1}.
+__device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		: "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		: "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}

@@ -1,0 +1,171 @@
+// Elementwise kernels, gathers and small reductions.
+
+// add_bf16: out[i] = a[i] + b[i] (fp32 add, rounded once); out may alias a or b.
+extern "C" __global__ void add_bf16(bf16_t* out, const bf16_t* a, const bf16_t* b, long long n) {
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+		out[i] = f2bf(bf2f(a[i]) + bf2f(b[i]));
+}
+
+// add_bf16_v8 is add_bf16 on 8 values per thread (n8 = n/8 vectors, 16-byte aligned).
+extern "C" __global__ void add_bf16_v8(uint4* out, const uint4* a, const uint4* b, long long n8) {
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (long long)gridDim.x * blockDim.x) {
+		float x[8], y[8];
+		unpack8(a[i], x);
+		unpack8(b[i], y);
+		uint4 r;
+		r.x = pack_bf16(x[0] + y[0], x[1] + y[1]);
+		r.y = pack_bf16(x[2] + y[2], x[3] + y[3]);
+		r.z = pack_bf16(x[4] + y[4], x[5] + y[5]);
+		r.w = pack_bf16(x[6] + y[6], x[7] + y[7]);
+		out[i] = r;
+	}
+}
+
+__device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.f + expf(-g)) * u; }
+
+// silu_mul_bf16: out[i] = g·σ(g)·up[i] with g = gate[i], σ(g) = 1/(1+e^−g); out may alias gate or up.
+extern "C" __global__ void silu_mul_bf16(bf16_t* out, const bf16_t* gate, const bf16_t* up, long long n) {
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+		out[i] = f2bf(silu_mul1(bf2f(gate[i]), bf2f(up[i])));
+}
+
+// silu_mul_bf16_v8 is silu_mul_bf16 on 8 values per thread (n8 vectors, 16-byte aligned).
+extern "C" __global__ void silu_mul_bf16_v8(uint4* out, const uint4* gate, const uint4* up, long long n8) {
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (long long)gridDim.x * blockDim.x) {
+		float g[8], u[8];
+		unpack8(gate[i], g);
+		unpack8(up[i], u);
+		uint4 r;
+		r.x = pack_bf16(silu_mul1(g[0], u[0]), silu_mul1(g[1], u[1]));
+		r.y = pack_bf16(silu_mul1(g[2], u[2]), silu_mul1(g[3], u[3]));
+		r.z = pack_bf16(silu_mul1(g[4], u[4]), silu_mul1(g[5], u[5]));
+		r.w = pack_bf16(silu_mul1(g[6], u[6]), silu_mul1(g[7], u[7]));
+		out[i] = r;
+	}
+}
+
+// embedding_bf16: out[t,c] = table[ids[t],c] for t = blockIdx.x, c < dim; an
+// id outside [0, vocab) gives a row of NaN (the host checks ids first).
+extern "C" __global__ void embedding_bf16(bf16_t* out, const bf16_t* table, const int* ids, int dim, int vocab) {
+	const int t = blockIdx.x;
+	const int id = ids[t];
+	bf16_t* o = out + (usize)t * dim;
+	if (id < 0 || id >= vocab) {
+		for (int c = threadIdx.x; c < dim; c += blockDim.x) o[c] = FT_BF16_NAN;
+		return;
+	}
+	const bf16_t* r = table + (usize)id * dim;
+	for (int c = threadIdx.x; c < dim; c += blockDim.x) o[c] = r[c];
+}
+
+// store_rows_bf16: cache[(p+t)·row + j] = x[t·row + j] for t = blockIdx.x,
+// j < row, p the step position (posp or pos0); rows at or past capacity are
+// skipped (the host checks first).
+extern "C" __global__ void store_rows_bf16(bf16_t* cache, const bf16_t* x, int row, int capacity, const int* posp, int pos0) {
+	const int t = blockIdx.x;
+	const int p = ft_pos(posp, pos0) + t;
+	if (p < 0 || p >= capacity) return;
+	bf16_t* dst = cache + (usize)p * row;
+	const bf16_t* src = x + (usize)t * row;
+	for (int j = threadIdx.x; j < row; j += blockDim.x) dst[j] = src[j];
+}
+
+// cast_any: dst[i] = src[i] converted between F32, F16 and BF16 (element
+// codes as runtime.DType: 1, 2, 3), rounding to nearest even.
+extern "C" __global__ void cast_any(void* dst, int dt, const void* src, int st, long long n) {
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+		store_from_f32(dst, dt, (usize)i, load_as_f32(src, st, (usize)i));
+}
+
+__device__ __forceinline__ unsigned long long splitmix64(unsigned long long x) {
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+// fill_uniform_bf16: dst[i] = bf16(lo + (hi−lo)·u_i), u_i uniform in [0,1)
+// from splitmix64(seed ⊕ i) (benchmark weights made on the device).
+extern "C" __global__ void fill_uniform_bf16(bf16_t* dst, long long n, unsigned long long seed, float lo, float hi) {
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+		const unsigned long long x = splitmix64(seed ^ ((unsigned long long)i * 0xd1342543de82ef95ull));
+		const float u = (float)(x >> 40) * (1.0f / 16777216.0f);
+		dst[i] = f2bf(lo + (hi - lo) * u);
+	}
+}
+
+// argmax_rows: out[r] = the first index of the largest value of row r of
+// x[R,n] (NaNs skipped; −1 when the row has none), x in F32 or BF16 (dt),
+// one block (a multiple of 32 threads, at most 1024) per row.
+extern "C" __global__ void argmax_rows(int* out, const void* x, int dt, int n) {
+	__shared__ float sv[32];
+	__shared__ int si[32];
+	const usize base = (usize)blockIdx.x * n;
+	float bv = -FT_INF;
+	int bi = -1;
+	for (int i = threadIdx.x; i < n; i += blockDim.x) {
+		const float v = load_as_f32(x, dt, base + i);
+		if (v != v) continue;
+		if (bi < 0 || v > bv) {
+			bv = v;
+			bi = i;
+		}
+	}
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		const float ov = __shfl_xor_sync(FT_FULL, bv, o);
+		const int oi = __shfl_xor_sync(FT_FULL, bi, o);
+		if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
+			bv = ov;
+			bi = oi;
+		}
+	}
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	if (lane == 0) {
+		sv[w] = bv;
+		si[w] = bi;
+	}
+	__syncthreads();
+	if (w == 0) {
+		bv = lane < nw ? sv[lane] : -FT_INF;
+		bi = lane < nw ? si[lane] : -1;
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) {
+			const float ov = __shfl_xor_sync(FT_FULL, bv, o);
+			const int oi = __shfl_xor_sync(FT_FULL, bi, o);
+			if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
+				bv = ov;
+				bi = oi;
+			}
+		}
+		if (lane == 0) out[blockIdx.x] = bi;
+	}
+}
+
+// add_f32: out[i] = a[i] + b[i] in fp32 (the residual stream); out may alias a or b.
+extern "C" __global__ void add_f32(float* out, const float* a, const float* b, long long n) {
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+		out[i] = a[i] + b[i];
+}
+
+// add_f32_v4 is add_f32 on 4 values per thread (n4 = n/4 vectors, 16-byte aligned).
+extern "C" __global__ void add_f32_v4(float4* out, const float4* a, const float4* b, long long n4) {
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
+		const float4 x = a[i], y = b[i];
+		out[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+	}
+}
+
+// embedding_f32out: out[t,c] = float(table[ids[t],c]) for t = blockIdx.x (the
+// fp32 residual stream); ids outside [0, vocab) give NaN rows.
+extern "C" __global__ void embedding_f32out(float* out, const bf16_t* table, const int* ids, int dim, int vocab) {
+	const int t = blockIdx.x;
+	const int id = ids[t];
+	float* o = out + (usize)t * dim;
+	if (id < 0 || id >= vocab) {
+		for (int c = threadIdx.x; c < dim; c += blockDim.x) o[c] = __int_as_float(0x7fc00000);
+		return;
+	}
+	const bf16_t* r = table + (usize)id * dim;
+	for (int c = threadIdx.x; c < dim; c += blockDim.x) o[c] = bf2f(r[c]);
+}

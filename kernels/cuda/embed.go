@@ -1,0 +1,74 @@
+// Package cuda holds the CUDA C++ sources of FlexTensor's GPU kernels,
+// embedded so that the CUDA backend (package kernels/cudabackend) compiles
+// them at run time with NVRTC for the GPU it finds. It is pure Go and builds
+// everywhere; nothing in it is generated.
+//
+// Files: common.cuh (helpers, first), elementwise.cu (add, SiLU·up,
+// embedding gather, KV-cache row stores, casts, random fill, argmax),
+// norm.cu (RMSNorm), rope.cu (RoPE, fused RoPE + KV store), gemv.cu
+// (one-token matrix-vector products), attention.cu (split-context decode
+// attention and FlashAttention-2-style prefill on tensor cores). Each
+// kernel's comment gives what it computes.
+package cuda
+
+import (
+	"embed"
+	"sort"
+	"strings"
+)
+
+//go:embed common.cuh *.cu
+var files embed.FS
+
+// Source is the one translation unit NVRTC compiles: common.cuh, then the
+// .cu files in name order.
+func Source() string {
+	var b strings.Builder
+	head, err := files.ReadFile("common.cuh")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	b.Write(head)
+	entries, err := files.ReadDir(".")
+	if err != nil {
+		panic(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".cu") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		data, err := files.ReadFile(n)
+		if err != nil {
+			panic(err)
+		}
+		b.WriteString("\n// ---- " + n + " ----\n")
+		b.Write(data)
+	}
+	return b.String()
+}
+
+// Kernels lists the extern "C" kernel names in the sources.
+func Kernels() []string {
+	var out []string
+	for _, line := range strings.Split(Source(), "\n") {
+		if !strings.HasPrefix(line, "extern \"C\" __global__ void") {
+			continue
+		}
+		rest := strings.TrimPrefix(line, "extern \"C\" __global__ void")
+		rest = strings.TrimSpace(rest)
+		if strings.HasPrefix(rest, "__launch_bounds__") {
+			if i := strings.Index(rest, ")"); i >= 0 {
+				rest = strings.TrimSpace(rest[i+1:])
+			}
+		}
+		if i := strings.Index(rest, "("); i > 0 {
+			out = append(out, rest[:i])
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,71 @@
+// RMSNorm.
+
+// rmsnorm_bf16: out[r,c] = x[r,c] / sqrt(mean_c(x[r,c]²) + eps) · w[c], one
+// block per row r = blockIdx.x, sums in fp32; out may alias x.
+extern "C" __global__ void rmsnorm_bf16(bf16_t* out, const bf16_t* x, const bf16_t* w, int dim, float eps) {
+	__shared__ float sh[32];
+	const bf16_t* xr = x + (usize)blockIdx.x * dim;
+	bf16_t* orow = out + (usize)blockIdx.x * dim;
+	float s = 0.f;
+	for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+		const float v = bf2f(xr[c]);
+		s += v * v;
+	}
+	s = block_sum(s, sh);
+	const float scale = rsqrtf(s / (float)dim + eps);
+	for (int c = threadIdx.x; c < dim; c += blockDim.x) orow[c] = f2bf(bf2f(xr[c]) * scale * bf2f(w[c]));
+}
+
+// rmsnorm_bf16_v8 is rmsnorm_bf16 with 16-byte loads (dim % 8 == 0, rows
+// 16-byte aligned).
+extern "C" __global__ void rmsnorm_bf16_v8(bf16_t* out, const bf16_t* x, const bf16_t* w, int dim, float eps) {
+	__shared__ float sh[32];
+	const uint4* xr = (const uint4*)(x + (usize)blockIdx.x * dim);
+	uint4* orow = (uint4*)(out + (usize)blockIdx.x * dim);
+	const uint4* wv = (const uint4*)w;
+	const int n8 = dim >> 3;
+	float s = 0.f;
+	for (int c = threadIdx.x; c < n8; c += blockDim.x) {
+		float f[8];
+		unpack8(xr[c], f);
+#pragma unroll
+		for (int e = 0; e < 8; e++) s += f[e] * f[e];
+	}
+	s = block_sum(s, sh);
+	const float scale = rsqrtf(s / (float)dim + eps);
+	for (int c = threadIdx.x; c < n8; c += blockDim.x) {
+		float f[8], g[8];
+		unpack8(xr[c], f);
+		unpack8(wv[c], g);
+		uint4 r;
+		r.x = pack_bf16(f[0] * scale * g[0], f[1] * scale * g[1]);
+		r.y = pack_bf16(f[2] * scale * g[2], f[3] * scale * g[3]);
+		r.z = pack_bf16(f[4] * scale * g[4], f[5] * scale * g[5]);
+		r.w = pack_bf16(f[6] * scale * g[6], f[7] * scale * g[7]);
+		orow[c] = r;
+	}
+}
+
+// rmsnorm_f32in_bf16 is rmsnorm_bf16 reading an fp32 x (the residual stream)
+// and writing bf16: out[r,c] = bf16(x[r,c] / sqrt(mean_c(x[r,c]²) + eps) · w[c]).
+// dim % 4 == 0 and x rows 16-byte aligned.
+extern "C" __global__ void rmsnorm_f32in_bf16(bf16_t* out, const float* x, const bf16_t* w, int dim, float eps) {
+	__shared__ float sh[32];
+	const float4* xr = (const float4*)(x + (usize)blockIdx.x * dim);
+	unsigned* orow = (unsigned*)(out + (usize)blockIdx.x * dim);
+	const unsigned* wv = (const unsigned*)w;
+	const int n4 = dim >> 2;
+	float s = 0.f;
+	for (int c = threadIdx.x; c < n4; c += blockDim.x) {
+		const float4 v = xr[c];
+		s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+	}
+	s = block_sum(s, sh);
+	const float scale = rsqrtf(s / (float)dim + eps);
+	for (int c = threadIdx.x; c < n4; c += blockDim.x) {
+		const float4 v = xr[c];
+		const unsigned w0 = wv[2 * c], w1 = wv[2 * c + 1];
+		orow[2 * c] = pack_bf16(v.x * scale * __uint_as_float(w0 << 16), v.y * scale * __uint_as_float(w0 & 0xffff0000u));
+		orow[2 * c + 1] = pack_bf16(v.z * scale * __uint_as_float(w1 << 16), v.w * scale * __uint_as_float(w1 & 0xffff0000u));
+	}
+}

@@ -1,0 +1,971 @@
+//go:build cuda
+
+package cudabackend
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	kcuda "github.com/flextensor-go/flextensor/kernels/cuda"
+	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/flextensor-go/flextensor/runtime/cuda"
+)
+
+// Backend runs kernels.Backend's ops on one GPU's compute stream. Activations
+// are BF16 (MatMul may also write F32); weights must be BF16. It is not safe
+// for concurrent use (like the CPU backend, it keeps scratch buffers).
+type Backend struct {
+	dev  *cuda.Device
+	s    *cuda.Stream
+	aux  *cuda.Stream // synchronous uploads, legal while s is being captured
+	blas *cuda.BLAS
+	k    *kernelSet
+	sms  int
+
+	// Graph capture: while capturing, ops read the step's position and ids
+	// from step ([0] = position, [1:] = ids), which SetStep writes; it never
+	// moves once made, so captured graphs stay valid.
+	capturing bool
+	step      *runtime.DeviceBuffer
+
+	ids     *runtime.DeviceBuffer // eager Embedding ids
+	stage   *runtime.HostBuffer   // pinned staging of the ids
+	stageEv *cuda.Event           // completes when the last copy from stage has run
+	rope    *runtime.DeviceBuffer // the rotary inverse-frequency table on the device
+	ropeFor []float32             // the host table rope holds
+	part    *runtime.DeviceBuffer // attention partial results
+	argOut  *runtime.DeviceBuffer
+	// retired buffers are kept until Close: graphs captured earlier may
+	// still read them.
+	retired []*runtime.DeviceBuffer
+
+	// noFlash routes every attention through the split kernel (tests).
+	noFlash bool
+
+	// GEMVRowBlocks selects the row-block GEMV kernels for one-token MatMuls
+	// instead of the persistent one-warp-per-row kernel (faster on the H200:
+	// 3.98 against 3.48 TB/s on Llama-3-8B's down projection); GEMVUnroll (4,
+	// 8 or 16 loads in flight per lane; 0 = 8 for bf16 outputs, 16 for fp32)
+	// and GEMVWarpsPerRow (1, 2, 4 or 8; 0 = chosen per shape) tune them.
+	// Benchmarks and tests set these.
+	GEMVRowBlocks               bool
+	GEMVUnroll, GEMVWarpsPerRow int
+}
+
+// stepIDs is the most token ids a captured step may take.
+const stepIDs = 64
+
+type kernelSet struct {
+	add, addV8, addF32, addF32V4, silu, siluV8, embed, embedF32, store, cast, fill, argmax *cuda.Function
+	rms, rmsV8, rmsF32, rope, ropeStore                                                    *cuda.Function
+	gemv, gemvF32                                                                          map[int]*cuda.Function // by unroll
+	gemvPersist, gemvPersistF32, gemv3, gateUp                                             *cuda.Function
+	attnSplit, attnCombine                                                                 *cuda.Function
+	flash, attnDecode                                                                      map[int]*cuda.Function // by head width
+	// persistBlocks is the grid of the persistent GEMV kernels: blocks of 256
+	// threads resident at once on the whole GPU.
+	persistBlocks map[*cuda.Function]int
+}
+
+var (
+	modMu   sync.Mutex
+	modules = map[*cuda.Device]*kernelSet{}
+)
+
+// kernelsFor compiles the kernels once per device.
+func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
+	modMu.Lock()
+	defer modMu.Unlock()
+	if ks, ok := modules[dev]; ok {
+		return ks, nil
+	}
+	mod, err := dev.LoadModule("flextensor_kernels.cu", kcuda.Source())
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: compiling the kernels: %w", err)
+	}
+	var errs []error
+	get := func(name string) *cuda.Function {
+		f, err := mod.Function(name)
+		errs = append(errs, err)
+		return f
+	}
+	ks := &kernelSet{
+		add: get("add_bf16"), addV8: get("add_bf16_v8"), addF32: get("add_f32"), addF32V4: get("add_f32_v4"),
+		silu: get("silu_mul_bf16"), siluV8: get("silu_mul_bf16_v8"),
+		embed: get("embedding_bf16"), embedF32: get("embedding_f32out"), store: get("store_rows_bf16"), cast: get("cast_any"),
+		fill: get("fill_uniform_bf16"), argmax: get("argmax_rows"),
+		rms: get("rmsnorm_bf16"), rmsV8: get("rmsnorm_bf16_v8"), rmsF32: get("rmsnorm_f32in_bf16"),
+		rope: get("rope_bf16"), ropeStore: get("rope_store_bf16"),
+		gemv:      map[int]*cuda.Function{4: get("gemv_bf16_u4"), 8: get("gemv_bf16"), 16: get("gemv_bf16_u16")},
+		gemvF32:   map[int]*cuda.Function{8: get("gemv_bf16_f32out"), 16: get("gemv_f32out_u16")},
+		attnSplit: get("attn_split_bf16"), attnCombine: get("attn_combine_bf16"),
+		flash:       map[int]*cuda.Function{32: get("attn_flash_d32_bf16"), 64: get("attn_flash_d64_bf16"), 128: get("attn_flash_d128_bf16")},
+		attnDecode:  map[int]*cuda.Function{64: get("attn_decode_d64_bf16"), 128: get("attn_decode_d128_bf16")},
+		gemvPersist: get("gemv_persist_bf16"), gemvPersistF32: get("gemv_persist_f32out"), gemv3: get("gemv3_bf16"),
+		gateUp: get("gemv_gateup_silu_bf16"),
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
+	ks.persistBlocks = map[*cuda.Function]int{}
+	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemv3, ks.gateUp} {
+		n, err := f.MaxActiveBlocksPerSM(256, 0)
+		if err != nil {
+			return nil, fmt.Errorf("cudabackend: %w", err)
+		}
+		ks.persistBlocks[f] = max(1, n) * dev.Multiprocessors()
+	}
+	modules[dev] = ks
+	dev.AtClose(func() error {
+		modMu.Lock()
+		delete(modules, dev)
+		modMu.Unlock()
+		return nil
+	})
+	return ks, nil
+}
+
+// New returns the CUDA backend for dev (a device from cuda.Open), compiling
+// the kernels with NVRTC on first use of the device (about a second).
+func New(dev runtime.Device) (*Backend, error) {
+	cd, ok := dev.(*cuda.Device)
+	if !ok {
+		return nil, fmt.Errorf("cudabackend: needs a cuda device, got %s (%T)", dev.Name(), dev)
+	}
+	ks, err := kernelsFor(cd)
+	if err != nil {
+		return nil, err
+	}
+	blas, err := cd.NewBLAS()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
+	aux, err := cd.NewCUDAStream("cudabackend uploads")
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
+	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors()}
+	cd.AtClose(b.Close)
+	return b, nil
+}
+
+// Device is the GPU.
+func (b *Backend) Device() runtime.Device { return b.dev }
+
+// ActDType is BF16.
+func (b *Backend) ActDType() runtime.DType { return runtime.BF16 }
+
+// Close frees the backend's scratch memory (not the device, nor the cuBLAS
+// handle and streams, which the device's Close destroys). The device's Close
+// calls it; calling it earlier is fine too.
+func (b *Backend) Close() error {
+	err := b.s.Synchronize()
+	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut) {
+		buf.Free()
+	}
+	b.retired, b.step, b.ids, b.rope, b.part, b.argOut = nil, nil, nil, nil, nil, nil
+	b.stage.Free()
+	b.stage, b.stageEv = nil, nil
+	return err
+}
+
+// check* validate tensors: on this device, of the dtype the kernels take.
+
+func (b *Backend) onDevice(op, name string, t *runtime.Tensor) error {
+	if t == nil {
+		return fmt.Errorf("cudabackend.%s: %s is nil", op, name)
+	}
+	if t.Device() != runtime.Device(b.dev) {
+		return fmt.Errorf("cudabackend.%s: %s %v is not on %s", op, name, t, b.dev.Name())
+	}
+	return nil
+}
+
+func (b *Backend) act(op, name string, t *runtime.Tensor) error {
+	if err := b.onDevice(op, name, t); err != nil {
+		return err
+	}
+	if t.DType() != runtime.BF16 {
+		return fmt.Errorf("cudabackend.%s: %s is %v; the CUDA kernels take BF16 activations", op, name, t.DType())
+	}
+	return nil
+}
+
+// actOrF32 is act allowing F32 too (the fp32 residual stream).
+func (b *Backend) actOrF32(op, name string, t *runtime.Tensor) error {
+	if err := b.onDevice(op, name, t); err != nil {
+		return err
+	}
+	if t.DType() != runtime.BF16 && t.DType() != runtime.F32 {
+		return fmt.Errorf("cudabackend.%s: %s is %v; the CUDA kernels take BF16 (or F32) activations", op, name, t.DType())
+	}
+	return nil
+}
+
+func (b *Backend) weight(op, name string, t *runtime.Tensor) error {
+	if err := b.onDevice(op, name, t); err != nil {
+		return err
+	}
+	if t.DType() != runtime.BF16 {
+		return fmt.Errorf("cudabackend.%s: %s %v has dtype %v; the CUDA kernels take BF16 weights (convert the checkpoint to bfloat16)",
+			op, name, t.Shape(), t.DType())
+	}
+	return nil
+}
+
+func aligned16(ps ...uintptr) bool {
+	for _, p := range ps {
+		if p%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// gridFor sizes a grid-stride launch of n items, 256 per block.
+func (b *Backend) gridFor(n int64) int {
+	blocks := (n + 255) / 256
+	return int(max(1, min(blocks, int64(b.sms)*16)))
+}
+
+// posArgs are the (posp, pos0) kernel arguments: the step buffer while
+// capturing, else the host position.
+func (b *Backend) posArgs(pos0 int) (uint64, uint64) {
+	if b.capturing {
+		return cuda.Ptr(b.step.Ptr()), cuda.I32(pos0)
+	}
+	return 0, cuda.I32(pos0)
+}
+
+// MatMul: out[T,N] = x[T,D]·w[N,D]ᵀ, fp32 accumulation, out BF16 or F32.
+func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
+	if err := b.weight("MatMul", "w", w); err != nil {
+		return err
+	}
+	if err := b.act("MatMul", "x", x); err != nil {
+		return err
+	}
+	if err := b.onDevice("MatMul", "out", out); err != nil {
+		return err
+	}
+	if out.DType() != runtime.BF16 && out.DType() != runtime.F32 {
+		return fmt.Errorf("cudabackend.MatMul: out is %v, want BF16 or F32", out.DType())
+	}
+	ws := w.Shape()
+	if len(ws) != 2 {
+		return fmt.Errorf("cudabackend.MatMul: w %v, want [N,D]", ws)
+	}
+	N, D := ws[0], ws[1]
+	if D == 0 || x.NumElements()%D != 0 {
+		return fmt.Errorf("cudabackend.MatMul: x %v does not have rows of w's %d columns (w %v)", x.Shape(), D, ws)
+	}
+	T := x.NumElements() / D
+	if out.NumElements() != T*N {
+		return fmt.Errorf("cudabackend.MatMul: out %v, want %d×%d", out.Shape(), T, N)
+	}
+	if T == 0 || N == 0 {
+		return nil
+	}
+	f32 := out.DType() == runtime.F32
+	if T == 1 && D%8 == 0 && aligned16(x.Ptr(), w.Ptr()) && !b.GEMVRowBlocks {
+		f := b.k.gemvPersist
+		if f32 {
+			f = b.k.gemvPersistF32
+		}
+		return f.Launch(b.s, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
+			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D))
+	}
+	if T == 1 && D%8 == 0 && aligned16(x.Ptr(), w.Ptr()) {
+		wpr := b.GEMVWarpsPerRow
+		if wpr == 0 {
+			wpr = 1
+			for wpr < 8 && (N+8/wpr-1)/(8/wpr) < 2*b.sms {
+				wpr *= 2
+			}
+		}
+		if wpr != 1 && wpr != 2 && wpr != 4 && wpr != 8 {
+			return fmt.Errorf("cudabackend.MatMul: GEMVWarpsPerRow %d, want 1, 2, 4 or 8", wpr)
+		}
+		rpb := 8 / wpr
+		fs := b.k.gemv
+		u := b.GEMVUnroll
+		if f32 {
+			fs = b.k.gemvF32
+			if u == 0 {
+				u = 16
+			}
+		}
+		if u == 0 {
+			u = 8
+		}
+		f, ok := fs[u]
+		if !ok {
+			return fmt.Errorf("cudabackend.MatMul: no GEMV kernel with unroll %d for %v output", u, out.DType())
+		}
+		return f.Launch(b.s, cuda.Dim3{X: (N + rpb - 1) / rpb}, cuda.Dim3{X: 256}, 0,
+			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D), cuda.I32(wpr))
+	}
+	return b.blas.GemmBF16(b.s, out.Ptr(), !f32, x.Ptr(), w.Ptr(), T, N, D)
+}
+
+// RMSNorm: out[t,:] = x[t,:] / sqrt(mean(x[t,:]²) + eps) · w.
+func (b *Backend) RMSNorm(out, x, w *runtime.Tensor, eps float32) error {
+	if err := b.weight("RMSNorm", "w", w); err != nil {
+		return err
+	}
+	if err := b.actOrF32("RMSNorm", "x", x); err != nil {
+		return err
+	}
+	if err := b.act("RMSNorm", "out", out); err != nil {
+		return err
+	}
+	dim := w.NumElements()
+	if dim == 0 || x.Dim(-1) != dim || out.NumElements() != x.NumElements() {
+		return fmt.Errorf("cudabackend.RMSNorm: x %v, w %v, out %v disagree", x.Shape(), w.Shape(), out.Shape())
+	}
+	rows := x.NumElements() / dim
+	if rows == 0 {
+		return nil
+	}
+	f, vec := b.k.rms, 1
+	switch {
+	case x.DType() == runtime.F32:
+		if dim%4 != 0 || !aligned16(x.Ptr()) || out.Ptr()%4 != 0 || w.Ptr()%4 != 0 {
+			return fmt.Errorf("cudabackend.RMSNorm: an F32 x needs rows of a multiple of 4 values, 16-byte aligned (x %v)", x.Shape())
+		}
+		f, vec = b.k.rmsF32, 4
+	case dim%8 == 0 && aligned16(out.Ptr(), x.Ptr(), w.Ptr()):
+		f, vec = b.k.rmsV8, 8
+	}
+	threads := min(1024, max(32, (dim/vec+31)/32*32))
+	return f.Launch(b.s, cuda.Dim3{X: rows}, cuda.Dim3{X: threads}, 0,
+		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(dim), cuda.F32(eps))
+}
+
+// Embedding: out[t,:] = table[ids[t],:].
+func (b *Backend) Embedding(out, table *runtime.Tensor, ids []int32) error {
+	if err := b.weight("Embedding", "table", table); err != nil {
+		return err
+	}
+	if err := b.actOrF32("Embedding", "out", out); err != nil {
+		return err
+	}
+	ts := table.Shape()
+	if len(ts) != 2 || out.NumElements() != len(ids)*ts[1] {
+		return fmt.Errorf("cudabackend.Embedding: table %v, out %v for %d ids", ts, out.Shape(), len(ids))
+	}
+	for t, id := range ids {
+		if id < 0 || int(id) >= ts[0] {
+			return fmt.Errorf("cudabackend.Embedding: id %d at position %d is outside the vocabulary [0,%d)", id, t, ts[0])
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	var idp uintptr
+	if b.capturing {
+		if len(ids) > stepIDs {
+			return fmt.Errorf("cudabackend.Embedding: a captured step takes at most %d ids, got %d", stepIDs, len(ids))
+		}
+		idp = b.step.Ptr() + 4
+	} else {
+		p, err := b.uploadIDs(ids)
+		if err != nil {
+			return err
+		}
+		idp = p
+	}
+	f := b.k.embed
+	if out.DType() == runtime.F32 {
+		f = b.k.embedF32
+	}
+	return f.Launch(b.s, cuda.Dim3{X: len(ids)}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(out.Ptr()), cuda.Ptr(table.Ptr()), cuda.Ptr(idp), cuda.I32(ts[1]), cuda.I32(ts[0]))
+}
+
+// uploadIDs copies ids to the device through pinned staging, in stream order.
+func (b *Backend) uploadIDs(ids []int32) (uintptr, error) {
+	n := int64(4 * len(ids))
+	if b.stageEv != nil {
+		if err := b.stageEv.Synchronize(); err != nil { // the last copy out of stage has run
+			return 0, err
+		}
+	}
+	if b.stage == nil || b.stage.Size() < n {
+		b.stage.Free()
+		b.stage = nil
+		st, err := b.dev.AllocHost(max(n, 4096), "token id staging")
+		if err != nil {
+			return 0, err
+		}
+		b.stage = st
+	}
+	if b.ids == nil || b.ids.Size() < n {
+		if b.ids != nil {
+			b.retired = append(b.retired, b.ids)
+		}
+		buf, err := b.dev.Alloc(max(n, 4096), "token ids")
+		if err != nil {
+			b.ids = nil
+			return 0, err
+		}
+		b.ids = buf
+	}
+	copy(b.stage.Bytes(), unsafe.Slice((*byte)(unsafe.Pointer(&ids[0])), n))
+	if err := b.s.CopyH2D(b.ids, 0, b.stage, 0, n); err != nil {
+		return 0, err
+	}
+	ev, err := b.s.RecordEvent()
+	if err != nil {
+		return 0, err
+	}
+	b.stageEv = ev
+	return b.ids.Ptr(), nil
+}
+
+// ropeTable returns the device copy of invFreq, uploading it when it changed.
+func (b *Backend) ropeTable(invFreq []float32) (uintptr, error) {
+	if b.rope != nil && slices.Equal(b.ropeFor, invFreq) {
+		return b.rope.Ptr(), nil
+	}
+	if len(invFreq) == 0 {
+		return 0, errors.New("cudabackend.RoPE: empty inverse-frequency table")
+	}
+	if b.rope != nil {
+		b.retired = append(b.retired, b.rope)
+		b.rope = nil
+	}
+	buf, err := b.dev.Alloc(int64(4*len(invFreq)), "rope inverse frequencies")
+	if err != nil {
+		return 0, err
+	}
+	// Through the aux stream, synchronously: the compute stream may be
+	// capturing, and the table must be there before anything reads it.
+	if err := b.aux.Upload(buf.Ptr(), unsafe.Slice((*byte)(unsafe.Pointer(&invFreq[0])), 4*len(invFreq))); err != nil {
+		buf.Free()
+		return 0, err
+	}
+	b.rope, b.ropeFor = buf, slices.Clone(invFreq)
+	return buf.Ptr(), nil
+}
+
+// ropeGridY spreads a token's work items over blocks of 256 threads.
+func ropeGridY(items int) int { return max(1, (items+255)/256) }
+
+// RoPE rotates x[T,H,d] in place; token t sits at position pos0+t.
+func (b *Backend) RoPE(x *runtime.Tensor, pos0 int, invFreq []float32) error {
+	if err := b.act("RoPE", "x", x); err != nil {
+		return err
+	}
+	s := x.Shape()
+	if len(s) != 3 || s[2]%2 != 0 || len(invFreq) != s[2]/2 {
+		return fmt.Errorf("cudabackend.RoPE: x %v with %d frequencies, want [T,H,d] and d/2 frequencies", s, len(invFreq))
+	}
+	if s[0] == 0 {
+		return nil
+	}
+	tab, err := b.ropeTable(invFreq)
+	if err != nil {
+		return err
+	}
+	posp, p0 := b.posArgs(pos0)
+	return b.k.rope.Launch(b.s, cuda.Dim3{X: s[0], Y: ropeGridY(s[1] * s[2] / 2)}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(x.Ptr()), cuda.I32(s[1]), cuda.I32(s[2]), posp, p0, cuda.Ptr(tab))
+}
+
+func (b *Backend) kvFits(op string, cache, x *runtime.Tensor, pos0 int) error {
+	cs, xs := cache.Shape(), x.Shape()
+	if len(cs) != 3 || len(xs) != 3 || cs[1] != xs[1] || cs[2] != xs[2] {
+		return fmt.Errorf("cudabackend.%s: x %v does not fit cache %v ([T,K,d] and [C,K,d])", op, xs, cs)
+	}
+	if pos0 < 0 || pos0+xs[0] > cs[0] {
+		return fmt.Errorf("cudabackend.%s: %d rows at position %d exceed the cache capacity %d", op, xs[0], pos0, cs[0])
+	}
+	return nil
+}
+
+// StoreKV writes x[T,K,d] into cache[C,K,d] at rows pos0..pos0+T-1.
+func (b *Backend) StoreKV(cache, x *runtime.Tensor, pos0 int) error {
+	if err := b.act("StoreKV", "cache", cache); err != nil {
+		return err
+	}
+	if err := b.act("StoreKV", "x", x); err != nil {
+		return err
+	}
+	if err := b.kvFits("StoreKV", cache, x, pos0); err != nil {
+		return err
+	}
+	T, row := x.Dim(0), x.Dim(1)*x.Dim(2)
+	if T == 0 {
+		return nil
+	}
+	posp, p0 := b.posArgs(pos0)
+	return b.k.store.Launch(b.s, cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(cache.Ptr()), cuda.Ptr(x.Ptr()), cuda.I32(row), cuda.I32(cache.Dim(0)), posp, p0)
+}
+
+// RoPEStoreKV is RoPE(q), RoPE(k), StoreKV(kCache, k), StoreKV(vCache, v) in
+// one kernel (kernels.RoPEStorer).
+func (b *Backend) RoPEStoreKV(q, k, v, kCache, vCache *runtime.Tensor, pos0 int, invFreq []float32) error {
+	for _, c := range []struct {
+		n string
+		t *runtime.Tensor
+	}{{"q", q}, {"k", k}, {"v", v}, {"k cache", kCache}, {"v cache", vCache}} {
+		if err := b.act("RoPEStoreKV", c.n, c.t); err != nil {
+			return err
+		}
+	}
+	qs, ks := q.Shape(), k.Shape()
+	if len(qs) != 3 || !ks.Equal(v.Shape()) || !kCache.Shape().Equal(vCache.Shape()) || len(ks) != 3 || ks[0] != qs[0] || ks[2] != qs[2] ||
+		qs[2]%2 != 0 || len(invFreq) != qs[2]/2 {
+		return fmt.Errorf("cudabackend.RoPEStoreKV: q %v, k %v, v %v, caches %v/%v with %d frequencies disagree",
+			qs, ks, v.Shape(), kCache.Shape(), vCache.Shape(), len(invFreq))
+	}
+	if err := b.kvFits("RoPEStoreKV", kCache, k, pos0); err != nil {
+		return err
+	}
+	T, H, K, d := qs[0], qs[1], ks[1], qs[2]
+	if T == 0 {
+		return nil
+	}
+	tab, err := b.ropeTable(invFreq)
+	if err != nil {
+		return err
+	}
+	posp, p0 := b.posArgs(pos0)
+	return b.k.ropeStore.Launch(b.s, cuda.Dim3{X: T, Y: ropeGridY((H+K)*d/2 + K*d)}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
+		cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(kCache.Dim(0)), posp, p0, cuda.Ptr(tab))
+}
+
+// splitsFor is the number of context splits of decode attention for a cache
+// of capacity positions: about 64 positions a split, at most 64 splits. It
+// depends on the capacity alone, so a captured graph holds at every position.
+func splitsFor(capacity int) int { return min(64, max(1, (capacity+63)/64)) }
+
+// Attention: causal GQA of q[T,H,d] (positions pos0..) over the caches' rows
+// 0..pos0+T-1, written to out[T,H,d]. One token takes the split decode kernel
+// and its combine; more take the flash kernel when d is 32, 64 or 128.
+func (b *Backend) Attention(out, q, kCache, vCache *runtime.Tensor, pos0 int) error {
+	for _, c := range []struct {
+		n string
+		t *runtime.Tensor
+	}{{"out", out}, {"q", q}, {"k cache", kCache}, {"v cache", vCache}} {
+		if err := b.act("Attention", c.n, c.t); err != nil {
+			return err
+		}
+	}
+	qs, cs := q.Shape(), kCache.Shape()
+	if len(qs) != 3 || len(cs) != 3 || !cs.Equal(vCache.Shape()) || qs[2] != cs[2] || !out.Shape().Equal(qs) {
+		return fmt.Errorf("cudabackend.Attention: q %v, out %v, caches %v / %v: want [T,H,d] and [C,K,d]", qs, out.Shape(), cs, vCache.Shape())
+	}
+	T, H, d, C, K := qs[0], qs[1], qs[2], cs[0], cs[1]
+	if K == 0 || H%K != 0 {
+		return fmt.Errorf("cudabackend.Attention: %d query heads are not a multiple of %d KV heads", H, K)
+	}
+	if pos0 < 0 || pos0+T > C {
+		return fmt.Errorf("cudabackend.Attention: positions up to %d exceed cache capacity %d", pos0+T, C)
+	}
+	if T == 0 {
+		return nil
+	}
+	scale := float32(math.Log2E / math.Sqrt(float64(d)))
+	posp, p0 := b.posArgs(pos0)
+	if f, ok := b.k.flash[d]; ok && T > 1 && !b.noFlash {
+		return f.Launch(b.s, cuda.Dim3{X: (T + 63) / 64, Y: H}, cuda.Dim3{X: 128}, 0,
+			cuda.Ptr(out.Ptr()), cuda.Ptr(q.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
+			cuda.I32(T), cuda.I32(H), cuda.I32(K), posp, p0, cuda.F32(scale))
+	}
+	G := H / K
+	if d%8 != 0 || G > 16 || d > 1024 {
+		return fmt.Errorf("cudabackend.Attention: head width %d (want a multiple of 8, at most 1024) or %d query heads per KV head (at most 16) not supported", d, G)
+	}
+	nsplit := 1
+	if T == 1 {
+		nsplit = splitsFor(C)
+	}
+	poBytes := int64(T) * int64(nsplit) * int64(H) * int64(d) * 4
+	need := poBytes + int64(T)*int64(nsplit)*int64(H)*8
+	if b.part == nil || b.part.Size() < need {
+		if b.part != nil {
+			b.retired = append(b.retired, b.part)
+			b.part = nil
+		}
+		buf, err := b.dev.Alloc(max(need, 1<<20), "attention partials")
+		if err != nil {
+			return err
+		}
+		b.part = buf
+	}
+	po, pml := b.part.Ptr(), b.part.Ptr()+uintptr(poBytes)
+	if f, ok := b.k.attnDecode[d]; ok && !b.noFlash {
+		if err := f.Launch(b.s, cuda.Dim3{X: K, Y: nsplit, Z: T}, cuda.Dim3{X: 128}, 0,
+			cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(q.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
+			cuda.I32(H), cuda.I32(K), cuda.I32(nsplit), posp, p0, cuda.F32(scale)); err != nil {
+			return err
+		}
+	} else {
+		nt := max(128, (d+31)/32*32)
+		smem := 4 * (G*d + G*nt + 3*G)
+		if err := b.k.attnSplit.Launch(b.s, cuda.Dim3{X: K, Y: nsplit, Z: T}, cuda.Dim3{X: nt}, smem,
+			cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(q.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
+			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(nsplit), posp, p0, cuda.F32(scale)); err != nil {
+			return err
+		}
+	}
+	return b.k.attnCombine.Launch(b.s, cuda.Dim3{X: H, Y: T}, cuda.Dim3{X: 128}, 0,
+		cuda.Ptr(out.Ptr()), cuda.Ptr(po), cuda.Ptr(pml), cuda.I32(H), cuda.I32(d), cuda.I32(nsplit))
+}
+
+func (b *Backend) same3(op string, out, x, y *runtime.Tensor) (int64, error) {
+	for _, c := range []struct {
+		n string
+		t *runtime.Tensor
+	}{{"out", out}, {"a", x}, {"b", y}} {
+		if err := b.act(op, c.n, c.t); err != nil {
+			return 0, err
+		}
+	}
+	if out.NumElements() != x.NumElements() || x.NumElements() != y.NumElements() {
+		return 0, fmt.Errorf("cudabackend.%s: sizes %d, %d, %d differ", op, out.NumElements(), x.NumElements(), y.NumElements())
+	}
+	return int64(out.NumElements()), nil
+}
+
+func (b *Backend) elementwise(scalar, vec8 *cuda.Function, n int64, out, x, y *runtime.Tensor) error {
+	if n == 0 {
+		return nil
+	}
+	if n%8 == 0 && aligned16(out.Ptr(), x.Ptr(), y.Ptr()) {
+		return vec8.Launch(b.s, cuda.Dim3{X: b.gridFor(n / 8)}, cuda.Dim3{X: 256}, 0,
+			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(y.Ptr()), cuda.I64(n/8))
+	}
+	return scalar.Launch(b.s, cuda.Dim3{X: b.gridFor(n)}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(y.Ptr()), cuda.I64(n))
+}
+
+// SiLUMul: out = silu(gate)·up elementwise.
+func (b *Backend) SiLUMul(out, gate, up *runtime.Tensor) error {
+	n, err := b.same3("SiLUMul", out, gate, up)
+	if err != nil {
+		return err
+	}
+	return b.elementwise(b.k.silu, b.k.siluV8, n, out, gate, up)
+}
+
+// Add: out = a + b elementwise, all BF16 or all F32 (the residual stream).
+func (b *Backend) Add(out, x, y *runtime.Tensor) error {
+	if out.DType() == runtime.F32 {
+		for _, c := range []struct {
+			n string
+			t *runtime.Tensor
+		}{{"out", out}, {"a", x}, {"b", y}} {
+			if err := b.onDevice("Add", c.n, c.t); err != nil {
+				return err
+			}
+			if c.t.DType() != runtime.F32 {
+				return fmt.Errorf("cudabackend.Add: %s is %v, out F32: want all F32 or all BF16", c.n, c.t.DType())
+			}
+		}
+		if out.NumElements() != x.NumElements() || x.NumElements() != y.NumElements() {
+			return fmt.Errorf("cudabackend.Add: sizes %d, %d, %d differ", out.NumElements(), x.NumElements(), y.NumElements())
+		}
+		n := int64(out.NumElements())
+		if n == 0 {
+			return nil
+		}
+		if n%4 == 0 && aligned16(out.Ptr(), x.Ptr(), y.Ptr()) {
+			return b.k.addF32V4.Launch(b.s, cuda.Dim3{X: b.gridFor(n / 4)}, cuda.Dim3{X: 256}, 0,
+				cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(y.Ptr()), cuda.I64(n/4))
+		}
+		return b.k.addF32.Launch(b.s, cuda.Dim3{X: b.gridFor(n)}, cuda.Dim3{X: 256}, 0,
+			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(y.Ptr()), cuda.I64(n))
+	}
+	n, err := b.same3("Add", out, x, y)
+	if err != nil {
+		return err
+	}
+	return b.elementwise(b.k.add, b.k.addV8, n, out, x, y)
+}
+
+// ReadF32 copies src (F32, BF16 or F16) to host float32 values once the work
+// that produces it has run.
+func (b *Backend) ReadF32(dst []float32, src *runtime.Tensor) error {
+	if err := b.onDevice("ReadF32", "src", src); err != nil {
+		return err
+	}
+	if len(dst) != src.NumElements() {
+		return fmt.Errorf("cudabackend.ReadF32: dst holds %d values, src %v has %d", len(dst), src.Shape(), src.NumElements())
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	switch src.DType() {
+	case runtime.F32:
+		return b.s.Download(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), src.Ptr())
+	case runtime.BF16, runtime.F16:
+		half := make([]uint16, len(dst))
+		if err := b.s.Download(unsafe.Slice((*byte)(unsafe.Pointer(&half[0])), 2*len(half)), src.Ptr()); err != nil {
+			return err
+		}
+		if src.DType() == runtime.BF16 {
+			kernels.BF16ToF32(dst, half)
+		} else {
+			kernels.F16ToF32(dst, half)
+		}
+		return nil
+	}
+	return fmt.Errorf("cudabackend.ReadF32: dtype %v", src.DType())
+}
+
+// ReadBytes copies src's bytes to the host once the work that produces it
+// has run.
+func (b *Backend) ReadBytes(dst []byte, src *runtime.Tensor) error {
+	if int64(len(dst)) != src.NumBytes() {
+		return fmt.Errorf("cudabackend.ReadBytes: dst holds %d bytes, src %v has %d", len(dst), src, src.NumBytes())
+	}
+	return b.s.Download(dst, src.Ptr())
+}
+
+// WriteBytes copies host bytes into dst (synchronously, through the compute
+// stream): for tests and small inputs.
+func (b *Backend) WriteBytes(dst *runtime.Tensor, src []byte) error {
+	if err := b.onDevice("WriteBytes", "dst", dst); err != nil {
+		return err
+	}
+	if int64(len(src)) != dst.NumBytes() {
+		return fmt.Errorf("cudabackend.WriteBytes: %d bytes for %v (%d bytes)", len(src), dst, dst.NumBytes())
+	}
+	return b.s.Upload(dst.Ptr(), src)
+}
+
+// Fill16 enqueues dst = the 16-bit pattern bits everywhere (tests poison
+// outputs with 0x7fc0, a bf16 NaN).
+func (b *Backend) Fill16(dst *runtime.Tensor, bits uint16) error {
+	if dst.NumBytes()%2 != 0 {
+		return fmt.Errorf("cudabackend.Fill16: %v is not a whole number of 16-bit words", dst)
+	}
+	return b.s.MemsetD16(dst.Ptr(), bits, dst.NumBytes()/2)
+}
+
+// Cast: out[i] = in[i] converted between F32, F16 and BF16 (round to nearest even).
+func (b *Backend) Cast(out, in *runtime.Tensor) error {
+	if err := b.onDevice("Cast", "out", out); err != nil {
+		return err
+	}
+	if err := b.onDevice("Cast", "in", in); err != nil {
+		return err
+	}
+	ok := func(d runtime.DType) bool { return d == runtime.F32 || d == runtime.F16 || d == runtime.BF16 }
+	if !ok(out.DType()) || !ok(in.DType()) {
+		return fmt.Errorf("cudabackend.Cast: %v to %v: the kernels cast between F32, F16 and BF16", in.DType(), out.DType())
+	}
+	if out.NumElements() != in.NumElements() {
+		return fmt.Errorf("cudabackend.Cast: %v to %v: sizes differ", in, out)
+	}
+	n := int64(in.NumElements())
+	if n == 0 {
+		return nil
+	}
+	return b.k.cast.Launch(b.s, cuda.Dim3{X: b.gridFor(n)}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(out.Ptr()), cuda.I32(int(out.DType())), cuda.Ptr(in.Ptr()), cuda.I32(int(in.DType())), cuda.I64(n))
+}
+
+// FillUniform enqueues t = bf16 values uniform in [lo, hi) from seed (a BF16
+// tensor; for benchmark weights made on the device).
+func (b *Backend) FillUniform(t *runtime.Tensor, seed uint64, lo, hi float32) error {
+	if err := b.act("FillUniform", "t", t); err != nil {
+		return err
+	}
+	n := int64(t.NumElements())
+	if n == 0 {
+		return nil
+	}
+	return b.k.fill.Launch(b.s, cuda.Dim3{X: b.gridFor(n)}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(t.Ptr()), cuda.I64(n), seed, cuda.F32(lo), cuda.F32(hi))
+}
+
+// ArgmaxRows: dst[r] = the first index of the largest value of row r of
+// x[R,V] (F32 or BF16; NaNs skipped, −1 for a row of NaNs), read back.
+func (b *Backend) ArgmaxRows(dst []int32, x *runtime.Tensor) error {
+	if err := b.onDevice("ArgmaxRows", "x", x); err != nil {
+		return err
+	}
+	if x.DType() != runtime.F32 && x.DType() != runtime.BF16 {
+		return fmt.Errorf("cudabackend.ArgmaxRows: x is %v, want F32 or BF16", x.DType())
+	}
+	V := x.Dim(-1)
+	if V == 0 || x.NumElements()/V != len(dst) {
+		return fmt.Errorf("cudabackend.ArgmaxRows: x %v has %d rows, dst %d", x.Shape(), x.NumElements()/max(V, 1), len(dst))
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	need := int64(4 * len(dst))
+	if b.argOut == nil || b.argOut.Size() < need {
+		if b.argOut != nil {
+			b.retired = append(b.retired, b.argOut)
+			b.argOut = nil
+		}
+		buf, err := b.dev.Alloc(max(need, 4096), "argmax results")
+		if err != nil {
+			return err
+		}
+		b.argOut = buf
+	}
+	if err := b.k.argmax.Launch(b.s, cuda.Dim3{X: len(dst)}, cuda.Dim3{X: 1024}, 0,
+		cuda.Ptr(b.argOut.Ptr()), cuda.Ptr(x.Ptr()), cuda.I32(int(x.DType())), cuda.I32(V)); err != nil {
+		return err
+	}
+	return b.s.Download(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), need), b.argOut.Ptr())
+}
+
+// ensureStep makes the step buffer (before any capture, so it never moves).
+func (b *Backend) ensureStep() error {
+	if b.step != nil {
+		return nil
+	}
+	buf, err := b.dev.Alloc(4*(1+stepIDs), "graph step inputs")
+	if err != nil {
+		return err
+	}
+	b.step = buf
+	return nil
+}
+
+// SetStep enqueues the next replay's token ids and first position into the
+// step buffer (kernels.StepCapturer).
+func (b *Backend) SetStep(ids []int32, pos0 int) error {
+	if len(ids) == 0 || len(ids) > stepIDs {
+		return fmt.Errorf("cudabackend.SetStep: %d ids, want 1..%d", len(ids), stepIDs)
+	}
+	if pos0 < 0 || pos0 > math.MaxInt32 {
+		return fmt.Errorf("cudabackend.SetStep: position %d out of range", pos0)
+	}
+	if err := b.ensureStep(); err != nil {
+		return err
+	}
+	if err := b.s.MemsetD32(b.step.Ptr(), uint32(pos0), 1); err != nil {
+		return err
+	}
+	for i, id := range ids {
+		if err := b.s.MemsetD32(b.step.Ptr()+uintptr(4*(i+1)), uint32(id), 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CaptureStep records the work fn enqueues into a CUDA graph
+// (kernels.StepCapturer). Ops whose inputs would change between steps read
+// them from the step buffer; everything else (tensors, sizes) is fixed, so
+// the graph must be replayed with the same buffers alive.
+func (b *Backend) CaptureStep(fn func() error) (kernels.Graph, error) {
+	if b.capturing {
+		return nil, errors.New("cudabackend.CaptureStep: already capturing")
+	}
+	if err := b.ensureStep(); err != nil {
+		return nil, err
+	}
+	b.capturing = true
+	g, err := b.s.Capture(fn)
+	b.capturing = false
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend.CaptureStep: %w", err)
+	}
+	return &graph{s: b.s, g: g}, nil
+}
+
+type graph struct {
+	s *cuda.Stream
+	g *cuda.Graph
+}
+
+func (g *graph) Replay() error { return g.g.Launch(g.s) }
+func (g *graph) Close() error  { return g.g.Destroy() }
+
+// Nodes is the number of operations in the graph.
+func (g *graph) Nodes() int { return g.g.Nodes() }
+
+// MatMulN: outs[i] = x·ws[i]ᵀ. Three BF16 projections of one token run as
+// one GEMV launch; anything else runs as MatMuls (kernels.MultiMatMuler).
+func (b *Backend) MatMulN(outs []*runtime.Tensor, x *runtime.Tensor, ws []*runtime.Tensor) error {
+	if len(outs) != len(ws) {
+		return fmt.Errorf("cudabackend.MatMulN: %d outputs for %d weights", len(outs), len(ws))
+	}
+	fused := len(ws) == 3
+	if fused {
+		if err := b.act("MatMulN", "x", x); err != nil {
+			return err
+		}
+		D := x.Dim(-1)
+		fused = x.NumElements() == D && D%8 == 0 && aligned16(x.Ptr())
+		for i := range ws {
+			if !fused {
+				break
+			}
+			if err := b.weight("MatMulN", "w", ws[i]); err != nil {
+				return err
+			}
+			if err := b.act("MatMulN", "out", outs[i]); err != nil {
+				return err
+			}
+			fused = ws[i].Dim(-1) == D && len(ws[i].Shape()) == 2 && outs[i].NumElements() == ws[i].Dim(0) && aligned16(ws[i].Ptr())
+		}
+	}
+	if !fused {
+		for i := range ws {
+			if err := b.MatMul(outs[i], x, ws[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
+	f := b.k.gemv3
+	return f.Launch(b.s, cuda.Dim3{X: min(b.k.persistBlocks[f], (N0+N1+N2+7)/8)}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
+		cuda.Ptr(ws[0].Ptr()), cuda.Ptr(ws[1].Ptr()), cuda.Ptr(ws[2].Ptr()), cuda.I32(N0), cuda.I32(N1), cuda.I32(N2), cuda.I32(x.Dim(-1)))
+}
+
+// GateUpSiLU: out[1,I] = silu(x·wgᵀ)·(x·wuᵀ) for one token, one launch
+// (kernels.GateUpSiLUer).
+func (b *Backend) GateUpSiLU(out, x, wg, wu *runtime.Tensor) error {
+	if err := b.act("GateUpSiLU", "x", x); err != nil {
+		return err
+	}
+	if err := b.act("GateUpSiLU", "out", out); err != nil {
+		return err
+	}
+	if err := b.weight("GateUpSiLU", "gate weight", wg); err != nil {
+		return err
+	}
+	if err := b.weight("GateUpSiLU", "up weight", wu); err != nil {
+		return err
+	}
+	D := x.Dim(-1)
+	if x.NumElements() != D || !wg.Shape().Equal(wu.Shape()) || len(wg.Shape()) != 2 || wg.Dim(1) != D || out.NumElements() != wg.Dim(0) {
+		return fmt.Errorf("cudabackend.GateUpSiLU: x %v, weights %v / %v, out %v: want one token of width D and [I,D] weights", x.Shape(), wg.Shape(), wu.Shape(), out.Shape())
+	}
+	if D%8 != 0 || !aligned16(x.Ptr(), wg.Ptr(), wu.Ptr()) {
+		return fmt.Errorf("cudabackend.GateUpSiLU: width %d (want a multiple of 8) or unaligned tensors", D)
+	}
+	N := wg.Dim(0)
+	f := b.k.gateUp
+	return f.Launch(b.s, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.I32(N), cuda.I32(D))
+}
+
+var (
+	_ kernels.Backend       = (*Backend)(nil)
+	_ kernels.StepCapturer  = (*Backend)(nil)
+	_ kernels.RoPEStorer    = (*Backend)(nil)
+	_ kernels.Argmaxer      = (*Backend)(nil)
+	_ kernels.MultiMatMuler = (*Backend)(nil)
+	_ kernels.GateUpSiLUer  = (*Backend)(nil)
+)

@@ -1,0 +1,13 @@
+// Package cudabackend runs the model's ops on an NVIDIA GPU: a
+// kernels.Backend over runtime/cuda devices whose activations are BF16 with
+// fp32 accumulation; the residual stream may be F32 (Embedding, Add and
+// RMSNorm take F32 there, as the Llama model keeps it), and MatMul may write
+// F32 (the logits, the projections added to the residual). MatMul is cuBLAS (bf16 in, fp32 accumulate) for several
+// tokens and a bandwidth-bound GEMV kernel for one; the other ops are the
+// kernels of package kernels/cuda, compiled with NVRTC when the backend is
+// made. It also has the optional capabilities of package kernels: CUDA-graph
+// capture of a forward step (kernels.StepCapturer), a fused RoPE + KV-cache
+// store (kernels.RoPEStorer) and argmax on the device (kernels.Argmaxer).
+//
+// The package builds only with the cuda build tag; without it, it is empty.
+package cudabackend

@@ -1,0 +1,151 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Module is CUDA C++ compiled with NVRTC for this device and loaded.
+type Module struct {
+	dev  *Device
+	name string
+	m    cModule
+	// Log is NVRTC's log of the compile (warnings), empty when it had none.
+	Log string
+}
+
+// includeDirs are the toolkit include directories handed to NVRTC (the
+// kernels include no headers today; this keeps #include <cuda_bf16.h> working).
+func includeDirs() []string {
+	var dirs []string
+	for _, root := range []string{os.Getenv("CUDA_HOME"), os.Getenv("CUDA_PATH"), "/usr/local/cuda"} {
+		if root == "" {
+			continue
+		}
+		inc := filepath.Join(root, "include")
+		if st, err := os.Stat(inc); err == nil && st.IsDir() {
+			dirs = append(dirs, inc)
+		}
+	}
+	return dirs
+}
+
+// LoadModule compiles src (CUDA C++, kernels declared extern "C") with NVRTC
+// for this device's architecture (sm_XY), with extra options appended, and
+// loads the cubin. Compile errors carry NVRTC's log.
+func (d *Device) LoadModule(name, src string, extra ...string) (*Module, error) {
+	opts := []string{
+		fmt.Sprintf("--gpu-architecture=sm_%d", d.cc),
+		"--std=c++17",
+		"-default-device",
+	}
+	for _, inc := range includeDirs() {
+		opts = append(opts, "--include-path="+inc)
+	}
+	opts = append(opts, extra...)
+	image, log, err := nvrtcCompile(src, name, opts)
+	if err != nil {
+		maj, min := nvrtcVersion()
+		return nil, fmt.Errorf("%s: NVRTC %d.%d, options %s: %w\n%s", d.Name(), maj, min, strings.Join(opts, " "), err, strings.TrimSpace(log))
+	}
+	m, err := cModuleLoad(d.ctx, image)
+	if err != nil {
+		return nil, fmt.Errorf("%s: loading module %s: %w", d.Name(), name, err)
+	}
+	mod := &Module{dev: d, name: name, m: m, Log: strings.TrimSpace(log)}
+	d.mu.Lock()
+	d.modules = append(d.modules, mod)
+	d.mu.Unlock()
+	return mod, nil
+}
+
+func (m *Module) unload() error { return cModuleUnload(m.dev.ctx, m.m) }
+
+// Function is a kernel of a module.
+type Function struct {
+	dev  *Device
+	name string
+	f    cFunction
+}
+
+// Function looks up an extern "C" kernel by name.
+func (m *Module) Function(name string) (*Function, error) {
+	f, err := cModuleFunction(m.dev.ctx, m.m, name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: module %s: %w", m.dev.Name(), m.name, err)
+	}
+	return &Function{dev: m.dev, name: name, f: f}, nil
+}
+
+// Name is the kernel's name.
+func (f *Function) Name() string { return f.name }
+
+// SetMaxDynamicSharedMemory lets launches ask for more than the default 48 KiB
+// of dynamic shared memory.
+func (f *Function) SetMaxDynamicSharedMemory(bytes int) error {
+	if err := cFuncMaxSmem(f.dev.ctx, f.f, bytes); err != nil {
+		return fmt.Errorf("kernel %s: %w", f.name, err)
+	}
+	return nil
+}
+
+// MaxActiveBlocksPerSM is how many blocks of block threads and smem bytes of
+// dynamic shared memory fit on one multiprocessor at once (the occupancy
+// calculator), for sizing persistent grids.
+func (f *Function) MaxActiveBlocksPerSM(block, smem int) (int, error) {
+	n, err := cOccupancy(f.dev.ctx, f.f, block, smem)
+	if err != nil {
+		return 0, fmt.Errorf("kernel %s: %w", f.name, err)
+	}
+	return n, nil
+}
+
+// Dim3 is a grid or block shape; zero extents count as 1.
+type Dim3 struct{ X, Y, Z int }
+
+func (d Dim3) u32() [3]uint32 {
+	c := func(v int) uint32 {
+		if v <= 0 {
+			return 1
+		}
+		return uint32(v)
+	}
+	return [3]uint32{c(d.X), c(d.Y), c(d.Z)}
+}
+
+// Launch enqueues f on s over grid×block threads with smem bytes of dynamic
+// shared memory. Each argument is one kernel parameter in an 8-byte slot:
+// use Ptr, I32, U32, I64 and F32 to make them.
+func (f *Function) Launch(s *Stream, grid, block Dim3, smem int, args ...uint64) error {
+	if len(args) > maxLaunchArgs {
+		return fmt.Errorf("kernel %s: %d arguments, at most %d", f.name, len(args), maxLaunchArgs)
+	}
+	if s.dev != f.dev {
+		return fmt.Errorf("kernel %s of %s launched on a stream of %s", f.name, f.dev.Name(), s.dev.Name())
+	}
+	r := cLaunch(f.dev.ctx, f.f, grid.u32(), block.u32(), uint32(smem), s.s, args)
+	if err := check("cuLaunchKernel", r); err != nil {
+		return fmt.Errorf("kernel %s (grid %v, block %v, %d B shared): %w", f.name, grid, block, smem, err)
+	}
+	return nil
+}
+
+// Ptr is a device-pointer kernel argument.
+func Ptr(p uintptr) uint64 { return uint64(p) }
+
+// I32 is an int kernel argument.
+func I32(v int) uint64 { return uint64(uint32(int32(v))) }
+
+// U32 is an unsigned int kernel argument.
+func U32(v uint32) uint64 { return uint64(v) }
+
+// I64 is a long long kernel argument.
+func I64(v int64) uint64 { return uint64(v) }
+
+// F32 is a float kernel argument.
+func F32(v float32) uint64 { return uint64(math.Float32bits(v)) }
