@@ -63,7 +63,7 @@ func (c *KVCache) Free() {
 
 // workspace holds the activations of one forward of up to cap tokens.
 type workspace struct {
-	cap                     int
+	cap, logitCap           int
 	act                     runtime.DType
 	x, h, q, k, v, att, o   *runtime.Tensor // [cap, …]
 	gate, up, logits, hLast *runtime.Tensor
@@ -77,16 +77,22 @@ func (w *workspace) free() {
 	w.bufs = nil
 }
 
-func (m *Model) workspaceFor(b kernels.Backend, n int) (*workspace, error) {
-	if m.ws != nil && m.ws.cap >= n && m.ws.act == b.ActDType() && m.ws.x.Device() == b.Device() {
+// workspaceFor returns activations for n tokens with logits for logitRows
+// of them (1 unless all positions' logits are asked for: a long prefill's
+// logits alone would be n × vocabulary floats).
+func (m *Model) workspaceFor(b kernels.Backend, n, logitRows int) (*workspace, error) {
+	if m.ws != nil && m.ws.cap >= n && m.ws.logitCap >= logitRows && m.ws.act == b.ActDType() && m.ws.x.Device() == b.Device() {
 		return m.ws, nil
+	}
+	if m.ws != nil {
+		n, logitRows = max(n, m.ws.cap), max(logitRows, m.ws.logitCap)
 	}
 	if m.ws != nil {
 		m.ws.free()
 		m.ws = nil
 	}
 	c := m.Cfg
-	w := &workspace{cap: n, act: b.ActDType()}
+	w := &workspace{cap: n, logitCap: logitRows, act: b.ActDType()}
 	allocAs := func(dt runtime.DType, label string, shape ...int) *runtime.Tensor {
 		t, err := runtime.NewTensor(b.Device(), dt, shape, "activations "+label)
 		if err != nil {
@@ -118,7 +124,7 @@ func (m *Model) workspaceFor(b kernels.Backend, n int) (*workspace, error) {
 		w.o = allocF32("o", n, c.HiddenSize) // F32: added to the residual
 		w.gate = alloc("gate", n, c.IntermediateSize)
 		w.up = alloc("up", n, c.IntermediateSize)
-		w.logits = allocF32("logits", n, c.VocabSize) // F32 on every backend: greedy picks compare logits, bf16 would tie
+		w.logits = allocF32("logits", logitRows, c.VocabSize) // F32 on every backend: greedy picks compare logits, bf16 would tie
 		w.hLast = alloc("h last", 1, c.HiddenSize)
 	}()
 	if err != nil {
@@ -156,7 +162,11 @@ func (m *Model) Forward(b kernels.Backend, cache *KVCache, ids []int32, allLogit
 	if pos0+T > cache.Cap() {
 		return nil, fmt.Errorf("llama.Forward: %d cached + %d new tokens exceed the KV cache capacity %d", pos0, T, cache.Cap())
 	}
-	w, err := m.workspaceFor(b, T)
+	logitRows := 1
+	if allLogits {
+		logitRows = T
+	}
+	w, err := m.workspaceFor(b, T, logitRows)
 	if err != nil {
 		return nil, err
 	}
