@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/flextensor-go/flextensor/runtime"
 )
@@ -151,6 +152,10 @@ type Config struct {
 	// "profiling" counts discovery and profiling passes. It may be called
 	// from several goroutines.
 	Progress func(stage string, done, total int64)
+	// Trace, when set, receives how long the engine's set-up steps took
+	// (diagnostics; "pack: pinned alloc" and "pack: read" are summed over the
+	// goroutines that pack in parallel).
+	Trace func(step string, d time.Duration)
 }
 
 // DefaultConfig is an enabled configuration for dev with the Llama unit

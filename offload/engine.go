@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -98,9 +100,18 @@ type engine struct {
 
 	replan replanState
 
+	packAlloc, packRead atomic.Int64 // nanoseconds summed over packing goroutines
+
 	progMu    sync.Mutex
 	progDone  int64
 	progTotal int64
+}
+
+// trace reports a step's duration to the configured Trace.
+func (e *engine) trace(step string, d time.Duration) {
+	if e.cfg.Trace != nil {
+		e.cfg.Trace(step, d)
+	}
 }
 
 // placed reports n more weight bytes placed to the configured Progress.
@@ -295,10 +306,16 @@ func (e *engine) hostBlock(n int64, label string) (*runtime.HostBuffer, error) {
 
 // pack fills a unit's host block with its parameters.
 func (e *engine) pack(u *unit) error {
+	t0 := time.Now()
 	h, err := e.hostBlock(max(u.bytes, 1), "offload unit "+u.name)
 	if err != nil {
 		return err
 	}
+	t1 := time.Now()
+	defer func() {
+		e.packAlloc.Add(int64(t1.Sub(t0)))
+		e.packRead.Add(int64(time.Since(t1)))
+	}()
 	for i, p := range u.params {
 		if err := e.readParam(p, u.orig[i], 0, h.Bytes()[u.offs[i]:u.offs[i]+u.orig[i].NumBytes()]); err != nil {
 			h.Free()
@@ -313,6 +330,14 @@ func (e *engine) pack(u *unit) error {
 // packAll packs units on several goroutines (copies from memory or reads
 // from files both gain from parallelism).
 func (e *engine) packAll(units []*unit) error {
+	start := time.Now()
+	e.packAlloc.Store(0)
+	e.packRead.Store(0)
+	defer func() {
+		e.trace("pack: wall", time.Since(start))
+		e.trace("pack: pinned alloc", time.Duration(e.packAlloc.Load()))
+		e.trace("pack: read", time.Duration(e.packRead.Load()))
+	}()
 	work := make(chan *unit, len(units))
 	for _, u := range units {
 		work <- u

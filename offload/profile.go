@@ -372,8 +372,11 @@ func (e *engine) startFromState(st *State) error {
 		for j, p := range u.params {
 			names[j] = p.Name()
 		}
-		if su.Name != u.name || !slices.Equal(su.Params, names) || su.Bytes != u.bytes {
+		if su.Name != u.name || su.Bytes != u.bytes {
 			return fmt.Errorf("%w: unit %d is %s (%d bytes) in the profile, %s (%d bytes) in the model", ErrProfileMismatch, i, su.Name, su.Bytes, u.name, u.bytes)
+		}
+		if !slices.Equal(su.Params, names) {
+			return fmt.Errorf("%w: unit %s has parameters %q in the profile, %q in the model", ErrProfileMismatch, u.name, su.Params, names)
 		}
 	}
 	mem := e.dev.Memory()
@@ -385,9 +388,11 @@ func (e *engine) startFromState(st *State) error {
 		}
 	}
 	e.weightTotal()
+	t := time.Now()
 	if err := e.uploadFixed(); err != nil {
 		return err
 	}
+	e.trace("non-unit parameters to the device", time.Since(t))
 	shared := map[string]bool{}
 	for _, n := range st.Shared {
 		shared[n] = true
@@ -413,6 +418,7 @@ func (e *engine) startFromState(st *State) error {
 	// planner chooses), not necessarily the profile's count.
 	e.planIn = PlanInput{FixedBytes: st.FixedBytes, Budget: st.BudgetBytes, Slots: e.cfg.TransferBlocks, Curve: st.Curve, TransferScale: e.cfg.TransferBudgetScale}
 	var streamed []*unit
+	t = time.Now()
 	for i, u := range e.units {
 		su := st.Units[i]
 		e.planIn.Units = append(e.planIn.Units, PlanUnit{Name: su.Name, Bytes: su.Bytes, ComputeSec: su.ComputeSec})
@@ -433,12 +439,15 @@ func (e *engine) startFromState(st *State) error {
 			streamed = append(streamed, u)
 		}
 	}
+	e.trace("resident units to the device", time.Since(t))
 	if err := e.packAll(streamed); err != nil {
 		return err
 	}
+	t = time.Now()
 	if err := e.allocSlots(); err != nil {
 		return err
 	}
+	e.trace("transfer blocks", time.Since(t))
 	e.unhook = e.tree.AddHook(e)
 	return nil
 }

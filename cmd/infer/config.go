@@ -28,6 +28,7 @@ var extraEnv = map[string]bool{
 	"FT_CONFIG":         true, // the config file
 	"FT_FORCE_PROGRESS": true, // draw progress bars even when stderr is not a terminal (tests)
 	"FT_SOAK":           true, // forwards in the offload soak test
+	"FT_TRACE":          true, // print set-up step durations to stderr
 }
 
 // envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.

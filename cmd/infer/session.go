@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"time"
 
 	flextensor "github.com/flextensor-go/flextensor"
 	"github.com/flextensor-go/flextensor/kernels"
@@ -92,9 +94,11 @@ func openSession(d deviceFlags) (_ *session, err error) {
 		dir = dir2
 	}
 	s.dir = dir
+	t0 := time.Now()
 	if s.dev, s.backend, err = openDevice(d.device, limit); err != nil {
 		return nil, err
 	}
+	traceStep("open device "+d.device, time.Since(t0))
 	if d.profile != "" {
 		if d.gpuBudget != "" {
 			return nil, usagef("--gpu-budget and --profile exclude each other: the profile holds its plan's budget")
@@ -107,6 +111,8 @@ func openSession(d deviceFlags) (_ *session, err error) {
 		name := fmt.Sprintf("infer-%d", sessionSeq)
 		cfg := offload.DefaultConfig(s.dev)
 		cfg.Progress = d.progress.update
+		cfg.Trace = traceStep
+		cfg.Trace = traceStep
 		if d.offloadTiming {
 			cfg.OffloadTiming = offload.TimingEager
 		}
@@ -130,6 +136,7 @@ func openSession(d deviceFlags) (_ *session, err error) {
 	cfg.GPUBudget = budget
 	cfg.TransferBlocks = d.blocks
 	cfg.Progress = d.progress.update
+	cfg.Trace = traceStep
 	if d.offloadTiming {
 		cfg.OffloadTiming = offload.TimingEager
 	}
@@ -177,4 +184,11 @@ func (s *session) Close() error {
 		f()
 	}
 	return errors.Join(errs...)
+}
+
+// traceStep prints a set-up step's duration to stderr when FT_TRACE=1.
+func traceStep(step string, d time.Duration) {
+	if os.Getenv("FT_TRACE") == "1" {
+		fmt.Fprintf(os.Stderr, "trace: %-36s %9.1f ms\n", step, float64(d.Microseconds())/1e3)
+	}
 }

@@ -1,0 +1,188 @@
+//go:build cuda
+
+package offload_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/kernels/cudabackend"
+	"github.com/flextensor-go/flextensor/models/llama"
+	"github.com/flextensor-go/flextensor/offload"
+	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/flextensor-go/flextensor/runtime/cuda"
+)
+
+// gpuFixture is the deep test model on the host and GPU 0 as the compute device.
+type gpuFixture struct {
+	host    *runtime.CPUDevice
+	dev     *cuda.Device
+	backend kernels.Backend
+	model   *llama.Model
+}
+
+func newGPUFixture(t *testing.T, dir string) *gpuFixture {
+	t.Helper()
+	dev, err := cuda.Open(0)
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	b, err := cudabackend.New(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &gpuFixture{host: runtime.NewCPU(0), dev: dev, backend: b}
+	m, ck, err := llama.Load(dir, f.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.model = m
+	t.Cleanup(func() {
+		m.Close()
+		ck.Close()
+		f.host.Close()
+		dev.Close()
+	})
+	return f
+}
+
+func gpuDeepDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "deep")
+	cfg := llama.Shapes["deep-test"]
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 256, 768, 4, 2, 64
+	if err := llama.MakeCheckpoint(dir, cfg, 11, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func gpuUnitBytes(t *testing.T, m *llama.Model) offload.Footprint {
+	fp, err := offload.Measure(m, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fp
+}
+
+// TestGPUOffloadEqualsEverythingFits: on the GPU, the logits with most
+// layers streamed equal those with every layer resident under the engine
+// (same kernels, same order), pass after pass.
+func TestGPUOffloadEqualsEverythingFits(t *testing.T) {
+	dir := gpuDeepDir(t)
+	prompt := []int32{5, 17, 42, 99, 3}
+	var want [][]float32
+	for _, budget := range []string{"all", "min"} {
+		f := newGPUFixture(t, dir)
+		fp := gpuUnitBytes(t, f.model)
+		cfg := offload.DefaultConfig(f.dev)
+		cfg.TransferBlocks = 2
+		cfg.GPUBudget = offload.Budget{Bytes: fp.TotalBytes}
+		if budget == "min" {
+			cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(2)}
+		}
+		name := uniqueName(t)
+		if err := offload.Offload(f.model, &cfg, name); err != nil {
+			t.Fatal(err)
+		}
+		got := run(t, f.model, f.backend, prompt, 6)
+		if budget == "all" {
+			want = got
+		} else {
+			if n := len(offload.ResidentUnits(name)); n != 0 {
+				t.Fatalf("minimal budget keeps %d units resident", n)
+			}
+			for i := range want {
+				if !slices.Equal(got[i], want[i]) {
+					t.Fatalf("pass %d: streamed logits differ from resident ones", i)
+				}
+			}
+		}
+		if err := offload.Release(name, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestGPULeak: 100 offload/release cycles return every device and pinned
+// byte.
+func TestGPULeak(t *testing.T) {
+	dir := gpuDeepDir(t)
+	f := newGPUFixture(t, dir)
+	fp := gpuUnitBytes(t, f.model)
+	// One forward outside the engine would allocate the model's workspace on
+	// the device; the cycles below allocate theirs through the same model,
+	// so take the baseline after a first cycle.
+	baseDev, baseHost := int64(-1), int64(-1)
+	for cycle := 0; cycle < 100; cycle++ {
+		cfg := offload.DefaultConfig(f.dev)
+		cfg.TransferBlocks = 2 + cycle%3
+		cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(cfg.TransferBlocks) + int64(cycle%4)*fp.MaxUnitBytes}
+		name := uniqueName(t)
+		if err := offload.Offload(f.model, &cfg, name); err != nil {
+			t.Fatal(err)
+		}
+		run(t, f.model, f.backend, []int32{1, 2, 3}, 3)
+		if err := offload.Release(name, cycle%2 == 0); err != nil {
+			t.Fatal(err)
+		}
+		if cycle%2 == 1 {
+			// Without preserveModel the model is discarded: load it again.
+			f.model.Close()
+			m, ck, err := llama.Load(dir, f.host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ck.Close() })
+			f.model = m
+		}
+		d, h := f.dev.Memory().InUse, f.dev.HostMemory().InUse
+		if baseDev < 0 {
+			baseDev, baseHost = d, h
+		}
+		if d > baseDev || h != baseHost {
+			t.Fatalf("cycle %d: device %d bytes (baseline %d), pinned %d (baseline %d)", cycle, d, baseDev, h, baseHost)
+		}
+	}
+	t.Logf("100 cycles: device bytes %d, pinned %d at the end", f.dev.Memory().InUse, f.dev.HostMemory().InUse)
+}
+
+// TestGPUSoak: FT_SOAK (default 1000) offloaded decode steps, each equal to
+// the first pass's logits from a fresh cache, memory flat.
+func TestGPUSoak(t *testing.T) {
+	n := 1000
+	if s := os.Getenv("FT_SOAK"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	dir := gpuDeepDir(t)
+	f := newGPUFixture(t, dir)
+	fp := gpuUnitBytes(t, f.model)
+	cfg := offload.DefaultConfig(f.dev)
+	cfg.TransferBlocks = 2
+	cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(2) + 3*fp.MaxUnitBytes}
+	name := uniqueName(t)
+	if err := offload.Offload(f.model, &cfg, name); err != nil {
+		t.Fatal(err)
+	}
+	defer offload.Release(name, true)
+	prompt := []int32{7, 8, 9, 10}
+	for i := 0; i < 3; i++ { // discovery, profiling
+		run(t, f.model, f.backend, prompt, 0)
+	}
+	first := run(t, f.model, f.backend, prompt, 0)[0]
+	d0, h0 := f.dev.Memory().InUse, f.dev.HostMemory().InUse
+	for i := 0; i < n; i++ {
+		got := run(t, f.model, f.backend, prompt, 0)[0]
+		if !slices.Equal(got, first) {
+			t.Fatalf("forward %d differs from the first", i)
+		}
+		if d, h := f.dev.Memory().InUse, f.dev.HostMemory().InUse; d != d0 || h != h0 {
+			t.Fatalf("forward %d: device %d (was %d), pinned %d (was %d)", i, d, d0, h, h0)
+		}
+	}
+	t.Logf("%d offloaded forwards identical; device %d bytes, pinned %d bytes throughout", n, d0, h0)
+}
