@@ -101,6 +101,7 @@ type engine struct {
 	replan replanState
 
 	packAlloc, packRead atomic.Int64 // nanoseconds summed over packing goroutines
+	stage               []*runtime.HostBuffer
 
 	progMu    sync.Mutex
 	progDone  int64
@@ -236,6 +237,7 @@ func (e *engine) startDiscovery() error {
 	if err := e.uploadFixed(); err != nil {
 		return err
 	}
+	e.freeStaging()
 	if err := e.packAll(e.units); err != nil {
 		return err
 	}
@@ -417,6 +419,32 @@ const (
 	stageBuffers = 4
 )
 
+// stagingBuffers returns the engine's host staging buffers for uploads,
+// allocating them on first use (pinned allocations are slow: they are taken
+// once per set-up, not per upload).
+func (e *engine) stagingBuffers() ([]*runtime.HostBuffer, error) {
+	if e.stage != nil {
+		return e.stage, nil
+	}
+	for i := 0; i < stageBuffers; i++ {
+		h, err := e.hostBlock(stageChunk, "offload upload staging")
+		if err != nil {
+			e.freeStaging()
+			return nil, err
+		}
+		e.stage = append(e.stage, h)
+	}
+	return e.stage, nil
+}
+
+// freeStaging returns the staging buffers.
+func (e *engine) freeStaging() {
+	for _, h := range e.stage {
+		h.Free()
+	}
+	e.stage = nil
+}
+
 // fillDevice writes params[i] at offs[i] of buf through a few host staging
 // buffers: chunks are read (from memory or a file) on several goroutines
 // while earlier chunks are copied to the device, so reading and copying
@@ -430,10 +458,8 @@ func (e *engine) fillDevice(buf *runtime.DeviceBuffer, ps []*nn.Parameter, origs
 		dst    int64
 	}
 	var jobs []chunk
-	var total int64
 	for i, p := range ps {
 		n := origs[i].NumBytes()
-		total += n
 		for off := int64(0); off < n; off += stageChunk {
 			jobs = append(jobs, chunk{p: p, orig: origs[i], off: off, n: min(stageChunk, n-off), dst: offs[i] + off})
 		}
@@ -441,24 +467,11 @@ func (e *engine) fillDevice(buf *runtime.DeviceBuffer, ps []*nn.Parameter, origs
 	if len(jobs) == 0 {
 		return nil
 	}
-	k := min(stageBuffers, len(jobs))
-	size := min(int64(stageChunk), total)
-	stage := make([]*runtime.HostBuffer, k)
-	for i := range stage {
-		h, err := e.hostBlock(size, "offload upload staging")
-		if err != nil {
-			for _, x := range stage[:i] {
-				x.Free()
-			}
-			return err
-		}
-		stage[i] = h
+	stage, err := e.stagingBuffers()
+	if err != nil {
+		return err
 	}
-	defer func() {
-		for _, h := range stage {
-			h.Free()
-		}
-	}()
+	k := min(len(stage), len(jobs))
 	readDone := make([]chan error, len(jobs))
 	started := 0
 	startRead := func(i int) {
@@ -1137,6 +1150,7 @@ func (e *engine) freeAll() {
 		b.Free()
 	}
 	e.staging.Free()
+	e.freeStaging()
 	e.fixedBufs, e.slots, e.staging = nil, nil, nil
 	if e.copy != nil && e.phase == PhaseIdle {
 		e.copy.Close()

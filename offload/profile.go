@@ -388,6 +388,37 @@ func (e *engine) startFromState(st *State) error {
 		}
 	}
 	e.weightTotal()
+	// The streamed units' pinned blocks are allocated and filled on other
+	// goroutines while the resident weights are uploaded here: page locking
+	// and reading are slow in different places and overlap well.
+	var streamed []*unit
+	for i, u := range e.units {
+		if !st.Plan.Resident[i] {
+			streamed = append(streamed, u)
+		}
+	}
+	packed := make(chan error, 1)
+	go func() { packed <- e.packAll(streamed) }()
+	err := e.placeFromState(st)
+	e.freeStaging()
+	if perr := <-packed; err == nil {
+		err = perr
+	}
+	if err != nil {
+		return err
+	}
+	t := time.Now()
+	if err := e.allocSlots(); err != nil {
+		return err
+	}
+	e.trace("transfer blocks", time.Since(t))
+	e.unhook = e.tree.AddHook(e)
+	return nil
+}
+
+// placeFromState uploads the non-unit, shared and resident weights and
+// adopts the state's curve and plan.
+func (e *engine) placeFromState(st *State) error {
 	t := time.Now()
 	if err := e.uploadFixed(); err != nil {
 		return err
@@ -417,37 +448,35 @@ func (e *engine) startFromState(st *State) error {
 	// A later replan plans with this configuration's slot request (0 = the
 	// planner chooses), not necessarily the profile's count.
 	e.planIn = PlanInput{FixedBytes: st.FixedBytes, Budget: st.BudgetBytes, Slots: e.cfg.TransferBlocks, Curve: st.Curve, TransferScale: e.cfg.TransferBudgetScale}
-	var streamed []*unit
-	t = time.Now()
 	for i, u := range e.units {
 		su := st.Units[i]
 		e.planIn.Units = append(e.planIn.Units, PlanUnit{Name: su.Name, Bytes: su.Bytes, ComputeSec: su.ComputeSec})
 		u.samples = slices.Clone(su.Samples)
-		if st.Plan.Resident[i] {
-			buf, err := e.dev.Alloc(max(u.bytes, 1), "offload resident unit "+u.name)
-			if err != nil {
-				return err
-			}
-			u.dev = buf
-			if err := e.fillDevice(buf, u.params, u.orig, u.offs); err != nil {
-				return err
-			}
-			if err := e.bindTo(u, buf); err != nil {
-				return err
-			}
-		} else {
-			streamed = append(streamed, u)
-		}
-	}
-	e.trace("resident units to the device", time.Since(t))
-	if err := e.packAll(streamed); err != nil {
-		return err
 	}
 	t = time.Now()
-	if err := e.allocSlots(); err != nil {
-		return err
+	err := e.placeResidentFrom(st.Plan.Resident)
+	e.trace("resident units to the device", time.Since(t))
+	return err
+}
+
+// placeResidentFrom uploads the units marked resident straight from their
+// weight source into device buffers of their own.
+func (e *engine) placeResidentFrom(resident []bool) error {
+	for i, u := range e.units {
+		if !resident[i] {
+			continue
+		}
+		buf, err := e.dev.Alloc(max(u.bytes, 1), "offload resident unit "+u.name)
+		if err != nil {
+			return err
+		}
+		u.dev = buf
+		if err := e.fillDevice(buf, u.params, u.orig, u.offs); err != nil {
+			return err
+		}
+		if err := e.bindTo(u, buf); err != nil {
+			return err
+		}
 	}
-	e.trace("transfer blocks", time.Since(t))
-	e.unhook = e.tree.AddHook(e)
 	return nil
 }

@@ -67,6 +67,16 @@ static CUresult ft_host_free(CUcontext ctx, void* p) {
 	return cuMemFreeHost(p);
 }
 
+static CUresult ft_host_register(CUcontext ctx, void* p, size_t n) {
+	CUresult r = ft_ctx(ctx); if (r != CUDA_SUCCESS) return r;
+	return cuMemHostRegister(p, n, CU_MEMHOSTREGISTER_PORTABLE);
+}
+
+static CUresult ft_host_unregister(CUcontext ctx, void* p) {
+	CUresult r = ft_ctx(ctx); if (r != CUDA_SUCCESS) return r;
+	return cuMemHostUnregister(p);
+}
+
 static CUresult ft_stream_create(CUcontext ctx, CUstream* s) {
 	CUresult r = ft_ctx(ctx); if (r != CUDA_SUCCESS) return r;
 	return cuStreamCreate(s, CU_STREAM_NON_BLOCKING);
@@ -409,6 +419,15 @@ func cHostAlloc(ctx cContext, n int64) (unsafe.Pointer, C.CUresult) {
 
 func cHostFree(ctx cContext, p unsafe.Pointer) error {
 	return check("cuMemFreeHost", C.ft_host_free(ctx, p))
+}
+
+// cHostRegister page-locks host memory the process mapped itself.
+func cHostRegister(ctx cContext, p unsafe.Pointer, n int64) error {
+	return check("cuMemHostRegister", C.ft_host_register(ctx, p, C.size_t(n)))
+}
+
+func cHostUnregister(ctx cContext, p unsafe.Pointer) error {
+	return check("cuMemHostUnregister", C.ft_host_unregister(ctx, p))
 }
 
 func cStreamCreate(ctx cContext) (cStream, error) {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
 	"gorgonia.org/cu"
 
 	"github.com/flextensor-go/flextensor/runtime"
@@ -190,9 +191,17 @@ func (d *Device) Alloc(bytes int64, label string) (*runtime.DeviceBuffer, error)
 // AllocHost takes page-locked (pinned) host memory through cuMemHostAlloc
 // (portable across contexts; contents undefined), so that copies to and from
 // the device run at full speed and asynchronously.
+//
+// With FT_PINNED=register the memory is mapped by the process instead
+// (anonymous, transparent huge pages requested), its pages are faulted in on
+// all cores, and only then page-locked with cuMemHostRegister: pinning large
+// blocks that way was measured against cuMemHostAlloc (see bench/RESULTS.md).
 func (d *Device) AllocHost(bytes int64, label string) (*runtime.HostBuffer, error) {
 	if err := d.host.Reserve(bytes, label); err != nil {
 		return nil, err
+	}
+	if os.Getenv("FT_PINNED") == "register" && bytes >= 4<<20 {
+		return d.allocRegistered(bytes, label)
 	}
 	p, r := cHostAlloc(d.ctx, max(bytes, 1))
 	if err := check("cuMemHostAlloc", r); err != nil {
@@ -357,4 +366,50 @@ func (d *Device) recycleEvent(e cEvent) {
 		return // the context's teardown takes it
 	}
 	d.freeEvents = append(d.freeEvents, e)
+}
+
+// allocRegistered maps anonymous memory, asks for huge pages, faults it in
+// on all cores and page-locks it. The bytes are already reserved.
+func (d *Device) allocRegistered(bytes int64, label string) (*runtime.HostBuffer, error) {
+	fail := func(err error) (*runtime.HostBuffer, error) {
+		d.host.Release(bytes)
+		return nil, fmt.Errorf("%s: pinned host allocation %q of %s: %w", d.Name(), label, runtime.FormatBytes(bytes), err)
+	}
+	data, err := unix.Mmap(-1, 0, int(bytes), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return fail(err)
+	}
+	_ = unix.Madvise(data, unix.MADV_HUGEPAGE) // a hint: fewer, larger pages to fault in and lock
+	const piece = 8 << 20
+	var wg sync.WaitGroup
+	next := make(chan int, (len(data)+piece-1)/piece)
+	for off := 0; off < len(data); off += piece {
+		next <- off
+	}
+	close(next)
+	for w := 0; w < goruntime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for off := range next {
+				end := min(off+piece, len(data))
+				for i := off; i < end; i += 4096 {
+					data[i] = 0
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	p := unsafe.Pointer(&data[0])
+	if err := cHostRegister(d.ctx, p, bytes); err != nil {
+		unix.Munmap(data)
+		return fail(err)
+	}
+	return runtime.NewHostBuffer(d, label, data, func() {
+		if err := cHostUnregister(d.ctx, p); err != nil {
+			fmt.Fprintf(os.Stderr, "flextensor: %s: unregistering pinned %q: %v\n", d.Name(), label, err)
+		}
+		unix.Munmap(data)
+		d.host.Release(bytes)
+	}), nil
 }
