@@ -29,7 +29,7 @@ var extraEnv = map[string]bool{
 	"FT_FORCE_PROGRESS": true, // draw progress bars even when stderr is not a terminal (tests)
 	"FT_SOAK":           true, // forwards in the offload soak test
 	"FT_TRACE":          true, // print set-up step durations to stderr
-	"FT_PINNED":         true, // "register": pin host blocks with cuMemHostRegister (cuda builds)
+	"FT_PINNED":         true, // "alloc": pin host blocks with cuMemHostAlloc instead of cuMemHostRegister (cuda builds)
 }
 
 // envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.

@@ -192,15 +192,16 @@ func (d *Device) Alloc(bytes int64, label string) (*runtime.DeviceBuffer, error)
 // (portable across contexts; contents undefined), so that copies to and from
 // the device run at full speed and asynchronously.
 //
-// With FT_PINNED=register the memory is mapped by the process instead
-// (anonymous, transparent huge pages requested), its pages are faulted in on
-// all cores, and only then page-locked with cuMemHostRegister: pinning large
-// blocks that way was measured against cuMemHostAlloc (see bench/RESULTS.md).
+// Blocks of 4 MiB and more are mapped by the process instead (anonymous,
+// transparent huge pages requested), faulted in on all cores, and only then
+// page-locked with cuMemHostRegister: on the H200 machine that pinned 8.3 GB
+// in 0.56 s where cuMemHostAlloc, which the driver serialises, took 3.6 s
+// (bench/RESULTS.md). FT_PINNED=alloc selects cuMemHostAlloc for every size.
 func (d *Device) AllocHost(bytes int64, label string) (*runtime.HostBuffer, error) {
 	if err := d.host.Reserve(bytes, label); err != nil {
 		return nil, err
 	}
-	if os.Getenv("FT_PINNED") == "register" && bytes >= 4<<20 {
+	if os.Getenv("FT_PINNED") != "alloc" && bytes >= 4<<20 {
 		return d.allocRegistered(bytes, label)
 	}
 	p, r := cHostAlloc(d.ctx, max(bytes, 1))
