@@ -3,6 +3,7 @@
 package offload_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,7 +26,7 @@ type gpuFixture struct {
 	model   *llama.Model
 }
 
-func newGPUFixture(t *testing.T, dir string) *gpuFixture {
+func newGPUFixture(t testing.TB, dir string) *gpuFixture {
 	t.Helper()
 	dev, err := cuda.Open(0)
 	if err != nil {
@@ -185,4 +186,125 @@ func TestGPUSoak(t *testing.T) {
 		}
 	}
 	t.Logf("%d offloaded forwards identical; device %d bytes, pinned %d bytes throughout", n, d0, h0)
+}
+
+func graphOpts(f *gpuFixture) []offload.Option {
+	return []offload.Option{offload.WithCompile(offload.GraphCompiler(f.dev.Name(), llama.UnitGraphs(f.backend)))}
+}
+
+// TestGPUUnitGraphs: with each layer replaying a graph of its own inside the
+// engine's traps, offloaded decode computes exactly what the op-by-op
+// offloaded decode does, every layer captured, and a replan (which moves
+// weights) recaptures and still computes the same.
+func TestGPUUnitGraphs(t *testing.T) {
+	dir := gpuDeepDir(t)
+	prompt := []int32{3, 1, 4, 1, 5}
+	var outs [2][][]float32
+	for k, graphs := range []bool{false, true} {
+		f := newGPUFixture(t, dir)
+		fp := gpuUnitBytes(t, f.model)
+		cfg := offload.DefaultConfig(f.dev)
+		cfg.TransferBlocks = 2
+		cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(2) + 4*fp.MaxUnitBytes}
+		name := uniqueName(t)
+		var opts []offload.Option
+		if graphs {
+			opts = graphOpts(f)
+		}
+		if err := offload.Offload(f.model, &cfg, name, opts...); err != nil {
+			t.Fatal(err)
+		}
+		outs[k] = run(t, f.model, f.backend, prompt, 8)
+		if graphs {
+			for i, c := range f.model.GraphCaptures() {
+				if c == 0 {
+					t.Errorf("layer %d never captured a graph", i)
+				}
+			}
+			n, err := offload.RequestStrategyReplan(name, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < n; i++ {
+				run(t, f.model, f.backend, prompt, 0)
+			}
+			if s := offload.GetStrategyReplanStatus(name); s.State != offload.ReplanDone {
+				t.Fatalf("replan under graphs: %+v", s)
+			}
+			again := run(t, f.model, f.backend, prompt, 8)
+			for i := range again {
+				if !slices.Equal(again[i], outs[k][i]) {
+					t.Fatalf("after the replan, pass %d differs", i)
+				}
+			}
+		}
+		if err := offload.Release(name, true); err != nil {
+			t.Fatal(err)
+		}
+		f.model.DropUnitGraphs()
+	}
+	for i := range outs[0] {
+		if !slices.Equal(outs[0][i], outs[1][i]) {
+			t.Fatalf("pass %d: graph replay differs from op-by-op", i)
+		}
+	}
+}
+
+// BenchmarkGPUUnitGraphsReplan: offloaded one-token forwards of the deep
+// test model, op by op and with per-layer graphs, and with graphs again
+// after a strategy replan; reports ms per forward.
+func BenchmarkGPUUnitGraphsReplan(b *testing.B) {
+	dir := filepath.Join(b.TempDir(), "deep")
+	cfg := llama.Shapes["deep-test"]
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 256, 768, 4, 2, 64
+	if err := llama.MakeCheckpoint(dir, cfg, 11, 1<<30); err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []string{"eager", "graphs", "graphs-after-replan"} {
+		b.Run(mode, func(b *testing.B) {
+			f := newGPUFixture(b, dir)
+			fp, _ := offload.Measure(f.model, nil, nil)
+			oc := offload.DefaultConfig(f.dev)
+			oc.TransferBlocks = 2
+			oc.GPUBudget = offload.Budget{Bytes: fp.MinBudget(2) + 4*fp.MaxUnitBytes}
+			name := fmt.Sprintf("bench-%s-%d", mode, b.N)
+			var opts []offload.Option
+			if mode != "eager" {
+				opts = graphOpts(f)
+			}
+			if err := offload.Offload(f.model, &oc, name, opts...); err != nil {
+				b.Fatal(err)
+			}
+			defer offload.Release(name, true)
+			cache, _ := f.model.NewKVCache(f.backend, 64+b.N+16)
+			defer cache.Free()
+			logits := make([]float32, f.model.Cfg.VocabSize)
+			step := func(id int32) {
+				lt, err := f.model.Forward(f.backend, cache, []int32{id}, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := f.backend.ReadF32(logits, lt); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for i := 0; i < 6; i++ { // discovery, profiling, warm
+				step(int32(i))
+			}
+			if mode == "graphs-after-replan" {
+				n, err := offload.RequestStrategyReplan(name, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i := 0; i < n+2; i++ {
+					step(int32(i))
+				}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				step(int32(i % 200))
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N), "ms/forward")
+		})
+	}
 }

@@ -332,6 +332,11 @@ func adopt(model nn.Module, st *State, cfg *Config, name string, src WeightSourc
 	offloaded[tree] = m.name
 	registryMu.Unlock()
 	e, err := buildEngine(m, model, m.cfg, o, src)
+	if err == nil && o.compile != nil {
+		if err = applyCompile(e.units, o.compile); err != nil {
+			e.closeStream()
+		}
+	}
 	if err == nil {
 		if err = e.startFromState(st); err != nil {
 			e.restore()

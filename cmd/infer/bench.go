@@ -172,7 +172,11 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 				return usageError{fmt.Errorf("--budgets: %w", err)}
 			}
 			name := fmt.Sprintf("bench-%d", i)
-			if err := offload.Offload(model, &cfg, name); err != nil {
+			var opts []offload.Option
+			if d.unitGraphs {
+				opts = append(opts, offload.WithCompile(offload.GraphCompiler(dev.Name(), llama.UnitGraphs(backend))))
+			}
+			if err := offload.Offload(model, &cfg, name, opts...); err != nil {
 				return fmt.Errorf("budget %s: %w", b, err)
 			}
 			// Discovery (the first forward) and profiling (two) come before INFERENCE.
@@ -187,6 +191,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			if rerr := offload.Release(name, true); err == nil {
 				err = rerr
 			}
+			model.DropUnitGraphs()
 			if err != nil {
 				return fmt.Errorf("budget %s: %w", b, err)
 			}

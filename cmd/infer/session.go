@@ -27,6 +27,7 @@ type deviceFlags struct {
 	offloadTiming bool
 	profile       string
 	strict        bool
+	unitGraphs    bool
 	progress      *progress // nil: no progress output
 }
 
@@ -38,6 +39,7 @@ func (d *deviceFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&d.blocks, "transfer-blocks", 0, "offload: number of transfer blocks (0 = the planner chooses)")
 	fs.BoolVar(&d.offloadTiming, "offload-timing", false, "offload: print per-unit transfer/compute/wait times after the run")
 	fs.StringVar(&d.profile, "profile", "", "offload with the saved profile in this directory (from infer profile): no profiling, each weight read once")
+	fs.BoolVar(&d.unitGraphs, "unit-graphs", false, "offload: replay each layer's one-token forward as a CUDA graph of its own (cuda devices)")
 	fs.BoolVar(&d.strict, "strict", false, "with --profile: fail when any tensor of the profile is missing from the checkpoint, listing them")
 }
 
@@ -116,7 +118,7 @@ func openSession(d deviceFlags) (_ *session, err error) {
 		if d.offloadTiming {
 			cfg.OffloadTiming = offload.TimingEager
 		}
-		if s.model, s.ck, err = llama.LoadFromProfile(dir, st, cfg, name, d.strict); err != nil {
+		if s.model, s.ck, err = llama.LoadFromProfile(dir, st, cfg, name, d.strict, s.compileOpts(d)...); err != nil {
 			return nil, err
 		}
 		s.manager = name
@@ -140,11 +142,19 @@ func openSession(d deviceFlags) (_ *session, err error) {
 	if d.offloadTiming {
 		cfg.OffloadTiming = offload.TimingEager
 	}
-	if err := offload.Offload(s.model, &cfg, s.manager); err != nil {
+	if err := offload.Offload(s.model, &cfg, s.manager, s.compileOpts(d)...); err != nil {
 		s.manager = ""
 		return nil, err
 	}
 	return s, nil
+}
+
+// compileOpts is the per-unit compiler the flags ask for.
+func (s *session) compileOpts(d deviceFlags) []offload.Option {
+	if !d.unitGraphs {
+		return nil
+	}
+	return []offload.Option{offload.WithCompile(offload.GraphCompiler(s.dev.Name(), llama.UnitGraphs(s.backend)))}
 }
 
 // printTiming writes the offload timing table (when offloaded).

@@ -176,6 +176,12 @@ func (m *Model) Forward(b kernels.Backend, cache *KVCache, ids []int32, allLogit
 		if err := m.Embed.Forward(b, x, ids); err != nil {
 			return err
 		}
+		if T == 1 && m.unitGraphs != nil {
+			// The layers' graphs read the position from the step inputs.
+			if err := m.unitGraphs.SetStep(ids, pos0); err != nil {
+				return err
+			}
+		}
 		for i, l := range m.Layers {
 			if err := l.Forward(b, w, x, cache.K[i], cache.V[i], pos0); err != nil {
 				return err
@@ -202,27 +208,35 @@ func (m *Model) Forward(b kernels.Backend, cache *KVCache, ids []int32, allLogit
 
 // Forward of one decoder layer over x[T,D] in place.
 func (l *Layer) Forward(b kernels.Backend, w *workspace, x, kc, vc *runtime.Tensor, pos0 int) error {
-	T := x.Dim(0)
 	return nn.Call(l, func() error {
-		h := rows(w.h, T)
-		if err := l.InputNorm.Forward(b, h, x); err != nil {
-			return err
+		if l.graph != nil && x.Dim(0) == 1 {
+			return l.graph.run(l, b, w, x, kc, vc, pos0)
 		}
-		if err := l.Attn.Forward(b, w, h, kc, vc, pos0); err != nil {
-			return err
-		}
-		o := rows(w.o, T)
-		if err := b.Add(x, x, o); err != nil {
-			return err
-		}
-		if err := l.PostNorm.Forward(b, h, x); err != nil {
-			return err
-		}
-		if err := l.MLP.Forward(b, w, o, h); err != nil {
-			return err
-		}
-		return b.Add(x, x, o)
+		return l.body(b, w, x, kc, vc, pos0)
 	})
+}
+
+// body is the layer's computation, launched op by op.
+func (l *Layer) body(b kernels.Backend, w *workspace, x, kc, vc *runtime.Tensor, pos0 int) error {
+	T := x.Dim(0)
+	h := rows(w.h, T)
+	if err := l.InputNorm.Forward(b, h, x); err != nil {
+		return err
+	}
+	if err := l.Attn.Forward(b, w, h, kc, vc, pos0); err != nil {
+		return err
+	}
+	o := rows(w.o, T)
+	if err := b.Add(x, x, o); err != nil {
+		return err
+	}
+	if err := l.PostNorm.Forward(b, h, x); err != nil {
+		return err
+	}
+	if err := l.MLP.Forward(b, w, o, h); err != nil {
+		return err
+	}
+	return b.Add(x, x, o)
 }
 
 // Forward of attention: reads h[T,D], writes w.o[T,D].

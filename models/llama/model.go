@@ -39,6 +39,7 @@ type Layer struct {
 	Attn      *Attention
 	PostNorm  *nn.RMSNorm
 	MLP       *MLP
+	graph     *layerGraph // set by UnitGraphs: one-token forwards replay a graph
 }
 
 // Model is LlamaForCausalLM: embedding, layers, final norm, LM head.
@@ -51,7 +52,10 @@ type Model struct {
 	Head    *nn.Linear
 	invFreq []float32
 	ws      *workspace
-	owned   []*runtime.DeviceBuffer
+	// unitGraphs is the backend whose step inputs the layers' graphs read
+	// (nil unless UnitGraphs compiled the layers).
+	unitGraphs kernels.StepCapturer
+	owned      []*runtime.DeviceBuffer
 }
 
 // New builds the module tree for cfg with no weights bound. Names follow the

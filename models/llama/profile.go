@@ -21,7 +21,7 @@ import (
 // the error lists all that are missing; otherwise the first tensor the model
 // needs and the checkpoint lacks is the error. Close the model (after
 // releasing the manager) and the checkpoint when done.
-func LoadFromProfile(dir string, st *offload.State, cfg offload.Config, name string, strict bool) (*Model, *loader.Checkpoint, error) {
+func LoadFromProfile(dir string, st *offload.State, cfg offload.Config, name string, strict bool, opts ...offload.Option) (*Model, *loader.Checkpoint, error) {
 	c, err := loader.ReadLlamaConfig(dir)
 	if err != nil {
 		return nil, nil, err
@@ -57,7 +57,7 @@ func LoadFromProfile(dir string, st *offload.State, cfg offload.Config, name str
 		ck.Close()
 		return nil, nil, err
 	}
-	if err := offload.LoadModelFromProfile(m, ck, st, &cfg, name); err != nil {
+	if err := offload.LoadModelFromProfile(m, ck, st, &cfg, name, opts...); err != nil {
 		m.Close()
 		ck.Close()
 		return nil, nil, err
