@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/kernels/cudabackend"
@@ -307,4 +308,78 @@ func BenchmarkGPUUnitGraphsReplan(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N), "ms/forward")
 		})
 	}
+}
+
+// BenchmarkGPUReplanUnderGraphs: one offloaded model with per-layer graphs;
+// rounds of one-token forwards before a strategy replan and after it,
+// alternating with no other work between. Reports the median round's ms per
+// forward before and after (b.N forwards per round, 7 rounds each).
+func BenchmarkGPUReplanUnderGraphs(b *testing.B) {
+	dir := filepath.Join(b.TempDir(), "deep")
+	cfg := llama.Shapes["deep-test"]
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 256, 768, 4, 2, 64
+	if err := llama.MakeCheckpoint(dir, cfg, 11, 1<<30); err != nil {
+		b.Fatal(err)
+	}
+	f := newGPUFixture(b, dir)
+	fp, _ := offload.Measure(f.model, nil, nil)
+	oc := offload.DefaultConfig(f.dev)
+	oc.GPUBudget = offload.Budget{Bytes: fp.MinBudget(2) + 4*fp.MaxUnitBytes}
+	name := fmt.Sprintf("bench-replan-%d", b.N)
+	if err := offload.Offload(f.model, &oc, name, graphOpts(f)...); err != nil {
+		b.Fatal(err)
+	}
+	defer offload.Release(name, true)
+	cache, _ := f.model.NewKVCache(f.backend, 16+16*b.N+64)
+	defer cache.Free()
+	logits := make([]float32, f.model.Cfg.VocabSize)
+	step := func(id int32) {
+		if cache.Len() >= cache.Cap()-1 {
+			cache.Reset()
+		}
+		lt, err := f.model.Forward(f.backend, cache, []int32{id}, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := f.backend.ReadF32(logits, lt); err != nil {
+			b.Fatal(err)
+		}
+	}
+	round := func() float64 {
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			step(int32(i % 200))
+		}
+		return float64(time.Since(start).Microseconds()) / 1e3 / float64(b.N)
+	}
+	for i := 0; i < 6; i++ {
+		step(int32(i))
+	}
+	var before, after []float64
+	for r := 0; r < 7; r++ {
+		before = append(before, round())
+	}
+	n, err := offload.RequestStrategyReplan(name, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < n+2; i++ {
+		step(int32(i))
+	}
+	st := offload.GetStrategyReplanStatus(name)
+	if st.State != offload.ReplanDone {
+		b.Fatalf("replan: %+v", st)
+	}
+	for r := 0; r < 7; r++ {
+		after = append(after, round())
+	}
+	slices.Sort(before)
+	slices.Sort(after)
+	b.ReportMetric(before[3], "before_ms/forward")
+	b.ReportMetric(after[3], "after_ms/forward")
+	applied := 0.0
+	if st.Applied != nil && *st.Applied {
+		applied = 1
+	}
+	b.ReportMetric(applied, "replan_applied")
 }
