@@ -950,24 +950,30 @@ func (e *engine) placeResident() error {
 		if !e.plan.Resident[i] {
 			continue
 		}
-		buf, err := e.dev.Alloc(max(u.bytes, 1), "offload resident unit "+u.name)
-		if err != nil {
-			return err
-		}
-		u.dev = buf
-		if err := e.syncCopy(buf, u.host, u.bytes); err != nil {
-			return err
-		}
-		if err := e.copy.Synchronize(); err != nil {
-			return err
-		}
-		u.host.Free()
-		u.host = nil
-		if err := e.bindTo(u, buf); err != nil {
+		if err := e.makeResident(u); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// makeResident copies a packed unit to a device buffer of its own, binds
+// its parameters there and frees its host block.
+func (e *engine) makeResident(u *unit) error {
+	buf, err := e.dev.Alloc(max(u.bytes, 1), "offload resident unit "+u.name)
+	if err != nil {
+		return err
+	}
+	u.dev = buf
+	if err := e.syncCopy(buf, u.host, u.bytes); err != nil {
+		return err
+	}
+	if err := e.copy.Synchronize(); err != nil {
+		return err
+	}
+	u.host.Free()
+	u.host = nil
+	return e.bindTo(u, buf)
 }
 
 // issue enqueues as many prefetch copies as free slots allow: copy g (the

@@ -258,26 +258,40 @@ func (m *Manager) Offload(model nn.Module, opts ...Option) error {
 	if m.e != nil {
 		return fmt.Errorf("offload manager %q: %w (a manager offloads one model; Release it first)", m.name, ErrAlreadyOffload)
 	}
-	tree := model.Node().Tree()
-	if tree == nil || tree.Root() != model {
-		return fmt.Errorf("offload manager %q: the model must be the root of its module tree", m.name)
+	tree, err := m.claim(model)
+	if err != nil {
+		return err
 	}
-	registryMu.Lock()
-	if other, ok := offloaded[tree]; ok {
-		registryMu.Unlock()
-		return fmt.Errorf("offload manager %q: %w by manager %q", m.name, ErrAlreadyOffload, other)
-	}
-	offloaded[tree] = m.name
-	registryMu.Unlock()
 	e, err := newEngine(m, model, m.cfg, o)
 	if err != nil {
-		registryMu.Lock()
-		delete(offloaded, tree)
-		registryMu.Unlock()
+		unclaim(tree)
 		return fmt.Errorf("offload manager %q: %w", m.name, err)
 	}
 	m.e, m.released = e, false
 	return nil
+}
+
+// claim registers model's tree as offloaded by m; a model may be offloaded
+// by one manager at a time.
+func (m *Manager) claim(model nn.Module) (*nn.Tree, error) {
+	tree := model.Node().Tree()
+	if tree == nil || tree.Root() != model {
+		return nil, fmt.Errorf("offload manager %q: the model must be the root of its module tree", m.name)
+	}
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if other, ok := offloaded[tree]; ok {
+		return nil, fmt.Errorf("offload manager %q: %w by manager %q", m.name, ErrAlreadyOffload, other)
+	}
+	offloaded[tree] = m.name
+	return tree, nil
+}
+
+// unclaim forgets that tree is offloaded.
+func unclaim(tree *nn.Tree) {
+	registryMu.Lock()
+	delete(offloaded, tree)
+	registryMu.Unlock()
 }
 
 // Release tears the engine down and returns every device and pinned byte it
@@ -294,9 +308,7 @@ func (m *Manager) Release(preserveModel bool) error {
 		return fmt.Errorf("offload manager %q: Release: %w", m.name, ErrNotOffloaded)
 	}
 	err := m.e.release(preserveModel)
-	registryMu.Lock()
-	delete(offloaded, m.e.tree)
-	registryMu.Unlock()
+	unclaim(m.e.tree)
 	m.e, m.released = nil, true
 	return err
 }
@@ -404,6 +416,9 @@ func (m *Manager) UpdateState(replayGeneration int) error {
 	defer m.mu.Unlock()
 	if m.e == nil {
 		return fmt.Errorf("offload manager %q: UpdateState: %w", m.name, ErrNotOffloaded)
+	}
+	if m.e.failed != nil { // its plan may be half built: advancing it again is unsafe
+		return fmt.Errorf("offload manager %q: UpdateState: %w: %v", m.name, ErrEngineFailed, m.e.failed)
 	}
 	if m.e.phase == PhaseInference {
 		if m.e.failed != nil {

@@ -320,17 +320,10 @@ func adopt(model nn.Module, st *State, cfg *Config, name string, src WeightSourc
 	if m.e != nil {
 		return fmt.Errorf("offload manager %q: %w (Release it first)", m.name, ErrAlreadyOffload)
 	}
-	tree := model.Node().Tree()
-	if tree == nil || tree.Root() != model {
-		return fmt.Errorf("offload manager %q: the model must be the root of its module tree", m.name)
+	tree, err := m.claim(model)
+	if err != nil {
+		return err
 	}
-	registryMu.Lock()
-	if other, ok := offloaded[tree]; ok {
-		registryMu.Unlock()
-		return fmt.Errorf("offload manager %q: %w by manager %q", m.name, ErrAlreadyOffload, other)
-	}
-	offloaded[tree] = m.name
-	registryMu.Unlock()
 	e, err := buildEngine(m, model, m.cfg, o, src)
 	if err == nil && o.compile != nil {
 		if err = applyCompile(e.units, o.compile); err != nil {
@@ -345,9 +338,7 @@ func adopt(model nn.Module, st *State, cfg *Config, name string, src WeightSourc
 		}
 	}
 	if err != nil {
-		registryMu.Lock()
-		delete(offloaded, tree)
-		registryMu.Unlock()
+		unclaim(tree)
 		return fmt.Errorf("offload manager %q: %w", m.name, err)
 	}
 	m.e, m.released = e, false

@@ -232,20 +232,7 @@ func (e *engine) replace(p Plan) error {
 	}
 	for i, u := range e.units {
 		if !u.resident && p.Resident[i] {
-			buf, err := e.dev.Alloc(max(u.bytes, 1), "offload resident unit "+u.name)
-			if err != nil {
-				return err
-			}
-			u.dev = buf
-			if err := e.syncCopy(buf, u.host, u.bytes); err != nil {
-				return err
-			}
-			if err := e.copy.Synchronize(); err != nil {
-				return err
-			}
-			u.host.Free()
-			u.host = nil
-			if err := e.bindTo(u, buf); err != nil {
+			if err := e.makeResident(u); err != nil {
 				return err
 			}
 		}
