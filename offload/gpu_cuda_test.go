@@ -313,7 +313,8 @@ func BenchmarkGPUUnitGraphsReplan(b *testing.B) {
 // BenchmarkGPUReplanUnderGraphs: one offloaded model with per-layer graphs;
 // rounds of one-token forwards before a strategy replan and after it,
 // alternating with no other work between. Reports the median round's ms per
-// forward before and after (b.N forwards per round, 7 rounds each).
+// forward before and after (b.N forwards per round from an empty cache, 7
+// rounds each).
 func BenchmarkGPUReplanUnderGraphs(b *testing.B) {
 	dir := filepath.Join(b.TempDir(), "deep")
 	cfg := llama.Shapes["deep-test"]
@@ -346,6 +347,7 @@ func BenchmarkGPUReplanUnderGraphs(b *testing.B) {
 		}
 	}
 	round := func() float64 {
+		cache.Reset() // every round at the same contexts
 		start := time.Now()
 		for i := 0; i < b.N; i++ {
 			step(int32(i % 200))
