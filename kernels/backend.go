@@ -39,8 +39,7 @@ type Backend interface {
 
 // CPUBackend runs the kernels of this package on CPU-device tensors.
 type CPUBackend struct {
-	dev     runtime.Device
-	scratch []float32
+	dev runtime.Device
 }
 
 // NewCPUBackend returns the CPU backend for dev (a CPU device).
@@ -209,11 +208,7 @@ func (b *CPUBackend) Attention(out, q, kCache, vCache *runtime.Tensor, pos0 int)
 	if pos0+qs[0] > cs[0] {
 		return fmt.Errorf("kernels.Attention: positions up to %d exceed cache capacity %d", pos0+qs[0], cs[0])
 	}
-	return Attention(ov, qv, kv, vv, qs[0], pos0, qs[1], cs[1], qs[2], b.scratchFor(pos0+qs[0]))
-}
-
-func (b *CPUBackend) scratchFor(n int) []float32 {
-	return nil
+	return Attention(ov, qv, kv, vv, qs[0], pos0, qs[1], cs[1], qs[2], nil)
 }
 
 // SiLUMul: out = silu(gate)·up.

@@ -7,7 +7,6 @@ package nn
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -382,14 +381,4 @@ var errBadPattern = errors.New("syntax error in pattern")
 func validPart(p string) error {
 	_, err := pathMatch(p, "")
 	return err
-}
-
-// SortedNames returns the qualified names of ms, sorted (for messages).
-func SortedNames(ms []Module) []string {
-	out := make([]string, len(ms))
-	for i, m := range ms {
-		out[i] = m.Node().name
-	}
-	sort.Strings(out)
-	return out
 }

@@ -1096,17 +1096,6 @@ func (e *engine) memoryUsage() GPUMemoryUsage {
 	return u
 }
 
-// pinnedBytes is the host memory the engine holds in unit blocks.
-func (e *engine) pinnedBytes() int64 {
-	var n int64
-	for _, u := range e.units {
-		if u.host != nil {
-			n += u.host.Size()
-		}
-	}
-	return n
-}
-
 // release drains the streams, restores the model (preserve) and frees
 // everything the engine took.
 func (e *engine) release(preserve bool) error {

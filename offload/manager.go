@@ -28,7 +28,6 @@ import (
 	"sync"
 
 	"github.com/flextensor-go/flextensor/nn"
-	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // DefaultManagerName is the name used when a call gives "".
@@ -427,14 +426,6 @@ func (m *Manager) UpdateState(replayGeneration int) error {
 		return m.e.advanceReplan(replayGeneration)
 	}
 	return m.e.endPass(m.suspended > 0)
-}
-
-// deviceOf is a helper for messages.
-func deviceOf(d runtime.Device) string {
-	if d == nil {
-		return "<none>"
-	}
-	return d.Name()
 }
 
 // Footprint is what a model weighs for the engine under a configuration's

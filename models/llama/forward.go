@@ -63,11 +63,11 @@ func (c *KVCache) Free() {
 
 // workspace holds the activations of one forward of up to cap tokens.
 type workspace struct {
-	cap, logitCap           int
-	act                     runtime.DType
-	x, h, q, k, v, att, o   *runtime.Tensor // [cap, …]
-	gate, up, logits, hLast *runtime.Tensor
-	bufs                    []*runtime.DeviceBuffer
+	cap, logitCap         int
+	act                   runtime.DType
+	x, h, q, k, v, att, o *runtime.Tensor // [cap, …]
+	gate, up, logits      *runtime.Tensor
+	bufs                  []*runtime.DeviceBuffer
 }
 
 func (w *workspace) free() {
@@ -125,7 +125,6 @@ func (m *Model) workspaceFor(b kernels.Backend, n, logitRows int) (*workspace, e
 		w.gate = alloc("gate", n, c.IntermediateSize)
 		w.up = alloc("up", n, c.IntermediateSize)
 		w.logits = allocF32("logits", logitRows, c.VocabSize) // F32 on every backend: greedy picks compare logits, bf16 would tie
-		w.hLast = alloc("h last", 1, c.HiddenSize)
 	}()
 	if err != nil {
 		w.free()
