@@ -736,7 +736,8 @@ func (e *engine) endPass(suspended bool) error {
 				}
 			}
 		}
-		if e.cfg.OffloadTiming == TimingEager {
+		if e.cfg.OffloadTiming != TimingOff {
+			// Forwards whose traps ran publish themselves in both modes.
 			return e.timing.end(e)
 		}
 		e.timing.abort()

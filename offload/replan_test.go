@@ -260,3 +260,34 @@ func TestCompileFunctions(t *testing.T) {
 		t.Fatalf("compiled %v", compiled)
 	}
 }
+
+// TestTimingGraphMode: in graph mode, passes whose traps ran publish their
+// records like eager mode, and UpdateOffloadTiming then has nothing pending.
+func TestTimingGraphMode(t *testing.T) {
+	f := newFixture(t, tinyDir, 0)
+	cfg := offload.DefaultConfig(f.dev)
+	cfg.GPUBudget = offload.Budget{Bytes: 1200 << 10}
+	cfg.TransferBlocks = 2
+	cfg.OffloadTiming = offload.TimingGraph
+	name := driveToInference(t, f, cfg)
+	offload.ResetOffloadTiming(name)
+	for i := 0; i < 3; i++ {
+		run(t, f.model, f.backend, []int32{4, 5}, 0)
+		if !offload.UpdateOffloadTiming(name, i) {
+			t.Fatal("UpdateOffloadTiming failed")
+		}
+	}
+	rep, err := offload.CollectOffloadTiming(name)
+	if err != nil || rep == nil {
+		t.Fatalf("report %v, %v", rep, err)
+	}
+	if len(rep.Snapshots) != 3 || len(rep.Traps) != 4 {
+		t.Fatalf("%d passes and %d traps; want 3 and 4", len(rep.Snapshots), len(rep.Traps))
+	}
+	budgets := rep.ComputeBudgetsByProfileLabel(false)
+	for _, tr := range rep.Traps {
+		if budgets[tr.Trap] <= 0 || tr.ComputeBudgetMs(true) < tr.ComputeBudgetMs(false) {
+			t.Errorf("%s: budget %v, conservative %v", tr.Trap, tr.ComputeBudgetMs(false), tr.ComputeBudgetMs(true))
+		}
+	}
+}

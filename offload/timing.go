@@ -162,7 +162,7 @@ func (t *timingState) end(e *engine) error {
 	t.blocks = t.blocks[:0]
 	t.snaps = append(t.snaps, snap)
 	t.pass++
-	t.current = t.current[:0]
+	t.current, t.rootStart = t.current[:0], nil
 	return nil
 }
 
@@ -239,13 +239,19 @@ func (m *Manager) ResetOffloadTiming() {
 	}
 }
 
-// UpdateOffloadTiming publishes the pass in flight (graph mode, after a
-// replay that ran no hooks). It reports false when finishing the pass failed.
-// In eager mode passes publish themselves and this returns true.
+// UpdateOffloadTiming publishes a measured pass that is still in flight:
+// in graph mode, a replay of a whole-forward graph runs no traps, so the
+// caller publishes after each replay it wants to keep. Forwards whose traps
+// ran (eager, or per-unit graphs replayed inside the traps) publish
+// themselves, and then this has nothing to do. It reports false when
+// finishing the pass failed.
 func (m *Manager) UpdateOffloadTiming(replayGeneration int) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.e == nil || m.e.cfg.OffloadTiming != TimingGraph || m.e.phase != PhaseInference {
+		return true
+	}
+	if len(m.e.timing.current) == 0 && m.e.timing.rootStart == nil {
 		return true
 	}
 	return m.e.timing.end(m.e) == nil
