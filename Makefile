@@ -25,6 +25,10 @@ FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzSafetensorsHeader -fuzztime $(FUZZTIME) ./loader/
 	$(GO) test -run '^$$' -fuzz FuzzLlamaConfig -fuzztime $(FUZZTIME) ./loader/
+	$(GO) test -run '^$$' -fuzz FuzzShardIndex -fuzztime $(FUZZTIME) ./loader/
+	$(GO) test -run '^$$' -fuzz FuzzProfile -fuzztime $(FUZZTIME) ./offload/
+	$(GO) test -run '^$$' -fuzz FuzzTokenizerJSON -fuzztime $(FUZZTIME) ./models/llama/tokenizer/
+	$(GO) test -run '^$$' -fuzz FuzzRoundTrip -fuzztime $(FUZZTIME) ./models/llama/tokenizer/
 
 # CUDA builds (build tag cuda): the CUDA toolkit at CUDA_HOME and an NVIDIA
 # driver. runtime/cuda/compat comes first on the include path so that
@@ -35,7 +39,7 @@ CUDA_ENV = CGO_ENABLED=1 \
 	CGO_CFLAGS="-O2 -g -I$(CURDIR)/runtime/cuda/compat -I$(CUDA_HOME)/include" \
 	CGO_LDFLAGS="-L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -Wl,--disable-new-dtags,-rpath,$(CUDA_HOME)/lib64:/usr/local/nvidia/lib64" \
 	LD_LIBRARY_PATH="$(CUDA_HOME)/lib64:/usr/local/nvidia/lib64:$$LD_LIBRARY_PATH"
-CUDA_PKGS = ./runtime/cuda/... ./kernels/... ./models/llama/... ./cmd/infer/...
+CUDA_PKGS = ./runtime/cuda/... ./kernels/... ./models/llama/... ./cmd/infer/... ./offload/...
 BENCHTIME ?= 20x
 
 build-cuda:

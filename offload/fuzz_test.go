@@ -121,3 +121,22 @@ func FuzzProfile(f *testing.F) {
 		}
 	})
 }
+
+// TestProfileUnitParamsNamed: found by FuzzProfile (seed
+// unit_param_renamed): a profile whose unit lists a parameter the model's
+// unit does not have is refused with an error that shows both lists (it
+// used to print the unit's name and size twice, identical on both sides).
+func TestProfileUnitParamsNamed(t *testing.T) {
+	pdir, _ := profiled(t, tinyDir, []int32{1, 2})
+	dir := writeProfile(t, pdir, func(v map[string]any) {
+		u := v["units"].([]any)[1].(map[string]any)
+		u["params"].([]any)[3] = "mofel.layers.1.self_attn.v_proj.weight"
+	})
+	f := newFixture(t, tinyDir, 0)
+	cfg := offload.DefaultConfig(f.dev)
+	err := offload.OffloadFromProfile(f.model, dir, &cfg, uniqueName(t))
+	if !errors.Is(err, offload.ErrProfileMismatch) || !strings.Contains(err.Error(), "mofel.layers.1.self_attn.v_proj.weight") ||
+		!strings.Contains(err.Error(), `"model.layers.1.self_attn.v_proj.weight"`) {
+		t.Fatalf("error = %v; want a mismatch showing both parameter lists", err)
+	}
+}

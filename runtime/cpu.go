@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -341,5 +342,15 @@ func (s *cpuStream) Close() error {
 	close(s.work)
 	s.mu.Unlock()
 	<-s.stopped
+	s.dev.forget(s)
 	return s.err
+}
+
+// forget drops a closed stream from the device's list, so that a device
+// whose streams come and go (an engine per offload, a new copy stream after
+// a failed copy) does not keep every one it ever made.
+func (d *CPUDevice) forget(s *cpuStream) {
+	d.mu.Lock()
+	d.streams = slices.DeleteFunc(d.streams, func(x *cpuStream) bool { return x == s })
+	d.mu.Unlock()
 }

@@ -1,0 +1,33 @@
+package offload
+
+// PipelineState is the transfer engine's bookkeeping, exported for the
+// tests of package offload_test (this file is compiled only with tests).
+type PipelineState struct {
+	Offloaded bool   // the manager holds a model
+	InForward bool   // between the root's entry and exit
+	Active    string // the unit being run, "" outside units
+	Failed    error  // set once the engine is unusable
+	// INFERENCE pipeline counters (over passes) and each transfer slot's
+	// latest occupant (a global copy index; -1 for none).
+	Issued, Entered, Exited int
+	SlotOcc                 []int
+	Pending                 int // copy timings not yet consumed
+}
+
+// PipelineStateOf reads the named manager's engine state under its mutex.
+func PipelineStateOf(name string) PipelineState {
+	m := GetOffloadManager(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.e
+	if e == nil {
+		return PipelineState{}
+	}
+	st := PipelineState{Offloaded: true, InForward: e.inForward, Failed: e.failed,
+		Issued: e.issued, Entered: e.entered, Exited: e.exited, Pending: len(e.pending)}
+	if e.active != nil {
+		st.Active = e.active.name
+	}
+	st.SlotOcc = append(st.SlotOcc, e.slotOcc...)
+	return st
+}
