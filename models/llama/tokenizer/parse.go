@@ -221,10 +221,20 @@ func (p *parser) model(mj *modelJSON) (*bpe, error) {
 		return nil, p.errf("model.vocab", "missing")
 	}
 	m := &bpe{vocab: mj.Vocab, unkID: -1, cache: map[string][]int32{}}
+	// Ids index a table: they must be distinct (else which token an id
+	// decodes to would depend on map order) and dense enough that a stray
+	// huge id cannot make a small file allocate gigabytes.
+	limit := 2*len(m.vocab) + 1024
+	owner := make(map[int]string, len(m.vocab))
 	for s, id := range m.vocab {
-		if id < 0 || id > 1<<30 {
-			return nil, p.errf("model.vocab", "token %q has invalid id %d", s, id)
+		if id < 0 || id > limit {
+			return nil, p.errf("model.vocab", "token %q has id %d, outside [0, %d] for a vocabulary of %d tokens", s, id, limit, len(m.vocab))
 		}
+		if other, dup := owner[id]; dup {
+			a, b := min(s, other), max(s, other)
+			return nil, p.errf("model.vocab", "tokens %q and %q share id %d", a, b, id)
+		}
+		owner[id] = s
 	}
 	m.fuseUnk = mj.FuseUnk != nil && *mj.FuseUnk
 	m.byteFallback = mj.ByteFallback != nil && *mj.ByteFallback
