@@ -367,15 +367,15 @@ func (e *engine) packAll(units []*unit) error {
 // uploadFixed places the non-unit parameters on the device in one buffer.
 // Parameters already on the device stay where they are.
 func (e *engine) uploadFixed() error {
-	var todo []*nn.Parameter
+	var ps []*nn.Parameter
 	var origs []*runtime.Tensor
 	for i, p := range e.fixed {
 		if e.fixedOrig[i].Device() != e.dev {
-			todo = append(todo, p)
+			ps = append(ps, p)
 			origs = append(origs, e.fixedOrig[i])
 		}
 	}
-	return e.uploadParams(todo, origs, "offload resident parameters")
+	return e.uploadParams(ps, origs, "offload resident parameters")
 }
 
 // uploadParams copies params into one new device buffer and binds them to

@@ -423,6 +423,27 @@ func (p *parser) pattern(raw json.RawMessage, path string) (matcher, error) {
 	return nil, p.errf(path, "expected a String or Regex pattern")
 }
 
+// parseSequence parses o[key], a list of components, with parse (which
+// reports errors under the item's path); components that parse to nil are
+// left out.
+func parseSequence[T any](o *object, key string, parse func(json.RawMessage, string) (T, error)) ([]T, error) {
+	items, err := o.list(key)
+	if err != nil {
+		return nil, err
+	}
+	var out []T
+	for i, item := range items {
+		x, err := parse(item, fmt.Sprintf("%s[%d]", o.field(key), i))
+		if err != nil {
+			return nil, err
+		}
+		if any(x) != nil {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
 func (p *parser) normalizer(raw json.RawMessage, path string) (normalizer, error) {
 	o, err := p.object(raw, path)
 	if err != nil || o == nil {
@@ -434,21 +455,8 @@ func (p *parser) normalizer(raw json.RawMessage, path string) (normalizer, error
 	}
 	switch typ {
 	case "Sequence":
-		items, err := o.list("normalizers")
-		if err != nil {
-			return nil, err
-		}
-		var seq sequenceNormalizer
-		for i, item := range items {
-			n, err := p.normalizer(item, fmt.Sprintf("%s[%d]", o.field("normalizers"), i))
-			if err != nil {
-				return nil, err
-			}
-			if n != nil {
-				seq = append(seq, n)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(o, "normalizers", p.normalizer)
+		return sequenceNormalizer(seq), err
 	case "Prepend":
 		var s string
 		if err := o.get("prepend", &s, true); err != nil {
@@ -480,21 +488,8 @@ func (p *parser) preTokenizer(raw json.RawMessage, path string) (preTokenizer, e
 	}
 	switch typ {
 	case "Sequence":
-		items, err := o.list("pretokenizers")
-		if err != nil {
-			return nil, err
-		}
-		var seq sequencePre
-		for i, item := range items {
-			pt, err := p.preTokenizer(item, fmt.Sprintf("%s[%d]", o.field("pretokenizers"), i))
-			if err != nil {
-				return nil, err
-			}
-			if pt != nil {
-				seq = append(seq, pt)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(o, "pretokenizers", p.preTokenizer)
+		return sequencePre(seq), err
 	case "Split":
 		pat, err := p.pattern(o.m["pattern"], o.field("pattern"))
 		if err != nil {
@@ -588,21 +583,8 @@ func (p *parser) decoder(raw json.RawMessage, path string) (decoder, error) {
 	}
 	switch typ {
 	case "Sequence":
-		items, err := o.list("decoders")
-		if err != nil {
-			return nil, err
-		}
-		var seq sequenceDecoder
-		for i, item := range items {
-			d, err := p.decoder(item, fmt.Sprintf("%s[%d]", o.field("decoders"), i))
-			if err != nil {
-				return nil, err
-			}
-			if d != nil {
-				seq = append(seq, d)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(o, "decoders", p.decoder)
+		return sequenceDecoder(seq), err
 	case "ByteLevel":
 		return byteLevelDecoder{}, nil
 	case "ByteFallback":
