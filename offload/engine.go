@@ -33,7 +33,6 @@ type unit struct {
 	host     *runtime.HostBuffer   // packed weights; freed once the unit is resident
 	dev      *runtime.DeviceBuffer // the resident copy (INFERENCE)
 	resident bool
-	seq      int // index among streamed units (INFERENCE)
 	slot     int // transfer slot of a streamed unit
 	samples  []float64
 	views    map[*runtime.DeviceBuffer][]*runtime.Tensor
@@ -54,7 +53,6 @@ type copyTiming struct {
 type engine struct {
 	m      *Manager
 	cfg    Config
-	opts   offloadOptions
 	dev    runtime.Device
 	model  nn.Module
 	tree   *nn.Tree
@@ -78,7 +76,6 @@ type engine struct {
 	fixedOrig   []*runtime.Tensor
 	fixedBufs   []*runtime.DeviceBuffer
 	fixedBytes  int64
-	sharedOrig  map[*nn.Parameter]*runtime.Tensor
 	discoverErr error
 
 	// INFERENCE
@@ -149,7 +146,7 @@ type WeightSource interface {
 }
 
 func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *engine, err error) {
-	e, err := buildEngine(m, model, cfg, o, nil)
+	e, err := buildEngine(m, model, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -171,9 +168,9 @@ func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *en
 // buildEngine finds the units and their parameters. With src nil the
 // parameters' tensors must be in host memory; with a source they only need
 // shapes and dtypes (meta tensors).
-func buildEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions, src WeightSource) (_ *engine, err error) {
-	e := &engine{m: m, cfg: cfg, opts: o, dev: cfg.Device, model: model, tree: model.Node().Tree(), src: src,
-		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}, sharedOrig: map[*nn.Parameter]*runtime.Tensor{},
+func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *engine, err error) {
+	e := &engine{m: m, cfg: cfg, dev: cfg.Device, model: model, tree: model.Node().Tree(), src: src,
+		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{},
 		pending: map[int]*copyTiming{}}
 	mods, err := nn.MatchOutermost(model, cfg.Include, cfg.Exclude)
 	if err != nil {
@@ -573,7 +570,6 @@ func (e *engine) observe(p *nn.Parameter) {
 		return
 	}
 	i := slices.Index(u.params, p)
-	e.sharedOrig[p] = u.orig[i]
 	if err := p.Bind(u.orig[i]); err != nil && e.discoverErr == nil {
 		e.discoverErr = err
 		return
@@ -925,7 +921,6 @@ func (e *engine) allocSlots() error {
 	for i, u := range e.units {
 		u.resident = plan.Resident[i]
 		if !u.resident {
-			u.seq = len(e.streamed)
 			u.slot = plan.SlotOf[i]
 			e.streamed = append(e.streamed, u)
 		}

@@ -324,7 +324,7 @@ func adopt(model nn.Module, st *State, cfg *Config, name string, src WeightSourc
 	if err != nil {
 		return err
 	}
-	e, err := buildEngine(m, model, m.cfg, o, src)
+	e, err := buildEngine(m, model, m.cfg, src)
 	if err == nil && o.compile != nil {
 		if err = applyCompile(e.units, o.compile); err != nil {
 			e.closeStream()
