@@ -217,6 +217,11 @@ func TestOffloadedEqualsResident(t *testing.T) {
 						if plan.PeakBytes != usage.TotalBytes {
 							t.Errorf("plan peak %d bytes, engine holds %d", plan.PeakBytes, usage.TotalBytes)
 						}
+						// The allocator agrees: everything on the device is the
+						// engine's or the model's activations (the KV cache is freed).
+						if inUse := f.dev.Memory().InUse - f.model.WorkspaceBytes(); inUse != usage.TotalBytes {
+							t.Errorf("allocator holds %d bytes besides activations, GetGPUMemoryUsage says %d", inUse, usage.TotalBytes)
+						}
 						rep, err := offload.CollectOffloadTiming(name)
 						if err != nil || rep == nil {
 							t.Fatalf("timing report: %v, %v", rep, err)

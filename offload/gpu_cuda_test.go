@@ -92,6 +92,15 @@ func TestGPUOffloadEqualsEverythingFits(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := run(t, f.model, f.backend, prompt, 6)
+		usage, err := offload.GetGPUMemoryUsage(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inUse := f.dev.Memory().InUse - f.model.WorkspaceBytes(); inUse != usage.TotalBytes || usage.TotalBytes > cfg.GPUBudget.Bytes {
+			t.Fatalf("budget %s: allocator holds %d bytes besides activations, GetGPUMemoryUsage says %d, budget %d",
+				budget, inUse, usage.TotalBytes, cfg.GPUBudget.Bytes)
+		}
+		t.Logf("budget %s: GetGPUMemoryUsage %d bytes = cuda allocator's bytes besides activations", budget, usage.TotalBytes)
 		if budget == "all" {
 			want = got
 		} else {

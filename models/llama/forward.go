@@ -341,3 +341,16 @@ func lastRow(x *runtime.Tensor) *runtime.Tensor {
 	}
 	return v
 }
+
+// WorkspaceBytes is the device memory the model's activation workspace holds
+// now (0 before the first forward or after Close).
+func (m *Model) WorkspaceBytes() int64 {
+	if m.ws == nil {
+		return 0
+	}
+	var n int64
+	for _, b := range m.ws.bufs {
+		n += b.Size()
+	}
+	return n
+}
