@@ -567,22 +567,22 @@ func (p *planProblem) search(reqSlots int) ([]bool, int, bool) {
 
 	// Improve the best seed of each slot count, then the next best seeds
 	// overall, while the work budget lasts.
-	var todo []int
+	var picked []int
 	done := map[int]bool{}
 	for _, s := range slotCands {
 		for i, c := range cands {
 			if c.slots == s {
-				todo, done[i] = append(todo, i), true
+				picked, done[i] = append(picked, i), true
 				break
 			}
 		}
 	}
 	for i := range cands {
-		if len(todo) >= planMaxImprove {
+		if len(picked) >= planMaxImprove {
 			break
 		}
 		if !done[i] {
-			todo = append(todo, i)
+			picked = append(picked, i)
 		}
 	}
 	// No plan beats Σ compute, nor (up to the knapsack's rounding, which
@@ -601,7 +601,7 @@ func (p *planProblem) search(reqSlots int) ([]bool, int, bool) {
 		}
 	}
 	best, res, slots := cands[0].e, slices.Clone(cands[0].res), cands[0].slots
-	for _, i := range todo {
+	for _, i := range picked {
 		c := cands[i]
 		if p.work <= 0 || best.sec <= lb*(1+1e-12) {
 			break
