@@ -24,7 +24,7 @@ bench:
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzSafetensorsHeader -fuzztime $(FUZZTIME) ./loader/
-	$(GO) test -run '^$$' -fuzz FuzzLlamaConfig -fuzztime $(FUZZTIME) ./loader/
+	$(GO) test -run '^$$' -fuzz FuzzConfig -fuzztime $(FUZZTIME) ./models/llama/
 	$(GO) test -run '^$$' -fuzz FuzzShardIndex -fuzztime $(FUZZTIME) ./loader/
 	$(GO) test -run '^$$' -fuzz FuzzProfile -fuzztime $(FUZZTIME) ./offload/
 	$(GO) test -run '^$$' -fuzz FuzzTokenizerJSON -fuzztime $(FUZZTIME) ./models/llama/tokenizer/
