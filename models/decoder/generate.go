@@ -72,4 +72,3 @@ func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions)
 	}
 	return out, nil
 }
-

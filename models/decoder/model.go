@@ -16,7 +16,7 @@ import (
 // (Gate, Up, Down). A dotted path makes containers for its leading parts.
 // Parameters are "<module>.weight".
 type Names struct {
-	Embed, Layers, Norm, Head string
+	Embed, Layers, Norm, Head      string
 	InputNorm, Attn, PostNorm, MLP string
 	Q, K, V, O                     string
 	Gate, Up, Down                 string
