@@ -160,6 +160,9 @@ func (p *Parameter) Bind(t *runtime.Tensor) error {
 			p.name, t.DType(), t.Shape(), old.DType(), old.Shape())
 	}
 	p.t.Store(t)
+	if tr := p.owner.tree; tr != nil {
+		tr.binds.Add(1) // BindGeneration: recorded work that read the old tensor is stale
+	}
 	return nil
 }
 
@@ -178,6 +181,7 @@ type Tree struct {
 	mu       sync.Mutex
 	hooks    atomic.Pointer[[]Hook]
 	observer atomic.Pointer[func(*Parameter)]
+	binds    atomic.Uint64 // Parameter.Bind calls (BindGeneration)
 }
 
 // Root is the tree's root module.

@@ -84,7 +84,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 		defer cleanup()
 		dir = d
 	}
-	cfg, err := loader.ReadLlamaConfig(dir)
+	cfg, err := llama.ReadConfig(dir)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package llama
+package decoder
 
 import (
 	"errors"
@@ -11,30 +11,22 @@ import (
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// Load reads config.json and the safetensors weights of the checkpoint in dir
-// and binds them on dev. On the CPU the weights stay in the mmapped files
-// (zero copy); elsewhere they are uploaded. Close the model, then the
-// checkpoint, when done.
-func Load(dir string, dev runtime.Device) (*Model, *loader.Checkpoint, error) {
-	cfg, err := loader.ReadLlamaConfig(dir)
-	if err != nil {
-		return nil, nil, err
-	}
+// LoadCheckpoint opens the safetensors weights of the checkpoint in dir and
+// binds m's parameters to them on dev (BindCheckpoint). On the CPU the
+// weights stay in the mmapped files (zero copy); elsewhere they are
+// uploaded. Close the model, then the checkpoint, when done; after an error
+// nothing stays open or allocated.
+func (m *Model) LoadCheckpoint(dir string, dev runtime.Device) (*loader.Checkpoint, error) {
 	ck, err := loader.OpenCheckpoint(dir)
 	if err != nil {
-		return nil, nil, err
-	}
-	m, err := New(cfg)
-	if err != nil {
-		ck.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	if err := m.BindCheckpoint(ck, dev); err != nil {
 		m.Close()
 		ck.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	return m, ck, nil
+	return ck, nil
 }
 
 // SupportedWeightDType reports whether the kernels take weights of dtype d.
@@ -63,7 +55,7 @@ func (m *Model) BindCheckpoint(ck *loader.Checkpoint, dev runtime.Device) error 
 		if want := shapes[name]; !runtime.Shape(info.Shape).Equal(want) {
 			m.Close()
 			return fmt.Errorf("checkpoint %s: tensor %s has shape %v, the config (%s) implies %v",
-				ck.Dir(), name, runtime.Shape(info.Shape), configSummary(&m.Cfg), want)
+				ck.Dir(), name, runtime.Shape(info.Shape), m.Cfg.Summary(), want)
 		}
 		if !SupportedWeightDType(info.DType) {
 			m.Close()
@@ -142,11 +134,6 @@ func (m *Model) MissingTensors(ck *loader.Checkpoint) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func configSummary(c *Config) string {
-	return fmt.Sprintf("hidden %d, intermediate %d, heads %d/%d×%d, vocab %d",
-		c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.VocabSize)
 }
 
 // uploader copies host bytes to device memory through one reusable staging

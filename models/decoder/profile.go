@@ -1,4 +1,4 @@
-package llama
+package decoder
 
 import (
 	"fmt"
@@ -10,25 +10,21 @@ import (
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// LoadFromProfile builds the model of the checkpoint in dir on the meta
-// device (no weight is read to build it) and hands its weights to the
-// offload engine with the profile st: resident weights are read from the
-// files into device memory and streamed ones into pinned blocks, each byte
-// once, with no full copy of the model in host memory. cfg.Device is the
-// compute device.
+// LoadFromProfile binds m (built, with no weights bound) to the checkpoint
+// in dir on the meta device (no weight is read for that) and hands its
+// weights to the offload engine with the profile st: resident weights are
+// read from the files into device memory and streamed ones into pinned
+// blocks, each byte once, with no full copy of the model in host memory.
+// cfg.Device is the compute device.
 //
 // With strict, every tensor the profile names must be in the checkpoint and
 // the error lists all that are missing; otherwise the first tensor the model
 // needs and the checkpoint lacks is the error. Close the model (after
 // releasing the manager) and the checkpoint when done.
-func LoadFromProfile(dir string, st *offload.State, cfg offload.Config, name string, strict bool, opts ...offload.Option) (*Model, *loader.Checkpoint, error) {
-	c, err := loader.ReadLlamaConfig(dir)
-	if err != nil {
-		return nil, nil, err
-	}
+func LoadFromProfile(m *Model, dir string, st *offload.State, cfg offload.Config, name string, strict bool, opts ...offload.Option) (*loader.Checkpoint, error) {
 	ck, err := loader.OpenCheckpoint(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if strict {
 		have := map[string]bool{}
@@ -44,23 +40,18 @@ func LoadFromProfile(dir string, st *offload.State, cfg offload.Config, name str
 		if len(missing) > 0 {
 			ck.Close()
 			sort.Strings(missing)
-			return nil, nil, fmt.Errorf("checkpoint %s lacks %d tensors of the profile (strict mode): %s",
+			return nil, fmt.Errorf("checkpoint %s lacks %d tensors of the profile (strict mode): %s",
 				dir, len(missing), strings.Join(missing, ", "))
 		}
 	}
-	m, err := New(c)
-	if err != nil {
-		ck.Close()
-		return nil, nil, err
-	}
 	if err := m.BindCheckpoint(ck, runtime.NewMeta()); err != nil {
 		ck.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	if err := offload.LoadModelFromProfile(m, ck, st, &cfg, name, opts...); err != nil {
 		m.Close()
 		ck.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	return m, ck, nil
+	return ck, nil
 }

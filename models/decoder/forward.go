@@ -1,0 +1,242 @@
+package decoder
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// workspace holds the activations of one forward of up to cap tokens.
+type workspace struct {
+	cap, logitCap         int
+	act                   runtime.DType
+	x, h, q, k, v, att, o *runtime.Tensor // [cap, …]
+	gate, up, logits      *runtime.Tensor
+	bufs                  []*runtime.DeviceBuffer
+}
+
+func (w *workspace) free() {
+	for _, b := range w.bufs {
+		b.Free()
+	}
+	w.bufs = nil
+}
+
+// workspaceFor returns activations for n tokens with logits for logitRows
+// of them (1 unless all positions' logits are asked for: a long prefill's
+// logits alone would be n × vocabulary floats).
+func (m *Model) workspaceFor(b kernels.Backend, n, logitRows int) (*workspace, error) {
+	if m.ws != nil && m.ws.cap >= n && m.ws.logitCap >= logitRows && m.ws.act == b.ActDType() && m.ws.x.Device() == b.Device() {
+		return m.ws, nil
+	}
+	if m.ws != nil {
+		n, logitRows = max(n, m.ws.cap), max(logitRows, m.ws.logitCap)
+	}
+	if m.ws != nil {
+		m.ws.free()
+		m.ws = nil
+	}
+	c := m.Cfg
+	w := &workspace{cap: n, logitCap: logitRows, act: b.ActDType()}
+	allocAs := func(dt runtime.DType, label string, shape ...int) *runtime.Tensor {
+		t, err := runtime.NewTensor(b.Device(), dt, shape, "activations "+label)
+		if err != nil {
+			panic(err)
+		}
+		w.bufs = append(w.bufs, t.Buffer())
+		return t
+	}
+	alloc := func(label string, shape ...int) *runtime.Tensor { return allocAs(b.ActDType(), label, shape...) }
+	allocF32 := func(label string, shape ...int) *runtime.Tensor { return allocAs(runtime.F32, label, shape...) }
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				if e, ok := r.(error); ok {
+					err = e
+					return
+				}
+				panic(r)
+			}
+		}()
+		H, K, d := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+		w.x = allocF32("x", n, c.HiddenSize) // the residual stream stays F32 on every backend
+		w.h = alloc("h", n, c.HiddenSize)
+		w.q = alloc("q", n, H, d)
+		w.k = alloc("k", n, K, d)
+		w.v = alloc("v", n, K, d)
+		w.att = alloc("attn", n, H, d)
+		w.o = allocF32("o", n, c.HiddenSize) // F32: added to the residual
+		w.gate = alloc("gate", n, c.IntermediateSize)
+		w.up = alloc("up", n, c.IntermediateSize)
+		w.logits = allocF32("logits", logitRows, c.VocabSize) // F32 on every backend: greedy picks compare logits, bf16 would tie
+	}()
+	if err != nil {
+		w.free()
+		return nil, err
+	}
+	m.ws = w
+	return w, nil
+}
+
+// rows returns the first n rows of t as a view.
+func rows(t *runtime.Tensor, n int) *runtime.Tensor {
+	v, err := t.Slice(0, n)
+	if err != nil {
+		panic(err) // n ≤ capacity is checked by the caller
+	}
+	return v
+}
+
+// Forward runs the tokens ids at positions cache.Len()..cache.Len()+T-1,
+// appends their keys and values to the cache, and returns the logits: [T,V]
+// when allLogits, else [1,V] for the last token. The returned tensor is the
+// model's workspace: read it before the next Forward.
+func (m *Model) Forward(b kernels.Backend, cache Cache, ids []int32, allLogits bool) (*runtime.Tensor, error) {
+	T := len(ids)
+	if T == 0 {
+		return nil, errors.New("decoder.Forward: no tokens")
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= m.Cfg.VocabSize {
+			return nil, fmt.Errorf("decoder.Forward: token id %d at position %d is outside the vocabulary [0, %d)", id, i, m.Cfg.VocabSize)
+		}
+	}
+	pos0 := cache.Len()
+	if pos0+T > cache.Cap() {
+		return nil, fmt.Errorf("decoder.Forward: %d cached + %d new tokens exceed the KV cache capacity %d", pos0, T, cache.Cap())
+	}
+	logitRows := 1
+	if allLogits {
+		logitRows = T
+	}
+	w, err := m.workspaceFor(b, T, logitRows)
+	if err != nil {
+		return nil, err
+	}
+	var logits *runtime.Tensor
+	err = nn.Call(m, func() error {
+		x := rows(w.x, T) // the residual stream [T,D]
+		if err := m.Embed.Forward(b, x, ids); err != nil {
+			return err
+		}
+		if T == 1 && m.unitGraphs != nil {
+			// The layers' graphs read the position from the step inputs.
+			if err := m.unitGraphs.SetStep(ids, pos0); err != nil {
+				return err
+			}
+		}
+		for _, l := range m.Layers {
+			if err := l.Forward(b, w, x, cache); err != nil {
+				return err
+			}
+		}
+		if !allLogits {
+			x = lastRow(x)
+		}
+		h := rows(w.h, x.Dim(0))
+		if err := m.Norm.Forward(b, h, x); err != nil {
+			return err
+		}
+		logits = rows(w.logits, x.Dim(0))
+		return m.Head.Forward(b, logits, h)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := cache.Commit(T); err != nil {
+		return nil, err
+	}
+	return logits, nil
+}
+
+// Forward of one decoder layer over the residual stream x[T,D], in place.
+func (l *Layer) Forward(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Cache) error {
+	return nn.Call(l, func() error {
+		if l.graph != nil && x.Dim(0) == 1 {
+			return l.graph.run(l, b, w, x, cache)
+		}
+		return l.body(b, w, x, cache)
+	})
+}
+
+// body is the layer's computation, launched op by op:
+// x += attn(norm(x)); x += mlp(norm(x)).
+func (l *Layer) body(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Cache) error {
+	T := x.Dim(0)
+	h, o := rows(w.h, T), rows(w.o, T)
+	if err := l.InputNorm.Forward(b, h, x); err != nil {
+		return err
+	}
+	if err := l.Attn.Forward(b, w, o, h, cache); err != nil {
+		return err
+	}
+	if err := b.Add(x, x, o); err != nil {
+		return err
+	}
+	if err := l.PostNorm.Forward(b, h, x); err != nil {
+		return err
+	}
+	if err := l.MLP.Forward(b, w, o, h); err != nil {
+		return err
+	}
+	return b.Add(x, x, o)
+}
+
+// Forward of attention: out[T,D] = O(softmax(rope(q)·rope(k)ᵀ/√d)·v) over
+// the cached positions and these, with q, k, v = Q h, K h, V h of h[T,D].
+func (a *Attention) Forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor, cache Cache) error {
+	T := h.Dim(0)
+	m := a.Node().Tree().Root().(*Model)
+	return nn.Call(a, func() error {
+		q, k, v := rows(w.q, T), rows(w.k, T), rows(w.v, T) // [T,H,d], [T,K,d], [T,K,d]
+		if err := a.project(b, h, q, k, v); err != nil {
+			return err
+		}
+		if err := a.ropeAndAppend(b, m.invFreq, q, k, v, cache); err != nil {
+			return err
+		}
+		kc, vc := cache.View(a.Layer) // [C,K,d]
+		att := rows(w.att, T)         // [T,H,d]
+		if err := b.Attention(att, q, kc, vc, cache.Len()); err != nil {
+			return err
+		}
+		return a.O.Forward(b, out, att)
+	})
+}
+
+// Forward of the MLP: out[T,D] = down(silu(gate(h))·up(h)).
+func (p *MLP) Forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor) error {
+	T := h.Dim(0)
+	return nn.Call(p, func() error {
+		g, u := rows(w.gate, T), rows(w.up, T) // [T,I]
+		if err := p.gateUp(b, g, u, h); err != nil {
+			return err
+		}
+		return p.Down.Forward(b, out, g)
+	})
+}
+
+func lastRow(x *runtime.Tensor) *runtime.Tensor {
+	v, err := x.Slice(x.Dim(0)-1, x.Dim(0))
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// WorkspaceBytes is the device memory the model's activation workspace holds
+// now (0 before the first forward or after Close).
+func (m *Model) WorkspaceBytes() int64 {
+	if m.ws == nil {
+		return 0
+	}
+	var n int64
+	for _, b := range m.ws.bufs {
+		n += b.Size()
+	}
+	return n
+}

@@ -1,0 +1,64 @@
+package decoder
+
+import (
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// Fusion is decided per module: a module runs its children's ops as one
+// fused op (which skips the children's nn.Call) when the backend has the
+// fused op and no installed hook watches those children (nn.Unwatched). The
+// offload engine watches only the root and its units, so the layers it
+// streams still fuse their projections.
+
+// project computes q, k and v from h[T,D]: for one token in one op where the
+// backend fuses them (kernels.MultiMatMuler), else as three Linear forwards.
+func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error {
+	if f, ok := b.(kernels.MultiMatMuler); ok && h.Dim(0) == 1 && nn.Unwatched(a.Q, a.K, a.V) {
+		return f.MatMulN([]*runtime.Tensor{q, k, v}, h,
+			[]*runtime.Tensor{a.Q.Weight.Tensor(), a.K.Weight.Tensor(), a.V.Weight.Tensor()})
+	}
+	if err := a.Q.Forward(b, q, h); err != nil {
+		return err
+	}
+	if err := a.K.Forward(b, k, h); err != nil {
+		return err
+	}
+	return a.V.Forward(b, v, h)
+}
+
+// gateUp leaves silu(gate(h))·up(h) in g (u is scratch): for one token in one
+// op where the backend fuses it (kernels.GateUpSiLUer), else gate, up, SiLUMul.
+func (p *MLP) gateUp(b kernels.Backend, g, u, h *runtime.Tensor) error {
+	if f, ok := b.(kernels.GateUpSiLUer); ok && h.Dim(0) == 1 && nn.Unwatched(p.Gate, p.Up) {
+		return f.GateUpSiLU(g, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor())
+	}
+	if err := p.Gate.Forward(b, g, h); err != nil {
+		return err
+	}
+	if err := p.Up.Forward(b, u, h); err != nil {
+		return err
+	}
+	return b.SiLUMul(g, g, u)
+}
+
+// ropeAndAppend rotates q and k and appends k and v to the cache: one fused
+// op where the backend has it (kernels.RoPEStorer) and the cache is Direct,
+// else RoPE, RoPE, Append.
+func (a *Attention) ropeAndAppend(b kernels.Backend, invFreq []float32, q, k, v *runtime.Tensor, cache Cache) error {
+	pos0 := cache.Len()
+	if f, ok := b.(kernels.RoPEStorer); ok {
+		if _, direct := cache.(Direct); direct {
+			kc, vc := cache.View(a.Layer)
+			return f.RoPEStoreKV(q, k, v, kc, vc, pos0, invFreq)
+		}
+	}
+	if err := b.RoPE(q, pos0, invFreq); err != nil {
+		return err
+	}
+	if err := b.RoPE(k, pos0, invFreq); err != nil {
+		return err
+	}
+	return cache.Append(b, a.Layer, k, v)
+}

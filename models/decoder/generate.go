@@ -1,0 +1,74 @@
+package decoder
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/flextensor-go/flextensor/kernels"
+)
+
+// GenerateOptions steer Generate.
+type GenerateOptions struct {
+	MaxNewTokens int                  // stop after this many new tokens
+	Sampling     kernels.SampleParams // Temperature 0 = greedy
+	Seed         uint64               // seeds the sampler
+	IgnoreEOS    bool                 // keep going past end-of-sequence tokens
+	StopTokens   []int32              // more tokens that end generation (a chat turn's end)
+	// OnToken, when set, sees each new token as it is chosen; an error stops
+	// generation and is returned.
+	OnToken func(id int32) error
+	// Eager runs every step op by op. Otherwise, on a backend that can
+	// capture graphs (kernels.StepCapturer) and a model without hooks,
+	// one-token steps replay a captured DecodeGraph.
+	Eager bool
+}
+
+// Generate runs the prompt, then chooses up to MaxNewTokens tokens one at a
+// time, stopping after an EOS token (which is included). It returns the new
+// tokens.
+func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions) ([]int32, error) {
+	if len(prompt) == 0 {
+		return nil, errors.New("decoder.Generate: empty prompt")
+	}
+	if opt.MaxNewTokens < 0 {
+		return nil, fmt.Errorf("decoder.Generate: max new tokens %d is negative", opt.MaxNewTokens)
+	}
+	cache, err := m.NewKVCache(b, len(prompt)+max(opt.MaxNewTokens, 1))
+	if err != nil {
+		return nil, err
+	}
+	defer cache.Free()
+	rng := rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15))
+	logits := make([]float32, m.Cfg.VocabSize)
+	var out []int32
+	next := prompt
+	steps := stepper{eager: opt.Eager}
+	defer steps.close()
+	for len(out) < opt.MaxNewTokens {
+		lt, err := steps.forward(m, b, cache, next)
+		if err != nil {
+			return out, err
+		}
+		if err := b.ReadF32(logits, lt); err != nil {
+			return out, err
+		}
+		id, err := kernels.Sample(logits, opt.Sampling, rng)
+		if err != nil {
+			return out, err
+		}
+		tok := int32(id)
+		out = append(out, tok)
+		if opt.OnToken != nil {
+			if err := opt.OnToken(tok); err != nil {
+				return out, err
+			}
+		}
+		if !opt.IgnoreEOS && (slices.Contains(m.Cfg.EOSTokenIDs, int(tok)) || slices.Contains(opt.StopTokens, tok)) {
+			break
+		}
+		next = []int32{tok}
+	}
+	return out, nil
+}

@@ -1,0 +1,137 @@
+package decoder
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// DecodeGraph is a one-token forward step recorded once (a CUDA graph on the
+// CUDA backend) and replayed at successive positions: the decode path without
+// per-op launch overhead. The token id and position reach the recorded ops
+// through the backend's step inputs (kernels.StepCapturer.SetStep); every
+// tensor the step touches (weights, KV cache, the model's workspace) is the
+// one alive at capture, so the graph is only valid while they are: a Forward
+// that grows the workspace or a rebinding of any weight (the tree's
+// nn.Tree.BindGeneration moved) makes Step fail; a freed cache is the
+// caller's to avoid. It needs a model with no nn hooks (no offload engine
+// attached).
+type DecodeGraph struct {
+	m      *Model
+	b      kernels.StepCapturer
+	cache  Cache
+	ws     *workspace
+	binds  uint64
+	g      kernels.Graph
+	logits *runtime.Tensor
+}
+
+// CaptureDecode records a one-token step of m over cache on b. The cache's
+// contents and length are unchanged; nothing runs until Step.
+func (m *Model) CaptureDecode(b kernels.Backend, cache Cache) (*DecodeGraph, error) {
+	sc, ok := b.(kernels.StepCapturer)
+	if !ok {
+		return nil, fmt.Errorf("decoder.CaptureDecode: the %T backend cannot capture graphs", b)
+	}
+	if m.Node().Tree().HasHooks() {
+		return nil, errors.New("decoder.CaptureDecode: the model has hooks (an offload engine?) whose work must run at every step; run it eagerly")
+	}
+	if cache.Len() >= cache.Cap() {
+		return nil, fmt.Errorf("decoder.CaptureDecode: the KV cache is full (%d positions)", cache.Cap())
+	}
+	n := cache.Len()
+	binds := m.Node().Tree().BindGeneration()
+	var logits *runtime.Tensor
+	g, err := sc.CaptureStep(func() error {
+		var err error
+		logits, err = m.Forward(b, cache, []int32{0}, false) // the id only sizes the work
+		return err
+	})
+	_ = cache.Truncate(n) // n ≤ Len(): cannot fail
+	if err != nil {
+		return nil, fmt.Errorf("decoder.CaptureDecode: %w", err)
+	}
+	return &DecodeGraph{m: m, b: sc, cache: cache, ws: m.ws, binds: binds, g: g, logits: logits}, nil
+}
+
+// Step runs token id at position cache.Len(), appends its key and value to the
+// cache and returns the logits [1,V] (F32; the model's workspace, valid until
+// the next step or Forward).
+func (g *DecodeGraph) Step(id int32) (*runtime.Tensor, error) { return g.StepAt(id, g.cache.Len()) }
+
+// StepAt runs token id at position pos ≤ cache.Len() (positions from pos on
+// are overwritten; the cache then holds pos+1 positions) and returns the logits.
+func (g *DecodeGraph) StepAt(id int32, pos int) (*runtime.Tensor, error) {
+	if id < 0 || int(id) >= g.m.Cfg.VocabSize {
+		return nil, fmt.Errorf("decoder.DecodeGraph: token id %d is outside the vocabulary [0, %d)", id, g.m.Cfg.VocabSize)
+	}
+	if n := g.cache.Len(); pos < 0 || pos > n || pos >= g.cache.Cap() {
+		return nil, fmt.Errorf("decoder.DecodeGraph: position %d with %d cached of capacity %d", pos, n, g.cache.Cap())
+	}
+	if g.g == nil {
+		return nil, errors.New("decoder.DecodeGraph: the graph is closed")
+	}
+	if g.m.ws != g.ws {
+		return nil, errors.New("decoder.DecodeGraph: the model's workspace changed since the capture (a larger Forward ran); capture again")
+	}
+	if g.m.Node().Tree().BindGeneration() != g.binds {
+		return nil, errors.New("decoder.DecodeGraph: the model's weights were rebound since the capture; capture again")
+	}
+	if err := g.b.SetStep([]int32{id}, pos); err != nil {
+		return nil, err
+	}
+	if err := g.g.Replay(); err != nil {
+		return nil, err
+	}
+	if err := g.cache.Truncate(pos); err != nil {
+		return nil, err
+	}
+	if err := g.cache.Commit(1); err != nil {
+		return nil, err
+	}
+	return g.logits, nil
+}
+
+// Close frees the graph (not the cache or the model).
+func (g *DecodeGraph) Close() error {
+	if g.g == nil {
+		return nil
+	}
+	err := g.g.Close()
+	g.g = nil
+	return err
+}
+
+// stepper runs Generate's forwards: one-token steps through a DecodeGraph
+// when the backend can capture one (made at the first such step), the rest
+// through Forward.
+type stepper struct {
+	eager bool
+	g     *DecodeGraph
+}
+
+func (s *stepper) forward(m *Model, b kernels.Backend, cache Cache, ids []int32) (*runtime.Tensor, error) {
+	if len(ids) != 1 || s.eager {
+		return m.Forward(b, cache, ids, false)
+	}
+	if s.g == nil {
+		if _, ok := b.(kernels.StepCapturer); !ok || m.Node().Tree().HasHooks() {
+			s.eager = true
+			return m.Forward(b, cache, ids, false)
+		}
+		g, err := m.CaptureDecode(b, cache)
+		if err != nil {
+			return nil, err
+		}
+		s.g = g
+	}
+	return s.g.Step(ids[0])
+}
+
+func (s *stepper) close() {
+	if s.g != nil {
+		s.g.Close()
+	}
+}

@@ -1,0 +1,197 @@
+package decoder
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// Names is a family's tensor-name table: where each module sits in the
+// checkpoint. Embed, Layers, Norm and Head are paths from the root
+// ("model.embed_tokens"); the rest are paths inside a layer (InputNorm,
+// Attn, PostNorm, MLP), inside its attention (Q, K, V, O) or inside its MLP
+// (Gate, Up, Down). A dotted path makes containers for its leading parts.
+// Parameters are "<module>.weight".
+type Names struct {
+	Embed, Layers, Norm, Head      string
+	InputNorm, Attn, PostNorm, MLP string
+	Q, K, V, O                     string
+	Gate, Up, Down                 string
+}
+
+// Attention is grouped-query self-attention with rotary positions:
+// out = O(attn(rope(Q h), rope(K h), V h)).
+type Attention struct {
+	nn.Base
+	Q, K, V, O *nn.Linear
+	Layer      int // the layer's index: which KV cache layer it reads
+}
+
+// MLP is the gated MLP: down(silu(gate(x)) · up(x)).
+type MLP struct {
+	nn.Base
+	Gate, Up, Down *nn.Linear
+}
+
+// Layer is one pre-norm decoder layer: x += attn(norm(x)); x += mlp(norm(x)).
+type Layer struct {
+	nn.Base
+	Index     int
+	InputNorm *nn.RMSNorm
+	Attn      *Attention
+	PostNorm  *nn.RMSNorm
+	MLP       *MLP
+	graph     *layerGraph // set by UnitGraphs: one-token forwards replay a graph
+}
+
+// Model is a decoder-only transformer for causal LM: embedding, layers,
+// final norm, LM head.
+type Model struct {
+	nn.Base
+	Cfg     Config
+	Names   Names
+	Embed   *nn.Embedding
+	Layers  []*Layer
+	Norm    *nn.RMSNorm
+	Head    *nn.Linear
+	invFreq []float32
+	ws      *workspace
+	// unitGraphs is the backend whose step inputs the layers' graphs read
+	// (nil unless UnitGraphs compiled the layers).
+	unitGraphs kernels.StepCapturer
+	owned      []*runtime.DeviceBuffer
+}
+
+// New builds the module tree for cfg with no weights bound, each module
+// where names puts it. With tied embeddings the head shares the embedding's
+// weight.
+func New(cfg *Config, names Names) (*Model, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("decoder.New: nil config")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Model{Cfg: *cfg, Names: names}
+	nn.Init(m, "")
+	D, I := cfg.HiddenSize, cfg.IntermediateSize
+	qd, kvd := cfg.NumAttentionHeads*cfg.HeadDim, cfg.NumKeyValueHeads*cfg.HeadDim
+	eps := float32(cfg.RMSNormEps)
+	linear := func(parent nn.Module, path string, in, out int) *nn.Linear {
+		p, local := at(parent, path)
+		return nn.NewLinear(p, local, in, out)
+	}
+	norm := func(parent nn.Module, path string) *nn.RMSNorm {
+		p, local := at(parent, path)
+		return nn.NewRMSNorm(p, local, D, eps)
+	}
+	p, local := at(m, names.Embed)
+	m.Embed = nn.NewEmbedding(p, local, cfg.VocabSize, D)
+	layers := container(m, names.Layers)
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		l := &Layer{Index: i}
+		nn.Attach(layers, fmt.Sprint(i), l)
+		l.InputNorm = norm(l, names.InputNorm)
+		l.Attn = &Attention{Layer: i}
+		attach(l, names.Attn, l.Attn)
+		l.Attn.Q = linear(l.Attn, names.Q, D, qd)
+		l.Attn.K = linear(l.Attn, names.K, D, kvd)
+		l.Attn.V = linear(l.Attn, names.V, D, kvd)
+		l.Attn.O = linear(l.Attn, names.O, qd, D)
+		l.PostNorm = norm(l, names.PostNorm)
+		l.MLP = &MLP{}
+		attach(l, names.MLP, l.MLP)
+		l.MLP.Gate = linear(l.MLP, names.Gate, D, I)
+		l.MLP.Up = linear(l.MLP, names.Up, D, I)
+		l.MLP.Down = linear(l.MLP, names.Down, I, D)
+		m.Layers = append(m.Layers, l)
+	}
+	m.Norm = norm(m, names.Norm)
+	if cfg.TieWordEmbeddings {
+		m.Head = &nn.Linear{In: D, Out: cfg.VocabSize}
+		attach(m, names.Head, m.Head)
+		m.Head.Weight = m.Embed.Weight
+		nn.ShareParam(m.Head, m.Embed.Weight)
+	} else {
+		m.Head = linear(m, names.Head, D, cfg.VocabSize)
+	}
+	inv, err := kernels.RopeInvFreq(cfg.HeadDim, cfg.Rope.Theta, kernels.RopeScaling{
+		Type: cfg.Rope.Type, Factor: cfg.Rope.Factor, LowFreqFactor: cfg.Rope.LowFreqFactor,
+		HighFreqFactor: cfg.Rope.HighFreqFactor, OriginalMaxPositions: cfg.Rope.OriginalMaxPositionEmbeddings,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("decoder.New: rope: %w", err)
+	}
+	m.invFreq = inv
+	return m, nil
+}
+
+// at returns the module a dotted path's last part attaches under (making
+// containers for the parts before it, or reusing those already there) and
+// that last part.
+func at(parent nn.Module, path string) (nn.Module, string) {
+	parts := strings.Split(path, ".")
+	for _, part := range parts[:len(parts)-1] {
+		parent = container(parent, part)
+	}
+	return parent, parts[len(parts)-1]
+}
+
+// container returns the child container at path under parent, making it
+// (and the containers above it) when absent.
+func container(parent nn.Module, path string) nn.Module {
+	for _, part := range strings.Split(path, ".") {
+		var next nn.Module
+		for _, c := range parent.Node().Children() {
+			if c.Node().LocalName() == part {
+				next = c
+				break
+			}
+		}
+		if next == nil {
+			next = nn.NewContainer(parent, part)
+		}
+		parent = next
+	}
+	return parent
+}
+
+// attach attaches child at the dotted path under parent.
+func attach(parent nn.Module, path string, child nn.Module) {
+	p, local := at(parent, path)
+	nn.Attach(p, local, child)
+}
+
+// ParamShapes returns each parameter's qualified name and expected shape.
+func (m *Model) ParamShapes() map[string]runtime.Shape {
+	out := map[string]runtime.Shape{}
+	for _, mod := range nn.Modules(m) {
+		switch x := mod.(type) {
+		case *nn.Linear:
+			out[x.Weight.Name()] = runtime.Shape{x.Out, x.In}
+		case *nn.Embedding:
+			out[x.Weight.Name()] = runtime.Shape{x.Vocab, x.Dim}
+		case *nn.RMSNorm:
+			out[x.Weight.Name()] = runtime.Shape{x.Dim}
+		}
+	}
+	return out
+}
+
+// InvFreq is the rotary inverse-frequency table (d/2 values).
+func (m *Model) InvFreq() []float32 { return m.invFreq }
+
+// SetInvFreq replaces the rotary inverse-frequency table (d/2 values). It
+// exists to reproduce references made by code whose table differs from the
+// exact one: transformers models cast with .to(torch.bfloat16) round the
+// table's buffer to bfloat16, and that rounding survives a later .float().
+func (m *Model) SetInvFreq(inv []float32) error {
+	if len(inv) != m.Cfg.HeadDim/2 {
+		return fmt.Errorf("decoder: inverse-frequency table of %d values, want head_dim/2 = %d", len(inv), m.Cfg.HeadDim/2)
+	}
+	m.invFreq = append([]float32(nil), inv...)
+	return nil
+}

@@ -1,0 +1,162 @@
+package models
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/flextensor-go/flextensor/loader"
+	"github.com/flextensor-go/flextensor/models/decoder"
+	"github.com/flextensor-go/flextensor/offload"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// Family is one model family: the config.json names that select it and how
+// it builds a model from that config.
+type Family struct {
+	Name          string   // "llama"
+	Architectures []string // config.json "architectures" entries it serves ("LlamaForCausalLM")
+	ModelTypes    []string // config.json "model_type" values it serves ("llama")
+	// New parses config.json (source names it in errors) and builds the
+	// model with no weights bound.
+	New func(configJSON []byte, source string) (*decoder.Model, error)
+}
+
+var (
+	mu       sync.RWMutex
+	families []Family
+)
+
+// Register adds f to the registry. It panics when f has no name or New, or
+// claims an architecture or model type another family has: both are
+// programmer errors at init time.
+func Register(f Family) {
+	if f.Name == "" || f.New == nil {
+		panic("models.Register: a family needs a Name and New")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, g := range families {
+		if g.Name == f.Name {
+			if sameClaims(g, f) {
+				return // registered twice (Register called after init): harmless
+			}
+			panic(fmt.Sprintf("models.Register: family %q registered twice", f.Name))
+		}
+		for _, a := range f.Architectures {
+			if slices.Contains(g.Architectures, a) {
+				panic(fmt.Sprintf("models.Register: architecture %s of %s is %s's", a, f.Name, g.Name))
+			}
+		}
+		for _, t := range f.ModelTypes {
+			if slices.Contains(g.ModelTypes, t) {
+				panic(fmt.Sprintf("models.Register: model type %s of %s is %s's", t, f.Name, g.Name))
+			}
+		}
+	}
+	families = append(families, f)
+}
+
+func sameClaims(a, b Family) bool {
+	return slices.Equal(a.Architectures, b.Architectures) && slices.Equal(a.ModelTypes, b.ModelTypes)
+}
+
+// Supported lists the registered architectures and model types, sorted, as
+// "LlamaForCausalLM (model_type llama)".
+func Supported() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	var out []string
+	for _, f := range families {
+		out = append(out, fmt.Sprintf("%s (model_type %s)", strings.Join(f.Architectures, ", "), strings.Join(f.ModelTypes, ", ")))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Lookup finds the family of a config.json: by its "architectures" when the
+// list is present (the first entry a family serves), else by "model_type".
+// An unsupported one is an error listing the supported ones.
+func Lookup(configJSON []byte, source string) (Family, error) {
+	r, err := loader.ParseFields(configJSON, source)
+	if err != nil {
+		return Family{}, err
+	}
+	archs, typ := r.Strings("architectures"), r.Str("model_type", "")
+	if err := r.Err(); err != nil {
+		return Family{}, err
+	}
+	mu.RLock()
+	for _, a := range archs {
+		for _, f := range families {
+			if slices.Contains(f.Architectures, a) {
+				mu.RUnlock()
+				return f, nil
+			}
+		}
+	}
+	if len(archs) == 0 {
+		for _, f := range families {
+			if slices.Contains(f.ModelTypes, typ) {
+				mu.RUnlock()
+				return f, nil
+			}
+		}
+	}
+	mu.RUnlock()
+	what := fmt.Sprintf("model_type %q", typ)
+	if len(archs) > 0 {
+		what = fmt.Sprintf("architectures %q", archs)
+	}
+	sup := Supported()
+	if len(sup) == 0 {
+		sup = []string{"none registered; import a family such as models/llama"}
+	}
+	return Family{}, fmt.Errorf("config %s: %s is not supported; supported: %s", source, what, strings.Join(sup, "; "))
+}
+
+// New builds the model the config.json in dir describes, with no weights
+// bound.
+func New(dir string) (*decoder.Model, error) {
+	data, path, err := loader.ReadConfigFile(dir)
+	if err != nil {
+		return nil, err
+	}
+	f, err := Lookup(data, path)
+	if err != nil {
+		return nil, err
+	}
+	return f.New(data, path)
+}
+
+// Load builds the model of the checkpoint in dir (New) and binds its
+// weights on dev (decoder.Model.LoadCheckpoint). Close the model, then the
+// checkpoint, when done.
+func Load(dir string, dev runtime.Device) (*decoder.Model, *loader.Checkpoint, error) {
+	m, err := New(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	ck, err := m.LoadCheckpoint(dir, dev)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, ck, nil
+}
+
+// LoadFromProfile builds the model of the checkpoint in dir (New) and hands
+// its weights to the offload engine with the profile st
+// (decoder.LoadFromProfile).
+func LoadFromProfile(dir string, st *offload.State, cfg offload.Config, name string, strict bool, opts ...offload.Option) (*decoder.Model, *loader.Checkpoint, error) {
+	m, err := New(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	ck, err := decoder.LoadFromProfile(m, dir, st, cfg, name, strict, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, ck, nil
+}
