@@ -55,7 +55,7 @@ type Server struct {
 	*httptest.Server
 	CDN    *httptest.Server // serves /cdn/{sha256}
 	Repo   string           // "ORG/NAME"
-	Commit string // the commit hash "main" names
+	Commit string           // the commit hash "main" names
 
 	mu    sync.Mutex
 	files []*File
