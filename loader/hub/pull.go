@@ -356,7 +356,7 @@ func (c *client) place(ctx context.Context, repo, repoDir, commit string, f file
 	etag := f.etag()
 	if etag == "" { // an old or unusual Hub: ask the file's headers, as huggingface_hub does
 		var err error
-		if etag, err = c.headETag(ctx, repo, commit, f); err != nil {
+		if etag, err = c.headETag(ctx, repo, commit, &f); err != nil {
 			return false, 0, err
 		}
 	}
@@ -404,8 +404,9 @@ func (c *client) fileURL(repo, commit, name string) string {
 }
 
 // headETag reads a file's ETag from a HEAD request that follows only
-// same-host redirects, where the Hub puts X-Linked-Etag for LFS files.
-func (c *client) headETag(ctx context.Context, repo, commit string, f fileInfo) (string, error) {
+// same-host redirects, where the Hub puts X-Linked-Etag for LFS files, and
+// fills in f.size from X-Linked-Size or Content-Length when it is unknown.
+func (c *client) headETag(ctx context.Context, repo, commit string, f *fileInfo) (string, error) {
 	req, err := c.request(ctx, http.MethodHead, c.fileURL(repo, commit, f.name))
 	if err != nil {
 		return "", err
@@ -425,6 +426,15 @@ func (c *client) headETag(ctx context.Context, repo, commit string, f fileInfo) 
 	resp.Body.Close()
 	if resp.StatusCode >= 400 {
 		return "", c.statusError(resp, repo, commit, f.name)
+	}
+	if f.size < 0 {
+		size := resp.Header.Get("X-Linked-Size")
+		if size == "" && resp.StatusCode == http.StatusOK {
+			size = resp.Header.Get("Content-Length")
+		}
+		if n, err := strconv.ParseInt(size, 10, 64); err == nil && n >= 0 {
+			f.size = n
+		}
 	}
 	etag := resp.Header.Get("X-Linked-Etag")
 	if etag == "" {

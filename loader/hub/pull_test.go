@@ -471,4 +471,18 @@ func TestPullWithoutBlobMetadata(t *testing.T) {
 	if err != nil || filepath.Base(target) != w.SHA256 {
 		t.Fatalf("model.safetensors links to %q (%v), want the blob named by its sha256", target, err)
 	}
+
+	// Sizes come from X-Linked-Size / Content-Length: a cut download is
+	// resumed, not taken as complete.
+	s.CutAfter["model.safetensors"] = 5000
+	o.CacheDir = t.TempDir()
+	o.Retries = 1
+	res, err = hub.Pull(context.Background(), repo, "", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reqs := s.ContentRequests("model.safetensors"); reqs[len(reqs)-1].Range != "bytes=5000-" {
+		t.Fatalf("no resume after a cut without blob metadata: %+v", reqs)
+	}
+	sameAsFixture(t, res.Dir, checkpointNames)
 }
