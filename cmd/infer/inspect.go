@@ -8,6 +8,7 @@ import (
 
 	flextensor "github.com/flextensor-go/flextensor"
 	"github.com/flextensor-go/flextensor/loader"
+	"github.com/flextensor-go/flextensor/loader/hub"
 	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/offload"
@@ -43,7 +44,7 @@ type inspectOptions struct {
 
 func inspectFlags(fs *pflag.FlagSet) *inspectOptions {
 	var o inspectOptions
-	fs.StringVar(&o.model, "model", "", "checkpoint directory; default: the bundled tiny model")
+	fs.StringVar(&o.model, "model", "", "checkpoint directory, or ORG/NAME[@REV] in the Hugging Face cache (see 'infer pull'); default: the bundled tiny model")
 	fs.StringVar(&o.budget, "gpu-budget", "", "device memory for weights, bytes (8GiB) or a fraction of --device-memory")
 	fs.StringVar(&o.deviceMemory, "device-memory", "", "device memory, for a fractional --gpu-budget")
 	fs.IntVar(&o.blocks, "transfer-blocks", 0, "transfer blocks (0 = the planner chooses)")
@@ -76,7 +77,13 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	dir := o.model
-	if dir == "" {
+	if dir != "" {
+		d, err := hub.Resolve(dir) // a directory, or ORG/NAME[@REV] in the Hugging Face cache
+		if err != nil {
+			return err
+		}
+		dir = d
+	} else {
 		d, cleanup, err := flextensor.ExtractTinyLlama()
 		if err != nil {
 			return err

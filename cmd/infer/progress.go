@@ -22,6 +22,8 @@ type progress struct {
 	w    io.Writer
 	on   bool
 	bars map[string]*progressbar.ProgressBar
+	// bytes shows every stage's counts as bytes (not only "weights").
+	bytes bool
 }
 
 func newProgress(w io.Writer) *progress {
@@ -45,7 +47,7 @@ func (p *progress) update(stage string, done, total int64) {
 			progressbar.OptionClearOnFinish(),
 			progressbar.OptionThrottle(0),
 		}
-		if stage == "weights" {
+		if stage == "weights" || p.bytes {
 			opts = append(opts, progressbar.OptionShowBytes(true))
 		}
 		b = progressbar.NewOptions64(total, opts...)
