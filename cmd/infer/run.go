@@ -15,7 +15,7 @@ import (
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/llama"
-	"github.com/flextensor-go/flextensor/models/llama/tokenizer"
+	"github.com/flextensor-go/flextensor/models/tokenizer"
 	"github.com/spf13/pflag"
 )
 

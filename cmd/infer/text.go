@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/flextensor-go/flextensor/models/llama/tokenizer"
+	"github.com/flextensor-go/flextensor/models/tokenizer"
 )
 
 // loadTokenizer reads tokenizer.json from path (a file) or from a model

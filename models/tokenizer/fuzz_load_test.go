@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flextensor-go/flextensor/models/llama/tokenizer"
+	"github.com/flextensor-go/flextensor/models/tokenizer"
 )
 
 // fuzzTexts are encoded by every tokenizer FuzzTokenizerJSON accepts: plain

@@ -15,7 +15,7 @@ import (
 )
 
 // tinyPath is the repository's tiny Llama fixture.
-const tinyPath = "../../../testdata/tiny-llama/tokenizer.json"
+const tinyPath = "../../testdata/tiny-llama/tokenizer.json"
 
 // referenceFile is the output of testdata/gen_reference.mjs: Hugging Face's
 // results for one tokenizer over the test corpus.
@@ -258,7 +258,7 @@ func TestTinyFixture(t *testing.T) {
 			Decoded string `json:"decoded"`
 		} `json:"samples"`
 	}
-	if err := json.Unmarshal(readData(t, "../../../testdata/tiny-llama/tokenizer_reference.json"), &ref); err != nil {
+	if err := json.Unmarshal(readData(t, "../../testdata/tiny-llama/tokenizer_reference.json"), &ref); err != nil {
 		t.Fatal(err)
 	}
 	if len(ref.Samples) == 0 {

