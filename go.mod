@@ -12,6 +12,7 @@ require (
 	github.com/x448/float16 v0.8.4
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0
+	golang.org/x/text v0.44.0
 	gorgonia.org/cu v0.9.6
 )
 

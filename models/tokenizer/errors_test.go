@@ -48,7 +48,7 @@ func TestFormatErrors(t *testing.T) {
 		{"nested pre-tokenizer", `"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}`,
 			`"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}, {"type": "Punctuation"}]}`,
 			"pre_tokenizer.pretokenizers[1].type", `unsupported pre-tokenizer type "Punctuation"`},
-		{"normalizer", `"normalizer": null`, `"normalizer": {"type": "NFKC"}`, "normalizer.type", `unsupported normalizer type "NFKC"`},
+		{"normalizer", `"normalizer": null`, `"normalizer": {"type": "BertNormalizer"}`, "normalizer.type", `unsupported normalizer type "BertNormalizer"`},
 		{"decoder", `"decoder": {"type": "ByteLevel"}`, `"decoder": {"type": "WordPiece"}`, "decoder.type", `unsupported decoder type "WordPiece"`},
 		{"post-processor", `"post_processor": null`, `"post_processor": {"type": "BertProcessing"}`, "post_processor.type", `unsupported post-processor type "BertProcessing"`},
 		{"merge token", `"merges": ["a b"]`, `"merges": ["a b", "b c"]`, "model.merges[1]", `token "c"`},

@@ -1,6 +1,10 @@
 package tokenizer
 
-import "strings"
+import (
+	"strings"
+
+	"golang.org/x/text/unicode/norm"
+)
 
 // normalizer rewrites a stretch of text before pre-tokenization.
 type normalizer interface {
@@ -25,6 +29,14 @@ type replaceNormalizer struct {
 
 func (n replaceNormalizer) normalize(s string) string {
 	return replaceAll(n.pattern, s, n.content)
+}
+
+// unicodeNormalizer puts text into a Unicode normalization form ("NFC",
+// "NFD", "NFKC", "NFKD"; Qwen's tokenizers use NFC).
+type unicodeNormalizer struct{ form norm.Form }
+
+func (n unicodeNormalizer) normalize(s string) string {
+	return n.form.String(s)
 }
 
 // sequenceNormalizer applies normalizers in order ("Sequence").

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Parse builds a Tokenizer from the contents of a tokenizer.json. source
@@ -16,7 +18,7 @@ import (
 //
 //   - model: BPE (vocab; merges as "a b" strings or ["a", "b"] pairs;
 //     unk_token, fuse_unk, byte_fallback, ignore_merges);
-//   - normalizer: Sequence, Prepend, Replace;
+//   - normalizer: Sequence, Prepend, Replace, NFC, NFD, NFKC, NFKD;
 //   - pre_tokenizer: Sequence, Split, ByteLevel, Metaspace;
 //   - post_processor: TemplateProcessing, ByteLevel, Sequence;
 //   - decoder: Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip,
@@ -473,8 +475,16 @@ func (p *parser) normalizer(raw json.RawMessage, path string) (normalizer, error
 			return nil, err
 		}
 		return replaceNormalizer{pattern: pat, content: content}, nil
+	case "NFC":
+		return unicodeNormalizer{form: norm.NFC}, nil
+	case "NFD":
+		return unicodeNormalizer{form: norm.NFD}, nil
+	case "NFKC":
+		return unicodeNormalizer{form: norm.NFKC}, nil
+	case "NFKD":
+		return unicodeNormalizer{form: norm.NFKD}, nil
 	}
-	return nil, unsupported(p, o.field("type"), "normalizer", typ, "Sequence", "Prepend", "Replace")
+	return nil, unsupported(p, o.field("type"), "normalizer", typ, "Sequence", "Prepend", "Replace", "NFC", "NFD", "NFKC", "NFKD")
 }
 
 func (p *parser) preTokenizer(raw json.RawMessage, path string) (preTokenizer, error) {

