@@ -27,8 +27,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzConfig -fuzztime $(FUZZTIME) ./models/llama/
 	$(GO) test -run '^$$' -fuzz FuzzShardIndex -fuzztime $(FUZZTIME) ./loader/
 	$(GO) test -run '^$$' -fuzz FuzzProfile -fuzztime $(FUZZTIME) ./offload/
-	$(GO) test -run '^$$' -fuzz FuzzTokenizerJSON -fuzztime $(FUZZTIME) ./models/llama/tokenizer/
-	$(GO) test -run '^$$' -fuzz FuzzRoundTrip -fuzztime $(FUZZTIME) ./models/llama/tokenizer/
+	$(GO) test -run '^$$' -fuzz FuzzTokenizerJSON -fuzztime $(FUZZTIME) ./models/tokenizer/
+	$(GO) test -run '^$$' -fuzz FuzzRoundTrip -fuzztime $(FUZZTIME) ./models/tokenizer/
 
 # CUDA builds (build tag cuda): the CUDA toolkit at CUDA_HOME and an NVIDIA
 # driver. runtime/cuda/compat comes first on the include path so that

@@ -307,7 +307,7 @@ func TestChat(t *testing.T) {
 	if err := llama.MakeCheckpoint(dir, cfg, 1, 1<<30); err != nil {
 		t.Fatal(err)
 	}
-	gz, err := os.Open("../../models/llama/tokenizer/testdata/llama3-8b-instruct.tokenizer.json.gz")
+	gz, err := os.Open("../../models/tokenizer/testdata/llama3-8b-instruct.tokenizer.json.gz")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/llama"
-	"github.com/flextensor-go/flextensor/models/llama/tokenizer"
+	"github.com/flextensor-go/flextensor/models/tokenizer"
 	"github.com/spf13/pflag"
 )
 
@@ -34,6 +34,13 @@ Usage:
 Examples:
   infer run-model --prompt "The license grants"
   infer run-model --model ./Llama-3.1-8B-Instruct --chat --prompt "Name three rivers." --temperature 0.7
+  infer run-model --model ./Qwen3-8B --chat --system "Answer in French." --prompt "Name three rivers."
+
+--chat renders the prompt with the checkpoint's own chat template
+(tokenizer_config.json's chat_template, as transformers' apply_chat_template
+does, with the generation prompt) and stops at the template's end tokens
+(e.g. <|im_end|>, <|eot_id|>). Only a checkpoint without a chat_template
+falls back to the built-in Llama 3 instruct format.
   infer run-model --token-ids 37,235,396 --max-new-tokens 20
   infer run-model --model ./Llama-3.1-8B --token-ids 128000,9906 --temperature 0.7 --top-p 0.9 --seed 1
   infer run-model --token-ids 37,235 --json
@@ -45,6 +52,7 @@ type runOptions struct {
 	dev         deviceFlags
 	prompt      string
 	chat        bool
+	system      string
 	tokenIDs    string
 	maxNew      int
 	temperature float32
@@ -58,7 +66,8 @@ type runOptions struct {
 func runModelFlags(fs *pflag.FlagSet) *runOptions {
 	var o runOptions
 	fs.StringVar(&o.prompt, "prompt", "", "prompt text (tokenized with the checkpoint's tokenizer.json); the reply streams to stdout")
-	fs.BoolVar(&o.chat, "chat", false, "wrap --prompt in the Llama 3 instruct chat format (instruct checkpoints)")
+	fs.BoolVar(&o.chat, "chat", false, "render --prompt as a user message with the checkpoint's chat template (the Llama 3 format when it has none)")
+	fs.StringVar(&o.system, "system", "", "with --chat: a system message before the prompt")
 	fs.StringVar(&o.tokenIDs, "token-ids", "", "prompt as comma-separated token ids (instead of --prompt)")
 	fs.IntVar(&o.maxNew, "max-new-tokens", 32, "most tokens to generate")
 	fs.Float32Var(&o.temperature, "temperature", 0, "sampling temperature; 0 = greedy")
@@ -87,6 +96,9 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	if o.chat && o.prompt == "" {
 		return usagef("--chat needs --prompt")
+	}
+	if o.system != "" && !o.chat {
+		return usagef("--system needs --chat")
 	}
 	var prompt []int32
 	if o.tokenIDs != "" {
@@ -121,10 +133,10 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		}
 		text, special := o.prompt, true
 		if o.chat {
-			if text, stops, err = chatPrompt(sess.dir, tok, o.prompt); err != nil {
+			if text, stops, err = chatPrompt(sess.dir, tok, o.system, o.prompt); err != nil {
 				return err
 			}
-			special = false // the chat format carries its own <|begin_of_text|>
+			special = false // the template writes its own BOS, as apply_chat_template's encoding assumes
 		}
 		ids, err := tok.Encode(text, special)
 		if err != nil {
