@@ -64,6 +64,11 @@ type Options struct {
 	// Manager names the offload manager; empty picks a unique name
 	// ("session-N"), which Session.Manager reports.
 	Manager string
+	// HostOnly loads the weights into host memory and leaves offloading to
+	// the caller (offload.Offload(s.Model, ...) under managers of its own,
+	// released before Close), e.g. to try several budgets on one loaded
+	// model. It excludes GPUBudget and ProfileDir.
+	HostOnly bool
 }
 
 // Session is a loaded model on its device. Its fields are read-only; Close
@@ -105,6 +110,9 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	if opts.ProfileDir != "" && opts.GPUBudget != "" {
 		return nil, fmt.Errorf("a GPU budget and a profile exclude each other (the profile holds its plan's budget): %w", ErrBadOptions)
 	}
+	if opts.HostOnly && (opts.GPUBudget != "" || opts.ProfileDir != "") {
+		return nil, fmt.Errorf("host only excludes a GPU budget and a profile: %w", ErrBadOptions)
+	}
 	if opts.Strict && opts.ProfileDir == "" {
 		return nil, fmt.Errorf("strict applies to loading from a profile only: %w", ErrBadOptions)
 	}
@@ -136,8 +144,15 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	}
 	trace("open device "+device, time.Since(t0))
 
+	if opts.HostOnly {
+		s.host = runtime.NewCPU(0)
+		if s.Model, s.Checkpoint, err = Load(dir, s.host); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
 	if opts.ProfileDir == "" && opts.GPUBudget == "" {
-		if s.Model, s.Checkpoint, err = load(dir, s.Device); err != nil {
+		if s.Model, s.Checkpoint, err = Load(dir, s.Device); err != nil {
 			return nil, err
 		}
 		return s, nil
@@ -154,7 +169,7 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	}
 	var compile []offload.Option
 	if opts.UnitGraphs {
-		compile = append(compile, offload.WithCompile(offload.GraphCompiler(s.Device.Name(), llama.UnitGraphs(s.Backend))))
+		compile = s.UnitGraphOptions()
 	}
 	if opts.ProfileDir != "" {
 		st, err := offload.LoadProfile(opts.ProfileDir)
@@ -168,7 +183,7 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 		return s, nil
 	}
 	s.host = runtime.NewCPU(0)
-	if s.Model, s.Checkpoint, err = load(dir, s.host); err != nil {
+	if s.Model, s.Checkpoint, err = Load(dir, s.host); err != nil {
 		return nil, err
 	}
 	cfg.GPUBudget = budget
@@ -180,9 +195,17 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	return s, nil
 }
 
-// load reads a checkpoint onto dev: the one place a model is loaded.
-func load(dir string, dev runtime.Device) (*llama.Model, *loader.Checkpoint, error) {
+// Load reads the checkpoint in dir onto dev (weights on a cpu device are
+// mapped, not copied): the one place this package loads a model. The caller
+// closes both.
+func Load(dir string, dev runtime.Device) (*llama.Model, *loader.Checkpoint, error) {
 	return llama.Load(dir, dev)
+}
+
+// UnitGraphOptions are the offload options that replay each offloaded layer's
+// one-token forward as a CUDA graph of its own on this session's backend.
+func (s *Session) UnitGraphOptions() []offload.Option {
+	return []offload.Option{offload.WithCompile(offload.GraphCompiler(s.Device.Name(), llama.UnitGraphs(s.Backend)))}
 }
 
 // Close releases the offload manager, the model, the checkpoint, the devices
