@@ -39,11 +39,15 @@ CUDA_ENV = CGO_ENABLED=1 \
 	CGO_CFLAGS="-O2 -g -I$(CURDIR)/runtime/cuda/compat -I$(CUDA_HOME)/include" \
 	CGO_LDFLAGS="-L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -Wl,--disable-new-dtags,-rpath,$(CUDA_HOME)/lib64:/usr/local/nvidia/lib64" \
 	LD_LIBRARY_PATH="$(CUDA_HOME)/lib64:/usr/local/nvidia/lib64:$$LD_LIBRARY_PATH"
-CUDA_PKGS = ./runtime/cuda/... ./kernels/... ./models/... ./cmd/infer/... ./offload/...
+CUDA_PKGS = ./runtime/cuda/... ./kernels/... ./models/... ./cmd/infer/... ./offload/... ./session/...
 BENCHTIME ?= 20x
 
+# Then the kernels are compiled once for this machine's GPU into
+# $(BIN)/kernels, which the binary reads before compiling with NVRTC (a
+# build machine without a GPU skips this; the first run compiles and caches).
 build-cuda:
 	$(CUDA_ENV) $(GO) build -tags cuda -o $(BIN)/infer-cuda ./cmd/infer
+	$(CUDA_ENV) $(BIN)/infer-cuda kernels --out $(BIN)/kernels || echo "build-cuda: kernels not compiled ahead of time (no usable GPU?); the first run compiles them"
 
 # Every kernel against the CPU reference, the tiny-llama golden test on the
 # GPU, greedy generation through infer run-model --device cuda:0, bad input.

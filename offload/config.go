@@ -86,19 +86,34 @@ func ParseBudget(s string) (Budget, error) {
 	return Budget{Bytes: int64(v)}, nil
 }
 
-// Resolve turns the budget into bytes for a device whose memory limit is
-// limit (0 = unknown). A fraction needs a known limit.
+// Resolve turns the budget into bytes for a device of limit bytes (its
+// DeviceCapacity: the memory limit, or a GPU's size; 0 = unknown). A
+// fraction needs a known capacity.
 func (b Budget) Resolve(limit int64) (int64, error) {
 	switch {
 	case b.Bytes > 0:
 		return b.Bytes, nil
 	case b.Fraction > 0:
 		if limit <= 0 {
-			return 0, fmt.Errorf("a budget of %.3g of the device needs a device memory limit (set one, or give bytes)", b.Fraction)
+			return 0, fmt.Errorf("a budget of %.3g of the device needs a device memory limit or a device that reports its size (set a limit, or give bytes)", b.Fraction)
 		}
 		return int64(b.Fraction * float64(limit)), nil
 	}
 	return limit, nil
+}
+
+// DeviceCapacity is the memory a fractional budget is taken of on dev: its
+// memory limit when it has one, otherwise its physical size when it reports
+// one (a GPU's TotalMemory), otherwise 0 (unknown: a cpu device without a
+// limit).
+func DeviceCapacity(dev runtime.Device) int64 {
+	if limit := dev.Memory().Limit; limit > 0 {
+		return limit
+	}
+	if t, ok := dev.(interface{ TotalMemory() int64 }); ok {
+		return max(t.TotalMemory(), 0)
+	}
+	return 0
 }
 
 // String prints the budget as given.

@@ -882,7 +882,7 @@ func (e *engine) startInference() error {
 	if mem.Limit > 0 {
 		free = mem.Limit - (mem.InUse - ours)
 	}
-	budget, err := e.cfg.GPUBudget.Resolve(mem.Limit)
+	budget, err := e.cfg.GPUBudget.Resolve(DeviceCapacity(e.dev))
 	if err != nil {
 		return err
 	}

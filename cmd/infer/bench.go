@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
-	flextensor "github.com/flextensor-go/flextensor"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/runtime"
+	ftsession "github.com/flextensor-go/flextensor/session"
 	"github.com/spf13/pflag"
 )
 
@@ -98,36 +98,20 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		return usagef("--tokens, --iters must be positive; --context, --warmup not negative")
 	}
 	list := strings.Split(*budgets, ",")
-	var limit int64
-	if d.deviceMemory != "" {
-		b, err := offload.ParseBudget(d.deviceMemory)
-		if err != nil || b.Bytes == 0 {
-			return usagef("--device-memory %q: want bytes with a unit, such as 2GiB", d.deviceMemory)
-		}
-		limit = b.Bytes
+	if d.gpuBudget != "" || d.profile != "" {
+		return usagef("bench takes its budgets from --budgets; --gpu-budget and --profile do not apply")
 	}
-	dir := d.model
-	if dir == "" {
-		x, cleanup, err := flextensor.ExtractTinyLlama()
-		if err != nil {
-			return err
-		}
-		defer cleanup()
-		dir = x
-	}
-	dev, backend, err := openDevice(d.device, limit)
+	opts, err := d.sessionOptions()
 	if err != nil {
 		return err
 	}
-	defer dev.Close()
-	host := runtime.NewCPU(0)
-	defer host.Close()
-	model, ck, err := llama.Load(dir, host)
+	opts.HostOnly = true
+	sess, err := openSessionWith(d, opts)
 	if err != nil {
 		return err
 	}
-	defer ck.Close()
-	defer model.Close()
+	defer sess.Close()
+	dir, dev, backend, model, ck := sess.Dir, sess.Device, sess.Backend, sess.Model, sess.Checkpoint
 	slots := d.blocks
 	if slots == 0 {
 		slots = 2
@@ -146,7 +130,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		var times []float64
 		if b == "resident" {
-			m, ck2, err := llama.Load(dir, dev)
+			m, ck2, err := ftsession.Load(dir, dev)
 			if err != nil {
 				return fmt.Errorf("budget resident: %w", err)
 			}
@@ -172,11 +156,11 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 				return usageError{fmt.Errorf("--budgets: %w", err)}
 			}
 			name := fmt.Sprintf("bench-%d", i)
-			var opts []offload.Option
+			var compile []offload.Option
 			if d.unitGraphs {
-				opts = append(opts, offload.WithCompile(offload.GraphCompiler(dev.Name(), llama.UnitGraphs(backend))))
+				compile = sess.UnitGraphOptions()
 			}
-			if err := offload.Offload(model, &cfg, name, opts...); err != nil {
+			if err := offload.Offload(model, &cfg, name, compile...); err != nil {
 				return fmt.Errorf("budget %s: %w", b, err)
 			}
 			// Discovery (the first forward) and profiling (two) come before INFERENCE.

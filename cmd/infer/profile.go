@@ -69,13 +69,13 @@ func profileCmd(args []string, stdout, stderr io.Writer) error {
 	defer sess.Close()
 	// Discovery (the prefill) and two profiling passes (decode steps) lead
 	// to INFERENCE; one more step checks the plan runs.
-	if _, err := measureForwards(sess.model, sess.backend, "decode", 0, *context, 3, 1, 1); err != nil {
+	if _, err := measureForwards(sess.Model, sess.Backend, "decode", 0, *context, 3, 1, 1); err != nil {
 		return err
 	}
-	if err := offload.SaveProfile(*out, sess.manager); err != nil {
+	if err := offload.SaveProfile(*out, sess.Manager); err != nil {
 		return err
 	}
-	plan, err := offload.GetOffloadManager(sess.manager).Plan()
+	plan, err := offload.GetOffloadManager(sess.Manager).Plan()
 	if err != nil {
 		return err
 	}

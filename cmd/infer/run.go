@@ -123,17 +123,17 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			err = errors.Join(err, cerr)
 		}
 	}()
-	model, backend, dev := sess.model, sess.backend, sess.dev
+	model, backend, dev := sess.Model, sess.Backend, sess.Device
 	loadDur := time.Since(start)
 	var tok *tokenizer.Tokenizer
 	var stops []int32
 	if o.prompt != "" {
-		if tok, err = loadTokenizer(sess.dir); err != nil {
+		if tok, err = loadTokenizer(sess.Dir); err != nil {
 			return err
 		}
 		text, special := o.prompt, true
 		if o.chat {
-			if text, stops, err = chatPrompt(sess.dir, tok, o.system, o.prompt); err != nil {
+			if text, stops, err = chatPrompt(sess.Dir, tok, o.system, o.prompt); err != nil {
 				return err
 			}
 			special = false // the template writes its own BOS, as apply_chat_template's encoding assumes
@@ -203,8 +203,8 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			// From process start to the first generated token, and what the
 			// process read and held to get there.
 			"first_token_ms":        float64(firstToken.Microseconds()) / 1e3,
-			"checkpoint_bytes":      sess.ck.TotalBytes(),
-			"checkpoint_bytes_read": sess.ck.BytesRead(),
+			"checkpoint_bytes":      sess.Checkpoint.TotalBytes(),
+			"checkpoint_bytes_read": sess.Checkpoint.BytesRead(),
 			"peak_rss_bytes":        peakRSS(),
 			"pinned_peak_bytes":     dev.HostMemory().Peak,
 			"device_peak_bytes":     dev.Memory().Peak,

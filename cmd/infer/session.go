@@ -7,12 +7,8 @@ import (
 	"os"
 	"time"
 
-	flextensor "github.com/flextensor-go/flextensor"
-	"github.com/flextensor-go/flextensor/kernels"
-	"github.com/flextensor-go/flextensor/loader"
-	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/offload"
-	"github.com/flextensor-go/flextensor/runtime"
+	ftsession "github.com/flextensor-go/flextensor/session"
 	"github.com/spf13/pflag"
 )
 
@@ -32,7 +28,7 @@ type deviceFlags struct {
 }
 
 func (d *deviceFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&d.model, "model", "", "checkpoint directory (config.json + safetensors); default: the bundled tiny model")
+	fs.StringVar(&d.model, "model", "", "checkpoint directory (config.json + safetensors), or ORG/NAME[@REV] in the Hugging Face cache (see 'infer pull'); default: the bundled tiny model")
 	fs.StringVar(&d.device, "device", "cpu", "compute device: cpu or cuda:N")
 	fs.StringVar(&d.deviceMemory, "device-memory", "", "memory limit of the cpu device (e.g. 2GiB); the offload budget is taken from it")
 	fs.StringVar(&d.gpuBudget, "gpu-budget", "", "offload: device memory for weights, as bytes (8GiB) or a fraction of the device (0.25); weights beyond it stream from pinned host memory")
@@ -43,157 +39,87 @@ func (d *deviceFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&d.strict, "strict", false, "with --profile: fail when any tensor of the profile is missing from the checkpoint, listing them")
 }
 
-// session is a loaded model on its device, offloaded when a budget is given.
-type session struct {
-	dev     runtime.Device
-	host    *runtime.CPUDevice // holds the weights when offloading
-	backend kernels.Backend
-	model   *llama.Model
-	ck      *loader.Checkpoint
-	manager string
-	dir     string // the checkpoint directory (extracted when bundled)
-	cleanup []func()
-}
+// session is a library session (package session) with the CLI's printing.
+type session struct{ *ftsession.Session }
 
-var sessionSeq int
-
-// openSession loads the model; with --gpu-budget it is offloaded by a
-// manager named after the session.
-func openSession(d deviceFlags) (_ *session, err error) {
-	s := &session{}
-	defer func() {
-		if err != nil {
-			s.Close()
-		}
-	}()
-	var limit int64
+// sessionOptions turns the device flags into the library's options,
+// reporting bad flags as usage errors named after the flags.
+func (d deviceFlags) sessionOptions() (ftsession.Options, error) {
+	opts := ftsession.Options{
+		GPUBudget:      d.gpuBudget,
+		TransferBlocks: d.blocks,
+		OffloadTiming:  d.offloadTiming,
+		ProfileDir:     d.profile,
+		Strict:         d.strict,
+		UnitGraphs:     d.unitGraphs,
+		Progress:       d.progress.update,
+		Trace:          traceStep,
+	}
+	if _, _, err := ftsession.ParseDevice(d.device); err != nil {
+		return opts, usagef("--device %q: unknown device (want cpu or cuda:N)", d.device)
+	}
 	if d.deviceMemory != "" {
 		if d.device != "cpu" {
-			return nil, usagef("--device-memory applies to --device cpu only")
+			return opts, usagef("--device-memory applies to --device cpu only")
 		}
 		b, err := offload.ParseBudget(d.deviceMemory)
 		if err != nil || b.Bytes == 0 {
-			return nil, usagef("--device-memory %q: want bytes with a unit, such as 2GiB", d.deviceMemory)
+			return opts, usagef("--device-memory %q: want bytes with a unit, such as 2GiB", d.deviceMemory)
 		}
-		limit = b.Bytes
+		opts.DeviceMemory = b.Bytes
 	}
-	var budget offload.Budget
 	if d.gpuBudget != "" {
-		if budget, err = offload.ParseBudget(d.gpuBudget); err != nil {
-			return nil, usageError{fmt.Errorf("--gpu-budget: %w", err)}
+		if _, err := offload.ParseBudget(d.gpuBudget); err != nil {
+			return opts, usageError{fmt.Errorf("--gpu-budget: %w", err)}
 		}
 	}
 	if d.blocks < 0 {
-		return nil, usagef("--transfer-blocks %d is negative", d.blocks)
+		return opts, usagef("--transfer-blocks %d is negative", d.blocks)
 	}
-	dir := d.model
-	if dir == "" {
-		dir2, cleanup, err := flextensor.ExtractTinyLlama()
-		if err != nil {
-			return nil, err
-		}
-		s.cleanup = append(s.cleanup, cleanup)
-		dir = dir2
+	if d.profile != "" && d.gpuBudget != "" {
+		return opts, usagef("--gpu-budget and --profile exclude each other: the profile holds its plan's budget")
 	}
-	s.dir = dir
-	t0 := time.Now()
-	if s.dev, s.backend, err = openDevice(d.device, limit); err != nil {
-		return nil, err
+	if d.strict && d.profile == "" {
+		return opts, usagef("--strict applies with --profile only")
 	}
-	traceStep("open device "+d.device, time.Since(t0))
-	if d.profile != "" {
-		if d.gpuBudget != "" {
-			return nil, usagef("--gpu-budget and --profile exclude each other: the profile holds its plan's budget")
-		}
-		st, err := offload.LoadProfile(d.profile)
-		if err != nil {
-			return nil, err
-		}
-		sessionSeq++
-		name := fmt.Sprintf("infer-%d", sessionSeq)
-		cfg := offload.DefaultConfig(s.dev)
-		cfg.Progress = d.progress.update
-		cfg.Trace = traceStep
-		cfg.Trace = traceStep
-		if d.offloadTiming {
-			cfg.OffloadTiming = offload.TimingEager
-		}
-		if s.model, s.ck, err = llama.LoadFromProfile(dir, st, cfg, name, d.strict, s.compileOpts(d)...); err != nil {
-			return nil, err
-		}
-		s.manager = name
-		return s, nil
-	}
-	if d.gpuBudget == "" {
-		s.model, s.ck, err = llama.Load(dir, s.dev)
-		return s, err
-	}
-	s.host = runtime.NewCPU(0)
-	if s.model, s.ck, err = llama.Load(dir, s.host); err != nil {
-		return nil, err
-	}
-	sessionSeq++
-	s.manager = fmt.Sprintf("infer-%d", sessionSeq)
-	cfg := offload.DefaultConfig(s.dev)
-	cfg.GPUBudget = budget
-	cfg.TransferBlocks = d.blocks
-	cfg.Progress = d.progress.update
-	cfg.Trace = traceStep
-	if d.offloadTiming {
-		cfg.OffloadTiming = offload.TimingEager
-	}
-	if err := offload.Offload(s.model, &cfg, s.manager, s.compileOpts(d)...); err != nil {
-		s.manager = ""
-		return nil, err
-	}
-	return s, nil
+	return opts, nil
 }
 
-// compileOpts is the per-unit compiler the flags ask for.
-func (s *session) compileOpts(d deviceFlags) []offload.Option {
-	if !d.unitGraphs {
-		return nil
+// openSession loads the model (--model, default the bundled one) on
+// --device, offloaded with --gpu-budget or --profile.
+func openSession(d deviceFlags) (*session, error) {
+	opts, err := d.sessionOptions()
+	if err != nil {
+		return nil, err
 	}
-	return []offload.Option{offload.WithCompile(offload.GraphCompiler(s.dev.Name(), llama.UnitGraphs(s.backend)))}
+	return openSessionWith(d, opts)
+}
+
+// openSessionWith opens --model on --device with opts (from sessionOptions,
+// perhaps changed).
+func openSessionWith(d deviceFlags, opts ftsession.Options) (*session, error) {
+	s, err := ftsession.Open(d.model, d.device, opts)
+	if errors.Is(err, ftsession.ErrBadOptions) {
+		return nil, usageError{err}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &session{s}, nil
 }
 
 // printTiming writes the offload timing table (when offloaded).
 func (s *session) printTiming(w io.Writer) error {
-	if s.manager == "" {
+	if s.Manager == "" {
 		fmt.Fprintln(w, "offload timing: the model is not offloaded (give --gpu-budget)")
 		return nil
 	}
-	rep, err := offload.CollectOffloadTiming(s.manager)
+	rep, err := offload.CollectOffloadTiming(s.Manager)
 	if err != nil {
 		return err
 	}
 	fmt.Fprint(w, offload.FormatOffloadTimingTable(rep))
 	return nil
-}
-
-// Close releases the manager, the model, the checkpoint and the devices.
-func (s *session) Close() error {
-	var errs []error
-	if s.manager != "" {
-		errs = append(errs, offload.Release(s.manager, false))
-		s.manager = ""
-	}
-	if s.model != nil {
-		s.model.Close()
-	}
-	if s.ck != nil {
-		errs = append(errs, s.ck.Close())
-	}
-	if s.host != nil {
-		errs = append(errs, s.host.Close())
-	}
-	if s.dev != nil {
-		errs = append(errs, s.dev.Close())
-	}
-	for _, f := range s.cleanup {
-		f()
-	}
-	return errors.Join(errs...)
 }
 
 // traceStep prints a set-up step's duration to stderr when FT_TRACE=1.

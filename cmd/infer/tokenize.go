@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/flextensor-go/flextensor/loader/hub"
 	"io"
 	"os"
 	"path/filepath"
@@ -48,7 +49,7 @@ type tokenizeOptions struct {
 func tokenizeFlags(fs *pflag.FlagSet) *tokenizeOptions {
 	var o tokenizeOptions
 	fs.StringVar(&o.tokenizer, "tokenizer", "", "tokenizer.json file")
-	fs.StringVar(&o.model, "model", "", "checkpoint directory holding tokenizer.json (instead of --tokenizer); default: the bundled model's")
+	fs.StringVar(&o.model, "model", "", "checkpoint directory holding tokenizer.json, or ORG/NAME[@REV] in the Hugging Face cache (instead of --tokenizer); default: the bundled model's")
 	fs.StringVar(&o.text, "text", "", "text to tokenize")
 	fs.StringVar(&o.messages, "messages", "", "JSON file with an OpenAI-style messages array to render with the chat template and tokenize (instead of --text)")
 	fs.BoolVar(&o.addSpecial, "add-special", false, "add the post-processor's special tokens (BOS)")
@@ -72,8 +73,12 @@ func tokenizeCmd(args []string, stdout, stderr io.Writer) error {
 		return usagef("--add-special does not apply to --messages (the chat template writes the special tokens)")
 	}
 	path := o.tokenizer
-	if path == "" {
-		path = o.model
+	if path == "" && o.model != "" {
+		dir, err := hub.Resolve(o.model) // a directory, or ORG/NAME[@REV] in the Hugging Face cache
+		if err != nil {
+			return err
+		}
+		path = dir
 	}
 	if path == "" {
 		dir, cleanup, err := flextensor.ExtractTinyLlama()

@@ -9,5 +9,7 @@
 // capture of a forward step (kernels.StepCapturer), a fused RoPE + KV-cache
 // store (kernels.RoPEStorer) and argmax on the device (kernels.Argmaxer).
 //
-// The package builds only with the cuda build tag; without it, it is empty.
+// The backend builds only with the cuda build tag; without it, New returns
+// an error wrapping cuda.ErrNotBuilt, so that programs using it compile
+// either way.
 package cudabackend

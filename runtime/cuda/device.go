@@ -15,6 +15,7 @@ import (
 
 	"github.com/flextensor-go/flextensor/runtime"
 	_ "github.com/flextensor-go/flextensor/runtime/cuda/internal/probe" // a clear message before gorgonia.org/cu's init exits on a bad driver
+	"github.com/flextensor-go/flextensor/runtime/kernelcache"
 )
 
 // Device is one NVIDIA GPU: device memory through cuMemAlloc with byte
@@ -41,6 +42,7 @@ type Device struct {
 	freeEvents []cEvent // recycled by the cleanups of unreachable events
 	atClose    []func() error
 	closed     bool
+	kcache     *kernelcache.Cache // compiled modules on disk
 }
 
 var initOnce = sync.OnceValue(cInit)
@@ -67,7 +69,10 @@ func OpenWith(index int, o Options) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda:%d: %w", index, err)
 	}
-	d := &Device{index: index, cuDev: cd}
+	d := &Device{index: index, cuDev: cd, kcache: o.KernelCache}
+	if d.kcache == nil {
+		d.kcache = kernelcache.Default()
+	}
 	if d.name, err = cd.Name(); err != nil {
 		return nil, fmt.Errorf("cuda:%d: device name: %w", index, err)
 	}

@@ -8,6 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/flextensor-go/flextensor/runtime/kernelcache"
 )
 
 // Module is CUDA C++ compiled with NVRTC for this device and loaded.
@@ -15,8 +18,11 @@ type Module struct {
 	dev  *Device
 	name string
 	m    cModule
-	// Log is NVRTC's log of the compile (warnings), empty when it had none.
+	// Log is NVRTC's log of the compile (warnings), empty when it had none
+	// or the module came from the kernel cache.
 	Log string
+	// Cached is true when the module was loaded from the kernel cache.
+	Cached bool
 }
 
 // includeDirs are the toolkit include directories handed to NVRTC (the
@@ -37,27 +43,67 @@ func includeDirs() []string {
 
 // LoadModule compiles src (CUDA C++, kernels declared extern "C") with NVRTC
 // for this device's architecture (sm_XY), with extra options appended, and
-// loads the cubin. Compile errors carry NVRTC's log.
+// loads the cubin. Compile errors carry NVRTC's log. The cubin is kept in the
+// device's kernel cache (Options.KernelCache): a later process with the same
+// source, options, architecture, driver and NVRTC loads it without
+// compiling; a cached image the driver refuses is compiled again.
 func (d *Device) LoadModule(name, src string, extra ...string) (*Module, error) {
 	opts := []string{
 		fmt.Sprintf("--gpu-architecture=sm_%d", d.cc),
 		"--std=c++17",
 		"-default-device",
 	}
+	// The include paths are left out of the key: where the toolkit is
+	// installed does not change the image (its version is NVRTC's).
+	keyOpts := append(append([]string{}, opts...), extra...)
 	for _, inc := range includeDirs() {
 		opts = append(opts, "--include-path="+inc)
 	}
 	opts = append(opts, extra...)
-	image, log, err := nvrtcCompile(src, name, opts)
+	maj, min := nvrtcVersion()
+	key := kernelcache.Key{Name: name, Source: src, Options: keyOpts, Arch: d.cc, Driver: driverVersion(), NVRTCMajor: maj, NVRTCMinor: min}
+	var log string
+	compile := func() ([]byte, error) {
+		image, l, err := nvrtcCompile(src, name, opts)
+		log = l
+		if err != nil {
+			return nil, fmt.Errorf("%s: NVRTC %d.%d, options %s: %w\n%s", d.Name(), maj, min, strings.Join(opts, " "), err, strings.TrimSpace(l))
+		}
+		return image, nil
+	}
+	warn := func(err error) {
+		if os.Getenv("FT_TRACE") == "1" {
+			fmt.Fprintf(os.Stderr, "trace: kernel cache: %v\n", err)
+		}
+	}
+	t0 := time.Now()
+	image, hit, err := d.kcache.Load(key, compile, warn)
 	if err != nil {
-		maj, min := nvrtcVersion()
-		return nil, fmt.Errorf("%s: NVRTC %d.%d, options %s: %w\n%s", d.Name(), maj, min, strings.Join(opts, " "), err, strings.TrimSpace(log))
+		return nil, err
 	}
 	m, err := cModuleLoad(d.ctx, image)
+	if err != nil && hit {
+		warn(fmt.Errorf("%s: the driver refused the cached %s (%v); compiling it again", d.Name(), name, err))
+		if image, err = compile(); err != nil {
+			return nil, err
+		}
+		if perr := d.kcache.Put(key, image); perr != nil {
+			warn(perr)
+		}
+		hit = false
+		m, err = cModuleLoad(d.ctx, image)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: loading module %s: %w", d.Name(), name, err)
 	}
-	mod := &Module{dev: d, name: name, m: m, Log: strings.TrimSpace(log)}
+	if os.Getenv("FT_TRACE") == "1" {
+		how := "compiled with NVRTC"
+		if hit {
+			how = "from the kernel cache"
+		}
+		fmt.Fprintf(os.Stderr, "trace: %-36s %9.1f ms\n", "module "+name+" "+how, float64(time.Since(t0).Microseconds())/1e3)
+	}
+	mod := &Module{dev: d, name: name, m: m, Log: strings.TrimSpace(log), Cached: hit}
 	d.mu.Lock()
 	d.modules = append(d.modules, mod)
 	d.mu.Unlock()

@@ -5,13 +5,18 @@ package cuda
 import (
 	"errors"
 	"fmt"
+
+	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // ErrNotBuilt is returned by Open in builds without the cuda tag.
 var ErrNotBuilt = errors.New("built without CUDA (rebuild with -tags cuda: make build-cuda)")
 
 // Device is a GPU; in builds without the cuda tag there is none to open.
-type Device struct{}
+// It embeds runtime.Device only so that programs written against the CUDA
+// build (passing a *Device where a runtime.Device is wanted) compile without
+// the tag too; Open never returns one.
+type Device struct{ runtime.Device }
 
 // Open fails: this binary was built without the cuda tag.
 func Open(index int) (*Device, error) { return OpenWith(index, Options{}) }

@@ -1,0 +1,230 @@
+package session_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/models/llama"
+	"github.com/flextensor-go/flextensor/offload"
+	"github.com/flextensor-go/flextensor/runtime/cuda"
+	"github.com/flextensor-go/flextensor/session"
+)
+
+type reference struct {
+	GreedyPrompt       []int32 `json:"greedy_prompt"`
+	GreedyContinuation []int32 `json:"greedy_continuation"`
+}
+
+func readReference(t *testing.T) reference {
+	t.Helper()
+	data, err := os.ReadFile("../testdata/tiny-llama/reference.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref reference
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+// readmeBlock is the first ```go block after "## As a library" in README.md.
+func readmeBlock(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "## As a library")
+	if !ok {
+		t.Fatal(`README.md has no "## As a library" section`)
+	}
+	_, rest, ok = strings.Cut(rest, "```go\n")
+	if !ok {
+		t.Fatal(`README.md's "As a library" section has no go block`)
+	}
+	block, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("README.md's go block is not closed")
+	}
+	return block
+}
+
+// TestREADMESnippet: the README's library snippet is readme_example_test.go
+// from its import line on (so it compiles without the cuda tag), and it runs:
+// on the cpu it gives the reference's greedy tokens and saves a profile that
+// a second session loads; "cuda:0" fails with the built-without-CUDA error in
+// a build without the tag.
+func TestREADMESnippet(t *testing.T) {
+	src, err := os.ReadFile("readme_example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(src), "import (")
+	if i < 0 {
+		t.Fatal("readme_example_test.go has no import block")
+	}
+	if got, want := readmeBlock(t), string(src[i:]); got != want {
+		t.Fatalf("README.md's \"As a library\" block differs from session/readme_example_test.go (from \"import (\" on); copy the file into the README.\nREADME:\n%s\nfile:\n%s", got, want)
+	}
+
+	ref := readReference(t)
+	profile := t.TempDir()
+	ids, err := generate("", "cpu", profile, ref.GreedyPrompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 32 || !slices.Equal(ids[:len(ref.GreedyContinuation)], ref.GreedyContinuation) {
+		t.Fatalf("generated %v; want 32 tokens starting %v", ids, ref.GreedyContinuation)
+	}
+	if _, err := os.Stat(profile + "/profile.json"); err != nil {
+		t.Fatalf("no profile saved: %v", err)
+	}
+	s, err := session.Open("", "cpu", session.Options{ProfileDir: profile, Strict: true})
+	if err != nil {
+		t.Fatalf("opening from the saved profile: %v", err)
+	}
+	again, err := s.Model.Generate(s.Backend, ref.GreedyPrompt, llama.GenerateOptions{MaxNewTokens: 32, IgnoreEOS: true})
+	if cerr := s.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || !slices.Equal(again, ids) {
+		t.Fatalf("from the profile: %v, %v; want %v", again, err, ids)
+	}
+
+	if _, err := generate("", "cuda:0", t.TempDir(), ref.GreedyPrompt); !isNotBuiltOrGPU(err) {
+		t.Fatalf("cuda:0: %v", err)
+	}
+}
+
+// isNotBuiltOrGPU: without the cuda tag opening a GPU fails with
+// cuda.ErrNotBuilt; with it (make test-cuda) it may open one.
+func isNotBuiltOrGPU(err error) bool {
+	return errors.Is(err, cuda.ErrNotBuilt) || err == nil
+}
+
+func TestOpenResidentCPU(t *testing.T) {
+	ref := readReference(t)
+	s, err := session.Open("", "cpu", session.Options{DeviceMemory: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Manager != "" || s.Device.Name() != "cpu" || s.Checkpoint == nil || s.Dir == "" {
+		t.Fatalf("session %+v: want a resident model on the cpu", s)
+	}
+	if _, err := os.Stat(s.Dir + "/config.json"); err != nil {
+		t.Fatalf("bundled model not extracted: %v", err)
+	}
+	if used := s.Device.Memory().InUse; used == 0 {
+		t.Fatal("the model's weights are not on the device")
+	}
+	ids, err := s.Model.Generate(s.Backend, ref.GreedyPrompt, llama.GenerateOptions{MaxNewTokens: len(ref.GreedyContinuation), IgnoreEOS: true})
+	if err != nil || !slices.Equal(ids, ref.GreedyContinuation) {
+		t.Fatalf("generated %v, %v; want %v", ids, err, ref.GreedyContinuation)
+	}
+	dir := s.Dir
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("Close left the extracted model in %s (%v)", dir, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestOpenOffloaded: a fractional budget of the cpu device's limit offloads
+// under a named manager; Close releases the manager.
+func TestOpenOffloaded(t *testing.T) {
+	ref := readReference(t)
+	s, err := session.Open("", "cpu", session.Options{DeviceMemory: 2 << 20, GPUBudget: "0.5", Manager: "session-test", TransferBlocks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Manager != "session-test" {
+		t.Fatalf("manager %q", s.Manager)
+	}
+	ids, err := s.Model.Generate(s.Backend, ref.GreedyPrompt, llama.GenerateOptions{MaxNewTokens: len(ref.GreedyContinuation), IgnoreEOS: true})
+	if err != nil || !slices.Equal(ids, ref.GreedyContinuation) {
+		t.Fatalf("generated %v, %v; want %v", ids, err, ref.GreedyContinuation)
+	}
+	plan, err := offload.GetOffloadManager("session-test").Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Slots != 2 {
+		t.Errorf("plan has %d transfer blocks, want 2", plan.Slots)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Released: the name may be used again.
+	s2, err := session.Open("", "cpu", session.Options{DeviceMemory: 2 << 20, GPUBudget: "1MiB", Manager: "session-test"})
+	if err != nil {
+		t.Fatalf("reusing the manager name after Close: %v", err)
+	}
+	s2.Close()
+}
+
+func TestOpenErrors(t *testing.T) {
+	cases := []struct {
+		dir, device string
+		opts        session.Options
+		is          error
+		want        string
+	}{
+		{"", "tpu", session.Options{}, session.ErrUnknownDevice, `"tpu"`},
+		{"", "cuda:x", session.Options{}, session.ErrUnknownDevice, `"cuda:x"`},
+		{"", "cpu", session.Options{GPUBudget: "lots"}, session.ErrBadOptions, `"lots"`},
+		{"", "cpu", session.Options{TransferBlocks: -1}, session.ErrBadOptions, "-1"},
+		{"", "cpu", session.Options{GPUBudget: "1MiB", ProfileDir: "x"}, session.ErrBadOptions, "exclude each other"},
+		{"", "cpu", session.Options{Strict: true}, session.ErrBadOptions, "profile"},
+		{"", "cpu", session.Options{DeviceMemory: -5}, session.ErrBadOptions, "negative"},
+		{"", "cuda:0", session.Options{DeviceMemory: 1 << 20}, nil, "cpu device only"},
+		{"/nonexistent/dir", "cpu", session.Options{}, nil, "/nonexistent/dir"},
+		{"", "cpu", session.Options{ProfileDir: "/nonexistent/profile"}, nil, "/nonexistent/profile"},
+	}
+	for _, c := range cases {
+		s, err := session.Open(c.dir, c.device, c.opts)
+		if err == nil {
+			s.Close()
+			t.Errorf("Open(%q, %q, %+v) succeeded", c.dir, c.device, c.opts)
+			continue
+		}
+		if s != nil || (c.is != nil && !errors.Is(err, c.is)) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open(%q, %q, %+v) = %v, %v; want an error wrapping %v mentioning %q", c.dir, c.device, c.opts, s, err, c.is, c.want)
+		}
+	}
+}
+
+func TestOpenDevice(t *testing.T) {
+	dev, b, err := session.OpenDevice("cpu", 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dev.Name() != "cpu" || dev.Memory().Limit != 1<<20 || b.Device() != dev {
+		t.Errorf("cpu: device %s limit %d, backend on %v", dev.Name(), dev.Memory().Limit, b.Device())
+	}
+	if err := dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"cuda", "cuda:0", "cuda:3"} {
+		isCUDA, _, err := session.ParseDevice(name)
+		if !isCUDA || err != nil {
+			t.Errorf("ParseDevice(%q) = %v, %v", name, isCUDA, err)
+		}
+	}
+	if _, i, _ := session.ParseDevice("cuda:3"); i != 3 {
+		t.Errorf("cuda:3 is index %d", i)
+	}
+	for _, name := range []string{"", "CPU", "cuda:", "cuda:-1", "gpu:0", "cuda0"} {
+		if _, _, err := session.ParseDevice(name); !errors.Is(err, session.ErrUnknownDevice) {
+			t.Errorf("ParseDevice(%q) = %v, want ErrUnknownDevice", name, err)
+		}
+	}
+}
