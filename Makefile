@@ -39,7 +39,7 @@ CUDA_ENV = CGO_ENABLED=1 \
 	CGO_CFLAGS="-O2 -g -I$(CURDIR)/runtime/cuda/compat -I$(CUDA_HOME)/include" \
 	CGO_LDFLAGS="-L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -Wl,--disable-new-dtags,-rpath,$(CUDA_HOME)/lib64:/usr/local/nvidia/lib64" \
 	LD_LIBRARY_PATH="$(CUDA_HOME)/lib64:/usr/local/nvidia/lib64:$$LD_LIBRARY_PATH"
-CUDA_PKGS = ./runtime/cuda/... ./kernels/... ./models/... ./cmd/infer/... ./offload/... ./session/...
+CUDA_PKGS = ./runtime/cuda/... ./internal/... ./kernels/... ./models/... ./cmd/infer/... ./offload/... ./session/...
 BENCHTIME ?= 20x
 
 # Then the kernels are compiled once for this machine's GPU into

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/internal/devtest"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/llama"
-	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/runtime"
 )
@@ -149,103 +149,161 @@ func deepDir(t *testing.T) string {
 	return dir
 }
 
-// TestOffloadedEqualsResident: every budget from the smallest feasible to
-// "everything fits", slot counts 2–4, the tiny model and a deeper one: the
-// offloaded logits equal the resident ones bit for bit, through discovery,
-// profiling and inference passes.
-func TestOffloadedEqualsResident(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		dir  string
-	}{{"tiny", tinyDir}, {"deep", deepDir(t)}} {
-		t.Run(c.name, func(t *testing.T) {
-			prompt := []int32{5, 17, 42, 99, 3, 64, 7}
-			const steps = 6
-			want := residentReference(t, c.dir, prompt, steps)
-			probe := newFixture(t, c.dir, 0)
-			var unitBytes []int64
-			var fixed int64
-			for _, mod := range nn.Modules(probe.model) {
-				if l, ok := mod.(*llama.Layer); ok {
-					var n int64
-					for _, p := range nn.Parameters(l) {
-						n += (p.Peek().NumBytes() + 255) / 256 * 256
-					}
-					unitBytes = append(unitBytes, n)
-				}
-			}
-			for _, p := range nn.Parameters(probe.model) {
-				if !strings.HasPrefix(p.Name(), "model.layers.") {
-					fixed += (p.Peek().NumBytes() + 255) / 256 * 256
-				}
-			}
-			unit := slices.Max(unitBytes)
-			var total int64
-			for _, b := range unitBytes {
-				total += b
-			}
-			for _, slots := range []int{2, 3, 4} {
-				budgets := []int64{fixed + int64(slots)*unit, fixed + int64(slots)*unit + total/2, fixed + total}
-				for _, budget := range budgets {
-					t.Run(fmt.Sprintf("slots%d-budget%d", slots, budget), func(t *testing.T) {
-						f := newFixture(t, c.dir, 0)
-						name := uniqueName(t)
-						cfg := offload.DefaultConfig(f.dev)
-						cfg.GPUBudget = offload.Budget{Bytes: budget}
-						cfg.TransferBlocks = slots
-						cfg.OffloadTiming = offload.TimingEager
-						if err := offload.Offload(f.model, &cfg, name); err != nil {
-							t.Fatal(err)
-						}
-						got := run(t, f.model, f.backend, prompt, steps)
-						for i := range want {
-							if !slices.Equal(got[i], want[i]) {
-								t.Fatalf("pass %d: offloaded logits differ from resident ones", i)
-							}
-						}
-						usage, err := offload.GetGPUMemoryUsage(name)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if usage.TotalBytes > budget {
-							t.Errorf("engine holds %d bytes, budget %d", usage.TotalBytes, budget)
-						}
-						plan, _ := offload.GetOffloadManager(name).Plan()
-						if got := len(offload.OffloadUnits(name)) + len(offload.ResidentUnits(name)); got != len(unitBytes) {
-							t.Errorf("%d units listed, want %d", got, len(unitBytes))
-						}
-						if plan.PeakBytes != usage.TotalBytes {
-							t.Errorf("plan peak %d bytes, engine holds %d", plan.PeakBytes, usage.TotalBytes)
-						}
-						// The allocator agrees: everything on the device is the
-						// engine's or the model's activations (the KV cache is freed).
-						if inUse := f.dev.Memory().InUse - f.model.WorkspaceBytes(); inUse != usage.TotalBytes {
-							t.Errorf("allocator holds %d bytes besides activations, GetGPUMemoryUsage says %d", inUse, usage.TotalBytes)
-						}
-						rep, err := offload.CollectOffloadTiming(name)
-						if err != nil || rep == nil {
-							t.Fatalf("timing report: %v, %v", rep, err)
-						}
-						if len(rep.Traps) != len(unitBytes) {
-							t.Errorf("report has %d traps, want %d", len(rep.Traps), len(unitBytes))
-						}
-						if err := offload.Release(name, true); err != nil {
-							t.Fatal(err)
-						}
-						// Released with preserveModel: the model runs on its own weights.
-						hb, _ := kernels.NewCPUBackend(f.host)
-						again := run(t, f.model, hb, prompt, 1)
-						if !slices.Equal(again[0], want[0]) {
-							t.Fatal("after Release(preserve) the model computes something else")
-						}
-						if h := f.dev.HostMemory(); h.InUse != 0 {
-							t.Errorf("pinned bytes after Release: %d", h.InUse)
-						}
-					})
-				}
-			}
-		})
+// deepDirFor is the deep test model for a device of kind k: deep-test's
+// shapes on the CPU; on a GPU wider (hidden 256, head width 64, which its
+// attention kernels take), so that its layers are worth streaming.
+func deepDirFor(t *testing.T, k runtime.DeviceKind) string {
+	t.Helper()
+	if k == runtime.KindCPU {
+		return deepDir(t)
 	}
+	dir := filepath.Join(t.TempDir(), "deep")
+	cfg := llama.Shapes["deep-test"]
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 256, 768, 4, 2, 64
+	if err := llama.MakeCheckpoint(dir, cfg, 11, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// hostModel loads dir on a fresh CPU host device, the weights' home when
+// they are offloaded; a cleanup closes the model, the checkpoint and the
+// host device (failing the test on a leak).
+func hostModel(t *testing.T, dir string) (*llama.Model, *runtime.CPUDevice) {
+	t.Helper()
+	host := runtime.NewCPU(0)
+	m, ck, err := llama.Load(dir, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		ck.Close()
+		if err := host.Close(); err != nil {
+			t.Errorf("host device: %v", err)
+		}
+	})
+	return m, host
+}
+
+// residentOn runs the model loaded on d itself (no engine).
+func residentOn(t *testing.T, d devtest.Device, dir string, prompt []int32, steps int) [][]float32 {
+	t.Helper()
+	m, ck, err := llama.Load(dir, d.Dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { m.Close(); ck.Close() }()
+	return run(t, m, d.Backend, prompt, steps)
+}
+
+// TestOffloadedEqualsResident, on every device: every budget from the
+// smallest feasible to "everything fits", slot counts 2–4, the tiny model
+// and a deeper one: the logits with the weights streamed from the host
+// equal those of the model resident on the device bit for bit (same
+// kernels, same order), through discovery, profiling and inference passes.
+// The engine stays within its budget, and the device's allocator agrees
+// with GetGPUMemoryUsage byte for byte (measured from the device's bytes
+// before Offload: a GPU is shared by the whole test binary).
+func TestOffloadedEqualsResident(t *testing.T) {
+	devtest.Each(t, func(t *testing.T, d devtest.Device) {
+		// On the CPU, the kernels would read host memory without complaint:
+		// strictBackend refuses it. The CUDA kernels check devices themselves.
+		compute := d.Backend
+		if d.Kind() == runtime.KindCPU {
+			compute = strictBackend{d.Backend, d.Dev}
+		}
+		for _, c := range []struct {
+			name string
+			dir  string
+		}{{"tiny", tinyDir}, {"deep", deepDirFor(t, d.Kind())}} {
+			t.Run(c.name, func(t *testing.T) {
+				prompt := []int32{5, 17, 42, 99, 3, 64, 7}
+				const steps = 6
+				// The resident run also leaves the backend's own scratch
+				// allocated at these sizes, before the baselines below.
+				want := residentOn(t, d, c.dir, prompt, steps)
+				// After Release(preserveModel) the host model computes the
+				// CPU's logits.
+				hostWant := residentReference(t, c.dir, prompt, 0)[0]
+				probe, _ := hostModel(t, c.dir)
+				fp, err := offload.Measure(probe, nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				units := len(fp.UnitBytes)
+				for _, slots := range []int{2, 3, 4} {
+					budgets := []int64{fp.MinBudget(slots), fp.MinBudget(slots) + (fp.TotalBytes-fp.FixedBytes)/2, fp.TotalBytes}
+					for bi, budget := range budgets {
+						t.Run(fmt.Sprintf("slots%d-budget%d", slots, budget), func(t *testing.T) {
+							model, host := hostModel(t, c.dir)
+							base, hostBase := d.Dev.Memory().InUse, d.Dev.HostMemory().InUse
+							name := uniqueName(t)
+							cfg := offload.DefaultConfig(d.Dev)
+							cfg.GPUBudget = offload.Budget{Bytes: budget}
+							cfg.TransferBlocks = slots
+							cfg.OffloadTiming = offload.TimingEager
+							if err := offload.Offload(model, &cfg, name); err != nil {
+								t.Fatal(err)
+							}
+							got := run(t, model, compute, prompt, steps)
+							for i := range want {
+								if !slices.Equal(got[i], want[i]) {
+									t.Fatalf("pass %d: offloaded logits differ from resident ones by up to %.3g", i, devtest.MaxAbsDiff(got[i], want[i]))
+								}
+							}
+							usage, err := offload.GetGPUMemoryUsage(name)
+							if err != nil {
+								t.Fatal(err)
+							}
+							if usage.TotalBytes > budget {
+								t.Errorf("engine holds %d bytes, budget %d", usage.TotalBytes, budget)
+							}
+							if n := len(offload.ResidentUnits(name)); bi == 0 && slots < units && n != 0 {
+								t.Errorf("the minimal budget for %d slots keeps %d of %d units resident", slots, n, units)
+							}
+							plan, _ := offload.GetOffloadManager(name).Plan()
+							if got := len(offload.OffloadUnits(name)) + len(offload.ResidentUnits(name)); got != units {
+								t.Errorf("%d units listed, want %d", got, units)
+							}
+							if plan.PeakBytes != usage.TotalBytes {
+								t.Errorf("plan peak %d bytes, engine holds %d", plan.PeakBytes, usage.TotalBytes)
+							}
+							// The allocator agrees: everything the device took since
+							// Offload is the engine's or the model's activations (the
+							// KV cache is freed).
+							if inUse := d.Dev.Memory().InUse - base - model.WorkspaceBytes(); inUse != usage.TotalBytes {
+								t.Errorf("allocator took %d bytes besides activations, GetGPUMemoryUsage says %d", inUse, usage.TotalBytes)
+							}
+							rep, err := offload.CollectOffloadTiming(name)
+							if err != nil || rep == nil {
+								t.Fatalf("timing report: %v, %v", rep, err)
+							}
+							if len(rep.Traps) != units {
+								t.Errorf("report has %d traps, want %d", len(rep.Traps), units)
+							}
+							if err := offload.Release(name, true); err != nil {
+								t.Fatal(err)
+							}
+							// Released with preserveModel: the model runs on its own
+							// weights, on the host.
+							hb, err := kernels.NewCPUBackend(host)
+							if err != nil {
+								t.Fatal(err)
+							}
+							again := run(t, model, hb, prompt, 1)
+							if !slices.Equal(again[0], hostWant) {
+								t.Fatal("after Release(preserve) the model computes something else")
+							}
+							if h := d.Dev.HostMemory().InUse; h != hostBase {
+								t.Errorf("pinned bytes after Release: %d, %d before Offload", h, hostBase)
+							}
+						})
+					}
+				}
+			})
+		}
+	})
 }
 
 // TestBudgetTooSmall names the unit and the bytes needed.

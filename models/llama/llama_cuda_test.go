@@ -18,12 +18,16 @@ import (
 	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
 
-// loadTinyCUDA loads a checkpoint on GPU 0 with the CUDA backend.
+// The golden-logits, greedy and KV-cache tests run on the GPU through
+// devtest.Each in llama_test.go; this file keeps the GPU-only ones.
+
+// loadTinyCUDA loads a checkpoint on a GPU 0 device of its own with the CUDA
+// backend; a cleanup closes the device, failing the test on a leak.
 func loadTinyCUDA(t *testing.T, dir string) (*Model, kernels.Backend) {
 	t.Helper()
 	dev, err := cuda.Open(0)
 	if err != nil {
-		t.Fatal(err)
+		t.Skipf("no GPU: %v", err)
 	}
 	b, err := cudabackend.New(dev)
 	if err != nil {
@@ -43,68 +47,6 @@ func loadTinyCUDA(t *testing.T, dir string) (*Model, kernels.Backend) {
 		}
 	})
 	return m, b
-}
-
-// TestGoldenLogitsCUDA: bf16 activations on the GPU against transformers'
-// float32 logits: top-1 agreement on at least 99% of the prompt positions and
-// a max abs error of at most 5e-2.
-func TestGoldenLogitsCUDA(t *testing.T) {
-	ref := readReference(t)
-	for _, c := range []struct {
-		name    string
-		rounded bool
-	}{{"reference rope table", true}, {"exact rope table", false}} {
-		t.Run(c.name, func(t *testing.T) {
-			m, b := loadTinyCUDA(t, tinyDir)
-			if c.rounded {
-				if err := m.SetInvFreq(bf16RoundedInvFreq(m)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			agree, total, worst := 0, 0, 0.0
-			for p, ids := range ref.InputIDs {
-				got := fullLogits(t, m, b, ids)
-				for i := range got {
-					for j := range got[i] {
-						d := math.Abs(float64(got[i][j] - ref.Logits[p][i][j]))
-						if math.IsNaN(d) {
-							t.Fatalf("prompt %d position %d logit %d is NaN", p, i, j)
-						}
-						worst = math.Max(worst, d)
-					}
-					total++
-					if kernels.Argmax(got[i]) == kernels.Argmax(ref.Logits[p][i]) {
-						agree++
-					} else {
-						t.Logf("prompt %d position %d: argmax %d, reference %d", p, i, kernels.Argmax(got[i]), kernels.Argmax(ref.Logits[p][i]))
-					}
-				}
-			}
-			t.Logf("top-1 agreement %d/%d, logits max abs error %.3g", agree, total, worst)
-			if float64(agree) < 0.99*float64(total) {
-				t.Errorf("top-1 agreement %d/%d is under 99%%", agree, total)
-			}
-			if worst > 5e-2 {
-				t.Errorf("logits max abs error %.3g > 5e-2", worst)
-			}
-		})
-	}
-}
-
-// TestGreedyCUDA: greedy generation on the GPU, through captured decode
-// graphs and eagerly, gives the reference continuation.
-func TestGreedyCUDA(t *testing.T) {
-	ref := readReference(t)
-	m, b := loadTinyCUDA(t, tinyDir)
-	for _, eager := range []bool{false, true} {
-		got, err := m.Generate(b, ref.GreedyPrompt, GenerateOptions{MaxNewTokens: 20, Eager: eager})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Equal(got, ref.GreedyContinuation) {
-			t.Errorf("eager=%v: greedy continuation\n got %v\nwant %v", eager, got, ref.GreedyContinuation)
-		}
-	}
 }
 
 // TestDecodeGraphCUDA: replaying the captured step gives exactly the logits
@@ -169,54 +111,6 @@ func TestDecodeGraphCUDA(t *testing.T) {
 	}
 	if _, err := g.Step(1); err == nil || !strings.Contains(err.Error(), "workspace changed") {
 		t.Fatalf("step after the workspace grew: %v", err)
-	}
-}
-
-// TestKVCacheMatchesFullForwardCUDA: a prefill of half the prompt then one
-// token at a time (flash, then split attention) gives the logits of one full
-// forward within bf16 noise.
-func TestKVCacheMatchesFullForwardCUDA(t *testing.T) {
-	ref := readReference(t)
-	m, b := loadTinyCUDA(t, tinyDir)
-	ids := ref.InputIDs[1]
-	full := fullLogits(t, m, b, ids)
-	cache, err := m.NewKVCache(b, len(ids))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Free()
-	V := m.Cfg.VocabSize
-	var step [][]float32
-	read := func(lt *runtime.Tensor) {
-		v := make([]float32, lt.NumElements())
-		if err := b.ReadF32(v, lt); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < lt.Dim(0); i++ {
-			step = append(step, v[i*V:(i+1)*V])
-		}
-	}
-	lt, err := m.Forward(b, cache, ids[:5], true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	read(lt)
-	for _, id := range ids[5:] {
-		lt, err := m.Forward(b, cache, []int32{id}, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		read(lt)
-	}
-	worst := 0.0
-	for i := range full {
-		for j := range full[i] {
-			worst = math.Max(worst, math.Abs(float64(full[i][j]-step[i][j])))
-		}
-	}
-	t.Logf("incremental vs full logits: max abs diff %.3g", worst)
-	if worst > 5e-2 || math.IsNaN(worst) {
-		t.Fatalf("incremental and full logits differ by %.3g", worst)
 	}
 }
 

@@ -2,13 +2,13 @@ package llama
 
 import (
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/internal/devtest"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -41,26 +41,27 @@ func readReference(t *testing.T) reference {
 	return r
 }
 
-// loadTiny loads a checkpoint on a fresh CPU device and cleans up after the test.
-func loadTiny(t testing.TB, dir string) (*Model, kernels.Backend) {
+// loadOn loads a checkpoint on d's device; a cleanup closes the model and
+// the checkpoint.
+func loadOn(t testing.TB, d devtest.Device, dir string) *Model {
 	t.Helper()
-	dev := runtime.NewCPU(0)
-	m, ck, err := Load(dir, dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := kernels.NewCPUBackend(dev)
+	m, ck, err := Load(dir, d.Dev)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		m.Close()
 		ck.Close()
-		if err := dev.Close(); err != nil {
-			t.Errorf("device close: %v", err)
-		}
 	})
-	return m, b
+	return m
+}
+
+// loadTiny loads a checkpoint on a fresh CPU device, which a cleanup closes
+// (failing the test if anything is left on it).
+func loadTiny(t testing.TB, dir string) (*Model, kernels.Backend) {
+	t.Helper()
+	d := devtest.NewCPU(t)
+	return loadOn(t, d, dir), d.Backend
 }
 
 func fullLogits(t *testing.T, m *Model, b kernels.Backend, ids []int32) [][]float32 {
@@ -97,103 +98,125 @@ func bf16RoundedInvFreq(m *Model) []float32 {
 	return out
 }
 
-// TestGoldenLogits matches transformers' float32 logits within 1e-3 with the
-// rotary table the reference used (bf16-rounded), and within 2e-3 with the
-// exact table (the rounding alone moves the logits by about 1.6e-3).
+// TestGoldenLogits matches transformers' float32 logits on every device,
+// with the rotary table the reference used (bf16-rounded) and with the
+// exact one (the rounding alone moves the logits by about 1.6e-3). The CPU
+// (float32 activations) is within 1e-3 and 2e-3 with every top-1 token
+// right; a GPU (bf16 activations) within 5e-2 with the top-1 token right at
+// 99% of the positions or more.
 func TestGoldenLogits(t *testing.T) {
 	ref := readReference(t)
-	for _, c := range []struct {
+	minTop1 := map[runtime.DeviceKind]float64{runtime.KindCPU: 1, runtime.KindCUDA: 0.99}
+	cases := []struct {
 		name    string
 		rounded bool
-		tol     float64
-	}{{"reference rope table", true, 1e-3}, {"exact rope table", false, 2e-3}} {
-		t.Run(c.name, func(t *testing.T) {
-			m, b := loadTiny(t, tinyDir)
-			if c.rounded {
-				if err := m.SetInvFreq(bf16RoundedInvFreq(m)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			goldenLogits(t, m, b, ref, c.tol)
-		})
+		abs     map[runtime.DeviceKind]float64
+	}{
+		{"reference rope table", true, map[runtime.DeviceKind]float64{runtime.KindCPU: 1e-3, runtime.KindCUDA: 5e-2}},
+		{"exact rope table", false, map[runtime.DeviceKind]float64{runtime.KindCPU: 2e-3, runtime.KindCUDA: 5e-2}},
 	}
+	devtest.Each(t, func(t *testing.T, d devtest.Device) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				m := loadOn(t, d, tinyDir)
+				if c.rounded {
+					if err := m.SetInvFreq(bf16RoundedInvFreq(m)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				goldenLogits(t, m, d.Backend, ref, c.abs[d.Kind()], minTop1[d.Kind()])
+			})
+		}
+	})
 }
 
-func goldenLogits(t *testing.T, m *Model, b kernels.Backend, ref reference, tol float64) {
+// goldenLogits checks every prompt's logits within abs of the reference and
+// the top-1 token equal to the reference's at a share minTop1 of the positions.
+func goldenLogits(t *testing.T, m *Model, b kernels.Backend, ref reference, abs, minTop1 float64) {
+	t.Helper()
+	agree, total := 0, 0
 	for p, ids := range ref.InputIDs {
 		got := fullLogits(t, m, b, ids)
-		worst := 0.0
 		for i := range got {
-			for j := range got[i] {
-				worst = math.Max(worst, math.Abs(float64(got[i][j]-ref.Logits[p][i][j])))
-			}
-			if a, r := kernels.Argmax(got[i]), kernels.Argmax(ref.Logits[p][i]); a != r {
-				t.Errorf("prompt %d position %d: argmax %d, reference %d", p, i, a, r)
+			total++
+			if a, r := kernels.Argmax(got[i]), kernels.Argmax(ref.Logits[p][i]); a == r {
+				agree++
+			} else {
+				t.Logf("prompt %d position %d: argmax %d, reference %d", p, i, a, r)
 			}
 		}
-		if worst > tol {
-			t.Errorf("prompt %d: logits max abs error %.3g > %g", p, worst, tol)
+		g, w := slices.Concat(got...), slices.Concat(ref.Logits[p]...)
+		if !devtest.Close(t, g, w, abs, 0) {
+			t.Errorf("prompt %d: logits of %d positions × %d (index = position·%d + token)", p, len(got), m.Cfg.VocabSize, m.Cfg.VocabSize)
 		}
-		t.Logf("prompt %d: logits max abs error %.3g", p, worst)
+		t.Logf("prompt %d: logits max abs error %.3g", p, devtest.MaxAbsDiff(g, w))
+	}
+	if float64(agree) < minTop1*float64(total) {
+		t.Errorf("top-1 agreement %d/%d, want at least %g of the positions", agree, total, minTop1)
 	}
 }
 
+// TestGreedyContinuation: greedy generation on every device, eagerly and
+// through captured decode graphs where the backend has them, gives the
+// reference continuation.
 func TestGreedyContinuation(t *testing.T) {
 	ref := readReference(t)
-	m, b := loadTiny(t, tinyDir)
-	got, err := m.Generate(b, ref.GreedyPrompt, GenerateOptions{MaxNewTokens: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(got, ref.GreedyContinuation) {
-		t.Fatalf("greedy continuation\n got %v\nwant %v", got, ref.GreedyContinuation)
-	}
+	devtest.Each(t, func(t *testing.T, d devtest.Device) {
+		m := loadOn(t, d, tinyDir)
+		for _, eager := range []bool{false, true} {
+			got, err := m.Generate(d.Backend, ref.GreedyPrompt, GenerateOptions{MaxNewTokens: 20, Eager: eager})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, ref.GreedyContinuation) {
+				t.Errorf("eager=%v: greedy continuation\n got %v\nwant %v", eager, got, ref.GreedyContinuation)
+			}
+		}
+	})
 }
 
-// TestKVCacheMatchesFullForward: prefill of half the prompt, then one token
-// at a time, gives the logits of one full forward.
+// TestKVCacheMatchesFullForward: on every device, a prefill of half the
+// prompt, then one token at a time, gives the logits of one full forward
+// within the device's tolerance (d.Tol).
 func TestKVCacheMatchesFullForward(t *testing.T) {
 	ref := readReference(t)
-	m, b := loadTiny(t, tinyDir)
-	ids := ref.InputIDs[1]
-	full := fullLogits(t, m, b, ids)
-	cache, err := m.NewKVCache(b, len(ids))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Free()
-	step := make([][]float32, 0, len(ids))
-	read := func(lt *runtime.Tensor) {
-		v := make([]float32, lt.NumElements())
-		if err := b.ReadF32(v, lt); err != nil {
+	devtest.Each(t, func(t *testing.T, d devtest.Device) {
+		m, b := loadOn(t, d, tinyDir), d.Backend
+		ids := ref.InputIDs[1]
+		full := slices.Concat(fullLogits(t, m, b, ids)...)
+		cache, err := m.NewKVCache(b, len(ids))
+		if err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; i < lt.Dim(0); i++ {
-			step = append(step, v[i*m.Cfg.VocabSize:(i+1)*m.Cfg.VocabSize])
+		defer cache.Free()
+		var step []float32
+		read := func(lt *runtime.Tensor) {
+			v := make([]float32, lt.NumElements())
+			if err := b.ReadF32(v, lt); err != nil {
+				t.Fatal(err)
+			}
+			step = append(step, v...)
 		}
-	}
-	lt, err := m.Forward(b, cache, ids[:5], true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	read(lt)
-	for _, id := range ids[5:] {
-		lt, err := m.Forward(b, cache, []int32{id}, false)
+		lt, err := m.Forward(b, cache, ids[:5], true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		read(lt)
-	}
-	if cache.Len() != len(ids) {
-		t.Fatalf("cache holds %d positions, want %d", cache.Len(), len(ids))
-	}
-	for i := range full {
-		for j := range full[i] {
-			if d := math.Abs(float64(full[i][j] - step[i][j])); d > 1e-4 {
-				t.Fatalf("position %d logit %d: full %v, incremental %v", i, j, full[i][j], step[i][j])
+		for _, id := range ids[5:] {
+			lt, err := m.Forward(b, cache, []int32{id}, false)
+			if err != nil {
+				t.Fatal(err)
 			}
+			read(lt)
 		}
-	}
+		if cache.Len() != len(ids) {
+			t.Fatalf("cache holds %d positions, want %d", cache.Len(), len(ids))
+		}
+		if !devtest.Close(t, step, full, d.Tol.Abs, d.Tol.Rel) {
+			t.Errorf("incremental against full logits (index = position·%d + token)", m.Cfg.VocabSize)
+		}
+		t.Logf("incremental vs full logits: max abs diff %.3g", devtest.MaxAbsDiff(step, full))
+	})
 }
 
 // copyCheckpoint writes the tiny checkpoint to a new directory, letting edit
