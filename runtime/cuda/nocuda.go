@@ -3,14 +3,10 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/flextensor-go/flextensor/runtime"
 )
-
-// ErrNotBuilt is returned by Open in builds without the cuda tag.
-var ErrNotBuilt = errors.New("built without CUDA (rebuild with -tags cuda: make build-cuda)")
 
 // Device is a GPU; in builds without the cuda tag there is none to open.
 // It embeds runtime.Device only so that programs written against the CUDA
