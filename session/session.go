@@ -132,6 +132,7 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 			s.Close()
 		}
 	}()
+	t0 := time.Now()
 	if dir == "" {
 		x, cleanup, err := flextensor.ExtractTinyLlama()
 		if err != nil {
@@ -143,7 +144,8 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 		return nil, err
 	}
 	s.Dir = dir
-	t0 := time.Now()
+	trace("find checkpoint", time.Since(t0))
+	t0 = time.Now()
 	if s.Device, s.Backend, err = OpenDevice(device, opts.DeviceMemory); err != nil {
 		return nil, err
 	}
@@ -157,9 +159,11 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 		return s, nil
 	}
 	if opts.ProfileDir == "" && opts.GPUBudget == "" {
+		t0 = time.Now()
 		if s.Model, s.Checkpoint, err = Load(dir, s.Device); err != nil {
 			return nil, err
 		}
+		trace("load weights onto "+device, time.Since(t0))
 		return s, nil
 	}
 	name := opts.Manager

@@ -162,6 +162,7 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		OnToken: func(id int32) error {
 			if firstToken == 0 {
 				firstToken = time.Since(processStart)
+				traceStep("first token", time.Since(start))
 			}
 			if ctx.Err() != nil {
 				return errInterrupted

@@ -122,9 +122,11 @@ func (s *session) printTiming(w io.Writer) error {
 	return nil
 }
 
-// traceStep prints a set-up step's duration to stderr when FT_TRACE=1.
+// traceStep prints a set-up step's duration to stderr when FT_TRACE=1, with
+// the time since the process started at its end.
 func traceStep(step string, d time.Duration) {
 	if os.Getenv("FT_TRACE") == "1" {
-		fmt.Fprintf(os.Stderr, "trace: %-36s %9.1f ms\n", step, float64(d.Microseconds())/1e3)
+		fmt.Fprintf(os.Stderr, "trace: %-36s %9.1f ms (at %.1f ms)\n", step, float64(d.Microseconds())/1e3,
+			float64(time.Since(processStart).Microseconds())/1e3)
 	}
 }
