@@ -22,6 +22,9 @@ type Family struct {
 	// New parses config.json (source names it in errors) and builds the
 	// model with no weights bound.
 	New func(configJSON []byte, source string) (*decoder.Model, error)
+	// Shapes are the family's named shapes for random-weight checkpoints
+	// (MakeCheckpoint, infer make-model): real sizes and tiny test ones.
+	Shapes []Shape
 }
 
 var (

@@ -186,6 +186,16 @@ func ReadRope(r *loader.Fields) Rope {
 
 // Summary is a one-line description of the shapes, for errors.
 func (c *Config) Summary() string {
-	return fmt.Sprintf("hidden %d, intermediate %d, heads %d/%d×%d, vocab %d",
+	s := fmt.Sprintf("hidden %d, intermediate %d, heads %d/%d×%d, vocab %d",
 		c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.VocabSize)
+	if c.AttentionBias {
+		s += ", q/k/v bias"
+	}
+	if c.QKNorm {
+		s += ", q/k norm"
+	}
+	if c.SlidingWindow > 0 {
+		s += fmt.Sprintf(", sliding window %d", c.SlidingWindow)
+	}
+	return s
 }
