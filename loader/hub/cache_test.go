@@ -59,9 +59,9 @@ func TestResolveHandBuiltCache(t *testing.T) {
 		}
 	}
 	sameAsFixture(t, want, checkpointNames)
-	cfg, err := loader.ReadLlamaConfig(want)
-	if err != nil || cfg.HiddenSize == 0 {
-		t.Fatalf("config through a symlink: %+v, %v", cfg, err)
+	data, _, err := loader.ReadConfigFile(want)
+	if err != nil || len(data) == 0 {
+		t.Fatalf("config through a symlink: %d bytes, %v", len(data), err)
 	}
 	ck, err := loader.OpenCheckpoint(want)
 	if err != nil {
