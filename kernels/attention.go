@@ -24,6 +24,17 @@ func AttentionScratchLen(nTok, pos0 int) int { return workers() * (pos0 + nTok) 
 // shorter than AttentionScratchLen(nTok, pos0) (nil is fine) pooled buffers
 // are used instead. out must not overlap q or the caches.
 func Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, headDim int, scratch []float32) error {
+	return AttentionWindow(out, q, kCache, vCache, nTok, pos0, nHeads, nKV, headDim, 0, scratch)
+}
+
+// AttentionWindow is Attention with a sliding window: the token at position
+// P sees positions max(0, P−window+1)..P only (the last window positions,
+// itself included), in prefill and decode alike. window 0 means no window
+// (Attention).
+func AttentionWindow(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, headDim, window int, scratch []float32) error {
+	if window < 0 {
+		return fmt.Errorf("kernels.Attention: sliding window %d is negative (0 means none)", window)
+	}
 	if nTok < 0 || pos0 < 0 || nHeads <= 0 || nKV <= 0 || headDim <= 0 {
 		return fmt.Errorf("kernels.Attention: nTok %d, pos0 %d, nHeads %d, nKV %d, headDim %d: want non-negative nTok, pos0 and positive head counts and size",
 			nTok, pos0, nHeads, nKV, headDim)
@@ -47,7 +58,7 @@ func Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, headDi
 	if nTok == 0 {
 		return nil
 	}
-	a := attnArgs{out, q, kCache, vCache, pos0, nHeads, nKV, headDim, ctx}
+	a := attnArgs{out, q, kCache, vCache, pos0, nHeads, nKV, headDim, ctx, window}
 	units := nTok * nHeads
 	// One unit is about P·d multiply-adds twice; causal prefill rows grow
 	// with P, which the dynamic ranges of parallelFor balance.
@@ -79,6 +90,7 @@ func Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, headDi
 type attnArgs struct {
 	out, q, k, v                    []float32
 	pos0, nHeads, nKV, headDim, ctx int
+	window                          int // 0: none
 }
 
 // units computes output rows u in [u0,u1), u = t*nHeads + h, using scores
@@ -91,13 +103,17 @@ func (a *attnArgs) units(scores []float32, u0, u1 int) {
 		kvOff := (h / group) * d
 		qv := a.q[u*d : (u+1)*d]
 		o := a.out[u*d : (u+1)*d]
-		n := a.pos0 + t + 1 // positions 0..pos0+t are visible
-		s := scores[:n]
+		n := a.pos0 + t + 1 // positions lo..pos0+t are visible
+		lo := 0
+		if a.window > 0 {
+			lo = max(0, n-a.window)
+		}
+		s := scores[:n-lo] // s[i] is position lo+i
 		mx := float32(math.Inf(-1))
-		for p := range s {
-			off := p*stride + kvOff
-			s[p] = dot(qv, a.k[off:off+d]) * scale
-			mx = max(mx, s[p])
+		for i := range s {
+			off := (lo+i)*stride + kvOff
+			s[i] = dot(qv, a.k[off:off+d]) * scale
+			mx = max(mx, s[i])
 		}
 		var sum float32
 		for p, x := range s {
@@ -107,8 +123,8 @@ func (a *attnArgs) units(scores []float32, u0, u1 int) {
 		}
 		clear(o)
 		inv := 1 / sum
-		for p, e := range s {
-			off := p*stride + kvOff
+		for i, e := range s {
+			off := (lo+i)*stride + kvOff
 			axpy(o, a.v[off:off+d], e*inv)
 		}
 	}

@@ -185,6 +185,12 @@ func (b *CPUBackend) StoreKV(cache, x *runtime.Tensor, pos0 int) error {
 
 // Attention runs causal GQA over the caches.
 func (b *CPUBackend) Attention(out, q, kCache, vCache *runtime.Tensor, pos0 int) error {
+	return b.AttentionWindow(out, q, kCache, vCache, pos0, 0)
+}
+
+// AttentionWindow is Attention where each query sees only the last window
+// positions (itself included); 0 means all (kernels.WindowAttender).
+func (b *CPUBackend) AttentionWindow(out, q, kCache, vCache *runtime.Tensor, pos0, window int) error {
 	ov, err := f32("Attention out", out)
 	if err != nil {
 		return err
@@ -208,7 +214,7 @@ func (b *CPUBackend) Attention(out, q, kCache, vCache *runtime.Tensor, pos0 int)
 	if pos0+qs[0] > cs[0] {
 		return fmt.Errorf("kernels.Attention: positions up to %d exceed cache capacity %d", pos0+qs[0], cs[0])
 	}
-	return Attention(ov, qv, kv, vv, qs[0], pos0, qs[1], cs[1], qs[2], nil)
+	return AttentionWindow(ov, qv, kv, vv, qs[0], pos0, qs[1], cs[1], qs[2], window, nil)
 }
 
 // SiLUMul: out = silu(gate)·up.

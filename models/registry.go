@@ -22,6 +22,9 @@ type Family struct {
 	// New parses config.json (source names it in errors) and builds the
 	// model with no weights bound.
 	New func(configJSON []byte, source string) (*decoder.Model, error)
+	// Shapes are the family's named shapes for random-weight checkpoints
+	// (MakeCheckpoint, infer make-model): real sizes and tiny test ones.
+	Shapes []Shape
 }
 
 var (
@@ -112,13 +115,14 @@ func Lookup(configJSON []byte, source string) (Family, error) {
 	}
 	sup := Supported()
 	if len(sup) == 0 {
-		sup = []string{"none registered; import a family such as models/llama"}
+		sup = []string{"none registered; import models/all or a family such as models/llama"}
 	}
 	return Family{}, fmt.Errorf("config %s: %s is not supported; supported: %s", source, what, strings.Join(sup, "; "))
 }
 
 // New builds the model the config.json in dir describes, with no weights
-// bound.
+// bound. The end-of-sequence tokens of generation_config.json, when there
+// is one, join config.json's (ReadGenerationConfig).
 func New(dir string) (*decoder.Model, error) {
 	data, path, err := loader.ReadConfigFile(dir)
 	if err != nil {
@@ -128,7 +132,14 @@ func New(dir string) (*decoder.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return f.New(data, path)
+	m, err := f.New(data, path)
+	if err != nil {
+		return nil, err
+	}
+	if err := applyGeneration(m, dir); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // Load builds the model of the checkpoint in dir (New) and binds its

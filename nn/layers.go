@@ -1,18 +1,23 @@
 package nn
 
 import (
+	"fmt"
+
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// Linear is y = x·Wᵀ with W of shape [out, in] (no bias: Llama has none).
+// Linear is y = x·Wᵀ (+ bias) with W of shape [out, in] and an optional
+// bias of out values.
 type Linear struct {
 	Base
 	Weight  *Parameter
+	Bias    *Parameter // nil when the projection has no bias (Llama's have none)
 	In, Out int
 }
 
-// NewLinear attaches a Linear named local under parent; its weight is bound later.
+// NewLinear attaches a Linear without bias named local under parent; its
+// weight is bound later.
 func NewLinear(parent Module, local string, in, out int) *Linear {
 	l := &Linear{In: in, Out: out}
 	Attach(parent, local, l)
@@ -20,9 +25,39 @@ func NewLinear(parent Module, local string, in, out int) *Linear {
 	return l
 }
 
-// Forward computes out[T,out] = x[T,in]·Wᵀ.
+// NewLinearBias is NewLinear with a bias parameter ("bias", [out]).
+func NewLinearBias(parent Module, local string, in, out int) *Linear {
+	l := NewLinear(parent, local, in, out)
+	l.Bias = AddParam(l, "bias", nil)
+	return l
+}
+
+// Forward computes out[T,out] = x[T,in]·Wᵀ (+ bias on every row). out may
+// have any shape of T·out values ([T,H,d] for a q projection).
 func (l *Linear) Forward(b kernels.Backend, out, x *runtime.Tensor) error {
-	return Call(l, func() error { return b.MatMul(out, x, l.Weight.Tensor()) })
+	return Call(l, func() error {
+		if err := b.MatMul(out, x, l.Weight.Tensor()); err != nil {
+			return err
+		}
+		return l.AddBias(b, out)
+	})
+}
+
+// AddBias adds the bias to every row of out (out[t,n] += bias[n], out
+// viewed as rows of Out values); it does nothing without a bias. Fused
+// projections (kernels.MultiMatMuler) call it after their product.
+func (l *Linear) AddBias(b kernels.Backend, out *runtime.Tensor) error {
+	if l.Bias == nil {
+		return nil
+	}
+	if l.Out <= 0 || out.NumElements()%l.Out != 0 {
+		return fmt.Errorf("nn.Linear %s: output %v is not rows of %d values", l.Node().Name(), out.Shape(), l.Out)
+	}
+	rows, err := out.Reshape(out.NumElements()/l.Out, l.Out)
+	if err != nil {
+		return err
+	}
+	return kernels.AddBias(b, rows, l.Bias.Tensor())
 }
 
 // Embedding maps token ids to rows of a table of shape [vocab, dim].

@@ -6,19 +6,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flextensor-go/flextensor/models/llama"
+	"github.com/flextensor-go/flextensor/models"
+	_ "github.com/flextensor-go/flextensor/models/all" // every family's shapes (and configs) registered
 	"github.com/spf13/pflag"
 )
 
 func init() {
-	register(command{name: "make-model", summary: "write a random-weight Llama checkpoint of a named shape", run: makeModel,
+	register(command{name: "make-model", summary: "write a random-weight checkpoint of a named shape (Llama, Qwen2, Qwen3, Mistral)", run: makeModel,
 		define: func(fs *pflag.FlagSet) { makeModelFlags(fs) }})
 }
 
 const makeModelUsage = `
-infer make-model writes a Hugging Face Llama checkpoint (config.json, sharded
-BF16 safetensors and model.safetensors.index.json) with random weights, for
-benchmarks that go through the real loading path.
+infer make-model writes a Hugging Face checkpoint (config.json, sharded BF16
+safetensors and model.safetensors.index.json) with random weights, for
+benchmarks that go through the real loading path. Each family names its
+shapes: real sizes (llama3-8b, qwen3-8b, qwen2.5-7b, mistral-7b, ...) and
+tiny ones for tests (qwen3-tiny, ...).
 
 Usage:
   infer make-model --shape NAME --out DIR [--layers N] [--seed S]
@@ -26,6 +29,7 @@ Usage:
 Examples:
   infer make-model --shape llama3-8b --out /tmp/llama3-8b
   infer make-model --shape llama3-8b --layers 4 --out /tmp/llama3-8b-4l
+  infer make-model --shape qwen3-8b --out /tmp/qwen3-8b
 `
 
 type makeModelOptions struct {
@@ -37,7 +41,7 @@ type makeModelOptions struct {
 
 func makeModelFlags(fs *pflag.FlagSet) *makeModelOptions {
 	var o makeModelOptions
-	fs.StringVar(&o.shape, "shape", "", "model shape: "+strings.Join(llama.ShapeNames(), ", "))
+	fs.StringVar(&o.shape, "shape", "", "model shape: "+strings.Join(models.ShapeNames(), ", "))
 	fs.StringVar(&o.out, "out", "", "output directory (created)")
 	fs.IntVar(&o.layers, "layers", 0, "override the number of layers (0 = the shape's)")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed")
@@ -52,9 +56,8 @@ func makeModel(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	shape, out, layers, seed, shard := &o.shape, &o.out, &o.layers, &o.seed, &o.shard
-	cfg, ok := llama.Shapes[*shape]
-	if !ok {
-		return usagef("--shape %q: unknown (known: %s)", *shape, strings.Join(llama.ShapeNames(), ", "))
+	if _, _, err := models.FindShape(*shape); err != nil {
+		return usagef("--shape %q: unknown (known: %s)", *shape, strings.Join(models.ShapeNames(), ", "))
 	}
 	if *out == "" {
 		return usagef("--out is required")
@@ -62,13 +65,14 @@ func makeModel(args []string, stdout, stderr io.Writer) error {
 	if *layers < 0 {
 		return usagef("--layers %d is negative", *layers)
 	}
-	if *layers > 0 {
-		cfg.NumHiddenLayers = *layers
-	}
 	start := time.Now()
-	if err := llama.MakeCheckpoint(*out, cfg, *seed, *shard); err != nil {
+	if err := models.MakeCheckpoint(*out, *shape, *layers, *seed, *shard); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s (%s, %d layers) in %v\n", *out, *shape, cfg.NumHiddenLayers, time.Since(start).Round(time.Millisecond))
+	m, err := models.New(*out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s (%s, %d layers) in %v\n", *out, *shape, len(m.Layers), time.Since(start).Round(time.Millisecond))
 	return nil
 }

@@ -1,25 +1,27 @@
 // Causal grouped-query attention over a KV cache. Shapes: q and out [T,H,d],
 // caches [C,K,d] (row p is position p), G = H/K query heads per KV head; the
-// query of token t sits at position pos+t and sees positions 0..pos+t.
+// query of token t sits at position pos+t and sees positions lo..pos+t, lo =
+// max(0, pos+t−window+1) with a sliding window (window > 0), else 0.
 // Softmax runs in base 2 on scores pre-multiplied by log2(e)/sqrt(d).
 
 #define ATTN_MAXG 16
 
 // attn_split_bf16 is the decode kernel (any T, d % 8 == 0, G ≤ 16): block
-// (kvh, s, t) = (blockIdx.x, .y, .z) takes positions [s·c, min(n, (s+1)·c))
-// of the n = pos+t+1 visible ones, c = ceil(n / nsplit), for the G query
+// (kvh, s, t) = (blockIdx.x, .y, .z) takes positions [lo+s·c, min(n, lo+(s+1)·c))
+// of the visible ones lo..n−1, n = pos+t+1, c = ceil((n−lo) / nsplit), for the G query
 // heads of KV head kvh, and writes unnormalised partial results
 // po[t,s,h,:] = Σ_p 2^(x_p − m)·v_p and pml[t,s,h] = (m, Σ_p 2^(x_p − m)),
 // x_p = q·k_p·log2(e)/√d, m = max_p x_p; attn_combine_bf16 merges the splits.
 // Dynamic shared memory: (G·d + G·blockDim.x + 3·G) floats.
 extern "C" __global__ void attn_split_bf16(float* po, float* pml, const bf16_t* q, const bf16_t* kc, const bf16_t* vc,
-		int H, int K, int D, int nsplit, const int* posp, int pos0, float scale_log2) {
+		int H, int K, int D, int nsplit, const int* posp, int pos0, float scale_log2, int window) {
 	extern __shared__ float sm[];
 	const int kvh = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
 	const int G = H / K, NT = blockDim.x, tid = threadIdx.x;
 	const int n = ft_pos(posp, pos0) + t + 1;
-	const int chunk = (n + nsplit - 1) / nsplit;
-	const int beg = split * chunk, end = min(n, beg + chunk);
+	const int lo = window > 0 ? max(0, n - window) : 0;
+	const int chunk = (n - lo + nsplit - 1) / nsplit;
+	const int beg = lo + split * chunk, end = min(n, beg + chunk);
 	float* qs = sm;           // [G][D] scaled queries
 	float* sc = qs + G * D;   // [G][NT] scores, then probabilities; at the end [nsub][G][D] partial sums
 	float* st_m = sc + G * NT;
@@ -147,7 +149,7 @@ extern "C" __global__ void attn_combine_bf16(bf16_t* out, const float* po, const
 // scores, one per (dimension, position parity) for P·V. Same partials.
 template <int HD>
 __device__ __forceinline__ void attn_decode_body(float* po, float* pml, const bf16_t* q, const bf16_t* kc, const bf16_t* vc,
-		int H, int K, int nsplit, const int* posp, int pos0, float scale_log2) {
+		int H, int K, int nsplit, const int* posp, int pos0, float scale_log2, int window) {
 	constexpr int CH = 64, LD = HD + 8, NT = 128, NSUB = NT / HD;
 	__shared__ __attribute__((aligned(16))) bf16_t Ks[CH * LD];
 	__shared__ __attribute__((aligned(16))) bf16_t Vs[CH * LD];
@@ -157,8 +159,9 @@ __device__ __forceinline__ void attn_decode_body(float* po, float* pml, const bf
 	const int kvh = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
 	const int G = H / K, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int n = ft_pos(posp, pos0) + t + 1;
-	const int chunk = (n + nsplit - 1) / nsplit;
-	const int beg = split * chunk, end = min(n, beg + chunk);
+	const int lo = window > 0 ? max(0, n - window) : 0;
+	const int chunk = (n - lo + nsplit - 1) / nsplit;
+	const int beg = lo + split * chunk, end = min(n, beg + chunk);
 	const usize rs = (usize)K * HD;
 	const bf16_t* qrow = q + ((usize)t * H + (usize)kvh * G) * HD;
 	for (int j = tid; j < G * HD; j += NT) qs[j] = bf2f(qrow[j]) * scale_log2;
@@ -269,14 +272,14 @@ __device__ __forceinline__ void attn_decode_body(float* po, float* pml, const bf
 // attn_decode_d64_bf16 is attn_decode_body for head width 64: grid (K,
 // nsplit, T), 128 threads; partials for attn_combine_bf16.
 extern "C" __global__ void __launch_bounds__(128) attn_decode_d64_bf16(float* po, float* pml, const bf16_t* q, const bf16_t* kc,
-		const bf16_t* vc, int H, int K, int nsplit, const int* posp, int pos0, float scale_log2) {
-	attn_decode_body<64>(po, pml, q, kc, vc, H, K, nsplit, posp, pos0, scale_log2);
+		const bf16_t* vc, int H, int K, int nsplit, const int* posp, int pos0, float scale_log2, int window) {
+	attn_decode_body<64>(po, pml, q, kc, vc, H, K, nsplit, posp, pos0, scale_log2, window);
 }
 
 // attn_decode_d128_bf16 is attn_decode_body for head width 128.
 extern "C" __global__ void __launch_bounds__(128) attn_decode_d128_bf16(float* po, float* pml, const bf16_t* q, const bf16_t* kc,
-		const bf16_t* vc, int H, int K, int nsplit, const int* posp, int pos0, float scale_log2) {
-	attn_decode_body<128>(po, pml, q, kc, vc, H, K, nsplit, posp, pos0, scale_log2);
+		const bf16_t* vc, int H, int K, int nsplit, const int* posp, int pos0, float scale_log2, int window) {
+	attn_decode_body<128>(po, pml, q, kc, vc, H, K, nsplit, posp, pos0, scale_log2, window);
 }
 
 // flash_load copies keys or values of positions [j0, j0+64) of KV head kvh
@@ -299,11 +302,13 @@ __device__ __forceinline__ void flash_load(bf16_t* dst, const bf16_t* src, usize
 // values stream through shared memory in tiles of 64 positions (cp.async,
 // the next tile's load overlapping this one's math); S = Q·Kᵀ and O += P·V on
 // bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation) with an online
-// softmax, so no T×T score matrix exists: out[t,h,:] = Σ_{p ≤ pos+t}
-// softmax_p(q_t·k_p/√d)·v_p. Query tiles run latest (longest) first.
+// softmax, so no T×T score matrix exists: out[t,h,:] = Σ_{lo ≤ p ≤ pos+t}
+// softmax_p(q_t·k_p/√d)·v_p (lo as at the top of the file; tiles wholly
+// before the block's first window start are skipped). Query tiles run
+// latest (longest) first.
 template <int HD>
 __device__ __forceinline__ void flash_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc,
-		int T, int H, int K, const int* posp, int pos0, float scale_log2) {
+		int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
 	constexpr int BN = 64, LD = HD + 8;
 	constexpr int KS = HD / 16;  // k-steps of S over the head dimension
 	constexpr int NB = BN / 8;   // 8-key column blocks of S
@@ -341,10 +346,14 @@ __device__ __forceinline__ void flash_body(bf16_t* out, const bf16_t* q, const b
 	const int kvEnd = pos + lastRow + 1;
 	const int ntiles = (kvEnd + BN - 1) / BN;
 	const int qp0 = pos + t0 + g, qp1 = qp0 + 8;
+	// Window starts: a key at kp is visible to the query at qp when
+	// lo(qp) ≤ kp ≤ qp; lo is 0 without a window.
+	const int lo0 = window > 0 ? qp0 - window + 1 : 0, lo1 = window > 0 ? qp1 - window + 1 : 0;
+	const int jfirst = window > 0 ? max(0, pos + qtile * 64 - window + 1) / BN : 0;
 
-	flash_load<HD>(Ks, kc, rs, kvh, 0, kvEnd);
+	flash_load<HD>(Ks, kc, rs, kvh, jfirst * BN, kvEnd);
 	cp_async_commit();
-	for (int j = 0; j < ntiles; j++) {
+	for (int j = jfirst; j < ntiles; j++) {
 		const int j0 = j * BN;
 		flash_load<HD>(Vs, vc, rs, kvh, j0, kvEnd);
 		cp_async_commit();
@@ -370,10 +379,10 @@ __device__ __forceinline__ void flash_body(bf16_t* out, const bf16_t* q, const b
 #pragma unroll
 		for (int nb = 0; nb < NB; nb++) {
 			const int kp = j0 + nb * 8 + 2 * tg;
-			s[nb][0] = kp <= qp0 ? s[nb][0] * scale_log2 : -FT_INF;
-			s[nb][1] = kp + 1 <= qp0 ? s[nb][1] * scale_log2 : -FT_INF;
-			s[nb][2] = kp <= qp1 ? s[nb][2] * scale_log2 : -FT_INF;
-			s[nb][3] = kp + 1 <= qp1 ? s[nb][3] * scale_log2 : -FT_INF;
+			s[nb][0] = kp <= qp0 && kp >= lo0 ? s[nb][0] * scale_log2 : -FT_INF;
+			s[nb][1] = kp + 1 <= qp0 && kp + 1 >= lo0 ? s[nb][1] * scale_log2 : -FT_INF;
+			s[nb][2] = kp <= qp1 && kp >= lo1 ? s[nb][2] * scale_log2 : -FT_INF;
+			s[nb][3] = kp + 1 <= qp1 && kp + 1 >= lo1 ? s[nb][3] * scale_log2 : -FT_INF;
 			mx0 = fmaxf(mx0, fmaxf(s[nb][0], s[nb][1]));
 			mx1 = fmaxf(mx1, fmaxf(s[nb][2], s[nb][3]));
 		}
@@ -382,8 +391,10 @@ __device__ __forceinline__ void flash_body(bf16_t* out, const bf16_t* q, const b
 		mx1 = fmaxf(mx1, __shfl_xor_sync(FT_FULL, mx1, 1));
 		mx1 = fmaxf(mx1, __shfl_xor_sync(FT_FULL, mx1, 2));
 		const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-		// Tile 0 holds position 0, which every query sees, so mn is finite;
-		// the guard only keeps a fully masked row at zero instead of NaN.
+		// Without a window tile 0 holds position 0, which every query sees,
+		// so mn is finite; with one a row's first tiles may be wholly masked,
+		// and the guard keeps such a row at zero instead of NaN until its
+		// window starts (every query sees itself, so it ends finite).
 		const float ms0 = mn0 == -FT_INF ? 0.f : mn0, ms1 = mn1 == -FT_INF ? 0.f : mn1;
 		const float a0 = exp2f(m0 - ms0), a1 = exp2f(m1 - ms1);
 		m0 = mn0;
@@ -454,18 +465,18 @@ __device__ __forceinline__ void flash_body(bf16_t* out, const bf16_t* q, const b
 // attn_flash_d32_bf16 is flash_body for head width 32 (likewise _d64_ and
 // _d128_ below): grid (ceil(T/64), H), 128 threads.
 extern "C" __global__ void __launch_bounds__(128) attn_flash_d32_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
-		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2) {
-	flash_body<32>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2);
+		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
+	flash_body<32>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
 }
 
 // attn_flash_d64_bf16 is flash_body for head width 64.
 extern "C" __global__ void __launch_bounds__(128) attn_flash_d64_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
-		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2) {
-	flash_body<64>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2);
+		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
+	flash_body<64>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
 }
 
 // attn_flash_d128_bf16 is flash_body for head width 128.
 extern "C" __global__ void __launch_bounds__(128) attn_flash_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
-		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2) {
-	flash_body<128>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2);
+		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
+	flash_body<128>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
 }

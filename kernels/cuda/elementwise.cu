@@ -169,3 +169,10 @@ extern "C" __global__ void embedding_f32out(float* out, const bf16_t* table, con
 	const bf16_t* r = table + (usize)id * dim;
 	for (int c = threadIdx.x; c < dim; c += blockDim.x) o[c] = bf2f(r[c]);
 }
+
+// add_bias_bf16: x[i] += bias[i mod N] for i < n, a projection's bias added
+// to each of its rows of width N (fp32 add, one bf16 rounding).
+extern "C" __global__ void add_bias_bf16(bf16_t* x, const bf16_t* bias, long long n, int N) {
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+		x[i] = f2bf(bf2f(x[i]) + bf2f(bias[i % N]));
+}

@@ -62,6 +62,7 @@ const stepIDs = 64
 
 type kernelSet struct {
 	add, addV8, addF32, addF32V4, silu, siluV8, embed, embedF32, store, cast, fill, argmax *cuda.Function
+	addBias                                                                                *cuda.Function
 	rms, rmsV8, rmsF32, rope, ropeStore                                                    *cuda.Function
 	gemv, gemvF32                                                                          map[int]*cuda.Function // by unroll
 	gemvPersist, gemvPersistF32, gemv3, gateUp                                             *cuda.Function
@@ -107,7 +108,8 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		flash:       map[int]*cuda.Function{32: get("attn_flash_d32_bf16"), 64: get("attn_flash_d64_bf16"), 128: get("attn_flash_d128_bf16")},
 		attnDecode:  map[int]*cuda.Function{64: get("attn_decode_d64_bf16"), 128: get("attn_decode_d128_bf16")},
 		gemvPersist: get("gemv_persist_bf16"), gemvPersistF32: get("gemv_persist_f32out"), gemv3: get("gemv3_bf16"),
-		gateUp: get("gemv_gateup_silu_bf16"),
+		gateUp:  get("gemv_gateup_silu_bf16"),
+		addBias: get("add_bias_bf16"),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -552,6 +554,16 @@ func splitsFor(capacity int) int { return min(64, max(1, (capacity+63)/64)) }
 // 0..pos0+T-1, written to out[T,H,d]. One token takes the split decode kernel
 // and its combine; more take the flash kernel when d is 32, 64 or 128.
 func (b *Backend) Attention(out, q, kCache, vCache *runtime.Tensor, pos0 int) error {
+	return b.AttentionWindow(out, q, kCache, vCache, pos0, 0)
+}
+
+// AttentionWindow is Attention where the query at position P sees only
+// positions max(0, P−window+1)..P; window 0 means all
+// (kernels.WindowAttender).
+func (b *Backend) AttentionWindow(out, q, kCache, vCache *runtime.Tensor, pos0, window int) error {
+	if window < 0 {
+		return fmt.Errorf("cudabackend.Attention: sliding window %d is negative (0 means none)", window)
+	}
 	for _, c := range []struct {
 		n string
 		t *runtime.Tensor
@@ -579,7 +591,7 @@ func (b *Backend) Attention(out, q, kCache, vCache *runtime.Tensor, pos0 int) er
 	if f, ok := b.k.flash[d]; ok && T > 1 && !b.noFlash {
 		return f.Launch(b.s, cuda.Dim3{X: (T + 63) / 64, Y: H}, cuda.Dim3{X: 128}, 0,
 			cuda.Ptr(out.Ptr()), cuda.Ptr(q.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
-			cuda.I32(T), cuda.I32(H), cuda.I32(K), posp, p0, cuda.F32(scale))
+			cuda.I32(T), cuda.I32(H), cuda.I32(K), posp, p0, cuda.F32(scale), cuda.I32(window))
 	}
 	G := H / K
 	if d%8 != 0 || G > 16 || d > 1024 {
@@ -606,7 +618,7 @@ func (b *Backend) Attention(out, q, kCache, vCache *runtime.Tensor, pos0 int) er
 	if f, ok := b.k.attnDecode[d]; ok && !b.noFlash {
 		if err := f.Launch(b.s, cuda.Dim3{X: K, Y: nsplit, Z: T}, cuda.Dim3{X: 128}, 0,
 			cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(q.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
-			cuda.I32(H), cuda.I32(K), cuda.I32(nsplit), posp, p0, cuda.F32(scale)); err != nil {
+			cuda.I32(H), cuda.I32(K), cuda.I32(nsplit), posp, p0, cuda.F32(scale), cuda.I32(window)); err != nil {
 			return err
 		}
 	} else {
@@ -614,7 +626,7 @@ func (b *Backend) Attention(out, q, kCache, vCache *runtime.Tensor, pos0 int) er
 		smem := 4 * (G*d + G*nt + 3*G)
 		if err := b.k.attnSplit.Launch(b.s, cuda.Dim3{X: K, Y: nsplit, Z: T}, cuda.Dim3{X: nt}, smem,
 			cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(q.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
-			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(nsplit), posp, p0, cuda.F32(scale)); err != nil {
+			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(nsplit), posp, p0, cuda.F32(scale), cuda.I32(window)); err != nil {
 			return err
 		}
 	}
@@ -691,6 +703,27 @@ func (b *Backend) Add(out, x, y *runtime.Tensor) error {
 		return err
 	}
 	return b.elementwise(b.k.add, b.k.addV8, n, out, x, y)
+}
+
+// AddBias: x[t,n] += bias[n] for BF16 x of rows as wide as the BF16 bias
+// (kernels.BiasAdder).
+func (b *Backend) AddBias(x, bias *runtime.Tensor) error {
+	if err := b.act("AddBias", "x", x); err != nil {
+		return err
+	}
+	if err := b.weight("AddBias", "bias", bias); err != nil {
+		return err
+	}
+	N := bias.NumElements()
+	if N == 0 || x.Dim(-1) != N {
+		return fmt.Errorf("cudabackend.AddBias: x %v, bias %v: want rows as wide as the bias", x.Shape(), bias.Shape())
+	}
+	n := int64(x.NumElements())
+	if n == 0 {
+		return nil
+	}
+	return b.k.addBias.Launch(b.s, cuda.Dim3{X: b.gridFor(n)}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(x.Ptr()), cuda.Ptr(bias.Ptr()), cuda.I64(n), cuda.I32(N))
 }
 
 // ReadF32 copies src (F32, BF16 or F16) to host float32 values once the work

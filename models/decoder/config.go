@@ -27,13 +27,13 @@ type Config struct {
 	BOSTokenID            int   // "bos_token_id"; -1 when null or absent
 	EOSTokenIDs           []int // "eos_token_id", an int or a list; empty when null or absent
 
-	// The knobs below are where the next families plug in. New rejects the
-	// ones not implemented yet, naming them.
+	// The knobs below are what families differ in. New rejects the ones not
+	// implemented yet, naming them.
 
-	AttentionBias bool // q, k and v projections have a bias (Qwen2); not implemented
+	AttentionBias bool // q, k and v projections have a bias ("bias", [H·d] / [K·d]); o_proj has none (Qwen2)
 	MLPBias       bool // the MLP's projections have a bias; not implemented
-	QKNorm        bool // per-head RMSNorm of q and k over d before RoPE (Qwen3); not implemented
-	SlidingWindow int  // attention sees the last SlidingWindow positions (Mistral); 0 = all; not implemented
+	QKNorm        bool // per-head RMSNorm of q and k over d before RoPE, weights [d] (Qwen3); Names.QNorm/KNorm
+	SlidingWindow int  // the query at position P sees positions P−SlidingWindow+1..P only (Mistral); 0 = all
 }
 
 // Rope is the rotary position embedding: from "rope_theta" and
@@ -49,8 +49,8 @@ type Rope struct {
 }
 
 // Validate checks what New relies on: positive sizes, heads divisible by
-// key/value heads, a positive finite eps, and no knob that is not
-// implemented yet.
+// key/value heads, a positive finite eps, a sliding window that is not
+// negative, and no knob that is not implemented yet.
 func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name string
@@ -69,14 +69,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("decoder config: head dim %d is odd (RoPE rotates pairs)", c.HeadDim)
 	case !(c.RMSNormEps > 0) || math.IsInf(c.RMSNormEps, 0):
 		return fmt.Errorf("decoder config: rms norm eps must be a positive number, got %v", c.RMSNormEps)
-	case c.AttentionBias:
-		return fmt.Errorf("decoder config: attention bias is not implemented")
 	case c.MLPBias:
 		return fmt.Errorf("decoder config: MLP bias is not implemented")
-	case c.QKNorm:
-		return fmt.Errorf("decoder config: q/k norm is not implemented")
-	case c.SlidingWindow != 0:
-		return fmt.Errorf("decoder config: sliding-window attention (window %d) is not implemented", c.SlidingWindow)
+	case c.SlidingWindow < 0:
+		return fmt.Errorf("decoder config: sliding window %d is negative (0 means none)", c.SlidingWindow)
 	}
 	return nil
 }
@@ -190,6 +186,16 @@ func ReadRope(r *loader.Fields) Rope {
 
 // Summary is a one-line description of the shapes, for errors.
 func (c *Config) Summary() string {
-	return fmt.Sprintf("hidden %d, intermediate %d, heads %d/%d×%d, vocab %d",
+	s := fmt.Sprintf("hidden %d, intermediate %d, heads %d/%d×%d, vocab %d",
 		c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.VocabSize)
+	if c.AttentionBias {
+		s += ", q/k/v bias"
+	}
+	if c.QKNorm {
+		s += ", q/k norm"
+	}
+	if c.SlidingWindow > 0 {
+		s += fmt.Sprintf(", sliding window %d", c.SlidingWindow)
+	}
+	return s
 }

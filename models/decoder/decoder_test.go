@@ -248,16 +248,17 @@ func TestDecodeGraphRefusesRebound(t *testing.T) {
 	}
 }
 
-// TestConfigValidate names each knob that is not implemented.
+// TestConfigValidate names each knob that is not implemented or is
+// inconsistent with the names table.
 func TestConfigValidate(t *testing.T) {
 	base := llama.Shapes["deep-test"].Config
 	for _, c := range []struct {
 		edit func(*decoder.Config)
 		want string
 	}{
-		{func(c *decoder.Config) { c.AttentionBias = true }, "attention bias"},
-		{func(c *decoder.Config) { c.QKNorm = true }, "q/k norm"},
-		{func(c *decoder.Config) { c.SlidingWindow = 4096 }, "sliding-window"},
+		{func(c *decoder.Config) { c.MLPBias = true }, "MLP bias is not implemented"},
+		{func(c *decoder.Config) { c.QKNorm = true }, "q/k norms but the names table does not place them"},
+		{func(c *decoder.Config) { c.SlidingWindow = -1 }, "sliding window -1 is negative"},
 		{func(c *decoder.Config) { c.NumKeyValueHeads = 3 }, "not divisible"},
 		{func(c *decoder.Config) { c.HiddenSize = 0 }, "hidden size"},
 	} {

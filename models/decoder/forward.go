@@ -187,7 +187,9 @@ func (l *Layer) body(b kernels.Backend, w *workspace, x *runtime.Tensor, cache C
 }
 
 // Forward of attention: out[T,D] = O(softmax(rope(q)·rope(k)ᵀ/√d)·v) over
-// the cached positions and these, with q, k, v = Q h, K h, V h of h[T,D].
+// the cached positions and these (the last Window of them with a sliding
+// window), with q, k, v = Q h, K h, V h of h[T,D] (plus biases), q and k
+// normalised per head when the layer has q/k norms.
 func (a *Attention) Forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor, cache Cache) error {
 	T := h.Dim(0)
 	m := a.Node().Tree().Root().(*Model)
@@ -196,16 +198,41 @@ func (a *Attention) Forward(b kernels.Backend, w *workspace, out, h *runtime.Ten
 		if err := a.project(b, h, q, k, v); err != nil {
 			return err
 		}
+		if err := a.qkNorm(b, q, k); err != nil {
+			return err
+		}
 		if err := a.ropeAndAppend(b, m.invFreq, q, k, v, cache); err != nil {
 			return err
 		}
 		kc, vc := cache.View(a.Layer) // [C,K,d]
 		att := rows(w.att, T)         // [T,H,d]
-		if err := b.Attention(att, q, kc, vc, cache.Len()); err != nil {
+		if err := kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window); err != nil {
 			return err
 		}
 		return a.O.Forward(b, out, att)
 	})
+}
+
+// qkNorm normalises each head of q[T,H,d] and k[T,K,d] in place with the
+// layer's q/k norms: the RMSNorm over d of the [T·H, d] and [T·K, d] views.
+// It does nothing without them.
+func (a *Attention) qkNorm(b kernels.Backend, q, k *runtime.Tensor) error {
+	if a.QNorm == nil {
+		return nil
+	}
+	for _, c := range []struct {
+		n *nn.RMSNorm
+		x *runtime.Tensor
+	}{{a.QNorm, q}, {a.KNorm, k}} {
+		heads, err := c.x.Reshape(c.x.NumElements()/c.n.Dim, c.n.Dim)
+		if err != nil {
+			return err
+		}
+		if err := c.n.Forward(b, heads, heads); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Forward of the MLP: out[T,D] = down(silu(gate(h))·up(h)).

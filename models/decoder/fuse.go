@@ -13,11 +13,23 @@ import (
 // streams still fuse their projections.
 
 // project computes q, k and v from h[T,D]: for one token in one op where the
-// backend fuses them (kernels.MultiMatMuler), else as three Linear forwards.
+// backend fuses them (kernels.MultiMatMuler; the biases, if any, are added
+// after it), else as three Linear forwards.
 func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error {
 	if f, ok := b.(kernels.MultiMatMuler); ok && h.Dim(0) == 1 && nn.Unwatched(a.Q, a.K, a.V) {
-		return f.MatMulN([]*runtime.Tensor{q, k, v}, h,
-			[]*runtime.Tensor{a.Q.Weight.Tensor(), a.K.Weight.Tensor(), a.V.Weight.Tensor()})
+		if err := f.MatMulN([]*runtime.Tensor{q, k, v}, h,
+			[]*runtime.Tensor{a.Q.Weight.Tensor(), a.K.Weight.Tensor(), a.V.Weight.Tensor()}); err != nil {
+			return err
+		}
+		for _, p := range []struct {
+			l   *nn.Linear
+			out *runtime.Tensor
+		}{{a.Q, q}, {a.K, k}, {a.V, v}} {
+			if err := p.l.AddBias(b, p.out); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	if err := a.Q.Forward(b, q, h); err != nil {
 		return err

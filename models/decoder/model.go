@@ -14,20 +14,28 @@ import (
 // ("model.embed_tokens"); the rest are paths inside a layer (InputNorm,
 // Attn, PostNorm, MLP), inside its attention (Q, K, V, O) or inside its MLP
 // (Gate, Up, Down). A dotted path makes containers for its leading parts.
-// Parameters are "<module>.weight".
+// Parameters are "<module>.weight" (and "<module>.bias" for biased
+// projections). QNorm and KNorm, inside the attention, are needed only with
+// Config.QKNorm.
 type Names struct {
 	Embed, Layers, Norm, Head      string
 	InputNorm, Attn, PostNorm, MLP string
 	Q, K, V, O                     string
+	QNorm, KNorm                   string
 	Gate, Up, Down                 string
 }
 
 // Attention is grouped-query self-attention with rotary positions:
-// out = O(attn(rope(Q h), rope(K h), V h)).
+// out = O(attn(rope(qn(Q h)), rope(kn(K h)), V h)), qn and kn the per-head
+// RMSNorms over d when the config has them (else the identity); Q, K and V
+// may have biases; with a sliding window W each query sees only the last W
+// positions.
 type Attention struct {
 	nn.Base
-	Q, K, V, O *nn.Linear
-	Layer      int // the layer's index: which KV cache layer it reads
+	Q, K, V, O   *nn.Linear
+	QNorm, KNorm *nn.RMSNorm // nil unless Config.QKNorm: weights [d], applied to each head
+	Layer        int         // the layer's index: which KV cache layer it reads
+	Window       int         // Config.SlidingWindow; 0 = all positions
 }
 
 // MLP is the gated MLP: down(silu(gate(x)) · up(x)).
@@ -75,6 +83,9 @@ func New(cfg *Config, names Names) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.QKNorm && (names.QNorm == "" || names.KNorm == "") {
+		return nil, fmt.Errorf("decoder.New: the config has q/k norms but the names table does not place them (QNorm %q, KNorm %q)", names.QNorm, names.KNorm)
+	}
 	m := &Model{Cfg: *cfg, Names: names}
 	nn.Init(m, "")
 	D, I := cfg.HiddenSize, cfg.IntermediateSize
@@ -84,10 +95,18 @@ func New(cfg *Config, names Names) (*Model, error) {
 		p, local := at(parent, path)
 		return nn.NewLinear(p, local, in, out)
 	}
-	norm := func(parent nn.Module, path string) *nn.RMSNorm {
+	qkvLinear := func(parent nn.Module, path string, in, out int) *nn.Linear {
+		if !cfg.AttentionBias {
+			return linear(parent, path, in, out)
+		}
 		p, local := at(parent, path)
-		return nn.NewRMSNorm(p, local, D, eps)
+		return nn.NewLinearBias(p, local, in, out)
 	}
+	normOf := func(parent nn.Module, path string, dim int) *nn.RMSNorm {
+		p, local := at(parent, path)
+		return nn.NewRMSNorm(p, local, dim, eps)
+	}
+	norm := func(parent nn.Module, path string) *nn.RMSNorm { return normOf(parent, path, D) }
 	p, local := at(m, names.Embed)
 	m.Embed = nn.NewEmbedding(p, local, cfg.VocabSize, D)
 	layers := container(m, names.Layers)
@@ -95,12 +114,16 @@ func New(cfg *Config, names Names) (*Model, error) {
 		l := &Layer{Index: i}
 		nn.Attach(layers, fmt.Sprint(i), l)
 		l.InputNorm = norm(l, names.InputNorm)
-		l.Attn = &Attention{Layer: i}
+		l.Attn = &Attention{Layer: i, Window: cfg.SlidingWindow}
 		attach(l, names.Attn, l.Attn)
-		l.Attn.Q = linear(l.Attn, names.Q, D, qd)
-		l.Attn.K = linear(l.Attn, names.K, D, kvd)
-		l.Attn.V = linear(l.Attn, names.V, D, kvd)
+		l.Attn.Q = qkvLinear(l.Attn, names.Q, D, qd)
+		l.Attn.K = qkvLinear(l.Attn, names.K, D, kvd)
+		l.Attn.V = qkvLinear(l.Attn, names.V, D, kvd)
 		l.Attn.O = linear(l.Attn, names.O, qd, D)
+		if cfg.QKNorm {
+			l.Attn.QNorm = normOf(l.Attn, names.QNorm, cfg.HeadDim)
+			l.Attn.KNorm = normOf(l.Attn, names.KNorm, cfg.HeadDim)
+		}
 		l.PostNorm = norm(l, names.PostNorm)
 		l.MLP = &MLP{}
 		attach(l, names.MLP, l.MLP)
@@ -172,6 +195,9 @@ func (m *Model) ParamShapes() map[string]runtime.Shape {
 		switch x := mod.(type) {
 		case *nn.Linear:
 			out[x.Weight.Name()] = runtime.Shape{x.Out, x.In}
+			if x.Bias != nil {
+				out[x.Bias.Name()] = runtime.Shape{x.Out}
+			}
 		case *nn.Embedding:
 			out[x.Weight.Name()] = runtime.Shape{x.Vocab, x.Dim}
 		case *nn.RMSNorm:

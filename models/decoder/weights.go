@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"unsafe"
 
 	"github.com/flextensor-go/flextensor/loader"
@@ -39,6 +40,15 @@ func SupportedWeightDType(d runtime.DType) bool {
 // checkpoint directory; nothing stays allocated after an error.
 func (m *Model) BindCheckpoint(ck *loader.Checkpoint, dev runtime.Device) error {
 	shapes := m.ParamShapes()
+	if missing := m.MissingTensors(ck); len(missing) > 0 {
+		m.Close()
+		list := missing
+		if len(list) > 4 {
+			list = append(list[:4:4], fmt.Sprintf("and %d more", len(missing)-4))
+		}
+		return fmt.Errorf("checkpoint %s: %d tensors the config (%s) implies are missing: %s",
+			ck.Dir(), len(missing), m.Cfg.Summary(), strings.Join(list, ", "))
+	}
 	var up *uploader
 	defer func() {
 		if up != nil {

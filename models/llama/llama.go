@@ -50,6 +50,7 @@ var Family = models.Family{
 		}
 		return New(c)
 	},
+	Shapes: familyShapes(),
 }
 
 // Register adds Llama to the models registry. Importing the package does it.

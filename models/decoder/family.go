@@ -1,0 +1,109 @@
+package decoder
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/flextensor-go/flextensor/loader"
+)
+
+// StandardNames is the tensor-name table transformers' Llama-style decoders
+// share (Llama, Mistral, Qwen2, Qwen3): model.embed_tokens,
+// model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
+// self_attn.{q,k}_norm, post_attention_layernorm, mlp.{gate,up,down}_proj},
+// model.norm, lm_head. The q/k norm names are used only by configs with
+// QKNorm.
+var StandardNames = Names{
+	Embed: "model.embed_tokens", Layers: "model.layers", Norm: "model.norm", Head: "lm_head",
+	InputNorm: "input_layernorm", Attn: "self_attn", PostNorm: "post_attention_layernorm", MLP: "mlp",
+	Q: "q_proj", K: "k_proj", V: "v_proj", O: "o_proj", QNorm: "q_norm", KNorm: "k_norm",
+	Gate: "gate_proj", Up: "up_proj", Down: "down_proj",
+}
+
+// Header is the part of a config.json that says what the checkpoint is.
+type Header struct {
+	Architectures []string // "architectures"
+	ModelType     string   // "model_type"
+	HiddenAct     string   // "hidden_act"; default and only value "silu"
+	TorchDType    string   // "torch_dtype" (transformers 4) or "dtype" (5), e.g. "bfloat16"; "" when absent
+}
+
+// ReadHeader reads the Header and checks that it is the family's: arch among
+// the architectures when the list is present, else modelType as model_type,
+// and the silu activation. Errors name the field.
+func ReadHeader(r *loader.Fields, arch, modelType string) (Header, error) {
+	h := Header{
+		Architectures: r.Strings("architectures"),
+		ModelType:     r.Str("model_type", ""),
+		HiddenAct:     r.Str("hidden_act", "silu"),
+		TorchDType:    r.Str("torch_dtype", r.Str("dtype", "")),
+	}
+	if err := r.Err(); err != nil {
+		return h, err
+	}
+	switch {
+	case len(h.Architectures) > 0 && !slices.Contains(h.Architectures, arch):
+		return h, r.Errorf("architectures", "%q is not supported (want %s)", h.Architectures, arch)
+	case len(h.Architectures) == 0 && h.ModelType != modelType:
+		return h, r.Errorf("model_type", "%q is not supported (want %s, or architectures [%s])", h.ModelType, modelType, arch)
+	case h.HiddenAct != "silu":
+		return h, r.Errorf("hidden_act", "%q is not supported (only silu)", h.HiddenAct)
+	}
+	return h, nil
+}
+
+// FullAttentionOnly checks that a config whose family can mix sliding-window
+// layers in (Qwen2, Qwen3: use_sliding_window with max_window_layers in
+// transformers 4, layer_types in 5) has full attention in every layer, the
+// only layout implemented. The sliding_window value itself is then unused.
+func FullAttentionOnly(r *loader.Fields) {
+	if r.Bool("use_sliding_window", false) {
+		r.Fail(r.Errorf("use_sliding_window", "true is not supported (per-layer sliding windows are not implemented)"))
+		return
+	}
+	for i, t := range r.Strings("layer_types") {
+		if t != "full_attention" {
+			r.Fail(r.Errorf(fmt.Sprintf("layer_types[%d]", i), "%q is not supported (only full_attention)", t))
+			return
+		}
+	}
+}
+
+// ConfigJSON writes c as a transformers-5 config.json for a family's
+// architecture and model type: the generic fields with rope_parameters and
+// dtype "bfloat16", then extra's fields (which may override them; a nil
+// value writes null).
+func ConfigJSON(c *Config, arch, modelType string, extra map[string]any) ([]byte, error) {
+	rope := map[string]any{"rope_type": c.Rope.Type, "rope_theta": c.Rope.Theta}
+	if c.Rope.Type == "llama3" {
+		rope["factor"] = c.Rope.Factor
+		rope["low_freq_factor"] = c.Rope.LowFreqFactor
+		rope["high_freq_factor"] = c.Rope.HighFreqFactor
+		rope["original_max_position_embeddings"] = c.Rope.OriginalMaxPositionEmbeddings
+	}
+	var eos any = c.EOSTokenIDs
+	if len(c.EOSTokenIDs) == 1 {
+		eos = c.EOSTokenIDs[0]
+	}
+	var bos any = c.BOSTokenID
+	if c.BOSTokenID < 0 {
+		bos = nil
+	}
+	out := map[string]any{
+		"architectures": []string{arch}, "model_type": modelType, "dtype": "bfloat16",
+		"hidden_size": c.HiddenSize, "intermediate_size": c.IntermediateSize, "num_hidden_layers": c.NumHiddenLayers,
+		"num_attention_heads": c.NumAttentionHeads, "num_key_value_heads": c.NumKeyValueHeads, "head_dim": c.HeadDim,
+		"vocab_size": c.VocabSize, "max_position_embeddings": c.MaxPositionEmbeddings, "rms_norm_eps": c.RMSNormEps,
+		"hidden_act": "silu", "tie_word_embeddings": c.TieWordEmbeddings, "bos_token_id": bos,
+		"eos_token_id": eos, "rope_parameters": rope,
+	}
+	for k, v := range extra {
+		out[k] = v
+	}
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
