@@ -9,7 +9,8 @@ import (
 	flextensor "github.com/flextensor-go/flextensor"
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/loader/hub"
-	"github.com/flextensor-go/flextensor/models/llama"
+	"github.com/flextensor-go/flextensor/models"
+	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -53,7 +54,8 @@ func inspectFlags(fs *pflag.FlagSet) *inspectOptions {
 }
 
 type inspectReport struct {
-	Config        *llama.Config    `json:"config"`
+	Family        string           `json:"family"`
+	Config        *decoder.Config  `json:"config"`
 	Parameters    int64            `json:"parameters"`
 	BytesByDType  map[string]int64 `json:"bytes_by_dtype"`
 	TotalBytes    int64            `json:"total_bytes"`
@@ -91,7 +93,15 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 		defer cleanup()
 		dir = d
 	}
-	cfg, err := llama.ReadConfig(dir)
+	data, source, err := loader.ReadConfigFile(dir)
+	if err != nil {
+		return err
+	}
+	fam, err := models.Lookup(data, source) // the family config.json names
+	if err != nil {
+		return err
+	}
+	m, err := fam.New(data, source)
 	if err != nil {
 		return err
 	}
@@ -100,15 +110,11 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer ck.Close()
-	m, err := llama.New(cfg)
-	if err != nil {
-		return err
-	}
 	if err := m.BindCheckpoint(ck, runtime.NewMeta()); err != nil { // shapes only: nothing is read
 		return err
 	}
 	defer m.Close()
-	rep := inspectReport{Config: cfg, BytesByDType: map[string]int64{}}
+	rep := inspectReport{Family: fam.Name, Config: &m.Cfg, BytesByDType: map[string]int64{}}
 	for _, p := range nn.Parameters(m) {
 		t := p.Peek()
 		rep.Parameters += int64(t.NumElements())
@@ -160,10 +166,10 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 	if o.jsonOut {
 		return json.NewEncoder(stdout).Encode(rep)
 	}
-	c := cfg
+	c := m.Cfg
 	fmt.Fprintf(stdout, "checkpoint  %s (%d files)\n", dir, len(ck.Files()))
-	fmt.Fprintf(stdout, "model       Llama: %d layers, hidden %d, MLP %d, heads %d (KV %d) × %d, vocab %d, tied embeddings %v\n",
-		c.NumHiddenLayers, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.VocabSize, c.TieWordEmbeddings)
+	fmt.Fprintf(stdout, "model       %s: %d layers, hidden %d, MLP %d, heads %d (KV %d) × %d, vocab %d, tied embeddings %v\n",
+		fam.Name, c.NumHiddenLayers, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.VocabSize, c.TieWordEmbeddings)
 	fmt.Fprintf(stdout, "rope        %s, theta %g", c.Rope.Type, c.Rope.Theta)
 	if c.Rope.Type == "llama3" {
 		fmt.Fprintf(stdout, ", factor %g, low/high %g/%g, original %d", c.Rope.Factor, c.Rope.LowFreqFactor, c.Rope.HighFreqFactor, c.Rope.OriginalMaxPositionEmbeddings)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -415,5 +416,37 @@ func TestInspect(t *testing.T) {
 	}
 	if rep.ResidentUnits < 0 || rep.ResidentUnits > 2 {
 		t.Fatalf("1.2 MiB keeps %d units resident", rep.ResidentUnits)
+	}
+}
+
+// TestRunModelFamilies: run-model picks each fixture's family from its
+// config.json and reproduces transformers' greedy continuation.
+func TestRunModelFamilies(t *testing.T) {
+	for _, fixture := range []string{"tiny-qwen2", "tiny-qwen3", "tiny-mistral"} {
+		t.Run(fixture, func(t *testing.T) {
+			dir := "../../testdata/" + fixture
+			data, err := os.ReadFile(dir + "/reference.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ref refFile
+			if err := json.Unmarshal(data, &ref); err != nil {
+				t.Fatal(err)
+			}
+			code, out, errOut := run(t, "run-model", "--model", dir, "--token-ids", joinInts(ref.GreedyPrompt),
+				"--max-new-tokens", fmt.Sprint(len(ref.GreedyContinuation)), "--temperature", "0", "--ignore-eos", "--json")
+			if code != 0 {
+				t.Fatalf("exit %d, stderr %s", code, errOut)
+			}
+			var got struct {
+				GeneratedIDs []int32 `json:"generated_ids"`
+			}
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("output is not one JSON object: %v\n%s", err, out)
+			}
+			if !slices.Equal(got.GeneratedIDs, ref.GreedyContinuation) {
+				t.Fatalf("got %v, want %v", got.GeneratedIDs, ref.GreedyContinuation)
+			}
+		})
 	}
 }
