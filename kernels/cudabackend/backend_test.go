@@ -485,17 +485,24 @@ func TestAttention(t *testing.T) {
 		name                string
 		T, pos0, C, H, K, d int
 		noFlash             bool
+		window              int // 0: full causal attention
 	}{
-		{"decode first", 1, 0, 16, 8, 2, 128, false},
-		{"decode ctx 512", 1, 511, 600, 32, 8, 128, false},
-		{"decode ctx 2000 d64", 1, 1999, 2048, 8, 1, 64, false},
-		{"decode G16", 1, 300, 400, 16, 1, 32, false},
-		{"flash prefill 77", 77, 0, 100, 8, 2, 128, false},
-		{"flash chunk 130 at 37 d64", 130, 37, 200, 4, 4, 64, false},
-		{"flash prefill 65 d32", 65, 0, 65, 4, 2, 32, false},
-		{"flash prefill 512", 512, 0, 512, 32, 8, 128, false},
-		{"split kernel T20", 20, 5, 40, 8, 2, 128, true},
-		{"split kernel d96", 9, 3, 16, 4, 2, 96, false},
+		{"decode first", 1, 0, 16, 8, 2, 128, false, 0},
+		{"decode ctx 512", 1, 511, 600, 32, 8, 128, false, 0},
+		{"decode ctx 2000 d64", 1, 1999, 2048, 8, 1, 64, false, 0},
+		{"decode G16", 1, 300, 400, 16, 1, 32, false, 0},
+		{"flash prefill 77", 77, 0, 100, 8, 2, 128, false, 0},
+		{"flash chunk 130 at 37 d64", 130, 37, 200, 4, 4, 64, false, 0},
+		{"flash prefill 65 d32", 65, 0, 65, 4, 2, 32, false, 0},
+		{"flash prefill 512", 512, 0, 512, 32, 8, 128, false, 0},
+		{"split kernel T20", 20, 5, 40, 8, 2, 128, true, 0},
+		{"split kernel d96", 9, 3, 16, 4, 2, 96, false, 0},
+		{"window 8 decode ctx 512", 1, 511, 600, 32, 8, 128, false, 8},
+		{"window 100 decode ctx 2000 d64", 1, 1999, 2048, 8, 1, 64, false, 100},
+		{"window 8 flash prefill 77", 77, 0, 100, 8, 2, 128, false, 8},
+		{"window 40 flash chunk 130 at 37 d64", 130, 37, 200, 4, 4, 64, false, 40},
+		{"window 5 split kernel T20", 20, 5, 40, 8, 2, 128, true, 5},
+		{"window 3 d32 prefill 65", 65, 0, 65, 4, 2, 32, false, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := c.pos0 + c.T
@@ -518,14 +525,14 @@ func TestAttention(t *testing.T) {
 			}
 			out := poisoned(t, runtime.BF16, c.T, c.H, c.d)
 			gb.noFlash = c.noFlash
-			err = gb.Attention(out, gpu(t, runtime.BF16, q, c.T, c.H, c.d), gkc, gvc, c.pos0)
+			err = gb.AttentionWindow(out, gpu(t, runtime.BF16, q, c.T, c.H, c.d), gkc, gvc, c.pos0, c.window)
 			gb.noFlash = false
 			if err != nil {
 				t.Fatal(err)
 			}
 			ref := host(t, runtime.F32, nil, c.T, c.H, c.d)
-			if err := cb.Attention(ref, host(t, runtime.F32, q, c.T, c.H, c.d), host(t, runtime.F32, kc, c.C, c.K, c.d),
-				host(t, runtime.F32, vc, c.C, c.K, c.d), c.pos0); err != nil {
+			if err := cb.AttentionWindow(ref, host(t, runtime.F32, q, c.T, c.H, c.d), host(t, runtime.F32, kc, c.C, c.K, c.d),
+				host(t, runtime.F32, vc, c.C, c.K, c.d), c.pos0, c.window); err != nil {
 				t.Fatal(err)
 			}
 			compare(t, "Attention", read(t, out), ref.F32(), 1e-2, 2e-2)
@@ -730,5 +737,24 @@ func TestWeightDTypeError(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), dt.String()) || !strings.Contains(err.Error(), "BF16 weights") {
 			t.Errorf("MatMul with %v weights: error %v", dt, err)
 		}
+	}
+}
+
+func TestAddBias(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	for _, c := range []struct{ rows, cols int }{{1, 4096}, {7, 1000}, {33, 128}} {
+		t.Run(fmt.Sprintf("%dx%d", c.rows, c.cols), func(t *testing.T) {
+			x, bias := randBF16(rng, c.rows*c.cols, 2), randBF16(rng, c.cols, 1)
+			gx := gpu(t, runtime.BF16, x, c.rows, c.cols)
+			if err := gb.AddBias(gx, gpu(t, runtime.BF16, bias, c.cols)); err != nil {
+				t.Fatal(err)
+			}
+			ref := host(t, runtime.F32, x, c.rows, c.cols)
+			if err := cb.AddBias(ref, host(t, runtime.F32, bias, c.cols)); err != nil {
+				t.Fatal(err)
+			}
+			compare(t, "AddBias", read(t, gx), ref.F32(), 1e-2, 1e-2)
+		})
 	}
 }
