@@ -584,16 +584,23 @@ func (e *engine) observe(p *nn.Parameter) {
 // Enter is the trap at each module's entry.
 func (e *engine) Enter(mod nn.Module) error {
 	if mod == e.model {
+		// The manager stays locked for the pass (Exit unlocks it); an entry
+		// that fails or panics gives the lock back here, as nn.Call runs no
+		// Exit for it.
 		e.m.mu.Lock()
+		entered := false
+		defer func() {
+			if !entered {
+				e.m.mu.Unlock()
+			}
+		}()
 		if e.failed != nil {
-			e.m.mu.Unlock()
 			return fmt.Errorf("%w: %v", ErrEngineFailed, e.failed)
 		}
 		if err := e.beginPass(); err != nil {
-			e.m.mu.Unlock()
 			return err
 		}
-		e.inForward = true
+		e.inForward, entered = true, true
 		return nil
 	}
 	u := e.byMod[mod]
@@ -619,6 +626,9 @@ func (e *engine) Enter(mod nn.Module) error {
 // Exit is the trap at each module's exit.
 func (e *engine) Exit(mod nn.Module, ferr error) error {
 	if mod == e.model {
+		// Unlocked even when finishing panics. After a panicking forward
+		// ferr wraps nn.ErrPanicked: the pass is abandoned like a failed
+		// one (copies drained, slots freed) before the panic goes on.
 		defer e.m.mu.Unlock()
 		e.inForward = false
 		return e.finishPass(ferr)
