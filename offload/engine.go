@@ -34,6 +34,7 @@ type unit struct {
 	dev      *runtime.DeviceBuffer // the resident copy (INFERENCE)
 	resident bool
 	slot     int // transfer slot of a streamed unit
+	pos      int // a streamed unit's position in the ring's run order
 	samples  []float64
 	views    map[*runtime.DeviceBuffer][]*runtime.Tensor
 	shared   map[*nn.Parameter]bool // parameters made resident because another unit reads them
@@ -79,19 +80,11 @@ type engine struct {
 	discoverErr error
 
 	// INFERENCE
-	curve    H2DCurve
-	plan     Plan
-	planIn   PlanInput
-	budget   int64
-	slots    []*runtime.DeviceBuffer
-	slotFree []runtime.Event // compute event after the slot's last reader
-	slotOcc  []int           // global copy index of the slot's latest occupant, -1 for none
-	ready    []runtime.Event // copy-stream event per slot: its latest copy is done
-	streamed []*unit
-	issued   int // copies issued, counted over passes
-	entered  int // streamed-unit entries, counted over passes
-	exited   int // streamed-unit exits, counted over passes
-	pending  map[int]*copyTiming
+	curve  H2DCurve
+	plan   Plan
+	planIn PlanInput
+	budget int64
+	ring   *ring // the transfer slots of the streamed units
 
 	timing timingState
 
@@ -170,8 +163,7 @@ func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *en
 // shapes and dtypes (meta tensors).
 func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *engine, err error) {
 	e := &engine{m: m, cfg: cfg, dev: cfg.Device, model: model, tree: model.Node().Tree(), src: src,
-		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{},
-		pending: map[int]*copyTiming{}}
+		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}}
 	mods, err := nn.MatchOutermost(model, cfg.Include, cfg.Exclude)
 	if err != nil {
 		return nil, err
@@ -693,15 +685,16 @@ func (e *engine) resync() {
 			e.fail(fmt.Errorf("copy stream failed (%v) and cannot be replaced: %w", err, serr))
 		} else {
 			e.copy = s
+			if e.ring != nil {
+				e.ring.copy = s
+			}
 		}
 	}
 	_ = e.dev.Compute().Synchronize()
 	if e.phase == PhaseInference {
-		e.issued, e.entered, e.exited = 0, 0, 0
-		for i := range e.slotOcc {
-			e.slotOcc[i], e.slotFree[i], e.ready[i] = -1, nil, nil
+		if e.ring != nil {
+			e.ring.reset()
 		}
-		e.pending = map[int]*copyTiming{}
 		e.timing.abort()
 	}
 }
@@ -927,24 +920,20 @@ func (e *engine) startInference() error {
 // transfer blocks and enters INFERENCE.
 func (e *engine) allocSlots() error {
 	plan := e.plan
-	e.streamed = e.streamed[:0]
+	var streamed []ringUnit
 	for i, u := range e.units {
 		u.resident = plan.Resident[i]
 		if !u.resident {
-			u.slot = plan.SlotOf[i]
-			e.streamed = append(e.streamed, u)
+			u.slot, u.pos = plan.SlotOf[i], len(streamed)
+			streamed = append(streamed, ringUnit{name: u.name, slot: u.slot, host: u.host, bytes: u.bytes})
 		}
 	}
-	for s := 0; s < plan.Slots; s++ {
-		buf, err := e.dev.Alloc(plan.SlotBytes, fmt.Sprintf("offload transfer block %d", s))
-		if err != nil {
-			return err
-		}
-		e.slots = append(e.slots, buf)
-		e.slotFree = append(e.slotFree, nil)
-		e.ready = append(e.ready, nil)
-		e.slotOcc = append(e.slotOcc, -1)
+	r, err := newRing(e.dev, e.copy, plan.Slots, plan.SlotBytes, streamed)
+	if err != nil {
+		return err
 	}
+	r.timeCopies = e.cfg.OffloadTiming != TimingOff
+	e.ring = r
 	e.phase, e.passes = PhaseInference, 0
 	return nil
 }
@@ -982,80 +971,27 @@ func (e *engine) makeResident(u *unit) error {
 	return e.bindTo(u, buf)
 }
 
-// issue enqueues as many prefetch copies as free slots allow: copy g (the
-// g-th over all passes) carries streamed unit g mod N into its slot once the
-// slot's previous occupant has finished computing.
-func (e *engine) issue() error {
-	n := len(e.streamed)
-	for {
-		g := e.issued
-		u := e.streamed[g%n]
-		s := u.slot
-		if e.slotOcc[s] >= e.exited {
-			return nil // the slot's occupant has not run yet
-		}
-		if e.slotFree[s] != nil {
-			if err := e.copy.Wait(e.slotFree[s]); err != nil {
-				return err
-			}
-		}
-		var ct *copyTiming
-		if e.cfg.OffloadTiming != TimingOff {
-			ct = &copyTiming{bytes: u.bytes}
-			var err error
-			if ct.start, err = e.copy.Record(); err != nil {
-				return err
-			}
-		}
-		if err := e.copy.CopyH2D(e.slots[s], 0, u.host, 0, u.bytes); err != nil {
-			return err
-		}
-		ev, err := e.copy.Record()
-		if err != nil {
-			return err
-		}
-		if ct != nil {
-			ct.end = ev
-			e.pending[g] = ct
-		}
-		e.ready[s], e.slotOcc[s] = ev, g
-		e.issued++
-	}
-}
-
 func (e *engine) enterInference(u *unit) error {
 	c := e.dev.Compute()
 	timed := e.measuring()
 	if !u.resident {
-		g := e.entered
-		if want := e.streamed[g%len(e.streamed)]; want != u {
-			return fmt.Errorf("offload: streamed unit %s entered where the plan expects %s (units must run in the same order every pass)", u.name, want.name)
-		}
-		for e.issued <= g {
-			before := e.issued
-			if err := e.issue(); err != nil {
-				return err
-			}
-			if e.issued == before {
-				return fmt.Errorf("offload: no free transfer block for unit %s", u.name)
-			}
-		}
+		var onWait func(*copyTiming) error
 		if timed {
-			var err error
-			if u.waitStart, err = c.Record(); err != nil {
+			onWait = func(ct *copyTiming) error {
+				var err error
+				u.waitStart, err = c.Record()
+				u.copyRec = ct
 				return err
 			}
-			u.copyRec = e.pending[g]
-			delete(e.pending, g)
 		}
-		if err := c.Wait(e.ready[u.slot]); err != nil {
+		slot, err := e.ring.acquire(u.pos, onWait)
+		if err != nil {
 			return err
 		}
-		if err := e.bindTo(u, e.slots[u.slot]); err != nil {
+		if err := e.bindTo(u, slot); err != nil {
 			return err
 		}
-		e.entered++
-		if err := e.issue(); err != nil {
+		if err := e.ring.enter(); err != nil {
 			return err
 		}
 	}
@@ -1081,16 +1017,14 @@ func (e *engine) exitInference(u *unit) error {
 	if u.resident {
 		return nil
 	}
-	e.slotFree[u.slot] = ev
-	e.exited++
-	return e.issue()
+	return e.ring.done(u.pos, ev)
 }
 
 // memoryUsage is what GetGPUMemoryUsage reports.
 func (e *engine) memoryUsage() GPUMemoryUsage {
 	var u GPUMemoryUsage
-	for _, s := range e.slots {
-		u.TransferBlockBytes += s.Size()
+	if e.ring != nil {
+		u.TransferBlockBytes = e.ring.bytes()
 	}
 	u.ResidentBytes = e.fixedBytes
 	for _, x := range e.units {
@@ -1147,12 +1081,13 @@ func (e *engine) freeAll() {
 	for _, b := range e.fixedBufs {
 		b.Free()
 	}
-	for _, b := range e.slots {
-		b.Free()
+	if e.ring != nil {
+		e.ring.free()
+		e.ring = nil
 	}
 	e.staging.Free()
 	e.freeStaging()
-	e.fixedBufs, e.slots, e.staging = nil, nil, nil
+	e.fixedBufs, e.staging = nil, nil
 	if e.copy != nil && e.phase == PhaseIdle {
 		e.copy.Close()
 		e.copy = nil
