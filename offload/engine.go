@@ -3,15 +3,14 @@ package offload
 import (
 	"errors"
 	"fmt"
-	goruntime "runtime"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/place"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -90,8 +89,7 @@ type engine struct {
 
 	replan replanState
 
-	packAlloc, packRead atomic.Int64 // nanoseconds summed over packing goroutines
-	stage               []*runtime.HostBuffer
+	st *stager // packs units into host blocks, uploads weights
 
 	progMu    sync.Mutex
 	progDone  int64
@@ -131,13 +129,6 @@ func (e *engine) weightTotal() {
 	e.progMu.Unlock()
 }
 
-// WeightSource reads parameter bytes by qualified name: a checkpoint, for an
-// engine built without the weights in host memory (LoadModelFromProfile).
-type WeightSource interface {
-	// ReadAt fills dst with bytes [off, off+len(dst)) of the named tensor.
-	ReadAt(name string, dst []byte, off int64) error
-}
-
 func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *engine, err error) {
 	e, err := buildEngine(m, model, cfg, nil)
 	if err != nil {
@@ -164,6 +155,7 @@ func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *en
 func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *engine, err error) {
 	e := &engine{m: m, cfg: cfg, dev: cfg.Device, model: model, tree: model.Node().Tree(), src: src,
 		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}}
+	e.st = newStager(e)
 	mods, err := nn.MatchOutermost(model, cfg.Include, cfg.Exclude)
 	if err != nil {
 		return nil, err
@@ -179,6 +171,16 @@ func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *
 		}
 		if src == nil && t.Bytes() == nil && t.Device() != e.dev {
 			return fmt.Errorf("parameter %s is on %s, not in host memory; build the model on a cpu device so the engine can place its weights", p.Name(), t.Device().Name())
+		}
+		if src != nil {
+			info, err := src.Info(p.Name())
+			if err != nil {
+				return err
+			}
+			if info.DType != t.DType() || !runtime.Shape(info.Shape).Equal(t.Shape()) {
+				return fmt.Errorf("%s: tensor %s is %v %v, the model's parameter %v %v",
+					place.Describe(src), p.Name(), info.DType, runtime.Shape(info.Shape), t.DType(), t.Shape())
+			}
 		}
 		return nil
 	}
@@ -226,8 +228,8 @@ func (e *engine) startDiscovery() error {
 	if err := e.uploadFixed(); err != nil {
 		return err
 	}
-	e.freeStaging()
-	if err := e.packAll(e.units); err != nil {
+	e.st.freeStaging()
+	if err := e.st.packAll(e.units); err != nil {
 		return err
 	}
 	var maxBytes int64
@@ -251,23 +253,6 @@ func (e *engine) closeStream() {
 	}
 }
 
-// readParam fills dst with bytes [off, off+len(dst)) of parameter p, from
-// the weight source or from its host tensor.
-func (e *engine) readParam(p *nn.Parameter, orig *runtime.Tensor, off int64, dst []byte) error {
-	if e.src != nil {
-		return e.src.ReadAt(p.Name(), dst, off)
-	}
-	b := orig.Bytes()
-	if b == nil {
-		return fmt.Errorf("parameter %s is not in host memory", p.Name())
-	}
-	if off < 0 || off+int64(len(dst)) > int64(len(b)) {
-		return fmt.Errorf("parameter %s: read [%d, %d) of %d bytes", p.Name(), off, off+int64(len(dst)), len(b))
-	}
-	copy(dst, b[off:])
-	return nil
-}
-
 // under reports whether m is mod or inside mod's subtree.
 func under(m, mod nn.Module) bool {
 	name, root := m.Node().Name(), mod.Node().Name()
@@ -285,228 +270,6 @@ func exampleNames(root nn.Module) string {
 		}
 	}
 	return strings.Join(names, ", ")
-}
-
-// hostBlock takes a host block for packing: pinned from the device, or Go memory.
-func (e *engine) hostBlock(n int64, label string) (*runtime.HostBuffer, error) {
-	if e.cfg.PinnedMemory {
-		return e.dev.AllocHost(n, label)
-	}
-	return runtime.NewHostBuffer(e.dev, label, make([]byte, n), nil), nil
-}
-
-// pack fills a unit's host block with its parameters.
-func (e *engine) pack(u *unit) error {
-	t0 := time.Now()
-	h, err := e.hostBlock(max(u.bytes, 1), "offload unit "+u.name)
-	if err != nil {
-		return err
-	}
-	t1 := time.Now()
-	defer func() {
-		e.packAlloc.Add(int64(t1.Sub(t0)))
-		e.packRead.Add(int64(time.Since(t1)))
-	}()
-	for i, p := range u.params {
-		if err := e.readParam(p, u.orig[i], 0, h.Bytes()[u.offs[i]:u.offs[i]+u.orig[i].NumBytes()]); err != nil {
-			h.Free()
-			return err
-		}
-	}
-	u.host = h
-	e.placed(u.bytes)
-	return nil
-}
-
-// packAll packs units on several goroutines (copies from memory or reads
-// from files both gain from parallelism).
-func (e *engine) packAll(units []*unit) error {
-	start := time.Now()
-	e.packAlloc.Store(0)
-	e.packRead.Store(0)
-	defer func() {
-		e.trace("pack: wall", time.Since(start))
-		e.trace("pack: pinned alloc", time.Duration(e.packAlloc.Load()))
-		e.trace("pack: read", time.Duration(e.packRead.Load()))
-	}()
-	work := make(chan *unit, len(units))
-	for _, u := range units {
-		work <- u
-	}
-	close(work)
-	errs := make(chan error, len(units))
-	workers := min(8, max(1, goruntime.GOMAXPROCS(0)), len(units))
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for u := range work {
-				if err := e.pack(u); err != nil {
-					errs <- fmt.Errorf("packing unit %s: %w", u.name, err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
-}
-
-// uploadFixed places the non-unit parameters on the device in one buffer.
-// Parameters already on the device stay where they are.
-func (e *engine) uploadFixed() error {
-	var ps []*nn.Parameter
-	var origs []*runtime.Tensor
-	for i, p := range e.fixed {
-		if e.fixedOrig[i].Device() != e.dev {
-			ps = append(ps, p)
-			origs = append(origs, e.fixedOrig[i])
-		}
-	}
-	return e.uploadParams(ps, origs, "offload resident parameters")
-}
-
-// uploadParams copies params into one new device buffer and binds them to
-// views of it.
-func (e *engine) uploadParams(ps []*nn.Parameter, origs []*runtime.Tensor, label string) error {
-	if len(ps) == 0 {
-		return nil
-	}
-	offs := make([]int64, len(ps))
-	var n int64
-	for i, t := range origs {
-		offs[i] = n
-		n = alignUp(n + t.NumBytes())
-	}
-	buf, err := e.dev.Alloc(n, label)
-	if err != nil {
-		return err
-	}
-	if err := e.fillDevice(buf, ps, origs, offs); err != nil {
-		buf.Free()
-		return err
-	}
-	e.fixedBufs = append(e.fixedBufs, buf)
-	e.fixedBytes += n
-	for i, p := range ps {
-		v, err := runtime.TensorOn(buf, offs[i], origs[i].DType(), origs[i].Shape())
-		if err != nil {
-			return err
-		}
-		if err := p.Bind(v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// stageChunk is the size of each host staging buffer through which
-// fillDevice uploads, and stageBuffers their number.
-const (
-	stageChunk   = 64 << 20
-	stageBuffers = 4
-)
-
-// stagingBuffers returns the engine's host staging buffers for uploads,
-// allocating them on first use (pinned allocations are slow: they are taken
-// once per set-up, not per upload).
-func (e *engine) stagingBuffers() ([]*runtime.HostBuffer, error) {
-	if e.stage != nil {
-		return e.stage, nil
-	}
-	for i := 0; i < stageBuffers; i++ {
-		h, err := e.hostBlock(stageChunk, "offload upload staging")
-		if err != nil {
-			e.freeStaging()
-			return nil, err
-		}
-		e.stage = append(e.stage, h)
-	}
-	return e.stage, nil
-}
-
-// freeStaging returns the staging buffers.
-func (e *engine) freeStaging() {
-	for _, h := range e.stage {
-		h.Free()
-	}
-	e.stage = nil
-}
-
-// fillDevice writes params[i] at offs[i] of buf through a few host staging
-// buffers: chunks are read (from memory or a file) on several goroutines
-// while earlier chunks are copied to the device, so reading and copying
-// overlap. Stream calls stay on the calling goroutine. It returns when the
-// copies are done.
-func (e *engine) fillDevice(buf *runtime.DeviceBuffer, ps []*nn.Parameter, origs []*runtime.Tensor, offs []int64) error {
-	type chunk struct {
-		p      *nn.Parameter
-		orig   *runtime.Tensor
-		off, n int64
-		dst    int64
-	}
-	var jobs []chunk
-	for i, p := range ps {
-		n := origs[i].NumBytes()
-		for off := int64(0); off < n; off += stageChunk {
-			jobs = append(jobs, chunk{p: p, orig: origs[i], off: off, n: min(stageChunk, n-off), dst: offs[i] + off})
-		}
-	}
-	if len(jobs) == 0 {
-		return nil
-	}
-	stage, err := e.stagingBuffers()
-	if err != nil {
-		return err
-	}
-	k := min(len(stage), len(jobs))
-	readDone := make([]chan error, len(jobs))
-	started := 0
-	startRead := func(i int) {
-		ch := make(chan error, 1)
-		readDone[i] = ch
-		j, h := jobs[i], stage[i%k]
-		go func() { ch <- e.readParam(j.p, j.orig, j.off, h.Bytes()[:j.n]) }()
-		started = i + 1
-	}
-	// drain waits for reads in flight, so no goroutine writes a staging
-	// buffer after it is freed.
-	drain := func(from int) {
-		for i := from; i < started; i++ {
-			<-readDone[i]
-		}
-		_ = e.copy.Synchronize()
-	}
-	for i := 0; i < k; i++ {
-		startRead(i)
-	}
-	evs := make([]runtime.Event, k)
-	for i, j := range jobs {
-		if err := <-readDone[i]; err != nil {
-			drain(i + 1)
-			return err
-		}
-		if err := e.copy.CopyH2D(buf, j.dst, stage[i%k], 0, j.n); err != nil {
-			drain(i + 1)
-			return err
-		}
-		ev, err := e.copy.Record()
-		if err != nil {
-			drain(i + 1)
-			return err
-		}
-		evs[i%k] = ev
-		e.placed(j.n)
-		if i+k < len(jobs) {
-			if err := ev.Synchronize(); err != nil { // the buffer is free again
-				drain(i + 1)
-				return err
-			}
-			startRead(i + k)
-		}
-	}
-	return e.copy.Synchronize()
 }
 
 // syncCopy copies n bytes host→device on the copy stream after the compute
@@ -952,25 +715,6 @@ func (e *engine) placeResident() error {
 	return nil
 }
 
-// makeResident copies a packed unit to a device buffer of its own, binds
-// its parameters there and frees its host block.
-func (e *engine) makeResident(u *unit) error {
-	buf, err := e.dev.Alloc(max(u.bytes, 1), "offload resident unit "+u.name)
-	if err != nil {
-		return err
-	}
-	u.dev = buf
-	if err := e.syncCopy(buf, u.host, u.bytes); err != nil {
-		return err
-	}
-	if err := e.copy.Synchronize(); err != nil {
-		return err
-	}
-	u.host.Free()
-	u.host = nil
-	return e.bindTo(u, buf)
-}
-
 func (e *engine) enterInference(u *unit) error {
 	c := e.dev.Compute()
 	timed := e.measuring()
@@ -1086,7 +830,7 @@ func (e *engine) freeAll() {
 		e.ring = nil
 	}
 	e.staging.Free()
-	e.freeStaging()
+	e.st.freeStaging()
 	e.fixedBufs, e.staging = nil, nil
 	if e.copy != nil && e.phase == PhaseIdle {
 		e.copy.Close()

@@ -221,7 +221,7 @@ func (e *engine) replace(p Plan) error {
 			toStream = append(toStream, u)
 		}
 	}
-	if err := e.packAll(toStream); err != nil {
+	if err := e.st.packAll(toStream); err != nil {
 		return err
 	}
 	for _, u := range toStream {

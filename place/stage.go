@@ -51,6 +51,9 @@ type StagerOptions struct {
 	// HostAlloc takes a staging buffer; nil means the device's AllocHost
 	// (pinned memory on a GPU).
 	HostAlloc func(n int64, label string) (*runtime.HostBuffer, error)
+	// Label names the staging buffers' allocations ("weight upload
+	// staging" if empty).
+	Label string
 	// Placed, when set, is told the bytes of each chunk as its copy is
 	// enqueued (progress reporting).
 	Placed func(n int64)
@@ -64,6 +67,9 @@ func NewStager(dev runtime.Device, o StagerOptions) *Stager {
 	if o.Buffers <= 0 {
 		o.Buffers = DefaultBuffers
 	}
+	if o.Label == "" {
+		o.Label = "weight upload staging"
+	}
 	if o.HostAlloc == nil {
 		o.HostAlloc = dev.AllocHost
 	}
@@ -76,7 +82,7 @@ func (s *Stager) staging() ([]*runtime.HostBuffer, error) {
 		return s.buffers, nil
 	}
 	for i := 0; i < s.opts.Buffers; i++ {
-		h, err := s.opts.HostAlloc(s.opts.ChunkBytes, "weight upload staging")
+		h, err := s.opts.HostAlloc(s.opts.ChunkBytes, s.opts.Label)
 		if err != nil {
 			s.Free()
 			return nil, err
