@@ -2,6 +2,7 @@ package nn
 
 import (
 	"errors"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -206,5 +207,28 @@ func TestCallPanicWithoutHooks(t *testing.T) {
 	_, p := callOutcome(blocks[0], func() error { panic("plain") })
 	if p != "plain" {
 		t.Fatalf("panic %v", p)
+	}
+}
+
+// TestCallGoexit: a forward that ends its goroutine (runtime.Goexit, as
+// t.Fatal does) still exits every hook entered, and the goroutine exits
+// rather than panicking.
+func TestCallGoexit(t *testing.T) {
+	root, blocks, _ := tree(t)
+	var log []string
+	root.Node().Tree().AddHook(&traceHook{tag: "1", log: &log})
+	done := make(chan any, 1)
+	go func() {
+		defer func() { done <- recover() }()
+		_ = Call(blocks[0], func() error {
+			return Call(blocks[0].A, func() error { goruntime.Goexit(); return nil })
+		})
+	}()
+	if p := <-done; p != nil {
+		t.Fatalf("Goexit became a panic: %v", p)
+	}
+	want := []string{"1>layers.0", "1>layers.0.a", "1<layers.0.a!", "1<layers.0!"}
+	if !slices.Equal(log, want) {
+		t.Fatalf("log %v, want %v", log, want)
 	}
 }

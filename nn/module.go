@@ -251,15 +251,22 @@ func Call(m Module, fn func() error) error {
 		if finished {
 			return
 		}
+		// r is nil only when the goroutine is exiting (runtime.Goexit, as
+		// t.Fatal in a forward does): the exits run and the exit goes on.
 		r := recover()
 		perr := fmt.Errorf("module %q: %w: %v", m.Node().name, ErrPanicked, r)
+		if r == nil {
+			perr = fmt.Errorf("module %q: %w: the goroutine exited during the forward", m.Node().name, ErrPanicked)
+		}
 		func() {
 			// A hook that panics again while the first panic unwinds loses to
 			// the first one; the remaining exits still run.
 			defer func() { _ = recover() }()
 			exitHooks(hooks[:entered], m, perr)
 		}()
-		panic(r)
+		if r != nil {
+			panic(r)
+		}
 	}()
 	var err error
 	for _, h := range hooks {
@@ -288,13 +295,15 @@ func exitHooks(hooks []Hook, m Module, err error) error {
 		if exited {
 			return
 		}
-		r := recover()
+		r := recover() // nil when the goroutine is exiting (see Call)
 		perr := fmt.Errorf("module %q: exit hook: %w: %v", m.Node().name, ErrPanicked, r)
 		func() {
 			defer func() { _ = recover() }()
 			exitHooks(rest, m, perr)
 		}()
-		panic(r)
+		if r != nil {
+			panic(r)
+		}
 	}()
 	err = hooks[len(hooks)-1].Exit(m, err)
 	exited = true
