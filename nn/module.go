@@ -226,8 +226,19 @@ func (t *Tree) SetReadObserver(f func(*Parameter)) {
 	t.observer.Store(&f)
 }
 
+// ErrPanicked is what the exit hooks see (wrapped, with the panic's value)
+// when a forward panicked; the panic itself goes on to Call's caller.
+var ErrPanicked = errors.New("forward panicked")
+
 // Call runs fn as m's forward with the tree's hooks around it. Every module's
 // forward goes through here.
+//
+// Hooks are defer-safe: every hook whose Enter succeeded gets its Exit, in
+// reverse order, also when fn (or a hook) panics. After a panic the exits see
+// an error wrapping ErrPanicked, and the panic then propagates to the caller
+// unchanged, so a caller that recovers sees it. The hooks of one Call are
+// those installed when it began: a hook removed during a forward still exits
+// the calls it entered.
 func Call(m Module, fn func() error) error {
 	t := m.Node().tree
 	if t == nil {
@@ -239,6 +250,28 @@ func Call(m Module, fn func() error) error {
 	}
 	hooks := *hp
 	entered := 0
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		// r is nil only when the goroutine is exiting (runtime.Goexit, as
+		// t.Fatal in a forward does): the exits run and the exit goes on.
+		r := recover()
+		perr := fmt.Errorf("module %q: %w: %v", m.Node().name, ErrPanicked, r)
+		if r == nil {
+			perr = fmt.Errorf("module %q: %w: the goroutine exited during the forward", m.Node().name, ErrPanicked)
+		}
+		func() {
+			// A hook that panics again while the first panic unwinds loses to
+			// the first one; the remaining exits still run.
+			defer func() { _ = recover() }()
+			exitHooks(hooks[:entered], m, perr)
+		}()
+		if r != nil {
+			panic(r)
+		}
+	}()
 	var err error
 	for _, h := range hooks {
 		if err = h.Enter(m); err != nil {
@@ -249,10 +282,36 @@ func Call(m Module, fn func() error) error {
 	if err == nil {
 		err = fn()
 	}
-	for i := entered - 1; i >= 0; i-- {
-		err = hooks[i].Exit(m, err)
+	finished = true
+	return exitHooks(hooks[:entered], m, err)
+}
+
+// exitHooks runs the hooks' exits last to first, threading the error. When
+// one panics, the ones before it still exit (seeing ErrPanicked) and the
+// panic propagates.
+func exitHooks(hooks []Hook, m Module, err error) error {
+	if len(hooks) == 0 {
+		return err
 	}
-	return err
+	rest := hooks[:len(hooks)-1]
+	exited := false
+	defer func() {
+		if exited {
+			return
+		}
+		r := recover() // nil when the goroutine is exiting (see Call)
+		perr := fmt.Errorf("module %q: exit hook: %w: %v", m.Node().name, ErrPanicked, r)
+		func() {
+			defer func() { _ = recover() }()
+			exitHooks(rest, m, perr)
+		}()
+		if r != nil {
+			panic(r)
+		}
+	}()
+	err = hooks[len(hooks)-1].Exit(m, err)
+	exited = true
+	return exitHooks(rest, m, err)
 }
 
 // Modules lists root and every module under it, depth first in attach order.

@@ -3,15 +3,14 @@ package offload
 import (
 	"errors"
 	"fmt"
-	goruntime "runtime"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/place"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -34,6 +33,7 @@ type unit struct {
 	dev      *runtime.DeviceBuffer // the resident copy (INFERENCE)
 	resident bool
 	slot     int // transfer slot of a streamed unit
+	pos      int // a streamed unit's position in the ring's run order
 	samples  []float64
 	views    map[*runtime.DeviceBuffer][]*runtime.Tensor
 	shared   map[*nn.Parameter]bool // parameters made resident because another unit reads them
@@ -79,26 +79,17 @@ type engine struct {
 	discoverErr error
 
 	// INFERENCE
-	curve    H2DCurve
-	plan     Plan
-	planIn   PlanInput
-	budget   int64
-	slots    []*runtime.DeviceBuffer
-	slotFree []runtime.Event // compute event after the slot's last reader
-	slotOcc  []int           // global copy index of the slot's latest occupant, -1 for none
-	ready    []runtime.Event // copy-stream event per slot: its latest copy is done
-	streamed []*unit
-	issued   int // copies issued, counted over passes
-	entered  int // streamed-unit entries, counted over passes
-	exited   int // streamed-unit exits, counted over passes
-	pending  map[int]*copyTiming
+	curve  H2DCurve
+	plan   Plan
+	planIn PlanInput
+	budget int64
+	ring   *ring // the transfer slots of the streamed units
 
 	timing timingState
 
 	replan replanState
 
-	packAlloc, packRead atomic.Int64 // nanoseconds summed over packing goroutines
-	stage               []*runtime.HostBuffer
+	st *stager // packs units into host blocks, uploads weights
 
 	progMu    sync.Mutex
 	progDone  int64
@@ -138,13 +129,6 @@ func (e *engine) weightTotal() {
 	e.progMu.Unlock()
 }
 
-// WeightSource reads parameter bytes by qualified name: a checkpoint, for an
-// engine built without the weights in host memory (LoadModelFromProfile).
-type WeightSource interface {
-	// ReadAt fills dst with bytes [off, off+len(dst)) of the named tensor.
-	ReadAt(name string, dst []byte, off int64) error
-}
-
 func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *engine, err error) {
 	e, err := buildEngine(m, model, cfg, nil)
 	if err != nil {
@@ -170,8 +154,8 @@ func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *en
 // shapes and dtypes (meta tensors).
 func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *engine, err error) {
 	e := &engine{m: m, cfg: cfg, dev: cfg.Device, model: model, tree: model.Node().Tree(), src: src,
-		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{},
-		pending: map[int]*copyTiming{}}
+		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}}
+	e.st = newStager(e)
 	mods, err := nn.MatchOutermost(model, cfg.Include, cfg.Exclude)
 	if err != nil {
 		return nil, err
@@ -187,6 +171,16 @@ func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *
 		}
 		if src == nil && t.Bytes() == nil && t.Device() != e.dev {
 			return fmt.Errorf("parameter %s is on %s, not in host memory; build the model on a cpu device so the engine can place its weights", p.Name(), t.Device().Name())
+		}
+		if src != nil {
+			info, err := src.Info(p.Name())
+			if err != nil {
+				return err
+			}
+			if info.DType != t.DType() || !runtime.Shape(info.Shape).Equal(t.Shape()) {
+				return fmt.Errorf("%s: tensor %s is %v %v, the model's parameter %v %v",
+					place.Describe(src), p.Name(), info.DType, runtime.Shape(info.Shape), t.DType(), t.Shape())
+			}
 		}
 		return nil
 	}
@@ -234,8 +228,8 @@ func (e *engine) startDiscovery() error {
 	if err := e.uploadFixed(); err != nil {
 		return err
 	}
-	e.freeStaging()
-	if err := e.packAll(e.units); err != nil {
+	e.st.freeStaging()
+	if err := e.st.packAll(e.units); err != nil {
 		return err
 	}
 	var maxBytes int64
@@ -259,23 +253,6 @@ func (e *engine) closeStream() {
 	}
 }
 
-// readParam fills dst with bytes [off, off+len(dst)) of parameter p, from
-// the weight source or from its host tensor.
-func (e *engine) readParam(p *nn.Parameter, orig *runtime.Tensor, off int64, dst []byte) error {
-	if e.src != nil {
-		return e.src.ReadAt(p.Name(), dst, off)
-	}
-	b := orig.Bytes()
-	if b == nil {
-		return fmt.Errorf("parameter %s is not in host memory", p.Name())
-	}
-	if off < 0 || off+int64(len(dst)) > int64(len(b)) {
-		return fmt.Errorf("parameter %s: read [%d, %d) of %d bytes", p.Name(), off, off+int64(len(dst)), len(b))
-	}
-	copy(dst, b[off:])
-	return nil
-}
-
 // under reports whether m is mod or inside mod's subtree.
 func under(m, mod nn.Module) bool {
 	name, root := m.Node().Name(), mod.Node().Name()
@@ -293,228 +270,6 @@ func exampleNames(root nn.Module) string {
 		}
 	}
 	return strings.Join(names, ", ")
-}
-
-// hostBlock takes a host block for packing: pinned from the device, or Go memory.
-func (e *engine) hostBlock(n int64, label string) (*runtime.HostBuffer, error) {
-	if e.cfg.PinnedMemory {
-		return e.dev.AllocHost(n, label)
-	}
-	return runtime.NewHostBuffer(e.dev, label, make([]byte, n), nil), nil
-}
-
-// pack fills a unit's host block with its parameters.
-func (e *engine) pack(u *unit) error {
-	t0 := time.Now()
-	h, err := e.hostBlock(max(u.bytes, 1), "offload unit "+u.name)
-	if err != nil {
-		return err
-	}
-	t1 := time.Now()
-	defer func() {
-		e.packAlloc.Add(int64(t1.Sub(t0)))
-		e.packRead.Add(int64(time.Since(t1)))
-	}()
-	for i, p := range u.params {
-		if err := e.readParam(p, u.orig[i], 0, h.Bytes()[u.offs[i]:u.offs[i]+u.orig[i].NumBytes()]); err != nil {
-			h.Free()
-			return err
-		}
-	}
-	u.host = h
-	e.placed(u.bytes)
-	return nil
-}
-
-// packAll packs units on several goroutines (copies from memory or reads
-// from files both gain from parallelism).
-func (e *engine) packAll(units []*unit) error {
-	start := time.Now()
-	e.packAlloc.Store(0)
-	e.packRead.Store(0)
-	defer func() {
-		e.trace("pack: wall", time.Since(start))
-		e.trace("pack: pinned alloc", time.Duration(e.packAlloc.Load()))
-		e.trace("pack: read", time.Duration(e.packRead.Load()))
-	}()
-	work := make(chan *unit, len(units))
-	for _, u := range units {
-		work <- u
-	}
-	close(work)
-	errs := make(chan error, len(units))
-	workers := min(8, max(1, goruntime.GOMAXPROCS(0)), len(units))
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for u := range work {
-				if err := e.pack(u); err != nil {
-					errs <- fmt.Errorf("packing unit %s: %w", u.name, err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
-}
-
-// uploadFixed places the non-unit parameters on the device in one buffer.
-// Parameters already on the device stay where they are.
-func (e *engine) uploadFixed() error {
-	var ps []*nn.Parameter
-	var origs []*runtime.Tensor
-	for i, p := range e.fixed {
-		if e.fixedOrig[i].Device() != e.dev {
-			ps = append(ps, p)
-			origs = append(origs, e.fixedOrig[i])
-		}
-	}
-	return e.uploadParams(ps, origs, "offload resident parameters")
-}
-
-// uploadParams copies params into one new device buffer and binds them to
-// views of it.
-func (e *engine) uploadParams(ps []*nn.Parameter, origs []*runtime.Tensor, label string) error {
-	if len(ps) == 0 {
-		return nil
-	}
-	offs := make([]int64, len(ps))
-	var n int64
-	for i, t := range origs {
-		offs[i] = n
-		n = alignUp(n + t.NumBytes())
-	}
-	buf, err := e.dev.Alloc(n, label)
-	if err != nil {
-		return err
-	}
-	if err := e.fillDevice(buf, ps, origs, offs); err != nil {
-		buf.Free()
-		return err
-	}
-	e.fixedBufs = append(e.fixedBufs, buf)
-	e.fixedBytes += n
-	for i, p := range ps {
-		v, err := runtime.TensorOn(buf, offs[i], origs[i].DType(), origs[i].Shape())
-		if err != nil {
-			return err
-		}
-		if err := p.Bind(v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// stageChunk is the size of each host staging buffer through which
-// fillDevice uploads, and stageBuffers their number.
-const (
-	stageChunk   = 64 << 20
-	stageBuffers = 4
-)
-
-// stagingBuffers returns the engine's host staging buffers for uploads,
-// allocating them on first use (pinned allocations are slow: they are taken
-// once per set-up, not per upload).
-func (e *engine) stagingBuffers() ([]*runtime.HostBuffer, error) {
-	if e.stage != nil {
-		return e.stage, nil
-	}
-	for i := 0; i < stageBuffers; i++ {
-		h, err := e.hostBlock(stageChunk, "offload upload staging")
-		if err != nil {
-			e.freeStaging()
-			return nil, err
-		}
-		e.stage = append(e.stage, h)
-	}
-	return e.stage, nil
-}
-
-// freeStaging returns the staging buffers.
-func (e *engine) freeStaging() {
-	for _, h := range e.stage {
-		h.Free()
-	}
-	e.stage = nil
-}
-
-// fillDevice writes params[i] at offs[i] of buf through a few host staging
-// buffers: chunks are read (from memory or a file) on several goroutines
-// while earlier chunks are copied to the device, so reading and copying
-// overlap. Stream calls stay on the calling goroutine. It returns when the
-// copies are done.
-func (e *engine) fillDevice(buf *runtime.DeviceBuffer, ps []*nn.Parameter, origs []*runtime.Tensor, offs []int64) error {
-	type chunk struct {
-		p      *nn.Parameter
-		orig   *runtime.Tensor
-		off, n int64
-		dst    int64
-	}
-	var jobs []chunk
-	for i, p := range ps {
-		n := origs[i].NumBytes()
-		for off := int64(0); off < n; off += stageChunk {
-			jobs = append(jobs, chunk{p: p, orig: origs[i], off: off, n: min(stageChunk, n-off), dst: offs[i] + off})
-		}
-	}
-	if len(jobs) == 0 {
-		return nil
-	}
-	stage, err := e.stagingBuffers()
-	if err != nil {
-		return err
-	}
-	k := min(len(stage), len(jobs))
-	readDone := make([]chan error, len(jobs))
-	started := 0
-	startRead := func(i int) {
-		ch := make(chan error, 1)
-		readDone[i] = ch
-		j, h := jobs[i], stage[i%k]
-		go func() { ch <- e.readParam(j.p, j.orig, j.off, h.Bytes()[:j.n]) }()
-		started = i + 1
-	}
-	// drain waits for reads in flight, so no goroutine writes a staging
-	// buffer after it is freed.
-	drain := func(from int) {
-		for i := from; i < started; i++ {
-			<-readDone[i]
-		}
-		_ = e.copy.Synchronize()
-	}
-	for i := 0; i < k; i++ {
-		startRead(i)
-	}
-	evs := make([]runtime.Event, k)
-	for i, j := range jobs {
-		if err := <-readDone[i]; err != nil {
-			drain(i + 1)
-			return err
-		}
-		if err := e.copy.CopyH2D(buf, j.dst, stage[i%k], 0, j.n); err != nil {
-			drain(i + 1)
-			return err
-		}
-		ev, err := e.copy.Record()
-		if err != nil {
-			drain(i + 1)
-			return err
-		}
-		evs[i%k] = ev
-		e.placed(j.n)
-		if i+k < len(jobs) {
-			if err := ev.Synchronize(); err != nil { // the buffer is free again
-				drain(i + 1)
-				return err
-			}
-			startRead(i + k)
-		}
-	}
-	return e.copy.Synchronize()
 }
 
 // syncCopy copies n bytes host→device on the copy stream after the compute
@@ -584,16 +339,23 @@ func (e *engine) observe(p *nn.Parameter) {
 // Enter is the trap at each module's entry.
 func (e *engine) Enter(mod nn.Module) error {
 	if mod == e.model {
+		// The manager stays locked for the pass (Exit unlocks it); an entry
+		// that fails or panics gives the lock back here, as nn.Call runs no
+		// Exit for it.
 		e.m.mu.Lock()
+		entered := false
+		defer func() {
+			if !entered {
+				e.m.mu.Unlock()
+			}
+		}()
 		if e.failed != nil {
-			e.m.mu.Unlock()
 			return fmt.Errorf("%w: %v", ErrEngineFailed, e.failed)
 		}
 		if err := e.beginPass(); err != nil {
-			e.m.mu.Unlock()
 			return err
 		}
-		e.inForward = true
+		e.inForward, entered = true, true
 		return nil
 	}
 	u := e.byMod[mod]
@@ -619,6 +381,9 @@ func (e *engine) Enter(mod nn.Module) error {
 // Exit is the trap at each module's exit.
 func (e *engine) Exit(mod nn.Module, ferr error) error {
 	if mod == e.model {
+		// Unlocked even when finishing panics. After a panicking forward
+		// ferr wraps nn.ErrPanicked: the pass is abandoned like a failed
+		// one (copies drained, slots freed) before the panic goes on.
 		defer e.m.mu.Unlock()
 		e.inForward = false
 		return e.finishPass(ferr)
@@ -683,15 +448,16 @@ func (e *engine) resync() {
 			e.fail(fmt.Errorf("copy stream failed (%v) and cannot be replaced: %w", err, serr))
 		} else {
 			e.copy = s
+			if e.ring != nil {
+				e.ring.copy = s
+			}
 		}
 	}
 	_ = e.dev.Compute().Synchronize()
 	if e.phase == PhaseInference {
-		e.issued, e.entered, e.exited = 0, 0, 0
-		for i := range e.slotOcc {
-			e.slotOcc[i], e.slotFree[i], e.ready[i] = -1, nil, nil
+		if e.ring != nil {
+			e.ring.reset()
 		}
-		e.pending = map[int]*copyTiming{}
 		e.timing.abort()
 	}
 }
@@ -917,24 +683,20 @@ func (e *engine) startInference() error {
 // transfer blocks and enters INFERENCE.
 func (e *engine) allocSlots() error {
 	plan := e.plan
-	e.streamed = e.streamed[:0]
+	var streamed []ringUnit
 	for i, u := range e.units {
 		u.resident = plan.Resident[i]
 		if !u.resident {
-			u.slot = plan.SlotOf[i]
-			e.streamed = append(e.streamed, u)
+			u.slot, u.pos = plan.SlotOf[i], len(streamed)
+			streamed = append(streamed, ringUnit{name: u.name, slot: u.slot, host: u.host, bytes: u.bytes})
 		}
 	}
-	for s := 0; s < plan.Slots; s++ {
-		buf, err := e.dev.Alloc(plan.SlotBytes, fmt.Sprintf("offload transfer block %d", s))
-		if err != nil {
-			return err
-		}
-		e.slots = append(e.slots, buf)
-		e.slotFree = append(e.slotFree, nil)
-		e.ready = append(e.ready, nil)
-		e.slotOcc = append(e.slotOcc, -1)
+	r, err := newRing(e.dev, e.copy, plan.Slots, plan.SlotBytes, streamed)
+	if err != nil {
+		return err
 	}
+	r.timeCopies = e.cfg.OffloadTiming != TimingOff
+	e.ring = r
 	e.phase, e.passes = PhaseInference, 0
 	return nil
 }
@@ -953,99 +715,27 @@ func (e *engine) placeResident() error {
 	return nil
 }
 
-// makeResident copies a packed unit to a device buffer of its own, binds
-// its parameters there and frees its host block.
-func (e *engine) makeResident(u *unit) error {
-	buf, err := e.dev.Alloc(max(u.bytes, 1), "offload resident unit "+u.name)
-	if err != nil {
-		return err
-	}
-	u.dev = buf
-	if err := e.syncCopy(buf, u.host, u.bytes); err != nil {
-		return err
-	}
-	if err := e.copy.Synchronize(); err != nil {
-		return err
-	}
-	u.host.Free()
-	u.host = nil
-	return e.bindTo(u, buf)
-}
-
-// issue enqueues as many prefetch copies as free slots allow: copy g (the
-// g-th over all passes) carries streamed unit g mod N into its slot once the
-// slot's previous occupant has finished computing.
-func (e *engine) issue() error {
-	n := len(e.streamed)
-	for {
-		g := e.issued
-		u := e.streamed[g%n]
-		s := u.slot
-		if e.slotOcc[s] >= e.exited {
-			return nil // the slot's occupant has not run yet
-		}
-		if e.slotFree[s] != nil {
-			if err := e.copy.Wait(e.slotFree[s]); err != nil {
-				return err
-			}
-		}
-		var ct *copyTiming
-		if e.cfg.OffloadTiming != TimingOff {
-			ct = &copyTiming{bytes: u.bytes}
-			var err error
-			if ct.start, err = e.copy.Record(); err != nil {
-				return err
-			}
-		}
-		if err := e.copy.CopyH2D(e.slots[s], 0, u.host, 0, u.bytes); err != nil {
-			return err
-		}
-		ev, err := e.copy.Record()
-		if err != nil {
-			return err
-		}
-		if ct != nil {
-			ct.end = ev
-			e.pending[g] = ct
-		}
-		e.ready[s], e.slotOcc[s] = ev, g
-		e.issued++
-	}
-}
-
 func (e *engine) enterInference(u *unit) error {
 	c := e.dev.Compute()
 	timed := e.measuring()
 	if !u.resident {
-		g := e.entered
-		if want := e.streamed[g%len(e.streamed)]; want != u {
-			return fmt.Errorf("offload: streamed unit %s entered where the plan expects %s (units must run in the same order every pass)", u.name, want.name)
-		}
-		for e.issued <= g {
-			before := e.issued
-			if err := e.issue(); err != nil {
-				return err
-			}
-			if e.issued == before {
-				return fmt.Errorf("offload: no free transfer block for unit %s", u.name)
-			}
-		}
+		var onWait func(*copyTiming) error
 		if timed {
-			var err error
-			if u.waitStart, err = c.Record(); err != nil {
+			onWait = func(ct *copyTiming) error {
+				var err error
+				u.waitStart, err = c.Record()
+				u.copyRec = ct
 				return err
 			}
-			u.copyRec = e.pending[g]
-			delete(e.pending, g)
 		}
-		if err := c.Wait(e.ready[u.slot]); err != nil {
+		slot, err := e.ring.acquire(u.pos, onWait)
+		if err != nil {
 			return err
 		}
-		if err := e.bindTo(u, e.slots[u.slot]); err != nil {
+		if err := e.bindTo(u, slot); err != nil {
 			return err
 		}
-		e.entered++
-		if err := e.issue(); err != nil {
+		if err := e.ring.enter(); err != nil {
 			return err
 		}
 	}
@@ -1071,16 +761,14 @@ func (e *engine) exitInference(u *unit) error {
 	if u.resident {
 		return nil
 	}
-	e.slotFree[u.slot] = ev
-	e.exited++
-	return e.issue()
+	return e.ring.done(u.pos, ev)
 }
 
 // memoryUsage is what GetGPUMemoryUsage reports.
 func (e *engine) memoryUsage() GPUMemoryUsage {
 	var u GPUMemoryUsage
-	for _, s := range e.slots {
-		u.TransferBlockBytes += s.Size()
+	if e.ring != nil {
+		u.TransferBlockBytes = e.ring.bytes()
 	}
 	u.ResidentBytes = e.fixedBytes
 	for _, x := range e.units {
@@ -1137,12 +825,13 @@ func (e *engine) freeAll() {
 	for _, b := range e.fixedBufs {
 		b.Free()
 	}
-	for _, b := range e.slots {
-		b.Free()
+	if e.ring != nil {
+		e.ring.free()
+		e.ring = nil
 	}
 	e.staging.Free()
-	e.freeStaging()
-	e.fixedBufs, e.slots, e.staging = nil, nil, nil
+	e.st.freeStaging()
+	e.fixedBufs, e.staging = nil, nil
 	if e.copy != nil && e.phase == PhaseIdle {
 		e.copy.Close()
 		e.copy = nil

@@ -23,11 +23,13 @@ func PipelineStateOf(name string) PipelineState {
 	if e == nil {
 		return PipelineState{}
 	}
-	st := PipelineState{Offloaded: true, InForward: e.inForward, Failed: e.failed,
-		Issued: e.issued, Entered: e.entered, Exited: e.exited, Pending: len(e.pending)}
+	st := PipelineState{Offloaded: true, InForward: e.inForward, Failed: e.failed}
 	if e.active != nil {
 		st.Active = e.active.name
 	}
-	st.SlotOcc = append(st.SlotOcc, e.slotOcc...)
+	if r := e.ring; r != nil {
+		st.Issued, st.Entered, st.Exited, st.Pending = r.issued, r.entered, r.exited, len(r.pending)
+		st.SlotOcc = append(st.SlotOcc, r.occ...)
+	}
 	return st
 }

@@ -394,9 +394,9 @@ func (e *engine) startFromState(st *State) error {
 		}
 	}
 	packed := make(chan error, 1)
-	go func() { packed <- e.packAll(streamed) }()
+	go func() { packed <- e.st.packAll(streamed) }()
 	err := e.placeFromState(st)
-	e.freeStaging()
+	e.st.freeStaging()
 	if perr := <-packed; err == nil {
 		err = perr
 	}
@@ -467,7 +467,7 @@ func (e *engine) placeResidentFrom(resident []bool) error {
 			return err
 		}
 		u.dev = buf
-		if err := e.fillDevice(buf, u.params, u.orig, u.offs); err != nil {
+		if err := e.st.fill(e.copy, buf, u.params, u.orig, u.offs); err != nil {
 			return err
 		}
 		if err := e.bindTo(u, buf); err != nil {

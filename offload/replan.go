@@ -211,19 +211,17 @@ func (e *engine) replace(p Plan) error {
 	if err := e.dev.Compute().Synchronize(); err != nil {
 		return err
 	}
-	for _, b := range e.slots {
-		b.Free()
+	if e.ring != nil {
+		e.ring.free()
+		e.ring = nil
 	}
-	e.slots, e.slotFree, e.ready, e.slotOcc = nil, nil, nil, nil
-	e.issued, e.entered, e.exited = 0, 0, 0
-	e.pending = map[int]*copyTiming{}
 	var toStream []*unit
 	for i, u := range e.units {
 		if u.resident && !p.Resident[i] {
 			toStream = append(toStream, u)
 		}
 	}
-	if err := e.packAll(toStream); err != nil {
+	if err := e.st.packAll(toStream); err != nil {
 		return err
 	}
 	for _, u := range toStream {

@@ -1,0 +1,228 @@
+package offload
+
+import (
+	"fmt"
+	goruntime "runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/place"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// WeightSource is where an engine built without the weights in host memory
+// (LoadModelFromProfile) reads them: the place package's Source, tensors by
+// qualified name. *loader.Checkpoint is one.
+type WeightSource = place.Source
+
+// stageChunk is the size of each host staging buffer through which weights
+// are uploaded, and stageBuffers their number.
+const (
+	stageChunk   = 64 << 20
+	stageBuffers = 4
+)
+
+// stager puts an engine's weights where they go, before and between
+// passes: it packs units into host blocks (pinned when the configuration
+// says so) and uploads parameters and packed blocks to device buffers
+// through the place package's Stager on the engine's copy stream.
+type stager struct {
+	dev    runtime.Device
+	pinned bool
+	src    WeightSource // nil: the parameters' host tensors
+	// up stages reads through host buffers (taken on first use, kept
+	// until freeStaging); blocks copies packed blocks, which need no
+	// staging and whose bytes were reported when packed.
+	up, blocks *place.Stager
+	trace      func(step string, d time.Duration)
+	placed     func(n int64)
+
+	packAlloc, packRead atomic.Int64 // nanoseconds summed over packing goroutines
+}
+
+func newStager(e *engine) *stager {
+	s := &stager{dev: e.dev, pinned: e.cfg.PinnedMemory, src: e.src, trace: e.trace, placed: e.placed}
+	s.up = place.NewStager(e.dev, place.StagerOptions{ChunkBytes: stageChunk, Buffers: stageBuffers,
+		HostAlloc: s.hostBlock, Label: "offload upload staging", Placed: e.placed})
+	s.blocks = place.NewStager(e.dev, place.StagerOptions{HostAlloc: s.hostBlock})
+	return s
+}
+
+// hostBlock takes a host block: pinned from the device, or Go memory.
+func (s *stager) hostBlock(n int64, label string) (*runtime.HostBuffer, error) {
+	if s.pinned {
+		return s.dev.AllocHost(n, label)
+	}
+	return runtime.NewHostBuffer(s.dev, label, make([]byte, n), nil), nil
+}
+
+// read fills dst with bytes [off, off+len(dst)) of parameter p, from the
+// weight source or from its host tensor orig.
+func (s *stager) read(p *nn.Parameter, orig *runtime.Tensor, off int64, dst []byte) error {
+	if s.src != nil {
+		return s.src.ReadAt(p.Name(), dst, off)
+	}
+	b := orig.Bytes()
+	if b == nil {
+		return fmt.Errorf("parameter %s is not in host memory", p.Name())
+	}
+	if off < 0 || off+int64(len(dst)) > int64(len(b)) {
+		return fmt.Errorf("parameter %s: read [%d, %d) of %d bytes", p.Name(), off, off+int64(len(dst)), len(b))
+	}
+	copy(dst, b[off:])
+	return nil
+}
+
+// pack fills a unit's host block with its parameters.
+func (s *stager) pack(u *unit) error {
+	t0 := time.Now()
+	h, err := s.hostBlock(max(u.bytes, 1), "offload unit "+u.name)
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	defer func() {
+		s.packAlloc.Add(int64(t1.Sub(t0)))
+		s.packRead.Add(int64(time.Since(t1)))
+	}()
+	for i, p := range u.params {
+		if err := s.read(p, u.orig[i], 0, h.Bytes()[u.offs[i]:u.offs[i]+u.orig[i].NumBytes()]); err != nil {
+			h.Free()
+			return err
+		}
+	}
+	u.host = h
+	s.placed(u.bytes)
+	return nil
+}
+
+// packAll packs units on several goroutines (copies from memory or reads
+// from files both gain from parallelism).
+func (s *stager) packAll(units []*unit) error {
+	start := time.Now()
+	s.packAlloc.Store(0)
+	s.packRead.Store(0)
+	defer func() {
+		s.trace("pack: wall", time.Since(start))
+		s.trace("pack: pinned alloc", time.Duration(s.packAlloc.Load()))
+		s.trace("pack: read", time.Duration(s.packRead.Load()))
+	}()
+	work := make(chan *unit, len(units))
+	for _, u := range units {
+		work <- u
+	}
+	close(work)
+	errs := make(chan error, len(units))
+	workers := min(8, max(1, goruntime.GOMAXPROCS(0)), len(units))
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for u := range work {
+				if err := s.pack(u); err != nil {
+					errs <- fmt.Errorf("packing unit %s: %w", u.name, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// fill writes params[i] at offs[i] of buf on the copy stream, staged
+// through host buffers (reads overlap copies); it returns when the copies
+// are done.
+func (s *stager) fill(copy runtime.Stream, buf *runtime.DeviceBuffer, ps []*nn.Parameter, origs []*runtime.Tensor, offs []int64) error {
+	pieces := make([]place.Piece, len(ps))
+	for i, p := range ps {
+		p, orig := p, origs[i]
+		pieces[i] = place.Piece{Dst: buf, Off: offs[i], Size: orig.NumBytes(), Name: p.Name(),
+			Read: func(dst []byte, off int64) error { return s.read(p, orig, off, dst) }}
+	}
+	return s.up.Upload(copy, pieces)
+}
+
+// copyBlock copies a packed host block to buf on the copy stream, after
+// the compute stream's work so far, and returns when it is done.
+func (s *stager) copyBlock(copy runtime.Stream, buf *runtime.DeviceBuffer, h *runtime.HostBuffer, n int64, name string) error {
+	ev, err := s.dev.Compute().Record()
+	if err != nil {
+		return err
+	}
+	if err := copy.Wait(ev); err != nil {
+		return err
+	}
+	return s.blocks.Upload(copy, []place.Piece{{Dst: buf, Size: n, From: h, Name: name}})
+}
+
+// freeStaging returns the upload staging buffers (a later upload takes new
+// ones).
+func (s *stager) freeStaging() { s.up.Free() }
+
+// uploadFixed places the non-unit parameters on the device in one buffer.
+// Parameters already on the device stay where they are.
+func (e *engine) uploadFixed() error {
+	var ps []*nn.Parameter
+	var origs []*runtime.Tensor
+	for i, p := range e.fixed {
+		if e.fixedOrig[i].Device() != e.dev {
+			ps = append(ps, p)
+			origs = append(origs, e.fixedOrig[i])
+		}
+	}
+	return e.uploadParams(ps, origs, "offload resident parameters")
+}
+
+// uploadParams copies params into one new device buffer (each at a
+// blockAlign-aligned offset) and binds them to views of it.
+func (e *engine) uploadParams(ps []*nn.Parameter, origs []*runtime.Tensor, label string) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	offs := make([]int64, len(ps))
+	var n int64
+	for i, t := range origs {
+		offs[i] = n
+		n = alignUp(n + t.NumBytes())
+	}
+	buf, err := e.dev.Alloc(n, label)
+	if err != nil {
+		return err
+	}
+	if err := e.st.fill(e.copy, buf, ps, origs, offs); err != nil {
+		buf.Free()
+		return err
+	}
+	e.fixedBufs = append(e.fixedBufs, buf)
+	e.fixedBytes += n
+	for i, p := range ps {
+		v, err := runtime.TensorOn(buf, offs[i], origs[i].DType(), origs[i].Shape())
+		if err != nil {
+			return err
+		}
+		if err := p.Bind(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// makeResident copies a packed unit to a device buffer of its own, binds
+// its parameters there and frees its host block.
+func (e *engine) makeResident(u *unit) error {
+	buf, err := e.dev.Alloc(max(u.bytes, 1), "offload resident unit "+u.name)
+	if err != nil {
+		return err
+	}
+	u.dev = buf
+	if err := e.st.copyBlock(e.copy, buf, u.host, u.bytes, "unit "+u.name); err != nil {
+		return err
+	}
+	u.host.Free()
+	u.host = nil
+	return e.bindTo(u, buf)
+}
