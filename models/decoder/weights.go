@@ -1,14 +1,13 @@
 package decoder
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
-	"unsafe"
 
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/place"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -49,71 +48,14 @@ func (m *Model) BindCheckpoint(ck *loader.Checkpoint, dev runtime.Device) error 
 		return fmt.Errorf("checkpoint %s: %d tensors the config (%s) implies are missing: %s",
 			ck.Dir(), len(missing), m.Cfg.Summary(), strings.Join(list, ", "))
 	}
-	var up *uploader
-	defer func() {
-		if up != nil {
-			up.close()
-		}
-	}()
-	for _, p := range nn.Parameters(m) {
-		name := p.Name()
-		info, err := ck.Info(name)
-		if err != nil {
-			m.Close()
-			return err
-		}
-		if want := shapes[name]; !runtime.Shape(info.Shape).Equal(want) {
-			m.Close()
-			return fmt.Errorf("checkpoint %s: tensor %s has shape %v, the config (%s) implies %v",
-				ck.Dir(), name, runtime.Shape(info.Shape), m.Cfg.Summary(), want)
-		}
-		if !SupportedWeightDType(info.DType) {
-			m.Close()
-			return fmt.Errorf("checkpoint %s: tensor %s has dtype %v; the kernels take BF16, F16 or F32 weights",
-				ck.Dir(), name, info.DType)
-		}
-		data, err := ck.Bytes(name)
-		if err != nil {
-			m.Close()
-			return err
-		}
-		var buf *runtime.DeviceBuffer
-		switch d := dev.(type) {
-		case *runtime.CPUDevice:
-			if uintptr(unsafe.Pointer(unsafe.SliceData(data)))%uintptr(info.DType.Size()) == 0 {
-				buf, err = d.Wrap(data, name)
-			} else { // misaligned in the file: copy so typed views stay aligned
-				buf, err = d.Alloc(int64(len(data)), name)
-				if err == nil {
-					copy(buf.Bytes(), data)
-				}
-			}
-		case *runtime.MetaDevice:
-			buf, err = d.Alloc(int64(len(data)), name)
-		default:
-			if up == nil {
-				up = &uploader{dev: dev}
-			}
-			buf, err = up.upload(data, name)
-		}
-		if err != nil {
-			m.Close()
-			return fmt.Errorf("loading %s onto %s: %w", name, dev.Name(), err)
-		}
-		m.owned = append(m.owned, buf)
-		t, err := runtime.TensorOn(buf, 0, info.DType, runtime.Shape(info.Shape))
-		if err != nil {
-			m.Close()
-			return err
-		}
-		if err := p.Bind(t); err != nil {
-			m.Close()
-			return err
-		}
+	w, err := place.Bind(m, ck, dev,
+		place.WithShapes(shapes, "the config ("+m.Cfg.Summary()+")"),
+		place.WithDTypes(SupportedWeightDType, "the kernels take BF16, F16 or F32 weights"))
+	if err != nil {
+		m.Close()
+		return err
 	}
-	if up != nil {
-		return up.close()
-	}
+	m.owned = append(m.owned, w.Buffers()...)
 	return nil
 }
 
@@ -144,50 +86,4 @@ func (m *Model) MissingTensors(ck *loader.Checkpoint) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// uploader copies host bytes to device memory through one reusable staging
-// host buffer on the device's compute stream.
-type uploader struct {
-	dev   runtime.Device
-	stage *runtime.HostBuffer
-}
-
-const stageBytes = 64 << 20
-
-func (u *uploader) upload(data []byte, label string) (*runtime.DeviceBuffer, error) {
-	buf, err := u.dev.Alloc(int64(len(data)), label)
-	if err != nil {
-		return nil, err
-	}
-	if u.stage == nil {
-		if u.stage, err = u.dev.AllocHost(stageBytes, "weight upload staging"); err != nil {
-			buf.Free()
-			return nil, err
-		}
-	}
-	s := u.dev.Compute()
-	for off := 0; off < len(data); off += stageBytes {
-		n := min(stageBytes, len(data)-off)
-		if err := s.Synchronize(); err != nil { // the stage is free again
-			buf.Free()
-			return nil, err
-		}
-		copy(u.stage.Bytes(), data[off:off+n])
-		if err := s.CopyH2D(buf, int64(off), u.stage, 0, int64(n)); err != nil {
-			buf.Free()
-			return nil, err
-		}
-	}
-	return buf, nil
-}
-
-func (u *uploader) close() error {
-	if u.stage == nil {
-		return nil
-	}
-	err := u.dev.Compute().Synchronize()
-	u.stage.Free()
-	u.stage = nil
-	return errors.Join(err)
 }
