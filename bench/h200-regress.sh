@@ -20,5 +20,5 @@ done
 log make-model; $b make-model --shape llama3-8b --out $m >"$out/make-model.txt" 2>&1
 log bench-decode; $b bench --model $m --device cuda:0 --budgets 0,8GiB,resident --mode decode --context 512 --iters 10 --json >"$out/bench-decode.jsonl" 2>"$out/bench-decode.err"
 log bench-prefill; $b bench --model $m --device cuda:0 --budgets 0,8GiB,resident --mode prefill --tokens 2048 --iters 3 --warmup 1 --json >"$out/bench-prefill.jsonl" 2>"$out/bench-prefill.err"
-cut -c1-600 "$out"/bench-*.jsonl; tail -3 "$out"/bench-*.err
+cut -c1-600 "$out"/bench-*.jsonl; for f in "$out"/bench-*.err; do tail -n 3 "$f"; done
 log done
