@@ -14,7 +14,10 @@ git rev-parse --short HEAD >"$out/commit.txt" 2>/dev/null
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/gpu.txt"
 for run in first second third; do
   log "start-to-first-token $run"
-  /usr/bin/time -f "%e s wall" -o "$out/start-$run.txt" $b run-model --device cuda:0 --token-ids $ids --max-new-tokens 1 --json >"$out/start-$run.json" 2>"$out/start-$run.err"
+  t0=$(date +%s%N)
+  FT_TRACE=1 /usr/bin/time -f "%e s wall" -o "$out/start-$run.txt" $b run-model --device cuda:0 --token-ids $ids --max-new-tokens 1 --json >"$out/start-$run.json" 2>"$out/start-$run.err"
+  t1=$(grep -o 'first token at unix [0-9]*' "$out/start-$run.err" | grep -o '[0-9]*$')
+  echo "exec to first token: $(( (t1 - t0) / 1000000 )) ms" >>"$out/start-$run.txt"
   cat "$out/start-$run.txt"
 done
 log make-model; $b make-model --shape llama3-8b --out $m >"$out/make-model.txt" 2>&1

@@ -163,6 +163,9 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			if firstToken == 0 {
 				firstToken = time.Since(processStart)
 				traceStep("first token", time.Since(start))
+				if os.Getenv("FT_TRACE") == "1" { // for timing from exec, before Go starts
+					fmt.Fprintf(os.Stderr, "trace: first token at unix %d ns\n", time.Now().UnixNano())
+				}
 			}
 			if ctx.Err() != nil {
 				return errInterrupted
