@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
+	"unicode"
 
 	flextensor "github.com/flextensor-go/flextensor"
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/loader/hub"
+	"github.com/flextensor-go/flextensor/models"
 	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/offload"
@@ -53,7 +56,8 @@ func inspectFlags(fs *pflag.FlagSet) *inspectOptions {
 }
 
 type inspectReport struct {
-	Config        *llama.Config    `json:"config"`
+	Config        any              `json:"config"` // the parsed config, keys in snake_case
+	cfg           *llama.Config
 	Parameters    int64            `json:"parameters"`
 	BytesByDType  map[string]int64 `json:"bytes_by_dtype"`
 	TotalBytes    int64            `json:"total_bytes"`
@@ -76,7 +80,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	dir := o.model
+	dir, shown := o.model, o.model
 	if dir != "" {
 		d, err := hub.Resolve(dir) // a directory, or ORG/NAME[@REV] in the Hugging Face cache
 		if err != nil {
@@ -89,7 +93,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer cleanup()
-		dir = d
+		dir, shown = d, bundledName
 	}
 	cfg, err := llama.ReadConfig(dir)
 	if err != nil {
@@ -100,6 +104,9 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer ck.Close()
+	if err := models.CheckLayers(dir, ck); err != nil {
+		return err
+	}
 	m, err := llama.New(cfg)
 	if err != nil {
 		return err
@@ -108,7 +115,10 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
-	rep := inspectReport{Config: cfg, BytesByDType: map[string]int64{}}
+	rep := inspectReport{cfg: cfg, BytesByDType: map[string]int64{}}
+	if rep.Config, err = snakeKeys(cfg); err != nil {
+		return err
+	}
 	for _, p := range nn.Parameters(m) {
 		t := p.Peek()
 		rep.Parameters += int64(t.NumElements())
@@ -136,9 +146,16 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 			}
 			limit = lb.Bytes
 		}
-		budget, err := b.Resolve(limit)
-		if err != nil {
-			return usageError{err}
+		var budget int64
+		if b.Bytes == 0 && b.Fraction == 0 { // "0": everything streamed, as in run-model and bench
+			slots := o.blocks
+			if slots == 0 {
+				slots = 2
+			}
+			budget = fp.MinBudget(slots)
+			o.blocks = slots
+		} else if budget, err = b.Resolve(limit); err != nil {
+			return usagef("--gpu-budget %s is a fraction of the device: give --device-memory (the device's size) or a budget in bytes", o.budget)
 		}
 		in := offload.PlanInput{FixedBytes: fp.FixedBytes, Budget: budget, Slots: o.blocks, Curve: offload.FitH2D(10e-6, 50e9)}
 		for i, n := range fp.UnitNames {
@@ -160,8 +177,8 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 	if o.jsonOut {
 		return json.NewEncoder(stdout).Encode(rep)
 	}
-	c := cfg
-	fmt.Fprintf(stdout, "checkpoint  %s (%d files)\n", dir, len(ck.Files()))
+	c := rep.cfg
+	fmt.Fprintf(stdout, "checkpoint  %s (%d files)\n", shown, len(ck.Files()))
 	fmt.Fprintf(stdout, "model       Llama: %d layers, hidden %d, MLP %d, heads %d (KV %d) × %d, vocab %d, tied embeddings %v\n",
 		c.NumHiddenLayers, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.VocabSize, c.TieWordEmbeddings)
 	fmt.Fprintf(stdout, "rope        %s, theta %g", c.Rope.Type, c.Rope.Theta)
@@ -193,4 +210,54 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 			runtime.FormatBytes(rep.Budget), rep.ResidentUnits, len(rep.Units), rep.Slots)
 	}
 	return nil
+}
+
+// snakeKeys is v as JSON with its object keys in snake_case (HiddenSize →
+// hidden_size, RMSNormEps → rms_norm_eps), the case of the rest of
+// inspect --json and of config.json.
+func snakeKeys(v any) (any, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var x any
+	if err := json.Unmarshal(data, &x); err != nil {
+		return nil, err
+	}
+	var walk func(any) any
+	walk = func(x any) any {
+		switch t := x.(type) {
+		case map[string]any:
+			out := make(map[string]any, len(t))
+			for k, v := range t {
+				out[snakeCase(k)] = walk(v)
+			}
+			return out
+		case []any:
+			for i := range t {
+				t[i] = walk(t[i])
+			}
+		}
+		return x
+	}
+	return walk(x), nil
+}
+
+// snakeCase turns a Go field name into snake_case, keeping acronyms whole.
+func snakeCase(s string) string {
+	s = strings.ReplaceAll(s, "IDs", "Ids")
+	r := []rune(s)
+	var b strings.Builder
+	for i, c := range r {
+		upper := unicode.IsUpper(c)
+		if upper && i > 0 {
+			prev := r[i-1]
+			nextLower := i+1 < len(r) && unicode.IsLower(r[i+1])
+			if unicode.IsLower(prev) || unicode.IsDigit(prev) || (unicode.IsUpper(prev) && nextLower) {
+				b.WriteByte('_')
+			}
+		}
+		b.WriteRune(unicode.ToLower(c))
+	}
+	return b.String()
 }

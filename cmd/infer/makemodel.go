@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flextensor-go/flextensor/models/llama"
+	"github.com/flextensor-go/flextensor/runtime"
 	"github.com/spf13/pflag"
 )
 
@@ -18,7 +19,10 @@ func init() {
 const makeModelUsage = `
 infer make-model writes a Hugging Face Llama checkpoint (config.json, sharded
 BF16 safetensors and model.safetensors.index.json) with random weights, for
-benchmarks that go through the real loading path.
+benchmarks that go through the real loading path, and a byte-level
+tokenizer.json covering the whole vocabulary (so --prompt works; the text is
+gibberish). Sizes: llama3-8b 16.06 GB, llama3-1b 2.47 GB, deep-test 1.3 MB
+(no tokenizer: use --token-ids); --layers N makes a smaller one.
 
 Usage:
   infer make-model --shape NAME --out DIR [--layers N] [--seed S]
@@ -33,6 +37,7 @@ type makeModelOptions struct {
 	layers     int
 	seed       uint64
 	shard      int64
+	force      bool
 }
 
 func makeModelFlags(fs *pflag.FlagSet) *makeModelOptions {
@@ -42,6 +47,7 @@ func makeModelFlags(fs *pflag.FlagSet) *makeModelOptions {
 	fs.IntVar(&o.layers, "layers", 0, "override the number of layers (0 = the shape's)")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed")
 	fs.Int64Var(&o.shard, "shard-bytes", 5<<30, "largest shard, in bytes")
+	fs.BoolVar(&o.force, "force", false, "replace the checkpoint already in --out (its config, tokenizer and shards are removed first)")
 	return &o
 }
 
@@ -65,10 +71,28 @@ func makeModel(args []string, stdout, stderr io.Writer) error {
 	if *layers > 0 {
 		cfg.NumHiddenLayers = *layers
 	}
+	if *shard <= 0 {
+		return usagef("--shard-bytes %d: want a positive number of bytes", *shard)
+	}
+	if err := checkMakeModelOut(*out, o.force); err != nil {
+		return err
+	}
+	params, size, err := shapeSize(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "make-model: writing %s (%d layers, %.2f B parameters, %s in BF16) to %s\n",
+		*shape, cfg.NumHiddenLayers, float64(params)/1e9, runtime.FormatBytes(size), *out)
 	start := time.Now()
 	if err := llama.MakeCheckpoint(*out, cfg, *seed, *shard); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s (%s, %d layers) in %v\n", *out, *shape, cfg.NumHiddenLayers, time.Since(start).Round(time.Millisecond))
+	tok := "a byte-level tokenizer.json"
+	if ok, err := byteLevelTokenizer(*out, cfg.VocabSize, cfg.BOSTokenID, cfg.EOSTokenIDs); err != nil {
+		return err
+	} else if !ok {
+		tok = "no tokenizer (the vocabulary is too small for a byte-level one: use --token-ids)"
+	}
+	fmt.Fprintf(stdout, "wrote %s (%s, %d layers, %s, %s) in %v\n", *out, *shape, cfg.NumHiddenLayers, runtime.FormatBytes(size), tok, time.Since(start).Round(time.Millisecond))
 	return nil
 }
