@@ -81,8 +81,12 @@ func makeModel(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "make-model: writing %s (%d layers, %.2f B parameters, %s in BF16) to %s\n",
-		*shape, cfg.NumHiddenLayers, float64(params)/1e9, runtime.FormatBytes(size), *out)
+	count := fmt.Sprintf("%.2f B", float64(params)/1e9)
+	if params < 1e9 {
+		count = fmt.Sprintf("%.2f M", float64(params)/1e6)
+	}
+	fmt.Fprintf(stderr, "make-model: writing %s (%d layers, %s parameters, %s in BF16) to %s\n",
+		*shape, cfg.NumHiddenLayers, count, runtime.FormatBytes(size), *out)
 	start := time.Now()
 	if err := llama.MakeCheckpoint(*out, cfg, *seed, *shard); err != nil {
 		return err
