@@ -56,7 +56,7 @@ func inspectFlags(fs *pflag.FlagSet) *inspectOptions {
 }
 
 type inspectReport struct {
-	Config        any              `json:"config"` // the parsed config, keys in snake_case
+	Config        any `json:"config"` // the parsed config, keys in snake_case
 	cfg           *llama.Config
 	Parameters    int64            `json:"parameters"`
 	BytesByDType  map[string]int64 `json:"bytes_by_dtype"`

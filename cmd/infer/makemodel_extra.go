@@ -144,9 +144,9 @@ func byteLevelTokenizer(dir string, vocab, bos int, eos []int) (bool, error) {
 	}
 	if bosName != "" {
 		tok["post_processor"] = map[string]any{
-			"type":   "TemplateProcessing",
-			"single": []any{map[string]any{"SpecialToken": map[string]any{"id": bosName, "type_id": 0}}, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}},
-			"pair":   []any{map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}, map[string]any{"Sequence": map[string]any{"id": "B", "type_id": 1}}},
+			"type":           "TemplateProcessing",
+			"single":         []any{map[string]any{"SpecialToken": map[string]any{"id": bosName, "type_id": 0}}, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}},
+			"pair":           []any{map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}, map[string]any{"Sequence": map[string]any{"id": "B", "type_id": 1}}},
 			"special_tokens": map[string]any{bosName: map[string]any{"id": bosName, "ids": []int{bos}, "tokens": []string{bosName}}},
 		}
 	}
