@@ -38,7 +38,7 @@ Usage:
 Examples:
   infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0,4GiB,8GiB,12GiB --mode decode --context 512
   infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0 --mode prefill --tokens 8192
-  infer bench --device cpu --device-memory 4MiB --budgets 0,1MiB,resident --iters 5
+  infer bench --device cpu --device-memory 8MiB --budgets 0,1MiB,resident --iters 5
 `
 
 type benchRow struct {
@@ -143,8 +143,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		slots = 2
 	}
 	if !*jsonOut {
-		fmt.Fprintf(stdout, "%s on %s, %s, %d layers, %.2f GB of weights\n", sess.name(), dev.Name(), benchShape(*mode, *tokens, *context),
-			model.Cfg.NumHiddenLayers, float64(ck.TotalBytes())/1e9)
+		fmt.Fprintf(stdout, "%s on %s, %s, %d layers, %s of weights\n", sess.name(), dev.Name(), benchShape(*mode, *tokens, *context),
+			model.Cfg.NumHiddenLayers, runtime.FormatBytes(ck.TotalBytes()))
 		fmt.Fprintf(stdout, "%-10s %5s %5s %5s %9s %8s %10s %10s %10s %8s %8s\n", "budget", "res", "str", "slots",
 			"stream GB", "H2D GB/s", "floor ms", "pred ms", "meas ms", "meas/flr", "pred err")
 	}
