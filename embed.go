@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 //go:embed testdata/tiny-llama/config.json testdata/tiny-llama/model.safetensors testdata/tiny-llama/tokenizer.json testdata/tiny-llama/generation_config.json
@@ -33,7 +34,15 @@ func ExtractTinyLlama() (dir string, cleanup func(), err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("extracting the bundled model: %w", err)
 	}
-	cleanup = func() { os.RemoveAll(dir) }
+	extracted.Lock()
+	extracted.dirs[dir] = true
+	extracted.Unlock()
+	cleanup = func() {
+		os.RemoveAll(dir)
+		extracted.Lock()
+		delete(extracted.dirs, dir)
+		extracted.Unlock()
+	}
 	err = fs.WalkDir(TinyLlama(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -49,4 +58,32 @@ func ExtractTinyLlama() (dir string, cleanup func(), err error) {
 		return "", nil, fmt.Errorf("extracting the bundled model: %w", err)
 	}
 	return dir, cleanup, nil
+}
+
+// extracted are the directories ExtractTinyLlama made that are not removed
+// yet.
+var extracted = struct {
+	sync.Mutex
+	dirs map[string]bool
+}{dirs: map[string]bool{}}
+
+// RemoveExtracted removes every directory ExtractTinyLlama made in this
+// process whose cleanup has not run: for a process about to exit at once
+// (a second Ctrl-C) without unwinding.
+func RemoveExtracted() {
+	extracted.Lock()
+	defer extracted.Unlock()
+	for dir := range extracted.dirs {
+		os.RemoveAll(dir)
+		delete(extracted.dirs, dir)
+	}
+}
+
+// IsExtracted reports whether dir is a directory ExtractTinyLlama made (so
+// that messages can name it as the bundled model rather than a temporary
+// path).
+func IsExtracted(dir string) bool {
+	extracted.Lock()
+	defer extracted.Unlock()
+	return extracted.dirs[dir]
 }

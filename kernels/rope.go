@@ -6,12 +6,20 @@ import (
 )
 
 // RopeScaling is a checkpoint's rope_scaling: Type "default" (or "") for
-// plain RoPE, "llama3" for Llama 3.1's frequency-dependent scaling.
+// plain RoPE; "linear" (positions divided by Factor); "dynamic" (NTK-aware,
+// which transformers applies only beyond the original context, so inside
+// it, the only context the decoder runs, the default frequencies);
+// "llama3" (Llama 3.1's frequency-dependent scaling); "yarn" (YaRN's ramp
+// between interpolated and extrapolated frequencies, BetaFast/BetaSlow over
+// OriginalMaxPositions); "longrope" (per-frequency ShortFactor divisors).
 type RopeScaling struct {
 	Type                          string
 	Factor                        float64
 	LowFreqFactor, HighFreqFactor float64
 	OriginalMaxPositions          int
+	BetaFast, BetaSlow            float64   // yarn; 0 = the defaults 32 and 1
+	NoTruncate                    bool      // yarn: "truncate": false keeps the correction range fractional
+	ShortFactor                   []float64 // longrope: d/2 divisors of the frequencies
 }
 
 // RopeInvFreq returns the d/2 rotation frequencies inv_freq[i] = θ^(-2i/d)
@@ -52,14 +60,74 @@ func RopeInvFreq(headDim int, theta float64, s RopeScaling) ([]float32, error) {
 				inv[i] = (1-smooth)*v/f + smooth*v
 			}
 		}
+	case "linear":
+		if !(s.Factor > 0) || math.IsInf(s.Factor, 0) {
+			return nil, fmt.Errorf("kernels.RopeInvFreq: linear scaling needs a positive factor, got %v", s.Factor)
+		}
+		for i := range inv {
+			inv[i] /= s.Factor
+		}
+	case "dynamic":
+		if !(s.Factor > 0) || math.IsInf(s.Factor, 0) {
+			return nil, fmt.Errorf("kernels.RopeInvFreq: dynamic scaling needs a positive factor, got %v", s.Factor)
+		}
+	case "yarn":
+		if err := yarnInvFreq(inv, headDim, theta, s); err != nil {
+			return nil, err
+		}
+	case "longrope":
+		if len(s.ShortFactor) != len(inv) {
+			return nil, fmt.Errorf("kernels.RopeInvFreq: longrope needs %d short factors (head dim %d / 2), got %d", len(inv), headDim, len(s.ShortFactor))
+		}
+		for i, f := range s.ShortFactor {
+			if !(f > 0) || math.IsInf(f, 0) {
+				return nil, fmt.Errorf("kernels.RopeInvFreq: longrope short factor %d is %v, want a positive number", i, f)
+			}
+			inv[i] /= f
+		}
 	default:
-		return nil, fmt.Errorf("kernels.RopeInvFreq: rope scaling type %q not supported (want \"default\" or \"llama3\")", s.Type)
+		return nil, fmt.Errorf("kernels.RopeInvFreq: rope scaling type %q not supported (want default, linear, dynamic, yarn, llama3 or longrope)", s.Type)
 	}
 	out := make([]float32, len(inv))
 	for i, v := range inv {
 		out[i] = float32(v)
 	}
 	return out, nil
+}
+
+// yarnInvFreq applies YaRN as transformers' _compute_yarn_parameters does:
+// with the correction range [lo, hi] of dimensions whose wavelengths make
+// BetaFast and BetaSlow rotations over the original context, dimension i
+// keeps its frequency below lo, is divided by Factor above hi, and blends
+// linearly in between.
+func yarnInvFreq(inv []float64, headDim int, theta float64, s RopeScaling) error {
+	f, o := s.Factor, float64(s.OriginalMaxPositions)
+	if !(f > 0) || math.IsInf(f, 0) || !(o > 0) {
+		return fmt.Errorf("kernels.RopeInvFreq: yarn scaling needs factor > 0 and original_max_position_embeddings > 0; got factor %v, original %d", f, s.OriginalMaxPositions)
+	}
+	fast, slow := s.BetaFast, s.BetaSlow
+	if fast == 0 {
+		fast = 32
+	}
+	if slow == 0 {
+		slow = 1
+	}
+	dim := float64(headDim)
+	corr := func(rot float64) float64 { return dim * math.Log(o/(rot*2*math.Pi)) / (2 * math.Log(theta)) }
+	lo, hi := corr(fast), corr(slow)
+	if !s.NoTruncate {
+		lo, hi = math.Floor(lo), math.Ceil(hi)
+	}
+	lo, hi = max(lo, 0), min(hi, dim-1)
+	if lo == hi {
+		hi += 0.001
+	}
+	for i, v := range inv {
+		ramp := min(max((float64(i)-lo)/(hi-lo), 0), 1)
+		extrapolate := 1 - ramp
+		inv[i] = v/f*(1-extrapolate) + v*extrapolate
+	}
+	return nil
 }
 
 // maxStackHalf is the largest d/2 whose cos/sin tables live on the stack.

@@ -76,7 +76,10 @@ func TestRopeInvFreqErrors(t *testing.T) {
 	}{
 		{7, 10000, RopeScaling{}, "head dimension 7"},
 		{8, 0, RopeScaling{}, "theta 0"},
-		{8, 10000, RopeScaling{Type: "yarn"}, `"yarn" not supported`},
+		{8, 10000, RopeScaling{Type: "su"}, `"su" not supported (want default, linear, dynamic, yarn, llama3 or longrope)`},
+		{8, 10000, RopeScaling{Type: "yarn"}, "yarn scaling needs factor > 0"},
+		{8, 10000, RopeScaling{Type: "longrope", ShortFactor: []float64{1}}, "longrope needs 4 short factors"},
+		{8, 10000, RopeScaling{Type: "linear"}, "linear scaling needs a positive factor"},
 		{8, 10000, RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 4, HighFreqFactor: 1, OriginalMaxPositions: 8192}, "llama3 scaling needs"},
 	} {
 		if _, err := RopeInvFreq(c.d, c.theta, c.s); err == nil || !strings.Contains(err.Error(), c.want) {

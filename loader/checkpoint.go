@@ -44,7 +44,7 @@ type shardIndex struct {
 // dir must hold model.safetensors, and all its tensors are the checkpoint.
 func OpenCheckpoint(dir string) (*Checkpoint, error) {
 	indexPath := filepath.Join(dir, IndexFileName)
-	raw, err := os.ReadFile(indexPath)
+	raw, err := ReadRegularFile(indexPath)
 	switch {
 	case err == nil:
 		return openSharded(dir, indexPath, raw)
@@ -52,7 +52,7 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	single := filepath.Join(dir, SingleFileName)
-	if _, err := os.Stat(single); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(single); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("checkpoint %s: neither %s nor %s found", dir, SingleFileName, IndexFileName)
 	}
 	f, err := OpenFile(single)

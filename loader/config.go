@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 )
@@ -19,7 +18,7 @@ const ConfigFileName = "config.json"
 // (models/...); this package only reads them (ParseFields).
 func ReadConfigFile(dir string) ([]byte, string, error) {
 	path := filepath.Join(dir, ConfigFileName)
-	data, err := os.ReadFile(path)
+	data, err := ReadRegularFile(path)
 	if err != nil {
 		return nil, path, fmt.Errorf("model config: %w", err)
 	}
@@ -206,6 +205,32 @@ func (r *Fields) Ints(key string) []int {
 	out := make([]int, len(items))
 	for i, it := range items {
 		n, ok := r.intValue(fmt.Sprintf("%s[%d]", key, i), bytes.TrimSpace(it))
+		if !ok {
+			return nil
+		}
+		out[i] = n
+	}
+	return out
+}
+
+// Floats reads a list of numbers; nil when absent.
+func (r *Fields) Floats(key string) []float64 {
+	v := r.raw(key)
+	if v == nil {
+		return nil
+	}
+	var items []json.RawMessage
+	if v[0] != '[' || json.Unmarshal(v, &items) != nil {
+		r.Fail(r.Errorf(key, "want a list of numbers, got %s", clip(v)))
+		return nil
+	}
+	out := make([]float64, len(items))
+	for i, it := range items {
+		it = bytes.TrimSpace(it)
+		if len(it) == 0 {
+			return nil
+		}
+		n, ok := r.number(fmt.Sprintf("%s[%d]", key, i), it)
 		if !ok {
 			return nil
 		}

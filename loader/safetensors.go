@@ -8,6 +8,7 @@
 package loader
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -67,7 +68,7 @@ type File struct {
 // must match its byte range, and the tensors must tile the data section
 // exactly (no gap, overlap, truncation or trailing bytes).
 func OpenFile(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, err := OpenRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
@@ -133,6 +134,9 @@ func decodeMetadata(header []byte) (md safetensors.Metadata, err error) {
 // parseHeader decodes and validates the JSON header; dataStart is the file
 // offset of the data section and size the file's length.
 func (sf *File) parseHeader(header []byte, dataStart, size int64) error {
+	if err := checkHeaderObject(header); err != nil {
+		return fmt.Errorf("safetensors %s: %w", sf.path, err)
+	}
 	md, err := decodeMetadata(header)
 	if err != nil {
 		var syn *json.SyntaxError
@@ -206,6 +210,47 @@ func (sf *File) parseHeader(header []byte, dataStart, size int64) error {
 	}
 	slices.Sort(sf.names)
 	sf.meta = md.Metadata()
+	return nil
+}
+
+// checkHeaderObject checks that the header is one JSON object whose keys
+// (tensor names and __metadata__) are distinct: encoding/json would keep the
+// last of two equal keys without a word, so that a duplicated tensor name
+// silently replaces the first.
+func checkHeaderObject(header []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(header))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil // the parser reports the syntax error with its offset
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		what := "a " + fmt.Sprintf("%T", tok)
+		switch tok.(type) {
+		case nil:
+			what = "null"
+		case json.Delim:
+			what = "an array"
+		case float64:
+			what = "a number"
+		}
+		return fmt.Errorf("header is %s, not a JSON object of tensors", what)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return fmt.Errorf("header names tensor %q twice (a JSON reader keeps only the last)", key)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
 	return nil
 }
 

@@ -123,7 +123,7 @@ func TestOpenFileErrors(t *testing.T) {
 			[]string{"header length 54", "past the end of the file (12 bytes"}},
 		{"huge header length", binary.LittleEndian.AppendUint64(nil, 1<<62), []string{"header length 4611686018427387904", "past the end"}},
 		{"header not JSON", rawSafetensors(`{"a": nope}`, nil), []string{"not valid JSON at byte 15", "invalid character"}},
-		{"header not an object", rawSafetensors(`[1,2,3] `, nil), []string{"bad header"}},
+		{"header not an object", rawSafetensors(`[1,2,3] `, nil), []string{"header is an array, not a JSON object of tensors"}},
 		{"tensor entry missing keys", rawSafetensors(`{"a":{"dtype":"F32"}}`, nil), []string{`tensor "a"`, "expected 3 keys"}},
 		{"unknown dtype", rawSafetensors(`{"w":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}}`, make([]byte, 2)),
 			[]string{`tensor "w"`, `"F8_E4M3"`}},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -146,26 +147,110 @@ func New(dir string) (*decoder.Model, error) {
 // weights on dev (decoder.Model.LoadCheckpoint). Close the model, then the
 // checkpoint, when done.
 func Load(dir string, dev runtime.Device) (*decoder.Model, *loader.Checkpoint, error) {
-	m, err := New(dir)
+	if err := checkFamily(dir); err != nil {
+		return nil, nil, err
+	}
+	ck, err := loader.OpenCheckpoint(dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	ck, err := m.LoadCheckpoint(dir, dev)
+	if err := CheckLayers(dir, ck); err != nil {
+		ck.Close()
+		return nil, nil, err
+	}
+	m, err := New(dir)
 	if err != nil {
+		ck.Close()
+		return nil, nil, err
+	}
+	if err := m.BindCheckpoint(ck, dev); err != nil {
+		m.Close()
+		ck.Close()
 		return nil, nil, err
 	}
 	return m, ck, nil
+}
+
+// checkFamily reports config.json errors and an unsupported family before
+// the weights are opened.
+func checkFamily(dir string) error {
+	data, path, err := loader.ReadConfigFile(dir)
+	if err != nil {
+		return err
+	}
+	_, err = Lookup(data, path)
+	return err
+}
+
+// CheckLayers compares config.json's num_hidden_layers in dir with the
+// layers the checkpoint holds tensors for (names with a "layers.N."
+// part), before a model of that many layers is built: a config that asks
+// for more layers than the checkpoint has (num_hidden_layers 2147483647
+// would build modules without end) or fewer is an error naming both.
+func CheckLayers(dir string, ck *loader.Checkpoint) error {
+	data, path, err := loader.ReadConfigFile(dir)
+	if err != nil {
+		return err
+	}
+	r, err := loader.ParseFields(data, path)
+	if err != nil {
+		return err
+	}
+	n := r.Positive("num_hidden_layers", 0)
+	if err := r.Err(); err != nil {
+		return err
+	}
+	have := CheckpointLayers(ck)
+	switch {
+	case have == 0:
+		return nil // no layer tensors at all: binding names the missing ones
+	case n > have:
+		return fmt.Errorf("config %s: num_hidden_layers is %d, but the checkpoint in %s holds tensors for %d layers (0..%d)", path, n, dir, have, have-1)
+	case n < have:
+		return fmt.Errorf("config %s: num_hidden_layers is %d, but the checkpoint in %s holds tensors for %d layers: layers %d..%d would be ignored", path, n, dir, have, n, have-1)
+	}
+	return nil
+}
+
+// CheckpointLayers is one more than the largest N in the checkpoint's
+// tensor names "...layers.N....", 0 when no name has one.
+func CheckpointLayers(ck *loader.Checkpoint) int {
+	most := -1
+	for _, name := range ck.Names() {
+		parts := strings.Split(name, ".")
+		for i := 0; i+1 < len(parts); i++ {
+			if parts[i] != "layers" {
+				continue
+			}
+			if v, err := strconv.Atoi(parts[i+1]); err == nil && v >= 0 && v < 1<<30 {
+				most = max(most, v)
+			}
+		}
+	}
+	return most + 1
 }
 
 // LoadFromProfile builds the model of the checkpoint in dir (New) and hands
 // its weights to the offload engine with the profile st
 // (decoder.LoadFromProfile).
 func LoadFromProfile(dir string, st *offload.State, cfg offload.Config, name string, strict bool, opts ...offload.Option) (*decoder.Model, *loader.Checkpoint, error) {
+	if err := checkFamily(dir); err != nil {
+		return nil, nil, err
+	}
+	ck, err := loader.OpenCheckpoint(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	err = CheckLayers(dir, ck)
+	ck.Close()
+	if err != nil {
+		return nil, nil, err
+	}
 	m, err := New(dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	ck, err := decoder.LoadFromProfile(m, dir, st, cfg, name, strict, opts...)
+	ck, err = decoder.LoadFromProfile(m, dir, st, cfg, name, strict, opts...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -213,7 +213,7 @@ func (c Config) validate() (Config, error) {
 		c.TransferBudgetScale = 1
 	}
 	if c.GPUBudget.Bytes < 0 || c.GPUBudget.Fraction < 0 || c.GPUBudget.Fraction > 1 {
-		return c, fmt.Errorf("offload config: budget %+v out of range", c.GPUBudget)
+		return c, fmt.Errorf("offload config: GPU budget of %d bytes, fraction %g: want bytes ≥ 0 or a fraction in (0, 1]", c.GPUBudget.Bytes, c.GPUBudget.Fraction)
 	}
 	return c, nil
 }

@@ -16,6 +16,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -43,6 +44,11 @@ type Options struct {
 	// weights as bytes ("8GiB") or a fraction of the device ("0.25", of the
 	// device's memory limit, or of a GPU's memory when it has none); weights
 	// beyond it stream from pinned host memory. See offload.ParseBudget.
+	// "0" streams every layer: the budget is the smallest that works, the
+	// non-layer weights and TransferBlocks (default 2) transfer slots, the
+	// same meaning as in infer bench and infer inspect. A fraction on a
+	// device of unknown size (a cpu device without DeviceMemory) is an
+	// error before anything is loaded.
 	GPUBudget string
 	// TransferBlocks is the number of offload transfer slots (0 = the
 	// planner chooses).
@@ -67,6 +73,13 @@ type Options struct {
 	// Manager names the offload manager; empty picks a unique name
 	// ("session-N"), which Session.Manager reports.
 	Manager string
+	// Context, when set, stops Open between its steps (extracting the
+	// bundled model, opening the device, loading, offloading) once it is
+	// done: Open then releases what it made and returns an error wrapping
+	// the context's error. A single step (one weight upload, one profiling
+	// forward) is not cut short; a caller that must stop at once exits the
+	// process, whose memory the operating system and the GPU driver reclaim.
+	Context context.Context
 	// HostOnly loads the weights into host memory and leaves offloading to
 	// the caller (offload.Offload(s.Model, ...) under managers of its own,
 	// released before Close), e.g. to try several budgets on one loaded
@@ -126,6 +139,19 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	if trace == nil {
 		trace = func(string, time.Duration) {}
 	}
+	ctx := opts.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	stopped := func() error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("session: stopped while opening: %w", err)
+		}
+		return nil
+	}
+	if err := stopped(); err != nil {
+		return nil, err
+	}
 	s := &Session{}
 	defer func() {
 		if err != nil {
@@ -145,18 +171,27 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	}
 	s.Dir = dir
 	trace("find checkpoint", time.Since(t0))
+	if err := stopped(); err != nil {
+		return nil, err
+	}
 	t0 = time.Now()
 	if s.Device, s.Backend, err = OpenDevice(device, opts.DeviceMemory); err != nil {
 		return nil, err
 	}
 	trace("open device "+device, time.Since(t0))
+	if err := stopped(); err != nil {
+		return nil, err
+	}
+	if err := checkFractionBudget(budget, s.Device); err != nil {
+		return nil, err
+	}
 
 	if opts.HostOnly {
 		s.host = runtime.NewCPU(0)
 		if s.Model, s.Checkpoint, err = Load(dir, s.host); err != nil {
 			return nil, err
 		}
-		return s, nil
+		return s, stopped()
 	}
 	if opts.ProfileDir == "" && opts.GPUBudget == "" {
 		t0 = time.Now()
@@ -164,7 +199,7 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 			return nil, err
 		}
 		trace("load weights onto "+device, time.Since(t0))
-		return s, nil
+		return s, stopped()
 	}
 	name := opts.Manager
 	if name == "" {
@@ -189,11 +224,24 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 			return nil, err
 		}
 		s.Manager = name
-		return s, nil
+		return s, stopped()
 	}
 	s.host = runtime.NewCPU(0)
 	if s.Model, s.Checkpoint, err = Load(dir, s.host); err != nil {
 		return nil, err
+	}
+	if err := stopped(); err != nil {
+		return nil, err
+	}
+	if budget.Bytes == 0 && budget.Fraction == 0 { // "0": stream everything
+		fp, err := offload.Measure(s.Model, cfg.Include, cfg.Exclude)
+		if err != nil {
+			return nil, err
+		}
+		if opts.TransferBlocks == 0 {
+			opts.TransferBlocks = 2
+		}
+		budget = offload.Budget{Bytes: fp.MinBudget(opts.TransferBlocks)}
 	}
 	cfg.GPUBudget = budget
 	cfg.TransferBlocks = opts.TransferBlocks
@@ -201,7 +249,17 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 		return nil, err
 	}
 	s.Manager = name
-	return s, nil
+	return s, stopped()
+}
+
+// checkFractionBudget refuses a fractional budget on a device whose size is
+// unknown (a cpu device without a memory limit) before anything is loaded.
+func checkFractionBudget(b offload.Budget, dev runtime.Device) error {
+	if b.Fraction > 0 && offload.DeviceCapacity(dev) <= 0 {
+		return fmt.Errorf("a GPU budget of %g is a fraction of the device, but %s has no memory limit to take it of (set a device memory limit, or give bytes such as 512MiB): %w",
+			b.Fraction, dev.Name(), ErrBadOptions)
+	}
+	return nil
 }
 
 // Load reads the checkpoint in dir onto dev (weights on a cpu device are

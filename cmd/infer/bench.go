@@ -38,7 +38,7 @@ Usage:
 Examples:
   infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0,4GiB,8GiB,12GiB --mode decode --context 512
   infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0 --mode prefill --tokens 8192
-  infer bench --device cpu --device-memory 4MiB --budgets 0,1MiB,resident --iters 5
+  infer bench --device cpu --device-memory 8MiB --budgets 0,1MiB,resident --iters 5
 `
 
 type benchRow struct {
@@ -101,6 +101,16 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if d.gpuBudget != "" || d.profile != "" {
 		return usagef("bench takes its budgets from --budgets; --gpu-budget and --profile do not apply")
 	}
+	if d.offloadTiming {
+		return usagef("--offload-timing does not apply to bench: its table is the timing (per-unit tables: infer run-model --gpu-budget X --offload-timing)")
+	}
+	for _, b := range list {
+		if b = strings.TrimSpace(b); b != "resident" {
+			if _, err := offload.ParseBudget(b); err != nil {
+				return usageError{fmt.Errorf("--budgets: %w", err)}
+			}
+		}
+	}
 	opts, err := d.sessionOptions()
 	if err != nil {
 		return err
@@ -112,13 +122,29 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	defer sess.Close()
 	dir, dev, backend, model, ck := sess.Dir, sess.Device, sess.Backend, sess.Model, sess.Checkpoint
+	pre := 2 // discovery (the first forward) and profiling (two) come before INFERENCE
+	if *mode == "prefill" {
+		pre = 3
+	}
+	ctxLen := model.Cfg.MaxPositionEmbeddings
+	if *mode == "decode" {
+		if !fs.Changed("context") {
+			*context = min(*context, max(ctxLen-*warm-pre-*iters, 0))
+		}
+		if need := *context + *warm + pre + *iters; need > ctxLen {
+			return usagef("--context %d + %d forwards (--warmup %d, %d to profile, --iters %d) = %d positions exceed the model's context of %d (max_position_embeddings)",
+				*context, *warm+pre+*iters, *warm, pre, *iters, need, ctxLen)
+		}
+	} else if *tokens > ctxLen {
+		return usagef("--tokens %d exceeds the model's context of %d (max_position_embeddings)", *tokens, ctxLen)
+	}
 	slots := d.blocks
 	if slots == 0 {
 		slots = 2
 	}
 	if !*jsonOut {
-		fmt.Fprintf(stdout, "%s on %s, %s, %d layers, %.2f GB of weights\n", dir, dev.Name(), benchShape(*mode, *tokens, *context),
-			model.Cfg.NumHiddenLayers, float64(ck.TotalBytes())/1e9)
+		fmt.Fprintf(stdout, "%s on %s, %s, %d layers, %s of weights\n", sess.name(), dev.Name(), benchShape(*mode, *tokens, *context),
+			model.Cfg.NumHiddenLayers, runtime.FormatBytes(ck.TotalBytes()))
 		fmt.Fprintf(stdout, "%-10s %5s %5s %5s %9s %8s %10s %10s %10s %8s %8s\n", "budget", "res", "str", "slots",
 			"stream GB", "H2D GB/s", "floor ms", "pred ms", "meas ms", "meas/flr", "pred err")
 	}
@@ -162,11 +188,6 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			}
 			if err := offload.Offload(model, &cfg, name, compile...); err != nil {
 				return fmt.Errorf("budget %s: %w", b, err)
-			}
-			// Discovery (the first forward) and profiling (two) come before INFERENCE.
-			pre := 2
-			if *mode == "prefill" {
-				pre = 3
 			}
 			times, err = measureForwards(model, backend, *mode, *tokens, *context, *warm+pre, *iters, uint64(i))
 			if err == nil {
@@ -253,7 +274,7 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 	}
 	capacity := tokens
 	if mode == "decode" {
-		capacity = context + 1 + warm + iters + 8
+		capacity = context + warm + iters // the prefill, then one position per forward
 	}
 	cache, err := m.NewKVCache(b, capacity)
 	if err != nil {
@@ -262,6 +283,9 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 	defer cache.Free()
 	logits := make([]float32, m.Cfg.VocabSize)
 	one := func(ids []int32) (float64, error) {
+		if err := interrupted(); err != nil {
+			return 0, err
+		}
 		start := time.Now()
 		lt, err := m.Forward(b, cache, ids, false)
 		if err != nil {

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/agnivade/levenshtein"
@@ -23,13 +27,16 @@ import (
 // An FT_ variable or config key that names no flag of any command is an
 // error that suggests the closest name.
 
-// extraEnv are FT_ variables that are not flags.
-var extraEnv = map[string]bool{
-	"FT_CONFIG":         true, // the config file
-	"FT_FORCE_PROGRESS": true, // draw progress bars even when stderr is not a terminal (tests)
-	"FT_SOAK":           true, // forwards in the offload soak test
-	"FT_TRACE":          true, // print set-up step durations to stderr
-	"FT_PINNED":         true, // "alloc": pin host blocks with cuMemHostAlloc instead of cuMemHostRegister (cuda builds)
+// extraEnv are FT_ variables that are not flags, with the values each
+// takes (nil: any value).
+var extraEnv = map[string][]string{
+	"FT_CONFIG":         nil,                       // the config file
+	"FT_FORCE_PROGRESS": {"", "0", "1"},            // draw progress bars even when stderr is not a terminal (tests)
+	"FT_SOAK":           nil,                       // forwards in the offload soak test
+	"FT_TRACE":          {"", "0", "1"},            // print set-up step durations to stderr
+	"FT_PINNED":         {"", "register", "alloc"}, // "alloc": pin host blocks with cuMemHostAlloc instead of cuMemHostRegister (cuda builds)
+	"FT_KERNEL_CACHE":   nil,                       // the kernel cache directory, or "off"
+	"FT_TEST_STALL":     {"", "open", "load"},      // tests: block at a phase until a signal (see stallForTest)
 }
 
 // envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.
@@ -78,8 +85,17 @@ func checkEnv() error {
 	}
 	sort.Strings(list)
 	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "FT_") || known[name] {
+		name, value, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "FT_") {
+			continue
+		}
+		if name == "FT_HELP" {
+			return usagef("FT_HELP=%s: help is not a setting; run 'infer <command> --help'", value)
+		}
+		if allowed := extraEnv[name]; allowed != nil && !slices.Contains(allowed, value) {
+			return usagef("%s=%q: want one of %s", name, value, strings.Join(quoteAll(allowed[1:]), ", "))
+		}
+		if known[name] {
 			continue
 		}
 		if c := closest(name, list); c != "" {
@@ -88,6 +104,14 @@ func checkEnv() error {
 		return usagef("unknown environment variable %s (FT_ variables name flags, e.g. FT_GPU_BUDGET)", name)
 	}
 	return nil
+}
+
+func quoteAll(xs []string) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = strconv.Quote(x)
+	}
+	return out
 }
 
 // applyDefaults fills the flags the command line left unset from the
@@ -148,7 +172,12 @@ func readConfigFile(path, command string) (map[string]string, error) {
 		return nil, fmt.Errorf("config file: %w", err)
 	}
 	var raw map[string]any
-	if err := json.Unmarshal(data, &raw); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // {"seed": 1000000} is 1000000, not 1e+06
+	if err := dec.Decode(&raw); err != nil || raw == nil {
+		if err == nil {
+			err = errors.New("null")
+		}
 		return nil, usagef("config %s: not a JSON object: %v", path, err)
 	}
 	known := allFlagNames()
@@ -168,7 +197,9 @@ func readConfigFile(path, command string) (map[string]string, error) {
 		switch x := v.(type) {
 		case string:
 			out[k] = x
-		case bool, float64:
+		case json.Number:
+			out[k] = x.String()
+		case bool:
 			out[k] = fmt.Sprint(x)
 		default:
 			return usagef("config %s: key %q%s: want a string, number or boolean", path, k, where)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
+	"unicode"
 
 	flextensor "github.com/flextensor-go/flextensor"
 	"github.com/flextensor-go/flextensor/loader"
@@ -54,8 +56,9 @@ func inspectFlags(fs *pflag.FlagSet) *inspectOptions {
 }
 
 type inspectReport struct {
-	Family        string           `json:"family"`
-	Config        *decoder.Config  `json:"config"`
+	Family        string `json:"family"`
+	Config        any    `json:"config"` // the parsed config, keys in snake_case
+	cfg           *decoder.Config
 	Parameters    int64            `json:"parameters"`
 	BytesByDType  map[string]int64 `json:"bytes_by_dtype"`
 	TotalBytes    int64            `json:"total_bytes"`
@@ -78,7 +81,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	dir := o.model
+	dir, shown := o.model, o.model
 	if dir != "" {
 		d, err := hub.Resolve(dir) // a directory, or ORG/NAME[@REV] in the Hugging Face cache
 		if err != nil {
@@ -91,7 +94,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer cleanup()
-		dir = d
+		dir, shown = d, bundledName
 	}
 	data, source, err := loader.ReadConfigFile(dir)
 	if err != nil {
@@ -101,20 +104,26 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, err := fam.New(data, source)
-	if err != nil {
-		return err
-	}
 	ck, err := loader.OpenCheckpoint(dir)
 	if err != nil {
 		return err
 	}
 	defer ck.Close()
+	if err := models.CheckLayers(dir, ck); err != nil { // before building num_hidden_layers layers
+		return err
+	}
+	m, err := fam.New(data, source)
+	if err != nil {
+		return err
+	}
 	if err := m.BindCheckpoint(ck, runtime.NewMeta()); err != nil { // shapes only: nothing is read
 		return err
 	}
 	defer m.Close()
-	rep := inspectReport{Family: fam.Name, Config: &m.Cfg, BytesByDType: map[string]int64{}}
+	rep := inspectReport{Family: fam.Name, cfg: &m.Cfg, BytesByDType: map[string]int64{}}
+	if rep.Config, err = snakeKeys(&m.Cfg); err != nil {
+		return err
+	}
 	for _, p := range nn.Parameters(m) {
 		t := p.Peek()
 		rep.Parameters += int64(t.NumElements())
@@ -142,9 +151,16 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 			}
 			limit = lb.Bytes
 		}
-		budget, err := b.Resolve(limit)
-		if err != nil {
-			return usageError{err}
+		var budget int64
+		if b.Bytes == 0 && b.Fraction == 0 { // "0": everything streamed, as in run-model and bench
+			slots := o.blocks
+			if slots == 0 {
+				slots = 2
+			}
+			budget = fp.MinBudget(slots)
+			o.blocks = slots
+		} else if budget, err = b.Resolve(limit); err != nil {
+			return usagef("--gpu-budget %s is a fraction of the device: give --device-memory (the device's size) or a budget in bytes", o.budget)
 		}
 		in := offload.PlanInput{FixedBytes: fp.FixedBytes, Budget: budget, Slots: o.blocks, Curve: offload.FitH2D(10e-6, 50e9)}
 		for i, n := range fp.UnitNames {
@@ -167,7 +183,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 		return json.NewEncoder(stdout).Encode(rep)
 	}
 	c := m.Cfg
-	fmt.Fprintf(stdout, "checkpoint  %s (%d files)\n", dir, len(ck.Files()))
+	fmt.Fprintf(stdout, "checkpoint  %s (%d files)\n", shown, len(ck.Files()))
 	fmt.Fprintf(stdout, "model       %s: %d layers, hidden %d, MLP %d, heads %d (KV %d) × %d, vocab %d, tied embeddings %v\n",
 		fam.Name, c.NumHiddenLayers, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.VocabSize, c.TieWordEmbeddings)
 	fmt.Fprintf(stdout, "rope        %s, theta %g", c.Rope.Type, c.Rope.Theta)
@@ -199,4 +215,54 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 			runtime.FormatBytes(rep.Budget), rep.ResidentUnits, len(rep.Units), rep.Slots)
 	}
 	return nil
+}
+
+// snakeKeys is v as JSON with its object keys in snake_case (HiddenSize →
+// hidden_size, RMSNormEps → rms_norm_eps), the case of the rest of
+// inspect --json and of config.json.
+func snakeKeys(v any) (any, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var x any
+	if err := json.Unmarshal(data, &x); err != nil {
+		return nil, err
+	}
+	var walk func(any) any
+	walk = func(x any) any {
+		switch t := x.(type) {
+		case map[string]any:
+			out := make(map[string]any, len(t))
+			for k, v := range t {
+				out[snakeCase(k)] = walk(v)
+			}
+			return out
+		case []any:
+			for i := range t {
+				t[i] = walk(t[i])
+			}
+		}
+		return x
+	}
+	return walk(x), nil
+}
+
+// snakeCase turns a Go field name into snake_case, keeping acronyms whole.
+func snakeCase(s string) string {
+	s = strings.ReplaceAll(s, "IDs", "Ids")
+	r := []rune(s)
+	var b strings.Builder
+	for i, c := range r {
+		upper := unicode.IsUpper(c)
+		if upper && i > 0 {
+			prev := r[i-1]
+			nextLower := i+1 < len(r) && unicode.IsLower(r[i+1])
+			if unicode.IsLower(prev) || unicode.IsDigit(prev) || (unicode.IsUpper(prev) && nextLower) {
+				b.WriteByte('_')
+			}
+		}
+		b.WriteRune(unicode.ToLower(c))
+	}
+	return b.String()
 }

@@ -2,10 +2,12 @@
 //
 //	infer run-model [flags]     generate from a prompt of token ids
 //
-// Exit codes: 0 success, 2 usage error, 1 runtime error.
+// Exit codes: 0 success, 1 runtime error, 2 usage error, 130 interrupted
+// (SIGINT), 143 terminated (SIGTERM).
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -46,12 +48,33 @@ func main() {
 
 // runMain is main without the exit, for tests.
 func runMain(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	helpOut = stdout
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		printUsage(stdout)
 		if len(args) == 0 {
 			return 2
 		}
 		return 0
+	}
+	if args[0] == "--version" || args[0] == "version" {
+		printVersion(stdout)
+		return 0
+	}
+	if args[0] == "help" {
+		switch len(args) {
+		case 1:
+			printUsage(stdout)
+			return 0
+		case 2:
+			if _, ok := commands[args[1]]; ok {
+				return runMain([]string{args[1], "--help"}, stdout, stderr)
+			}
+			fmt.Fprintf(stderr, "infer help: unknown command %q\n\n", args[1])
+			printUsage(stderr)
+			return 2
+		}
+		fmt.Fprintf(stderr, "infer help: give one command (infer help run-model)\n")
+		return 2
 	}
 	c, ok := commands[args[0]]
 	if !ok {
@@ -59,19 +82,29 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		printUsage(stderr)
 		return 2
 	}
+	sig := watchSignals(stderr, c.name)
+	defer sig.stop()
 	err := c.run(args[1:], stdout, stderr)
+	endProgress()
+	if err != nil && sig.signal() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, errInterrupted)) {
+		err = fmt.Errorf("%w", errInterrupted) // however the phase reported it
+	}
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, pflag.ErrHelp):
 		return 0
 	case errors.Is(err, errInterrupted):
-		if err.Error() != errInterrupted.Error() {
-			fmt.Fprintf(stderr, "infer %s: %v\n", c.name, err)
-			return 130
+		code, what := 130, "interrupted"
+		if sig.signal() != nil {
+			code, what = sig.code(), sig.describe()
 		}
-		fmt.Fprintf(stderr, "infer %s: interrupted; device and pinned memory released\n", c.name)
-		return 130
+		if err.Error() != errInterrupted.Error() {
+			fmt.Fprintf(stderr, "infer %s: %s: %v\n", c.name, what, err)
+			return code
+		}
+		fmt.Fprintf(stderr, "infer %s: %s; device and pinned memory released, temporary files removed\n", c.name, what)
+		return code
 	case errors.As(err, new(usageError)):
 		fmt.Fprintf(stderr, "infer %s: %v\nRun 'infer %s --help' for usage.\n", c.name, err, c.name)
 		return 2
@@ -80,6 +113,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 }
+
+// helpOut is where --help output goes: stdout, as for 'infer --help'.
+var helpOut io.Writer = os.Stdout
 
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "infer runs Llama checkpoints with FlexTensor.\n\nUsage:\n  infer <command> [flags]\n\nCommands:")
@@ -97,9 +133,11 @@ underscores: FT_GPU_BUDGET=8GiB) or from a JSON config file named by --config
 or FT_CONFIG ({"device": "cuda:0", "run-model": {"max-new-tokens": 64}}).
 The command line wins over the environment, which wins over the file.
 
-Exit codes: 0 success, 1 runtime error, 2 usage error, 130 interrupted.
+Exit codes: 0 success, 1 runtime error (out of memory included), 2 usage
+error, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 
-Run 'infer <command> --help' for a command's flags and examples.`)
+Run 'infer <command> --help' or 'infer help <command>' for a command's flags
+and examples; 'infer --version' for the version, commit and CUDA support.`)
 }
 
 // newFlags returns a flag set that reports errors instead of exiting, with a
@@ -110,7 +148,7 @@ func newFlags(name, usage string, stderr io.Writer) *pflag.FlagSet {
 	fs.SortFlags = false
 	fs.String("config", "", "JSON file of default flag values (see 'infer --help'); also FT_CONFIG")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "%s\n\nFlags:\n%s", strings.TrimSpace(usage), fs.FlagUsages())
+		fmt.Fprintf(helpOut, "%s\n\nFlags:\n%s", strings.TrimSpace(usage), fs.FlagUsages())
 	}
 	return fs
 }

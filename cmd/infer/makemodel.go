@@ -8,6 +8,7 @@ import (
 
 	"github.com/flextensor-go/flextensor/models"
 	_ "github.com/flextensor-go/flextensor/models/all" // every family's shapes (and configs) registered
+	"github.com/flextensor-go/flextensor/runtime"
 	"github.com/spf13/pflag"
 )
 
@@ -19,9 +20,12 @@ func init() {
 const makeModelUsage = `
 infer make-model writes a Hugging Face checkpoint (config.json, sharded BF16
 safetensors and model.safetensors.index.json) with random weights, for
-benchmarks that go through the real loading path. Each family names its
-shapes: real sizes (llama3-8b, qwen3-8b, qwen2.5-7b, mistral-7b, ...) and
-tiny ones for tests (qwen3-tiny, ...).
+benchmarks that go through the real loading path, and a byte-level
+tokenizer.json covering the whole vocabulary (so --prompt works; the text is
+gibberish). Each family names its shapes: real sizes (llama3-8b 16.06 GB,
+qwen3-8b, qwen2.5-7b, mistral-7b, llama3-1b 2.47 GB, ...) and tiny ones for
+tests (qwen3-tiny, deep-test, ...: no tokenizer when the vocabulary is too
+small, use --token-ids); --layers N makes a smaller one.
 
 Usage:
   infer make-model --shape NAME --out DIR [--layers N] [--seed S]
@@ -37,6 +41,7 @@ type makeModelOptions struct {
 	layers     int
 	seed       uint64
 	shard      int64
+	force      bool
 }
 
 func makeModelFlags(fs *pflag.FlagSet) *makeModelOptions {
@@ -46,6 +51,7 @@ func makeModelFlags(fs *pflag.FlagSet) *makeModelOptions {
 	fs.IntVar(&o.layers, "layers", 0, "override the number of layers (0 = the shape's)")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed")
 	fs.Int64Var(&o.shard, "shard-bytes", 5<<30, "largest shard, in bytes")
+	fs.BoolVar(&o.force, "force", false, "replace the checkpoint already in --out (its config, tokenizer and shards are removed first)")
 	return &o
 }
 
@@ -65,14 +71,38 @@ func makeModel(args []string, stdout, stderr io.Writer) error {
 	if *layers < 0 {
 		return usagef("--layers %d is negative", *layers)
 	}
+	if *shard <= 0 {
+		return usagef("--shard-bytes %d: want a positive number of bytes", *shard)
+	}
+	if err := checkMakeModelOut(*out, o.force); err != nil {
+		return err
+	}
+	fam, cfgJSON, err := models.ShapeConfig(*shape, *layers)
+	if err != nil {
+		return err
+	}
+	m, err := fam.New(cfgJSON, *shape) // no weights: sizes only
+	if err != nil {
+		return err
+	}
+	cfg := m.Cfg
+	params, size := shapeSize(m)
+	count := fmt.Sprintf("%.2f B", float64(params)/1e9)
+	if params < 1e9 {
+		count = fmt.Sprintf("%.2f M", float64(params)/1e6)
+	}
+	fmt.Fprintf(stderr, "make-model: writing %s (%d layers, %s parameters, %s in BF16) to %s\n",
+		*shape, cfg.NumHiddenLayers, count, runtime.FormatBytes(size), *out)
 	start := time.Now()
 	if err := models.MakeCheckpoint(*out, *shape, *layers, *seed, *shard); err != nil {
 		return err
 	}
-	m, err := models.New(*out)
-	if err != nil {
+	tok := "a byte-level tokenizer.json"
+	if ok, err := byteLevelTokenizer(*out, cfg.VocabSize, cfg.BOSTokenID, cfg.EOSTokenIDs); err != nil {
 		return err
+	} else if !ok {
+		tok = "no tokenizer (the vocabulary is too small for a byte-level one: use --token-ids)"
 	}
-	fmt.Fprintf(stdout, "wrote %s (%s, %d layers) in %v\n", *out, *shape, len(m.Layers), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "wrote %s (%s, %d layers, %s, %s) in %v\n", *out, *shape, cfg.NumHiddenLayers, runtime.FormatBytes(size), tok, time.Since(start).Round(time.Millisecond))
 	return nil
 }

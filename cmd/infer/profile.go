@@ -61,12 +61,25 @@ func profileCmd(args []string, stdout, stderr io.Writer) error {
 	if *context <= 0 {
 		return usagef("--context %d must be positive", *context)
 	}
+	if err := d.checkOffloadFlags(); err != nil {
+		return err
+	}
 	start := time.Now()
+	if !d.progress.on {
+		fmt.Fprintf(stderr, "profile: loading %s on %s under --gpu-budget %s\n", modelName(d.model), d.device, d.gpuBudget)
+	}
 	sess, err := openSession(d)
 	if err != nil {
 		return err
 	}
 	defer sess.Close()
+	if need, ctxLen := *context+4, sess.Model.Cfg.MaxPositionEmbeddings; need > ctxLen {
+		return usagef("--context %d: the profiling run needs %d positions (the prompt and 4 decode steps), more than the model's context of %d (max_position_embeddings); give --context %d or less",
+			*context, need, ctxLen, ctxLen-4)
+	}
+	if !d.progress.on {
+		fmt.Fprintf(stderr, "profile: discovery and profiling passes (a prefill of %d tokens, then decode steps)\n", *context)
+	}
 	// Discovery (the prefill) and two profiling passes (decode steps) lead
 	// to INFERENCE; one more step checks the plan runs.
 	if _, err := measureForwards(sess.Model, sess.Backend, "decode", 0, *context, 3, 1, 1); err != nil {
@@ -88,4 +101,12 @@ func profileCmd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "wrote %s/%s: %d of %d units resident, %d transfer blocks, predicted forward %.3f ms (%v)\n",
 		*out, offload.ProfileFileName, res, len(plan.Resident), plan.Slots, plan.PredictedSec*1e3, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// modelName is --model for messages ("" is the bundled model).
+func modelName(model string) string {
+	if model == "" {
+		return bundledName
+	}
+	return model
 }

@@ -24,10 +24,39 @@ type progress struct {
 	bars map[string]*progressbar.ProgressBar
 	// bytes shows every stage's counts as bytes (not only "weights").
 	bytes bool
+	// drawing is the number of bars drawn and not finished: their line
+	// must be ended before other output.
+	drawing int
+}
+
+// progresses are the progress outputs of the running command (endProgress).
+var progresses struct {
+	sync.Mutex
+	list []*progress
 }
 
 func newProgress(w io.Writer) *progress {
-	return &progress{w: w, on: isTerminal(w) || os.Getenv("FT_FORCE_PROGRESS") == "1", bars: map[string]*progressbar.ProgressBar{}}
+	p := &progress{w: w, on: isTerminal(w) || os.Getenv("FT_FORCE_PROGRESS") == "1", bars: map[string]*progressbar.ProgressBar{}}
+	progresses.Lock()
+	progresses.list = append(progresses.list, p)
+	progresses.Unlock()
+	return p
+}
+
+// endProgress ends the line of every bar still drawn, so that what is
+// printed next (an error, an interruption) starts on a line of its own.
+func endProgress() {
+	progresses.Lock()
+	defer progresses.Unlock()
+	for _, p := range progresses.list {
+		p.mu.Lock()
+		if p.drawing > 0 {
+			io.WriteString(p.w, "\n")
+			p.drawing = 0
+		}
+		p.mu.Unlock()
+	}
+	progresses.list = nil
 }
 
 // update is an offload.Config.Progress function.
@@ -52,11 +81,16 @@ func (p *progress) update(stage string, done, total int64) {
 		}
 		b = progressbar.NewOptions64(total, opts...)
 		p.bars[stage] = b
+		p.drawing++
+	}
+	if b.IsFinished() {
+		return
 	}
 	_ = b.Set64(done)
 	if done >= total {
 		_ = b.Finish()
 		_ = b.Exit()
+		p.drawing--
 	}
 }
 

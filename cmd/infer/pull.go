@@ -1,13 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/flextensor-go/flextensor/loader/hub"
 	"github.com/spf13/pflag"
@@ -80,8 +76,7 @@ func pullCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		rev = o.revision
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := cmdCtx // cancelled by Ctrl-C or SIGTERM
 	bar := newProgress(stderr)
 	bar.bytes = true
 	res, err := hub.Pull(ctx, repo, rev, hub.Options{

@@ -1,17 +1,16 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/llama"
@@ -87,10 +86,12 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	o.dev.progress = newProgress(stderr)
-	// Ctrl-C stops generation between tokens; the deferred Close releases
-	// device and pinned memory before the command returns.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// Ctrl-C stops generation between tokens (and Open between its steps);
+	// the deferred Close releases device and pinned memory before the
+	// command returns.
+	if fs.Changed("token-ids") && strings.TrimSpace(o.tokenIDs) == "" {
+		return usagef("--token-ids is empty: give comma-separated token ids, e.g. --token-ids 1,2,3")
+	}
 	if (o.prompt == "") == (o.tokenIDs == "") {
 		return usagef("give exactly one of --prompt TEXT or --token-ids 1,2,3")
 	}
@@ -109,8 +110,11 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 	if o.maxNew < 0 {
 		return usagef("--max-new-tokens %d is negative", o.maxNew)
 	}
-	if o.temperature < 0 || o.topK < 0 || o.topP < 0 || o.topP > 1 {
-		return usagef("sampling flags out of range: --temperature %g (≥ 0), --top-k %d (≥ 0), --top-p %g (in [0,1])", o.temperature, o.topK, o.topP)
+	if err := checkSampling(o.temperature, o.topK, o.topP); err != nil {
+		return err
+	}
+	if err := o.dev.checkOffloadFlags(); err != nil {
+		return err
 	}
 	start := time.Now()
 	sess, err := openSession(o.dev)
@@ -121,6 +125,9 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		// Closing checks that every device and pinned byte came back.
 		if cerr := sess.Close(); cerr != nil {
 			err = errors.Join(err, cerr)
+		}
+		if sess.bundled {
+			err = bundledError(err, sess.Dir)
 		}
 	}()
 	model, backend, dev := sess.Model, sess.Backend, sess.Device
@@ -145,11 +152,34 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		for _, id := range ids {
 			prompt = append(prompt, int32(id))
 		}
+		for i, id := range prompt {
+			if int(id) >= model.Cfg.VocabSize {
+				return fmt.Errorf("--prompt: the tokenizer (%s) gave id %d at token %d, outside the model's vocabulary [0, %d): tokenizer.json does not match config.json's vocab_size",
+					sess.describe("tokenizer.json"), id, i, model.Cfg.VocabSize)
+			}
+		}
+	} else if jsonOut := o.jsonOut; jsonOut {
+		// --json prints "text" whenever the checkpoint has a tokenizer.
+		if t, err := loadTokenizer(sess.Dir); err == nil {
+			tok = t
+		}
 	}
 	for i, id := range prompt {
 		if int(id) >= model.Cfg.VocabSize {
 			return usagef("--token-ids: id %d at position %d is outside the vocabulary [0, %d)", id, i, model.Cfg.VocabSize)
 		}
+	}
+	if n, ctxLen := len(prompt)+o.maxNew, model.Cfg.MaxPositionEmbeddings; n > ctxLen {
+		what := "--token-ids gives"
+		if o.prompt != "" {
+			what = "--prompt is"
+		}
+		hint := fmt.Sprintf("lower --max-new-tokens to %d", ctxLen-len(prompt))
+		if len(prompt) >= ctxLen {
+			hint = "shorten the prompt"
+		}
+		return usagef("%s %d tokens and --max-new-tokens %d: %d positions exceed the model's context of %d (max_position_embeddings in config.json); %s",
+			what, len(prompt), o.maxNew, n, ctxLen, hint)
 	}
 	// Text streams to stdout as tokens are chosen (not with --json).
 	var stream *tokenizer.StreamDecoder
@@ -167,15 +197,15 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 					fmt.Fprintf(os.Stderr, "trace: first token at unix %d ns\n", time.Now().UnixNano())
 				}
 			}
-			if ctx.Err() != nil {
-				return errInterrupted
+			if err := interrupted(); err != nil {
+				return err
 			}
 			if stream != nil {
 				piece, err := stream.Add(int(id))
 				if err != nil {
 					return err
 				}
-				if _, err := io.WriteString(stdout, piece); err != nil {
+				if _, err := io.WriteString(stdout, printable(piece)); err != nil {
 					return err
 				}
 			}
@@ -188,10 +218,10 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		StopTokens:   stops,
 	})
 	if stream != nil {
-		fmt.Fprintln(stdout, stream.Flush())
+		fmt.Fprintln(stdout, printable(stream.Flush()))
 	}
 	if err != nil {
-		return err
+		return model.ExplainNonFinite(err, sess.Checkpoint)
 	}
 	genDur := time.Since(start)
 	if o.dev.offloadTiming {
@@ -233,6 +263,44 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 	fmt.Fprintf(stderr, "%d tokens in %v (%.1f tokens/s) on %s\n", len(gen), genDur.Round(time.Millisecond),
 		float64(len(gen))/genDur.Seconds(), dev.Name())
 	return nil
+}
+
+// checkSampling refuses sampling flags that would be ignored or mean
+// nothing: a temperature that is negative, NaN or infinite, a negative
+// top-k, a top-p outside (0, 1] (0 would keep no token).
+func checkSampling(temperature float32, topK int, topP float32) error {
+	t := float64(temperature)
+	switch {
+	case math.IsNaN(t) || math.IsInf(t, 0) || t < 0:
+		return usagef("--temperature %g: want a finite number ≥ 0 (0 = greedy)", temperature)
+	case topK < 0:
+		return usagef("--top-k %d: want ≥ 0 (0 = all tokens)", topK)
+	case !(topP > 0 && topP <= 1):
+		return usagef("--top-p %g: want a number in (0, 1] (1 = all tokens; 0 would keep none)", topP)
+	}
+	return nil
+}
+
+// printable replaces the control characters of generated text (escape
+// sequences a random or hostile model could emit to a terminal) with U+FFFD,
+// keeping newlines and tabs.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			return unicode.ReplacementChar
+		}
+		return r
+	}, s)
 }
 
 func nonNil(ids []int32) []int32 {

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
+	flextensor "github.com/flextensor-go/flextensor"
 	"github.com/flextensor-go/flextensor/offload"
 	ftsession "github.com/flextensor-go/flextensor/session"
 	"github.com/spf13/pflag"
@@ -40,7 +43,59 @@ func (d *deviceFlags) register(fs *pflag.FlagSet) {
 }
 
 // session is a library session (package session) with the CLI's printing.
-type session struct{ *ftsession.Session }
+type session struct {
+	*ftsession.Session
+	bundled bool   // Dir is the bundled model, extracted into a temporary directory
+	cleanup func() // removes that directory
+}
+
+// bundledName is how messages name the bundled model instead of the
+// temporary directory it is extracted into.
+const bundledName = "the bundled tiny model"
+
+// Close releases the session, then removes the extracted bundled model.
+func (s *session) Close() error {
+	err := s.Session.Close()
+	if s.cleanup != nil {
+		s.cleanup()
+		s.cleanup = nil
+	}
+	return err
+}
+
+// describe names a file of the model directory for messages.
+func (s *session) describe(file string) string {
+	if s.bundled {
+		return bundledName + "'s " + file
+	}
+	return filepath.Join(s.Dir, file)
+}
+
+// name is the model directory for messages.
+func (s *session) name() string {
+	if s.bundled {
+		return bundledName
+	}
+	return s.Dir
+}
+
+// bundledError rewrites the temporary directory of the bundled model in
+// err's text as the bundled model's name.
+func bundledError(err error, dir string) error {
+	if err == nil || dir == "" || !strings.Contains(err.Error(), dir) {
+		return err
+	}
+	return rewrittenError{err, strings.ReplaceAll(err.Error(), dir, bundledName)}
+}
+
+// rewrittenError is err with another text, still matching errors.Is/As.
+type rewrittenError struct {
+	err  error
+	text string
+}
+
+func (r rewrittenError) Error() string { return r.text }
+func (r rewrittenError) Unwrap() error { return r.err }
 
 // sessionOptions turns the device flags into the library's options,
 // reporting bad flags as usage errors named after the flags.
@@ -54,6 +109,7 @@ func (d deviceFlags) sessionOptions() (ftsession.Options, error) {
 		UnitGraphs:     d.unitGraphs,
 		Progress:       d.progress.update,
 		Trace:          traceStep,
+		Context:        cmdCtx,
 	}
 	if _, _, err := ftsession.ParseDevice(d.device); err != nil {
 		return opts, usagef("--device %q: unknown device (want cpu or cuda:N)", d.device)
@@ -69,8 +125,12 @@ func (d deviceFlags) sessionOptions() (ftsession.Options, error) {
 		opts.DeviceMemory = b.Bytes
 	}
 	if d.gpuBudget != "" {
-		if _, err := offload.ParseBudget(d.gpuBudget); err != nil {
+		b, err := offload.ParseBudget(d.gpuBudget)
+		if err != nil {
 			return opts, usageError{fmt.Errorf("--gpu-budget: %w", err)}
+		}
+		if b.Fraction > 0 && d.device == "cpu" && d.deviceMemory == "" {
+			return opts, usagef("--gpu-budget %s is a fraction of the device, and the cpu device has no size: give --device-memory (e.g. 2GiB) or a budget in bytes (512MiB)", d.gpuBudget)
 		}
 	}
 	if d.blocks < 0 {
@@ -85,11 +145,38 @@ func (d deviceFlags) sessionOptions() (ftsession.Options, error) {
 	return opts, nil
 }
 
+// checkOffloadFlags refuses the offload flags that would do nothing without
+// an offloaded model (--gpu-budget or --profile): run-model and profile.
+func (d deviceFlags) checkOffloadFlags() error {
+	if d.gpuBudget != "" || d.blocks < 0 {
+		return nil // sessionOptions reports a negative --transfer-blocks
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"--transfer-blocks", d.blocks != 0}, {"--unit-graphs", d.unitGraphs}, {"--offload-timing", d.offloadTiming}} {
+		if !f.set {
+			continue
+		}
+		if d.profile != "" && f.name != "--transfer-blocks" {
+			continue // a profile offloads too
+		}
+		if d.profile != "" {
+			return usagef("--transfer-blocks does not apply with --profile: the profile holds its plan's transfer blocks")
+		}
+		return usagef("%s applies to an offloaded model only: give --gpu-budget (or --profile)", f.name)
+	}
+	return nil
+}
+
 // openSession loads the model (--model, default the bundled one) on
 // --device, offloaded with --gpu-budget or --profile.
 func openSession(d deviceFlags) (*session, error) {
 	opts, err := d.sessionOptions()
 	if err != nil {
+		return nil, err
+	}
+	if err := stallForTest("open", os.Stderr); err != nil {
 		return nil, err
 	}
 	return openSessionWith(d, opts)
@@ -98,14 +185,27 @@ func openSession(d deviceFlags) (*session, error) {
 // openSessionWith opens --model on --device with opts (from sessionOptions,
 // perhaps changed).
 func openSessionWith(d deviceFlags, opts ftsession.Options) (*session, error) {
-	s, err := ftsession.Open(d.model, d.device, opts)
-	if errors.Is(err, ftsession.ErrBadOptions) {
-		return nil, usageError{err}
+	dir, bundled, cleanup := d.model, false, func() {}
+	if dir == "" {
+		x, c, err := flextensor.ExtractTinyLlama()
+		if err != nil {
+			return nil, err
+		}
+		dir, bundled, cleanup = x, true, c
+		stallForTest("load", os.Stderr)
 	}
+	s, err := ftsession.Open(dir, d.device, opts)
 	if err != nil {
-		return nil, err
+		cleanup()
+		if !bundled {
+			dir = ""
+		}
+		if errors.Is(err, ftsession.ErrBadOptions) {
+			return nil, usageError{bundledError(err, dir)}
+		}
+		return nil, bundledError(err, dir)
 	}
-	return &session{s}, nil
+	return &session{Session: s, bundled: bundled, cleanup: cleanup}, nil
 }
 
 // printTiming writes the offload timing table (when offloaded).

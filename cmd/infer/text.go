@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/models/tokenizer"
 )
 
@@ -15,6 +16,12 @@ import (
 func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		path = filepath.Join(path, "tokenizer.json")
+	}
+	// A named pipe in place of tokenizer.json would block the read forever.
+	if f, err := loader.OpenRegular(path); err == nil {
+		f.Close()
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	tok, err := tokenizer.Load(path)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -2,6 +2,7 @@ package all_test
 
 import (
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -77,7 +78,7 @@ func TestRealShapes(t *testing.T) {
 			a, b := ours.Cfg, pub.Cfg
 			a.MaxPositionEmbeddings, b.MaxPositionEmbeddings = 0, 0 // base and instruct releases differ
 			a.EOSTokenIDs, b.EOSTokenIDs = nil, nil
-			if !slices.Equal([]any{a.Summary(), a.Rope, a.RMSNormEps, a.TieWordEmbeddings, a.BOSTokenID},
+			if !reflect.DeepEqual([]any{a.Summary(), a.Rope, a.RMSNormEps, a.TieWordEmbeddings, a.BOSTokenID},
 				[]any{b.Summary(), b.Rope, b.RMSNormEps, b.TieWordEmbeddings, b.BOSTokenID}) {
 				t.Errorf("shape %+v\npublished %+v", a, b)
 			}

@@ -40,12 +40,17 @@ type Config struct {
 // "rope_scaling" (transformers 4) or "rope_parameters" (transformers 5).
 type Rope struct {
 	Theta float64 // base of the frequencies, theta^(-2i/d); default 10000
-	Type  string  // "default" or "llama3"
+	Type  string  // "default", "linear", "dynamic", "yarn", "llama3" or "longrope"
 	// The llama3 frequency rescaling; zero when Type is "default".
 	Factor                        float64 // "factor": long wavelengths are divided by it
 	LowFreqFactor                 float64 // "low_freq_factor"
 	HighFreqFactor                float64 // "high_freq_factor"; greater than LowFreqFactor
 	OriginalMaxPositionEmbeddings int     // "original_max_position_embeddings"
+	// yarn and longrope (see readRopeScaling).
+	BetaFast, BetaSlow float64   // yarn's "beta_fast", "beta_slow"
+	NoTruncate         bool      // yarn's "truncate": false
+	ShortFactor        []float64 // longrope's "short_factor"
+	AttentionFactor    float64   // yarn and longrope; only 1 runs
 }
 
 // Validate checks what New relies on: positive sizes, heads divisible by
@@ -112,6 +117,9 @@ func ReadConfig(f *loader.Fields) Config {
 	if f.Err() != nil {
 		return c
 	}
+	if c.Rope.Type == "longrope" { // runs with the short factors: the original context
+		c.MaxPositionEmbeddings = min(c.MaxPositionEmbeddings, c.Rope.OriginalMaxPositionEmbeddings)
+	}
 	switch {
 	case c.NumAttentionHeads%c.NumKeyValueHeads != 0:
 		f.Fail(f.Errorf("num_key_value_heads", "num_attention_heads %d is not divisible by num_key_value_heads %d", c.NumAttentionHeads, c.NumKeyValueHeads))
@@ -132,7 +140,8 @@ func ReadConfig(f *loader.Fields) Config {
 // ReadRope reads the rotary embedding settings from either layout: the
 // transformers 4 one (top-level rope_theta, optional rope_scaling with
 // rope_type or the legacy type key) or the transformers 5 one
-// (rope_parameters). Supported types: default and llama3.
+// (rope_parameters). Supported types: default, linear, dynamic, yarn,
+// llama3 and longrope (see readRopeScaling); another is an error naming it.
 func ReadRope(r *loader.Fields) Rope {
 	theta := r.Float("rope_theta", 10000)
 	var sub *loader.Fields
@@ -179,7 +188,10 @@ func ReadRope(r *loader.Fields) Rope {
 		}
 		r.Fail(sub.Err())
 	default:
-		r.Fail(sub.Errorf(typeKey, "%q is not supported (supported: default, llama3)", rc.Type))
+		if !readRopeScaling(r, sub, &rc) {
+			r.Fail(sub.Errorf(typeKey, "%q is not supported (supported: %s)", rc.Type, ropeTypes))
+		}
+		r.Fail(sub.Err())
 	}
 	return rc
 }

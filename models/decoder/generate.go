@@ -3,11 +3,16 @@ package decoder
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 
 	"github.com/flextensor-go/flextensor/kernels"
 )
+
+// ErrContextLength is wrapped by Generate's error when the prompt and the
+// new tokens do not fit in the model's context (max_position_embeddings).
+var ErrContextLength = errors.New("longer than the model's context")
 
 // GenerateOptions steer Generate.
 type GenerateOptions struct {
@@ -35,6 +40,10 @@ func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions)
 	if opt.MaxNewTokens < 0 {
 		return nil, fmt.Errorf("decoder.Generate: max new tokens %d is negative", opt.MaxNewTokens)
 	}
+	if n := len(prompt) + opt.MaxNewTokens; n > m.Cfg.MaxPositionEmbeddings {
+		return nil, fmt.Errorf("decoder.Generate: %d prompt tokens + %d new tokens = %d positions exceed the model's context of %d (max_position_embeddings): %w",
+			len(prompt), opt.MaxNewTokens, n, m.Cfg.MaxPositionEmbeddings, ErrContextLength)
+	}
 	cache, err := m.NewKVCache(b, len(prompt)+max(opt.MaxNewTokens, 1))
 	if err != nil {
 		return nil, err
@@ -56,6 +65,11 @@ func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions)
 		}
 		id, err := kernels.Sample(logits, opt.Sampling, rng)
 		if err != nil {
+			for _, v := range logits {
+				if v != v || v > math.MaxFloat32 {
+					return out, fmt.Errorf("%w at generated token %d: %v", ErrNonFinite, len(out), err)
+				}
+			}
 			return out, err
 		}
 		tok := int32(id)

@@ -54,6 +54,12 @@ func (m *Model) NewKVCache(b kernels.Backend, capacity int) (*KVCache, error) {
 	if capacity <= 0 {
 		return nil, fmt.Errorf("decoder: KV cache capacity %d must be positive", capacity)
 	}
+	need := m.KVCacheBytes(b, capacity)
+	if avail := runtime.Available(b.Device()); avail > 0 && need > float64(avail) {
+		return nil, fmt.Errorf("decoder: a KV cache of %d positions needs %s (%d layers × keys and values × %d heads × %d × %s), more than the %s %s has free: %w",
+			capacity, runtime.FormatBytes(int64(min(need, 1<<62))), len(m.Layers), m.Cfg.NumKeyValueHeads, m.Cfg.HeadDim, b.ActDType(),
+			runtime.FormatBytes(avail), b.Device().Name(), runtime.ErrOutOfMemory)
+	}
 	c := &KVCache{}
 	shape := runtime.Shape{capacity, m.Cfg.NumKeyValueHeads, m.Cfg.HeadDim}
 	for i := range m.Layers {
@@ -72,6 +78,12 @@ func (m *Model) NewKVCache(b kernels.Backend, capacity int) (*KVCache, error) {
 		}
 	}
 	return c, nil
+}
+
+// KVCacheBytes is the device memory NewKVCache(b, capacity) allocates (a
+// float64: a hostile capacity must not overflow the check).
+func (m *Model) KVCacheBytes(b kernels.Backend, capacity int) float64 {
+	return 2 * float64(len(m.Layers)) * float64(capacity) * float64(m.Cfg.NumKeyValueHeads) * float64(m.Cfg.HeadDim) * float64(b.ActDType().Size())
 }
 
 // Len is the number of positions filled.

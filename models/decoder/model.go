@@ -144,6 +144,7 @@ func New(cfg *Config, names Names) (*Model, error) {
 	inv, err := kernels.RopeInvFreq(cfg.HeadDim, cfg.Rope.Theta, kernels.RopeScaling{
 		Type: cfg.Rope.Type, Factor: cfg.Rope.Factor, LowFreqFactor: cfg.Rope.LowFreqFactor,
 		HighFreqFactor: cfg.Rope.HighFreqFactor, OriginalMaxPositions: cfg.Rope.OriginalMaxPositionEmbeddings,
+		BetaFast: cfg.Rope.BetaFast, BetaSlow: cfg.Rope.BetaSlow, NoTruncate: cfg.Rope.NoTruncate, ShortFactor: cfg.Rope.ShortFactor,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("decoder.New: rope: %w", err)

@@ -2,6 +2,7 @@ package decoder
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -38,6 +39,10 @@ func SupportedWeightDType(d runtime.DType) bool {
 // name on dev, checking shapes and dtypes. Errors name the tensor and the
 // checkpoint directory; nothing stays allocated after an error.
 func (m *Model) BindCheckpoint(ck *loader.Checkpoint, dev runtime.Device) error {
+	if err := m.checkUnused(ck); err != nil {
+		m.Close()
+		return err
+	}
 	shapes := m.ParamShapes()
 	if missing := m.MissingTensors(ck); len(missing) > 0 {
 		m.Close()
@@ -57,6 +62,43 @@ func (m *Model) BindCheckpoint(ck *loader.Checkpoint, dev runtime.Device) error 
 	}
 	m.owned = append(m.owned, w.Buffers()...)
 	return nil
+}
+
+// UnusedTensors lists the checkpoint tensors no parameter of m binds
+// (sorted), leaving out those transformers also ignores: rotary_emb.inv_freq
+// buffers of older checkpoints, and the LM head of a model whose config ties
+// it to the embeddings.
+func (m *Model) UnusedTensors(ck *loader.Checkpoint) []string {
+	used := map[string]bool{}
+	for _, p := range nn.Parameters(m) {
+		used[p.Name()] = true
+	}
+	var out []string
+	for _, n := range ck.Names() {
+		switch {
+		case used[n], strings.HasSuffix(n, ".rotary_emb.inv_freq"):
+		case m.Cfg.TieWordEmbeddings && n == m.Names.Head+".weight":
+		default:
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// checkUnused refuses a checkpoint with tensors the config does not use
+// (more layers than num_hidden_layers, a bias the config does not have):
+// running it anyway would silently compute something else.
+func (m *Model) checkUnused(ck *loader.Checkpoint) error {
+	unused := m.UnusedTensors(ck)
+	if len(unused) == 0 {
+		return nil
+	}
+	list := unused
+	if len(list) > 8 {
+		list = append(slices.Clone(list[:8]), fmt.Sprintf("... (%d more)", len(unused)-8))
+	}
+	return fmt.Errorf("checkpoint %s: %d tensors are not used by its config (%d layers, %s): %s; config.json and the weights disagree",
+		ck.Dir(), len(unused), m.Cfg.NumHiddenLayers, m.Cfg.Summary(), strings.Join(list, ", "))
 }
 
 // Close frees the weights the model loaded and its workspace. A closed model

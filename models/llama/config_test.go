@@ -119,7 +119,7 @@ func TestParseConfigRopeFormats(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.Rope != tc.want {
+			if !reflect.DeepEqual(c.Rope, tc.want) {
 				t.Errorf("Rope = %+v, want %+v", c.Rope, tc.want)
 			}
 		})
@@ -161,8 +161,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"unsupported architecture", `["LlamaForCausalLM"]`, `["MistralForCausalLM"]`, []string{"field architectures", "MistralForCausalLM", "not supported"}},
 		{"no architecture, wrong model_type", `"model_type": "llama"`, `"model_type": "gpt2", "architectures": null`, []string{"model_type", `"gpt2"`}},
 		{"unsupported hidden_act", `"hidden_act": "silu"`, `"hidden_act": "gelu"`, []string{"field hidden_act", `"gelu"`, "only silu"}},
-		{"unsupported rope type", `"rope_type": "llama3"`, `"rope_type": "yarn"`, []string{"field rope_scaling.rope_type", `"yarn"`, "default, llama3"}},
-		{"linear rope is not supported", `"rope_type": "llama3"`, `"rope_type": "linear"`, []string{"rope_scaling.rope_type", `"linear"`}},
+		{"unsupported rope type", `"rope_type": "llama3"`, `"rope_type": "su"`, []string{"field rope_scaling.rope_type", `"su"`, "default, linear, dynamic, yarn, llama3, longrope"}},
+		{"yarn's attention factor is not implemented", `"rope_type": "llama3"`, `"rope_type": "yarn"`, []string{"rope_scaling.attention_factor", "yarn rope with an attention factor of 1.27726", "not implemented"}},
+		{"rope needs a numeric factor", `"factor": 8.0`, `"factor": "eight"`, []string{"rope_scaling.factor", `want a number, got "eight"`}},
+		{"longrope needs short factors", `"rope_type": "llama3"`, `"rope_type": "longrope"`, []string{"rope_scaling.short_factor", "longrope needs a list of numbers"}},
 		{"rope_scaling without type", `"rope_type": "llama3"`, `"other": 1`, []string{"rope_scaling.rope_type", "missing"}},
 		{"llama3 missing factor", `"factor": 8.0,`, ``, []string{"rope_scaling.factor", "positive"}},
 		{"llama3 high <= low", `"high_freq_factor": 4.0`, `"high_freq_factor": 0.5`, []string{"rope_scaling.high_freq_factor", "must exceed low_freq_factor 1"}},
