@@ -61,6 +61,7 @@ type runOptions struct {
 	seed        uint64
 	jsonOut     bool
 	ignoreEOS   bool
+	batch       batchFlags
 }
 
 func runModelFlags(fs *pflag.FlagSet) *runOptions {
@@ -77,6 +78,7 @@ func runModelFlags(fs *pflag.FlagSet) *runOptions {
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of text")
 	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
 	o.dev.register(fs)
+	o.batch.register(fs)
 	return &o
 }
 
@@ -87,6 +89,9 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	o.dev.progress = newProgress(stderr)
+	if batched, err := maybeRunBatch(o, stdout, stderr); batched {
+		return err
+	}
 	// Ctrl-C stops generation between tokens; the deferred Close releases
 	// device and pinned memory before the command returns.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
