@@ -131,3 +131,36 @@ func TestRunModelBatchUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchBatch: bench --batch prints a row per budget and batch size
+// with the step time and tokens/s, offloaded and resident; a bad size is
+// a usage error.
+func TestBenchBatch(t *testing.T) {
+	code, out, errOut := run(t, "bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0,resident",
+		"--batch", "1,3", "--context", "5", "--iters", "2", "--warmup", "0", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rows []batchBenchRow
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r batchBenchRow
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4 (2 budgets × 2 sizes):\n%s", len(rows), out)
+	}
+	for i, r := range rows {
+		if r.Batch != []int{1, 3}[i%2] || r.Budget != []string{"0", "resident"}[i/2] || r.StepMs <= 0 || r.KVBytes <= 0 {
+			t.Errorf("row %d: %+v", i, r)
+		}
+		if got := float64(r.Batch) / (r.StepMs / 1e3); got < r.TokensPerSec*0.999 || got > r.TokensPerSec*1.001 {
+			t.Errorf("row %d: tokens/s %.1f, want batch/step = %.1f", i, r.TokensPerSec, got)
+		}
+	}
+	if code, _, errOut := run(t, "bench", "--batch", "1,0"); code != 2 || !strings.Contains(errOut, `"0" is not a positive batch size`) {
+		t.Errorf("--batch 1,0: exit %d, %s", code, errOut)
+	}
+}
