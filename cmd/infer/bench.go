@@ -39,6 +39,7 @@ Examples:
   infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0,4GiB,8GiB,12GiB --mode decode --context 512
   infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0 --mode prefill --tokens 8192
   infer bench --device cpu --device-memory 8MiB --budgets 0,1MiB,resident --iters 5
+  infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0 --batch 1,16,64,256 --context 512
 `
 
 type benchRow struct {
@@ -66,6 +67,7 @@ type benchRow struct {
 type benchOptions struct {
 	d                            deviceFlags
 	budgets, mode                string
+	batch                        string // bench --batch: batched decode sizes
 	tokens, context, iters, warm int
 	jsonOut                      bool
 }
@@ -80,6 +82,7 @@ func benchFlags(fs *pflag.FlagSet) *benchOptions {
 	fs.IntVar(&o.iters, "iters", 10, "measured forwards per budget")
 	fs.IntVar(&o.warm, "warmup", 2, "unmeasured forwards after the engine reaches INFERENCE")
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object per budget")
+	fs.StringVar(&o.batch, "batch", "", "time batched decode steps of these batch sizes (1,16,64,256) at --context, as tokens/s")
 	return &o
 }
 
@@ -88,6 +91,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	o := benchFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if o.batch != "" {
+		return benchBatch(o, stdout)
 	}
 	d := o.d
 	budgets, mode, tokens, context, iters, warm, jsonOut := &o.budgets, &o.mode, &o.tokens, &o.context, &o.iters, &o.warm, &o.jsonOut

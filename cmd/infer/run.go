@@ -60,6 +60,7 @@ type runOptions struct {
 	seed        uint64
 	jsonOut     bool
 	ignoreEOS   bool
+	batch       batchFlags
 }
 
 func runModelFlags(fs *pflag.FlagSet) *runOptions {
@@ -76,6 +77,7 @@ func runModelFlags(fs *pflag.FlagSet) *runOptions {
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of text")
 	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
 	o.dev.register(fs)
+	o.batch.register(fs)
 	return &o
 }
 
@@ -86,6 +88,9 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	o.dev.progress = newProgress(stderr)
+	if batched, err := maybeRunBatch(o, stdout, stderr); batched {
+		return err
+	}
 	// Ctrl-C stops generation between tokens (and Open between its steps);
 	// the deferred Close releases device and pinned memory before the
 	// command returns.
@@ -202,8 +207,8 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			}
 			if stream != nil {
 				piece, err := stream.Add(int(id))
-				if err != nil {
-					return err
+				if err != nil { // an id the tokenizer does not cover
+					piece = "\uFFFD"
 				}
 				if _, err := io.WriteString(stdout, printable(piece)); err != nil {
 					return err
@@ -249,11 +254,7 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			for i, id := range gen {
 				ids[i] = int(id)
 			}
-			text, err := tok.Decode(ids, true)
-			if err != nil {
-				return err
-			}
-			out["text"] = text
+			out["text"] = decodeLenient(tok, ids)
 		}
 		return json.NewEncoder(stdout).Encode(out)
 	}

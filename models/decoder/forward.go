@@ -15,6 +15,7 @@ type workspace struct {
 	act                   runtime.DType
 	x, h, q, k, v, att, o *runtime.Tensor // [cap, …]
 	gate, up, logits      *runtime.Tensor
+	sel                   *runtime.Tensor // [logitCap, D]: the rows whose logits a batched forward returns
 	bufs                  []*runtime.DeviceBuffer
 }
 
@@ -73,6 +74,7 @@ func (m *Model) workspaceFor(b kernels.Backend, n, logitRows int) (*workspace, e
 		w.gate = alloc("gate", n, c.IntermediateSize)
 		w.up = alloc("up", n, c.IntermediateSize)
 		w.logits = allocF32("logits", logitRows, c.VocabSize) // F32 on every backend: greedy picks compare logits, bf16 would tie
+		w.sel = alloc("selected rows", logitRows, c.HiddenSize)
 	}()
 	if err != nil {
 		w.free()
@@ -166,12 +168,22 @@ func (l *Layer) Forward(b kernels.Backend, w *workspace, x *runtime.Tensor, cach
 // body is the layer's computation, launched op by op:
 // x += attn(norm(x)); x += mlp(norm(x)).
 func (l *Layer) body(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Cache) error {
+	return l.ops(b, w, x, cache, nil)
+}
+
+// ops is body over one sequence's cache, or, with bs, over a batch of
+// sequences packed in x's rows (a batched forward; cache unused).
+func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Cache, bs *batchState) error {
 	T := x.Dim(0)
 	h, o := rows(w.h, T), rows(w.o, T)
 	if err := l.InputNorm.Forward(b, h, x); err != nil {
 		return err
 	}
-	if err := l.Attn.Forward(b, w, o, h, cache); err != nil {
+	if bs != nil {
+		if err := l.Attn.forwardBatch(b, w, o, h, bs); err != nil {
+			return err
+		}
+	} else if err := l.Attn.Forward(b, w, o, h, cache); err != nil {
 		return err
 	}
 	if err := b.Add(x, x, o); err != nil {

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// readResults parses a results file: a JSON object per line.
+func readResults(t *testing.T, path string) []batchResult {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []batchResult
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r batchResult
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("result line %q: %v", line, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func writeBatch(t *testing.T, lines ...string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "prompts.jsonl")
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestRunModelBatchFile: a batch file of token-id and text prompts with
+// their own sampling settings gives, line by line in the file's order, the
+// tokens run-model gives each request alone; bad lines (JSON that does not
+// parse, both prompt kinds, an unknown field, a prompt longer than the
+// context, a request larger than the whole KV cache) get error results
+// (text is there where the tokenizer decodes the tokens)
+// naming their line while the others run, and the exit status says that
+// some failed.
+func TestRunModelBatchFile(t *testing.T) {
+	long := strings.Repeat("1,", 300) + "1"
+	in := writeBatch(t,
+		`{"token_ids": [5, 6, 7], "max_new_tokens": 6, "ignore_eos": true}`,
+		`{"prompt": "The license grants", "max_new_tokens": 5, "temperature": 0.9, "top_k": 40, "seed": 4, "ignore_eos": true}`,
+		`{"token_ids": [5, 6 "max_new_tokens": 5}`,
+		``,
+		`{"token_ids": [9, 8, 7, 6, 5, 4, 3, 2, 1, 20, 30, 40, 50, 60, 70, 80, 90], "max_new_tokens": 3, "temperature": 1.1, "seed": 9, "ignore_eos": true}`,
+		`{"prompt": "Hi", "token_ids": [1]}`,
+		`{"token_ids": [1], "bogus": 2}`,
+		`{"token_ids": [`+long+`], "max_new_tokens": 2}`,
+		`{"token_ids": [3], "max_new_tokens": 200}`,
+	)
+	out := filepath.Join(t.TempDir(), "results.jsonl")
+	code, _, errOut := run(t, "run-model", "--batch-file", in, "--out", out, "--kv-cache", "160KiB", "--max-batch-tokens", "8")
+	if code != 1 || !strings.Contains(errOut, "5 of 8 requests failed") || !strings.Contains(errOut, "tokens/s") {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	res := readResults(t, out)
+	if len(res) != 8 {
+		t.Fatalf("%d result lines, want 8", len(res))
+	}
+	alone := func(args ...string) []int32 {
+		code, o, e := run(t, append([]string{"run-model", "--json", "--ignore-eos"}, args...)...)
+		if code != 0 {
+			t.Fatalf("run-model %v: exit %d: %s", args, code, e)
+		}
+		var v struct {
+			G []int32 `json:"generated_ids"`
+		}
+		if err := json.Unmarshal([]byte(o), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v.G
+	}
+	for _, c := range []struct {
+		i    int
+		args []string
+	}{
+		{0, []string{"--token-ids", "5,6,7", "--max-new-tokens", "6"}},
+		{1, []string{"--prompt", "The license grants", "--max-new-tokens", "5", "--temperature", "0.9", "--top-k", "40", "--seed", "4"}},
+		{3, []string{"--token-ids", "9,8,7,6,5,4,3,2,1,20,30,40,50,60,70,80,90", "--max-new-tokens", "3", "--temperature", "1.1", "--seed", "9"}},
+	} {
+		r := res[c.i]
+		if r.Index != c.i || r.Error != "" || r.FinishReason != "length" || (c.i == 1 && r.Text == nil) {
+			t.Errorf("result %d: %+v", c.i, r)
+		}
+		if want := alone(c.args...); !slices.Equal(r.GeneratedIDs, want) {
+			t.Errorf("result %d: batched %v, alone %v", c.i, r.GeneratedIDs, want)
+		}
+	}
+	for i, want := range map[int]string{
+		2: "line 3: not a request object",
+		4: "line 6: give exactly one of prompt or token_ids",
+		5: `line 7: not a request object: json: unknown field "bogus"`,
+		6: "line 8: generate: the request does not fit: a prompt of 301 tokens is longer than the context of 256",
+		7: "line 9: generate: the request does not fit",
+	} {
+		if r := res[i]; r.FinishReason != "error" || !strings.Contains(r.Error, want) || len(r.GeneratedIDs) != 0 {
+			t.Errorf("result %d: %+v, want an error containing %q", i, r, want)
+		}
+	}
+	if !strings.Contains(res[7].Error, "give a larger --kv-cache") {
+		t.Errorf("a request larger than the cache: %q", res[7].Error)
+	}
+}
+
+// TestRunModelBatchUsage: an empty batch file, batch flags without
+// --batch-file and a --kv-cache below one block are usage errors.
+func TestRunModelBatchUsage(t *testing.T) {
+	empty := writeBatch(t, "", "  ")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--batch-file", empty}, "has no requests"},
+		{[]string{"--out", "x.jsonl"}, "apply with --batch-file only"},
+		{[]string{"--batch-file", writeBatch(t, `{"token_ids": [1]}`), "--kv-cache", "1KiB"}, "holds no KV block"},
+		{[]string{"--batch-file", writeBatch(t, `{"token_ids": [1]}`), "--prompt", "x"}, "leave out --prompt"},
+		{[]string{"--batch-file", "/nonexistent/prompts.jsonl"}, "--batch-file"},
+	} {
+		code, _, errOut := run(t, append([]string{"run-model"}, c.args...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// TestBenchBatch: bench --batch prints a row per budget and batch size
+// with the step time and tokens/s, offloaded and resident; a bad size is
+// a usage error.
+func TestBenchBatch(t *testing.T) {
+	code, out, errOut := run(t, "bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0,resident",
+		"--batch", "1,3", "--context", "5", "--iters", "2", "--warmup", "0", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rows []batchBenchRow
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r batchBenchRow
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4 (2 budgets × 2 sizes):\n%s", len(rows), out)
+	}
+	for i, r := range rows {
+		if r.Batch != []int{1, 3}[i%2] || r.Budget != []string{"0", "resident"}[i/2] || r.StepMs <= 0 || r.KVBytes <= 0 {
+			t.Errorf("row %d: %+v", i, r)
+		}
+		if got := float64(r.Batch) / (r.StepMs / 1e3); got < r.TokensPerSec*0.999 || got > r.TokensPerSec*1.001 {
+			t.Errorf("row %d: tokens/s %.1f, want batch/step = %.1f", i, r.TokensPerSec, got)
+		}
+	}
+	if code, _, errOut := run(t, "bench", "--batch", "1,0"); code != 2 || !strings.Contains(errOut, `"0" is not a positive batch size`) {
+		t.Errorf("--batch 1,0: exit %d, %s", code, errOut)
+	}
+}

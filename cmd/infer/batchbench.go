@@ -1,0 +1,211 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/models/decoder"
+	"github.com/flextensor-go/flextensor/models/kvcache"
+	"github.com/flextensor-go/flextensor/offload"
+	ftsession "github.com/flextensor-go/flextensor/session"
+)
+
+// batchBenchRow is one (budget, batch size) measurement of bench --batch.
+type batchBenchRow struct {
+	Budget       string  `json:"budget"`
+	Batch        int     `json:"batch"`
+	Context      int     `json:"context"`
+	StepMs       float64 `json:"step_ms"`      // median batched decode step
+	MinMs        float64 `json:"min_ms"`       // fastest step
+	TokensPerSec float64 `json:"tokens_per_s"` // batch / step
+	KVBytes      int64   `json:"kv_cache_bytes"`
+}
+
+// parseBatchSizes reads --batch "1,16,64".
+func parseBatchSizes(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n <= 0 {
+			return nil, usagef("--batch: %q is not a positive batch size (want e.g. 1,16,64)", part)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// benchBatch is bench --batch: for each budget, batched decode steps of
+// each batch size at --context, as tokens per second.
+func benchBatch(o *benchOptions, stdout io.Writer) error {
+	sizes, err := parseBatchSizes(o.batch)
+	if err != nil {
+		return err
+	}
+	if o.mode != "decode" {
+		return usagef("--batch times decode steps; --mode %s does not apply", o.mode)
+	}
+	if o.context < 0 || o.iters <= 0 || o.warm < 0 {
+		return usagef("--iters must be positive; --context, --warmup not negative")
+	}
+	d := o.d
+	if d.gpuBudget != "" || d.profile != "" {
+		return usagef("bench takes its budgets from --budgets; --gpu-budget and --profile do not apply")
+	}
+	opts, err := d.sessionOptions()
+	if err != nil {
+		return err
+	}
+	opts.HostOnly = true
+	sess, err := openSessionWith(d, opts)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	dir, dev, backend, model := sess.Dir, sess.Device, sess.Backend, sess.Model
+	if !o.jsonOut {
+		fmt.Fprintf(stdout, "%s on %s, batched decode at context %d, %d layers\n", dir, dev.Name(), o.context, model.Cfg.NumHiddenLayers)
+		fmt.Fprintf(stdout, "%-10s %6s %10s %10s %12s %10s\n", "budget", "batch", "step ms", "min ms", "tokens/s", "KV MiB")
+	}
+	emit := func(row batchBenchRow) error {
+		if o.jsonOut {
+			return json.NewEncoder(stdout).Encode(row)
+		}
+		_, err := fmt.Fprintf(stdout, "%-10s %6d %10.2f %10.2f %12.1f %10.1f\n", row.Budget, row.Batch, row.StepMs, row.MinMs,
+			row.TokensPerSec, float64(row.KVBytes)/(1<<20))
+		return err
+	}
+	measure := func(budget string, m *decoder.Model, warm int) error {
+		for _, B := range sizes {
+			times, kvBytes, err := measureBatchSteps(m, backend, B, o.context, warm, o.iters, uint64(B))
+			if err != nil {
+				return fmt.Errorf("budget %s, batch %d: %w", budget, B, err)
+			}
+			med := medianOf(times)
+			if err := emit(batchBenchRow{Budget: budget, Batch: B, Context: o.context, StepMs: med, MinMs: slices.Min(times),
+				TokensPerSec: float64(B) / (med / 1e3), KVBytes: kvBytes}); err != nil {
+				return err
+			}
+			warm = o.warm // the engine is past profiling after the first size
+		}
+		return nil
+	}
+	for i, b := range strings.Split(o.budgets, ",") {
+		b = strings.TrimSpace(b)
+		if b == "resident" {
+			m, ck, err := ftsession.Load(dir, dev)
+			if err != nil {
+				return fmt.Errorf("budget resident: %w", err)
+			}
+			err = measure(b, m, o.warm)
+			m.Close()
+			ck.Close()
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		cfg := offload.DefaultConfig(dev)
+		cfg.TransferBlocks = d.blocks
+		if b == "0" {
+			slots := max(d.blocks, 2)
+			fp, err := offload.Measure(model, cfg.Include, cfg.Exclude)
+			if err != nil {
+				return err
+			}
+			cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(slots)}
+			cfg.TransferBlocks = slots
+		} else if cfg.GPUBudget, err = offload.ParseBudget(b); err != nil {
+			return usageError{fmt.Errorf("--budgets: %w", err)}
+		}
+		name := fmt.Sprintf("bench-batch-%d", i)
+		if err := offload.Offload(model, &cfg, name); err != nil {
+			return fmt.Errorf("budget %s: %w", b, err)
+		}
+		// Discovery and profiling forwards come before INFERENCE.
+		err = measure(b, model, o.warm+3)
+		if rerr := offload.Release(name, true); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measureBatchSteps prefills B sequences of context random tokens (packed
+// several to a forward), then times warm+iters decode steps of all B at
+// once, returning the measured steps' wall times (ms) and the KV cache's
+// bytes.
+func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, iters int, seed uint64) ([]float64, int64, error) {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	randIDs := func(n int) []int32 {
+		ids := make([]int32, n)
+		for i := range ids {
+			ids[i] = int32(rng.IntN(m.Cfg.VocabSize))
+		}
+		return ids
+	}
+	perSeq := (context + warm + iters + kvcache.DefaultBlockSize - 1) / kvcache.DefaultBlockSize
+	cache, err := m.NewPagedCache(b, B*perSeq, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer cache.Close()
+	seqs := make([]*kvcache.Seq, B)
+	for i := range seqs {
+		seqs[i] = cache.NewSeq()
+	}
+	defer func() {
+		for _, s := range seqs {
+			s.Free()
+		}
+	}()
+	logits := make([]float32, 0)
+	step := func(entries []decoder.BatchEntry) (float64, error) {
+		start := time.Now()
+		lt, err := m.ForwardBatch(b, cache, entries)
+		if err != nil {
+			return 0, err
+		}
+		logits = slices.Grow(logits[:0], lt.NumElements())[:lt.NumElements()]
+		if err := b.ReadF32(logits, lt); err != nil { // waits for the device
+			return 0, err
+		}
+		return float64(time.Since(start).Microseconds()) / 1e3, nil
+	}
+	if context > 0 {
+		group := max(1, 2048/context)
+		for lo := 0; lo < B; lo += group {
+			var entries []decoder.BatchEntry
+			for _, s := range seqs[lo:min(B, lo+group)] {
+				entries = append(entries, decoder.BatchEntry{Seq: s, IDs: randIDs(context)})
+			}
+			if _, err := step(entries); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	var out []float64
+	for i := 0; i < warm+iters; i++ {
+		entries := make([]decoder.BatchEntry, B)
+		for j, s := range seqs {
+			entries[j] = decoder.BatchEntry{Seq: s, IDs: randIDs(1)}
+		}
+		ms, err := step(entries)
+		if err != nil {
+			return nil, 0, err
+		}
+		if i >= warm {
+			out = append(out, ms)
+		}
+	}
+	return out, cache.Bytes(), nil
+}

@@ -1,0 +1,320 @@
+package generate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/models"
+	_ "github.com/flextensor-go/flextensor/models/all"
+	"github.com/flextensor-go/flextensor/models/decoder"
+	"github.com/flextensor-go/flextensor/models/generate"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+var fixtures = []struct{ dir, family string }{
+	{"../../testdata/tiny-llama", "llama"},
+	{"../../testdata/tiny-qwen2", "qwen2"},
+	{"../../testdata/tiny-qwen3", "qwen3"},
+	{"../../testdata/tiny-mistral", "mistral"},
+}
+
+func load(t *testing.T, dir string) (*decoder.Model, kernels.Backend) {
+	t.Helper()
+	dev := runtime.NewCPU(0)
+	m, ck, err := models.Load(dir, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := kernels.NewCPUBackend(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		ck.Close()
+		if err := dev.Close(); err != nil {
+			t.Errorf("device close: %v", err)
+		}
+	})
+	return m, b
+}
+
+func prompt(vocab, n, seed int) []int32 {
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32((seed*131 + i*37 + 11) % vocab)
+	}
+	return p
+}
+
+// requests are mixed: prompt lengths 1 to 23, greedy and sampled with
+// their own seeds, different limits, one honouring EOS.
+func requests(vocab int) []generate.Request {
+	sampled := kernels.SampleParams{Temperature: 0.8, TopK: 20, TopP: 0.9}
+	return []generate.Request{
+		{Prompt: prompt(vocab, 23, 1), MaxNewTokens: 6, IgnoreEOS: true},
+		{Prompt: prompt(vocab, 3, 2), MaxNewTokens: 9, Sampling: sampled, Seed: 7, IgnoreEOS: true},
+		{Prompt: prompt(vocab, 1, 3), MaxNewTokens: 4, IgnoreEOS: true},
+		{Prompt: prompt(vocab, 17, 4), MaxNewTokens: 8, Sampling: sampled, Seed: 8, IgnoreEOS: true},
+		{Prompt: prompt(vocab, 9, 5), MaxNewTokens: 2},
+		{Prompt: prompt(vocab, 12, 6), MaxNewTokens: 11, Sampling: kernels.SampleParams{Temperature: 1.2}, Seed: 9, IgnoreEOS: true},
+	}
+}
+
+// alone is what decoder.Generate gives for r.
+func alone(t *testing.T, m *decoder.Model, b kernels.Backend, r generate.Request) []int32 {
+	t.Helper()
+	got, err := m.Generate(b, r.Prompt, decoder.GenerateOptions{MaxNewTokens: r.MaxNewTokens, Sampling: r.Sampling,
+		Seed: r.Seed, StopTokens: r.StopTokens, IgnoreEOS: r.IgnoreEOS, Eager: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestSchedulerEqualsGenerate: for every family, requests of mixed lengths
+// and sampling settings served together — a cache too small for all at
+// once (later ones wait for blocks), at most 3 running, prompts prefilled
+// in chunks of at most 8 tokens per forward beside others' decode steps —
+// give each request the tokens decoder.Generate gives it alone, stream
+// them through OnToken in order, end with the right reason (a stop token
+// ends one early), and return every block.
+func TestSchedulerEqualsGenerate(t *testing.T) {
+	for _, fx := range fixtures {
+		t.Run(fx.family, func(t *testing.T) {
+			m, b := load(t, fx.dir)
+			reqs := requests(m.Cfg.VocabSize)
+			want := make([][]int32, len(reqs))
+			for i, r := range reqs {
+				want[i] = alone(t, m, b, r)
+			}
+			// A stop token: the fourth token of request 0 ends it there.
+			reqs[0].StopTokens = []int32{want[0][3]}
+			reqs[0].IgnoreEOS = false
+			want[0] = alone(t, m, b, reqs[0])
+			cache, err := m.NewPagedCache(b, 12, 4) // 48 positions: two or three requests at a time
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cache.Close()
+			s, err := generate.New(m, b, cache, generate.Options{MaxSeqs: 3, MaxBatchTokens: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			streamed := make([][]int32, len(reqs))
+			var hs []*generate.Handle
+			for i, r := range reqs {
+				r.OnToken = func(id int32) { streamed[i] = append(streamed[i], id) }
+				h, err := s.Submit(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				hs = append(hs, h)
+			}
+			steps, maxRunning := 0, 0
+			for {
+				more, err := s.Step()
+				if err != nil {
+					t.Fatal(err)
+				}
+				steps++
+				maxRunning = max(maxRunning, s.Running())
+				if !more {
+					break
+				}
+			}
+			for i, h := range hs {
+				res := h.Wait()
+				if res.ID != i || res.Err != nil {
+					t.Errorf("request %d: id %d, error %v", i, res.ID, res.Err)
+				}
+				if !slices.Equal(res.Generated, want[i]) {
+					t.Errorf("request %d: batched %v, alone %v", i, res.Generated, want[i])
+				}
+				if !slices.Equal(streamed[i], res.Generated) {
+					t.Errorf("request %d: streamed %v, result %v", i, streamed[i], res.Generated)
+				}
+				wantReason := generate.FinishLength
+				if len(want[i]) < reqs[i].MaxNewTokens {
+					wantReason = generate.FinishStop
+				}
+				if res.Finish != wantReason {
+					t.Errorf("request %d: finish %q, want %q", i, res.Finish, wantReason)
+				}
+			}
+			if hs[0].Wait().Finish != generate.FinishStop {
+				t.Errorf("the stop token did not stop request 0")
+			}
+			if maxRunning < 2 || maxRunning > 3 {
+				t.Errorf("at most %d requests ran at once; want 2 or 3", maxRunning)
+			}
+			if cache.FreeBlocks() != cache.TotalBlocks() || cache.LiveSeqs() != 0 {
+				t.Errorf("after the run: %d of %d blocks free, %d sequences live", cache.FreeBlocks(), cache.TotalBlocks(), cache.LiveSeqs())
+			}
+		})
+	}
+}
+
+// TestSchedulerCancel: a cancelled running request retires at the next
+// step with its tokens so far and its blocks back in the pool; a cancelled
+// waiting one leaves the queue; the others finish as alone.
+func TestSchedulerCancel(t *testing.T) {
+	m, b := load(t, fixtures[0].dir)
+	cache, err := m.NewPagedCache(b, 16, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	s, err := generate.New(m, b, cache, generate.Options{MaxSeqs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := m.Cfg.VocabSize
+	reqs := []generate.Request{
+		{Prompt: prompt(V, 5, 1), MaxNewTokens: 20, IgnoreEOS: true},
+		{Prompt: prompt(V, 7, 2), MaxNewTokens: 6, IgnoreEOS: true},
+		{Prompt: prompt(V, 2, 3), MaxNewTokens: 3, IgnoreEOS: true},
+	}
+	var hs []*generate.Handle
+	for _, r := range reqs {
+		h, err := s.Submit(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	for range 3 {
+		if _, err := s.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	free := cache.FreeBlocks()
+	hs[0].Cancel() // running
+	hs[2].Cancel() // waiting (MaxSeqs 2)
+	if _, err := s.Step(); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 2} {
+		select {
+		case <-hs[i].Done():
+		default:
+			t.Fatalf("request %d still running a step after Cancel", i)
+		}
+	}
+	if r := hs[0].Wait(); r.Finish != generate.FinishCancelled || len(r.Generated) != 3 {
+		t.Errorf("cancelled running request: %q with %d tokens, want cancelled with 3", r.Finish, len(r.Generated))
+	}
+	if r := hs[2].Wait(); r.Finish != generate.FinishCancelled || len(r.Generated) != 0 {
+		t.Errorf("cancelled waiting request: %q with %d tokens", r.Finish, len(r.Generated))
+	}
+	if got, want := cache.FreeBlocks(), free+cache.BlocksFor(5+20-1); got != want {
+		t.Errorf("%d blocks free after the cancel, want %d", got, want)
+	}
+	if err := s.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := hs[1].Wait(); !slices.Equal(r.Generated, alone(t, m, b, reqs[1])) || r.Finish != generate.FinishLength {
+		t.Errorf("the other request: %v (%s), alone %v", r.Generated, r.Finish, alone(t, m, b, reqs[1]))
+	}
+	if cache.FreeBlocks() != cache.TotalBlocks() {
+		t.Errorf("%d of %d blocks free at the end", cache.FreeBlocks(), cache.TotalBlocks())
+	}
+	// Run with a cancelled context retires everything.
+	h, err := s.Submit(reqs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run with a cancelled context: %v", err)
+	}
+	if r := h.Wait(); r.Finish != generate.FinishCancelled {
+		t.Errorf("after Run's context ended: %q", r.Finish)
+	}
+	if cache.FreeBlocks() != cache.TotalBlocks() || s.Running()+s.Waiting() != 0 {
+		t.Errorf("after Run's context ended: %d of %d blocks free, %d running, %d waiting", cache.FreeBlocks(), cache.TotalBlocks(), s.Running(), s.Waiting())
+	}
+}
+
+// TestSchedulerBadInput: bad requests are refused at Submit with errors
+// naming the problem, and the requests already queued are unharmed.
+func TestSchedulerBadInput(t *testing.T) {
+	m, b := load(t, fixtures[0].dir)
+	cache, err := m.NewPagedCache(b, 4, 4) // 16 positions
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	s, err := generate.New(m, b, cache, generate.Options{MaxQueue: 1, MaxContext: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := m.Cfg.VocabSize
+	good := generate.Request{Prompt: prompt(V, 4, 1), MaxNewTokens: 5, IgnoreEOS: true}
+	h, err := s.Submit(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		r    generate.Request
+		is   error
+		msg  string
+	}{
+		{"empty prompt", generate.Request{MaxNewTokens: 1}, generate.ErrBadRequest, "empty prompt"},
+		{"vocabulary", generate.Request{Prompt: []int32{1, int32(V)}, MaxNewTokens: 1}, generate.ErrBadRequest, fmt.Sprintf("token id %d at position 1", V)},
+		{"negative", generate.Request{Prompt: []int32{1}, MaxNewTokens: -1}, generate.ErrBadRequest, "negative"},
+		{"sampling", generate.Request{Prompt: []int32{1}, MaxNewTokens: 1, Sampling: kernels.SampleParams{TopP: 2}}, generate.ErrBadRequest, "top-p 2"},
+		{"longer than the context", generate.Request{Prompt: prompt(V, 13, 2), MaxNewTokens: 1}, generate.ErrTooLong, "13 tokens is longer than the context of 12"},
+		{"queue full", generate.Request{Prompt: []int32{1}, MaxNewTokens: 1}, generate.ErrQueueFull, "1 requests wait"},
+	} {
+		_, err := s.Submit(tc.r)
+		if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: error %v, want %v containing %q", tc.name, err, tc.is, tc.msg)
+		}
+	}
+	// More blocks than the whole cache: a context of 20 over 16 positions.
+	big, err := generate.New(m, b, cache, generate.Options{MaxContext: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := big.Submit(generate.Request{Prompt: prompt(V, 10, 3), MaxNewTokens: 10}); !errors.Is(err, generate.ErrTooLong) || !strings.Contains(err.Error(), "the cache has 4 in all") {
+		t.Errorf("more blocks than the cache: %v", err)
+	}
+	// A request capped by the context ends with "length" at its end.
+	if err := s.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.Wait(); !slices.Equal(r.Generated, alone(t, m, b, good)) {
+		t.Errorf("the good request: %v, alone %v", r.Generated, alone(t, m, b, good))
+	}
+	capped, err := s.Submit(generate.Request{Prompt: prompt(V, 10, 4), MaxNewTokens: 50, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := capped.Wait(); len(r.Generated) != 3 || r.Finish != generate.FinishLength {
+		t.Errorf("a request reaching the context of 12 from 10 tokens: %d tokens (%s), want 3 (length)", len(r.Generated), r.Finish)
+	}
+	if r := must(s.Submit(generate.Request{Prompt: []int32{1}, MaxNewTokens: 0})); r.Wait().Finish != generate.FinishLength {
+		t.Errorf("no new tokens: not finished at once")
+	}
+	if cache.FreeBlocks() != cache.TotalBlocks() {
+		t.Errorf("%d of %d blocks free at the end", cache.FreeBlocks(), cache.TotalBlocks())
+	}
+}
+
+func must(h *generate.Handle, err error) *generate.Handle {
+	if err != nil {
+		panic(err)
+	}
+	return h
+}

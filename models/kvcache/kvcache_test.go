@@ -1,0 +1,164 @@
+package kvcache
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+func newCache(t *testing.T, blocks int) (*Paged, kernels.Backend, runtime.Device) {
+	t.Helper()
+	dev := runtime.NewCPU(0)
+	t.Cleanup(func() {
+		if err := dev.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	b, err := kernels.NewCPUBackend(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(dev, runtime.F32, Config{Layers: 2, KVHeads: 2, HeadDim: 3, BlockSize: 4, Blocks: blocks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, b, dev
+}
+
+// TestReserveFree: sequences take whole blocks as they grow, an
+// over-large reservation is ErrOutOfBlocks and takes nothing, and freeing
+// returns every block.
+func TestReserveFree(t *testing.T) {
+	c, _, _ := newCache(t, 5)
+	a, b := c.NewSeq(), c.NewSeq()
+	if err := a.Reserve(9); err != nil { // 3 blocks
+		t.Fatal(err)
+	}
+	if err := a.Commit(9); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reserve(3); err != nil { // 12 positions: still 3 blocks
+		t.Fatal(err)
+	}
+	if got := c.FreeBlocks(); got != 2 {
+		t.Fatalf("free blocks %d, want 2", got)
+	}
+	err := b.Reserve(9)
+	if !errors.Is(err, ErrOutOfBlocks) || !strings.Contains(err.Error(), "need 3 more blocks") || !strings.Contains(err.Error(), "2 of 5 are free") {
+		t.Fatalf("error %v, want ErrOutOfBlocks naming the blocks", err)
+	}
+	if c.FreeBlocks() != 2 || len(b.Blocks()) != 0 {
+		t.Fatalf("a failed reservation took blocks")
+	}
+	if err := b.Reserve(8); err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(b.Blocks(), func(x int32) bool { return slices.Contains(a.Blocks(), x) }) {
+		t.Fatalf("sequences share blocks: %v, %v", a.Blocks(), b.Blocks())
+	}
+	if err := a.Commit(4); err == nil {
+		t.Errorf("commit past the reservation: no error")
+	}
+	a.Free()
+	a.Free()
+	b.Free()
+	if c.FreeBlocks() != 5 || c.LiveSeqs() != 0 {
+		t.Fatalf("after freeing: %d free blocks, %d live sequences; want 5, 0", c.FreeBlocks(), c.LiveSeqs())
+	}
+	if err := a.Reserve(1); err == nil {
+		t.Errorf("reserve on a freed sequence: no error")
+	}
+}
+
+// TestStoreGather: keys stored a few positions at a time across block
+// boundaries come back in order through Gather and sit where Layout's
+// block table says.
+func TestStoreGather(t *testing.T) {
+	c, b, dev := newCache(t, 6)
+	other := c.NewSeq() // interleave so the sequence's blocks are not adjacent
+	s := c.NewSeq()
+	row := 2 * 3
+	var all []float32
+	for step, n := range []int{3, 1, 5, 2} {
+		if err := s.Reserve(n); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Reserve(n); err != nil {
+			t.Fatal(err)
+		}
+		k, err := runtime.NewTensor(dev, runtime.F32, runtime.Shape{n, 2, 3}, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range k.F32() {
+			k.F32()[i] = float32(step*1000 + len(all) + i)
+		}
+		all = append(all, k.F32()...)
+		for l := range 2 {
+			if err := c.Store(b, l, s, k, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k.Buffer().Free()
+		if err := s.Commit(n); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Commit(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := s.Len()
+	kd, _ := runtime.NewTensor(dev, runtime.F32, runtime.Shape{n + 2, 2, 3}, "kd")
+	vd, _ := runtime.NewTensor(dev, runtime.F32, runtime.Shape{n + 2, 2, 3}, "vd")
+	defer kd.Buffer().Free()
+	defer vd.Buffer().Free()
+	if err := c.Gather(b, 1, s, n, kd, vd); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(kd.F32()[:n*row], all) || !slices.Equal(vd.F32()[:n*row], all) {
+		t.Fatalf("gathered keys differ from the stored ones")
+	}
+	kv := c.Layout([]*Seq{other, s}, []int{0, 0})
+	for p := range n {
+		slot := int(kv.BlockTable[kv.MaxBlocks+p/4])*4 + p%4
+		if !slices.Equal(c.K[0].F32()[slot*row:(slot+1)*row], all[p*row:(p+1)*row]) {
+			t.Fatalf("position %d is not at the layout's slot %d", p, slot)
+		}
+	}
+	if kv.SeqLens[1] != int32(n) {
+		t.Errorf("layout length %d, want %d", kv.SeqLens[1], n)
+	}
+	// A store past the reservation is an error, not a write into another's block.
+	k, _ := runtime.NewTensor(dev, runtime.F32, runtime.Shape{s.Cap() - n + 1, 2, 3}, "k")
+	defer k.Buffer().Free()
+	if err := c.Store(b, 0, s, k, k); err == nil || !strings.Contains(err.Error(), "Reserve first") {
+		t.Errorf("store past the reservation: %v", err)
+	}
+	s.Free()
+	other.Free()
+	if c.FreeBlocks() != 6 {
+		t.Errorf("%d free blocks at the end, want 6", c.FreeBlocks())
+	}
+}
+
+// TestBadConfig: a cache without blocks, or a budget below one block, is an
+// error naming the block's size.
+func TestBadConfig(t *testing.T) {
+	dev := runtime.NewCPU(0)
+	defer dev.Close()
+	cfg := Config{Layers: 2, KVHeads: 2, HeadDim: 4}
+	if n := cfg.BlocksForBudget(cfg.BlockBytes(runtime.F32)*3+1, runtime.F32); n != 3 {
+		t.Errorf("blocks for a budget of 3 blocks and a byte: %d", n)
+	}
+	if _, err := New(dev, runtime.F32, cfg); err == nil || !strings.Contains(err.Error(), "at least one") {
+		t.Errorf("no blocks: %v", err)
+	}
+	if _, err := New(dev, runtime.F32, Config{Layers: 0, KVHeads: 2, HeadDim: 4, Blocks: 1}); err == nil {
+		t.Errorf("no layers: no error")
+	}
+}
