@@ -492,8 +492,9 @@ func TestSeed_SuspendDiscoveryRecords(t *testing.T) {
 }
 
 // TestSeed_CollectOffloadTimingDrains: a collect drains the window; a
-// second returns nil until new passes; before any model, and with timing
-// off, it returns nil without an error.
+// second returns nil until new passes; ResetOffloadTiming drops the window;
+// before any model, after Release and with timing off, it returns nil
+// without an error.
 func TestSeed_CollectOffloadTimingDrains(t *testing.T) {
 	if rep, err := offload.CollectOffloadTiming(uniqueName(t)); rep != nil || err != nil {
 		t.Fatalf("before any engine: %v, %v; want nil, nil", rep, err)
@@ -514,6 +515,11 @@ func TestSeed_CollectOffloadTimingDrains(t *testing.T) {
 	run(t, f.model, f.backend, []int32{4}, 0)
 	if rep, _ := offload.CollectOffloadTiming(name); rep.NumPasses() != 1 || rep.Snapshots[0].Pass != 2 {
 		t.Fatalf("after one more pass: %d passes", rep.NumPasses())
+	}
+	run(t, f.model, f.backend, []int32{4}, 0)
+	offload.ResetOffloadTiming(name) // a fresh window: the pass is dropped
+	if rep, err := offload.CollectOffloadTiming(name); rep != nil || err != nil {
+		t.Fatalf("after ResetOffloadTiming: %d passes, %v", rep.NumPasses(), err)
 	}
 	offload.Release(name, true)
 	if rep, err := offload.CollectOffloadTiming(name); rep != nil || err != nil {
