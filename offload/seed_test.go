@@ -1046,3 +1046,30 @@ func TestSeed_LoadFromProfileNotStrict(t *testing.T) {
 }
 
 var _ offload.BufferPlacer = (*seedModel)(nil)
+
+// TestSeed_UpdateStateStoresTiming: with a replan armed for manual
+// updates, UpdateState stores the replay's timing in graph mode, once per
+// generation, together with UpdateOffloadTiming.
+func TestSeed_UpdateStateStoresTiming(t *testing.T) {
+	f := newFixture(t, tinyDir, 0)
+	name := driveToInference(t, f, streamingConfig(f.dev, offload.TimingGraph))
+	offload.ResetOffloadTiming(name)
+	n, err := offload.RequestStrategyReplan(name, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for gen := 0; gen < n; gen++ {
+		run(t, f.model, f.backend, []int32{4}, 0)
+		if err := offload.UpdateState(name, gen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	offload.UpdateOffloadTiming(name, n-1) // the last replay again: not stored twice
+	if s := offload.GetStrategyReplanStatus(name); s.State != offload.ReplanDone {
+		t.Fatalf("replan %+v after %d updates", s, n)
+	}
+	rep, err := offload.CollectOffloadTiming(name)
+	if err != nil || rep.NumPasses() != n {
+		t.Fatalf("%d passes stored (%v); want %d", rep.NumPasses(), err, n)
+	}
+}
