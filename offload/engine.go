@@ -91,6 +91,15 @@ type engine struct {
 
 	st *stager // packs units into host blocks, uploads weights
 
+	// opts are the Offload options the engine was built with (LoadProfile
+	// rebuilds it with them); compiled is true when they had a compile
+	// function (ExternalCompileActive).
+	opts     offloadOptions
+	compiled bool
+	// noReplan refuses RequestStrategyReplan (OffloadFromState with
+	// allowStrategyReplan false).
+	noReplan bool
+
 	progMu    sync.Mutex
 	progDone  int64
 	progTotal int64
@@ -140,6 +149,7 @@ func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *en
 			return nil, err
 		}
 	}
+	e.opts, e.compiled = o, o.compile != nil
 	if err := e.startDiscovery(); err != nil {
 		e.restore() // uploadFixed may have bound parameters to device views freed below
 		e.freeAll()
@@ -153,7 +163,7 @@ func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *en
 // parameters' tensors must be in host memory; with a source they only need
 // shapes and dtypes (meta tensors).
 func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *engine, err error) {
-	e := &engine{m: m, cfg: cfg, dev: cfg.Device, model: model, tree: model.Node().Tree(), src: src,
+	e := &engine{m: m, cfg: cfg, dev: cfg.Device, model: model, tree: model.Node().Tree(), src: src, timing: timingState{lastGen: -1},
 		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}}
 	e.st = newStager(e)
 	mods, err := nn.MatchOutermost(model, cfg.Include, cfg.Exclude)
@@ -423,6 +433,9 @@ func (e *engine) finishPass(ferr error) error {
 		ferr = errors.Join(ferr, e.discoverErr)
 		e.discoverErr = nil
 	}
+	if ferr == nil {
+		ferr = e.checkPassComplete()
+	}
 	if ferr != nil {
 		e.resync()
 		return ferr
@@ -434,6 +447,27 @@ func (e *engine) finishPass(ferr error) error {
 		return err
 	}
 	return nil
+}
+
+// checkPassComplete is the one place a pass that ended early is caught: in
+// INFERENCE every pass must run the plan's streamed units in full (the ring
+// prefetches the next pass's first units as this one's last ones run, so a
+// pass that skips units would leave the next, correct pass out of step).
+// A pass that entered fewer streamed units than the plan holds is an error
+// of that pass, naming the first unit it did not run; the caller resyncs, so
+// the next pass starts clean. Data-dependent units (a mixture of experts)
+// will need this relaxed for the units they may skip.
+func (e *engine) checkPassComplete() error {
+	if e.phase != PhaseInference || e.ring == nil || len(e.ring.order) == 0 {
+		return nil
+	}
+	n := len(e.ring.order)
+	ran := e.ring.entered % n
+	if ran == 0 {
+		return nil
+	}
+	return fmt.Errorf("offload: the pass ended after %d of the plan's %d streamed units; %s was not run (units must run in the same order every pass)",
+		ran, n, e.ring.order[ran].name)
 }
 
 // resync waits for all copies and forgets in-flight prefetches, so the next

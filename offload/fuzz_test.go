@@ -20,7 +20,7 @@ import (
 // the machine's memory.
 const fuzzDeviceLimit = 16 << 20
 
-// FuzzProfile feeds arbitrary bytes as profile.json through LoadProfile and
+// FuzzProfile feeds arbitrary bytes as profile.json through ReadProfile and
 // State.Validate against the tiny Llama model, and offloads the model with
 // every profile that passes (OffloadFromState). Nothing may panic; a profile
 // the engine accepts must compute the resident model's logits exactly or
@@ -82,10 +82,10 @@ func FuzzProfile(f *testing.F) {
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		st, err := offload.LoadProfile(dir)
+		st, err := offload.ReadProfile(dir)
 		if err != nil {
 			if !strings.Contains(err.Error(), path) {
-				t.Fatalf("LoadProfile error does not name the file: %v", err)
+				t.Fatalf("ReadProfile error does not name the file: %v", err)
 			}
 			return
 		}

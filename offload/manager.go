@@ -19,7 +19,10 @@
 // Managers are named ("default" is the default). A manager may be used from
 // any goroutine: its calls are serialised by a mutex, and a forward pass holds
 // the manager from the root module's entry to its exit, so forwards of one
-// manager from several goroutines run one after another.
+// manager from several goroutines run one after another. (The Python library
+// binds a manager to the thread that created it and raises elsewhere; Go has
+// no goroutine identity to check, and serialising gives the same guarantee
+// that no two calls interleave.)
 package offload
 
 import (
@@ -119,7 +122,8 @@ func GetGPUMemoryUsage(name string) (GPUMemoryUsage, error) {
 	return GetOffloadManager(name).GPUMemoryUsage()
 }
 
-// SuspendProfiling suspends recording on the named manager (reference-counted).
+// SuspendProfiling suspends recording on the named manager (reference-counted;
+// a no-op when its configuration is disabled).
 func SuspendProfiling(name string) { GetOffloadManager(name).SuspendProfiling() }
 
 // ResumeProfiling undoes one SuspendProfiling on the named manager.
@@ -198,6 +202,16 @@ type Manager struct {
 	e         *engine // nil when nothing is offloaded
 	released  bool    // Release ran since the last Offload
 	suspended int     // outstanding SuspendProfiling calls
+	// pending is a profile LoadProfile loaded for the next Offload.
+	pending *pendingProfile
+}
+
+// pendingProfile is a profile waiting for Offload: the state and, when
+// LoadProfile was given one, the model it was checked against.
+type pendingProfile struct {
+	st    *State
+	dir   string
+	model nn.Module
 }
 
 // Name is the manager's name.
@@ -211,7 +225,8 @@ func (m *Manager) Config() Config {
 }
 
 // SetConfig validates and sets the configuration. It is an error while a
-// model is offloaded.
+// model is offloaded. A disabled configuration drops outstanding profiling
+// suspensions (with it they are no-ops).
 func (m *Manager) SetConfig(cfg Config) error {
 	c, err := cfg.validate()
 	if err != nil {
@@ -223,6 +238,9 @@ func (m *Manager) SetConfig(cfg Config) error {
 		return fmt.Errorf("offload manager %q: SetConfig while a model is offloaded; Release first", m.name)
 	}
 	m.cfg, m.cfgSet = c, true
+	if !c.Enabled {
+		m.suspended = 0
+	}
 	return nil
 }
 
@@ -241,6 +259,10 @@ func (m *Manager) Phase() Phase {
 // on the model's tree. The model must have been built with its weights in
 // host-addressable memory (a cpu device). Offloading a model twice, or a
 // second model with one manager, is an error.
+//
+// After LoadProfile the manager adopts the loaded profile instead (as
+// OffloadFromState): no DISCOVERY or PROFILING, the model goes straight to
+// INFERENCE. The profile is used once, whether adopting it succeeds or not.
 func (m *Manager) Offload(model nn.Module, opts ...Option) error {
 	var o offloadOptions
 	for _, f := range opts {
@@ -256,6 +278,16 @@ func (m *Manager) Offload(model nn.Module, opts ...Option) error {
 	}
 	if m.e != nil {
 		return fmt.Errorf("offload manager %q: %w (a manager offloads one model; Release it first)", m.name, ErrAlreadyOffload)
+	}
+	if p := m.pending; p != nil {
+		m.pending = nil
+		if p.model != nil && p.model != model {
+			return fmt.Errorf("offload manager %q: the profile loaded from %s was loaded for another model; LoadProfile again with this one", m.name, p.dir)
+		}
+		if err := m.adoptLocked(model, p.st, nil, o, true); err != nil {
+			return fmt.Errorf("adopting the profile loaded from %s: %w", p.dir, err)
+		}
+		return nil
 	}
 	tree, err := m.claim(model)
 	if err != nil {
@@ -308,7 +340,7 @@ func (m *Manager) Release(preserveModel bool) error {
 	}
 	err := m.e.release(preserveModel)
 	unclaim(m.e.tree)
-	m.e, m.released = nil, true
+	m.e, m.released, m.pending = nil, true, nil
 	return err
 }
 
@@ -329,18 +361,28 @@ func (m *Manager) GPUMemoryUsage() (GPUMemoryUsage, error) {
 // SuspendProfiling stops recording (durations and parameter reads in
 // PROFILING; the profiling-iteration counter is frozen). Suspensions nest:
 // recording resumes when every one has been resumed. In DISCOVERY parameter
-// reads are still recorded (later phases need them).
+// reads are still recorded (later phases need them). With a disabled
+// configuration it does nothing (nothing is counted, so nothing leaks into
+// a later enabled Offload).
 func (m *Manager) SuspendProfiling() {
 	m.mu.Lock()
-	m.suspended++
+	if !m.disabled() {
+		m.suspended++
+	}
 	m.mu.Unlock()
 }
 
+// disabled reports a configuration with Enabled false (m.mu held).
+func (m *Manager) disabled() bool { return m.cfgSet && !m.cfg.Enabled }
+
 // ResumeProfiling undoes one SuspendProfiling; more resumes than suspends is
-// an error.
+// an error. With a disabled configuration it does nothing.
 func (m *Manager) ResumeProfiling() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.disabled() {
+		return nil
+	}
 	if m.suspended == 0 {
 		return fmt.Errorf("offload manager %q: %w", m.name, ErrUnbalanced)
 	}
@@ -348,7 +390,25 @@ func (m *Manager) ResumeProfiling() error {
 	return nil
 }
 
-// PauseProfiling is the scoped form: it suspends and returns the resume.
+// ExternalCompileActive reports whether the offloaded model's units were
+// compiled by a compile function (WithCompile): the compiled-offload path,
+// where a RequestStrategyReplan re-measures compute under the compiled
+// units. It is false when no model is offloaded.
+func (m *Manager) ExternalCompileActive() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.e != nil && m.e.compiled
+}
+
+// Suspensions reports the outstanding SuspendProfiling calls.
+func (m *Manager) Suspensions() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.suspended
+}
+
+// PauseProfiling is the scoped form: it suspends and returns the resume
+// (defer m.PauseProfiling()()). It shares the count with SuspendProfiling.
 func (m *Manager) PauseProfiling() (resume func()) {
 	m.SuspendProfiling()
 	var once sync.Once
@@ -409,7 +469,11 @@ func (m *Manager) PlanInput() (PlanInput, error) {
 	return m.e.planIn, nil
 }
 
-// UpdateState advances the phase as one forward pass would.
+// UpdateState advances the phase as one forward pass would. During a
+// replan armed with manualUpdateState it counts one replay of
+// replayGeneration (a generation counts once; -1 always counts) and, in
+// graph timing mode, stores that replay's timing as UpdateOffloadTiming
+// would.
 func (m *Manager) UpdateState(replayGeneration int) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -422,6 +486,9 @@ func (m *Manager) UpdateState(replayGeneration int) error {
 	if m.e.phase == PhaseInference {
 		if m.e.failed != nil {
 			return fmt.Errorf("%w: %v", ErrEngineFailed, m.e.failed)
+		}
+		if m.e.replan.state == ReplanInProgress && m.e.replan.manual && m.e.cfg.OffloadTiming == TimingGraph {
+			m.e.timing.publish(replayGeneration) // the manual measure path stores the replay's timing too
 		}
 		return m.e.advanceReplan(replayGeneration)
 	}

@@ -7,9 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
+	"strings"
 	"time"
 
+	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/place"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -220,9 +224,10 @@ func (m *Manager) SaveProfile(dir string) error {
 	return nil
 }
 
-// LoadProfile reads dir/profile.json and checks its schema version. It does
-// not touch any manager or model; OffloadFromState adopts the result.
-func LoadProfile(dir string) (*State, error) {
+// ReadProfile reads dir/profile.json and checks its schema version. It does
+// not touch any manager or model; OffloadFromState adopts the result, and
+// LoadProfile loads it into a manager.
+func ReadProfile(dir string) (*State, error) {
 	path := filepath.Join(dir, ProfileFileName)
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -253,12 +258,66 @@ func LoadProfile(dir string) (*State, error) {
 	return &st, nil
 }
 
+// LoadProfile loads the profile in dir into the named manager (dir "" =
+// the configuration's ProfileDir) so that the manager's next Offload skips
+// DISCOVERY and PROFILING and adopts it, going straight to INFERENCE.
+// model, when given, is checked against the profile now, and the next
+// Offload must be of that model. When the manager already holds a model
+// (model nil or that model), the profile is adopted for it at once: the
+// engine is rebuilt with the profile's plan (see OffloadFromState for what a
+// failure then leaves: the model restored, the manager holding none).
+func LoadProfile(dir string, model nn.Module, name string) error {
+	return GetOffloadManager(name).LoadProfile(dir, model)
+}
+
+// LoadProfile loads a profile into the manager (see the package function).
+func (m *Manager) LoadProfile(dir string, model nn.Module) error {
+	if dir == "" {
+		dir = m.Config().ProfileDir
+	}
+	if dir == "" {
+		return fmt.Errorf("offload manager %q: LoadProfile: no directory given and Config.ProfileDir is empty", m.name)
+	}
+	st, err := ReadProfile(dir)
+	if err != nil {
+		return fmt.Errorf("offload manager %q: LoadProfile: %w", m.name, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.e; e != nil {
+		if model != nil && model != e.model {
+			return fmt.Errorf("offload manager %q: LoadProfile for another model than the one it holds; Release it first", m.name)
+		}
+		if err := st.Validate(e.model); err != nil {
+			return fmt.Errorf("offload manager %q: LoadProfile %s: %w", m.name, dir, err)
+		}
+		target, src, o := e.model, e.src, e.opts
+		err := e.release(true)
+		unclaim(e.tree)
+		m.e = nil
+		if err != nil {
+			return fmt.Errorf("offload manager %q: LoadProfile: releasing the running engine: %w", m.name, err)
+		}
+		if err := m.adoptLocked(target, st, src, o, true); err != nil {
+			return fmt.Errorf("offload manager %q: LoadProfile %s: %w", m.name, dir, err)
+		}
+		return nil
+	}
+	if model != nil {
+		if err := st.Validate(model); err != nil {
+			return fmt.Errorf("offload manager %q: LoadProfile %s: %w", m.name, dir, err)
+		}
+	}
+	m.pending = &pendingProfile{st: st, dir: dir, model: model}
+	return nil
+}
+
 // OffloadFromProfile loads dir's profile and offloads model straight into
-// INFERENCE with it (no discovery or profiling). cfg, when non-nil, replaces
-// the manager's configuration. See OffloadFromState for what a failure
-// leaves behind.
+// INFERENCE with it (no discovery or profiling): Init with cfg (when
+// non-nil), LoadProfile and Offload in one call. See OffloadFromState for
+// what a failure leaves behind.
 func OffloadFromProfile(model nn.Module, dir string, cfg *Config, name string, opts ...Option) error {
-	st, err := LoadProfile(dir)
+	st, err := ReadProfile(dir)
 	if err != nil {
 		return err
 	}
@@ -267,14 +326,91 @@ func OffloadFromProfile(model nn.Module, dir string, cfg *Config, name string, o
 
 // OffloadFromState adopts st for model and enters INFERENCE: the units and
 // plan are the state's; the model's weights are packed (streamed units) and
-// uploaded (resident ones) as the plan says. allowStrategyReplan keeps what a
-// later RequestStrategyReplan needs (the compiled-units issue).
+// uploaded (resident ones) as the plan says. With allowStrategyReplan false
+// the manager refuses RequestStrategyReplan (its status's CanRequest is
+// false): the caller promises not to ask for one.
 //
 // On failure every device and host byte the engine took is returned and the
 // model's parameters are bound to their original tensors again, so the model
 // is as before the call; the manager holds no model.
 func OffloadFromState(model nn.Module, st *State, cfg *Config, name string, allowStrategyReplan bool, opts ...Option) error {
-	return adopt(model, st, cfg, name, nil, opts)
+	return adopt(model, st, cfg, name, nil, opts, allowStrategyReplan)
+}
+
+// LoadOptions are LoadModelFromProfile's choices beyond the model, source
+// and profile (the seed's strict, buffer_device and diagnose).
+type LoadOptions struct {
+	// Strict makes a tensor the profile names and the source lacks an error
+	// listing every such tensor. Without it those tensors are filled with
+	// zeros of the profile's dtype and shape, and LoadReport.Missing lists
+	// them.
+	Strict bool
+	// BufferDevice is where the model's non-parameter tensors go: a model
+	// that implements BufferPlacer is told to put them there. nil means the
+	// configuration's Device.
+	BufferDevice runtime.Device
+	// Diagnose fills LoadReport.Units and LoadReport.Problems: how the
+	// engine tracks each unit's (nested) parameters and anything it does
+	// not track.
+	Diagnose bool
+}
+
+// BufferPlacer is a model with non-parameter tensors of its own (tables,
+// masks: the seed's module buffers) that LoadModelFromProfile places with
+// the weights. Models that allocate such tensors per forward on their
+// backend's device (the decoder's activations and KV caches) need not
+// implement it.
+type BufferPlacer interface {
+	// PlaceBuffers puts the model's non-parameter tensors on dev.
+	PlaceBuffers(dev runtime.Device) error
+}
+
+// LoadReport is what LoadModelFromProfile did.
+type LoadReport struct {
+	// Missing lists the tensors the source lacked and that were filled
+	// with zeros (LoadOptions.Strict false), sorted.
+	Missing []string
+	// BufferDevice names the device the model's buffers were placed on ("" when
+	// the model is not a BufferPlacer).
+	BufferDevice string
+	// Units and Problems are filled with LoadOptions.Diagnose.
+	Units    []UnitDiagnosis
+	Problems []string
+}
+
+// UnitDiagnosis is how the engine tracks one unit's parameters.
+type UnitDiagnosis struct {
+	Name     string
+	Resident bool
+	Modules  int   // modules in the unit's subtree, the unit included
+	Params   int   // parameters the unit owns (its subtree's)
+	Nested   int   // of those, owned by a module below the unit
+	Shared   int   // of those, resident because another unit reads them
+	Bytes    int64 // the unit's packed bytes
+}
+
+// String renders the report for a log.
+func (r *LoadReport) String() string {
+	if r == nil {
+		return "no load report"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "loaded: %d tensors filled with zeros", len(r.Missing))
+	if len(r.Missing) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(r.Missing, ", "))
+	}
+	if r.BufferDevice != "" {
+		fmt.Fprintf(&b, "; buffers on %s", r.BufferDevice)
+	}
+	b.WriteString("\n")
+	for _, u := range r.Units {
+		fmt.Fprintf(&b, "unit %s: %s, %d modules, %d parameters (%d nested, %d shared), %s\n", u.Name,
+			placeName(!u.Resident), u.Modules, u.Params, u.Nested, u.Shared, runtime.FormatBytes(u.Bytes))
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(&b, "problem: %s\n", p)
+	}
+	return b.String()
 }
 
 // LoadModelFromProfile places the weights of a model built on the meta
@@ -282,16 +418,144 @@ func OffloadFromState(model nn.Module, st *State, cfg *Config, name string, allo
 // non-unit parameters are read into device memory through small staging
 // buffers, streamed units straight into their pinned blocks. No full copy of
 // the model exists in host memory at any point. The model must match the
-// profile. On failure nothing stays allocated; the model keeps its meta
-// tensors.
-func LoadModelFromProfile(model nn.Module, src WeightSource, st *State, cfg *Config, name string, opts ...Option) error {
+// profile; lo says what to do about tensors src lacks, where the model's
+// buffers go and whether to diagnose. On failure nothing stays allocated;
+// the model keeps its meta tensors.
+func LoadModelFromProfile(model nn.Module, src WeightSource, st *State, cfg *Config, name string, lo LoadOptions, opts ...Option) (*LoadReport, error) {
 	if src == nil {
-		return errors.New("LoadModelFromProfile: no weight source")
+		return nil, errors.New("LoadModelFromProfile: no weight source")
 	}
-	return adopt(model, st, cfg, name, src, opts)
+	if st == nil {
+		return nil, errors.New("LoadModelFromProfile: no profile state")
+	}
+	filled, missing := FillMissing(src, st)
+	if len(missing) > 0 && lo.Strict {
+		return nil, fmt.Errorf("LoadModelFromProfile: %s lacks %d tensors of the profile (strict): %s",
+			place.Describe(src), len(missing), strings.Join(missing, ", "))
+	}
+	if err := adopt(model, st, cfg, name, filled, opts, true); err != nil {
+		return nil, err
+	}
+	rep := &LoadReport{Missing: missing}
+	m := GetOffloadManager(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil || m.e.model != model {
+		return nil, fmt.Errorf("offload manager %q: LoadModelFromProfile: the model was released while it was being loaded", m.name)
+	}
+	if bp, ok := model.(BufferPlacer); ok {
+		dev := lo.BufferDevice
+		if dev == nil {
+			dev = m.e.dev
+		}
+		if err := bp.PlaceBuffers(dev); err != nil {
+			err = errors.Join(fmt.Errorf("LoadModelFromProfile: placing the model's buffers on %s: %w", dev.Name(), err), m.e.release(true))
+			unclaim(m.e.tree)
+			m.e, m.released = nil, true
+			return nil, err
+		}
+		rep.BufferDevice = dev.Name()
+	}
+	if lo.Diagnose {
+		rep.Units, rep.Problems = m.e.diagnose()
+	}
+	return rep, nil
 }
 
-func adopt(model nn.Module, st *State, cfg *Config, name string, src WeightSource, opts []Option) error {
+// FillMissing wraps src so that the tensors st names and src lacks read as
+// zeros of the profile's dtype and shape; it returns the wrapped source (src
+// itself when nothing is missing) and the names it fills, sorted.
+func FillMissing(src WeightSource, st *State) (WeightSource, []string) {
+	var missing []string
+	sigs := map[string]TensorSig{}
+	for _, t := range st.Tensors {
+		if _, err := src.Info(t.Name); err != nil {
+			missing = append(missing, t.Name)
+			sigs[t.Name] = t
+		}
+	}
+	if len(missing) == 0 {
+		return src, nil
+	}
+	sort.Strings(missing)
+	return zeroFilled{src, sigs}, missing
+}
+
+// zeroFilled is a source whose missing tensors read as zeros.
+type zeroFilled struct {
+	WeightSource
+	zero map[string]TensorSig
+}
+
+func (z zeroFilled) Info(name string) (loader.TensorInfo, error) {
+	sig, ok := z.zero[name]
+	if !ok {
+		return z.WeightSource.Info(name)
+	}
+	dt, err := runtime.ParseDType(sig.DType)
+	if err != nil {
+		return loader.TensorInfo{}, fmt.Errorf("profile tensor %s: %w", name, err)
+	}
+	shape := runtime.Shape(slices.Clone(sig.Shape))
+	return loader.TensorInfo{Name: name, DType: dt, Shape: shape, Size: int64(shape.NumElements()) * int64(dt.Size())}, nil
+}
+
+func (z zeroFilled) ReadAt(name string, dst []byte, off int64) error {
+	if _, ok := z.zero[name]; !ok {
+		return z.WeightSource.ReadAt(name, dst, off)
+	}
+	clear(dst)
+	return nil
+}
+
+// Dir keeps the wrapped source's location for error messages.
+func (z zeroFilled) Dir() string {
+	if l, ok := z.WeightSource.(place.Located); ok {
+		return l.Dir()
+	}
+	return "(weight source)"
+}
+
+// diagnose reports how each unit's parameters are tracked and any
+// parameter of the model that no unit and no resident set tracks, or that a
+// resident unit or the resident set leaves off the compute device.
+func (e *engine) diagnose() ([]UnitDiagnosis, []string) {
+	var units []UnitDiagnosis
+	var problems []string
+	for _, u := range e.units {
+		d := UnitDiagnosis{Name: u.name, Resident: u.resident, Modules: len(nn.Modules(u.mod)), Params: len(u.params), Bytes: u.bytes}
+		for _, p := range u.params {
+			if p.Owner() != u.mod {
+				d.Nested++
+			}
+			if u.shared[p] {
+				d.Shared++
+			}
+			if (u.resident || u.shared[p]) && p.Peek() != nil && p.Peek().Device() != e.dev {
+				problems = append(problems, fmt.Sprintf("parameter %s of resident unit %s is on %s, not %s", p.Name(), u.name, p.Peek().Device().Name(), e.dev.Name()))
+			}
+		}
+		units = append(units, d)
+	}
+	fixed := map[*nn.Parameter]bool{}
+	for _, p := range e.fixed {
+		fixed[p] = true
+		if p.Peek() != nil && p.Peek().Device() != e.dev {
+			problems = append(problems, fmt.Sprintf("resident parameter %s is on %s, not %s", p.Name(), p.Peek().Device().Name(), e.dev.Name()))
+		}
+	}
+	for _, p := range nn.Parameters(e.model) {
+		if e.owner[p] == nil && !fixed[p] {
+			problems = append(problems, fmt.Sprintf("parameter %s is tracked by no unit and is not resident", p.Name()))
+		}
+	}
+	return units, problems
+}
+
+func adopt(model nn.Module, st *State, cfg *Config, name string, src WeightSource, opts []Option, allowReplan bool) error {
+	if st == nil {
+		return errors.New("offload: no profile state")
+	}
 	if err := st.Validate(model); err != nil {
 		return err
 	}
@@ -301,9 +565,7 @@ func adopt(model nn.Module, st *State, cfg *Config, name string, src WeightSourc
 		busy := m.e != nil
 		m.mu.Unlock()
 		if !busy {
-			c := *cfg
-			c.Include, c.Exclude = st.Include, st.Exclude
-			if err := m.SetConfig(c); err != nil {
+			if err := m.SetConfig(*cfg); err != nil {
 				return err
 			}
 		}
@@ -314,12 +576,25 @@ func adopt(model nn.Module, st *State, cfg *Config, name string, src WeightSourc
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.cfgSet || !m.cfg.Enabled || m.cfg.Device == nil {
-		return fmt.Errorf("offload manager %q: no enabled configuration with a device", m.name)
-	}
 	if m.e != nil {
 		return fmt.Errorf("offload manager %q: %w (Release it first)", m.name, ErrAlreadyOffload)
 	}
+	m.pending = nil
+	return m.adoptLocked(model, st, src, o, allowReplan)
+}
+
+// adoptLocked builds an engine for model from st (weights from src, or the
+// model's host tensors when src is nil) and enters INFERENCE. The
+// configuration's include and exclude patterns become the profile's. m.mu
+// is held and the manager holds no model.
+func (m *Manager) adoptLocked(model nn.Module, st *State, src WeightSource, o offloadOptions, allowReplan bool) error {
+	if !m.cfgSet || !m.cfg.Enabled || m.cfg.Device == nil {
+		return fmt.Errorf("offload manager %q: no enabled configuration with a device", m.name)
+	}
+	if err := st.Validate(model); err != nil {
+		return err
+	}
+	m.cfg.Include, m.cfg.Exclude = st.Include, st.Exclude
 	tree, err := m.claim(model)
 	if err != nil {
 		return err
@@ -331,6 +606,7 @@ func adopt(model nn.Module, st *State, cfg *Config, name string, src WeightSourc
 		}
 	}
 	if err == nil {
+		e.opts, e.compiled, e.noReplan = o, o.compile != nil, !allowReplan
 		if err = e.startFromState(st); err != nil {
 			e.restore()
 			e.freeAll()

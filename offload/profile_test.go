@@ -47,7 +47,7 @@ func profiled(t *testing.T, dir string, prompt []int32) (string, [][]float32) {
 func TestProfileRestart(t *testing.T) {
 	prompt := []int32{21, 22, 23, 24}
 	pdir, want := profiled(t, tinyDir, prompt)
-	st, err := offload.LoadProfile(pdir)
+	st, err := offload.ReadProfile(pdir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestProfileBadInput(t *testing.T) {
 		}
 	})
 	t.Run("strict missing tensors", func(t *testing.T) {
-		st, err := offload.LoadProfile(pdir)
+		st, err := offload.ReadProfile(pdir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,8 @@ const (
 type StrategyReplanStatus struct {
 	State StrategyReplanState
 	// CanRequest tells whether RequestStrategyReplan would be accepted now:
-	// in INFERENCE, not in progress, not failed.
+	// in INFERENCE, not in progress, not failed, and not adopted with
+	// allowStrategyReplan false.
 	CanRequest bool
 	// Applied is nil before and during a request, true after a rebuild,
 	// false after a refusal (the new plan was not faster) or a failure.
@@ -76,6 +77,8 @@ func (m *Manager) RequestStrategyReplan(manualUpdateState bool) (int, error) {
 	}
 	e := m.e
 	switch {
+	case e.noReplan:
+		return 0, fmt.Errorf("offload manager %q: %w: the model was adopted with allowStrategyReplan false", m.name, ErrReplanRefused)
 	case e.phase != PhaseInference:
 		return 0, fmt.Errorf("offload manager %q: %w: the manager is in %v; a replan needs INFERENCE", m.name, ErrReplanRefused, e.phase)
 	case e.replan.state == ReplanInProgress:
@@ -101,7 +104,7 @@ func (m *Manager) StrategyReplanStatus() StrategyReplanStatus {
 	if st == "" {
 		st = ReplanIdle
 	}
-	can := m.e.phase == PhaseInference && st != ReplanInProgress && st != ReplanFailed
+	can := m.e.phase == PhaseInference && st != ReplanInProgress && st != ReplanFailed && !m.e.noReplan
 	return StrategyReplanStatus{State: st, CanRequest: can, Applied: r.applied}
 }
 

@@ -104,7 +104,7 @@ func TestCustomModelFromCheckpoint(t *testing.T) {
 		m := metaTower(ck)
 		name := uniqueName(t)
 		c := offload.DefaultConfig(dev)
-		if err := offload.LoadModelFromProfile(m, ck, st, &c, name); err != nil {
+		if _, err := offload.LoadModelFromProfile(m, ck, st, &c, name, offload.LoadOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if ck.BytesRead() != ck.TotalBytes() {
@@ -144,7 +144,7 @@ func TestCustomModelFromCheckpoint(t *testing.T) {
 		dev := runtime.NewCPU(0)
 		m := metaTower(good)
 		c := offload.DefaultConfig(dev)
-		err := offload.LoadModelFromProfile(m, bad, st, &c, uniqueName(t))
+		_, err := offload.LoadModelFromProfile(m, bad, st, &c, uniqueName(t), offload.LoadOptions{})
 		if err == nil || !strings.Contains(err.Error(), "blocks.2.gate.weight") || !strings.Contains(err.Error(), "checkpoint ") {
 			t.Fatalf("mismatched checkpoint: %v", err)
 		}

@@ -2,6 +2,7 @@ package offload
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -36,7 +37,43 @@ type TrapTimingStats struct {
 	TransferMs, ComputeMs, WaitMs []float64
 }
 
-// MedianTransferMs, MedianComputeMs and MedianWaitMs summarise the samples.
+// SampleStats summarises one column of a trap's samples over a window.
+type SampleStats struct {
+	Min, Max, Avg, Median float64
+	// Std is the population standard deviation (0 for one sample).
+	Std float64
+}
+
+// statsOf summarises xs (all zero when empty).
+func statsOf(xs []float64) SampleStats {
+	if len(xs) == 0 {
+		return SampleStats{}
+	}
+	s := SampleStats{Min: slices.Min(xs), Max: slices.Max(xs), Median: median(xs)}
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	s.Avg = sum / float64(len(xs))
+	var sq float64
+	for _, x := range xs {
+		sq += (x - s.Avg) * (x - s.Avg)
+	}
+	s.Std = math.Sqrt(sq / float64(len(xs)))
+	return s
+}
+
+// ComputeStats is the min, max, average, median and standard deviation of
+// the compute samples (the seed's compute_min ... compute_std).
+func (s TrapTimingStats) ComputeStats() SampleStats { return statsOf(s.ComputeMs) }
+
+// TransferStats summarises the transfer samples (transfer_min ... transfer_std).
+func (s TrapTimingStats) TransferStats() SampleStats { return statsOf(s.TransferMs) }
+
+// WaitStats summarises the wait samples (wait_min ... wait_std).
+func (s TrapTimingStats) WaitStats() SampleStats { return statsOf(s.WaitMs) }
+
+// MedianTransferMs is the median transfer time.
 func (s TrapTimingStats) MedianTransferMs() float64 { return median(s.TransferMs) }
 
 // MedianComputeMs is the median compute time.
@@ -45,20 +82,58 @@ func (s TrapTimingStats) MedianComputeMs() float64 { return median(s.ComputeMs) 
 // MedianWaitMs is the median stall.
 func (s TrapTimingStats) MedianWaitMs() float64 { return median(s.WaitMs) }
 
-// ComputeBudgetMs is the compute time the planner should assume for this
-// trap: the median, or with conservative the largest sample. Transfers and
-// waits are not part of it (a wait is an outcome of a plan, not a cost).
+// MinComputeBudgetMs is the smallest compute budget ComputeBudgetMs
+// returns: a trap with no samples, or one measured as taking no time, still
+// gets a positive hiding window.
+const MinComputeBudgetMs = 1e-3
+
+// ComputeBudgetMs is the positive compute budget (ms) the planner should
+// assume for this trap: the median of its compute samples or, with
+// conservative, the smallest (the tightest hiding window seen across noisy
+// passes). It is never below MinComputeBudgetMs, also with no samples.
+// Transfers and waits are not part of it: transfer cost stays on the
+// profiled size→time curve, and a wait is an outcome of a plan, not a cost.
 func (s TrapTimingStats) ComputeBudgetMs(conservative bool) float64 {
 	if len(s.ComputeMs) == 0 {
-		return 0
+		return MinComputeBudgetMs
 	}
+	b := median(s.ComputeMs)
 	if conservative {
-		return slices.Max(s.ComputeMs)
+		b = slices.Min(s.ComputeMs)
 	}
-	return median(s.ComputeMs)
+	if !(b >= MinComputeBudgetMs) { // also NaN
+		return MinComputeBudgetMs
+	}
+	return b
 }
 
-// OffloadTimingReport is the timing of a window of INFERENCE passes.
+// TotalComputeMs is the pass's compute summed over its traps.
+func (s OffloadTimingSnapshot) TotalComputeMs() float64 {
+	return s.sum(func(r TrapTimingRecord) float64 { return r.ComputeMs })
+}
+
+// TotalTransferMs is the pass's host-to-device copy time summed over its
+// traps.
+func (s OffloadTimingSnapshot) TotalTransferMs() float64 {
+	return s.sum(func(r TrapTimingRecord) float64 { return r.TransferMs })
+}
+
+// TotalWaitMs is the pass's stall summed over its traps.
+func (s OffloadTimingSnapshot) TotalWaitMs() float64 {
+	return s.sum(func(r TrapTimingRecord) float64 { return r.WaitMs })
+}
+
+func (s OffloadTimingSnapshot) sum(f func(TrapTimingRecord) float64) float64 {
+	var t float64
+	for _, r := range s.Records {
+		t += f(r)
+	}
+	return t
+}
+
+// OffloadTimingReport is the timing of a window of INFERENCE passes: the
+// passes (Snapshots, the canonical data), each trap's samples over them
+// (Traps), and what the plan predicted.
 type OffloadTimingReport struct {
 	Snapshots      []OffloadTimingSnapshot
 	Traps          []TrapTimingStats // in execution order
@@ -72,14 +147,79 @@ type OffloadTimingReport struct {
 	TransferBlocks int
 }
 
-// ComputeBudgetsByProfileLabel maps each trap's name to its compute budget
-// (median, or largest sample with conservative).
-func (r *OffloadTimingReport) ComputeBudgetsByProfileLabel(conservative bool) map[string]float64 {
-	out := map[string]float64{}
-	for _, t := range r.Traps {
-		out[t.Trap] = t.ComputeBudgetMs(conservative)
+// NumPasses is the number of passes in the report.
+func (r *OffloadTimingReport) NumPasses() int {
+	if r == nil {
+		return 0
 	}
-	return out
+	return len(r.Snapshots)
+}
+
+func (r *OffloadTimingReport) sum(f func(OffloadTimingSnapshot) float64) float64 {
+	var t float64
+	if r != nil {
+		for _, s := range r.Snapshots {
+			t += f(s)
+		}
+	}
+	return t
+}
+
+func (r *OffloadTimingReport) avg(sum float64) float64 {
+	if r.NumPasses() == 0 {
+		return 0
+	}
+	return sum / float64(r.NumPasses())
+}
+
+// TotalComputeSum is the passes' total compute, summed over passes.
+func (r *OffloadTimingReport) TotalComputeSum() float64 {
+	return r.sum(OffloadTimingSnapshot.TotalComputeMs)
+}
+
+// TotalTransferSum is the passes' total copy time, summed over passes.
+func (r *OffloadTimingReport) TotalTransferSum() float64 {
+	return r.sum(OffloadTimingSnapshot.TotalTransferMs)
+}
+
+// TotalWaitSum is the passes' total stall, summed over passes.
+func (r *OffloadTimingReport) TotalWaitSum() float64 {
+	return r.sum(OffloadTimingSnapshot.TotalWaitMs)
+}
+
+// TotalComputeAvg is TotalComputeSum per pass (0 with no passes).
+func (r *OffloadTimingReport) TotalComputeAvg() float64 { return r.avg(r.TotalComputeSum()) }
+
+// TotalTransferAvg is TotalTransferSum per pass (0 with no passes).
+func (r *OffloadTimingReport) TotalTransferAvg() float64 { return r.avg(r.TotalTransferSum()) }
+
+// TotalWaitAvg is TotalWaitSum per pass (0 with no passes).
+func (r *OffloadTimingReport) TotalWaitAvg() float64 { return r.avg(r.TotalWaitSum()) }
+
+// ComputeBudgetsByProfileLabel maps the report's compute budgets onto
+// profile labels by index: trap i's budget (ComputeBudgetMs) is labels[i]'s.
+// The report's names may differ from the profile's (shortened, say); the
+// pairing is by position only. labels must have one distinct label per
+// trap: a different count, an empty or a repeated label is an error.
+func (r *OffloadTimingReport) ComputeBudgetsByProfileLabel(labels []string, conservative bool) (map[string]float64, error) {
+	n := 0
+	if r != nil {
+		n = len(r.Traps)
+	}
+	if len(labels) != n {
+		return nil, fmt.Errorf("ComputeBudgetsByProfileLabel: %d labels for %d traps; want one label per trap, in the report's order", len(labels), n)
+	}
+	out := make(map[string]float64, n)
+	for i, l := range labels {
+		if l == "" {
+			return nil, fmt.Errorf("ComputeBudgetsByProfileLabel: label %d (for trap %s) is empty", i, r.Traps[i].Trap)
+		}
+		if _, dup := out[l]; dup {
+			return nil, fmt.Errorf("ComputeBudgetsByProfileLabel: label %q given twice (at %d)", l, i)
+		}
+		out[l] = r.Traps[i].ComputeBudgetMs(conservative)
+	}
+	return out, nil
 }
 
 // timingState collects passes between ResetOffloadTiming calls.
@@ -89,6 +229,12 @@ type timingState struct {
 	current   []*unit
 	blocks    []blockRun
 	snaps     []OffloadTimingSnapshot
+	// pending is graph mode's last measured pass, kept until
+	// UpdateOffloadTiming stores it (or the next pass replaces it).
+	pending *OffloadTimingSnapshot
+	// lastGen is the replay generation UpdateOffloadTiming last stored
+	// (-1: none, or stored without a generation).
+	lastGen int
 }
 
 func (t *timingState) begin(e *engine) error {
@@ -118,7 +264,7 @@ func (t *timingState) end(e *engine) error {
 	if err := e.copy.Synchronize(); err != nil {
 		return err
 	}
-	snap := OffloadTimingSnapshot{Pass: t.pass, PredictedMs: e.plan.PredictedSec * 1e3}
+	snap := OffloadTimingSnapshot{PredictedMs: e.plan.PredictedSec * 1e3}
 	if t.rootStart != nil {
 		d, err := endEv.ElapsedSince(t.rootStart)
 		if err != nil {
@@ -160,10 +306,34 @@ func (t *timingState) end(e *engine) error {
 		snap.Records = append(snap.Records, TrapTimingRecord{Trap: br.name, ComputeMs: ms(d.Seconds())})
 	}
 	t.blocks = t.blocks[:0]
-	t.snaps = append(t.snaps, snap)
-	t.pass++
 	t.current, t.rootStart = t.current[:0], nil
+	if e.cfg.OffloadTiming == TimingGraph {
+		t.pending = &snap
+		return nil
+	}
+	t.store(snap)
 	return nil
+}
+
+// store adds a pass to the window.
+func (t *timingState) store(snap OffloadTimingSnapshot) {
+	snap.Pass = t.pass
+	t.pass++
+	t.snaps = append(t.snaps, snap)
+}
+
+// publish stores graph mode's pending pass once per replay generation: gen
+// ≥ 0 equal to the generation stored last is the same replay again and
+// stores nothing; -1 stores whatever is pending.
+func (t *timingState) publish(gen int) {
+	if gen >= 0 && gen == t.lastGen {
+		return
+	}
+	if t.pending == nil {
+		return
+	}
+	t.store(*t.pending)
+	t.pending, t.lastGen = nil, gen
 }
 
 func ms(sec float64) float64 { return sec * 1e3 }
@@ -216,67 +386,121 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 	return r
 }
 
-// CollectOffloadTiming returns the timing of the passes since the last reset
-// (nil when timing is off or no pass was measured).
+// CollectOffloadTiming drains the passes measured since the last collect
+// or reset into a report: a second call without new passes returns nil. It
+// returns nil (and no error) when timing is off, when the manager holds no
+// model, or when no pass was measured; in graph mode only passes stored by
+// UpdateOffloadTiming count. The error is for a failed engine.
 func (m *Manager) CollectOffloadTiming() (*OffloadTimingReport, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.e == nil {
-		return nil, fmt.Errorf("offload manager %q: CollectOffloadTiming: %w", m.name, ErrNotOffloaded)
-	}
-	if m.e.cfg.OffloadTiming == TimingOff {
+	if m.e == nil || m.e.cfg.OffloadTiming == TimingOff {
 		return nil, nil
 	}
-	return m.e.timing.report(m.e), nil
+	if m.e.failed != nil {
+		return nil, fmt.Errorf("offload manager %q: CollectOffloadTiming: %w: %v", m.name, ErrEngineFailed, m.e.failed)
+	}
+	r := m.e.timing.report(m.e)
+	m.e.timing.snaps = nil
+	return r, nil
 }
 
-// ResetOffloadTiming starts a fresh window.
+// ResetOffloadTiming starts a fresh window: the passes measured so far (and
+// graph mode's unstored one) are dropped.
 func (m *Manager) ResetOffloadTiming() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.e != nil {
-		m.e.timing.snaps = nil
+		m.e.timing.snaps, m.e.timing.pending = nil, nil
 	}
 }
 
-// UpdateOffloadTiming publishes a measured pass that is still in flight:
-// in graph mode, a replay of a whole-forward graph runs no traps, so the
-// caller publishes after each replay it wants to keep. Forwards whose traps
-// ran (eager, or per-unit graphs replayed inside the traps) publish
-// themselves, and then this has nothing to do. It reports false when
-// finishing the pass failed.
+// UpdateOffloadTiming stores the pass just measured into the collector
+// (graph mode): call it after each graph replay, or forward, that is to
+// count; a measured pass that is not stored is replaced by the next one.
+// replayGeneration identifies the replay: a generation ≥ 0 equal to the one
+// stored last is the same replay reported twice (by the caller and a
+// serving hook, say) and stores nothing; -1 stores whatever pass is
+// pending. In eager mode passes store themselves and this does nothing. It
+// reports false only when the engine has failed.
 func (m *Manager) UpdateOffloadTiming(replayGeneration int) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.e == nil || m.e.cfg.OffloadTiming != TimingGraph || m.e.phase != PhaseInference {
 		return true
 	}
-	if len(m.e.timing.current) == 0 && m.e.timing.rootStart == nil {
-		return true
+	if m.e.failed != nil {
+		return false
 	}
-	return m.e.timing.end(m.e) == nil
+	m.e.timing.publish(replayGeneration)
+	return true
 }
 
-// FormatOffloadTimingTable renders a report: one row per trap with median
-// transfer, compute and wait, then the forward, its prediction and floor,
-// and the achieved copy bandwidth.
-func FormatOffloadTimingTable(r *OffloadTimingReport) string {
-	if r == nil {
-		return "offload timing: no measured passes (is OffloadTiming off?)\n"
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-28s %-8s %10s %12s %11s %9s\n", "unit", "place", "MiB", "transfer ms", "compute ms", "wait ms")
-	for _, t := range r.Traps {
-		place := "resident"
-		if t.Streamed {
-			place = "streamed"
+// TimingData is what FormatOffloadTimingTable renders: one pass
+// (OffloadTimingSnapshot or *OffloadTimingSnapshot) or a window
+// (*OffloadTimingReport).
+type TimingData interface {
+	timingTable() string
+}
+
+// FormatOffloadTimingTable renders a single pass or a report as a table.
+// A report has one row per trap with median transfer, compute and wait, then
+// the average pass totals, the forward, its prediction and floor, and the
+// achieved copy bandwidth; a snapshot has one row per trap of that pass and
+// its totals. A nil report (timing off, nothing measured) renders as a line
+// saying so.
+func FormatOffloadTimingTable(data TimingData) string {
+	const none = "offload timing: no measured passes (is OffloadTiming off?)\n"
+	switch d := data.(type) {
+	case nil:
+		return none
+	case *OffloadTimingReport:
+		if d == nil {
+			return none
 		}
-		fmt.Fprintf(&b, "%-28s %-8s %10.1f %12.3f %11.3f %9.3f\n", t.Trap, place, float64(t.Bytes)/(1<<20),
+	case *OffloadTimingSnapshot:
+		if d == nil {
+			return none
+		}
+	}
+	return data.timingTable()
+}
+
+const (
+	tableHead = "%-28s %-8s %10s %12s %11s %9s\n"
+	tableRow  = "%-28s %-8s %10.1f %12.3f %11.3f %9.3f\n"
+)
+
+func placeName(streamed bool) string {
+	if streamed {
+		return "streamed"
+	}
+	return "resident"
+}
+
+func (r *OffloadTimingReport) timingTable() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, tableHead, "unit", "place", "MiB", "transfer ms", "compute ms", "wait ms")
+	for _, t := range r.Traps {
+		fmt.Fprintf(&b, tableRow, t.Trap, placeName(t.Streamed), float64(t.Bytes)/(1<<20),
 			t.MedianTransferMs(), t.MedianComputeMs(), t.MedianWaitMs())
 	}
+	fmt.Fprintf(&b, "per pass (average of %d): transfer %.3f ms, compute %.3f ms, wait %.3f ms\n",
+		r.NumPasses(), r.TotalTransferAvg(), r.TotalComputeAvg(), r.TotalWaitAvg())
 	fmt.Fprintf(&b, "forward %.3f ms (median of %d passes); plan predicted %.3f ms, floor %.3f ms\n",
 		r.ForwardMs, len(r.Snapshots), r.PredictedMs, r.FloorMs)
 	fmt.Fprintf(&b, "%d resident / %d streamed units, %d transfer blocks, %.1f MiB streamed per pass at %.2f GB/s\n",
 		r.ResidentUnits, r.StreamedUnits, r.TransferBlocks, float64(r.StreamedBytes)/(1<<20), r.H2DGBps)
+	return b.String()
+}
+
+func (s OffloadTimingSnapshot) timingTable() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, tableHead, "unit", "place", "MiB", "transfer ms", "compute ms", "wait ms")
+	for _, r := range s.Records {
+		fmt.Fprintf(&b, tableRow, r.Trap, placeName(r.Streamed), float64(r.Bytes)/(1<<20), r.TransferMs, r.ComputeMs, r.WaitMs)
+	}
+	fmt.Fprintf(&b, "pass %d totals: transfer %.3f ms, compute %.3f ms, wait %.3f ms; forward %.3f ms, plan predicted %.3f ms\n",
+		s.Pass, s.TotalTransferMs(), s.TotalComputeMs(), s.TotalWaitMs(), s.ForwardMs, s.PredictedMs)
 	return b.String()
 }

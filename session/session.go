@@ -216,7 +216,7 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 		compile = s.UnitGraphOptions()
 	}
 	if opts.ProfileDir != "" {
-		st, err := offload.LoadProfile(opts.ProfileDir)
+		st, err := offload.ReadProfile(opts.ProfileDir)
 		if err != nil {
 			return nil, err
 		}

@@ -2,11 +2,11 @@ package decoder
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/offload"
+	"github.com/flextensor-go/flextensor/place"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -18,37 +18,33 @@ import (
 // cfg.Device is the compute device.
 //
 // With strict, every tensor the profile names must be in the checkpoint and
-// the error lists all that are missing; otherwise the first tensor the model
-// needs and the checkpoint lacks is the error. Close the model (after
+// the error lists all that are missing; otherwise tensors the checkpoint
+// lacks are filled with zeros of the profile's dtype and shape
+// (offload.FillMissing; the seed's strict=False). Close the model (after
 // releasing the manager) and the checkpoint when done.
 func LoadFromProfile(m *Model, dir string, st *offload.State, cfg offload.Config, name string, strict bool, opts ...offload.Option) (*loader.Checkpoint, error) {
 	ck, err := loader.OpenCheckpoint(dir)
 	if err != nil {
 		return nil, err
 	}
-	if strict {
-		have := map[string]bool{}
-		for _, n := range ck.Names() {
-			have[n] = true
-		}
-		var missing []string
-		for _, t := range st.Tensors {
-			if !have[t.Name] {
-				missing = append(missing, t.Name)
-			}
-		}
-		if len(missing) > 0 {
-			ck.Close()
-			sort.Strings(missing)
-			return nil, fmt.Errorf("checkpoint %s lacks %d tensors of the profile (strict mode): %s",
-				dir, len(missing), strings.Join(missing, ", "))
-		}
+	src, missing := offload.FillMissing(ck, st)
+	if strict && len(missing) > 0 {
+		ck.Close()
+		return nil, fmt.Errorf("checkpoint %s lacks %d tensors of the profile (strict mode): %s",
+			dir, len(missing), strings.Join(missing, ", "))
 	}
-	if err := m.BindCheckpoint(ck, runtime.NewMeta()); err != nil {
+	if len(missing) == 0 {
+		err = m.BindCheckpoint(ck, runtime.NewMeta())
+	} else { // the zero-filled tensors need shapes too: bind from the filled source
+		_, err = place.Bind(m, src, runtime.NewMeta(),
+			place.WithShapes(m.ParamShapes(), "the config ("+m.Cfg.Summary()+")"),
+			place.WithDTypes(SupportedWeightDType, "the kernels take BF16, F16 or F32 weights"))
+	}
+	if err != nil {
 		ck.Close()
 		return nil, err
 	}
-	if err := offload.LoadModelFromProfile(m, ck, st, &cfg, name, opts...); err != nil {
+	if _, err := offload.LoadModelFromProfile(m, ck, st, &cfg, name, offload.LoadOptions{Strict: strict}, opts...); err != nil {
 		m.Close()
 		ck.Close()
 		return nil, err
