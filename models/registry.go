@@ -27,6 +27,20 @@ type Family struct {
 	Shapes []Shape
 }
 
+// DecoderFamily is the Family of a Llama-style decoder family described by
+// s: named after s.ModelType, serving s.Architecture and s.ModelType,
+// building models with s.Build, and with the named shapes of table written
+// by s.ConfigJSON (ShapesOf).
+func DecoderFamily(s decoder.Spec, table map[string]decoder.Config) Family {
+	return Family{
+		Name:          s.ModelType,
+		Architectures: []string{s.Architecture},
+		ModelTypes:    []string{s.ModelType},
+		New:           s.Build,
+		Shapes:        ShapesOf(table, s.ConfigJSON),
+	}
+}
+
 var (
 	mu       sync.RWMutex
 	families []Family
@@ -146,28 +160,12 @@ func New(dir string) (*decoder.Model, error) {
 // weights on dev (decoder.Model.LoadCheckpoint). Close the model, then the
 // checkpoint, when done.
 func Load(dir string, dev runtime.Device) (*decoder.Model, *loader.Checkpoint, error) {
-	m, err := New(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	ck, err := m.LoadCheckpoint(dir, dev)
-	if err != nil {
-		return nil, nil, err
-	}
-	return m, ck, nil
+	return decoder.Builder(New).Load(dir, dev)
 }
 
 // LoadFromProfile builds the model of the checkpoint in dir (New) and hands
 // its weights to the offload engine with the profile st
 // (decoder.LoadFromProfile).
 func LoadFromProfile(dir string, st *offload.State, cfg offload.Config, name string, strict bool, opts ...offload.Option) (*decoder.Model, *loader.Checkpoint, error) {
-	m, err := New(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	ck, err := decoder.LoadFromProfile(m, dir, st, cfg, name, strict, opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	return m, ck, nil
+	return decoder.Builder(New).LoadFromProfile(dir, st, cfg, name, strict, opts...)
 }

@@ -8,9 +8,6 @@
 package qwen3
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/models"
 	"github.com/flextensor-go/flextensor/models/decoder"
@@ -28,49 +25,39 @@ var Names = decoder.StandardNames
 
 // Config is a parsed Qwen3 config.json: the decoder knobs (QKNorm always
 // true) and the header.
-type Config struct {
-	decoder.Config
-	decoder.Header
-}
+type Config = decoder.FamilyConfig
+
+// Spec is what sets Qwen3 apart from the other Llama-style families.
+var Spec = decoder.Spec{Architecture: Architecture, ModelType: ModelType, Names: Names, Adjust: adjust, Extra: extra}
 
 // ParseConfig parses a Qwen3ForCausalLM config.json in either transformers
 // layout (rope_theta or rope_parameters, torch_dtype or dtype); source names
 // the file in errors. It rejects another architecture, an activation other
 // than silu, attention or MLP biases, sliding-window layers, and what
 // decoder.ReadConfig rejects.
-func ParseConfig(data []byte, source string) (*Config, error) {
-	r, err := loader.ParseFields(data, source)
-	if err != nil {
-		return nil, err
-	}
-	h, err := decoder.ReadHeader(r, Architecture, ModelType)
-	if err != nil {
-		return nil, err
-	}
-	c := &Config{Header: h, Config: decoder.ReadConfig(r)}
-	decoder.FullAttentionOnly(r)
-	if err := r.Err(); err != nil {
-		return nil, err
-	}
-	switch {
-	case c.AttentionBias:
-		return nil, r.Errorf("attention_bias", "true is not supported (q, k, v and o biases in Qwen3 are not implemented)")
-	case c.MLPBias:
-		return nil, r.Errorf("mlp_bias", "true is not supported (Qwen3's MLP has no bias)")
-	}
-	c.QKNorm = true
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("config %s: %w", source, err)
-	}
-	return c, nil
-}
+func ParseConfig(data []byte, source string) (*Config, error) { return Spec.ParseConfig(data, source) }
 
 // New builds the module tree for cfg with no weights bound.
-func New(cfg *Config) (*decoder.Model, error) {
-	if cfg == nil {
-		return nil, errors.New("qwen3.New: nil config")
+func New(cfg *Config) (*decoder.Model, error) { return Spec.New(cfg) }
+
+// adjust fixes Qwen3's knobs: full attention in every layer, no biases,
+// and the per-head q/k RMSNorm.
+func adjust(r *loader.Fields, c *decoder.Config) error {
+	decoder.FullAttentionOnly(r)
+	if err := r.Err(); err != nil {
+		return err
 	}
-	return decoder.New(&cfg.Config, Names)
+	if err := decoder.NoBias(r, c, "q, k, v and o biases in Qwen3 are not implemented", "Qwen3's MLP has no bias"); err != nil {
+		return err
+	}
+	c.QKNorm = true
+	return nil
+}
+
+// extra is what a Qwen3 config.json has beyond the generic fields: no
+// biases, no sliding-window layers.
+func extra(c *decoder.Config) map[string]any {
+	return map[string]any{"attention_bias": false, "use_sliding_window": false, "sliding_window": nil, "max_window_layers": c.NumHiddenLayers}
 }
 
 // Shapes are Qwen3's named shapes for random-weight checkpoints.
@@ -86,25 +73,9 @@ var Shapes = map[string]decoder.Config{
 }
 
 // ConfigJSON writes c as a transformers-5 Qwen3 config.json.
-func ConfigJSON(c *decoder.Config) ([]byte, error) {
-	return decoder.ConfigJSON(c, Architecture, ModelType, map[string]any{
-		"attention_bias": false, "use_sliding_window": false, "sliding_window": nil, "max_window_layers": c.NumHiddenLayers,
-	})
-}
+func ConfigJSON(c *decoder.Config) ([]byte, error) { return Spec.ConfigJSON(c) }
 
 // Family registers Qwen3 with the models registry.
-var Family = models.Family{
-	Name:          ModelType,
-	Architectures: []string{Architecture},
-	ModelTypes:    []string{ModelType},
-	New: func(data []byte, source string) (*decoder.Model, error) {
-		c, err := ParseConfig(data, source)
-		if err != nil {
-			return nil, err
-		}
-		return New(c)
-	},
-	Shapes: models.ShapesOf(Shapes, ConfigJSON),
-}
+var Family = models.DecoderFamily(Spec, Shapes)
 
 func init() { models.Register(Family) }
