@@ -57,17 +57,26 @@ func ReadHeader(r *loader.Fields, arch, modelType string) (Header, error) {
 // layers in (Qwen2, Qwen3: use_sliding_window with max_window_layers in
 // transformers 4, layer_types in 5) has full attention in every layer, the
 // only layout implemented. The sliding_window value itself is then unused.
-func FullAttentionOnly(r *loader.Fields) {
+// It returns r's error: the first one recorded, its own or an earlier one.
+func FullAttentionOnly(r *loader.Fields) error {
 	if r.Bool("use_sliding_window", false) {
 		r.Fail(r.Errorf("use_sliding_window", "true is not supported (per-layer sliding windows are not implemented)"))
-		return
+		return r.Err()
 	}
 	for i, t := range r.Strings("layer_types") {
 		if t != "full_attention" {
 			r.Fail(r.Errorf(fmt.Sprintf("layer_types[%d]", i), "%q is not supported (only full_attention)", t))
-			return
+			break
 		}
 	}
+	return r.Err()
+}
+
+// FullAttentionJSON is the config.json fields of the Qwen2/Qwen3 layout
+// that say every layer has full attention (what FullAttentionOnly accepts),
+// for Spec.Extra.
+func FullAttentionJSON(c *Config) map[string]any {
+	return map[string]any{"use_sliding_window": false, "sliding_window": nil, "max_window_layers": c.NumHiddenLayers}
 }
 
 // ConfigJSON writes c as a transformers-5 config.json for a family's

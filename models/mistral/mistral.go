@@ -11,32 +11,12 @@ import (
 	"github.com/flextensor-go/flextensor/models/decoder"
 )
 
-// Architecture and ModelType identify Mistral checkpoints in config.json.
-const (
-	Architecture = "MistralForCausalLM"
-	ModelType    = "mistral"
-)
-
-// Names is Mistral's tensor-name table: transformers' standard one.
-var Names = decoder.StandardNames
-
-// Config is a parsed Mistral config.json: the decoder knobs (SlidingWindow
-// from "sliding_window") and the header.
-type Config = decoder.FamilyConfig
-
-// Spec is what sets Mistral apart from the other Llama-style families.
-var Spec = decoder.Spec{Architecture: Architecture, ModelType: ModelType, Names: Names, Adjust: adjust, Extra: extra}
-
-// ParseConfig parses a MistralForCausalLM config.json in either
-// transformers layout (rope_theta or rope_parameters, torch_dtype or
-// dtype); source names the file in errors. It rejects another
-// architecture, an activation other than silu, a sliding_window that is not
-// a positive integer or null, attention or MLP biases, and what
-// decoder.ReadConfig rejects.
-func ParseConfig(data []byte, source string) (*Config, error) { return Spec.ParseConfig(data, source) }
-
-// New builds the module tree for cfg with no weights bound.
-func New(cfg *Config) (*decoder.Model, error) { return Spec.New(cfg) }
+// Spec is Mistral's config.json identity (MistralForCausalLM, model_type
+// mistral) and what sets it apart from the other Llama-style families;
+// Spec.ParseConfig parses its config.json, Spec.New builds a model and
+// Spec.ConfigJSON writes one. Its tensor names are transformers' standard
+// table.
+var Spec = decoder.Spec{Architecture: "MistralForCausalLM", ModelType: "mistral", Names: decoder.StandardNames, Adjust: adjust, Extra: extra}
 
 // adjust reads Mistral's sliding window (absent or null: none) and rejects
 // biases.
@@ -74,10 +54,6 @@ var Shapes = map[string]decoder.Config{
 		HeadDim: 32, VocabSize: 256, MaxPositionEmbeddings: 512, RMSNormEps: 1e-6, SlidingWindow: 8,
 		Rope: decoder.Rope{Theta: 10000, Type: "default"}, BOSTokenID: 0, EOSTokenIDs: []int{1}},
 }
-
-// ConfigJSON writes c as a transformers-5 Mistral config.json
-// (sliding_window null when c has none).
-func ConfigJSON(c *decoder.Config) ([]byte, error) { return Spec.ConfigJSON(c) }
 
 // Family registers Mistral with the models registry.
 var Family = models.DecoderFamily(Spec, Shapes)

@@ -13,38 +13,17 @@ import (
 	"github.com/flextensor-go/flextensor/models/decoder"
 )
 
-// Architecture and ModelType identify Qwen3 checkpoints in config.json.
-const (
-	Architecture = "Qwen3ForCausalLM"
-	ModelType    = "qwen3"
-)
-
-// Names is Qwen3's tensor-name table: transformers' standard one, with
-// self_attn.q_norm and self_attn.k_norm.
-var Names = decoder.StandardNames
-
-// Config is a parsed Qwen3 config.json: the decoder knobs (QKNorm always
-// true) and the header.
-type Config = decoder.FamilyConfig
-
-// Spec is what sets Qwen3 apart from the other Llama-style families.
-var Spec = decoder.Spec{Architecture: Architecture, ModelType: ModelType, Names: Names, Adjust: adjust, Extra: extra}
-
-// ParseConfig parses a Qwen3ForCausalLM config.json in either transformers
-// layout (rope_theta or rope_parameters, torch_dtype or dtype); source names
-// the file in errors. It rejects another architecture, an activation other
-// than silu, attention or MLP biases, sliding-window layers, and what
-// decoder.ReadConfig rejects.
-func ParseConfig(data []byte, source string) (*Config, error) { return Spec.ParseConfig(data, source) }
-
-// New builds the module tree for cfg with no weights bound.
-func New(cfg *Config) (*decoder.Model, error) { return Spec.New(cfg) }
+// Spec is Qwen3's config.json identity (Qwen3ForCausalLM, model_type qwen3)
+// and what sets it apart from the other Llama-style families;
+// Spec.ParseConfig parses its config.json, Spec.New builds a model and
+// Spec.ConfigJSON writes one. Its tensor names are transformers' standard
+// table, with self_attn.q_norm and self_attn.k_norm.
+var Spec = decoder.Spec{Architecture: "Qwen3ForCausalLM", ModelType: "qwen3", Names: decoder.StandardNames, Adjust: adjust, Extra: extra}
 
 // adjust fixes Qwen3's knobs: full attention in every layer, no biases,
 // and the per-head q/k RMSNorm.
 func adjust(r *loader.Fields, c *decoder.Config) error {
-	decoder.FullAttentionOnly(r)
-	if err := r.Err(); err != nil {
+	if err := decoder.FullAttentionOnly(r); err != nil {
 		return err
 	}
 	if err := decoder.NoBias(r, c, "q, k, v and o biases in Qwen3 are not implemented", "Qwen3's MLP has no bias"); err != nil {
@@ -55,9 +34,11 @@ func adjust(r *loader.Fields, c *decoder.Config) error {
 }
 
 // extra is what a Qwen3 config.json has beyond the generic fields: no
-// biases, no sliding-window layers.
+// sliding-window layers, no attention bias.
 func extra(c *decoder.Config) map[string]any {
-	return map[string]any{"attention_bias": false, "use_sliding_window": false, "sliding_window": nil, "max_window_layers": c.NumHiddenLayers}
+	m := decoder.FullAttentionJSON(c)
+	m["attention_bias"] = false
+	return m
 }
 
 // Shapes are Qwen3's named shapes for random-weight checkpoints.
@@ -71,9 +52,6 @@ var Shapes = map[string]decoder.Config{
 		HeadDim: 32, VocabSize: 256, MaxPositionEmbeddings: 512, RMSNormEps: 1e-6, QKNorm: true, TieWordEmbeddings: true,
 		Rope: decoder.Rope{Theta: 1e6, Type: "default"}, BOSTokenID: 0, EOSTokenIDs: []int{1}},
 }
-
-// ConfigJSON writes c as a transformers-5 Qwen3 config.json.
-func ConfigJSON(c *decoder.Config) ([]byte, error) { return Spec.ConfigJSON(c) }
 
 // Family registers Qwen3 with the models registry.
 var Family = models.DecoderFamily(Spec, Shapes)
