@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -45,15 +46,7 @@ func readReference(t *testing.T) reference {
 // the checkpoint.
 func loadOn(t testing.TB, d devtest.Device, dir string) *Model {
 	t.Helper()
-	m, ck, err := Load(dir, d.Dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		m.Close()
-		ck.Close()
-	})
-	return m
+	return testmodel.Load(t, Load, dir, d.Dev)
 }
 
 // loadTiny loads a checkpoint on a fresh CPU device, which a cleanup closes
@@ -66,19 +59,7 @@ func loadTiny(t testing.TB, dir string) (*Model, kernels.Backend) {
 
 func fullLogits(t *testing.T, m *Model, b kernels.Backend, ids []int32) [][]float32 {
 	t.Helper()
-	cache, err := m.NewKVCache(b, len(ids))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Free()
-	lt, err := m.Forward(b, cache, ids, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	flat := make([]float32, lt.NumElements())
-	if err := b.ReadF32(flat, lt); err != nil {
-		t.Fatal(err)
-	}
+	flat := testmodel.Forward(t, m, b, ids, true)
 	V := m.Cfg.VocabSize
 	out := make([][]float32, len(ids))
 	for i := range out {
