@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/internal/testfile"
 	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models"
@@ -41,14 +42,8 @@ type reference struct {
 
 func readReference(t *testing.T, dir string) reference {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var r reference
-	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatal(err)
-	}
+	testfile.ReadJSON(t, filepath.Join(dir, "reference.json"), &r)
 	if len(r.InputIDs) != 2 || len(r.Logits) != 2 || len(r.GreedyContinuation) != 24 || len(r.LongPrompt) != 40 || len(r.LongLastLogits) == 0 {
 		t.Fatalf("%s/reference.json has an unexpected layout", dir)
 	}

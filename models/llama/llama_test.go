@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/internal/testfile"
 	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/loader"
@@ -27,14 +28,8 @@ type reference struct {
 
 func readReference(t *testing.T) reference {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(tinyDir, "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var r reference
-	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatal(err)
-	}
+	testfile.ReadJSON(t, filepath.Join(tinyDir, "reference.json"), &r)
 	if len(r.InputIDs) != 2 || len(r.Logits) != 2 || len(r.GreedyContinuation) != 20 {
 		t.Fatalf("reference.json has an unexpected layout: %d prompts, %d logit sets, %d greedy tokens",
 			len(r.InputIDs), len(r.Logits), len(r.GreedyContinuation))

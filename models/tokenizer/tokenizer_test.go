@@ -1,12 +1,8 @@
 package tokenizer
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/flextensor-go/flextensor/internal/testfile"
 )
 
 // tinyPath is the repository's tiny Llama fixture.
@@ -45,23 +43,7 @@ var (
 )
 
 // readData reads a file, gunzipping it if its name ends in .gz.
-func readData(t testing.TB, path string) []byte {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.HasSuffix(path, ".gz") {
-		zr, err := gzip.NewReader(bytes.NewReader(data))
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if data, err = io.ReadAll(zr); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-	}
-	return data
-}
+var readData = testfile.Read
 
 // loadTokenizer parses (once per test binary) a tokenizer file, which may
 // be gzipped.
@@ -267,9 +249,7 @@ func TestTinyFixture(t *testing.T) {
 			Decoded string `json:"decoded"`
 		} `json:"samples"`
 	}
-	if err := json.Unmarshal(readData(t, "../../testdata/tiny-llama/tokenizer_reference.json"), &ref); err != nil {
-		t.Fatal(err)
-	}
+	testfile.ReadJSON(t, "../../testdata/tiny-llama/tokenizer_reference.json", &ref)
 	if len(ref.Samples) == 0 {
 		t.Fatal("no samples")
 	}
