@@ -1,6 +1,8 @@
-// Package testfile reads test data files: plain or gzipped, raw or as
-// JSON. It fails the test, naming the file, when one cannot be read. The
-// package is for tests only (other packages' _test files import it).
+// Package testfile holds test helpers that need nothing of this module:
+// reading test data files (plain or gzipped, raw or as JSON; it fails the
+// test, naming the file, when one cannot be read) and checking an error's
+// text. The package is for tests only (other packages' _test files import
+// it).
 package testfile
 
 import (
@@ -39,5 +41,19 @@ func ReadJSON(t testing.TB, path string, v any) {
 	t.Helper()
 	if err := json.Unmarshal(Read(t, path), v); err != nil {
 		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// WantErr fails t unless err is an error whose text contains every one of
+// parts.
+func WantErr(t testing.TB, err error, parts ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want one containing %q", parts)
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("error %q does not contain %q", err, p)
+		}
 	}
 }

@@ -3,8 +3,10 @@ package testfile
 import (
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -39,3 +41,34 @@ func TestReadGzipAndJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestWantErr: an error containing every part passes; one missing a part,
+// or no error, fails the test.
+func TestWantErr(t *testing.T) {
+	WantErr(t, errors.New("config c.json: field hidden_act: \"gelu\""), "hidden_act", "gelu")
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{{"missing part", errors.New("field hidden_act")}, {"no error", nil}} {
+		rec := &recorder{TB: t}
+		done := make(chan struct{})
+		go func() { // Fatalf ends the goroutine (runtime.Goexit), as in a test
+			defer close(done)
+			WantErr(rec, tc.err, "hidden_act", "gelu")
+		}()
+		<-done
+		if !rec.failed {
+			t.Errorf("%s: WantErr did not fail", tc.name)
+		}
+	}
+}
+
+// recorder is a testing.TB that records a failure instead of failing.
+type recorder struct {
+	testing.TB
+	failed bool
+}
+
+func (r *recorder) Helper()               {}
+func (r *recorder) Errorf(string, ...any) { r.failed = true }
+func (r *recorder) Fatalf(string, ...any) { r.failed = true; runtime.Goexit() }

@@ -7,22 +7,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/internal/testfile"
 	"github.com/flextensor-go/flextensor/models/decoder"
 )
 
 const tinyLlama = tinyDir
 
-func wantErr(t *testing.T, err error, parts ...string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("got no error, want one containing %q", parts)
-	}
-	for _, p := range parts {
-		if !strings.Contains(err.Error(), p) {
-			t.Errorf("error %q does not contain %q", err, p)
-		}
-	}
-}
+// wantErr fails t unless err's text contains every one of parts.
+var wantErr = testfile.WantErr
 
 // llama31Config is Llama-3.1-8B's config.json as transformers 4.x writes it.
 const llama31Config = `{

@@ -45,6 +45,42 @@ var (
 // readData reads a file, gunzipping it if its name ends in .gz.
 var readData = testfile.Read
 
+// checkDecode checks that tok decodes ids to decoded, and to decodedSkip
+// when skipping special tokens.
+func checkDecode(t *testing.T, tok *Tokenizer, ids []int, decoded, decodedSkip string) {
+	t.Helper()
+	for _, skip := range []bool{false, true} {
+		want := decoded
+		if skip {
+			want = decodedSkip
+		}
+		got, err := tok.Decode(ids, skip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("Decode(%v, %v) = %q, want %q", ids, skip, got, want)
+		}
+	}
+}
+
+// streamDecode feeds ids one by one to a stream decoder of tok (keeping
+// special tokens or not) and returns all it gave, the flush included.
+func streamDecode(t testing.TB, tok *Tokenizer, ids []int, keep bool) string {
+	t.Helper()
+	d := tok.NewStreamDecoderSpecial(keep)
+	var sb strings.Builder
+	for _, id := range ids {
+		piece, err := d.Add(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.WriteString(piece)
+	}
+	sb.WriteString(d.Flush())
+	return sb.String()
+}
+
 // loadTokenizer parses (once per test binary) a tokenizer file, which may
 // be gzipped.
 func loadTokenizer(t testing.TB, path string) *Tokenizer {
@@ -186,19 +222,7 @@ func TestMatchesHuggingFace(t *testing.T) {
 				if !slices.Equal(withBOS, c.IDsSpecial) {
 					t.Errorf("Encode(%q, true)\n got %v\nwant %v", c.Text, withBOS, c.IDsSpecial)
 				}
-				for _, skip := range []bool{false, true} {
-					want := c.Decoded
-					if skip {
-						want = c.DecodedSkip
-					}
-					got, err := tok.Decode(c.IDsSpecial, skip)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if got != want {
-						t.Errorf("Decode(%v, %v) = %q, want %q", c.IDsSpecial, skip, got, want)
-					}
-				}
+				checkDecode(t, tok, c.IDsSpecial, c.Decoded, c.DecodedSkip)
 				// Decoding gives the text back for the real tokenizer files
 				// (the variants change that: a Metaspace decoder without
 				// byte fallback, an added prefix space), except for text
@@ -216,19 +240,7 @@ func TestMatchesHuggingFace(t *testing.T) {
 				}
 			}
 			for _, c := range ref.DecodeCases {
-				for _, skip := range []bool{false, true} {
-					want := c.Decoded
-					if skip {
-						want = c.DecodedSkip
-					}
-					got, err := tok.Decode(c.IDs, skip)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if got != want {
-						t.Errorf("Decode(%v, %v) = %q, want %q", c.IDs, skip, got, want)
-					}
-				}
+				checkDecode(t, tok, c.IDs, c.Decoded, c.DecodedSkip)
 			}
 			t.Logf("%s: %d encode cases (%d round trips), %d decode cases; %s", name,
 				len(ref.Cases), roundTrips, len(ref.DecodeCases), ref.Reference)
@@ -282,18 +294,8 @@ func TestStreamDecoder(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				d := tok.NewStreamDecoderSpecial(keep)
-				var sb strings.Builder
-				for _, id := range ids {
-					s, err := d.Add(id)
-					if err != nil {
-						t.Fatal(err)
-					}
-					sb.WriteString(s)
-				}
-				sb.WriteString(d.Flush())
-				if sb.String() != want {
-					t.Errorf("stream of %v (keep special %v) gave %q, want %q", ids, keep, sb.String(), want)
+				if got := streamDecode(t, tok, ids, keep); got != want {
+					t.Errorf("stream of %v (keep special %v) gave %q, want %q", ids, keep, got, want)
 				}
 			}
 			for _, c := range ref.Cases {
