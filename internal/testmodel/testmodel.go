@@ -129,3 +129,16 @@ func WriteCheckpoint(t testing.TB, ts []loader.NamedTensor) *loader.Checkpoint {
 	t.Cleanup(func() { ck.Close() })
 	return ck
 }
+
+// Reference is a fixture checkpoint's reference.json, what transformers
+// computed for it: float32 logits (from the bf16 weights) of every position
+// of two prompts, a greedy continuation, and (family fixtures) the last
+// logits of a long prompt.
+type Reference struct {
+	InputIDs           [][]int32     `json:"input_ids"`
+	Logits             [][][]float32 `json:"logits_fp32_from_bf16_weights"`
+	GreedyPrompt       []int32       `json:"greedy_prompt"`
+	GreedyContinuation []int32       `json:"greedy_continuation"`
+	LongPrompt         []int32       `json:"long_prompt"`
+	LongLastLogits     []float32     `json:"long_last_logits"`
+}

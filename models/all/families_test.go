@@ -31,14 +31,8 @@ var fixtures = []struct{ dir, family string }{
 	{"../../testdata/tiny-mistral", "mistral"},
 }
 
-type reference struct {
-	InputIDs           [][]int32     `json:"input_ids"`
-	Logits             [][][]float32 `json:"logits_fp32_from_bf16_weights"`
-	GreedyPrompt       []int32       `json:"greedy_prompt"`
-	GreedyContinuation []int32       `json:"greedy_continuation"`
-	LongPrompt         []int32       `json:"long_prompt"`
-	LongLastLogits     []float32     `json:"long_last_logits"`
-}
+// reference is the fixture's reference.json.
+type reference = testmodel.Reference
 
 func readReference(t *testing.T, dir string) reference {
 	t.Helper()

@@ -18,13 +18,8 @@ import (
 
 const tinyDir = "../../testdata/tiny-llama"
 
-type reference struct {
-	InputIDs           [][]int32       `json:"input_ids"`
-	Logits             [][][]float32   `json:"logits_fp32_from_bf16_weights"`
-	GreedyPrompt       []int32         `json:"greedy_prompt"`
-	GreedyContinuation []int32         `json:"greedy_continuation"`
-	Extra              json.RawMessage `json:"-"`
-}
+// reference is the fixture's reference.json.
+type reference = testmodel.Reference
 
 func readReference(t *testing.T) reference {
 	t.Helper()
