@@ -50,4 +50,3 @@ func FuzzSafetensorsHeader(f *testing.F) {
 		}
 	})
 }
-

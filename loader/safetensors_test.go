@@ -6,9 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/internal/testfile"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -31,17 +31,7 @@ func writeTemp(t *testing.T, name string, content []byte) string {
 }
 
 // wantErr fails unless err is non-nil and its text holds every part.
-func wantErr(t *testing.T, err error, parts ...string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("got no error, want one containing %q", parts)
-	}
-	for _, p := range parts {
-		if !strings.Contains(err.Error(), p) {
-			t.Errorf("error %q does not contain %q", err, p)
-		}
-	}
-}
+var wantErr = testfile.WantErr
 
 func TestOpenFileTinyLlama(t *testing.T) {
 	f, err := OpenFile(filepath.Join(tinyLlama, "model.safetensors"))

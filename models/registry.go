@@ -28,6 +28,20 @@ type Family struct {
 	Shapes []Shape
 }
 
+// DecoderFamily is the Family of a Llama-style decoder family described by
+// s: named after s.ModelType, serving s.Architecture and s.ModelType,
+// building models with s.Build, and with the named shapes of table written
+// by s.ConfigJSON (ShapesOf).
+func DecoderFamily(s decoder.Spec, table map[string]decoder.Config) Family {
+	return Family{
+		Name:          s.ModelType,
+		Architectures: []string{s.Architecture},
+		ModelTypes:    []string{s.ModelType},
+		New:           s.Build,
+		Shapes:        ShapesOf(table, s.ConfigJSON),
+	}
+}
+
 var (
 	mu       sync.RWMutex
 	families []Family
@@ -147,28 +161,26 @@ func New(dir string) (*decoder.Model, error) {
 // weights on dev (decoder.Model.LoadCheckpoint). Close the model, then the
 // checkpoint, when done.
 func Load(dir string, dev runtime.Device) (*decoder.Model, *loader.Checkpoint, error) {
+	return decoder.Builder(checkedNew).Load(dir, dev)
+}
+
+// checkedNew is New after the checks that must come before a model is
+// built: config.json names a supported family, and num_hidden_layers
+// matches the layers the checkpoint holds (CheckLayers).
+func checkedNew(dir string) (*decoder.Model, error) {
 	if err := checkFamily(dir); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	ck, err := loader.OpenCheckpoint(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if err := CheckLayers(dir, ck); err != nil {
-		ck.Close()
-		return nil, nil, err
-	}
-	m, err := New(dir)
+	err = CheckLayers(dir, ck)
+	ck.Close()
 	if err != nil {
-		ck.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	if err := m.BindCheckpoint(ck, dev); err != nil {
-		m.Close()
-		ck.Close()
-		return nil, nil, err
-	}
-	return m, ck, nil
+	return New(dir)
 }
 
 // checkFamily reports config.json errors and an unsupported family before
@@ -234,25 +246,5 @@ func CheckpointLayers(ck *loader.Checkpoint) int {
 // its weights to the offload engine with the profile st
 // (decoder.LoadFromProfile).
 func LoadFromProfile(dir string, st *offload.State, cfg offload.Config, name string, strict bool, opts ...offload.Option) (*decoder.Model, *loader.Checkpoint, error) {
-	if err := checkFamily(dir); err != nil {
-		return nil, nil, err
-	}
-	ck, err := loader.OpenCheckpoint(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	err = CheckLayers(dir, ck)
-	ck.Close()
-	if err != nil {
-		return nil, nil, err
-	}
-	m, err := New(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	ck, err = decoder.LoadFromProfile(m, dir, st, cfg, name, strict, opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	return m, ck, nil
+	return decoder.Builder(checkedNew).LoadFromProfile(dir, st, cfg, name, strict, opts...)
 }

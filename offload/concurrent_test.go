@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/offload"
@@ -18,28 +19,7 @@ import (
 
 // runLogits is run without testing.T, for goroutines: a prefill of prompt
 // and steps greedy decode steps, every logit row.
-func runLogits(m *llama.Model, b kernels.Backend, prompt []int32, steps int) ([][]float32, error) {
-	cache, err := m.NewKVCache(b, len(prompt)+steps)
-	if err != nil {
-		return nil, err
-	}
-	defer cache.Free()
-	var out [][]float32
-	ids := prompt
-	for s := 0; s <= steps; s++ {
-		lt, err := m.Forward(b, cache, ids, false)
-		if err != nil {
-			return nil, fmt.Errorf("forward %d: %w", s, err)
-		}
-		v := make([]float32, lt.NumElements())
-		if err := b.ReadF32(v, lt); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-		ids = []int32{int32(kernels.Argmax(v))}
-	}
-	return out, nil
-}
+var runLogits = testmodel.Greedy
 
 // TestConcurrentManagers: two named managers offload two different models
 // (the tiny model and a deeper one) onto one compute device and drive them

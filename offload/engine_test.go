@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/offload"
@@ -93,30 +94,9 @@ func newFixture(t *testing.T, dir string, limit int64) *fixture {
 	return f
 }
 
-// run does a prefill of prompt and decode steps, returning every logit row.
-func run(t *testing.T, m *llama.Model, b kernels.Backend, prompt []int32, steps int) [][]float32 {
-	t.Helper()
-	cache, err := m.NewKVCache(b, len(prompt)+steps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Free()
-	var out [][]float32
-	ids := prompt
-	for s := 0; s <= steps; s++ {
-		lt, err := m.Forward(b, cache, ids, false)
-		if err != nil {
-			t.Fatalf("forward %d: %v", s, err)
-		}
-		v := make([]float32, lt.NumElements())
-		if err := b.ReadF32(v, lt); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, v)
-		ids = []int32{int32(kernels.Argmax(v))}
-	}
-	return out
-}
+// run does a prefill of prompt and greedy decode steps, returning every
+// logit row.
+var run = testmodel.Run
 
 func residentReference(t *testing.T, dir string, prompt []int32, steps int) [][]float32 {
 	t.Helper()
@@ -172,18 +152,12 @@ func deepDirFor(t *testing.T, k runtime.DeviceKind) string {
 func hostModel(t *testing.T, dir string) (*llama.Model, *runtime.CPUDevice) {
 	t.Helper()
 	host := runtime.NewCPU(0)
-	m, ck, err := llama.Load(dir, host)
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		m.Close()
-		ck.Close()
 		if err := host.Close(); err != nil {
 			t.Errorf("host device: %v", err)
 		}
 	})
-	return m, host
+	return testmodel.Load(t, llama.Load, dir, host), host
 }
 
 // residentOn runs the model loaded on d itself (no engine).

@@ -1,10 +1,10 @@
 package offload_test
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/nn"
@@ -74,16 +74,7 @@ func TestCustomModelFromCheckpoint(t *testing.T) {
 			}
 			ts = append(ts, nt)
 		}
-		dir := t.TempDir()
-		if err := loader.WriteFile(filepath.Join(dir, loader.SingleFileName), ts, nil); err != nil {
-			t.Fatal(err)
-		}
-		ck, err := loader.OpenCheckpoint(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ck.Close() })
-		return ck
+		return testmodel.WriteCheckpoint(t, ts)
 	}
 	metaTower := func(ck *loader.Checkpoint) *Tower {
 		m, err := NewTower(runtime.NewMeta(), depth, dim, hidden, 0)

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"unsafe"
 
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/place"
@@ -87,19 +87,9 @@ func tensors() []loader.NamedTensor {
 	return out
 }
 
-func writeCheckpoint(t *testing.T, ts []loader.NamedTensor) *loader.Checkpoint {
-	t.Helper()
-	dir := t.TempDir()
-	if err := loader.WriteFile(filepath.Join(dir, loader.SingleFileName), ts, nil); err != nil {
-		t.Fatal(err)
-	}
-	ck, err := loader.OpenCheckpoint(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ck.Close() })
-	return ck
-}
+// writeCheckpoint writes ts as a checkpoint and opens it (closed by a
+// cleanup).
+var writeCheckpoint = testmodel.WriteCheckpoint
 
 // stagedDevice hides the CPU device's Wrap: it has none of runtime's
 // capabilities, so Bind takes the path a GPU takes (staged copies).

@@ -27,8 +27,8 @@ import (
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/loader/hub"
 	"github.com/flextensor-go/flextensor/models"
-	"github.com/flextensor-go/flextensor/models/decoder"
 	_ "github.com/flextensor-go/flextensor/models/all" // registers every family
+	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/runtime"
 )

@@ -1,16 +1,14 @@
 package main
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/internal/testfile"
 	"github.com/flextensor-go/flextensor/models/llama"
 )
 
@@ -20,27 +18,13 @@ import (
 func chatCheckpointDir(t *testing.T, family string, withModel bool) string {
 	t.Helper()
 	dir := t.TempDir()
-	gz, err := os.ReadFile("../../models/tokenizer/testdata/" + family + ".tokenizer.json.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(gz))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfgData, err := os.ReadFile("../../models/chat/testdata/" + family + ".tokenizer_config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), cfgData, 0o644); err != nil {
-		t.Fatal(err)
+	for name, src := range map[string]string{
+		"tokenizer.json":        "../../models/tokenizer/testdata/" + family + ".tokenizer.json.gz",
+		"tokenizer_config.json": "../../models/chat/testdata/" + family + ".tokenizer_config.json",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), testfile.Read(t, src), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if withModel {
 		cfg := llama.Shapes["deep-test"]

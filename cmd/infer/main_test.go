@@ -2,16 +2,15 @@ package main
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/internal/testfile"
 	"github.com/flextensor-go/flextensor/models/llama"
 )
 
@@ -217,19 +216,13 @@ func TestProfileThenRun(t *testing.T) {
 }
 
 func TestTokenize(t *testing.T) {
-	data, err := os.ReadFile("../../testdata/tiny-llama/tokenizer_reference.json")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ref struct {
 		Samples []struct {
 			Text string `json:"text"`
 			IDs  []int  `json:"ids"`
 		} `json:"samples"`
 	}
-	if err := json.Unmarshal(data, &ref); err != nil {
-		t.Fatal(err)
-	}
+	testfile.ReadJSON(t, "../../testdata/tiny-llama/tokenizer_reference.json", &ref)
 	for _, s := range ref.Samples {
 		for _, src := range [][]string{{"--model", "../../testdata/tiny-llama"}, {"--tokenizer", "../../testdata/tiny-llama/tokenizer.json"}} {
 			args := append([]string{"tokenize", "--text", s.Text, "--add-special", "--json"}, src...)
@@ -308,19 +301,7 @@ func TestChat(t *testing.T) {
 	if err := llama.MakeCheckpoint(dir, cfg, 1, 1<<30); err != nil {
 		t.Fatal(err)
 	}
-	gz, err := os.Open("../../models/tokenizer/testdata/llama3-8b-instruct.tokenizer.json.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gz.Close()
-	zr, err := gzip.NewReader(gz)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := testfile.Read(t, "../../models/tokenizer/testdata/llama3-8b-instruct.tokenizer.json.gz")
 	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}

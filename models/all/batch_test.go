@@ -2,6 +2,7 @@ package all_test
 
 import (
 	"fmt"
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"strings"
 	"testing"
 
@@ -147,7 +148,7 @@ func TestBatchEqualsAlone(t *testing.T) {
 			ps := plans(m.Cfg.VocabSize)
 			want := make([][][]float32, len(ps))
 			for i, p := range ps {
-				want[i] = run(t, m, b, p.prompt, p.steps)
+				want[i] = testmodel.Run(t, m, b, p.prompt, p.steps)
 			}
 			for _, tc := range []struct {
 				name string
@@ -180,7 +181,7 @@ func TestBatchOffloaded(t *testing.T) {
 			ps := plans(resident.Cfg.VocabSize)
 			want := make([][][]float32, len(ps))
 			for i, p := range ps {
-				want[i] = run(t, resident, hb, p.prompt, p.steps)
+				want[i] = testmodel.Run(t, resident, hb, p.prompt, p.steps)
 			}
 			unit, fixed, _ := unitBytes(t, resident)
 			dev := runtime.NewCPU(0)

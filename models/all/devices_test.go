@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/nn"
@@ -27,7 +28,7 @@ func TestFamiliesEveryDevice(t *testing.T) {
 				m := load(t, fx.dir, d.Dev)
 				V := m.Cfg.VocabSize
 				for p, ids := range ref.InputIDs {
-					got := forward(t, m, d.Backend, ids, true)
+					got := testmodel.Forward(t, m, d.Backend, ids, true)
 					for i := range ids {
 						g, w := kernels.Argmax(got[i*V:(i+1)*V]), kernels.Argmax(ref.Logits[p][i])
 						if g != w {
@@ -46,7 +47,7 @@ func TestFamiliesEveryDevice(t *testing.T) {
 				}
 
 				prompt, steps := ref.LongPrompt, 6
-				want := run(t, m, d.Backend, prompt, steps)
+				want := testmodel.Run(t, m, d.Backend, prompt, steps)
 				host := runtime.NewCPU(0)
 				defer host.Close()
 				off := load(t, fx.dir, host)
@@ -75,7 +76,7 @@ func TestFamiliesEveryDevice(t *testing.T) {
 						t.Error(err)
 					}
 				}()
-				got := run(t, off, d.Backend, prompt, steps)
+				got := testmodel.Run(t, off, d.Backend, prompt, steps)
 				if len(offload.OffloadUnits(name)) == 0 {
 					t.Errorf("budget %d: no layer streams", cfg.GPUBudget.Bytes)
 				}

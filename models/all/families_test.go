@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/internal/testfile"
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models"
 	_ "github.com/flextensor-go/flextensor/models/all"
@@ -28,25 +31,13 @@ var fixtures = []struct{ dir, family string }{
 	{"../../testdata/tiny-mistral", "mistral"},
 }
 
-type reference struct {
-	InputIDs           [][]int32     `json:"input_ids"`
-	Logits             [][][]float32 `json:"logits_fp32_from_bf16_weights"`
-	GreedyPrompt       []int32       `json:"greedy_prompt"`
-	GreedyContinuation []int32       `json:"greedy_continuation"`
-	LongPrompt         []int32       `json:"long_prompt"`
-	LongLastLogits     []float32     `json:"long_last_logits"`
-}
+// reference is the fixture's reference.json.
+type reference = testmodel.Reference
 
 func readReference(t *testing.T, dir string) reference {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var r reference
-	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatal(err)
-	}
+	testfile.ReadJSON(t, filepath.Join(dir, "reference.json"), &r)
 	if len(r.InputIDs) != 2 || len(r.Logits) != 2 || len(r.GreedyContinuation) != 24 || len(r.LongPrompt) != 40 || len(r.LongLastLogits) == 0 {
 		t.Fatalf("%s/reference.json has an unexpected layout", dir)
 	}
@@ -107,45 +98,14 @@ func mustAbs(t *testing.T, p string) string {
 
 func load(t testing.TB, dir string, dev runtime.Device) *decoder.Model {
 	t.Helper()
-	m, ck, err := models.Load(dir, dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(); ck.Close() })
-	return m
+	return testmodel.Load(t, models.Load, dir, dev)
 }
 
-func cpu(t testing.TB) (*runtime.CPUDevice, kernels.Backend) {
+// cpu is a fresh CPU device and its kernels (devtest.NewCPU).
+func cpu(t testing.TB) (runtime.Device, kernels.Backend) {
 	t.Helper()
-	dev := runtime.NewCPU(0)
-	t.Cleanup(func() {
-		if err := dev.Close(); err != nil {
-			t.Errorf("device close: %v", err)
-		}
-	})
-	b, err := kernels.NewCPUBackend(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dev, b
-}
-
-func forward(t *testing.T, m *decoder.Model, b kernels.Backend, ids []int32, all bool) []float32 {
-	t.Helper()
-	cache, err := m.NewKVCache(b, len(ids))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Free()
-	lt, err := m.Forward(b, cache, ids, all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := make([]float32, lt.NumElements())
-	if err := b.ReadF32(v, lt); err != nil {
-		t.Fatal(err)
-	}
-	return v
+	d := devtest.NewCPU(t)
+	return d.Dev, d.Backend
 }
 
 func maxDiff(got, want []float32) float64 {
@@ -190,14 +150,14 @@ func TestGolden(t *testing.T) {
 				cfgs = append(cfgs, m.Cfg)
 				V := m.Cfg.VocabSize
 				for p, ids := range ref.InputIDs {
-					got := forward(t, m, b, ids, true)
+					got := testmodel.Forward(t, m, b, ids, true)
 					for i := range ids {
 						if d := maxDiff(got[i*V:(i+1)*V], ref.Logits[p][i]); d > 1e-3 {
 							t.Errorf("prompt %d position %d: logits differ from transformers by %.2g", p, i, d)
 						}
 					}
 				}
-				if d := maxDiff(forward(t, m, b, ref.LongPrompt, false), ref.LongLastLogits); d > 1e-3 {
+				if d := maxDiff(testmodel.Forward(t, m, b, ref.LongPrompt, false), ref.LongLastLogits); d > 1e-3 {
 					t.Errorf("40-token prompt: last logits differ from transformers by %.2g", d)
 				}
 				for _, eager := range []bool{true, false} {
@@ -278,32 +238,6 @@ func (s strictBackend) AddBias(x, bias *runtime.Tensor) error {
 	return s.CPUBackend.AddBias(x, bias)
 }
 
-// run does a prefill of prompt and greedy decode steps, returning every
-// step's logits.
-func run(t *testing.T, m *decoder.Model, b kernels.Backend, prompt []int32, steps int) [][]float32 {
-	t.Helper()
-	cache, err := m.NewKVCache(b, len(prompt)+steps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Free()
-	var out [][]float32
-	ids := prompt
-	for s := 0; s <= steps; s++ {
-		lt, err := m.Forward(b, cache, ids, false)
-		if err != nil {
-			t.Fatalf("forward %d: %v", s, err)
-		}
-		v := make([]float32, lt.NumElements())
-		if err := b.ReadF32(v, lt); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, v)
-		ids = []int32{int32(kernels.Argmax(v))}
-	}
-	return out
-}
-
 // TestOffloadedEqualsResident: each family fixture offloaded onto a CPU
 // compute device, with budgets where some layers stream and where all fit,
 // gives the resident logits bit for bit over a prefill past Mistral's window
@@ -314,7 +248,7 @@ func TestOffloadedEqualsResident(t *testing.T) {
 			ref := readReference(t, fx.dir)
 			prompt, steps := ref.LongPrompt, 6
 			host, hb := cpu(t)
-			want := run(t, load(t, fx.dir, host), hb, prompt, steps)
+			want := testmodel.Run(t, load(t, fx.dir, host), hb, prompt, steps)
 			probe := load(t, fx.dir, host)
 			var unit, fixed, total int64
 			for _, l := range probe.Layers {
@@ -351,7 +285,7 @@ func TestOffloadedEqualsResident(t *testing.T) {
 							t.Error(err)
 						}
 					}()
-					got := run(t, m, strictBackend{cb, dev}, prompt, steps)
+					got := testmodel.Run(t, m, strictBackend{cb, dev}, prompt, steps)
 					for i := range want {
 						if !slices.Equal(got[i], want[i]) {
 							t.Fatalf("pass %d: offloaded logits differ from resident ones by %.3g", i, maxDiff(got[i], want[i]))

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/models/llama"
@@ -13,50 +15,19 @@ import (
 
 const tinyDir = "../../testdata/tiny-llama"
 
-func loadTiny(t *testing.T) (*decoder.Model, kernels.Backend, *runtime.CPUDevice) {
+func loadTiny(t *testing.T) (*decoder.Model, kernels.Backend, runtime.Device) {
 	t.Helper()
-	dev := runtime.NewCPU(0)
-	m, ck, err := llama.Load(tinyDir, dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := kernels.NewCPUBackend(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		m.Close()
-		ck.Close()
-		if err := dev.Close(); err != nil {
-			t.Errorf("device close: %v", err)
-		}
-	})
-	return m, b, dev
+	d := devtest.NewCPU(t)
+	return testmodel.Load(t, llama.Load, tinyDir, d.Dev), d.Backend, d.Dev
 }
 
 // steps runs a prefill of prompt then one-token steps of the given ids over
 // cache, returning each forward's last-token logits.
 func steps(t *testing.T, m *decoder.Model, b kernels.Backend, cache decoder.Cache, prompt, ids []int32) [][]float32 {
 	t.Helper()
-	var out [][]float32
-	for i, in := range append([][]int32{prompt}, split(ids)...) {
-		lt, err := m.Forward(b, cache, in, false)
-		if err != nil {
-			t.Fatalf("forward %d: %v", i, err)
-		}
-		v := make([]float32, lt.NumElements())
-		if err := b.ReadF32(v, lt); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, v)
-	}
-	return out
-}
-
-func split(ids []int32) [][]int32 {
-	var out [][]int32
-	for _, id := range ids {
-		out = append(out, []int32{id})
+	out, err := testmodel.Steps(m, b, cache, prompt, len(ids), func(s int, _ []float32) int32 { return ids[s] })
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -57,17 +57,26 @@ func ReadHeader(r *loader.Fields, arch, modelType string) (Header, error) {
 // layers in (Qwen2, Qwen3: use_sliding_window with max_window_layers in
 // transformers 4, layer_types in 5) has full attention in every layer, the
 // only layout implemented. The sliding_window value itself is then unused.
-func FullAttentionOnly(r *loader.Fields) {
+// It returns r's error: the first one recorded, its own or an earlier one.
+func FullAttentionOnly(r *loader.Fields) error {
 	if r.Bool("use_sliding_window", false) {
 		r.Fail(r.Errorf("use_sliding_window", "true is not supported (per-layer sliding windows are not implemented)"))
-		return
+		return r.Err()
 	}
 	for i, t := range r.Strings("layer_types") {
 		if t != "full_attention" {
 			r.Fail(r.Errorf(fmt.Sprintf("layer_types[%d]", i), "%q is not supported (only full_attention)", t))
-			return
+			break
 		}
 	}
+	return r.Err()
+}
+
+// FullAttentionJSON is the config.json fields of the Qwen2/Qwen3 layout
+// that say every layer has full attention (what FullAttentionOnly accepts),
+// for Spec.Extra.
+func FullAttentionJSON(c *Config) map[string]any {
+	return map[string]any{"use_sliding_window": false, "sliding_window": nil, "max_window_layers": c.NumHiddenLayers}
 }
 
 // ConfigJSON writes c as a transformers-5 config.json for a family's
@@ -106,4 +115,109 @@ func ConfigJSON(c *Config, arch, modelType string, extra map[string]any) ([]byte
 		return nil, err
 	}
 	return append(data, '\n'), nil
+}
+
+// FamilyConfig is a family's parsed config.json: the decoder knobs and the
+// header (cfg.HiddenSize, cfg.ModelType, ...).
+type FamilyConfig struct {
+	Config
+	Header
+}
+
+// Spec is what sets one Llama-style family apart: the config.json names
+// that identify it, its tensor names, what it reads or fixes beyond the
+// generic fields, and what it writes beyond them. Every family parses,
+// builds and writes its config through a Spec, so that the generic steps
+// are written once.
+type Spec struct {
+	Architecture string // config.json "architectures" entry, "LlamaForCausalLM"
+	ModelType    string // config.json "model_type", "llama"
+	Names        Names  // the checkpoint's tensor names
+	// Adjust, when set, reads the family's own fields from r and sets or
+	// checks the knobs of c the family fixes (AttentionBias, QKNorm,
+	// SlidingWindow, ...). It runs after the generic fields read without
+	// error; its errors name the field (r.Errorf).
+	Adjust func(r *loader.Fields, c *Config) error
+	// Extra, when set, is the family's config.json fields beyond the
+	// generic ones (ConfigJSON's extra).
+	Extra func(c *Config) map[string]any
+}
+
+// ParseConfig parses a config.json of the family in either transformers
+// layout (rope_theta and rope_scaling, torch_dtype; or rope_parameters,
+// dtype); source names the file in errors. It rejects what ReadHeader and
+// ReadConfig reject, then what s.Adjust and Config.Validate do.
+func (s Spec) ParseConfig(data []byte, source string) (*FamilyConfig, error) {
+	r, err := loader.ParseFields(data, source)
+	if err != nil {
+		return nil, err
+	}
+	h, err := ReadHeader(r, s.Architecture, s.ModelType)
+	if err != nil {
+		return nil, err
+	}
+	c := &FamilyConfig{Header: h, Config: ReadConfig(r)}
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
+	if s.Adjust != nil {
+		if err := s.Adjust(r, &c.Config); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", source, err)
+	}
+	return c, nil
+}
+
+// ReadConfigFile reads and parses dir/config.json (ParseConfig).
+func (s Spec) ReadConfigFile(dir string) (*FamilyConfig, error) {
+	data, path, err := loader.ReadConfigFile(dir)
+	if err != nil {
+		return nil, err
+	}
+	return s.ParseConfig(data, path)
+}
+
+// New builds the module tree for cfg with the family's tensor names and no
+// weights bound. With tied embeddings, lm_head shares embed_tokens' weight.
+func (s Spec) New(cfg *FamilyConfig) (*Model, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("%s.New: nil config", s.ModelType)
+	}
+	return New(&cfg.Config, s.Names)
+}
+
+// Build parses config.json (source names it in errors) and builds the
+// model with no weights bound: ParseConfig, then New.
+func (s Spec) Build(data []byte, source string) (*Model, error) {
+	c, err := s.ParseConfig(data, source)
+	if err != nil {
+		return nil, err
+	}
+	return s.New(c)
+}
+
+// ConfigJSON writes c as a transformers-5 config.json of the family: the
+// generic fields and s.Extra's.
+func (s Spec) ConfigJSON(c *Config) ([]byte, error) {
+	var extra map[string]any
+	if s.Extra != nil {
+		extra = s.Extra(c)
+	}
+	return ConfigJSON(c, s.Architecture, s.ModelType, extra)
+}
+
+// NoBias rejects attention_bias and mlp_bias true in c, for a family whose
+// projections have none: attn and mlp say why, in the error naming the
+// field; an empty reason skips that check.
+func NoBias(r *loader.Fields, c *Config, attn, mlp string) error {
+	switch {
+	case attn != "" && c.AttentionBias:
+		return r.Errorf("attention_bias", "true is not supported (%s)", attn)
+	case mlp != "" && c.MLPBias:
+		return r.Errorf("mlp_bias", "true is not supported (%s)", mlp)
+	}
+	return nil
 }

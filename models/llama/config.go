@@ -1,24 +1,15 @@
 package llama
 
 import (
-	"fmt"
-	"slices"
-
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/models/decoder"
 )
 
 // Config is the part of a Hugging Face LlamaForCausalLM config.json the
 // executor needs, with the transformers defaults filled in: the generic
-// decoder knobs (embedded: cfg.HiddenSize, ...) and the fields only Llama
-// checks.
-type Config struct {
-	decoder.Config
-	Architectures []string // "architectures"; contains "LlamaForCausalLM" when non-empty
-	ModelType     string   // "model_type" ("llama")
-	HiddenAct     string   // "hidden_act"; default and only value "silu"
-	TorchDType    string   // "torch_dtype" (transformers 4) or "dtype" (5), e.g. "bfloat16"; "" when absent
-}
+// decoder knobs (embedded: cfg.HiddenSize, ...) and the header
+// (cfg.Architectures, cfg.ModelType, cfg.HiddenAct, cfg.TorchDType).
+type Config = decoder.FamilyConfig
 
 // Architecture and ModelType identify Llama checkpoints in config.json.
 const (
@@ -26,14 +17,12 @@ const (
 	ModelType    = "llama"
 )
 
+// Spec is what sets Llama apart from the other Llama-style families: its
+// tensor names and no biases.
+var Spec = decoder.Spec{Architecture: Architecture, ModelType: ModelType, Names: Names, Adjust: adjust, Extra: extra}
+
 // ReadConfig reads and validates dir/config.json (see ParseConfig).
-func ReadConfig(dir string) (*Config, error) {
-	data, path, err := loader.ReadConfigFile(dir)
-	if err != nil {
-		return nil, err
-	}
-	return ParseConfig(data, path)
-}
+func ReadConfig(dir string) (*Config, error) { return Spec.ReadConfigFile(dir) }
 
 // ParseConfig parses a config.json for LlamaForCausalLM; source names the
 // file in errors. It accepts both the transformers 4 rope layout (top-level
@@ -43,40 +32,15 @@ func ReadConfig(dir string) (*Config, error) {
 // activation other than silu, a rope type other than default or llama3,
 // non-positive sizes, heads not divisible by key/value heads, and attention
 // or MLP biases.
-func ParseConfig(data []byte, source string) (*Config, error) {
-	r, err := loader.ParseFields(data, source)
-	if err != nil {
-		return nil, err
-	}
-	c := &Config{
-		Architectures: r.Strings("architectures"),
-		ModelType:     r.Str("model_type", ""),
-		HiddenAct:     r.Str("hidden_act", "silu"),
-		TorchDType:    r.Str("torch_dtype", r.Str("dtype", "")),
-	}
-	if err := r.Err(); err != nil {
-		return nil, err
-	}
-	switch {
-	case len(c.Architectures) > 0 && !slices.Contains(c.Architectures, Architecture):
-		return nil, r.Errorf("architectures", "%q is not supported (want %s)", c.Architectures, Architecture)
-	case len(c.Architectures) == 0 && c.ModelType != ModelType:
-		return nil, r.Errorf("model_type", "%q is not supported (want %s, or architectures [%s])", c.ModelType, ModelType, Architecture)
-	}
-	c.Config = decoder.ReadConfig(r)
-	if err := r.Err(); err != nil {
-		return nil, err
-	}
-	switch {
-	case c.HiddenAct != "silu":
-		return nil, r.Errorf("hidden_act", "%q is not supported (only silu)", c.HiddenAct)
-	case c.AttentionBias:
-		return nil, r.Errorf("attention_bias", "true is not supported (Llama projections have no bias)")
-	case c.MLPBias:
-		return nil, r.Errorf("mlp_bias", "true is not supported (Llama projections have no bias)")
-	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("config %s: %w", source, err)
-	}
-	return c, nil
+func ParseConfig(data []byte, source string) (*Config, error) { return Spec.ParseConfig(data, source) }
+
+// adjust rejects biases: Llama's projections have none.
+func adjust(r *loader.Fields, c *decoder.Config) error {
+	const why = "Llama projections have no bias"
+	return decoder.NoBias(r, c, why, why)
+}
+
+// extra is what a Llama config.json has beyond the generic fields.
+func extra(*decoder.Config) map[string]any {
+	return map[string]any{"attention_bias": false, "mlp_bias": false}
 }

@@ -7,22 +7,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/internal/testfile"
 	"github.com/flextensor-go/flextensor/models/decoder"
 )
 
 const tinyLlama = tinyDir
 
-func wantErr(t *testing.T, err error, parts ...string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("got no error, want one containing %q", parts)
-	}
-	for _, p := range parts {
-		if !strings.Contains(err.Error(), p) {
-			t.Errorf("error %q does not contain %q", err, p)
-		}
-	}
-}
+// wantErr fails t unless err's text contains every one of parts.
+var wantErr = testfile.WantErr
 
 // llama31Config is Llama-3.1-8B's config.json as transformers 4.x writes it.
 const llama31Config = `{
@@ -58,19 +50,25 @@ const llama31Config = `{
   "vocab_size": 128256
 }`
 
+// parsedLlama is the Config parsed from a bfloat16 LlamaForCausalLM
+// config.json with the knobs c.
+func parsedLlama(c decoder.Config) *Config {
+	return &Config{
+		Header: decoder.Header{Architectures: []string{"LlamaForCausalLM"}, ModelType: "llama", HiddenAct: "silu", TorchDType: "bfloat16"},
+		Config: c,
+	}
+}
+
 func TestReadConfigTinyLlama(t *testing.T) {
 	c, err := ReadConfig(tinyLlama)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Config{
-		Architectures: []string{"LlamaForCausalLM"}, ModelType: "llama", HiddenAct: "silu", TorchDType: "bfloat16",
-		Config: decoder.Config{
-			HiddenSize: 128, IntermediateSize: 352, NumHiddenLayers: 4, NumAttentionHeads: 4, NumKeyValueHeads: 2,
-			HeadDim: 32, VocabSize: 512, MaxPositionEmbeddings: 256, RMSNormEps: 1e-5,
-			BOSTokenID: 0, EOSTokenIDs: []int{1}, Rope: decoder.Rope{Theta: 10000, Type: "default"},
-		},
-	}
+	want := parsedLlama(decoder.Config{
+		HiddenSize: 128, IntermediateSize: 352, NumHiddenLayers: 4, NumAttentionHeads: 4, NumKeyValueHeads: 2,
+		HeadDim: 32, VocabSize: 512, MaxPositionEmbeddings: 256, RMSNormEps: 1e-5,
+		BOSTokenID: 0, EOSTokenIDs: []int{1}, Rope: decoder.Rope{Theta: 10000, Type: "default"},
+	})
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got  %+v\nwant %+v", c, want)
 	}
@@ -81,15 +79,12 @@ func TestParseConfigLlama31(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Config{
-		Architectures: []string{"LlamaForCausalLM"}, ModelType: "llama", HiddenAct: "silu", TorchDType: "bfloat16",
-		Config: decoder.Config{
-			HiddenSize: 4096, IntermediateSize: 14336, NumHiddenLayers: 32, NumAttentionHeads: 32, NumKeyValueHeads: 8,
-			HeadDim: 128, VocabSize: 128256, MaxPositionEmbeddings: 131072, RMSNormEps: 1e-5,
-			BOSTokenID: 128000, EOSTokenIDs: []int{128001, 128008, 128009},
-			Rope: decoder.Rope{Theta: 500000, Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
-		},
-	}
+	want := parsedLlama(decoder.Config{
+		HiddenSize: 4096, IntermediateSize: 14336, NumHiddenLayers: 32, NumAttentionHeads: 32, NumKeyValueHeads: 8,
+		HeadDim: 128, VocabSize: 128256, MaxPositionEmbeddings: 131072, RMSNormEps: 1e-5,
+		BOSTokenID: 128000, EOSTokenIDs: []int{128001, 128008, 128009},
+		Rope: decoder.Rope{Theta: 500000, Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
+	})
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got  %+v\nwant %+v", c, want)
 	}

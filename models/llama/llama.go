@@ -1,8 +1,6 @@
 package llama
 
 import (
-	"errors"
-
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/models"
 	"github.com/flextensor-go/flextensor/models/decoder"
@@ -39,19 +37,7 @@ type (
 var UnitGraphs = decoder.UnitGraphs
 
 // Family registers Llama with the models registry.
-var Family = models.Family{
-	Name:          ModelType,
-	Architectures: []string{Architecture},
-	ModelTypes:    []string{ModelType},
-	New: func(data []byte, source string) (*decoder.Model, error) {
-		c, err := ParseConfig(data, source)
-		if err != nil {
-			return nil, err
-		}
-		return New(c)
-	},
-	Shapes: familyShapes(),
-}
+var Family = models.DecoderFamily(Spec, decoderShapes())
 
 // Register adds Llama to the models registry. Importing the package does it.
 func Register() { models.Register(Family) }
@@ -61,11 +47,15 @@ func init() { Register() }
 // New builds the module tree for cfg with no weights bound, named as in the
 // checkpoint (Names). With tied embeddings, lm_head shares embed_tokens'
 // weight.
-func New(cfg *Config) (*Model, error) {
-	if cfg == nil {
-		return nil, errors.New("llama.New: nil config")
+func New(cfg *Config) (*Model, error) { return Spec.New(cfg) }
+
+// build is the Llama model of the checkpoint in dir, with no weights bound.
+func build(dir string) (*Model, error) {
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		return nil, err
 	}
-	return decoder.New(&cfg.Config, Names)
+	return New(cfg)
 }
 
 // Load reads config.json and the safetensors weights of the checkpoint in dir
@@ -73,36 +63,12 @@ func New(cfg *Config) (*Model, error) {
 // (zero copy); elsewhere they are uploaded. Close the model, then the
 // checkpoint, when done.
 func Load(dir string, dev runtime.Device) (*Model, *loader.Checkpoint, error) {
-	cfg, err := ReadConfig(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	m, err := New(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	ck, err := m.LoadCheckpoint(dir, dev)
-	if err != nil {
-		return nil, nil, err
-	}
-	return m, ck, nil
+	return decoder.Builder(build).Load(dir, dev)
 }
 
 // LoadFromProfile builds the Llama model of the checkpoint in dir and hands
 // its weights to the offload engine with the profile st (see
 // decoder.LoadFromProfile).
 func LoadFromProfile(dir string, st *offload.State, cfg offload.Config, name string, strict bool, opts ...offload.Option) (*Model, *loader.Checkpoint, error) {
-	c, err := ReadConfig(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	m, err := New(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	ck, err := decoder.LoadFromProfile(m, dir, st, cfg, name, strict, opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	return m, ck, nil
+	return decoder.Builder(build).LoadFromProfile(dir, st, cfg, name, strict, opts...)
 }

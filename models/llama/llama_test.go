@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/internal/testfile"
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -16,24 +18,13 @@ import (
 
 const tinyDir = "../../testdata/tiny-llama"
 
-type reference struct {
-	InputIDs           [][]int32       `json:"input_ids"`
-	Logits             [][][]float32   `json:"logits_fp32_from_bf16_weights"`
-	GreedyPrompt       []int32         `json:"greedy_prompt"`
-	GreedyContinuation []int32         `json:"greedy_continuation"`
-	Extra              json.RawMessage `json:"-"`
-}
+// reference is the fixture's reference.json.
+type reference = testmodel.Reference
 
 func readReference(t *testing.T) reference {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(tinyDir, "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var r reference
-	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatal(err)
-	}
+	testfile.ReadJSON(t, filepath.Join(tinyDir, "reference.json"), &r)
 	if len(r.InputIDs) != 2 || len(r.Logits) != 2 || len(r.GreedyContinuation) != 20 {
 		t.Fatalf("reference.json has an unexpected layout: %d prompts, %d logit sets, %d greedy tokens",
 			len(r.InputIDs), len(r.Logits), len(r.GreedyContinuation))
@@ -45,15 +36,7 @@ func readReference(t *testing.T) reference {
 // the checkpoint.
 func loadOn(t testing.TB, d devtest.Device, dir string) *Model {
 	t.Helper()
-	m, ck, err := Load(dir, d.Dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		m.Close()
-		ck.Close()
-	})
-	return m
+	return testmodel.Load(t, Load, dir, d.Dev)
 }
 
 // loadTiny loads a checkpoint on a fresh CPU device, which a cleanup closes
@@ -66,19 +49,7 @@ func loadTiny(t testing.TB, dir string) (*Model, kernels.Backend) {
 
 func fullLogits(t *testing.T, m *Model, b kernels.Backend, ids []int32) [][]float32 {
 	t.Helper()
-	cache, err := m.NewKVCache(b, len(ids))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Free()
-	lt, err := m.Forward(b, cache, ids, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	flat := make([]float32, lt.NumElements())
-	if err := b.ReadF32(flat, lt); err != nil {
-		t.Fatal(err)
-	}
+	flat := testmodel.Forward(t, m, b, ids, true)
 	V := m.Cfg.VocabSize
 	out := make([][]float32, len(ids))
 	for i := range out {

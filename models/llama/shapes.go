@@ -3,7 +3,6 @@ package llama
 import (
 	"sort"
 
-	"github.com/flextensor-go/flextensor/models"
 	"github.com/flextensor-go/flextensor/models/decoder"
 )
 
@@ -47,28 +46,19 @@ func MakeCheckpoint(dir string, cfg Config, seed uint64, shardBytes int64) error
 	if err != nil {
 		return err
 	}
-	data, err := configJSON(&cfg)
+	data, err := Spec.ConfigJSON(&cfg.Config)
 	if err != nil {
 		return err
 	}
 	return decoder.WriteRandomCheckpoint(dir, m, data, seed, shardBytes)
 }
 
-// configJSON writes cfg as a transformers-5 style config.json.
-func configJSON(c *Config) ([]byte, error) {
-	return decoder.ConfigJSON(&c.Config, Architecture, ModelType, map[string]any{"attention_bias": false, "mlp_bias": false})
-}
-
-// familyShapes are Shapes for the models registry (infer make-model).
-func familyShapes() []models.Shape {
-	var out []models.Shape
-	for _, n := range ShapeNames() {
-		c := Shapes[n]
-		data, err := configJSON(&c)
-		if err != nil {
-			panic(err) // a fixed table of plain values
-		}
-		out = append(out, models.Shape{Name: n, Config: data})
+// decoderShapes are Shapes' decoder knobs, for the models registry (infer
+// make-model).
+func decoderShapes() map[string]decoder.Config {
+	out := make(map[string]decoder.Config, len(Shapes))
+	for n, c := range Shapes {
+		out[n] = c.Config
 	}
 	return out
 }

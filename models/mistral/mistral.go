@@ -6,72 +6,41 @@
 package mistral
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/models"
 	"github.com/flextensor-go/flextensor/models/decoder"
 )
 
-// Architecture and ModelType identify Mistral checkpoints in config.json.
-const (
-	Architecture = "MistralForCausalLM"
-	ModelType    = "mistral"
-)
+// Spec is Mistral's config.json identity (MistralForCausalLM, model_type
+// mistral) and what sets it apart from the other Llama-style families;
+// Spec.ParseConfig parses its config.json, Spec.New builds a model and
+// Spec.ConfigJSON writes one. Its tensor names are transformers' standard
+// table.
+var Spec = decoder.Spec{Architecture: "MistralForCausalLM", ModelType: "mistral", Names: decoder.StandardNames, Adjust: adjust, Extra: extra}
 
-// Names is Mistral's tensor-name table: transformers' standard one.
-var Names = decoder.StandardNames
-
-// Config is a parsed Mistral config.json: the decoder knobs (SlidingWindow
-// from "sliding_window") and the header.
-type Config struct {
-	decoder.Config
-	decoder.Header
-}
-
-// ParseConfig parses a MistralForCausalLM config.json in either
-// transformers layout (rope_theta or rope_parameters, torch_dtype or
-// dtype); source names the file in errors. It rejects another
-// architecture, an activation other than silu, a sliding_window that is not
-// a positive integer or null, attention or MLP biases, and what
-// decoder.ReadConfig rejects.
-func ParseConfig(data []byte, source string) (*Config, error) {
-	r, err := loader.ParseFields(data, source)
-	if err != nil {
-		return nil, err
-	}
-	h, err := decoder.ReadHeader(r, Architecture, ModelType)
-	if err != nil {
-		return nil, err
-	}
-	c := &Config{Header: h, Config: decoder.ReadConfig(r)}
+// adjust reads Mistral's sliding window (absent or null: none) and rejects
+// biases.
+func adjust(r *loader.Fields, c *decoder.Config) error {
 	if r.Present("sliding_window") {
 		if c.SlidingWindow = r.Int("sliding_window", 0); r.Err() == nil && c.SlidingWindow <= 0 {
 			r.Fail(r.Errorf("sliding_window", "%d: want a positive number of positions (null for no window)", c.SlidingWindow))
 		}
 	}
 	if err := r.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	switch {
-	case c.AttentionBias:
-		return nil, r.Errorf("attention_bias", "true is not supported (Mistral projections have no bias)")
-	case c.MLPBias:
-		return nil, r.Errorf("mlp_bias", "true is not supported (Mistral projections have no bias)")
-	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("config %s: %w", source, err)
-	}
-	return c, nil
+	const why = "Mistral projections have no bias"
+	return decoder.NoBias(r, c, why, why)
 }
 
-// New builds the module tree for cfg with no weights bound.
-func New(cfg *Config) (*decoder.Model, error) {
-	if cfg == nil {
-		return nil, errors.New("mistral.New: nil config")
+// extra is what a Mistral config.json has beyond the generic fields: the
+// sliding window, null when c has none.
+func extra(c *decoder.Config) map[string]any {
+	var w any
+	if c.SlidingWindow > 0 {
+		w = c.SlidingWindow
 	}
-	return decoder.New(&cfg.Config, Names)
+	return map[string]any{"sliding_window": w}
 }
 
 // Shapes are Mistral's named shapes for random-weight checkpoints.
@@ -86,29 +55,7 @@ var Shapes = map[string]decoder.Config{
 		Rope: decoder.Rope{Theta: 10000, Type: "default"}, BOSTokenID: 0, EOSTokenIDs: []int{1}},
 }
 
-// ConfigJSON writes c as a transformers-5 Mistral config.json
-// (sliding_window null when c has none).
-func ConfigJSON(c *decoder.Config) ([]byte, error) {
-	var w any
-	if c.SlidingWindow > 0 {
-		w = c.SlidingWindow
-	}
-	return decoder.ConfigJSON(c, Architecture, ModelType, map[string]any{"sliding_window": w})
-}
-
 // Family registers Mistral with the models registry.
-var Family = models.Family{
-	Name:          ModelType,
-	Architectures: []string{Architecture},
-	ModelTypes:    []string{ModelType},
-	New: func(data []byte, source string) (*decoder.Model, error) {
-		c, err := ParseConfig(data, source)
-		if err != nil {
-			return nil, err
-		}
-		return New(c)
-	},
-	Shapes: models.ShapesOf(Shapes, ConfigJSON),
-}
+var Family = models.DecoderFamily(Spec, Shapes)
 
 func init() { models.Register(Family) }

@@ -7,65 +7,26 @@
 package qwen2
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/models"
 	"github.com/flextensor-go/flextensor/models/decoder"
 )
 
-// Architecture and ModelType identify Qwen2 checkpoints in config.json.
-const (
-	Architecture = "Qwen2ForCausalLM"
-	ModelType    = "qwen2"
-)
+// Spec is Qwen2's config.json identity (Qwen2ForCausalLM, model_type qwen2)
+// and what sets it apart from the other Llama-style families;
+// Spec.ParseConfig parses its config.json, Spec.New builds a model and
+// Spec.ConfigJSON writes one. Its tensor names are transformers' standard
+// table, with self_attn.{q,k,v}_proj.bias.
+var Spec = decoder.Spec{Architecture: "Qwen2ForCausalLM", ModelType: "qwen2", Names: decoder.StandardNames, Adjust: adjust, Extra: decoder.FullAttentionJSON}
 
-// Names is Qwen2's tensor-name table: transformers' standard one, with
-// self_attn.{q,k,v}_proj.bias.
-var Names = decoder.StandardNames
-
-// Config is a parsed Qwen2 config.json: the decoder knobs (AttentionBias
-// always true) and the header.
-type Config struct {
-	decoder.Config
-	decoder.Header
-}
-
-// ParseConfig parses a Qwen2ForCausalLM config.json in either transformers
-// layout (rope_theta or rope_parameters, torch_dtype or dtype); source names
-// the file in errors. It rejects another architecture, an activation other
-// than silu, sliding-window layers, and what decoder.ReadConfig rejects.
-func ParseConfig(data []byte, source string) (*Config, error) {
-	r, err := loader.ParseFields(data, source)
-	if err != nil {
-		return nil, err
+// adjust fixes Qwen2's knobs: full attention in every layer, q, k and v
+// with a bias (Qwen2Attention: bias=True; o_proj has none), no MLP bias.
+func adjust(r *loader.Fields, c *decoder.Config) error {
+	if err := decoder.FullAttentionOnly(r); err != nil {
+		return err
 	}
-	h, err := decoder.ReadHeader(r, Architecture, ModelType)
-	if err != nil {
-		return nil, err
-	}
-	c := &Config{Header: h, Config: decoder.ReadConfig(r)}
-	decoder.FullAttentionOnly(r)
-	if err := r.Err(); err != nil {
-		return nil, err
-	}
-	c.AttentionBias = true // Qwen2Attention: q, k, v with bias=True, o without
-	if c.MLPBias {
-		return nil, r.Errorf("mlp_bias", "true is not supported (Qwen2's MLP has no bias)")
-	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("config %s: %w", source, err)
-	}
-	return c, nil
-}
-
-// New builds the module tree for cfg with no weights bound.
-func New(cfg *Config) (*decoder.Model, error) {
-	if cfg == nil {
-		return nil, errors.New("qwen2.New: nil config")
-	}
-	return decoder.New(&cfg.Config, Names)
+	c.AttentionBias = true
+	return decoder.NoBias(r, c, "", "Qwen2's MLP has no bias")
 }
 
 // Shapes are Qwen2's named shapes for random-weight checkpoints.
@@ -80,26 +41,7 @@ var Shapes = map[string]decoder.Config{
 		Rope: decoder.Rope{Theta: 1e6, Type: "default"}, BOSTokenID: 0, EOSTokenIDs: []int{1}},
 }
 
-// ConfigJSON writes c as a transformers-5 Qwen2 config.json.
-func ConfigJSON(c *decoder.Config) ([]byte, error) {
-	return decoder.ConfigJSON(c, Architecture, ModelType, map[string]any{
-		"use_sliding_window": false, "sliding_window": nil, "max_window_layers": c.NumHiddenLayers,
-	})
-}
-
 // Family registers Qwen2 with the models registry.
-var Family = models.Family{
-	Name:          ModelType,
-	Architectures: []string{Architecture},
-	ModelTypes:    []string{ModelType},
-	New: func(data []byte, source string) (*decoder.Model, error) {
-		c, err := ParseConfig(data, source)
-		if err != nil {
-			return nil, err
-		}
-		return New(c)
-	},
-	Shapes: models.ShapesOf(Shapes, ConfigJSON),
-}
+var Family = models.DecoderFamily(Spec, Shapes)
 
 func init() { models.Register(Family) }

@@ -8,69 +8,37 @@
 package qwen3
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/models"
 	"github.com/flextensor-go/flextensor/models/decoder"
 )
 
-// Architecture and ModelType identify Qwen3 checkpoints in config.json.
-const (
-	Architecture = "Qwen3ForCausalLM"
-	ModelType    = "qwen3"
-)
+// Spec is Qwen3's config.json identity (Qwen3ForCausalLM, model_type qwen3)
+// and what sets it apart from the other Llama-style families;
+// Spec.ParseConfig parses its config.json, Spec.New builds a model and
+// Spec.ConfigJSON writes one. Its tensor names are transformers' standard
+// table, with self_attn.q_norm and self_attn.k_norm.
+var Spec = decoder.Spec{Architecture: "Qwen3ForCausalLM", ModelType: "qwen3", Names: decoder.StandardNames, Adjust: adjust, Extra: extra}
 
-// Names is Qwen3's tensor-name table: transformers' standard one, with
-// self_attn.q_norm and self_attn.k_norm.
-var Names = decoder.StandardNames
-
-// Config is a parsed Qwen3 config.json: the decoder knobs (QKNorm always
-// true) and the header.
-type Config struct {
-	decoder.Config
-	decoder.Header
-}
-
-// ParseConfig parses a Qwen3ForCausalLM config.json in either transformers
-// layout (rope_theta or rope_parameters, torch_dtype or dtype); source names
-// the file in errors. It rejects another architecture, an activation other
-// than silu, attention or MLP biases, sliding-window layers, and what
-// decoder.ReadConfig rejects.
-func ParseConfig(data []byte, source string) (*Config, error) {
-	r, err := loader.ParseFields(data, source)
-	if err != nil {
-		return nil, err
+// adjust fixes Qwen3's knobs: full attention in every layer, no biases,
+// and the per-head q/k RMSNorm.
+func adjust(r *loader.Fields, c *decoder.Config) error {
+	if err := decoder.FullAttentionOnly(r); err != nil {
+		return err
 	}
-	h, err := decoder.ReadHeader(r, Architecture, ModelType)
-	if err != nil {
-		return nil, err
-	}
-	c := &Config{Header: h, Config: decoder.ReadConfig(r)}
-	decoder.FullAttentionOnly(r)
-	if err := r.Err(); err != nil {
-		return nil, err
-	}
-	switch {
-	case c.AttentionBias:
-		return nil, r.Errorf("attention_bias", "true is not supported (q, k, v and o biases in Qwen3 are not implemented)")
-	case c.MLPBias:
-		return nil, r.Errorf("mlp_bias", "true is not supported (Qwen3's MLP has no bias)")
+	if err := decoder.NoBias(r, c, "q, k, v and o biases in Qwen3 are not implemented", "Qwen3's MLP has no bias"); err != nil {
+		return err
 	}
 	c.QKNorm = true
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("config %s: %w", source, err)
-	}
-	return c, nil
+	return nil
 }
 
-// New builds the module tree for cfg with no weights bound.
-func New(cfg *Config) (*decoder.Model, error) {
-	if cfg == nil {
-		return nil, errors.New("qwen3.New: nil config")
-	}
-	return decoder.New(&cfg.Config, Names)
+// extra is what a Qwen3 config.json has beyond the generic fields: no
+// sliding-window layers, no attention bias.
+func extra(c *decoder.Config) map[string]any {
+	m := decoder.FullAttentionJSON(c)
+	m["attention_bias"] = false
+	return m
 }
 
 // Shapes are Qwen3's named shapes for random-weight checkpoints.
@@ -85,26 +53,7 @@ var Shapes = map[string]decoder.Config{
 		Rope: decoder.Rope{Theta: 1e6, Type: "default"}, BOSTokenID: 0, EOSTokenIDs: []int{1}},
 }
 
-// ConfigJSON writes c as a transformers-5 Qwen3 config.json.
-func ConfigJSON(c *decoder.Config) ([]byte, error) {
-	return decoder.ConfigJSON(c, Architecture, ModelType, map[string]any{
-		"attention_bias": false, "use_sliding_window": false, "sliding_window": nil, "max_window_layers": c.NumHiddenLayers,
-	})
-}
-
 // Family registers Qwen3 with the models registry.
-var Family = models.Family{
-	Name:          ModelType,
-	Architectures: []string{Architecture},
-	ModelTypes:    []string{ModelType},
-	New: func(data []byte, source string) (*decoder.Model, error) {
-		c, err := ParseConfig(data, source)
-		if err != nil {
-			return nil, err
-		}
-		return New(c)
-	},
-	Shapes: models.ShapesOf(Shapes, ConfigJSON),
-}
+var Family = models.DecoderFamily(Spec, Shapes)
 
 func init() { models.Register(Family) }

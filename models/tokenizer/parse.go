@@ -152,13 +152,19 @@ func (o *object) get(key string, v any, required bool) error {
 	return nil
 }
 
-// typ returns the component's "type" field.
-func (o *object) typ() (string, error) {
-	var s string
-	if err := o.get("type", &s, true); err != nil {
-		return "", err
+// component decodes raw as a component object (a normalizer,
+// pre-tokenizer, decoder or post-processor) and returns it with its
+// required "type" field; it returns a nil object for null or absent.
+func (p *parser) component(raw json.RawMessage, path string) (*object, string, error) {
+	o, err := p.object(raw, path)
+	if err != nil || o == nil {
+		return nil, "", err
 	}
-	return s, nil
+	var typ string
+	if err := o.get("type", &typ, true); err != nil {
+		return nil, "", err
+	}
+	return o, typ, nil
 }
 
 // list returns the elements of the array o[key].
@@ -425,6 +431,19 @@ func (p *parser) pattern(raw json.RawMessage, path string) (matcher, error) {
 	return nil, p.errf(path, "expected a String or Regex pattern")
 }
 
+// replace reads the pattern and content of a Replace normalizer or decoder.
+func (p *parser) replace(o *object) (matcher, string, error) {
+	pat, err := p.pattern(o.m["pattern"], o.field("pattern"))
+	if err != nil {
+		return nil, "", err
+	}
+	var content string
+	if err := o.get("content", &content, true); err != nil {
+		return nil, "", err
+	}
+	return pat, content, nil
+}
+
 // parseSequence parses o[key], a list of components, with parse (which
 // reports errors under the item's path); components that parse to nil are
 // left out.
@@ -446,19 +465,31 @@ func parseSequence[T any](o *object, key string, parse func(json.RawMessage, str
 	return out, nil
 }
 
-func (p *parser) normalizer(raw json.RawMessage, path string) (normalizer, error) {
-	o, err := p.object(raw, path)
+// parseComponent reads a component of one kind (normalizer, pre-tokenizer
+// or decoder): null or absent is the zero T; type "Sequence" is the list
+// o[seqKey] of components of the same kind, joined by seq; any other type
+// goes to byType.
+func parseComponent[T any](p *parser, raw json.RawMessage, path, seqKey string, seq func([]T) T, byType func(*object, string) (T, error)) (T, error) {
+	var zero T
+	o, typ, err := p.component(raw, path)
 	if err != nil || o == nil {
-		return nil, err
+		return zero, err
 	}
-	typ, err := o.typ()
-	if err != nil {
-		return nil, err
+	if typ == "Sequence" {
+		items, err := parseSequence(o, seqKey, func(raw json.RawMessage, path string) (T, error) {
+			return parseComponent(p, raw, path, seqKey, seq, byType)
+		})
+		return seq(items), err
 	}
+	return byType(o, typ)
+}
+
+func (p *parser) normalizer(raw json.RawMessage, path string) (normalizer, error) {
+	return parseComponent(p, raw, path, "normalizers", func(seq []normalizer) normalizer { return sequenceNormalizer(seq) }, p.normalizerOf)
+}
+
+func (p *parser) normalizerOf(o *object, typ string) (normalizer, error) {
 	switch typ {
-	case "Sequence":
-		seq, err := parseSequence(o, "normalizers", p.normalizer)
-		return sequenceNormalizer(seq), err
 	case "Prepend":
 		var s string
 		if err := o.get("prepend", &s, true); err != nil {
@@ -466,12 +497,8 @@ func (p *parser) normalizer(raw json.RawMessage, path string) (normalizer, error
 		}
 		return prependNormalizer{prefix: s}, nil
 	case "Replace":
-		pat, err := p.pattern(o.m["pattern"], o.field("pattern"))
+		pat, content, err := p.replace(o)
 		if err != nil {
-			return nil, err
-		}
-		var content string
-		if err := o.get("content", &content, true); err != nil {
 			return nil, err
 		}
 		return replaceNormalizer{pattern: pat, content: content}, nil
@@ -488,18 +515,11 @@ func (p *parser) normalizer(raw json.RawMessage, path string) (normalizer, error
 }
 
 func (p *parser) preTokenizer(raw json.RawMessage, path string) (preTokenizer, error) {
-	o, err := p.object(raw, path)
-	if err != nil || o == nil {
-		return nil, err
-	}
-	typ, err := o.typ()
-	if err != nil {
-		return nil, err
-	}
+	return parseComponent(p, raw, path, "pretokenizers", func(seq []preTokenizer) preTokenizer { return sequencePre(seq) }, p.preTokenizerOf)
+}
+
+func (p *parser) preTokenizerOf(o *object, typ string) (preTokenizer, error) {
 	switch typ {
-	case "Sequence":
-		seq, err := parseSequence(o, "pretokenizers", p.preTokenizer)
-		return sequencePre(seq), err
 	case "Split":
 		pat, err := p.pattern(o.m["pattern"], o.field("pattern"))
 		if err != nil {
@@ -583,18 +603,11 @@ func (p *parser) metaspace(o *object) (rune, prependScheme, error) {
 }
 
 func (p *parser) decoder(raw json.RawMessage, path string) (decoder, error) {
-	o, err := p.object(raw, path)
-	if err != nil || o == nil {
-		return nil, err
-	}
-	typ, err := o.typ()
-	if err != nil {
-		return nil, err
-	}
+	return parseComponent(p, raw, path, "decoders", func(seq []decoder) decoder { return sequenceDecoder(seq) }, p.decoderOf)
+}
+
+func (p *parser) decoderOf(o *object, typ string) (decoder, error) {
 	switch typ {
-	case "Sequence":
-		seq, err := parseSequence(o, "decoders", p.decoder)
-		return sequenceDecoder(seq), err
 	case "ByteLevel":
 		return byteLevelDecoder{}, nil
 	case "ByteFallback":
@@ -602,12 +615,8 @@ func (p *parser) decoder(raw json.RawMessage, path string) (decoder, error) {
 	case "Fuse":
 		return fuseDecoder{}, nil
 	case "Replace":
-		pat, err := p.pattern(o.m["pattern"], o.field("pattern"))
+		pat, content, err := p.replace(o)
 		if err != nil {
-			return nil, err
-		}
-		var content string
-		if err := o.get("content", &content, true); err != nil {
 			return nil, err
 		}
 		return replaceDecoder{pattern: pat, content: content}, nil
@@ -642,12 +651,8 @@ func (p *parser) decoder(raw json.RawMessage, path string) (decoder, error) {
 
 // postProcessor reads the post-processor into a single-sequence template.
 func (p *parser) postProcessor(raw json.RawMessage, path string, t *Tokenizer) (*template, error) {
-	o, err := p.object(raw, path)
+	o, typ, err := p.component(raw, path)
 	if err != nil || o == nil {
-		return nil, err
-	}
-	typ, err := o.typ()
-	if err != nil {
 		return nil, err
 	}
 	switch typ {

@@ -1,12 +1,8 @@
 package tokenizer
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/flextensor-go/flextensor/internal/testfile"
 )
 
 // tinyPath is the repository's tiny Llama fixture.
@@ -45,22 +43,42 @@ var (
 )
 
 // readData reads a file, gunzipping it if its name ends in .gz.
-func readData(t testing.TB, path string) []byte {
+var readData = testfile.Read
+
+// checkDecode checks that tok decodes ids to decoded, and to decodedSkip
+// when skipping special tokens.
+func checkDecode(t *testing.T, tok *Tokenizer, ids []int, decoded, decodedSkip string) {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.HasSuffix(path, ".gz") {
-		zr, err := gzip.NewReader(bytes.NewReader(data))
+	for _, skip := range []bool{false, true} {
+		want := decoded
+		if skip {
+			want = decodedSkip
+		}
+		got, err := tok.Decode(ids, skip)
 		if err != nil {
-			t.Fatalf("%s: %v", path, err)
+			t.Fatal(err)
 		}
-		if data, err = io.ReadAll(zr); err != nil {
-			t.Fatalf("%s: %v", path, err)
+		if got != want {
+			t.Errorf("Decode(%v, %v) = %q, want %q", ids, skip, got, want)
 		}
 	}
-	return data
+}
+
+// streamDecode feeds ids one by one to a stream decoder of tok (keeping
+// special tokens or not) and returns all it gave, the flush included.
+func streamDecode(t testing.TB, tok *Tokenizer, ids []int, keep bool) string {
+	t.Helper()
+	d := tok.NewStreamDecoderSpecial(keep)
+	var sb strings.Builder
+	for _, id := range ids {
+		piece, err := d.Add(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.WriteString(piece)
+	}
+	sb.WriteString(d.Flush())
+	return sb.String()
 }
 
 // loadTokenizer parses (once per test binary) a tokenizer file, which may
@@ -204,19 +222,7 @@ func TestMatchesHuggingFace(t *testing.T) {
 				if !slices.Equal(withBOS, c.IDsSpecial) {
 					t.Errorf("Encode(%q, true)\n got %v\nwant %v", c.Text, withBOS, c.IDsSpecial)
 				}
-				for _, skip := range []bool{false, true} {
-					want := c.Decoded
-					if skip {
-						want = c.DecodedSkip
-					}
-					got, err := tok.Decode(c.IDsSpecial, skip)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if got != want {
-						t.Errorf("Decode(%v, %v) = %q, want %q", c.IDsSpecial, skip, got, want)
-					}
-				}
+				checkDecode(t, tok, c.IDsSpecial, c.Decoded, c.DecodedSkip)
 				// Decoding gives the text back for the real tokenizer files
 				// (the variants change that: a Metaspace decoder without
 				// byte fallback, an added prefix space), except for text
@@ -234,19 +240,7 @@ func TestMatchesHuggingFace(t *testing.T) {
 				}
 			}
 			for _, c := range ref.DecodeCases {
-				for _, skip := range []bool{false, true} {
-					want := c.Decoded
-					if skip {
-						want = c.DecodedSkip
-					}
-					got, err := tok.Decode(c.IDs, skip)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if got != want {
-						t.Errorf("Decode(%v, %v) = %q, want %q", c.IDs, skip, got, want)
-					}
-				}
+				checkDecode(t, tok, c.IDs, c.Decoded, c.DecodedSkip)
 			}
 			t.Logf("%s: %d encode cases (%d round trips), %d decode cases; %s", name,
 				len(ref.Cases), roundTrips, len(ref.DecodeCases), ref.Reference)
@@ -267,9 +261,7 @@ func TestTinyFixture(t *testing.T) {
 			Decoded string `json:"decoded"`
 		} `json:"samples"`
 	}
-	if err := json.Unmarshal(readData(t, "../../testdata/tiny-llama/tokenizer_reference.json"), &ref); err != nil {
-		t.Fatal(err)
-	}
+	testfile.ReadJSON(t, "../../testdata/tiny-llama/tokenizer_reference.json", &ref)
 	if len(ref.Samples) == 0 {
 		t.Fatal("no samples")
 	}
@@ -302,18 +294,8 @@ func TestStreamDecoder(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				d := tok.NewStreamDecoderSpecial(keep)
-				var sb strings.Builder
-				for _, id := range ids {
-					s, err := d.Add(id)
-					if err != nil {
-						t.Fatal(err)
-					}
-					sb.WriteString(s)
-				}
-				sb.WriteString(d.Flush())
-				if sb.String() != want {
-					t.Errorf("stream of %v (keep special %v) gave %q, want %q", ids, keep, sb.String(), want)
+				if got := streamDecode(t, tok, ids, keep); got != want {
+					t.Errorf("stream of %v (keep special %v) gave %q, want %q", ids, keep, got, want)
 				}
 			}
 			for _, c := range ref.Cases {

@@ -92,13 +92,19 @@ function rand(n) {
   seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
   return (seed >>> 8) % n;
 }
-const generated = [];
-for (let i = 0; i < 300; i++) {
-  const n = 1 + rand(24);
-  let s = '';
-  for (let j = 0; j < n; j++) s += fragments[rand(fragments.length)];
-  generated.push(s);
+// randomStrings is count strings, each 1 to maxParts random parts of pool
+// joined.
+function randomStrings(pool, count, maxParts) {
+  const out = [];
+  for (let i = 0; i < count; i++) {
+    const n = 1 + rand(maxParts);
+    let s = '';
+    for (let j = 0; j < n; j++) s += pool[rand(pool.length)];
+    out.push(s);
+  }
+  return out;
 }
+const generated = randomStrings(fragments, 300, 24);
 // Strings aimed at the pre-tokenizer patterns: contractions under case
 // folding, runs of mixed white space and line breaks, numbers of every kind.
 const patternHand = [
@@ -119,13 +125,7 @@ const chars = [
   ' ', ' ', ' ', '\t', '\n', '\r', '\u00a0', '\u3000', '\u0085', '\u2028', 'a', 'Z', 'é', 'ſ', '日', '1', '٣', 'Ⅻ', '½',
   "'", "'", 's', 'S', 't', 'l', 'L', 'd', 'r', 'e', 'v', 'm', '!', ',', '\u0301', '🙂', '\u200b', '_', '-',
 ];
-const charGenerated = [];
-for (let i = 0; i < 300; i++) {
-  const n = 1 + rand(16);
-  let s = '';
-  for (let j = 0; j < n; j++) s += chars[rand(chars.length)];
-  charGenerated.push(s);
-}
+const charGenerated = randomStrings(chars, 300, 16);
 const corpus = [...hand, ...generated, ...patternHand, ...addedHand, ...charGenerated];
 
 const targets = [
