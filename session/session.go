@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,10 @@ type Options struct {
 	Progress func(stage string, done, total int64)
 	// Trace, when set, receives each set-up step's duration.
 	Trace func(step string, d time.Duration)
+	// Warn, when set, receives what the user should know but is not an
+	// error: with ProfileDir and not Strict, the tensors of the profile the
+	// checkpoint lacks (they run as zeros, the seed's strict=False).
+	Warn func(msg string)
 	// Manager names the offload manager; empty picks a unique name
 	// ("session-N"), which Session.Manager reports.
 	Manager string
@@ -224,6 +229,14 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 			return nil, err
 		}
 		s.Manager = name
+		if _, missing := offload.FillMissing(s.Checkpoint, st); len(missing) > 0 && opts.Warn != nil {
+			list := missing
+			if len(list) > 8 {
+				list = append(list[:8:8], fmt.Sprintf("and %d more", len(missing)-8))
+			}
+			opts.Warn(fmt.Sprintf("checkpoint %s lacks %d tensors of the profile; they run as zeros (strict refuses this): %s",
+				dir, len(missing), strings.Join(list, ", ")))
+		}
 		return s, stopped()
 	}
 	s.host = runtime.NewCPU(0)

@@ -3,6 +3,7 @@ package session_test
 import (
 	"encoding/json"
 	"errors"
+	"github.com/flextensor-go/flextensor/loader"
 	"os"
 	"slices"
 	"strings"
@@ -226,5 +227,62 @@ func TestOpenDevice(t *testing.T) {
 		if _, _, err := session.ParseDevice(name); !errors.Is(err, session.ErrUnknownDevice) {
 			t.Errorf("ParseDevice(%q) = %v, want ErrUnknownDevice", name, err)
 		}
+	}
+}
+
+// TestProfileMissingTensorWarns: opening from a saved profile a checkpoint
+// that lacks one of its tensors is an error naming it with Strict, and
+// without Strict runs with the tensor as zeros and says so through Warn.
+func TestProfileMissingTensorWarns(t *testing.T) {
+	ref := readReference(t)
+	profile := t.TempDir()
+	if _, err := generate("", "cpu", profile, ref.GreedyPrompt); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := loader.OpenCheckpoint("../testdata/tiny-llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	const dropped = "model.layers.1.mlp.up_proj.weight"
+	var keep []loader.NamedTensor
+	for _, name := range ck.Names() {
+		if name == dropped {
+			continue
+		}
+		info, err := ck.Info(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := ck.Bytes(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keep = append(keep, loader.NamedTensor{Name: name, DType: info.DType, Shape: info.Shape, Data: data})
+	}
+	dir := t.TempDir()
+	if err := loader.WriteFile(dir+"/model.safetensors", keep, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"config.json", "tokenizer.json"} {
+		data, err := os.ReadFile("../testdata/tiny-llama/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dir+"/"+f, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := session.Open(dir, "cpu", session.Options{ProfileDir: profile, Strict: true}); err == nil || !strings.Contains(err.Error(), dropped) {
+		t.Fatalf("strict: %v, want an error naming %s", err, dropped)
+	}
+	var warned []string
+	s, err := session.Open(dir, "cpu", session.Options{ProfileDir: profile, Warn: func(m string) { warned = append(warned, m) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if len(warned) != 1 || !strings.Contains(warned[0], dropped) || !strings.Contains(warned[0], "zeros") {
+		t.Fatalf("warnings %q, want one naming %s", warned, dropped)
 	}
 }

@@ -109,6 +109,7 @@ func (d deviceFlags) sessionOptions() (ftsession.Options, error) {
 		UnitGraphs:     d.unitGraphs,
 		Progress:       d.progress.update,
 		Trace:          traceStep,
+		Warn:           func(msg string) { fmt.Fprintf(os.Stderr, "warning: %s\n", msg) },
 		Context:        cmdCtx,
 	}
 	if _, _, err := ftsession.ParseDevice(d.device); err != nil {
