@@ -133,6 +133,7 @@ func decodeMetadata(header []byte) (md safetensors.Metadata, err error) {
 // parseHeader decodes and validates the JSON header; dataStart is the file
 // offset of the data section and size the file's length.
 func (sf *File) parseHeader(header []byte, dataStart, size int64) error {
+	header, fp8 := rewriteFP8DTypes(header)
 	md, err := decodeMetadata(header)
 	if err != nil {
 		var syn *json.SyntaxError
@@ -152,7 +153,10 @@ func (sf *File) parseHeader(header []byte, dataStart, size int64) error {
 	for name, info := range infos {
 		dt, err := runtime.ParseDType(info.DType.String())
 		if err != nil {
-			return fmt.Errorf("safetensors %s: tensor %q: unsupported dtype %s (supported: F32, F16, BF16, I32, I64, U8)", sf.path, name, info.DType)
+			return fmt.Errorf("safetensors %s: tensor %q: unsupported dtype %s (supported: F32, F16, BF16, I32, I64, U8, F8_E4M3, F8_E5M2)", sf.path, name, info.DType)
+		}
+		if real, ok := fp8[name]; ok {
+			dt = real // read as U8 by the library (rewriteFP8DTypes)
 		}
 		nbytes, ok := shapeBytes(info.Shape, uint64(dt.Size()))
 		if !ok {
