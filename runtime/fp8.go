@@ -59,6 +59,10 @@ func F8E5M2ToF32(b uint8) float32 { return f8e5m2Table[b] }
 // widen many values); it must not be modified.
 func F8E4M3Table() *[256]float32 { return &f8e4m3Table }
 
+// F8E5M2Table is the 256-entry table F8E5M2ToF32 reads; it must not be
+// modified.
+func F8E5M2Table() *[256]float32 { return &f8e5m2Table }
+
 // F32ToF8E4M3 narrows a binary32 to E4M3 with round-to-nearest-even. The
 // format has no infinities: magnitudes beyond 448 (infinities included)
 // saturate to ±448, as the quantizers that write FP8 checkpoints clamp

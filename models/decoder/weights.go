@@ -39,6 +39,10 @@ func SupportedWeightDType(d runtime.DType) bool {
 // checkpoint directory; nothing stays allocated after an error.
 func (m *Model) BindCheckpoint(ck *loader.Checkpoint, dev runtime.Device) error {
 	shapes := m.ParamShapes()
+	if err := m.checkDTypes(ck.Info, "checkpoint "+ck.Dir()); err != nil {
+		m.Close()
+		return err
+	}
 	if missing := m.MissingTensors(ck); len(missing) > 0 {
 		m.Close()
 		list := missing
@@ -50,7 +54,8 @@ func (m *Model) BindCheckpoint(ck *loader.Checkpoint, dev runtime.Device) error 
 	}
 	w, err := place.Bind(m, ck, dev,
 		place.WithShapes(shapes, "the config ("+m.Cfg.Summary()+")"),
-		place.WithDTypes(SupportedWeightDType, "the kernels take BF16, F16 or F32 weights"))
+		place.WithDTypes(func(d runtime.DType) bool { return SupportedWeightDType(d) || d == runtime.F8E4M3 },
+			"the kernels take BF16, F16 or F32 weights, or F8_E4M3 ones with a quantization_config"))
 	if err != nil {
 		m.Close()
 		return err
