@@ -2,6 +2,7 @@ package all_test
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -340,5 +341,56 @@ func TestFP8ScaleTensorErrors(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestMakeCheckpointFP8: random checkpoints in both FP8 layouts carry the
+// quantization_config and F8_E4M3 weights with scales (lm_head BF16), load
+// through the registry and generate; an unknown format is an error.
+func TestMakeCheckpointFP8(t *testing.T) {
+	for _, format := range []string{decoder.FormatFP8Channel, decoder.FormatFP8Block} {
+		for _, shape := range []string{"qwen3-tiny", "mistral-tiny"} {
+			t.Run(format+"/"+shape, func(t *testing.T) {
+				dir := filepath.Join(t.TempDir(), shape)
+				if err := models.MakeCheckpointFormat(dir, shape, format, 2, 7, 64<<10); err != nil {
+					t.Fatal(err)
+				}
+				dev, b := cpu(t)
+				m := load(t, dir, dev)
+				var fp8 int
+				for _, mod := range nn.Modules(m) {
+					l, ok := mod.(*nn.Linear)
+					if !ok || l.Scale == nil {
+						continue
+					}
+					fp8++
+					w, s := l.Weight.Peek(), l.Scale.Peek()
+					wantS := runtime.BF16
+					if format == decoder.FormatFP8Block {
+						wantS = runtime.F32
+					}
+					if w.DType() != runtime.F8E4M3 || s.DType() != wantS || !s.Shape().Equal(l.ScaleShape()) {
+						t.Fatalf("%s: weight %v, scale %v %v", l.Node().Name(), w.DType(), s.DType(), s.Shape())
+					}
+				}
+				if fp8 != 14 || m.Head.Scale != nil {
+					t.Errorf("%d FP8 Linears (head FP8: %v), want 14 and a BF16 head", fp8, m.Head.Scale != nil)
+				}
+				ids := []int32{3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+				logits := fp8Logits(t, m, b, ids)
+				for _, v := range logits {
+					if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+						t.Fatalf("non-finite logit %v", v)
+					}
+				}
+				out, err := m.Generate(b, ids, decoder.GenerateOptions{MaxNewTokens: 4, IgnoreEOS: true})
+				if err != nil || len(out) != 4 {
+					t.Fatalf("generate: %v, %v", out, err)
+				}
+			})
+		}
+	}
+	if err := models.MakeCheckpointFormat(t.TempDir(), "qwen3-tiny", "int4", 1, 1, 1<<20); err == nil || !strings.Contains(err.Error(), `"int4"`) {
+		t.Errorf("unknown format: %v", err)
 	}
 }

@@ -233,3 +233,36 @@ func (m *Model) checkDTypes(info func(name string) (loader.TensorInfo, error), w
 	}
 	return nil
 }
+
+// The weight formats of a random checkpoint (WriteRandomCheckpoint, infer
+// make-model --dtype).
+const (
+	FormatBF16       = "bf16"        // BF16 weights
+	FormatFP8Channel = "fp8-channel" // compressed-tensors float-quantized, per-channel scales; lm_head BF16
+	FormatFP8Block   = "fp8-block"   // quant_method fp8, 128×128 blocks; lm_head BF16
+)
+
+// Formats lists the random checkpoint formats.
+var Formats = []string{FormatBF16, FormatFP8Channel, FormatFP8Block}
+
+// QuantizationConfig is the config.json quantization_config of a format as
+// the Hub writes it (nil for bf16); an unknown format is an error.
+func QuantizationConfig(format string) (map[string]any, error) {
+	switch format {
+	case FormatBF16, "":
+		return nil, nil
+	case FormatFP8Channel:
+		return map[string]any{
+			"quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
+			"ignore": []string{"lm_head"},
+			"config_groups": map[string]any{"group_0": map[string]any{
+				"targets":           []string{"Linear"},
+				"weights":           map[string]any{"type": "float", "num_bits": 8, "strategy": "channel", "symmetric": true, "dynamic": false},
+				"input_activations": map[string]any{"type": "float", "num_bits": 8, "strategy": "token", "symmetric": true, "dynamic": true},
+			}},
+		}, nil
+	case FormatFP8Block:
+		return map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": []int{128, 128}}, nil
+	}
+	return nil, fmt.Errorf("weight format %q is unknown (known: %s)", format, strings.Join(Formats, ", "))
+}
