@@ -275,3 +275,38 @@ func QuantizeRowFP8(dst []uint8, row []float32, scale *float32) {
 		dst[c] = runtime.F32ToF8E4M3(v / s)
 	}
 }
+
+// QuantizeMatFP8 quantizes w (F32, BF16 or F16, rows × cols) to E4M3 per
+// output channel (QuantizeRowFP8 on each row) into q[rows·cols] and
+// scale[rows], rows spread over the cores.
+func QuantizeMatFP8(q []uint8, scale []float32, w Mat) error {
+	if err := w.Validate(); err != nil {
+		return fmt.Errorf("kernels.QuantizeMatFP8: %w", err)
+	}
+	n, k := w.Rows, w.Cols
+	if len(q) != n*k || len(scale) != n {
+		return fmt.Errorf("kernels.QuantizeMatFP8: %d codes and %d scales for %dx%d, want %d and %d", len(q), len(scale), n, k, n*k, n)
+	}
+	if n == 0 || k == 0 {
+		for j := range scale {
+			scale[j] = 1
+		}
+		return nil
+	}
+	run := func(lo, hi int) {
+		bp := getF32(k)
+		defer putF32(bp)
+		row := (*bp)[:k]
+		for j := lo; j < hi; j++ {
+			w.widenRows(row, j, j+1)
+			QuantizeRowFP8(q[j*k:(j+1)*k], row, &scale[j])
+		}
+	}
+	grain := max(1, convGrain/k)
+	if !splits(n, grain) {
+		run(0, n)
+		return nil
+	}
+	parallelFor(n, grain, func(_, lo, hi int) { run(lo, hi) })
+	return nil
+}

@@ -43,6 +43,62 @@ func (l *Linear) QuantizeFP8(scaleLocal string, layout kernels.FP8Layout) error 
 	return nil
 }
 
+// SetFP8 switches a Linear whose plain weight is bound to its FP8 form, in
+// place (the offload engine's stream dtype does this to the Linears it
+// streams): the weight parameter is re-bound to q (F8_E4M3 [Out, In]) —
+// the one documented way a parameter's dtype changes — and a scale
+// parameter named scaleLocal is added, bound to scale (the layout's
+// ScaleShape). UnsetFP8 undoes it. The Linear must own its weight (not a
+// tied one) and no engine may hold the model meanwhile.
+func (l *Linear) SetFP8(q, scale *runtime.Tensor, layout kernels.FP8Layout, scaleLocal string) error {
+	name := l.Node().Name()
+	switch {
+	case l.Scale != nil:
+		return fmt.Errorf("nn.Linear %s: already FP8", name)
+	case l.Weight.owner != l.Node():
+		return fmt.Errorf("nn.Linear %s: the weight is %s's (tied); it cannot change form", name, l.Weight.owner.Name())
+	case l.Weight.Peek() == nil:
+		return fmt.Errorf("nn.Linear %s: no weight bound", name)
+	case q == nil || scale == nil:
+		return fmt.Errorf("nn.Linear %s: SetFP8 with a nil tensor", name)
+	case q.DType() != runtime.F8E4M3 || !q.Shape().Equal(runtime.Shape{l.Out, l.In}):
+		return fmt.Errorf("nn.Linear %s: FP8 weight %v %v, want F8_E4M3 [%d %d]", name, q.DType(), q.Shape(), l.Out, l.In)
+	case layout.Block < 0 || !scale.Shape().Equal(layout.ScaleShape(l.Out, l.In)):
+		return fmt.Errorf("nn.Linear %s: scales %v for %v, want %v", name, scale.Shape(), layout, layout.ScaleShape(l.Out, l.In))
+	}
+	for _, p := range l.Node().params {
+		if p.local == scaleLocal {
+			return fmt.Errorf("nn.Linear %s: a parameter %s exists already", name, scaleLocal)
+		}
+	}
+	l.Weight.rebind(q)
+	l.Scale = AddParam(l, scaleLocal, scale)
+	l.FP8 = layout
+	return nil
+}
+
+// UnsetFP8 undoes SetFP8: the weight parameter is re-bound to w (the plain
+// weight, [Out, In]) and the scale parameter removed.
+func (l *Linear) UnsetFP8(w *runtime.Tensor) error {
+	name := l.Node().Name()
+	switch {
+	case l.Scale == nil:
+		return fmt.Errorf("nn.Linear %s: not FP8", name)
+	case w == nil || !w.Shape().Equal(runtime.Shape{l.Out, l.In}):
+		return fmt.Errorf("nn.Linear %s: plain weight %v, want [%d %d]", name, w, l.Out, l.In)
+	}
+	b := l.Node()
+	for i, p := range b.params {
+		if p == l.Scale {
+			b.params = append(b.params[:i:i], b.params[i+1:]...)
+			break
+		}
+	}
+	l.Weight.rebind(w)
+	l.Scale, l.FP8 = nil, kernels.FP8Layout{}
+	return nil
+}
+
 // ScaleShape is the shape the scale parameter must have (nil when the
 // Linear is not quantized).
 func (l *Linear) ScaleShape() runtime.Shape {

@@ -91,6 +91,8 @@ type engine struct {
 
 	st *stager // packs units into host blocks, uploads weights
 
+	quant []quantized // Linears switched to FP8 for Config.StreamDType (streamfp8.go)
+
 	progMu    sync.Mutex
 	progDone  int64
 	progTotal int64
@@ -136,6 +138,7 @@ func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *en
 	}
 	if o.compile != nil {
 		if err := applyCompile(e.units, o.compile); err != nil {
+			e.unquantize()
 			e.closeStream()
 			return nil, err
 		}
@@ -164,6 +167,14 @@ func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *
 		return nil, fmt.Errorf("%w: include %q, exclude %q; modules are named like %s",
 			ErrNothingIncluded, cfg.Include, cfg.Exclude, exampleNames(model))
 	}
+	if err := e.quantizeUnits(mods); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			e.unquantize()
+		}
+	}()
 	check := func(p *nn.Parameter) error {
 		t := p.Peek()
 		if t == nil {
@@ -832,6 +843,7 @@ func (e *engine) freeAll() {
 	e.staging.Free()
 	e.st.freeStaging()
 	e.fixedBufs, e.staging = nil, nil
+	e.unquantize() // after the parameters were bound back (release): the Linears get their plain weights
 	if e.copy != nil && e.phase == PhaseIdle {
 		e.copy.Close()
 		e.copy = nil

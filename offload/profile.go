@@ -292,10 +292,22 @@ func LoadModelFromProfile(model nn.Module, src WeightSource, st *State, cfg *Con
 }
 
 func adopt(model nn.Module, st *State, cfg *Config, name string, src WeightSource, opts []Option) error {
-	if err := st.Validate(model); err != nil {
-		return err
-	}
 	m := GetOffloadManager(name)
+	// A profile made with a stream dtype names the converted tensors: the
+	// model matches it once the engine has converted it.
+	validateAfter := false
+	if err := st.Validate(model); err != nil {
+		m.mu.Lock()
+		sd := m.cfg.StreamDType
+		m.mu.Unlock()
+		if cfg != nil {
+			sd = cfg.StreamDType
+		}
+		if sd == runtime.Invalid {
+			return err
+		}
+		validateAfter = true
+	}
 	if cfg != nil {
 		m.mu.Lock()
 		busy := m.e != nil
@@ -325,8 +337,15 @@ func adopt(model nn.Module, st *State, cfg *Config, name string, src WeightSourc
 		return err
 	}
 	e, err := buildEngine(m, model, m.cfg, src)
+	if err == nil && validateAfter {
+		if err = st.Validate(model); err != nil {
+			e.unquantize()
+			e.closeStream()
+		}
+	}
 	if err == nil && o.compile != nil {
 		if err = applyCompile(e.units, o.compile); err != nil {
+			e.unquantize()
 			e.closeStream()
 		}
 	}
