@@ -2,6 +2,7 @@ package offload
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/nn"
@@ -132,4 +133,17 @@ func (e *engine) unquantize() error {
 	}
 	e.quant = nil
 	return first
+}
+
+// ParseStreamDType reads a stream dtype as the CLI spells it: "" or "auto"
+// (the weights as loaded: runtime.Invalid) or "fp8" (runtime.F8E4M3, also
+// spelled "f8_e4m3").
+func ParseStreamDType(s string) (runtime.DType, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "auto":
+		return runtime.Invalid, nil
+	case "fp8", "f8_e4m3":
+		return runtime.F8E4M3, nil
+	}
+	return runtime.Invalid, fmt.Errorf("stream dtype %q: want auto or fp8", s)
 }
