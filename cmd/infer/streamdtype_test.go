@@ -35,3 +35,23 @@ func TestRunModelStreamDType(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectFP8: inspect reads FP8 checkpoints of both layouts: bytes by
+// dtype include F8_E4M3 (and the block scales' F32), and units count the
+// FP8 weights with their scales.
+func TestInspectFP8(t *testing.T) {
+	for dir, want := range map[string][]string{
+		"../../testdata/tiny-llama-fp8-channel": {"F8_E4M3: 504.00 KiB", "BF16: 136.50 KiB", "model.layers.2"},
+		"../../testdata/tiny-llama-fp8-block":   {"F8_E4M3: 504.00 KiB", "F32: ", "model.layers.2"},
+	} {
+		code, out, errOut := run(t, "inspect", "--model", dir)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", dir, code, errOut)
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: inspect output lacks %q:\n%s", dir, w, out)
+			}
+		}
+	}
+}
