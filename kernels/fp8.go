@@ -236,6 +236,11 @@ func (b *CPUBackend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout FP8Layou
 	if out.NumElements() != m*qm.Rows {
 		return fmt.Errorf("kernels.MatMulFP8: out %v, want %d×%d", out.Shape(), m, qm.Rows)
 	}
+	if b.FP8Activations {
+		xq := make([]float32, len(xv))
+		QuantizeRowsF32(xq, xv, qm.Cols)
+		xv = xq
+	}
 	return MatMulQ(ov, xv, m, qm)
 }
 
@@ -309,4 +314,22 @@ func QuantizeMatFP8(q []uint8, scale []float32, w Mat) error {
 	}
 	parallelFor(n, grain, func(_, lo, hi int) { run(lo, hi) })
 	return nil
+}
+
+// QuantizeRowsF32 writes into dst each k-wide row of x rounded through
+// E4M3 with the row's own scale (QuantizeRowFP8, then back to float32):
+// per-token activation quantization, as an FP8 GEMM would see x.
+func QuantizeRowsF32(dst, x []float32, k int) {
+	if k <= 0 {
+		return
+	}
+	tab := runtime.F8E4M3Table()
+	q := make([]uint8, k)
+	for r := 0; r+k <= len(x); r += k {
+		var s float32
+		QuantizeRowFP8(q, x[r:r+k], &s)
+		for c, b := range q {
+			dst[r+c] = tab[b] * s
+		}
+	}
 }

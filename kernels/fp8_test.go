@@ -228,3 +228,29 @@ func TestQuantizeFP8(t *testing.T) {
 		t.Error("QuantizeFP8 with a wrong size: no error")
 	}
 }
+
+func TestQuantizeRowsF32(t *testing.T) {
+	x := []float32{1, -2, 448, 0.001, 0, 0, 0, 0, 3, 3.1, -3.2, 3.3}
+	got := make([]float32, len(x))
+	QuantizeRowsF32(got, x, 4)
+	// Row 0's scale is 1 (max 448): values round to E4M3 as they are.
+	for i, want := range []float32{1, -2, 448, runtime.F8E4M3ToF32(runtime.F32ToF8E4M3(0.001))} {
+		if got[i] != want {
+			t.Errorf("row 0 [%d] = %v, want %v", i, got[i], want)
+		}
+	}
+	for i := 4; i < 8; i++ {
+		if got[i] != 0 {
+			t.Errorf("zero row [%d] = %v", i, got[i])
+		}
+	}
+	// Row 2: its maximum 3.3 maps to 448 exactly; the rest within 1/16.
+	if s := float32(3.3) / 448; got[11] != runtime.F8E4M3ToF32(runtime.F32ToF8E4M3(3.3/s))*s {
+		t.Errorf("row 2 max = %v", got[11])
+	}
+	for i := 8; i < 12; i++ {
+		if d := math.Abs(float64(got[i] - x[i])); d > math.Abs(float64(x[i]))/16 {
+			t.Errorf("row 2 [%d] = %v from %v", i, got[i], x[i])
+		}
+	}
+}
