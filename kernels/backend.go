@@ -40,6 +40,11 @@ type Backend interface {
 // CPUBackend runs the kernels of this package on CPU-device tensors.
 type CPUBackend struct {
 	dev runtime.Device
+	// FP8Activations makes MatMulFP8 quantize each row of x to E4M3 with
+	// its own scale (max|row|/448) before multiplying: the numerics of an
+	// FP8 tensor-core GEMM with activations quantized per token (W8A8),
+	// for measuring what that path would cost in accuracy. Off: W8A16.
+	FP8Activations bool
 }
 
 // NewCPUBackend returns the CPU backend for dev (a CPU device).

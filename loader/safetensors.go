@@ -137,6 +137,7 @@ func (sf *File) parseHeader(header []byte, dataStart, size int64) error {
 	if err := checkHeaderObject(header); err != nil {
 		return fmt.Errorf("safetensors %s: %w", sf.path, err)
 	}
+	header, fp8 := rewriteFP8DTypes(header)
 	md, err := decodeMetadata(header)
 	if err != nil {
 		var syn *json.SyntaxError
@@ -156,7 +157,10 @@ func (sf *File) parseHeader(header []byte, dataStart, size int64) error {
 	for name, info := range infos {
 		dt, err := runtime.ParseDType(info.DType.String())
 		if err != nil {
-			return fmt.Errorf("safetensors %s: tensor %q: unsupported dtype %s (supported: F32, F16, BF16, I32, I64, U8)", sf.path, name, info.DType)
+			return fmt.Errorf("safetensors %s: tensor %q: unsupported dtype %s (supported: F32, F16, BF16, I32, I64, U8, F8_E4M3, F8_E5M2)", sf.path, name, info.DType)
+		}
+		if real, ok := fp8[name]; ok {
+			dt = real // read as U8 by the library (rewriteFP8DTypes)
 		}
 		nbytes, ok := shapeBytes(info.Shape, uint64(dt.Size()))
 		if !ok {

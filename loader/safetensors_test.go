@@ -115,8 +115,14 @@ func TestOpenFileErrors(t *testing.T) {
 		{"header not JSON", rawSafetensors(`{"a": nope}`, nil), []string{"not valid JSON at byte 15", "invalid character"}},
 		{"header not an object", rawSafetensors(`[1,2,3] `, nil), []string{"header is an array, not a JSON object of tensors"}},
 		{"tensor entry missing keys", rawSafetensors(`{"a":{"dtype":"F32"}}`, nil), []string{`tensor "a"`, "expected 3 keys"}},
-		{"unknown dtype", rawSafetensors(`{"w":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}}`, make([]byte, 2)),
-			[]string{`tensor "w"`, `"F8_E4M3"`}},
+		{"unknown dtype", rawSafetensors(`{"w":{"dtype":"F8_E8M0","shape":[2],"data_offsets":[0,2]}}`, make([]byte, 2)),
+			[]string{`tensor "w"`, `"F8_E8M0"`}},
+		{"fp8 shape does not match range", rawSafetensors(`{"w":{"dtype":"F8_E4M3","shape":[3],"data_offsets":[0,2]}}`, make([]byte, 2)),
+			[]string{`tensor "w"`, "shape [3] of F8_E4M3 needs 3 bytes", "span 2"}},
+		{"fp8 truncated", rawSafetensors(`{"w":{"dtype":"F8_E5M2","shape":[4],"data_offsets":[0,4]}}`, make([]byte, 2)),
+			[]string{`tensor "w"`, "past the end of the data section"}},
+		{"fp8 beside a bad entry", rawSafetensors(`{"w":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"F32"}}`, make([]byte, 2)),
+			[]string{`tensor "b"`, "expected 3 keys"}},
 		{"unsupported dtype", rawSafetensors(`{"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}`, make([]byte, 8)),
 			[]string{`tensor "w"`, "unsupported dtype F64"}},
 		{"truncated", rawSafetensors(good, make([]byte, 5)),
@@ -178,5 +184,61 @@ func TestOpenFileEmptyAndScalarTensors(t *testing.T) {
 	}
 	if f.Metadata() != nil {
 		t.Errorf("Metadata = %v, want nil", f.Metadata())
+	}
+}
+
+func TestOpenFileFP8(t *testing.T) {
+	// Written by this package's writer: F8 dtypes go out under their
+	// safetensors names and come back as the runtime's F8 dtypes, beside
+	// the other dtypes, with offsets and metadata intact.
+	p := filepath.Join(t.TempDir(), "fp8.safetensors")
+	ts := []NamedTensor{
+		{Name: "w", DType: runtime.F8E4M3, Shape: []int{2, 3}, Data: []byte{0x38, 0xb8, 0x00, 0x7e, 0x01, 0x40}},
+		{Name: "w_scale", DType: runtime.BF16, Shape: []int{2, 1}, Data: []byte{0x80, 0x3f, 0x00, 0x40}},
+		{Name: "e5", DType: runtime.F8E5M2, Shape: []int{1}, Data: []byte{0x3c}},
+	}
+	if err := WriteFile(p, ts, map[string]string{"format": "pt"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, want := range ts {
+		info, err := f.Info(want.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.DType != want.DType || !slices.Equal(info.Shape, want.Shape) || info.Size != int64(len(want.Data)) {
+			t.Errorf("%s: %v %v %d bytes, want %v %v %d", want.Name, info.DType, info.Shape, info.Size, want.DType, want.Shape, len(want.Data))
+		}
+		b, err := f.Bytes(want.Name)
+		if err != nil || !bytes.Equal(b, want.Data) {
+			t.Errorf("%s: bytes %v (%v), want %v", want.Name, b, err, want.Data)
+		}
+	}
+	if f.Metadata()["format"] != "pt" {
+		t.Errorf("metadata %v lost", f.Metadata())
+	}
+}
+
+func TestOpenFileFP8Fixtures(t *testing.T) {
+	for _, dir := range []string{"../testdata/tiny-llama-fp8-channel", "../testdata/tiny-llama-fp8-block"} {
+		f, err := OpenFile(filepath.Join(dir, "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := f.Info("model.layers.0.mlp.down_proj.weight")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.DType != runtime.F8E4M3 || !slices.Equal(q.Shape, []int{128, 320}) || q.Size != 128*320 {
+			t.Errorf("%s: down_proj.weight %v %v %d bytes, want F8_E4M3 [128 320]", dir, q.DType, q.Shape, q.Size)
+		}
+		if e, _ := f.Info("model.embed_tokens.weight"); e.DType != runtime.BF16 {
+			t.Errorf("%s: embed_tokens is %v, want BF16", dir, e.DType)
+		}
+		f.Close()
 	}
 }

@@ -84,9 +84,31 @@ func ShapeConfig(name string, layers int) (Family, []byte, error) {
 // num_hidden_layers overridden when layers > 0, and BF16 safetensors shards
 // of at most shardBytes. The same seed gives the same bytes.
 func MakeCheckpoint(dir, name string, layers int, seed uint64, shardBytes int64) error {
+	return MakeCheckpointFormat(dir, name, decoder.FormatBF16, layers, seed, shardBytes)
+}
+
+// MakeCheckpointFormat is MakeCheckpoint with the weights in format
+// (decoder.Formats): bf16, or FP8 Linears in one of the Hub's two layouts
+// (fp8-channel, fp8-block), config.json carrying the quantization_config.
+func MakeCheckpointFormat(dir, name, format string, layers int, seed uint64, shardBytes int64) error {
 	f, data, err := ShapeConfig(name, layers)
 	if err != nil {
 		return err
+	}
+	qc, err := decoder.QuantizationConfig(format)
+	if err != nil {
+		return err
+	}
+	if qc != nil {
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			return fmt.Errorf("model shape %s: %w", name, err)
+		}
+		m["quantization_config"] = qc
+		if data, err = json.MarshalIndent(m, "", "  "); err != nil {
+			return err
+		}
+		data = append(data, '\n')
 	}
 	m, err := f.New(data, "shape "+name)
 	if err != nil {

@@ -8,12 +8,104 @@ import (
 )
 
 // Linear is y = x·Wᵀ (+ bias) with W of shape [out, in] and an optional
-// bias of out values.
+// bias of out values. A quantized Linear (QuantizeFP8) holds W as 8-bit
+// floats with a parameter of dequantization scales beside it.
 type Linear struct {
 	Base
 	Weight  *Parameter
 	Bias    *Parameter // nil when the projection has no bias (Llama's have none)
 	In, Out int
+	// Scale is nil for a plain weight; for an FP8 weight it holds the
+	// scales (F32, BF16 or F16, shaped as FP8 says) and Forward multiplies
+	// through kernels.FP8MatMuler.
+	Scale *Parameter
+	FP8   kernels.FP8Layout
+}
+
+// QuantizeFP8 declares the Linear's weight FP8 (F8_E4M3 [out, in]) with its
+// scales in a parameter named scaleLocal ("weight_scale" for
+// compressed-tensors checkpoints, "weight_scale_inv" for the block-wise
+// "fp8" ones) laid out as layout says (ScaleShape). It adds the parameter
+// and must be called before the weights are bound; a second call is an
+// error.
+func (l *Linear) QuantizeFP8(scaleLocal string, layout kernels.FP8Layout) error {
+	if l.Scale != nil {
+		return fmt.Errorf("nn.Linear %s: already quantized", l.Node().Name())
+	}
+	if l.Weight.Peek() != nil {
+		return fmt.Errorf("nn.Linear %s: quantize before binding the weight", l.Node().Name())
+	}
+	if layout.Block < 0 {
+		return fmt.Errorf("nn.Linear %s: negative FP8 block size %d", l.Node().Name(), layout.Block)
+	}
+	l.Scale = AddParam(l, scaleLocal, nil)
+	l.FP8 = layout
+	return nil
+}
+
+// SetFP8 switches a Linear whose plain weight is bound to its FP8 form, in
+// place (the offload engine's stream dtype does this to the Linears it
+// streams): the weight parameter is re-bound to q (F8_E4M3 [Out, In]) —
+// the one documented way a parameter's dtype changes — and a scale
+// parameter named scaleLocal is added, bound to scale (the layout's
+// ScaleShape). UnsetFP8 undoes it. The Linear must own its weight (not a
+// tied one) and no engine may hold the model meanwhile.
+func (l *Linear) SetFP8(q, scale *runtime.Tensor, layout kernels.FP8Layout, scaleLocal string) error {
+	name := l.Node().Name()
+	switch {
+	case l.Scale != nil:
+		return fmt.Errorf("nn.Linear %s: already FP8", name)
+	case l.Weight.owner != l.Node():
+		return fmt.Errorf("nn.Linear %s: the weight is %s's (tied); it cannot change form", name, l.Weight.owner.Name())
+	case l.Weight.Peek() == nil:
+		return fmt.Errorf("nn.Linear %s: no weight bound", name)
+	case q == nil || scale == nil:
+		return fmt.Errorf("nn.Linear %s: SetFP8 with a nil tensor", name)
+	case q.DType() != runtime.F8E4M3 || !q.Shape().Equal(runtime.Shape{l.Out, l.In}):
+		return fmt.Errorf("nn.Linear %s: FP8 weight %v %v, want F8_E4M3 [%d %d]", name, q.DType(), q.Shape(), l.Out, l.In)
+	case layout.Block < 0 || !scale.Shape().Equal(layout.ScaleShape(l.Out, l.In)):
+		return fmt.Errorf("nn.Linear %s: scales %v for %v, want %v", name, scale.Shape(), layout, layout.ScaleShape(l.Out, l.In))
+	}
+	for _, p := range l.Node().params {
+		if p.local == scaleLocal {
+			return fmt.Errorf("nn.Linear %s: a parameter %s exists already", name, scaleLocal)
+		}
+	}
+	l.Weight.rebind(q)
+	l.Scale = AddParam(l, scaleLocal, scale)
+	l.FP8 = layout
+	return nil
+}
+
+// UnsetFP8 undoes SetFP8: the weight parameter is re-bound to w (the plain
+// weight, [Out, In]) and the scale parameter removed.
+func (l *Linear) UnsetFP8(w *runtime.Tensor) error {
+	name := l.Node().Name()
+	switch {
+	case l.Scale == nil:
+		return fmt.Errorf("nn.Linear %s: not FP8", name)
+	case w == nil || !w.Shape().Equal(runtime.Shape{l.Out, l.In}):
+		return fmt.Errorf("nn.Linear %s: plain weight %v, want [%d %d]", name, w, l.Out, l.In)
+	}
+	b := l.Node()
+	for i, p := range b.params {
+		if p == l.Scale {
+			b.params = append(b.params[:i:i], b.params[i+1:]...)
+			break
+		}
+	}
+	l.Weight.rebind(w)
+	l.Scale, l.FP8 = nil, kernels.FP8Layout{}
+	return nil
+}
+
+// ScaleShape is the shape the scale parameter must have (nil when the
+// Linear is not quantized).
+func (l *Linear) ScaleShape() runtime.Shape {
+	if l.Scale == nil {
+		return nil
+	}
+	return l.FP8.ScaleShape(l.Out, l.In)
 }
 
 // NewLinear attaches a Linear without bias named local under parent; its
@@ -36,11 +128,21 @@ func NewLinearBias(parent Module, local string, in, out int) *Linear {
 // have any shape of T·out values ([T,H,d] for a q projection).
 func (l *Linear) Forward(b kernels.Backend, out, x *runtime.Tensor) error {
 	return Call(l, func() error {
-		if err := b.MatMul(out, x, l.Weight.Tensor()); err != nil {
+		if err := l.MatMul(b, out, x); err != nil {
 			return err
 		}
 		return l.AddBias(b, out)
 	})
+}
+
+// MatMul computes out = x·Wᵀ without the bias and outside Call (for a
+// module that runs its children's ops itself): b.MatMul for a plain
+// weight, kernels.MatMulFP8 with the scales for an FP8 one.
+func (l *Linear) MatMul(b kernels.Backend, out, x *runtime.Tensor) error {
+	if l.Scale != nil {
+		return kernels.MatMulFP8(b, out, x, l.Weight.Tensor(), l.Scale.Tensor(), l.FP8)
+	}
+	return b.MatMul(out, x, l.Weight.Tensor())
 }
 
 // AddBias adds the bias to every row of out (out[t,n] += bias[n], out

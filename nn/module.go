@@ -166,6 +166,15 @@ func (p *Parameter) Bind(t *runtime.Tensor) error {
 	return nil
 }
 
+// rebind points the parameter at t whatever its dtype and shape (for a
+// module changing its own parameter's form: Linear.SetFP8).
+func (p *Parameter) rebind(t *runtime.Tensor) {
+	p.t.Store(t)
+	if tr := p.owner.tree; tr != nil {
+		tr.binds.Add(1)
+	}
+}
+
 // Hook is called around every module forward that passes through Call.
 type Hook interface {
 	// Enter runs before m's forward; an error aborts the forward.

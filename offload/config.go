@@ -167,6 +167,12 @@ type Config struct {
 	// "profiling" counts discovery and profiling passes. It may be called
 	// from several goroutines.
 	Progress func(stage string, done, total int64)
+	// StreamDType, when set, is the dtype the units' Linear weights are
+	// packed, streamed and multiplied in: runtime.F8E4M3 quantizes each
+	// unit's BF16/F16/F32 Linear weights per output channel when the
+	// engine takes the model (opt-in and lossy: see streamfp8.go). The zero
+	// value keeps the weights as loaded.
+	StreamDType runtime.DType
 	// Trace, when set, receives how long the engine's set-up steps took
 	// (diagnostics; "pack: pinned alloc" and "pack: read" are summed over the
 	// goroutines that pack in parallel).
@@ -211,6 +217,9 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.TransferBudgetScale == 0 {
 		c.TransferBudgetScale = 1
+	}
+	if !streamDTypeOK(c.StreamDType) {
+		return c, fmt.Errorf("offload config: stream dtype %v is not supported (F8_E4M3, or unset for the weights' own)", c.StreamDType)
 	}
 	if c.GPUBudget.Bytes < 0 || c.GPUBudget.Fraction < 0 || c.GPUBudget.Fraction > 1 {
 		return c, fmt.Errorf("offload config: GPU budget of %d bytes, fraction %g: want bytes ≥ 0 or a fraction in (0, 1]", c.GPUBudget.Bytes, c.GPUBudget.Fraction)

@@ -99,6 +99,7 @@ type engine struct {
 	// noReplan refuses RequestStrategyReplan (OffloadFromState with
 	// allowStrategyReplan false).
 	noReplan bool
+	quant    []quantized // Linears switched to FP8 for Config.StreamDType (streamfp8.go)
 
 	progMu    sync.Mutex
 	progDone  int64
@@ -145,6 +146,7 @@ func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *en
 	}
 	if o.compile != nil {
 		if err := applyCompile(e.units, o.compile); err != nil {
+			e.unquantize()
 			e.closeStream()
 			return nil, err
 		}
@@ -174,6 +176,14 @@ func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *
 		return nil, fmt.Errorf("%w: include %q, exclude %q; modules are named like %s",
 			ErrNothingIncluded, cfg.Include, cfg.Exclude, exampleNames(model))
 	}
+	if err := e.quantizeUnits(mods); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			e.unquantize()
+		}
+	}()
 	check := func(p *nn.Parameter) error {
 		t := p.Peek()
 		if t == nil {
@@ -866,6 +876,7 @@ func (e *engine) freeAll() {
 	e.staging.Free()
 	e.st.freeStaging()
 	e.fixedBufs, e.staging = nil, nil
+	e.unquantize() // after the parameters were bound back (release): the Linears get their plain weights
 	if e.copy != nil && e.phase == PhaseIdle {
 		e.copy.Close()
 		e.copy = nil

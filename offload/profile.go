@@ -556,10 +556,20 @@ func adopt(model nn.Module, st *State, cfg *Config, name string, src WeightSourc
 	if st == nil {
 		return errors.New("offload: no profile state")
 	}
-	if err := st.Validate(model); err != nil {
-		return err
-	}
 	m := GetOffloadManager(name)
+	// A profile made with a stream dtype names the converted tensors: the
+	// model matches it once the engine has converted it (adoptLocked).
+	if err := st.Validate(model); err != nil {
+		m.mu.Lock()
+		sd := m.cfg.StreamDType
+		m.mu.Unlock()
+		if cfg != nil {
+			sd = cfg.StreamDType
+		}
+		if sd == runtime.Invalid {
+			return err
+		}
+	}
 	if cfg != nil {
 		m.mu.Lock()
 		busy := m.e != nil
@@ -591,8 +601,12 @@ func (m *Manager) adoptLocked(model nn.Module, st *State, src WeightSource, o of
 	if !m.cfgSet || !m.cfg.Enabled || m.cfg.Device == nil {
 		return fmt.Errorf("offload manager %q: no enabled configuration with a device", m.name)
 	}
+	validateAfter := false
 	if err := st.Validate(model); err != nil {
-		return err
+		if m.cfg.StreamDType == runtime.Invalid {
+			return err
+		}
+		validateAfter = true // the names of the converted tensors: checked once converted
 	}
 	m.cfg.Include, m.cfg.Exclude = st.Include, st.Exclude
 	tree, err := m.claim(model)
@@ -600,8 +614,15 @@ func (m *Manager) adoptLocked(model nn.Module, st *State, src WeightSource, o of
 		return err
 	}
 	e, err := buildEngine(m, model, m.cfg, src)
+	if err == nil && validateAfter {
+		if err = st.Validate(model); err != nil {
+			e.unquantize()
+			e.closeStream()
+		}
+	}
 	if err == nil && o.compile != nil {
 		if err = applyCompile(e.units, o.compile); err != nil {
+			e.unquantize()
 			e.closeStream()
 		}
 	}

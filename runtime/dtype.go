@@ -21,10 +21,13 @@ const (
 	I32           // two's-complement 32-bit integer
 	I64           // two's-complement 64-bit integer (token ids in some checkpoints)
 	U8            // unsigned byte
+	F8E4M3        // 8-bit float, 4 exponent bits, 3 mantissa bits, no infinities ("F8_E4M3", PyTorch float8_e4m3fn)
+	F8E5M2        // 8-bit float, 5 exponent bits, 2 mantissa bits, IEEE-like ("F8_E5M2", PyTorch float8_e5m2)
 )
 
-var dtypeNames = [...]string{Invalid: "invalid", F32: "F32", F16: "F16", BF16: "BF16", I32: "I32", I64: "I64", U8: "U8"}
-var dtypeSizes = [...]int{Invalid: 0, F32: 4, F16: 2, BF16: 2, I32: 4, I64: 8, U8: 1}
+var dtypeNames = [...]string{Invalid: "invalid", F32: "F32", F16: "F16", BF16: "BF16", I32: "I32", I64: "I64", U8: "U8",
+	F8E4M3: "F8_E4M3", F8E5M2: "F8_E5M2"}
+var dtypeSizes = [...]int{Invalid: 0, F32: 4, F16: 2, BF16: 2, I32: 4, I64: 8, U8: 1, F8E4M3: 1, F8E5M2: 1}
 
 // Size is the number of bytes of one element.
 func (d DType) Size() int {
@@ -50,7 +53,7 @@ func ParseDType(s string) (DType, error) {
 			return DType(i), nil
 		}
 	}
-	return Invalid, fmt.Errorf("unknown dtype %q (known: F32, F16, BF16, I32, I64, U8)", s)
+	return Invalid, fmt.Errorf("unknown dtype %q (known: F32, F16, BF16, I32, I64, U8, F8_E4M3, F8_E5M2)", s)
 }
 
 // BF16ToF32 widens one bfloat16 value: its bits are the high half of a binary32.

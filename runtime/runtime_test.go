@@ -12,13 +12,13 @@ func TestDTypeParseAndSize(t *testing.T) {
 		s    string
 		d    DType
 		size int
-	}{{"F32", F32, 4}, {"bf16", BF16, 2}, {"F16", F16, 2}, {"I32", I32, 4}, {"I64", I64, 8}} {
+	}{{"F32", F32, 4}, {"bf16", BF16, 2}, {"F16", F16, 2}, {"I32", I32, 4}, {"I64", I64, 8}, {"F8_E4M3", F8E4M3, 1}, {"f8_e5m2", F8E5M2, 1}} {
 		d, err := ParseDType(c.s)
 		if err != nil || d != c.d || d.Size() != c.size {
 			t.Errorf("ParseDType(%q) = %v, %v (size %d); want %v size %d", c.s, d, err, d.Size(), c.d, c.size)
 		}
 	}
-	if _, err := ParseDType("F8_E4M3"); err == nil || !strings.Contains(err.Error(), "F8_E4M3") {
+	if _, err := ParseDType("F8_E8M0"); err == nil || !strings.Contains(err.Error(), "F8_E8M0") {
 		t.Errorf("unknown dtype error = %v, want it to name the dtype", err)
 	}
 }

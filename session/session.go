@@ -67,6 +67,12 @@ type Options struct {
 	// UnitGraphs replays each offloaded layer's one-token forward as a CUDA
 	// graph of its own (GPU backends that can capture).
 	UnitGraphs bool
+	// StreamDType, with GPUBudget, is the dtype the offloaded layers'
+	// Linear weights are streamed and multiplied in: "" or "auto" as
+	// loaded, "fp8" quantized per output channel to E4M3 when offloaded
+	// (half the bytes; lossy; offload.Config.StreamDType). Not with
+	// ProfileDir.
+	StreamDType string
 	// Progress, when set, receives the offload engine's set-up progress.
 	Progress func(stage string, done, total int64)
 	// Trace, when set, receives each set-up step's duration.
@@ -136,6 +142,13 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	}
 	if opts.Strict && opts.ProfileDir == "" {
 		return nil, fmt.Errorf("strict applies to loading from a profile only: %w", ErrBadOptions)
+	}
+	streamDType, err := offload.ParseStreamDType(opts.StreamDType)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", err, ErrBadOptions)
+	}
+	if streamDType != runtime.Invalid && opts.GPUBudget == "" && !opts.HostOnly {
+		return nil, fmt.Errorf("stream dtype %s applies to offloaded models (give a GPU budget; loading from a profile does not support it): %w", opts.StreamDType, ErrBadOptions)
 	}
 	if _, _, err := ParseDevice(device); err != nil {
 		return nil, err
@@ -258,6 +271,7 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	}
 	cfg.GPUBudget = budget
 	cfg.TransferBlocks = opts.TransferBlocks
+	cfg.StreamDType = streamDType
 	if err := offload.Offload(s.Model, &cfg, name, compile...); err != nil {
 		return nil, err
 	}

@@ -177,6 +177,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		} else {
 			cfg := offload.DefaultConfig(dev)
 			cfg.TransferBlocks = d.blocks
+			cfg.StreamDType, _ = offload.ParseStreamDType(d.streamDType) // checked by sessionOptions
 			if b == "0" {
 				fp, err := offload.Measure(model, cfg.Include, cfg.Exclude)
 				if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/flextensor-go/flextensor/models"
 	_ "github.com/flextensor-go/flextensor/models/all" // every family's shapes (and configs) registered
+	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/runtime"
 	"github.com/spf13/pflag"
 )
@@ -27,17 +28,24 @@ qwen3-8b, qwen2.5-7b, mistral-7b, llama3-1b 2.47 GB, ...) and tiny ones for
 tests (qwen3-tiny, deep-test, ...: no tokenizer when the vocabulary is too
 small, use --token-ids); --layers N makes a smaller one.
 
+With --dtype fp8-channel or fp8-block the Linear weights (not lm_head) are
+FP8 (E4M3) as the Hub publishes them: compressed-tensors float-quantized
+with per-channel weight_scale, or quant_method fp8 with weight_scale_inv per
+128×128 block; config.json carries the quantization_config.
+
 Usage:
-  infer make-model --shape NAME --out DIR [--layers N] [--seed S]
+  infer make-model --shape NAME --out DIR [--layers N] [--seed S] [--dtype bf16|fp8-channel|fp8-block]
 
 Examples:
   infer make-model --shape llama3-8b --out /tmp/llama3-8b
   infer make-model --shape llama3-8b --layers 4 --out /tmp/llama3-8b-4l
   infer make-model --shape qwen3-8b --out /tmp/qwen3-8b
+  infer make-model --shape llama3-8b --dtype fp8-block --out /tmp/llama3-8b-fp8
 `
 
 type makeModelOptions struct {
 	shape, out string
+	dtype      string
 	layers     int
 	seed       uint64
 	shard      int64
@@ -52,6 +60,7 @@ func makeModelFlags(fs *pflag.FlagSet) *makeModelOptions {
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed")
 	fs.Int64Var(&o.shard, "shard-bytes", 5<<30, "largest shard, in bytes")
 	fs.BoolVar(&o.force, "force", false, "replace the checkpoint already in --out (its config, tokenizer and shards are removed first)")
+	fs.StringVar(&o.dtype, "dtype", decoder.FormatBF16, "weight format: "+strings.Join(decoder.Formats, ", "))
 	return &o
 }
 
@@ -70,6 +79,9 @@ func makeModel(args []string, stdout, stderr io.Writer) error {
 	}
 	if *layers < 0 {
 		return usagef("--layers %d is negative", *layers)
+	}
+	if _, err := decoder.QuantizationConfig(o.dtype); err != nil {
+		return usagef("--dtype %q: unknown (known: %s)", o.dtype, strings.Join(decoder.Formats, ", "))
 	}
 	if *shard <= 0 {
 		return usagef("--shard-bytes %d: want a positive number of bytes", *shard)
@@ -91,10 +103,10 @@ func makeModel(args []string, stdout, stderr io.Writer) error {
 	if params < 1e9 {
 		count = fmt.Sprintf("%.2f M", float64(params)/1e6)
 	}
-	fmt.Fprintf(stderr, "make-model: writing %s (%d layers, %s parameters, %s in BF16) to %s\n",
-		*shape, cfg.NumHiddenLayers, count, runtime.FormatBytes(size), *out)
+	fmt.Fprintf(stderr, "make-model: writing %s (%d layers, %s parameters, %s in BF16; --dtype %s) to %s\n",
+		*shape, cfg.NumHiddenLayers, count, runtime.FormatBytes(size), o.dtype, *out)
 	start := time.Now()
-	if err := models.MakeCheckpoint(*out, *shape, *layers, *seed, *shard); err != nil {
+	if err := models.MakeCheckpointFormat(*out, *shape, o.dtype, *layers, *seed, *shard); err != nil {
 		return err
 	}
 	tok := "a byte-level tokenizer.json"
@@ -103,6 +115,6 @@ func makeModel(args []string, stdout, stderr io.Writer) error {
 	} else if !ok {
 		tok = "no tokenizer (the vocabulary is too small for a byte-level one: use --token-ids)"
 	}
-	fmt.Fprintf(stdout, "wrote %s (%s, %d layers, %s, %s) in %v\n", *out, *shape, cfg.NumHiddenLayers, runtime.FormatBytes(size), tok, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "wrote %s (%s, %s, %d layers, %s, %s) in %v\n", *out, *shape, o.dtype, cfg.NumHiddenLayers, runtime.FormatBytes(size), tok, time.Since(start).Round(time.Millisecond))
 	return nil
 }

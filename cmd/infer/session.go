@@ -11,6 +11,7 @@ import (
 
 	flextensor "github.com/flextensor-go/flextensor"
 	"github.com/flextensor-go/flextensor/offload"
+	"github.com/flextensor-go/flextensor/runtime"
 	ftsession "github.com/flextensor-go/flextensor/session"
 	"github.com/spf13/pflag"
 )
@@ -27,6 +28,7 @@ type deviceFlags struct {
 	profile       string
 	strict        bool
 	unitGraphs    bool
+	streamDType   string
 	progress      *progress // nil: no progress output
 }
 
@@ -39,6 +41,7 @@ func (d *deviceFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&d.offloadTiming, "offload-timing", false, "offload: print per-unit transfer/compute/wait times after the run")
 	fs.StringVar(&d.profile, "profile", "", "offload with the saved profile in this directory (from infer profile): no profiling, each weight read once")
 	fs.BoolVar(&d.unitGraphs, "unit-graphs", false, "offload: replay each layer's one-token forward as a CUDA graph of its own (cuda devices)")
+	fs.StringVar(&d.streamDType, "stream-dtype", "auto", "offload: dtype of the offloaded layers' weights: auto (as loaded) or fp8 (BF16 weights quantized per output channel to E4M3 when packed: half the bytes streamed; lossy)")
 	fs.BoolVar(&d.strict, "strict", false, "with --profile: fail when any tensor of the profile is missing from the checkpoint, listing them")
 }
 
@@ -107,6 +110,7 @@ func (d deviceFlags) sessionOptions() (ftsession.Options, error) {
 		ProfileDir:     d.profile,
 		Strict:         d.strict,
 		UnitGraphs:     d.unitGraphs,
+		StreamDType:    d.streamDType,
 		Progress:       d.progress.update,
 		Trace:          traceStep,
 		Warn:           func(msg string) { fmt.Fprintf(os.Stderr, "warning: %s\n", msg) },
@@ -142,6 +146,11 @@ func (d deviceFlags) sessionOptions() (ftsession.Options, error) {
 	}
 	if d.strict && d.profile == "" {
 		return opts, usagef("--strict applies with --profile only")
+	}
+	if sd, err := offload.ParseStreamDType(d.streamDType); err != nil {
+		return opts, usagef("--stream-dtype %q: want auto or fp8", d.streamDType)
+	} else if sd != runtime.Invalid && d.profile != "" {
+		return opts, usagef("--stream-dtype %s does not apply with --profile (the weights are read straight from the checkpoint)", d.streamDType)
 	}
 	return opts, nil
 }

@@ -40,6 +40,7 @@ type Backend struct {
 	ropeFor []float32             // the host table rope holds
 	part    *runtime.DeviceBuffer // attention partial results
 	argOut  *runtime.DeviceBuffer
+	deq     *runtime.DeviceBuffer // an FP8 weight dequantized to bf16 for a cuBLAS prefill (MatMulFP8)
 	// retired buffers are kept until Close: graphs captured earlier may
 	// still read them.
 	retired []*runtime.DeviceBuffer
@@ -67,6 +68,7 @@ type kernelSet struct {
 	gemv, gemvF32                                                                          map[int]*cuda.Function // by unroll
 	gemvPersist, gemvPersistF32, gemv3, gateUp                                             *cuda.Function
 	attnSplit, attnCombine                                                                 *cuda.Function
+	gemvFP8, dequantFP8                                                                    *cuda.Function         // FP8 weights (fp8.go)
 	flash, attnDecode                                                                      map[int]*cuda.Function // by head width
 	// persistBlocks is the grid of the persistent GEMV kernels: blocks of 256
 	// threads resident at once on the whole GPU.
@@ -110,12 +112,13 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		gemvPersist: get("gemv_persist_bf16"), gemvPersistF32: get("gemv_persist_f32out"), gemv3: get("gemv3_bf16"),
 		gateUp:  get("gemv_gateup_silu_bf16"),
 		addBias: get("add_bias_bf16"),
+		gemvFP8: get("gemv_fp8"), dequantFP8: get("dequant_fp8_bf16"),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	ks.persistBlocks = map[*cuda.Function]int{}
-	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemv3, ks.gateUp} {
+	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemv3, ks.gateUp, ks.gemvFP8} {
 		n, err := f.MaxActiveBlocksPerSM(256, 0)
 		if err != nil {
 			return nil, fmt.Errorf("cudabackend: %w", err)
@@ -167,10 +170,10 @@ func (b *Backend) ActDType() runtime.DType { return runtime.BF16 }
 // calls it; calling it earlier is fine too.
 func (b *Backend) Close() error {
 	err := b.s.Synchronize()
-	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut) {
+	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq) {
 		buf.Free()
 	}
-	b.retired, b.step, b.ids, b.rope, b.part, b.argOut = nil, nil, nil, nil, nil, nil
+	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq = nil, nil, nil, nil, nil, nil, nil
 	b.stage.Free()
 	b.stage, b.stageEv = nil, nil
 	return err

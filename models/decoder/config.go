@@ -34,6 +34,10 @@ type Config struct {
 	MLPBias       bool // the MLP's projections have a bias; not implemented
 	QKNorm        bool // per-head RMSNorm of q and k over d before RoPE, weights [d] (Qwen3); Names.QNorm/KNorm
 	SlidingWindow int  // the query at position P sees positions P−SlidingWindow+1..P only (Mistral); 0 = all
+
+	// Quant is the checkpoint's FP8 weight scheme ("quantization_config");
+	// zero for full-precision weights.
+	Quant Quantization
 }
 
 // Rope is the rotary position embedding: from "rope_theta" and
@@ -78,6 +82,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("decoder config: MLP bias is not implemented")
 	case c.SlidingWindow < 0:
 		return fmt.Errorf("decoder config: sliding window %d is negative (0 means none)", c.SlidingWindow)
+	case c.Quant.Enabled() && (c.Quant.Layout.Block < 0 || c.Quant.ScaleName == ""):
+		return fmt.Errorf("decoder config: quantization %v needs a scale name and a block size that is not negative", c.Quant)
 	}
 	return nil
 }
@@ -119,6 +125,10 @@ func ReadConfig(f *loader.Fields) Config {
 	}
 	if c.Rope.Type == "longrope" { // runs with the short factors: the original context
 		c.MaxPositionEmbeddings = min(c.MaxPositionEmbeddings, c.Rope.OriginalMaxPositionEmbeddings)
+	}
+	c.Quant = ReadQuantization(f)
+	if f.Err() != nil {
+		return c
 	}
 	switch {
 	case c.NumAttentionHeads%c.NumKeyValueHeads != 0:
@@ -208,6 +218,9 @@ func (c *Config) Summary() string {
 	}
 	if c.SlidingWindow > 0 {
 		s += fmt.Sprintf(", sliding window %d", c.SlidingWindow)
+	}
+	if c.Quant.Enabled() {
+		s += ", " + c.Quant.String()
 	}
 	return s
 }

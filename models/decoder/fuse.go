@@ -12,11 +12,22 @@ import (
 // offload engine watches only the root and its units, so the layers it
 // streams still fuse their projections.
 
+// plain reports whether no Linear of ls is quantized: the fused ops take
+// plain weights only, so FP8 projections run one Linear at a time.
+func plain(ls ...*nn.Linear) bool {
+	for _, l := range ls {
+		if l.Scale != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // project computes q, k and v from h[T,D]: for one token in one op where the
 // backend fuses them (kernels.MultiMatMuler; the biases, if any, are added
 // after it), else as three Linear forwards.
 func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error {
-	if f, ok := b.(kernels.MultiMatMuler); ok && h.Dim(0) == 1 && nn.Unwatched(a.Q, a.K, a.V) {
+	if f, ok := b.(kernels.MultiMatMuler); ok && h.Dim(0) == 1 && nn.Unwatched(a.Q, a.K, a.V) && plain(a.Q, a.K, a.V) {
 		if err := f.MatMulN([]*runtime.Tensor{q, k, v}, h,
 			[]*runtime.Tensor{a.Q.Weight.Tensor(), a.K.Weight.Tensor(), a.V.Weight.Tensor()}); err != nil {
 			return err
@@ -43,7 +54,7 @@ func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error
 // gateUp leaves silu(gate(h))·up(h) in g (u is scratch): for one token in one
 // op where the backend fuses it (kernels.GateUpSiLUer), else gate, up, SiLUMul.
 func (p *MLP) gateUp(b kernels.Backend, g, u, h *runtime.Tensor) error {
-	if f, ok := b.(kernels.GateUpSiLUer); ok && h.Dim(0) == 1 && nn.Unwatched(p.Gate, p.Up) {
+	if f, ok := b.(kernels.GateUpSiLUer); ok && h.Dim(0) == 1 && nn.Unwatched(p.Gate, p.Up) && plain(p.Gate, p.Up) {
 		return f.GateUpSiLU(g, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor())
 	}
 	if err := p.Gate.Forward(b, g, h); err != nil {

@@ -150,6 +150,9 @@ func New(cfg *Config, names Names) (*Model, error) {
 		return nil, fmt.Errorf("decoder.New: rope: %w", err)
 	}
 	m.invFreq = inv
+	if err := m.quantize(); err != nil {
+		return nil, fmt.Errorf("decoder.New: %w", err)
+	}
 	return m, nil
 }
 
@@ -198,6 +201,9 @@ func (m *Model) ParamShapes() map[string]runtime.Shape {
 			out[x.Weight.Name()] = runtime.Shape{x.Out, x.In}
 			if x.Bias != nil {
 				out[x.Bias.Name()] = runtime.Shape{x.Out}
+			}
+			if x.Scale != nil {
+				out[x.Scale.Name()] = x.ScaleShape()
 			}
 		case *nn.Embedding:
 			out[x.Weight.Name()] = runtime.Shape{x.Vocab, x.Dim}

@@ -39,11 +39,11 @@ func SupportedWeightDType(d runtime.DType) bool {
 // name on dev, checking shapes and dtypes. Errors name the tensor and the
 // checkpoint directory; nothing stays allocated after an error.
 func (m *Model) BindCheckpoint(ck *loader.Checkpoint, dev runtime.Device) error {
-	if err := m.checkUnused(ck); err != nil {
+	shapes := m.ParamShapes()
+	if err := m.checkDTypes(ck.Info, "checkpoint "+ck.Dir()); err != nil {
 		m.Close()
 		return err
 	}
-	shapes := m.ParamShapes()
 	if missing := m.MissingTensors(ck); len(missing) > 0 {
 		m.Close()
 		list := missing
@@ -53,9 +53,17 @@ func (m *Model) BindCheckpoint(ck *loader.Checkpoint, dev runtime.Device) error 
 		return fmt.Errorf("checkpoint %s: %d tensors the config (%s) implies are missing: %s",
 			ck.Dir(), len(missing), m.Cfg.Summary(), strings.Join(list, ", "))
 	}
+	// After the dtype and missing-tensor checks, which name the more
+	// specific cause (FP8 weights without a quantization_config, a scale
+	// layout that does not match it).
+	if err := m.checkUnused(ck); err != nil {
+		m.Close()
+		return err
+	}
 	w, err := place.Bind(m, ck, dev,
 		place.WithShapes(shapes, "the config ("+m.Cfg.Summary()+")"),
-		place.WithDTypes(SupportedWeightDType, "the kernels take BF16, F16 or F32 weights"))
+		place.WithDTypes(func(d runtime.DType) bool { return SupportedWeightDType(d) || d == runtime.F8E4M3 },
+			"the kernels take BF16, F16 or F32 weights, or F8_E4M3 ones with a quantization_config"))
 	if err != nil {
 		m.Close()
 		return err

@@ -1,0 +1,96 @@
+//go:build cuda
+
+package cudabackend
+
+import (
+	"fmt"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/flextensor-go/flextensor/runtime/cuda"
+)
+
+var _ kernels.FP8MatMuler = (*Backend)(nil)
+
+// MatMulFP8 is kernels.FP8MatMuler on the GPU, weight-only (W8A16): out[T,N]
+// = x[T,D]·dequant(w, scale)ᵀ for an F8_E4M3 weight w[N,D] with scales per
+// output row or per block (F32, F16 or BF16), x BF16, out BF16 or F32, fp32
+// accumulation.
+//
+// One token (decode) runs gemv_fp8, which streams the FP8 bytes (half a
+// BF16 weight's) and widens them in registers, when D is a multiple of 16,
+// the block size (if any) a multiple of 16 and x and w 16-byte aligned.
+// Otherwise (a prefill, or an odd shape) the weight is dequantized to BF16
+// into a scratch buffer and multiplied with cuBLAS: the simplest correct
+// path, whose dequantization pass is small beside a long prefill's GEMM.
+// FP8 tensor-core GEMMs (cuBLASLt, activations quantized per token) are
+// not implemented.
+func (b *Backend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout kernels.FP8Layout) error {
+	if err := b.onDevice("MatMulFP8", "w", w); err != nil {
+		return err
+	}
+	if err := b.onDevice("MatMulFP8", "scale", scale); err != nil {
+		return err
+	}
+	if err := kernels.CheckFP8(w, scale, layout); err != nil {
+		return err
+	}
+	if w.DType() != runtime.F8E4M3 {
+		return fmt.Errorf("cudabackend.MatMulFP8: weight %v is %v; the CUDA kernels take F8_E4M3", w.Shape(), w.DType())
+	}
+	if err := b.act("MatMulFP8", "x", x); err != nil {
+		return err
+	}
+	if err := b.onDevice("MatMulFP8", "out", out); err != nil {
+		return err
+	}
+	if out.DType() != runtime.BF16 && out.DType() != runtime.F32 {
+		return fmt.Errorf("cudabackend.MatMulFP8: out is %v, want BF16 or F32", out.DType())
+	}
+	N, D := w.Dim(0), w.Dim(1)
+	if D == 0 || x.NumElements()%D != 0 {
+		return fmt.Errorf("cudabackend.MatMulFP8: x %v does not have rows of w's %d columns (w %v)", x.Shape(), D, w.Shape())
+	}
+	T := x.NumElements() / D
+	if out.NumElements() != T*N {
+		return fmt.Errorf("cudabackend.MatMulFP8: out %v, want %d×%d", out.Shape(), T, N)
+	}
+	if T == 0 || N == 0 {
+		return nil
+	}
+	blk, sstride := layout.Block, 0
+	if blk > 0 {
+		sstride = (D + blk - 1) / blk
+	}
+	f32 := out.DType() == runtime.F32
+	outF32 := 0
+	if f32 {
+		outF32 = 1
+	}
+	sdt := int(scale.DType())
+	if T == 1 && D%16 == 0 && blk%16 == 0 && aligned16(x.Ptr(), w.Ptr()) {
+		f := b.k.gemvFP8
+		return f.Launch(b.s, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
+			cuda.Ptr(out.Ptr()), cuda.I32(outF32), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.Ptr(scale.Ptr()), cuda.I32(sdt),
+			cuda.I32(N), cuda.I32(D), cuda.I32(blk), cuda.I32(sstride))
+	}
+	need := int64(N) * int64(D) * 2
+	if b.deq == nil || b.deq.Size() < need {
+		if b.deq != nil {
+			b.retired = append(b.retired, b.deq) // a captured graph may still read it
+			b.deq = nil
+		}
+		buf, err := b.dev.Alloc(need, "fp8 weight dequantized")
+		if err != nil {
+			return err
+		}
+		b.deq = buf
+	}
+	n := int64(N) * int64(D)
+	if err := b.k.dequantFP8.Launch(b.s, cuda.Dim3{X: b.gridFor(n)}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(b.deq.Ptr()), cuda.Ptr(w.Ptr()), cuda.Ptr(scale.Ptr()), cuda.I32(sdt),
+		cuda.I32(N), cuda.I32(D), cuda.I32(blk), cuda.I32(sstride)); err != nil {
+		return err
+	}
+	return b.blas.GemmBF16(b.s, out.Ptr(), !f32, x.Ptr(), b.deq.Ptr(), T, N, D)
+}
