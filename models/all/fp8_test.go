@@ -2,6 +2,7 @@ package all_test
 
 import (
 	"encoding/json"
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"math"
 	"os"
 	"path/filepath"
@@ -108,6 +109,16 @@ func TestFP8Checkpoints(t *testing.T) {
 					cpuLogits[p] = fp8Logits(t, cpuM, cpuB, ids)
 				}
 
+				// The CPU's logits at each step of the reference continuation.
+				greedyCache, err := cpuM.NewKVCache(cpuB, len(ref.GreedyPrompt)+len(ref.GreedyContinuation))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer greedyCache.Free()
+				cpuGreedy, err := testmodel.Steps(cpuM, cpuB, greedyCache, ref.GreedyPrompt, len(ref.GreedyContinuation), func(step int, _ []float32) int32 { return ref.GreedyContinuation[step] })
+				if err != nil {
+					t.Fatal(err)
+				}
 				check := func(t *testing.T, m *decoder.Model, what string) {
 					V := m.Cfg.VocabSize
 					for p, ids := range ref.InputIDs {
@@ -117,11 +128,20 @@ func TestFP8Checkpoints(t *testing.T) {
 							if d.Kind() == runtime.KindCPU {
 								devtest.Close(t, row, ref.Logits[p][i], 1e-3, 0)
 							}
-							if g, w := kernels.Argmax(row), kernels.Argmax(cpuLogits[p][i*V:(i+1)*V]); g != w {
-								t.Errorf("%s: prompt %d position %d: top-1 %d, the CPU's %d (max diff %.3g)", what, p, i, g, w, maxDiff(row, cpuLogits[p][i*V:(i+1)*V]))
+							cpuRow := cpuLogits[p][i*V : (i+1)*V]
+							if g, w := kernels.Argmax(row), kernels.Argmax(cpuRow); g != w {
+								// A GPU's bf16 activations move logits by up to its
+								// tolerance: a different top-1 is a near-tie then.
+								if margin := float64(cpuRow[w] - cpuRow[g]); d.Kind() != runtime.KindCPU && margin <= d.Tol.Abs {
+									t.Logf("%s: prompt %d position %d: top-1 %d, the CPU's %d: a near-tie (the CPU's margin %.3g ≤ %.3g)", what, p, i, g, w, margin, d.Tol.Abs)
+								} else {
+									t.Errorf("%s: prompt %d position %d: top-1 %d, the CPU's %d (max diff %.3g, the CPU's margin %.3g)", what, p, i, g, w, maxDiff(row, cpuRow), margin)
+								}
 							}
-							if g, w := kernels.Argmax(row), kernels.Argmax(ref.Logits[p][i]); g != w {
-								t.Errorf("%s: prompt %d position %d: top-1 %d, the reference's %d", what, p, i, g, w)
+							if d.Kind() == runtime.KindCPU {
+								if g, w := kernels.Argmax(row), kernels.Argmax(ref.Logits[p][i]); g != w {
+									t.Errorf("%s: prompt %d position %d: top-1 %d, the reference's %d", what, p, i, g, w)
+								}
 							}
 						}
 					}
@@ -130,8 +150,14 @@ func TestFP8Checkpoints(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						if !slices.Equal(got, ref.GreedyContinuation) {
-							t.Errorf("%s, eager %v: greedy continuation\n got  %v\n want %v", what, eager, got, ref.GreedyContinuation)
+						if j := firstDiff(got, ref.GreedyContinuation); j >= 0 {
+							// On a GPU the paths may part at a near-tie of the CPU's
+							// logits along the reference path, and only there.
+							if d.Kind() == runtime.KindCPU || len(cpuGreedy) <= j || float64(cpuGreedy[j][ref.GreedyContinuation[j]]-cpuGreedy[j][got[j]]) > d.Tol.Abs {
+								t.Errorf("%s, eager %v: greedy continuation\n got  %v\n want %v", what, eager, got, ref.GreedyContinuation)
+							} else {
+								t.Logf("%s, eager %v: greedy parts from the reference at step %d, a near-tie of the CPU's logits", what, eager, j)
+							}
 						}
 					}
 				}
@@ -393,4 +419,18 @@ func TestMakeCheckpointFP8(t *testing.T) {
 	if err := models.MakeCheckpointFormat(t.TempDir(), "qwen3-tiny", "int4", 1, 1, 1<<20); err == nil || !strings.Contains(err.Error(), `"int4"`) {
 		t.Errorf("unknown format: %v", err)
 	}
+}
+
+// firstDiff is the first index where a and b differ (or where one ends), -1
+// when they are equal.
+func firstDiff(a, b []int32) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
 }
