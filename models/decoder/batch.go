@@ -95,6 +95,7 @@ func (m *Model) ForwardBatch(b kernels.Backend, cache *kvcache.Paged, entries []
 		}
 	}
 	var logits *runtime.Tensor
+	m.passTokens = T
 	err = nn.Call(m, func() error {
 		x := rows(w.x, T) // the residual stream [T,D], all sequences packed
 		if err := m.Embed.Forward(b, x, ids); err != nil {
