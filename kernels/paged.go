@@ -22,6 +22,40 @@ type PagedKV struct {
 	SeqLens    []int32 // [N]
 }
 
+// Check validates the layout for queries packed as qStarts (N+1 row starts
+// of N = len(SeqLens) sequences) over a pool of poolRows rows: a positive
+// block size and table stride, a table of N rows, each sequence holding at
+// least its queries and at most MaxBlocks blocks, and every block it uses
+// inside the pool. It returns the longest sequence. Backends check before
+// any kernel reads through the table.
+func (kv PagedKV) Check(qStarts []int32, poolRows int) (maxLen int, err error) {
+	n := len(kv.SeqLens)
+	if len(qStarts) != n+1 || qStarts[0] != 0 {
+		return 0, fmt.Errorf("%d query starts for %d sequences, want %d starting at 0", len(qStarts), n, n+1)
+	}
+	if kv.BlockSize <= 0 || kv.MaxBlocks <= 0 || len(kv.BlockTable) != n*kv.MaxBlocks {
+		return 0, fmt.Errorf("block size %d, %d blocks per sequence, table of %d for %d sequences", kv.BlockSize, kv.MaxBlocks, len(kv.BlockTable), n)
+	}
+	poolBlocks := poolRows / kv.BlockSize
+	for s := range n {
+		nq, L := int(qStarts[s+1])-int(qStarts[s]), int(kv.SeqLens[s])
+		if nq < 0 || L < nq {
+			return 0, fmt.Errorf("sequence %d has %d queries and %d positions", s, nq, L)
+		}
+		used := (L + kv.BlockSize - 1) / kv.BlockSize
+		if used > kv.MaxBlocks {
+			return 0, fmt.Errorf("sequence %d holds %d positions, more than %d blocks of %d", s, L, kv.MaxBlocks, kv.BlockSize)
+		}
+		for _, blk := range kv.BlockTable[s*kv.MaxBlocks : s*kv.MaxBlocks+used] {
+			if blk < 0 || int(blk) >= poolBlocks {
+				return 0, fmt.Errorf("sequence %d names block %d of a pool of %d", s, blk, poolBlocks)
+			}
+		}
+		maxLen = max(maxLen, L)
+	}
+	return maxLen, nil
+}
+
 // PagedDecodeAttender is attention for decode steps over a paged cache: one
 // query per sequence, q and out [N,H,d], query s at position SeqLens[s]−1
 // of sequence s, attending to its positions max(0, SeqLens[s]−window)..
@@ -71,26 +105,9 @@ func PagedAttention(out, q, kPool, vPool []float32, qStarts []int32, kv PagedKV,
 	if len(kPool)%row != 0 || len(vPool) != len(kPool) {
 		return fmt.Errorf("kernels.PagedAttention: pools hold %d (k) and %d (v) values, want equal multiples of nKV·d = %d", len(kPool), len(vPool), row)
 	}
-	if kv.BlockSize <= 0 || kv.MaxBlocks <= 0 || len(kv.BlockTable) != n*kv.MaxBlocks {
-		return fmt.Errorf("kernels.PagedAttention: block size %d, %d blocks per sequence, table of %d for %d sequences", kv.BlockSize, kv.MaxBlocks, len(kv.BlockTable), n)
-	}
-	poolBlocks := len(kPool) / row / kv.BlockSize
-	maxCtx := 0
-	for s := range n {
-		nq, L := int(qStarts[s+1]-qStarts[s]), int(kv.SeqLens[s])
-		if nq < 0 || L < nq {
-			return fmt.Errorf("kernels.PagedAttention: sequence %d has %d queries and %d positions", s, nq, L)
-		}
-		used := (L + kv.BlockSize - 1) / kv.BlockSize
-		if used > kv.MaxBlocks {
-			return fmt.Errorf("kernels.PagedAttention: sequence %d holds %d positions, more than %d blocks of %d", s, L, kv.MaxBlocks, kv.BlockSize)
-		}
-		for _, blk := range kv.BlockTable[s*kv.MaxBlocks : s*kv.MaxBlocks+used] {
-			if blk < 0 || int(blk) >= poolBlocks {
-				return fmt.Errorf("kernels.PagedAttention: sequence %d names block %d of a pool of %d", s, blk, poolBlocks)
-			}
-		}
-		maxCtx = max(maxCtx, L)
+	maxCtx, err := kv.Check(qStarts, len(kPool)/row)
+	if err != nil {
+		return fmt.Errorf("kernels.PagedAttention: %w", err)
 	}
 	if T == 0 {
 		return nil
@@ -210,4 +227,83 @@ func (b *CPUBackend) VarlenPrefillAttention(out, q, kPool, vPool *runtime.Tensor
 		return err
 	}
 	return PagedAttention(ov, qv, kp, vp, qStarts, kv, H, K, d, window)
+}
+
+// BatchRoPEStorer rotates and stores a batch's packed tokens in one op:
+// token t of q [T,H,d] and k [T,K,d] is rotated at position positions[t]
+// (as RoPE rotates a token at that position), and the rotated k[t] and v[t]
+// [T,K,d] are written to row slots[t] of the pools kPool and vPool [P,K,d].
+// It is RoPE and StoreKV per token, for a batch whose tokens sit at
+// unrelated positions and pool rows (decoder.ForwardBatch).
+type BatchRoPEStorer interface {
+	RoPEStoreKVAt(q, k, v, kPool, vPool *runtime.Tensor, positions, slots []int32, invFreq []float32) error
+}
+
+// CheckRoPEStoreAt validates RoPEStoreKVAt's arguments by shape: q [T,H,d],
+// k and v [T,K,d], pools [P,K,d], T positions ≥ 0, T slots in [0,P) and
+// d/2 frequencies. It returns T, H, K and d.
+func CheckRoPEStoreAt(q, k, v, kPool, vPool *runtime.Tensor, positions, slots []int32, invFreq []float32) (T, H, K, d int, err error) {
+	for _, c := range []struct {
+		n string
+		t *runtime.Tensor
+	}{{"q", q}, {"k", k}, {"v", v}, {"k pool", kPool}, {"v pool", vPool}} {
+		if c.t == nil {
+			return 0, 0, 0, 0, fmt.Errorf("RoPEStoreKVAt: %s is nil", c.n)
+		}
+	}
+	qs, ks, ps := q.Shape(), k.Shape(), kPool.Shape()
+	if len(qs) != 3 || len(ks) != 3 || len(ps) != 3 || !ks.Equal(v.Shape()) || !ps.Equal(vPool.Shape()) ||
+		ks[0] != qs[0] || ks[2] != qs[2] || ps[1] != ks[1] || ps[2] != ks[2] || qs[2]%2 != 0 || len(invFreq) != qs[2]/2 {
+		return 0, 0, 0, 0, fmt.Errorf("RoPEStoreKVAt: q %v, k %v, v %v, pools %v / %v with %d frequencies: want [T,H,d], [T,K,d] and [P,K,d] with d/2 frequencies",
+			qs, ks, v.Shape(), ps, vPool.Shape(), len(invFreq))
+	}
+	T = qs[0]
+	if len(positions) != T || len(slots) != T {
+		return 0, 0, 0, 0, fmt.Errorf("RoPEStoreKVAt: %d positions and %d slots for %d tokens", len(positions), len(slots), T)
+	}
+	for t := range T {
+		if positions[t] < 0 {
+			return 0, 0, 0, 0, fmt.Errorf("RoPEStoreKVAt: token %d at position %d", t, positions[t])
+		}
+		if slots[t] < 0 || int(slots[t]) >= ps[0] {
+			return 0, 0, 0, 0, fmt.Errorf("RoPEStoreKVAt: token %d goes to pool row %d of %d", t, slots[t], ps[0])
+		}
+	}
+	return T, qs[1], ks[1], qs[2], nil
+}
+
+// RoPEStoreKVAt rotates each token at its own position and stores its key
+// and value at its own pool row (BatchRoPEStorer): the values of RoPE and
+// StoreKV token by token.
+func (b *CPUBackend) RoPEStoreKVAt(q, k, v, kPool, vPool *runtime.Tensor, positions, slots []int32, invFreq []float32) error {
+	T, H, K, d, err := CheckRoPEStoreAt(q, k, v, kPool, vPool, positions, slots, invFreq)
+	if err != nil {
+		return fmt.Errorf("kernels.%w", err)
+	}
+	vals := make([][]float32, 5)
+	for i, c := range []*runtime.Tensor{q, k, v, kPool, vPool} {
+		if vals[i], err = f32("RoPEStoreKVAt", c); err != nil {
+			return err
+		}
+	}
+	qv, kv, vv, kp, vp := vals[0], vals[1], vals[2], vals[3], vals[4]
+	row := K * d
+	grain := max(1, convGrain/((H+K)*d+8*d))
+	rot := func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			// ropeTokens rotates token t at pos0+t: pos0 = positions[t]−t.
+			p := int(positions[t]) - t
+			ropeTokens(qv, H, d, p, invFreq, t, t+1)
+			ropeTokens(kv, K, d, p, invFreq, t, t+1)
+			s := int(slots[t])
+			copy(kp[s*row:(s+1)*row], kv[t*row:(t+1)*row])
+			copy(vp[s*row:(s+1)*row], vv[t*row:(t+1)*row])
+		}
+	}
+	if !splits(T, grain) {
+		rot(0, T)
+		return nil
+	}
+	parallelFor(T, grain, func(_, lo, hi int) { rot(lo, hi) })
+	return nil
 }

@@ -131,3 +131,77 @@ func TestPagedAttentionBadInput(t *testing.T) {
 		t.Errorf("good layout: %v", err)
 	}
 }
+
+// TestRoPEStoreKVAt: tokens at unrelated positions and pool rows get
+// exactly the values of RoPE at each one's position and StoreKV at each
+// one's row; every other pool row is untouched; bad positions, slots and
+// shapes are errors naming them.
+func TestRoPEStoreKVAt(t *testing.T) {
+	const H, K, d, P = 4, 2, 8, 40
+	r := rand.New(rand.NewPCG(3, 9))
+	dev := runtime.NewCPU(0)
+	defer dev.Close()
+	b, err := NewCPUBackend(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := RopeInvFreq(d, 10000, RopeScaling{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensor := func(v []float32, shape ...int) *runtime.Tensor {
+		tt, err := runtime.NewTensor(dev, runtime.F32, shape, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tt.Buffer().Free)
+		copy(tt.F32(), v)
+		return tt
+	}
+	positions := []int32{0, 7, 3, 100, 4, 5}
+	slots := []int32{39, 0, 12, 13, 5, 6}
+	T := len(positions)
+	q, k, v := randF32(r, T*H*d), randF32(r, T*K*d), randF32(r, T*K*d)
+	kp0, vp0 := randF32(r, P*K*d), randF32(r, P*K*d)
+	qt, kt, vt := tensor(q, T, H, d), tensor(k, T, K, d), tensor(v, T, K, d)
+	kpt, vpt := tensor(kp0, P, K, d), tensor(vp0, P, K, d)
+	if err := b.RoPEStoreKVAt(qt, kt, vt, kpt, vpt, positions, slots, inv); err != nil {
+		t.Fatal(err)
+	}
+	wantK, wantV := slices.Clone(kp0), slices.Clone(vp0)
+	row := K * d
+	for i := range T {
+		qi, ki := tensor(q[i*H*d:(i+1)*H*d], 1, H, d), tensor(k[i*row:(i+1)*row], 1, K, d)
+		if err := b.RoPE(qi, int(positions[i]), inv); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.RoPE(ki, int(positions[i]), inv); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(qt.F32()[i*H*d:(i+1)*H*d], qi.F32()) || !slices.Equal(kt.F32()[i*row:(i+1)*row], ki.F32()) {
+			t.Errorf("token %d: rotated q or k differs from RoPE at position %d", i, positions[i])
+		}
+		copy(wantK[int(slots[i])*row:], ki.F32())
+		copy(wantV[int(slots[i])*row:], v[i*row:(i+1)*row])
+	}
+	if !slices.Equal(kpt.F32(), wantK) || !slices.Equal(vpt.F32(), wantV) {
+		t.Errorf("pools differ from StoreKV at each token's row")
+	}
+	for _, tc := range []struct {
+		name       string
+		pos, slots []int32
+		want       string
+	}{
+		{"negative position", []int32{0, -1, 3, 100, 4, 5}, slots, "token 1 at position -1"},
+		{"slot past the pool", positions, []int32{39, 0, 12, 40, 5, 6}, "token 3 goes to pool row 40 of 40"},
+		{"too few slots", positions, slots[:5], "6 positions and 5 slots for 6 tokens"},
+	} {
+		err := b.RoPEStoreKVAt(qt, kt, vt, kpt, vpt, tc.pos, tc.slots, inv)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+	if err := b.RoPEStoreKVAt(qt, kt, vt, kpt, vpt, positions, slots, inv[:1]); err == nil || !strings.Contains(err.Error(), "frequencies") {
+		t.Errorf("short frequency table: error %v", err)
+	}
+}

@@ -89,6 +89,8 @@ type engine struct {
 
 	replan replanState
 
+	tok tokenPlans // plans per tokens per forward (tokens.go)
+
 	st *stager // packs units into host blocks, uploads weights
 
 	// opts are the Offload options the engine was built with (LoadProfile
@@ -423,6 +425,9 @@ func (e *engine) Exit(mod nn.Module, ferr error) error {
 }
 
 func (e *engine) beginPass() error {
+	if err := e.tokensBegin(); err != nil {
+		return err
+	}
 	if e.phase == PhaseInference && e.measuring() {
 		return e.timing.begin(e)
 	}
@@ -432,7 +437,7 @@ func (e *engine) beginPass() error {
 // measuring reports whether INFERENCE passes record unit events: for the
 // timing report, or for a strategy replan's measurement.
 func (e *engine) measuring() bool {
-	return e.cfg.OffloadTiming != TimingOff || e.replan.state == ReplanInProgress
+	return e.cfg.OffloadTiming != TimingOff || e.replan.state == ReplanInProgress || e.tok.measure != nil
 }
 
 // finishPass ends one forward of the root: after a failure the pipeline is
@@ -503,6 +508,7 @@ func (e *engine) resync() {
 			e.ring.reset()
 		}
 		e.timing.abort()
+		e.tok.measure = nil
 	}
 }
 
@@ -524,6 +530,9 @@ func (e *engine) endPass(suspended bool) error {
 		if err := e.collectSamples(); err != nil {
 			return e.fail(err)
 		}
+		if e.tok.passT > 0 {
+			e.tok.profiled = append(e.tok.profiled, float64(e.tok.passT))
+		}
 		e.passes++
 		e.passProgress()
 		if e.passes >= e.cfg.ProfilingIters {
@@ -532,6 +541,11 @@ func (e *engine) endPass(suspended bool) error {
 			}
 		}
 	case PhaseInference:
+		if e.tok.measure != nil {
+			if err := e.tokensCollect(); err != nil {
+				return err
+			}
+		}
 		if e.replan.state == ReplanInProgress {
 			if err := e.replanCollect(); err != nil {
 				return err
@@ -683,6 +697,7 @@ func (e *engine) startInference() error {
 	}
 	e.curve = curve
 	in := PlanInput{FixedBytes: e.fixedBytes, Slots: e.cfg.TransferBlocks, Curve: curve, TransferScale: e.cfg.TransferBudgetScale}
+	e.tok.start(&in)
 	for _, u := range e.units {
 		in.Units = append(in.Units, PlanUnit{Name: u.name, Bytes: u.bytes, ComputeSec: median(u.samples)})
 	}

@@ -147,6 +147,9 @@ type PlanInput struct {
 	// TransferScale multiplies every predicted copy time (a safety factor,
 	// the "transfer budget scale"); 0 means 1.
 	TransferScale float64
+	// Tokens is the tokens per forward the compute times were measured at
+	// (0: unknown). It does not enter the search; the plan carries it.
+	Tokens int
 }
 
 // Plan says which units stay resident and how the others are streamed.
@@ -173,6 +176,10 @@ type Plan struct {
 	// FloorSec = max(Σ compute, Σ over streamed units of their scaled copy
 	// time): no schedule of this resident set can beat it.
 	FloorSec float64
+	// Tokens is the tokens per forward the plan was made for (PlanInput's):
+	// compute grows with the tokens a forward carries, so a plan made at one
+	// decode token and one made at a batch of 256 differ. 0: unknown.
+	Tokens int
 }
 
 // ErrBudget is wrapped by MakePlan's errors when no plan fits the budget.
@@ -478,6 +485,7 @@ func (p *planProblem) plan(res []bool, slots int) Plan {
 		SlotOf:       make([]int, p.n),
 		PredictedSec: e.sec,
 		PeakBytes:    e.peak,
+		Tokens:       p.in.Tokens,
 	}
 	var xfer float64
 	for u, r := range res {

@@ -24,6 +24,8 @@ type OffloadTimingSnapshot struct {
 	Pass        int
 	ForwardMs   float64 // root entry to root exit on the compute stream
 	PredictedMs float64 // the plan's prediction for one forward
+	Tokens      int     // the tokens the pass carried (0: unknown; see TokenCounter)
+	PlanTokens  int     // the tokens per forward the plan in force was made for
 	Records     []TrapTimingRecord
 }
 
@@ -145,6 +147,9 @@ type OffloadTimingReport struct {
 	ResidentUnits  int
 	StreamedUnits  int
 	TransferBlocks int
+	// PlanTokens is the tokens per forward the plan in force was made for
+	// (0: unknown; see TokenCounter).
+	PlanTokens int
 }
 
 // NumPasses is the number of passes in the report.
@@ -264,7 +269,7 @@ func (t *timingState) end(e *engine) error {
 	if err := e.copy.Synchronize(); err != nil {
 		return err
 	}
-	snap := OffloadTimingSnapshot{PredictedMs: e.plan.PredictedSec * 1e3}
+	snap := OffloadTimingSnapshot{PredictedMs: e.plan.PredictedSec * 1e3, Tokens: e.tok.passT, PlanTokens: e.plan.Tokens}
 	if t.rootStart != nil {
 		d, err := endEv.ElapsedSince(t.rootStart)
 		if err != nil {
@@ -344,7 +349,7 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 		return nil
 	}
 	r := &OffloadTimingReport{Snapshots: slices.Clone(t.snaps), PredictedMs: e.plan.PredictedSec * 1e3,
-		FloorMs: e.plan.FloorSec * 1e3, TransferBlocks: e.plan.Slots}
+		FloorMs: e.plan.FloorSec * 1e3, TransferBlocks: e.plan.Slots, PlanTokens: e.plan.Tokens}
 	idx := map[string]int{}
 	unitBytes := map[string]int64{}
 	for _, u := range e.units {
@@ -491,6 +496,9 @@ func (r *OffloadTimingReport) timingTable() string {
 		r.ForwardMs, len(r.Snapshots), r.PredictedMs, r.FloorMs)
 	fmt.Fprintf(&b, "%d resident / %d streamed units, %d transfer blocks, %.1f MiB streamed per pass at %.2f GB/s\n",
 		r.ResidentUnits, r.StreamedUnits, r.TransferBlocks, float64(r.StreamedBytes)/(1<<20), r.H2DGBps)
+	if r.PlanTokens > 0 {
+		fmt.Fprintf(&b, "plan made for %d tokens per forward\n", r.PlanTokens)
+	}
 	return b.String()
 }
 

@@ -23,7 +23,6 @@ import (
 // batchFlags are run-model's flags for many requests at once.
 type batchFlags struct {
 	file, out      string
-	kvCache        string
 	maxSeqs        int
 	maxBatchTokens int
 }
@@ -31,7 +30,6 @@ type batchFlags struct {
 func (f *batchFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.file, "batch-file", "", "run many requests batched: a JSON object per line with prompt or token_ids, and optionally max_new_tokens, temperature, top_k, top_p, seed, stop_token_ids, ignore_eos (defaults: the flags)")
 	fs.StringVar(&f.out, "out", "", "with --batch-file: write a JSON result per line here (default stdout)")
-	fs.StringVar(&f.kvCache, "kv-cache", "", "with --batch-file: device memory for the paged KV cache, as bytes (2GiB) or a fraction of the device (0.2), apart from --gpu-budget's weights (default: room for every request at once)")
 	fs.IntVar(&f.maxSeqs, "max-seqs", 256, "with --batch-file: most requests in one forward")
 	fs.IntVar(&f.maxBatchTokens, "max-batch-tokens", 512, "with --batch-file: most tokens in one forward (long prompts are prefilled in chunks between decode steps)")
 }
@@ -142,7 +140,6 @@ func parseBatchLine(text []byte, o *runOptions) (generate.Request, *string, erro
 // most a quarter of a device that has a limit).
 func kvCacheBlocks(flag string, m *decoder.Model, b kernels.Backend, reqs []batchRequest) (int, error) {
 	cfg := m.PagedConfig(0, 0)
-	per := cfg.BlockBytes(b.ActDType())
 	limit := b.Device().Memory().Limit
 	if flag == "" {
 		bs := kvcache.DefaultBlockSize
@@ -159,6 +156,15 @@ func kvCacheBlocks(flag string, m *decoder.Model, b kernels.Backend, reqs []batc
 		}
 		return max(n, 1), nil
 	}
+	return kvFlagBlocks(flag, m, b)
+}
+
+// kvFlagBlocks is the number of KV blocks --kv-cache (bytes, or a fraction
+// of the device's memory limit) holds for m.
+func kvFlagBlocks(flag string, m *decoder.Model, b kernels.Backend) (int, error) {
+	cfg := m.PagedConfig(0, 0)
+	per := cfg.BlockBytes(b.ActDType())
+	limit := b.Device().Memory().Limit
 	budget, err := offload.ParseBudget(flag)
 	if err != nil {
 		return 0, usageError{fmt.Errorf("--kv-cache: %w", err)}
@@ -181,7 +187,7 @@ func kvCacheBlocks(flag string, m *decoder.Model, b kernels.Backend, reqs []batc
 // (reporting true), and refuses the batch flags without it.
 func maybeRunBatch(o *runOptions, stdout, stderr io.Writer) (bool, error) {
 	if o.batch.file == "" {
-		if o.batch.out != "" || o.batch.kvCache != "" {
+		if o.batch.out != "" || o.dev.kvCache != "" {
 			return true, usagef("--out and --kv-cache apply with --batch-file only")
 		}
 		return false, nil
@@ -257,7 +263,7 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 			r.req.Prompt[j] = int32(id)
 		}
 	}
-	blocks, err := kvCacheBlocks(f.kvCache, m, b, reqs)
+	blocks, err := kvCacheBlocks(o.dev.kvCache, m, b, reqs)
 	if err != nil {
 		return err
 	}

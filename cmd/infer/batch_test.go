@@ -164,3 +164,27 @@ func TestBenchBatch(t *testing.T) {
 		t.Errorf("--batch 1,0: exit %d, %s", code, errOut)
 	}
 }
+
+// TestBenchBatchKVCache: bench --batch takes --kv-cache (a device flag):
+// the cache is that size when it holds every sequence, a usage error naming
+// what is needed when it does not; bench without --batch refuses it.
+func TestBenchBatchKVCache(t *testing.T) {
+	args := []string{"bench", "--device", "cpu", "--budgets", "resident", "--batch", "2", "--context", "5", "--iters", "1", "--warmup", "0", "--json"}
+	code, out, errOut := run(t, append(args, "--kv-cache", "1MiB")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r batchBenchRow
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &r); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	if r.KVBytes <= 512<<10 || r.KVBytes > 1<<20 {
+		t.Errorf("KV cache of %d bytes, want --kv-cache's 1 MiB rounded down to whole blocks", r.KVBytes)
+	}
+	if code, _, errOut := run(t, append(args, "--kv-cache", "40KiB")...); code != 2 || !strings.Contains(errOut, "2 sequences of 6 positions need") {
+		t.Errorf("--kv-cache 40KiB (one block): exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := run(t, "bench", "--kv-cache", "1MiB"); code != 2 || !strings.Contains(errOut, "--kv-cache applies to batched runs") {
+		t.Errorf("bench --kv-cache without --batch: exit %d, %s", code, errOut)
+	}
+}

@@ -83,7 +83,7 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 	}
 	measure := func(budget string, m *decoder.Model, warm int) error {
 		for _, B := range sizes {
-			times, kvBytes, err := measureBatchSteps(m, backend, B, o.context, warm, o.iters, uint64(B))
+			times, kvBytes, err := measureBatchSteps(m, backend, B, o.context, warm, o.iters, uint64(B), d.kvCache)
 			if err != nil {
 				return fmt.Errorf("budget %s, batch %d: %w", budget, B, err)
 			}
@@ -143,8 +143,9 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 // measureBatchSteps prefills B sequences of context random tokens (packed
 // several to a forward), then times warm+iters decode steps of all B at
 // once, returning the measured steps' wall times (ms) and the KV cache's
-// bytes.
-func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, iters int, seed uint64) ([]float64, int64, error) {
+// bytes. The cache holds every sequence's positions, or with kvFlag
+// (--kv-cache) that memory, which must hold them.
+func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, iters int, seed uint64, kvFlag string) ([]float64, int64, error) {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	randIDs := func(n int) []int32 {
 		ids := make([]int32, n)
@@ -154,7 +155,18 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 		return ids
 	}
 	perSeq := (context + warm + iters + kvcache.DefaultBlockSize - 1) / kvcache.DefaultBlockSize
-	cache, err := m.NewPagedCache(b, B*perSeq, 0)
+	blocks := B * perSeq
+	if kvFlag != "" {
+		n, err := kvFlagBlocks(kvFlag, m, b)
+		if err != nil {
+			return nil, 0, err
+		}
+		if n < blocks {
+			return nil, 0, usagef("--kv-cache %s holds %d KV blocks; %d sequences of %d positions need %d", kvFlag, n, B, context+warm+iters, blocks)
+		}
+		blocks = n
+	}
+	cache, err := m.NewPagedCache(b, blocks, 0)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -95,6 +95,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if o.batch != "" {
 		return benchBatch(o, stdout)
 	}
+	if o.d.kvCache != "" {
+		return usagef("--kv-cache applies to batched runs (run-model --batch-file, bench --batch)")
+	}
 	d := o.d
 	budgets, mode, tokens, context, iters, warm, jsonOut := &o.budgets, &o.mode, &o.tokens, &o.context, &o.iters, &o.warm, &o.jsonOut
 	if *mode != "decode" && *mode != "prefill" {

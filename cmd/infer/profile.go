@@ -61,6 +61,9 @@ func profileCmd(args []string, stdout, stderr io.Writer) error {
 	if *context <= 0 {
 		return usagef("--context %d must be positive", *context)
 	}
+	if d.kvCache != "" {
+		return usagef("--kv-cache applies to batched runs (run-model --batch-file, bench --batch)")
+	}
 	if err := d.checkOffloadFlags(); err != nil {
 		return err
 	}

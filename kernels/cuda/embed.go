@@ -5,10 +5,13 @@
 //
 // Files: common.cuh (helpers, first), elementwise.cu (add, SiLU·up,
 // embedding gather, KV-cache row stores, casts, random fill, argmax),
-// norm.cu (RMSNorm), rope.cu (RoPE, fused RoPE + KV store), gemv.cu
+// norm.cu (RMSNorm), rope.cu (RoPE, fused RoPE + KV store, also at
+// per-token positions and pool rows), gemv.cu
 // (one-token matrix-vector products), attention.cu (split-context decode
-// attention and FlashAttention-2-style prefill on tensor cores). Each
-// kernel's comment gives what it computes.
+// attention and FlashAttention-2-style prefill on tensor cores), paged.cu
+// (the same attentions over a paged KV cache: batched decode and packed
+// variable-length prefill read through block tables). Each kernel's comment
+// gives what it computes.
 package cuda
 
 import (

@@ -61,3 +61,32 @@ extern "C" __global__ void rope_store_bf16(bf16_t* q, bf16_t* k, const bf16_t* v
 		}
 	}
 }
+
+// rope_store_paged_bf16 is rope_store_bf16 for a batch's packed tokens at
+// unrelated positions and pool rows: token t = blockIdx.x sits at position
+// ps[2t] and its rotated key and its value land in pool row ps[2t+1] of kc
+// and vc [P,K,d] (the host checks the rows). q[t] (H heads) and k[t] (K
+// heads) are rotated in place as rope_bf16 does. The work of a token spreads
+// over gridDim.y blocks.
+extern "C" __global__ void rope_store_paged_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc,
+		int H, int K, int d, const int* ps, const float* inv) {
+	const int t = blockIdx.x, half = d >> 1;
+	const int p = ps[2 * t];
+	const usize slot = (usize)ps[2 * t + 1];
+	const int row = K * d;
+	bf16_t* qr = q + (usize)t * H * d;
+	bf16_t* kr = k + (usize)t * row;
+	const int pairs = (H + K) * half;
+	for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < pairs + row; j += gridDim.y * blockDim.x) {
+		if (j < H * half) {
+			const int h = j / half;
+			rope_pair(qr + h * d, 0, j - h * half, half, p, inv);
+		} else if (j < pairs) {
+			const int h = (j - H * half) / half, i = j - H * half - h * half;
+			rope_pair(kr + h * d, kc + slot * row + h * d, i, half, p, inv);
+		} else {
+			const int e = j - pairs;
+			vc[slot * row + e] = v[(usize)t * row + e];
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sort"
 	"sync"
 	"unsafe"
 
@@ -48,6 +49,9 @@ type Backend struct {
 	// noFlash routes every attention through the split kernel (tests).
 	noFlash bool
 
+	// meta holds the per-call int32 inputs of the paged ops on the device.
+	meta pagedMeta
+
 	// GEMVRowBlocks selects the row-block GEMV kernels for one-token MatMuls
 	// instead of the persistent one-warp-per-row kernel (faster on the H200:
 	// 3.98 against 3.48 TB/s on Llama-3-8B's down projection); GEMVUnroll (4,
@@ -73,6 +77,7 @@ type kernelSet struct {
 	// persistBlocks is the grid of the persistent GEMV kernels: blocks of 256
 	// threads resident at once on the whole GPU.
 	persistBlocks map[*cuda.Function]int
+	paged         pagedKernels // over a paged KV cache (see the end of the file)
 }
 
 var (
@@ -113,6 +118,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		gateUp:  get("gemv_gateup_silu_bf16"),
 		addBias: get("add_bias_bf16"),
 		gemvFP8: get("gemv_fp8"), dequantFP8: get("dequant_fp8_bf16"),
+		paged: loadPaged(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -174,6 +180,7 @@ func (b *Backend) Close() error {
 		buf.Free()
 	}
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq = nil, nil, nil, nil, nil, nil, nil
+	b.meta.free()
 	b.stage.Free()
 	b.stage, b.stageEv = nil, nil
 	return err
@@ -1004,4 +1011,333 @@ var (
 	_ kernels.Argmaxer      = (*Backend)(nil)
 	_ kernels.MultiMatMuler = (*Backend)(nil)
 	_ kernels.GateUpSiLUer  = (*Backend)(nil)
+)
+
+// ---- Paged KV cache: batched decode and varlen prefill attention, batched
+// RoPE + KV store (kernels.PagedDecodeAttender, kernels.VarlenPrefillAttender,
+// kernels.BatchRoPEStorer); kernels in paged.cu and rope.cu. ----
+
+// pagedKernels are the kernels over a paged KV cache.
+type pagedKernels struct {
+	split, ropeStore *cuda.Function
+	decode, flash    map[int]*cuda.Function // by head width
+}
+
+// loadPaged looks the paged kernels up in the compiled module.
+func loadPaged(get func(string) *cuda.Function) pagedKernels {
+	return pagedKernels{
+		split:     get("attn_paged_split_bf16"),
+		ropeStore: get("rope_store_paged_bf16"),
+		decode:    map[int]*cuda.Function{64: get("attn_paged_decode_d64_bf16"), 128: get("attn_paged_decode_d128_bf16")},
+		flash: map[int]*cuda.Function{32: get("attn_varlen_flash_d32_bf16"), 64: get("attn_varlen_flash_d64_bf16"),
+			128: get("attn_varlen_flash_d128_bf16")},
+	}
+}
+
+// metaUpload is one kind of per-call int32 input (block tables, lengths,
+// positions) on the device: uploaded through pinned staging in stream
+// order, and reused while a call passes the same values (every layer of a
+// forward does), so a batched forward uploads each kind once.
+type metaUpload struct {
+	vals  []int32 // what dev holds
+	dev   *runtime.DeviceBuffer
+	stage *runtime.HostBuffer
+	ev    *cuda.Event // completes when the last copy from stage has run
+}
+
+// pagedMeta are the paged ops' uploads, one per op so that they do not
+// evict each other within a forward.
+type pagedMeta struct{ rope, decode, prefill metaUpload }
+
+func (m *pagedMeta) free() {
+	for _, u := range []*metaUpload{&m.rope, &m.decode, &m.prefill} {
+		u.dev.Free()
+		u.stage.Free()
+		*u = metaUpload{}
+	}
+}
+
+// uploadMeta returns the device address of vals (not empty), uploading them
+// unless m already holds them.
+func (b *Backend) uploadMeta(m *metaUpload, vals []int32, label string) (uintptr, error) {
+	if b.capturing {
+		return 0, fmt.Errorf("cudabackend: %s: the paged ops upload per-call tables and cannot be captured into a step graph", label)
+	}
+	if m.dev != nil && slices.Equal(m.vals, vals) {
+		return m.dev.Ptr(), nil
+	}
+	m.vals = m.vals[:0]
+	n := int64(4 * len(vals))
+	if m.ev != nil {
+		if err := m.ev.Synchronize(); err != nil { // the last copy out of stage has run
+			return 0, err
+		}
+	}
+	if m.stage == nil || m.stage.Size() < n {
+		m.stage.Free()
+		m.stage = nil
+		st, err := b.dev.AllocHost(max(n, 4096), label+" staging")
+		if err != nil {
+			return 0, err
+		}
+		m.stage = st
+	}
+	if m.dev == nil || m.dev.Size() < n {
+		if m.dev != nil {
+			b.retired = append(b.retired, m.dev)
+		}
+		buf, err := b.dev.Alloc(max(n, 4096), label)
+		if err != nil {
+			m.dev = nil
+			return 0, err
+		}
+		m.dev = buf
+	}
+	copy(m.stage.Bytes(), unsafe.Slice((*byte)(unsafe.Pointer(&vals[0])), n))
+	if err := b.s.CopyH2D(m.dev, 0, m.stage, 0, n); err != nil {
+		return 0, err
+	}
+	ev, err := b.s.RecordEvent()
+	if err != nil {
+		return 0, err
+	}
+	m.ev = ev
+	m.vals = append(m.vals, vals...)
+	return m.dev.Ptr(), nil
+}
+
+// pagedShapes checks a paged attention's tensors: out and q [T,H,d], pools
+// [P,K,d] (16-byte aligned), d % 8 == 0, 1 ≤ H/K ≤ 16.
+func (b *Backend) pagedShapes(op string, out, q, kPool, vPool *runtime.Tensor, window int) (T, H, K, d int, err error) {
+	if window < 0 {
+		return 0, 0, 0, 0, fmt.Errorf("cudabackend.%s: sliding window %d is negative (0 means none)", op, window)
+	}
+	for _, c := range []struct {
+		n string
+		t *runtime.Tensor
+	}{{"out", out}, {"q", q}, {"k pool", kPool}, {"v pool", vPool}} {
+		if err := b.act(op, c.n, c.t); err != nil {
+			return 0, 0, 0, 0, err
+		}
+	}
+	qs, ps := q.Shape(), kPool.Shape()
+	if len(qs) != 3 || len(ps) != 3 || !ps.Equal(vPool.Shape()) || qs[2] != ps[2] || !out.Shape().Equal(qs) {
+		return 0, 0, 0, 0, fmt.Errorf("cudabackend.%s: q %v, out %v, pools %v / %v: want [T,H,d] and [P,K,d]", op, qs, out.Shape(), ps, vPool.Shape())
+	}
+	T, H, K, d = qs[0], qs[1], ps[1], qs[2]
+	if K == 0 || H%K != 0 || H/K > 16 {
+		return 0, 0, 0, 0, fmt.Errorf("cudabackend.%s: %d query heads for %d KV heads: want a multiple, at most 16 per KV head", op, H, K)
+	}
+	if d%8 != 0 || d > 1024 {
+		return 0, 0, 0, 0, fmt.Errorf("cudabackend.%s: head width %d not supported (want a multiple of 8, at most 1024)", op, d)
+	}
+	if !aligned16(kPool.Ptr(), vPool.Ptr()) {
+		return 0, 0, 0, 0, fmt.Errorf("cudabackend.%s: the pools are not 16-byte aligned", op)
+	}
+	return T, H, K, d, nil
+}
+
+// ensurePart makes the attention partials buffer at least need bytes.
+func (b *Backend) ensurePart(need int64) error {
+	if b.part != nil && b.part.Size() >= need {
+		return nil
+	}
+	if b.part != nil {
+		b.retired = append(b.retired, b.part)
+		b.part = nil
+	}
+	buf, err := b.dev.Alloc(max(need, 1<<20), "attention partials")
+	if err != nil {
+		return err
+	}
+	b.part = buf
+	return nil
+}
+
+// pagedSplitAttention runs the split kernels for query rows rows[2t],
+// rows[2t+1] = (sequence, position) of q's row t over kv's block table, then
+// attn_combine_bf16 into out. Splits: enough blocks for about four waves
+// of the GPU, at most one per 64 visible positions (64 in all).
+func (b *Backend) pagedSplitAttention(op string, m *metaUpload, out, q, kPool, vPool *runtime.Tensor, rows []int32,
+	kv kernels.PagedKV, H, K, d, maxLen, window int) error {
+	R := len(rows) / 2
+	if R > 65535 {
+		return fmt.Errorf("cudabackend.%s: %d query rows through the split kernel, at most 65535", op, R)
+	}
+	meta := make([]int32, 0, len(rows)+len(kv.BlockTable))
+	meta = append(append(meta, rows...), kv.BlockTable...)
+	base, err := b.uploadMeta(m, meta, "paged attention tables")
+	if err != nil {
+		return err
+	}
+	rowsP, tableP := base, base+uintptr(4*len(rows))
+	span := maxLen
+	if window > 0 {
+		span = min(span, window)
+	}
+	nsplit := max(1, min(splitsFor(span), (4*b.sms+K*R-1)/(K*R)))
+	poBytes := int64(R) * int64(nsplit) * int64(H) * int64(d) * 4
+	if err := b.ensurePart(poBytes + int64(R)*int64(nsplit)*int64(H)*8); err != nil {
+		return err
+	}
+	po, pml := b.part.Ptr(), b.part.Ptr()+uintptr(poBytes)
+	scale := float32(math.Log2E / math.Sqrt(float64(d)))
+	if f, ok := b.k.paged.decode[d]; ok && !b.noFlash {
+		if err := f.Launch(b.s, cuda.Dim3{X: K, Y: nsplit, Z: R}, cuda.Dim3{X: 128}, 0,
+			cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(q.Ptr()), cuda.Ptr(kPool.Ptr()), cuda.Ptr(vPool.Ptr()),
+			cuda.I32(H), cuda.I32(K), cuda.I32(nsplit), cuda.Ptr(rowsP), cuda.Ptr(tableP), cuda.I32(kv.MaxBlocks), cuda.I32(kv.BlockSize),
+			cuda.F32(scale), cuda.I32(window)); err != nil {
+			return err
+		}
+	} else {
+		G := H / K
+		nt := max(128, (d+31)/32*32)
+		smem := 4 * (G*d + G*nt + 3*G)
+		if err := b.k.paged.split.Launch(b.s, cuda.Dim3{X: K, Y: nsplit, Z: R}, cuda.Dim3{X: nt}, smem,
+			cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(q.Ptr()), cuda.Ptr(kPool.Ptr()), cuda.Ptr(vPool.Ptr()),
+			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(nsplit), cuda.Ptr(rowsP), cuda.Ptr(tableP), cuda.I32(kv.MaxBlocks),
+			cuda.I32(kv.BlockSize), cuda.F32(scale), cuda.I32(window)); err != nil {
+			return err
+		}
+	}
+	return b.k.attnCombine.Launch(b.s, cuda.Dim3{X: H, Y: R}, cuda.Dim3{X: 128}, 0,
+		cuda.Ptr(out.Ptr()), cuda.Ptr(po), cuda.Ptr(pml), cuda.I32(H), cuda.I32(d), cuda.I32(nsplit))
+}
+
+// PagedDecodeAttention is one query per sequence over the paged pools
+// (kernels.PagedDecodeAttender): the split kernels (head widths 64 and 128
+// stage keys and values through shared memory), each split walking its part
+// of the sequence's block table, and the combine kernel.
+func (b *Backend) PagedDecodeAttention(out, q, kPool, vPool *runtime.Tensor, kv kernels.PagedKV, window int) error {
+	const op = "PagedDecodeAttention"
+	T, H, K, d, err := b.pagedShapes(op, out, q, kPool, vPool, window)
+	if err != nil {
+		return err
+	}
+	N := len(kv.SeqLens)
+	if T != N {
+		return fmt.Errorf("cudabackend.%s: %d queries for %d sequences, want one each", op, T, N)
+	}
+	starts := make([]int32, N+1)
+	for i := range starts {
+		starts[i] = int32(i)
+	}
+	maxLen, err := kv.Check(starts, kPool.Dim(0))
+	if err != nil {
+		return fmt.Errorf("cudabackend.%s: %w", op, err)
+	}
+	if N == 0 {
+		return nil
+	}
+	rows := make([]int32, 2*N)
+	for s := range N {
+		rows[2*s], rows[2*s+1] = int32(s), kv.SeqLens[s]-1
+	}
+	return b.pagedSplitAttention(op, &b.meta.decode, out, q, kPool, vPool, rows, kv, H, K, d, maxLen, window)
+}
+
+// VarlenPrefillAttention is causal attention of packed sequences over the
+// paged pools (kernels.VarlenPrefillAttender): the tensor-core flash kernel
+// over every sequence's 64-query tiles (longest first) for head widths 32,
+// 64 and 128, else the split kernels with one query row each.
+func (b *Backend) VarlenPrefillAttention(out, q, kPool, vPool *runtime.Tensor, qStarts []int32, kv kernels.PagedKV, window int) error {
+	const op = "VarlenPrefillAttention"
+	T, H, K, d, err := b.pagedShapes(op, out, q, kPool, vPool, window)
+	if err != nil {
+		return err
+	}
+	maxLen, err := kv.Check(qStarts, kPool.Dim(0))
+	if err != nil {
+		return fmt.Errorf("cudabackend.%s: %w", op, err)
+	}
+	N := len(kv.SeqLens)
+	if int(qStarts[N]) != T {
+		return fmt.Errorf("cudabackend.%s: the query starts end at %d, q has %d rows", op, qStarts[N], T)
+	}
+	if T == 0 {
+		return nil
+	}
+	if f, ok := b.k.paged.flash[d]; ok && !b.noFlash {
+		type tile struct{ seq, qt, end int32 }
+		var tiles []tile
+		for s := range N {
+			n := qStarts[s+1] - qStarts[s]
+			pos := kv.SeqLens[s] - n
+			for qt := int32(0); qt*64 < n; qt++ {
+				tiles = append(tiles, tile{int32(s), qt, pos + min(n, qt*64+64)})
+			}
+		}
+		// Longest first: the tiles that see the most keys start first.
+		sort.SliceStable(tiles, func(i, j int) bool { return tiles[i].end > tiles[j].end })
+		meta := make([]int32, 0, 2*len(tiles)+2*N+1+len(kv.BlockTable))
+		for _, tl := range tiles {
+			meta = append(meta, tl.seq, tl.qt)
+		}
+		meta = append(meta, qStarts...)
+		meta = append(meta, kv.SeqLens...)
+		meta = append(meta, kv.BlockTable...)
+		base, err := b.uploadMeta(&b.meta.prefill, meta, "varlen attention tables")
+		if err != nil {
+			return err
+		}
+		tilesP := base
+		startsP := tilesP + uintptr(4*2*len(tiles))
+		lensP := startsP + uintptr(4*(N+1))
+		tableP := lensP + uintptr(4*N)
+		scale := float32(math.Log2E / math.Sqrt(float64(d)))
+		return f.Launch(b.s, cuda.Dim3{X: len(tiles), Y: H}, cuda.Dim3{X: 128}, 0,
+			cuda.Ptr(out.Ptr()), cuda.Ptr(q.Ptr()), cuda.Ptr(kPool.Ptr()), cuda.Ptr(vPool.Ptr()),
+			cuda.I32(H), cuda.I32(K), cuda.Ptr(tilesP), cuda.Ptr(startsP), cuda.Ptr(lensP), cuda.Ptr(tableP),
+			cuda.I32(kv.MaxBlocks), cuda.I32(kv.BlockSize), cuda.F32(scale), cuda.I32(window))
+	}
+	rows := make([]int32, 0, 2*T)
+	for s := range N {
+		n := qStarts[s+1] - qStarts[s]
+		for j := range n {
+			rows = append(rows, int32(s), kv.SeqLens[s]-n+j)
+		}
+	}
+	return b.pagedSplitAttention(op, &b.meta.prefill, out, q, kPool, vPool, rows, kv, H, K, d, maxLen, window)
+}
+
+// RoPEStoreKVAt rotates each token at its own position and stores its key
+// and value at its own pool row, one launch for the whole batch
+// (kernels.BatchRoPEStorer).
+func (b *Backend) RoPEStoreKVAt(q, k, v, kPool, vPool *runtime.Tensor, positions, slots []int32, invFreq []float32) error {
+	for _, c := range []struct {
+		n string
+		t *runtime.Tensor
+	}{{"q", q}, {"k", k}, {"v", v}, {"k pool", kPool}, {"v pool", vPool}} {
+		if err := b.act("RoPEStoreKVAt", c.n, c.t); err != nil {
+			return err
+		}
+	}
+	T, H, K, d, err := kernels.CheckRoPEStoreAt(q, k, v, kPool, vPool, positions, slots, invFreq)
+	if err != nil {
+		return fmt.Errorf("cudabackend.%w", err)
+	}
+	if T == 0 {
+		return nil
+	}
+	tab, err := b.ropeTable(invFreq)
+	if err != nil {
+		return err
+	}
+	ps := make([]int32, 2*T)
+	for t := range T {
+		ps[2*t], ps[2*t+1] = positions[t], slots[t]
+	}
+	p, err := b.uploadMeta(&b.meta.rope, ps, "batched rope positions")
+	if err != nil {
+		return err
+	}
+	return b.k.paged.ropeStore.Launch(b.s, cuda.Dim3{X: T, Y: ropeGridY((H+K)*d/2 + K*d)}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kPool.Ptr()), cuda.Ptr(vPool.Ptr()),
+		cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.Ptr(p), cuda.Ptr(tab))
+}
+
+var (
+	_ kernels.PagedDecodeAttender   = (*Backend)(nil)
+	_ kernels.VarlenPrefillAttender = (*Backend)(nil)
+	_ kernels.BatchRoPEStorer       = (*Backend)(nil)
 )

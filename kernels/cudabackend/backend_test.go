@@ -758,3 +758,180 @@ func TestAddBias(t *testing.T) {
 		})
 	}
 }
+
+// pagedSeq is one sequence of a paged-attention case: nq new queries at the
+// end of ctx positions (ctx > nq: a chunk after a cached prefix).
+type pagedSeq struct{ nq, ctx int }
+
+// pagedLayout hands the sequences' blocks out of a pool of P = blocks·bs
+// rows in a shuffled order and fills the rows they use with random bf16
+// values; every other row is NaN, so a kernel reading outside the block
+// tables poisons its output.
+func pagedLayout(rng *rand.Rand, seqs []pagedSeq, K, d, bs int) (kernels.PagedKV, []int32, []float32, []float32, int) {
+	maxBlocks, used := 1, 0
+	for _, s := range seqs {
+		maxBlocks = max(maxBlocks, (s.ctx+bs-1)/bs)
+		used += (s.ctx + bs - 1) / bs
+	}
+	blocks := used + 5
+	perm := rng.Perm(blocks)
+	kv := kernels.PagedKV{BlockSize: bs, MaxBlocks: maxBlocks, BlockTable: make([]int32, len(seqs)*maxBlocks)}
+	row := K * d
+	kp, vp := make([]float32, blocks*bs*row), make([]float32, blocks*bs*row)
+	for i := range kp {
+		kp[i], vp[i] = float32(math.NaN()), float32(math.NaN())
+	}
+	qStarts := []int32{0}
+	next := 0
+	for i, s := range seqs {
+		for blk := range (s.ctx + bs - 1) / bs {
+			kv.BlockTable[i*maxBlocks+blk] = int32(perm[next])
+			next++
+		}
+		for p := range s.ctx {
+			r := int(kv.BlockTable[i*maxBlocks+p/bs])*bs + p%bs
+			copy(kp[r*row:(r+1)*row], randBF16(rng, row, 2))
+			copy(vp[r*row:(r+1)*row], randBF16(rng, row, 2))
+		}
+		kv.SeqLens = append(kv.SeqLens, int32(s.ctx))
+		qStarts = append(qStarts, qStarts[i]+int32(s.nq))
+	}
+	return kv, qStarts, kp, vp, blocks * bs
+}
+
+// TestPagedAttention: batched decode and packed varlen prefill over a paged
+// pool with shuffled block tables and mixed lengths (prefills from 0,
+// chunks after a cached prefix, single decode steps), with and without a
+// sliding window, through the flash, staged-decode and generic split
+// kernels, against the CPU reference; pool rows outside the tables are NaN.
+func TestPagedAttention(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	dec := func(ctxs ...int) []pagedSeq {
+		var s []pagedSeq
+		for _, c := range ctxs {
+			s = append(s, pagedSeq{1, c})
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name                string
+		H, K, d, bs, window int
+		noFlash             bool
+		seqs                []pagedSeq
+	}{
+		{"decode d128 mixed", 32, 8, 128, 16, 0, false, dec(1, 17, 512, 300, 64, 2)},
+		{"decode d64 long", 8, 1, 64, 16, 0, false, dec(2000, 5)},
+		{"decode d32 generic", 4, 2, 32, 4, 0, false, dec(23, 9, 1, 40)},
+		{"decode d96 generic G16", 16, 1, 96, 8, 0, false, dec(333, 50, 7)},
+		{"decode d128 window 8", 32, 8, 128, 16, 8, false, dec(1, 17, 512, 300)},
+		{"decode d64 window 100", 8, 1, 64, 16, 100, false, dec(2000, 99, 101)},
+		{"decode d32 window 3", 4, 2, 32, 4, 3, false, dec(23, 2, 9)},
+		{"decode d128 split kernel", 32, 8, 128, 16, 0, true, dec(1, 200, 77)},
+		{"varlen d128", 32, 8, 128, 16, 0, false, []pagedSeq{{77, 77}, {130, 167}, {1, 40}, {64, 64}, {5, 300}}},
+		{"varlen d64 chunks", 4, 4, 64, 16, 0, false, []pagedSeq{{130, 167}, {65, 65}, {3, 500}}},
+		{"varlen d32", 4, 2, 32, 4, 0, false, []pagedSeq{{23, 23}, {3, 3}, {12, 12}, {9, 9}, {1, 30}}},
+		{"varlen d128 window 8", 32, 8, 128, 16, 8, false, []pagedSeq{{77, 77}, {130, 167}, {1, 40}}},
+		{"varlen d64 window 40", 4, 4, 64, 16, 40, false, []pagedSeq{{130, 167}, {65, 65}, {3, 500}}},
+		{"varlen d32 window 3", 4, 2, 32, 4, 3, false, []pagedSeq{{23, 23}, {12, 30}}},
+		{"varlen d128 split kernel", 8, 2, 128, 16, 0, true, []pagedSeq{{20, 25}, {7, 7}, {1, 9}}},
+		{"varlen d96 split kernel window 5", 4, 2, 96, 8, 5, false, []pagedSeq{{9, 12}, {4, 4}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			kv, qStarts, kp, vp, P := pagedLayout(rng, c.seqs, c.K, c.d, c.bs)
+			T := int(qStarts[len(c.seqs)])
+			q := randBF16(rng, T*c.H*c.d, 2)
+			ref := host(t, runtime.F32, nil, T, c.H, c.d)
+			hq := host(t, runtime.F32, q, T, c.H, c.d)
+			hk, hv := host(t, runtime.F32, kp, P, c.K, c.d), host(t, runtime.F32, vp, P, c.K, c.d)
+			if err := cb.VarlenPrefillAttention(ref, hq, hk, hv, qStarts, kv, c.window); err != nil {
+				t.Fatal(err)
+			}
+			gq := gpu(t, runtime.BF16, q, T, c.H, c.d)
+			gk, gv := gpu(t, runtime.BF16, kp, P, c.K, c.d), gpu(t, runtime.BF16, vp, P, c.K, c.d)
+			gb.noFlash = c.noFlash
+			defer func() { gb.noFlash = false }()
+			out := poisoned(t, runtime.BF16, T, c.H, c.d)
+			if err := gb.VarlenPrefillAttention(out, gq, gk, gv, qStarts, kv, c.window); err != nil {
+				t.Fatal(err)
+			}
+			compare(t, "VarlenPrefillAttention", read(t, out), ref.F32(), 1e-2, 2e-2)
+			if T == len(c.seqs) { // one query each: a decode step
+				out := poisoned(t, runtime.BF16, T, c.H, c.d)
+				if err := gb.PagedDecodeAttention(out, gq, gk, gv, kv, c.window); err != nil {
+					t.Fatal(err)
+				}
+				compare(t, "PagedDecodeAttention", read(t, out), ref.F32(), 1e-2, 2e-2)
+				// Again with the tables the backend holds already (reused,
+				// not uploaded), as every layer after the first does.
+				out2 := poisoned(t, runtime.BF16, T, c.H, c.d)
+				if err := gb.PagedDecodeAttention(out2, gq, gk, gv, kv, c.window); err != nil {
+					t.Fatal(err)
+				}
+				compare(t, "PagedDecodeAttention again", read(t, out2), ref.F32(), 1e-2, 2e-2)
+			}
+		})
+	}
+}
+
+// TestPagedAttentionBadTable: a block outside the pool and a sequence with
+// fewer positions than queries are errors, found before any kernel reads
+// through the table.
+func TestPagedAttentionBadTable(t *testing.T) {
+	needGPU(t)
+	const H, K, d, bs = 4, 2, 64, 16
+	q := gpu(t, runtime.BF16, make([]float32, 2*H*d), 2, H, d)
+	kp, vp := gpu(t, runtime.BF16, nil, 4*bs, K, d), gpu(t, runtime.BF16, nil, 4*bs, K, d)
+	out := poisoned(t, runtime.BF16, 2, H, d)
+	bad := kernels.PagedKV{BlockSize: bs, MaxBlocks: 2, BlockTable: []int32{0, 1, 9, 3}, SeqLens: []int32{20, 20}}
+	if err := gb.PagedDecodeAttention(out, q, kp, vp, bad, 0); err == nil || !strings.Contains(err.Error(), "block 9 of a pool of 4") {
+		t.Errorf("decode with block 9 of 4: error %v", err)
+	}
+	short := kernels.PagedKV{BlockSize: bs, MaxBlocks: 2, BlockTable: []int32{0, 1, 2, 3}, SeqLens: []int32{1, 20}}
+	if err := gb.VarlenPrefillAttention(out, q, kp, vp, []int32{0, 2, 2}, short, 0); err == nil || !strings.Contains(err.Error(), "2 queries and 1 positions") {
+		t.Errorf("varlen with more queries than positions: error %v", err)
+	}
+}
+
+// TestRoPEStoreKVAtGPU: a batch's tokens at unrelated positions rotated and
+// stored at unrelated pool rows in one launch, against the CPU reference;
+// rows not named stay poisoned.
+func TestRoPEStoreKVAtGPU(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	const P, H, K, d = 96, 8, 2, 128
+	inv := ropeTables(t, d)["llama3"]
+	positions := []int32{0, 511, 3, 4, 5, 3000, 17}
+	slots := []int32{95, 0, 40, 41, 42, 7, 64}
+	T := len(positions)
+	q, k, v := randBF16(rng, T*H*d, 2), randBF16(rng, T*K*d, 2), randBF16(rng, T*K*d, 2)
+	gq, gk, gv := gpu(t, runtime.BF16, q, T, H, d), gpu(t, runtime.BF16, k, T, K, d), gpu(t, runtime.BF16, v, T, K, d)
+	kp, vp := poisoned(t, runtime.BF16, P, K, d), poisoned(t, runtime.BF16, P, K, d)
+	if err := gb.RoPEStoreKVAt(gq, gk, gv, kp, vp, positions, slots, inv); err != nil {
+		t.Fatal(err)
+	}
+	rq, rk, rv := host(t, runtime.F32, q, T, H, d), host(t, runtime.F32, k, T, K, d), host(t, runtime.F32, v, T, K, d)
+	rkp, rvp := host(t, runtime.F32, nil, P, K, d), host(t, runtime.F32, nil, P, K, d)
+	if err := cb.RoPEStoreKVAt(rq, rk, rv, rkp, rvp, positions, slots, inv); err != nil {
+		t.Fatal(err)
+	}
+	compare(t, "q", read(t, gq), rq.F32(), 1e-3, 8e-3)
+	compare(t, "k", read(t, gk), rk.F32(), 1e-3, 8e-3)
+	row := K * d
+	gotK, gotV := read(t, kp), read(t, vp)
+	named := map[int]bool{}
+	for _, s := range slots {
+		r := int(s)
+		named[r] = true
+		compare(t, fmt.Sprintf("k pool row %d", r), gotK[r*row:(r+1)*row], rkp.F32()[r*row:(r+1)*row], 1e-3, 8e-3)
+		compare(t, fmt.Sprintf("v pool row %d", r), gotV[r*row:(r+1)*row], rvp.F32()[r*row:(r+1)*row], 0, 0)
+	}
+	for i := range gotK {
+		if r := i / row; !named[r] && (!math.IsNaN(float64(gotK[i])) || !math.IsNaN(float64(gotV[i]))) {
+			t.Fatalf("pool element %d (row %d) was written", i, r)
+		}
+	}
+	if err := gb.RoPEStoreKVAt(gq, gk, gv, kp, vp, positions, []int32{95, 0, 40, 41, 42, 7, 96}, inv); err == nil || !strings.Contains(err.Error(), "pool row 96 of 96") {
+		t.Errorf("slot past the pool: error %v", err)
+	}
+}

@@ -7,7 +7,11 @@
 // kernels of package kernels/cuda, compiled with NVRTC when the backend is
 // made. It also has the optional capabilities of package kernels: CUDA-graph
 // capture of a forward step (kernels.StepCapturer), a fused RoPE + KV-cache
-// store (kernels.RoPEStorer) and argmax on the device (kernels.Argmaxer).
+// store (kernels.RoPEStorer), argmax on the device (kernels.Argmaxer), and
+// for batches over a paged KV cache: decode attention split across thread
+// blocks (kernels.PagedDecodeAttender), tensor-core flash attention over
+// packed variable-length prefills (kernels.VarlenPrefillAttender) and RoPE +
+// KV store at per-token positions and pool rows (kernels.BatchRoPEStorer).
 //
 // The backend builds only with the cuda build tag; without it, New returns
 // an error wrapping cuda.ErrNotBuilt, so that programs using it compile

@@ -2,9 +2,12 @@ package all_test
 
 import (
 	"fmt"
-	"github.com/flextensor-go/flextensor/internal/testmodel"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/decoder"
@@ -285,4 +288,42 @@ func unitBytes(t *testing.T, m *decoder.Model) (unit, fixed, total int64) {
 		}
 	}
 	return unit, fixed, total
+}
+
+// TestBatchEveryDevice: on every device (the GPU runs the paged decode,
+// varlen prefill and batched RoPE kernels), each family's sequences of mixed
+// lengths run together through ForwardBatch, joining and finishing at
+// different steps, choose the greedy tokens each sequence chooses alone
+// through Generate.
+func TestBatchEveryDevice(t *testing.T) {
+	devtest.Each(t, func(t *testing.T, d devtest.Device) {
+		for _, fx := range batchFixtures {
+			t.Run(fx.family, func(t *testing.T) {
+				m := load(t, fx.dir, d.Dev)
+				ps := plans(m.Cfg.VocabSize)
+				cache, err := m.NewPagedCache(d.Backend, 64, 4)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cache.Close()
+				got := runBatched(t, m, d.Backend, cache, ps)
+				for i, p := range ps {
+					want, err := m.Generate(d.Backend, p.prompt, decoder.GenerateOptions{MaxNewTokens: p.steps + 1, IgnoreEOS: true})
+					if err != nil {
+						t.Fatal(err)
+					}
+					var toks []int32
+					for _, row := range got[i] {
+						toks = append(toks, int32(kernels.Argmax(row)))
+					}
+					if !slices.Equal(toks, want) {
+						t.Errorf("sequence %d (prompt of %d): batched greedy tokens %v, alone %v", i, len(p.prompt), toks, want)
+					}
+				}
+				if cache.FreeBlocks() != cache.TotalBlocks() {
+					t.Errorf("%d of %d blocks free after the run", cache.FreeBlocks(), cache.TotalBlocks())
+				}
+			})
+		}
+	})
 }

@@ -42,6 +42,9 @@ type batchState struct {
 	decodeKV kernels.PagedKV
 	prefKV   kernels.PagedKV
 	prefQ    []int32 // query starts of the prefills, relative to row starts[nDecode]
+	// positions and pool rows of the packed tokens, for
+	// kernels.BatchRoPEStorer
+	positions, slots []int32
 	// scratch for backends without paged attention: contiguous keys and
 	// values [maxCtx, K, d] that each sequence's are gathered into.
 	kScratch, vScratch *runtime.Tensor
@@ -92,6 +95,7 @@ func (m *Model) ForwardBatch(b kernels.Backend, cache *kvcache.Paged, entries []
 		}
 	}
 	var logits *runtime.Tensor
+	m.passTokens = T
 	err = nn.Call(m, func() error {
 		x := rows(w.x, T) // the residual stream [T,D], all sequences packed
 		if err := m.Embed.Forward(b, x, ids); err != nil {
@@ -186,6 +190,10 @@ func (m *Model) planBatch(b kernels.Backend, cache *kvcache.Paged, entries []Bat
 		bs.starts = append(bs.starts, len(ids))
 		seqs, news = append(seqs, e.Seq), append(news, len(e.IDs))
 		bs.maxCtx = max(bs.maxCtx, e.Seq.Len()+len(e.IDs))
+		for j := range e.IDs {
+			p := e.Seq.Len() + j
+			bs.positions, bs.slots = append(bs.positions, int32(p)), append(bs.slots, int32(e.Seq.Slot(p)))
+		}
 	}
 	bs.decodeKV = cache.Layout(seqs[:bs.nDecode], news[:bs.nDecode])
 	bs.prefKV = cache.Layout(seqs[bs.nDecode:], news[bs.nDecode:])
@@ -220,8 +228,9 @@ func gatherRows(b kernels.Backend, dst, src *runtime.Tensor, from []int) error {
 }
 
 // forwardBatch is Forward over a batch's packed rows h[T,D]: the
-// projections, norms and output over all rows at once; RoPE, the cache
-// appends and attention per sequence.
+// projections, norms and output over all rows at once; RoPE and the cache
+// appends in one op where the backend has kernels.BatchRoPEStorer, else per
+// sequence; attention as attendBatch.
 func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtime.Tensor, bs *batchState) error {
 	T := h.Dim(0)
 	m := a.Node().Tree().Root().(*Model)
@@ -233,18 +242,24 @@ func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtim
 		if err := a.qkNorm(b, q, k); err != nil {
 			return err
 		}
-		for i, e := range bs.packed {
-			lo, hi := bs.starts[i], bs.starts[i+1]
-			qi, ki, vi := slice(q, lo, hi), slice(k, lo, hi), slice(v, lo, hi)
-			pos0 := e.Seq.Len()
-			if err := b.RoPE(qi, pos0, m.invFreq); err != nil {
+		if f, ok := b.(kernels.BatchRoPEStorer); ok {
+			if err := f.RoPEStoreKVAt(q, k, v, bs.cache.K[a.Layer], bs.cache.V[a.Layer], bs.positions, bs.slots, m.invFreq); err != nil {
 				return err
 			}
-			if err := b.RoPE(ki, pos0, m.invFreq); err != nil {
-				return err
-			}
-			if err := bs.cache.Store(b, a.Layer, e.Seq, ki, vi); err != nil {
-				return err
+		} else {
+			for i, e := range bs.packed {
+				lo, hi := bs.starts[i], bs.starts[i+1]
+				qi, ki, vi := slice(q, lo, hi), slice(k, lo, hi), slice(v, lo, hi)
+				pos0 := e.Seq.Len()
+				if err := b.RoPE(qi, pos0, m.invFreq); err != nil {
+					return err
+				}
+				if err := b.RoPE(ki, pos0, m.invFreq); err != nil {
+					return err
+				}
+				if err := bs.cache.Store(b, a.Layer, e.Seq, ki, vi); err != nil {
+					return err
+				}
 			}
 		}
 		att := rows(w.att, T) // [T,H,d]

@@ -120,6 +120,7 @@ func (m *Model) Forward(b kernels.Backend, cache Cache, ids []int32, allLogits b
 		return nil, err
 	}
 	var logits *runtime.Tensor
+	m.passTokens = T
 	err = nn.Call(m, func() error {
 		x := rows(w.x, T) // the residual stream [T,D]
 		if err := m.Embed.Forward(b, x, ids); err != nil {

@@ -71,7 +71,15 @@ type Model struct {
 	// (nil unless UnitGraphs compiled the layers).
 	unitGraphs kernels.StepCapturer
 	owned      []*runtime.DeviceBuffer
+	// passTokens is the token count of the forward in progress (PassTokens).
+	passTokens int
 }
+
+// PassTokens is the number of tokens the forward in progress carries (or
+// the last one carried): T for Forward, every entry's tokens together for
+// ForwardBatch. It makes the model an offload.TokenCounter, so an offload
+// engine profiles and plans per tokens-per-forward.
+func (m *Model) PassTokens() int { return m.passTokens }
 
 // New builds the module tree for cfg with no weights bound, each module
 // where names puts it. With tied embeddings the head shares the embedding's

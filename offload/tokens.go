@@ -1,0 +1,231 @@
+package offload
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+)
+
+// TokenCounter is implemented by a root module that knows how many tokens
+// the forward it is entering carries (decoder.Model: T for Forward, the
+// whole batch for ForwardBatch). The engine reads it at the root's entry.
+//
+// A unit's compute grows with the tokens per forward, so the plan that
+// hides transfers best at one decode token differs from the one for a
+// batch of 256: with a TokenCounter the engine keys its plans by tokens per
+// forward. The profiling passes give the first plan's token count (their
+// median); in INFERENCE, a pass whose count differs from the plan's by a
+// factor of tokenFactor or more belongs to another bucket. The first
+// passes of a bucket without a plan are measured (one warm-up, then
+// Config.ProfilingIters passes) and a plan is made for it from those
+// compute times; once tokenSwitchPasses passes in a row fall in a bucket
+// with a plan, the engine switches to it (moving units between resident
+// and streamed only when the placements differ). So each bucket is
+// measured once, and an odd pass of another size (a prefill between decode
+// steps) changes nothing. Passes run while profiling is suspended
+// (SuspendProfiling: warm-ups of other sizes) neither count nor measure.
+// Without a TokenCounter, or when the first plan's count is unknown (a
+// plan adopted from a profile), plans are not keyed.
+type TokenCounter interface {
+	PassTokens() int
+}
+
+// tokenFactor is the ratio of tokens per forward at which a pass belongs
+// to another plan bucket.
+const tokenFactor = 4
+
+// tokenSwitchPasses is how many passes in a row a bucket must see before
+// the engine switches to its plan.
+const tokenSwitchPasses = 3
+
+// TokenPlanStatus is a snapshot of the engine's plans per tokens per
+// forward.
+type TokenPlanStatus struct {
+	// PlanTokens is the tokens per forward of the plan in force (0:
+	// unknown, plans not keyed).
+	PlanTokens int
+	// Buckets are the token counts that have a plan, ascending.
+	Buckets []int
+	// Measured counts buckets measured in INFERENCE (each once); Switches
+	// counts changes of the plan in force between buckets.
+	Measured, Switches int
+}
+
+// tokenBucket is one tokens-per-forward bucket: the passes measured for it
+// and, once made, its plan.
+type tokenBucket struct {
+	ref     int // the token count the bucket was opened at
+	passes  int // passes measured (the first is a warm-up)
+	samples map[*unit][]float64
+	plan    *Plan
+	in      PlanInput
+}
+
+// tokenPlans is the engine's plan-per-tokens state.
+type tokenPlans struct {
+	passT    int // tokens of the pass in progress (0: unknown)
+	profiled []float64
+	cur      int // bucket of the plan in force (0: not keyed)
+	byT      map[int]*tokenBucket
+	cand     int // the bucket the last passes fell in, when not cur
+	streak   int // passes in a row in cand
+	measure  *tokenBucket
+	measured int
+	switches int
+}
+
+// passTokens reads the root's token count (0 without a TokenCounter).
+func (e *engine) passTokens() int {
+	if tc, ok := e.model.(TokenCounter); ok {
+		return max(tc.PassTokens(), 0)
+	}
+	return 0
+}
+
+// startTokens keys the first plan by the profiling passes' median count.
+func (t *tokenPlans) start(in *PlanInput) {
+	t.cur, t.byT, t.cand, t.streak, t.measure = 0, map[int]*tokenBucket{}, 0, 0, nil
+	if len(t.profiled) > 0 {
+		in.Tokens = int(median(t.profiled) + 0.5)
+	}
+	t.profiled = nil
+	if in.Tokens > 0 {
+		t.cur = in.Tokens
+		t.byT[t.cur] = &tokenBucket{ref: t.cur}
+	}
+}
+
+// bucketFor is the bucket a pass of n tokens belongs to: the nearest by
+// ratio within tokenFactor (the smaller on a tie), else a new one at n.
+func (t *tokenPlans) bucketFor(n int) int {
+	best, bestR := 0, 0.0
+	for ref := range t.byT {
+		r := float64(max(n, ref)) / float64(min(n, ref))
+		if r < tokenFactor && (best == 0 || r < bestR || (r == bestR && ref < best)) {
+			best, bestR = ref, r
+		}
+	}
+	if best == 0 {
+		return n
+	}
+	return best
+}
+
+// tokensBegin is the root entry's part in INFERENCE: it places the pass in
+// a bucket, marks it for measuring, or switches to the bucket's plan.
+func (e *engine) tokensBegin() error {
+	t := &e.tok
+	t.measure = nil
+	t.passT = e.passTokens()
+	if e.phase != PhaseInference || t.cur == 0 || t.passT == 0 || e.m.suspended > 0 || e.noReplan ||
+		e.replan.state == ReplanInProgress || e.replan.state == ReplanFailed {
+		return nil
+	}
+	b := t.bucketFor(t.passT)
+	if b == t.cur {
+		t.cand, t.streak = 0, 0
+		return nil
+	}
+	if b != t.cand {
+		t.cand, t.streak = b, 0
+	}
+	t.streak++
+	bk := t.byT[b]
+	if bk == nil {
+		bk = &tokenBucket{ref: b}
+		t.byT[b] = bk
+	}
+	if bk.plan == nil {
+		t.measure = bk
+		return nil
+	}
+	if t.streak < tokenSwitchPasses {
+		return nil
+	}
+	return e.switchTokens(bk)
+}
+
+// tokensCollect keeps the measured pass's unit compute times; once the
+// bucket has a warm-up and ProfilingIters passes, it gets its plan.
+func (e *engine) tokensCollect() error {
+	bk := e.tok.measure
+	e.tok.measure = nil
+	if err := e.dev.Compute().Synchronize(); err != nil {
+		return e.fail(err)
+	}
+	bk.passes++
+	if bk.passes <= replanWarm {
+		return nil
+	}
+	if bk.samples == nil {
+		bk.samples = map[*unit][]float64{}
+	}
+	for _, u := range e.timing.current {
+		if u.start == nil || u.end == nil {
+			continue
+		}
+		d, err := u.end.ElapsedSince(u.start)
+		if err != nil {
+			return e.fail(err)
+		}
+		bk.samples[u] = append(bk.samples[u], d.Seconds())
+	}
+	if bk.passes < replanWarm+max(e.cfg.ProfilingIters, 1) {
+		return nil
+	}
+	in := e.planIn
+	in.Units = slices.Clone(in.Units)
+	for _, u := range e.units {
+		if s := bk.samples[u]; len(s) > 0 {
+			in.Units[u.idx].ComputeSec = median(s)
+		}
+	}
+	in.Tokens = bk.ref
+	plan, err := MakePlan(in)
+	if err != nil {
+		return e.fail(fmt.Errorf("planning for %d tokens per forward: %w", bk.ref, err))
+	}
+	bk.plan, bk.in, bk.samples = &plan, in, nil
+	e.tok.measured++
+	return nil
+}
+
+// switchTokens puts bk's plan in force, keeping the plan it replaces (it
+// may have been rebuilt by a strategy replan since) for its own bucket.
+func (e *engine) switchTokens(bk *tokenBucket) error {
+	t := &e.tok
+	if old := t.byT[t.cur]; old != nil {
+		p := e.plan
+		old.plan, old.in = &p, e.planIn
+	}
+	next := *bk.plan
+	if slices.Equal(next.Resident, e.plan.Resident) && next.Slots == e.plan.Slots && next.SlotBytes == e.plan.SlotBytes {
+		// Same placement: only the prediction and its tokens change.
+		e.plan = next
+	} else if err := e.replace(next); err != nil {
+		return e.fail(fmt.Errorf("switching to the plan for %d tokens per forward: %w", bk.ref, err))
+	}
+	e.planIn = bk.in
+	t.cur, t.cand, t.streak = bk.ref, 0, 0
+	t.switches++
+	return nil
+}
+
+// TokenPlans reports the manager's plans per tokens per forward (see
+// TokenCounter).
+func (m *Manager) TokenPlans() TokenPlanStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil {
+		return TokenPlanStatus{}
+	}
+	t := m.e.tok
+	st := TokenPlanStatus{PlanTokens: m.e.plan.Tokens, Measured: t.measured, Switches: t.switches}
+	for ref, bk := range t.byT {
+		if bk.plan != nil || ref == t.cur {
+			st.Buckets = append(st.Buckets, ref)
+		}
+	}
+	sort.Ints(st.Buckets)
+	return st
+}
