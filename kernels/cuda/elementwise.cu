@@ -176,3 +176,9 @@ extern "C" __global__ void add_bias_bf16(bf16_t* x, const bf16_t* bias, long lon
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
 		x[i] = f2bf(bf2f(x[i]) + bf2f(bias[i % N]));
 }
+
+// scale_bf16: x[i] *= s for i < n (fp32 multiply, one bf16 rounding).
+extern "C" __global__ void scale_bf16(bf16_t* x, long long n, float s) {
+	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+		x[i] = f2bf(bf2f(x[i]) * s);
+}

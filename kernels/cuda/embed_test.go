@@ -18,7 +18,7 @@ func TestSources(t *testing.T) {
 		"attn_flash_d32_bf16", "attn_flash_d64_bf16", "attn_split_bf16", "cast_any", "embedding_bf16", "fill_uniform_bf16",
 		"gemv_bf16", "gemv_bf16_f32out", "rmsnorm_bf16", "rmsnorm_bf16_v8", "rope_bf16", "rope_store_bf16",
 		"silu_mul_bf16", "silu_mul_bf16_v8", "store_rows_bf16", "add_f32", "add_f32_v4", "embedding_f32out", "rmsnorm_f32in_bf16",
-		"gemv_persist_bf16", "gemv_persist_f32out", "gemv3_bf16", "gemv_gateup_silu_bf16", "attn_decode_d64_bf16", "attn_decode_d128_bf16", "add_bias_bf16", "gemv_fp8", "dequant_fp8_bf16",
+		"gemv_persist_bf16", "gemv_persist_f32out", "gemv3_bf16", "gemv_gateup_silu_bf16", "attn_decode_d64_bf16", "attn_decode_d128_bf16", "add_bias_bf16", "scale_bf16", "gemv_fp8", "dequant_fp8_bf16",
 
 		"attn_paged_split_bf16", "attn_paged_decode_d64_bf16", "attn_paged_decode_d128_bf16", "attn_varlen_flash_d32_bf16",
 		"attn_varlen_flash_d64_bf16", "attn_varlen_flash_d128_bf16", "rope_store_paged_bf16"} {

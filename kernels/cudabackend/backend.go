@@ -68,6 +68,7 @@ const stepIDs = 64
 type kernelSet struct {
 	add, addV8, addF32, addF32V4, silu, siluV8, embed, embedF32, store, cast, fill, argmax *cuda.Function
 	addBias                                                                                *cuda.Function
+	scale                                                                                  *cuda.Function // scale_bf16
 	rms, rmsV8, rmsF32, rope, ropeStore                                                    *cuda.Function
 	gemv, gemvF32                                                                          map[int]*cuda.Function // by unroll
 	gemvPersist, gemvPersistF32, gemv3, gateUp                                             *cuda.Function
@@ -116,7 +117,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		attnDecode:  map[int]*cuda.Function{64: get("attn_decode_d64_bf16"), 128: get("attn_decode_d128_bf16")},
 		gemvPersist: get("gemv_persist_bf16"), gemvPersistF32: get("gemv_persist_f32out"), gemv3: get("gemv3_bf16"),
 		gateUp:  get("gemv_gateup_silu_bf16"),
-		addBias: get("add_bias_bf16"),
+		addBias: get("add_bias_bf16"), scale: get("scale_bf16"),
 		gemvFP8: get("gemv_fp8"), dequantFP8: get("dequant_fp8_bf16"),
 		paged: loadPaged(get),
 	}
@@ -734,6 +735,19 @@ func (b *Backend) AddBias(x, bias *runtime.Tensor) error {
 	}
 	return b.k.addBias.Launch(b.s, cuda.Dim3{X: b.gridFor(n)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(x.Ptr()), cuda.Ptr(bias.Ptr()), cuda.I64(n), cuda.I32(N))
+}
+
+// Scale: x[i] *= s for BF16 x (kernels.Scaler).
+func (b *Backend) Scale(x *runtime.Tensor, s float32) error {
+	if err := b.act("Scale", "x", x); err != nil {
+		return err
+	}
+	n := int64(x.NumElements())
+	if n == 0 {
+		return nil
+	}
+	return b.k.scale.Launch(b.s, cuda.Dim3{X: b.gridFor(n)}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(x.Ptr()), cuda.I64(n), cuda.F32(s))
 }
 
 // ReadF32 copies src (F32, BF16 or F16) to host float32 values once the work

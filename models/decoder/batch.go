@@ -262,6 +262,9 @@ func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtim
 				}
 			}
 		}
+		if err := a.scaleQ(b, q); err != nil {
+			return err
+		}
 		att := rows(w.att, T) // [T,H,d]
 		if err := a.attendBatch(b, att, q, bs); err != nil {
 			return err

@@ -54,7 +54,7 @@ type Rope struct {
 	BetaFast, BetaSlow float64   // yarn's "beta_fast", "beta_slow"
 	NoTruncate         bool      // yarn's "truncate": false
 	ShortFactor        []float64 // longrope's "short_factor"
-	AttentionFactor    float64   // yarn and longrope; only 1 runs
+	AttentionFactor    float64   // yarn and longrope: q and k are scaled by it (0 or 1: none)
 }
 
 // Validate checks what New relies on: positive sizes, heads divisible by

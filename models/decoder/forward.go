@@ -217,6 +217,9 @@ func (a *Attention) Forward(b kernels.Backend, w *workspace, out, h *runtime.Ten
 		if err := a.ropeAndAppend(b, m.invFreq, q, k, v, cache); err != nil {
 			return err
 		}
+		if err := a.scaleQ(b, q); err != nil {
+			return err
+		}
 		kc, vc := cache.View(a.Layer) // [C,K,d]
 		att := rows(w.att, T)         // [T,H,d]
 		if err := kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window); err != nil {
@@ -224,6 +227,14 @@ func (a *Attention) Forward(b kernels.Backend, w *workspace, out, h *runtime.Ten
 		}
 		return a.O.Forward(b, out, att)
 	})
+}
+
+// scaleQ multiplies the rotated queries by QScale, when there is one.
+func (a *Attention) scaleQ(b kernels.Backend, q *runtime.Tensor) error {
+	if a.QScale == 0 {
+		return nil
+	}
+	return kernels.ScaleBy(b, q, a.QScale)
 }
 
 // qkNorm normalises each head of q[T,H,d] and k[T,K,d] in place with the

@@ -36,6 +36,11 @@ type Attention struct {
 	QNorm, KNorm *nn.RMSNorm // nil unless Config.QKNorm: weights [d], applied to each head
 	Layer        int         // the layer's index: which KV cache layer it reads
 	Window       int         // Config.SlidingWindow; 0 = all positions
+	// QScale multiplies the rotated queries (0: not at all): the square of
+	// a yarn or longrope attention factor f, which transformers applies to
+	// cos and sin and so to both q and k; scaling q by f² gives the same
+	// scores and leaves the cached keys as they are.
+	QScale float32
 }
 
 // MLP is the gated MLP: down(silu(gate(x)) · up(x)).
@@ -123,6 +128,9 @@ func New(cfg *Config, names Names) (*Model, error) {
 		nn.Attach(layers, fmt.Sprint(i), l)
 		l.InputNorm = norm(l, names.InputNorm)
 		l.Attn = &Attention{Layer: i, Window: cfg.SlidingWindow}
+		if f := cfg.Rope.AttentionFactor; f != 0 && f != 1 {
+			l.Attn.QScale = float32(f * f)
+		}
 		attach(l, names.Attn, l.Attn)
 		l.Attn.Q = qkvLinear(l.Attn, names.Q, D, qd)
 		l.Attn.K = qkvLinear(l.Attn, names.K, D, kvd)

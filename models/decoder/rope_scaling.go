@@ -16,9 +16,9 @@ const ropeTypes = "default, linear, dynamic, yarn, llama3, longrope"
 // It reports false for a type it does not know.
 //
 // YaRN and LongRoPE also scale the rotated q and k by an attention factor
-// (by default 0.1·ln(factor)+1, and sqrt(1+ln(factor)/ln(original))); the
-// attention kernels have no such scale yet, so a factor other than 1 is
-// refused by name (a config may set "attention_factor": 1.0). LongRoPE runs
+// (by default 0.1·ln(factor)+1, and sqrt(1+ln(factor)/ln(original))): the
+// decoder scales the rotated queries by its square (Attention.QScale),
+// which gives the same scores. LongRoPE runs
 // with its short factors, which transformers uses up to
 // original_max_position_embeddings: that is then the model's context.
 func readRopeScaling(top, sub *loader.Fields, rc *Rope) bool {
@@ -80,9 +80,8 @@ func readRopeScaling(top, sub *loader.Fields, rc *Rope) bool {
 	default:
 		return false
 	}
-	if sub.Err() == nil && math.Abs(rc.AttentionFactor-1) > 1e-9 && rc.AttentionFactor != 0 {
-		sub.Fail(sub.Errorf("attention_factor", "%s rope with an attention factor of %.6g (a scale of q and k) is not implemented; only 1.0 is (set \"attention_factor\": 1.0 to run without it)",
-			rc.Type, rc.AttentionFactor))
+	if sub.Err() == nil && (rc.Type == "yarn" || rc.Type == "longrope") && (!(rc.AttentionFactor > 0) || math.IsInf(rc.AttentionFactor, 0)) {
+		sub.Fail(sub.Errorf("attention_factor", "must be a positive number, got %v", rc.AttentionFactor))
 	}
 	return true
 }

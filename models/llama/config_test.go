@@ -157,7 +157,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"no architecture, wrong model_type", `"model_type": "llama"`, `"model_type": "gpt2", "architectures": null`, []string{"model_type", `"gpt2"`}},
 		{"unsupported hidden_act", `"hidden_act": "silu"`, `"hidden_act": "gelu"`, []string{"field hidden_act", `"gelu"`, "only silu"}},
 		{"unsupported rope type", `"rope_type": "llama3"`, `"rope_type": "su"`, []string{"field rope_scaling.rope_type", `"su"`, "default, linear, dynamic, yarn, llama3, longrope"}},
-		{"yarn's attention factor is not implemented", `"rope_type": "llama3"`, `"rope_type": "yarn"`, []string{"rope_scaling.attention_factor", "yarn rope with an attention factor of 1.27726", "not implemented"}},
+		{"yarn's attention factor must be positive", `"rope_type": "llama3"`, `"rope_type": "yarn", "attention_factor": -1`, []string{"rope_scaling.attention_factor", "must be a positive number, got -1"}},
 		{"rope needs a numeric factor", `"factor": 8.0`, `"factor": "eight"`, []string{"rope_scaling.factor", `want a number, got "eight"`}},
 		{"longrope needs short factors", `"rope_type": "llama3"`, `"rope_type": "longrope"`, []string{"rope_scaling.short_factor", "longrope needs a list of numbers"}},
 		{"rope_scaling without type", `"rope_type": "llama3"`, `"other": 1`, []string{"rope_scaling.rope_type", "missing"}},

@@ -1,7 +1,9 @@
 package llama
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -307,3 +309,45 @@ func TestTokenOutsideVocabulary(t *testing.T) {
 }
 
 func loadTinyB(b *testing.B) (*Model, kernels.Backend) { return loadTiny(b, tinyDir) }
+
+// TestYarnAttentionFactor: a yarn attention factor f scales the attention
+// scores by f² (transformers scales cos and sin, so q and k, by f). With
+// f = √2 the model gives the logits of the same model with f = 1 whose
+// q_proj weights are doubled (exact in bf16), on every device.
+func TestYarnAttentionFactor(t *testing.T) {
+	yarn := func(f float64) map[string]any {
+		return map[string]any{"rope_theta": 10000.0, "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "attention_factor": f}
+	}
+	scaled := copyCheckpoint(t, func(cfg map[string]any, ts []loader.NamedTensor) []loader.NamedTensor {
+		cfg["rope_parameters"] = yarn(math.Sqrt2) // the fixture writes the transformers 5 dialect
+		return ts
+	})
+	doubled := copyCheckpoint(t, func(cfg map[string]any, ts []loader.NamedTensor) []loader.NamedTensor {
+		cfg["rope_parameters"] = yarn(1)
+		for i := range ts {
+			if !strings.HasSuffix(ts[i].Name, "q_proj.weight") {
+				continue
+			}
+			if ts[i].DType != runtime.BF16 {
+				t.Fatalf("%s is %v, want BF16", ts[i].Name, ts[i].DType)
+			}
+			for j := 0; j+1 < len(ts[i].Data); j += 2 {
+				v := math.Float32frombits(uint32(binary.LittleEndian.Uint16(ts[i].Data[j:])) << 16)
+				binary.LittleEndian.PutUint16(ts[i].Data[j:], uint16(math.Float32bits(2*v)>>16))
+			}
+		}
+		return ts
+	})
+	ids := readReference(t).InputIDs[0]
+	devtest.Each(t, func(t *testing.T, d devtest.Device) {
+		a := fullLogits(t, loadOn(t, d, scaled), d.Backend, ids)
+		b := fullLogits(t, loadOn(t, d, doubled), d.Backend, ids)
+		plain := fullLogits(t, loadOn(t, d, tinyDir), d.Backend, ids)
+		for i := range a {
+			devtest.Close(t, a[i], b[i], d.Tol.Abs, d.Tol.Rel)
+		}
+		if devtest.MaxAbsDiff(a[len(a)-1], plain[len(plain)-1]) < 1e-2 {
+			t.Fatal("the yarn model's logits equal the plain model's: the scaling changed nothing")
+		}
+	})
+}
