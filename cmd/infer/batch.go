@@ -142,7 +142,6 @@ func parseBatchLine(text []byte, o *runOptions) (generate.Request, *string, erro
 // most a quarter of a device that has a limit).
 func kvCacheBlocks(flag string, m *decoder.Model, b kernels.Backend, reqs []batchRequest) (int, error) {
 	cfg := m.PagedConfig(0, 0)
-	per := cfg.BlockBytes(b.ActDType())
 	limit := b.Device().Memory().Limit
 	if flag == "" {
 		bs := kvcache.DefaultBlockSize
@@ -159,6 +158,16 @@ func kvCacheBlocks(flag string, m *decoder.Model, b kernels.Backend, reqs []batc
 		}
 		return max(n, 1), nil
 	}
+	return kvCacheBlocksFromFlag(flag, m, b)
+}
+
+// kvCacheBlocksFromFlag is the number of KV blocks a --kv-cache value (bytes
+// or a fraction of the device's memory limit) holds for m; run-model
+// --batch-file and serve share it.
+func kvCacheBlocksFromFlag(flag string, m *decoder.Model, b kernels.Backend) (int, error) {
+	cfg := m.PagedConfig(0, 0)
+	per := cfg.BlockBytes(b.ActDType())
+	limit := b.Device().Memory().Limit
 	budget, err := offload.ParseBudget(flag)
 	if err != nil {
 		return 0, usageError{fmt.Errorf("--kv-cache: %w", err)}
