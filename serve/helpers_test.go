@@ -110,12 +110,15 @@ func newServer(t testing.TB, cfg serverConfig) *testServer {
 	ts := &testServer{Server: srv, http: httptest.NewServer(srv.Handler()), cache: cache, log: log}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	if cfg.noStart {
-		close(done)
-	} else {
+	if !cfg.noStart {
 		go func() { srv.Run(ctx); close(done) }()
 	}
 	t.Cleanup(func() {
+		if cfg.noStart {
+			// Requests still queued retire once an engine runs (after the
+			// test's own, if it started one).
+			go func() { srv.Run(ctx); close(done) }()
+		}
 		ts.http.CloseClientConnections()
 		ts.http.Close()
 		cancel()
