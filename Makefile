@@ -15,6 +15,7 @@ run:
 test:
 	$(GO) vet ./...
 	$(GO) test -race ./...
+	$(GO) test -count=1 -run '^TestLoad$$' ./serve/
 
 # CPU benchmarks (times are only meaningful on a quiet machine).
 bench:
@@ -29,6 +30,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzProfile -fuzztime $(FUZZTIME) ./offload/
 	$(GO) test -run '^$$' -fuzz FuzzTokenizerJSON -fuzztime $(FUZZTIME) ./models/tokenizer/
 	$(GO) test -run '^$$' -fuzz FuzzRoundTrip -fuzztime $(FUZZTIME) ./models/tokenizer/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime $(FUZZTIME) ./serve/
 
 # CUDA builds (build tag cuda): the CUDA toolkit at CUDA_HOME and an NVIDIA
 # driver. runtime/cuda/compat comes first on the include path so that

@@ -156,12 +156,13 @@ func kvCacheBlocks(flag string, m *decoder.Model, b kernels.Backend, reqs []batc
 		}
 		return max(n, 1), nil
 	}
-	return kvFlagBlocks(flag, m, b)
+	return kvCacheBlocksFromFlag(flag, m, b)
 }
 
-// kvFlagBlocks is the number of KV blocks --kv-cache (bytes, or a fraction
-// of the device's memory limit) holds for m.
-func kvFlagBlocks(flag string, m *decoder.Model, b kernels.Backend) (int, error) {
+// kvCacheBlocksFromFlag is the number of KV blocks a --kv-cache value (bytes
+// or a fraction of the device's memory limit) holds for m; run-model
+// --batch-file and serve share it.
+func kvCacheBlocksFromFlag(flag string, m *decoder.Model, b kernels.Backend) (int, error) {
 	cfg := m.PagedConfig(0, 0)
 	per := cfg.BlockBytes(b.ActDType())
 	limit := b.Device().Memory().Limit

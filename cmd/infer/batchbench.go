@@ -157,7 +157,7 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 	perSeq := (context + warm + iters + kvcache.DefaultBlockSize - 1) / kvcache.DefaultBlockSize
 	blocks := B * perSeq
 	if kvFlag != "" {
-		n, err := kvFlagBlocks(kvFlag, m, b)
+		n, err := kvCacheBlocksFromFlag(kvFlag, m, b)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -56,6 +56,8 @@ func TestHelpExamplesRun(t *testing.T) {
 					skip = "needs the network"
 				case strings.HasPrefix(a, "./") || strings.HasPrefix(a, "/tmp/llama3") || a == "chat.json":
 					skip = "needs a checkpoint or file of its own"
+				case args[0] == "serve":
+					skip = "serves until stopped (TestServeProcess runs infer serve)"
 				case a == "kernels":
 					skip = "compiles GPU kernels"
 				case args[0] == "make-model" && (strings.HasSuffix(a, "b") && strings.Contains(a, "-") && !strings.HasPrefix(a, "-")):

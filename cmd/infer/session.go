@@ -44,7 +44,7 @@ func (d *deviceFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&d.unitGraphs, "unit-graphs", false, "offload: replay each layer's one-token forward as a CUDA graph of its own (cuda devices)")
 	fs.StringVar(&d.streamDType, "stream-dtype", "auto", "offload: dtype of the offloaded layers' weights: auto (as loaded) or fp8 (BF16 weights quantized per output channel to E4M3 when packed: half the bytes streamed; lossy)")
 	fs.BoolVar(&d.strict, "strict", false, "with --profile: fail when any tensor of the profile is missing from the checkpoint, listing them")
-	fs.StringVar(&d.kvCache, "kv-cache", "", "batched runs (run-model --batch-file, bench --batch): device memory for the paged KV cache, as bytes (2GiB) or a fraction of the device (0.2), apart from --gpu-budget's weights (default: room for every request, or every sequence of the batch, at once)")
+	fs.StringVar(&d.kvCache, "kv-cache", "", "batched runs (run-model --batch-file, bench --batch, serve): device memory for the paged KV cache, as bytes (2GiB) or a fraction of the device (0.2), apart from --gpu-budget's weights (default: room for every request, or every sequence of the batch, at once)")
 }
 
 // session is a library session (package session) with the CLI's printing.
