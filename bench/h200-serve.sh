@@ -15,10 +15,16 @@ run() { # name port clients server-args...
   local pid=$!
   for i in $(seq 1 240); do curl -sf http://127.0.0.1:$port/health >/dev/null && break; sleep 0.5; done
   # a short warm-up (offloaded: the profiling passes), then the measured run
-  /tmp/ft-loadgen --url http://127.0.0.1:$port --clients $clients --duration 10s --prompt-words 128 --max-tokens 256 --completions >"$out/warm-$name.txt" 2>&1
+  /tmp/ft-loadgen --url http://127.0.0.1:$port --clients $clients --duration ${WARM:-10}s --prompt-words 128 --max-tokens 256 --completions >"$out/warm-$name.txt" 2>&1
   /tmp/ft-loadgen --url http://127.0.0.1:$port --clients $clients --duration ${secs}s --prompt-words 128 --max-tokens 256 --completions >"$out/load-$name.txt" 2>&1
   kill -TERM $pid; wait $pid
   echo "== $name"; cat "$out/load-$name.txt"
 }
-run resident 8091 128
-run 8gib 8092 64 --gpu-budget 8GiB
+# The KV cache holds every client's 640 positions at once (8.4 KB each per
+# layer pair: 128 × 640 × 128 KiB ≈ 10 GiB); serve's default is 2 GiB.
+case "${ONLY:-all}" in
+all|resident) run resident 8091 128 --kv-cache 12GiB ;;
+esac
+case "${ONLY:-all}" in
+all|8gib) run 8gib 8092 64 --gpu-budget 8GiB --kv-cache 6GiB ;;
+esac
