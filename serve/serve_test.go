@@ -98,7 +98,7 @@ func TestChatCompletion(t *testing.T) {
 	}
 	// Content parts are joined text; unknown fields are ignored.
 	_, parts, _ := ts.post(t, "/v1/chat/completions", map[string]any{
-		"messages": []map[string]any{{"role": "user", "content": []map[string]any{{"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}}}},
+		"messages":   []map[string]any{{"role": "user", "content": []map[string]any{{"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}}}},
 		"max_tokens": 6, "temperature": 0, "frequency_penalty": 0.5, "logit_bias": map[string]any{"1": 2}, "user": "x", "n": 1,
 	})
 	wantParts := reference(t, chatPromptIDs(t, chat.Message{Role: "user", Content: "Hello\nthere"}), 6, greedy, 0)
