@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	goruntime "runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -268,7 +269,7 @@ func (s *Scheduler) Step() (bool, error) {
 		return s.left(), err
 	}
 	V := s.m.Cfg.VocabSize
-	var finished []*Handle
+	sample := make([]bool, len(in))
 	for i, h := range in {
 		if len(h.gen) == 0 {
 			h.fed += len(entries[i].IDs)
@@ -276,7 +277,15 @@ func (s *Scheduler) Step() (bool, error) {
 				continue // a prompt chunk: its logits are not needed yet
 			}
 		}
-		id, err := kernels.Sample(s.logits[i*V:(i+1)*V], h.req.Sampling, h.rng)
+		sample[i] = true
+	}
+	ids, errs := s.sampleAll(in, sample, V)
+	var finished []*Handle
+	for i, h := range in {
+		if !sample[i] {
+			continue
+		}
+		id, err := ids[i], errs[i]
 		if err != nil {
 			h.finish(FinishError, err)
 			finished = append(finished, h)
@@ -299,6 +308,28 @@ func (s *Scheduler) Step() (bool, error) {
 	}
 	s.drop(finished)
 	return s.left(), nil
+}
+
+// sampleAll draws the next token of each in[i] with sample[i] from its row
+// of the step's logits, the rows spread over the CPUs: a sampled row is a
+// pass over the whole vocabulary, and a large batch has hundreds. Each
+// request draws from its own generator, so the tokens do not depend on how
+// the rows are spread.
+func (s *Scheduler) sampleAll(in []*Handle, sample []bool, V int) ([]int, []error) {
+	ids, errs := make([]int, len(in)), make([]error, len(in))
+	workers := min(goruntime.GOMAXPROCS(0), len(in))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(in); i += workers {
+				if sample[i] {
+					ids[i], errs[i] = kernels.Sample(s.logits[i*V:(i+1)*V], in[i].req.Sampling, in[i].rng)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ids, errs
 }
 
 // drop takes the finished requests hs off the running list.
