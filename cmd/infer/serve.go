@@ -214,7 +214,8 @@ func isDir(path string) bool {
 
 // serveKVBlocks sizes the server's KV cache: --kv-cache, else a quarter of
 // a device with a memory limit, else room for maxSeqs contexts of
-// maxContext positions, at most 2 GiB.
+// maxContext positions, at most a quarter of a GPU's memory (2 GiB on a
+// device that does not say its size).
 func serveKVBlocks(flag string, m *decoder.Model, b kernels.Backend, maxSeqs, maxContext int) (int, error) {
 	if flag != "" {
 		return kvCacheBlocksFromFlag(flag, m, b)
@@ -224,7 +225,11 @@ func serveKVBlocks(flag string, m *decoder.Model, b kernels.Backend, maxSeqs, ma
 		return max(cfg.BlocksForBudget(limit/4, b.ActDType()), 1), nil
 	}
 	per := (maxContext + kvcache.DefaultBlockSize - 1) / kvcache.DefaultBlockSize
-	return max(min(maxSeqs*per, cfg.BlocksForBudget(2<<30, b.ActDType())), 1), nil
+	budget := int64(2 << 30) // a device that does not say its size
+	if capacity := offload.DeviceCapacity(b.Device()); capacity > 0 {
+		budget = capacity / 4 // a GPU: up to a quarter of it
+	}
+	return max(min(maxSeqs*per, cfg.BlocksForBudget(budget, b.ActDType())), 1), nil
 }
 
 // serveChatTemplate is the chat template the server renders messages
