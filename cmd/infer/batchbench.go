@@ -70,7 +70,7 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 	defer sess.Close()
 	dir, dev, backend, model := sess.Dir, sess.Device, sess.Backend, sess.Model
 	if !o.jsonOut {
-		fmt.Fprintf(stdout, "%s on %s, batched decode at context %d, %d layers\n", dir, dev.Name(), o.context, model.Cfg.NumHiddenLayers)
+		fmt.Fprintf(stdout, "%s on %s, batched decode at context %d, %d layers\n", sess.name(), dev.Name(), o.context, model.Cfg.NumHiddenLayers)
 		fmt.Fprintf(stdout, "%-10s %6s %10s %10s %12s %10s\n", "budget", "batch", "step ms", "min ms", "tokens/s", "KV MiB")
 	}
 	emit := func(row batchBenchRow) error {
@@ -81,9 +81,18 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 			row.TokensPerSec, float64(row.KVBytes)/(1<<20))
 		return err
 	}
+	// manager names the offload manager of the budget being measured ("" when
+	// resident): its profiling pauses while the sequences are prefilled, so
+	// plans are made and measured at the decode steps' size.
+	manager := ""
 	measure := func(budget string, m *decoder.Model, warm int) error {
+		var pause func() func()
+		if manager != "" {
+			name := manager
+			pause = func() func() { return offload.PauseProfiling(name) }
+		}
 		for _, B := range sizes {
-			times, kvBytes, err := measureBatchSteps(m, backend, B, o.context, warm, o.iters, uint64(B), d.kvCache)
+			times, kvBytes, err := measureBatchSteps(m, backend, B, o.context, warm, o.iters, uint64(B), d.kvCache, pause)
 			if err != nil {
 				return fmt.Errorf("budget %s, batch %d: %w", budget, B, err)
 			}
@@ -99,6 +108,7 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 	for i, b := range strings.Split(o.budgets, ",") {
 		b = strings.TrimSpace(b)
 		if b == "resident" {
+			manager = ""
 			m, ck, err := ftsession.Load(dir, dev)
 			if err != nil {
 				return fmt.Errorf("budget resident: %w", err)
@@ -125,6 +135,7 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 			return usageError{fmt.Errorf("--budgets: %w", err)}
 		}
 		name := fmt.Sprintf("bench-batch-%d", i)
+		manager = name
 		if err := offload.Offload(model, &cfg, name); err != nil {
 			return fmt.Errorf("budget %s: %w", b, err)
 		}
@@ -144,8 +155,10 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 // several to a forward), then times warm+iters decode steps of all B at
 // once, returning the measured steps' wall times (ms) and the KV cache's
 // bytes. The cache holds every sequence's positions, or with kvFlag
-// (--kv-cache) that memory, which must hold them.
-func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, iters int, seed uint64, kvFlag string) ([]float64, int64, error) {
+// (--kv-cache) that memory, which must hold them. pause, when set, pauses
+// the offload engine's profiling for the prefills (PauseProfiling) and
+// returns the resume.
+func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, iters int, seed uint64, kvFlag string, pause func() func()) ([]float64, int64, error) {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	randIDs := func(n int) []int32 {
 		ids := make([]int32, n)
@@ -193,7 +206,7 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 		}
 		return float64(time.Since(start).Microseconds()) / 1e3, nil
 	}
-	if context > 0 {
+	prefill := func() error {
 		group := max(1, 2048/context)
 		for lo := 0; lo < B; lo += group {
 			var entries []decoder.BatchEntry
@@ -201,8 +214,20 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 				entries = append(entries, decoder.BatchEntry{Seq: s, IDs: randIDs(context)})
 			}
 			if _, err := step(entries); err != nil {
-				return nil, 0, err
+				return err
 			}
+		}
+		return nil
+	}
+	if context > 0 {
+		resume := func() {}
+		if pause != nil {
+			resume = pause()
+		}
+		err := prefill()
+		resume()
+		if err != nil {
+			return nil, 0, err
 		}
 	}
 	var out []float64
