@@ -84,6 +84,25 @@ func fillRandomBF16(dst []byte, seed uint64, kind int, shape []int) {
 			scale /= sqrt32(w)
 		}
 	}
+	fillUniform(dst, seed, 2, func(i int, u float32) {
+		var v float32
+		switch kind {
+		case randNorm:
+			v = 1 + u/2
+		case randBias:
+			v = u * 0.05
+		default:
+			v = u * scale
+		}
+		binary.LittleEndian.PutUint16(dst[i:], rt.F32ToBF16(v))
+	})
+}
+
+// fillUniform calls put(i, u) for each element at byte offset i of dst
+// (elements of step bytes), u uniform in [-1, 1) from a xorshift generator
+// seeded per 1 MiB chunk (so the values do not depend on the number of
+// workers), the chunks spread over the CPUs.
+func fillUniform(dst []byte, seed uint64, step int, put func(i int, u float32)) {
 	const chunk = 1 << 20
 	n := (len(dst) + chunk - 1) / chunk
 	workers := min(runtime.GOMAXPROCS(0), n)
@@ -100,21 +119,11 @@ func fillRandomBF16(dst []byte, seed uint64, kind int, shape []int) {
 			for c := range next {
 				lo, hi := c*chunk, min((c+1)*chunk, len(dst))
 				x := seed ^ (uint64(c)+1)*0x9e3779b97f4a7c15
-				for i := lo; i+1 < hi; i += 2 {
+				for i := lo; i+step <= hi; i += step {
 					x ^= x << 13
 					x ^= x >> 7
 					x ^= x << 17
-					u := float32(x>>40)/float32(1<<24)*2 - 1 // uniform in [-1, 1)
-					var v float32
-					switch kind {
-					case randNorm:
-						v = 1 + u/2
-					case randBias:
-						v = u * 0.05
-					default:
-						v = u * scale
-					}
-					binary.LittleEndian.PutUint16(dst[i:], rt.F32ToBF16(v))
+					put(i, float32(x>>40)/float32(1<<24)*2-1)
 				}
 			}
 		}()
@@ -168,39 +177,14 @@ func fillRandomFP8(dst []byte, seed uint64, k fp8Param, dt rt.DType) {
 		bound /= sqrt32(w)
 	}
 	base := bound / rt.F8E4M3Max
-	const chunk = 1 << 20
-	n := (len(dst) + chunk - 1) / chunk
-	workers := min(runtime.GOMAXPROCS(0), n)
-	var wg sync.WaitGroup
-	next := make(chan int, n)
-	for c := 0; c < n; c++ {
-		next <- c
-	}
-	close(next)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c := range next {
-				lo, hi := c*chunk, min((c+1)*chunk, len(dst))
-				x := seed ^ (uint64(c)+1)*0x9e3779b97f4a7c15
-				step := dt.Size()
-				for i := lo; i+step <= hi; i += step {
-					x ^= x << 13
-					x ^= x >> 7
-					x ^= x << 17
-					u := float32(x>>40)/float32(1<<24)*2 - 1
-					switch {
-					case !k.scale:
-						dst[i] = rt.F32ToF8E4M3(u * rt.F8E4M3Max)
-					case dt == rt.F32:
-						binary.LittleEndian.PutUint32(dst[i:], math.Float32bits(base*(1+u/4)))
-					default:
-						binary.LittleEndian.PutUint16(dst[i:], rt.F32ToBF16(base*(1+u/4)))
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	fillUniform(dst, seed, dt.Size(), func(i int, u float32) {
+		switch {
+		case !k.scale:
+			dst[i] = rt.F32ToF8E4M3(u * rt.F8E4M3Max)
+		case dt == rt.F32:
+			binary.LittleEndian.PutUint32(dst[i:], math.Float32bits(base*(1+u/4)))
+		default:
+			binary.LittleEndian.PutUint16(dst[i:], rt.F32ToBF16(base*(1+u/4)))
+		}
+	})
 }
