@@ -70,6 +70,7 @@ type benchOptions struct {
 	batch                        string // bench --batch: batched decode sizes
 	tokens, context, iters, warm int
 	jsonOut                      bool
+	kernelProfile                bool // --kernel-profile
 }
 
 func benchFlags(fs *pflag.FlagSet) *benchOptions {
@@ -82,6 +83,7 @@ func benchFlags(fs *pflag.FlagSet) *benchOptions {
 	fs.IntVar(&o.iters, "iters", 10, "measured forwards per budget")
 	fs.IntVar(&o.warm, "warmup", 2, "unmeasured forwards after the engine reaches INFERENCE")
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object per budget")
+	fs.BoolVar(&o.kernelProfile, "kernel-profile", false, "after each resident measurement, time every kernel of one more forward (batched step with --batch) and print the table (CUDA)")
 	fs.StringVar(&o.batch, "batch", "", "time batched decode steps of these batch sizes (1,16,64,256) at --context, as tokens/s")
 	return &o
 }
@@ -169,7 +171,11 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("budget resident: %w", err)
 			}
-			times, err = measureForwards(m, backend, *mode, *tokens, *context, *warm, *iters, uint64(i))
+			var kp *kernelProfiler
+			if o.kernelProfile {
+				kp = &kernelProfiler{w: stdout, dev: dev}
+			}
+			times, err = measureForwards(m, backend, *mode, *tokens, *context, *warm, *iters, uint64(i), kp)
 			row.DeviceBytes = ck2.TotalBytes()
 			m.Close()
 			ck2.Close()
@@ -199,7 +205,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			if err := offload.Offload(model, &cfg, name, compile...); err != nil {
 				return fmt.Errorf("budget %s: %w", b, err)
 			}
-			times, err = measureForwards(model, backend, *mode, *tokens, *context, *warm+pre, *iters, uint64(i))
+			times, err = measureForwards(model, backend, *mode, *tokens, *context, *warm+pre, *iters, uint64(i), nil)
 			if err == nil {
 				err = fillPlanRow(&row, name, dev)
 			}
@@ -273,7 +279,8 @@ func fillPlanRow(row *benchRow, name string, dev runtime.Device) error {
 }
 
 // measureForwards runs warm then iters forwards, returning wall times (ms).
-func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, context, warm, iters int, seed uint64) ([]float64, error) {
+// With kp set, one more forward runs after them under a kernel profile.
+func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, context, warm, iters int, seed uint64, kp *kernelProfiler) ([]float64, error) {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	randIDs := func(n int) []int32 {
 		ids := make([]int32, n)
@@ -285,6 +292,9 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 	capacity := tokens
 	if mode == "decode" {
 		capacity = context + warm + iters // the prefill, then one position per forward
+		if kp != nil {
+			capacity++
+		}
 	}
 	cache, err := m.NewKVCache(b, capacity)
 	if err != nil {
@@ -326,6 +336,18 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 		}
 		if i >= warm {
 			out = append(out, ms)
+		}
+	}
+	if kp != nil {
+		ids := randIDs(1)
+		title := fmt.Sprintf("one decode step at context %d", context+warm+iters)
+		if mode != "decode" {
+			cache.Reset()
+			ids = randIDs(tokens)
+			title = fmt.Sprintf("a prefill of %d tokens", tokens)
+		}
+		if err := kp.profile(title, func() error { _, err := one(ids); return err }); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil

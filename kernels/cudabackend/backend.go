@@ -290,7 +290,7 @@ func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 		if f32 {
 			f = b.k.gemvPersistF32
 		}
-		return f.Launch(b.s, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
+		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D))
 	}
 	if T == 1 && D%8 == 0 && aligned16(x.Ptr(), w.Ptr()) {
@@ -320,7 +320,7 @@ func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 		if !ok {
 			return fmt.Errorf("cudabackend.MatMul: no GEMV kernel with unroll %d for %v output", u, out.DType())
 		}
-		return f.Launch(b.s, cuda.Dim3{X: (N + rpb - 1) / rpb}, cuda.Dim3{X: 256}, 0,
+		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: (N + rpb - 1) / rpb}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D), cuda.I32(wpr))
 	}
 	return b.blas.GemmBF16(b.s, out.Ptr(), !f32, x.Ptr(), w.Ptr(), T, N, D)
@@ -356,7 +356,8 @@ func (b *Backend) RMSNorm(out, x, w *runtime.Tensor, eps float32) error {
 		f, vec = b.k.rmsV8, 8
 	}
 	threads := min(1024, max(32, (dim/vec+31)/32*32))
-	return f.Launch(b.s, cuda.Dim3{X: rows}, cuda.Dim3{X: threads}, 0,
+	bytes := int64(rows)*int64(dim)*int64(x.DType().Size()+out.DType().Size()) + int64(dim)*int64(w.DType().Size())
+	return f.LaunchBytes(b.s, bytes, cuda.Dim3{X: rows}, cuda.Dim3{X: threads}, 0,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(dim), cuda.F32(eps))
 }
 
@@ -626,8 +627,11 @@ func (b *Backend) AttentionWindow(out, q, kCache, vCache *runtime.Tensor, pos0, 
 		b.part = buf
 	}
 	po, pml := b.part.Ptr(), b.part.Ptr()+uintptr(poBytes)
+	// The keys and values of positions [0, pos0+T) (or the window's), read
+	// once per KV head; the partials written.
+	kvBytes := 2*int64(min(pos0+T, C))*int64(K)*int64(d)*int64(kCache.DType().Size()) + poBytes
 	if f, ok := b.k.attnDecode[d]; ok && !b.noFlash {
-		if err := f.Launch(b.s, cuda.Dim3{X: K, Y: nsplit, Z: T}, cuda.Dim3{X: 128}, 0,
+		if err := f.LaunchBytes(b.s, kvBytes, cuda.Dim3{X: K, Y: nsplit, Z: T}, cuda.Dim3{X: 128}, 0,
 			cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(q.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
 			cuda.I32(H), cuda.I32(K), cuda.I32(nsplit), posp, p0, cuda.F32(scale), cuda.I32(window)); err != nil {
 			return err
@@ -635,7 +639,7 @@ func (b *Backend) AttentionWindow(out, q, kCache, vCache *runtime.Tensor, pos0, 
 	} else {
 		nt := max(128, (d+31)/32*32)
 		smem := 4 * (G*d + G*nt + 3*G)
-		if err := b.k.attnSplit.Launch(b.s, cuda.Dim3{X: K, Y: nsplit, Z: T}, cuda.Dim3{X: nt}, smem,
+		if err := b.k.attnSplit.LaunchBytes(b.s, kvBytes, cuda.Dim3{X: K, Y: nsplit, Z: T}, cuda.Dim3{X: nt}, smem,
 			cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(q.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
 			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(nsplit), posp, p0, cuda.F32(scale), cuda.I32(window)); err != nil {
 			return err
@@ -985,7 +989,7 @@ func (b *Backend) MatMulN(outs []*runtime.Tensor, x *runtime.Tensor, ws []*runti
 	}
 	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
 	f := b.k.gemv3
-	return f.Launch(b.s, cuda.Dim3{X: min(b.k.persistBlocks[f], (N0+N1+N2+7)/8)}, cuda.Dim3{X: 256}, 0,
+	return f.LaunchBytes(b.s, gemvBytes(N0+N1+N2, x.Dim(-1), outs[0]), cuda.Dim3{X: min(b.k.persistBlocks[f], (N0+N1+N2+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
 		cuda.Ptr(ws[0].Ptr()), cuda.Ptr(ws[1].Ptr()), cuda.Ptr(ws[2].Ptr()), cuda.I32(N0), cuda.I32(N1), cuda.I32(N2), cuda.I32(x.Dim(-1)))
 }
@@ -1014,7 +1018,7 @@ func (b *Backend) GateUpSiLU(out, x, wg, wu *runtime.Tensor) error {
 	}
 	N := wg.Dim(0)
 	f := b.k.gateUp
-	return f.Launch(b.s, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
+	return f.LaunchBytes(b.s, gemvBytes(2*N, D, out)-int64(N)*2, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.I32(N), cuda.I32(D))
 }
 
@@ -1355,3 +1359,9 @@ var (
 	_ kernels.VarlenPrefillAttender = (*Backend)(nil)
 	_ kernels.BatchRoPEStorer       = (*Backend)(nil)
 )
+
+// gemvBytes is what a one-token product with an [N,D] BF16 weight moves: the
+// weight, the input row and the output row (for kernel profiles).
+func gemvBytes(N, D int, out *runtime.Tensor) int64 {
+	return int64(N)*int64(D)*2 + int64(D)*2 + int64(N)*int64(out.DType().Size())
+}
