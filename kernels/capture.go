@@ -36,7 +36,10 @@ type RoPEStorer interface {
 }
 
 // Argmaxer picks greedy tokens on the device: dst[r] = the first index of the
-// largest value of row r of x[R,V] (NaNs skipped), read back to the host.
+// largest value of row r of x[R,V], read back to the host; −1 when the row
+// holds a NaN or +Inf, or only −Inf (no greedy choice: read the row, as
+// kernels.Sample does, to say which). Only R ints cross to the host instead
+// of R×V logits.
 type Argmaxer interface {
 	ArgmaxRows(dst []int32, x *runtime.Tensor) error
 }

@@ -202,15 +202,25 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 		}
 	}()
 	logits := make([]float32, 0)
+	var picks []int32
 	step := func(entries []decoder.BatchEntry) (float64, error) {
 		start := time.Now()
 		lt, err := m.ForwardBatch(b, cache, entries)
 		if err != nil {
 			return 0, err
 		}
-		logits = slices.Grow(logits[:0], lt.NumElements())[:lt.NumElements()]
-		if err := b.ReadF32(logits, lt); err != nil { // waits for the device
-			return 0, err
+		// Greedy picks, as the scheduler makes them: on the device where the
+		// backend can (one int a row back), else from the logits read back.
+		if am, ok := b.(kernels.Argmaxer); ok {
+			picks = slices.Grow(picks[:0], len(entries))[:len(entries)]
+			if err := am.ArgmaxRows(picks, lt); err != nil { // waits for the device
+				return 0, err
+			}
+		} else {
+			logits = slices.Grow(logits[:0], lt.NumElements())[:lt.NumElements()]
+			if err := b.ReadF32(logits, lt); err != nil { // waits for the device
+				return 0, err
+			}
 		}
 		return float64(time.Since(start).Microseconds()) / 1e3, nil
 	}

@@ -852,7 +852,8 @@ func (b *Backend) FillUniform(t *runtime.Tensor, seed uint64, lo, hi float32) er
 }
 
 // ArgmaxRows: dst[r] = the first index of the largest value of row r of
-// x[R,V] (F32 or BF16; NaNs skipped, −1 for a row of NaNs), read back.
+// x[R,V] (F32 or BF16), read back; −1 for a row with a NaN or +Inf, or only
+// −Inf (kernels.Argmaxer).
 func (b *Backend) ArgmaxRows(dst []int32, x *runtime.Tensor) error {
 	if err := b.onDevice("ArgmaxRows", "x", x); err != nil {
 		return err

@@ -627,6 +627,7 @@ func TestArgmaxRows(t *testing.T) {
 	x := randBF16(rng, R*V, 10)
 	x[1*V+7] = float32(math.NaN())
 	x[2*V+5], x[2*V+900] = 20, 20 // a tie: the first wins
+	x[4*V+3], x[4*V+11] = float32(math.Inf(-1)), 30 // −Inf is an ordinary low logit
 	for i := 3 * V; i < 4*V; i++ {
 		x[i] = float32(math.NaN())
 	}
@@ -636,7 +637,11 @@ func TestArgmaxRows(t *testing.T) {
 			t.Fatal(err)
 		}
 		for r := range R {
-			if want := int32(kernels.Argmax(x[r*V : (r+1)*V])); got[r] != want {
+			want := int32(kernels.Argmax(x[r*V : (r+1)*V]))
+			if r == 1 || r == 3 {
+				want = -1 // a NaN in the row: no greedy choice
+			}
+			if got[r] != want {
 				t.Errorf("%v row %d: argmax %d, want %d", dt, r, got[r], want)
 			}
 		}
