@@ -12,7 +12,6 @@ log build; make build-cuda >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"
 git rev-parse --short HEAD >"$out/commit.txt" 2>/dev/null
 if [ "${2:-}" != skip-tests ]; then
   log tests
-  CUDA_ENV="CGO_CFLAGS=-I$PWD/runtime/cuda/compat"
   make -s test-cuda >"$out/test-cuda.log" 2>&1; echo "test-cuda rc=$?" | tee -a "$out/steps.log"
   grep -E '^(--- FAIL|FAIL|ok|panic)' "$out/test-cuda.log" | head -40
 fi
