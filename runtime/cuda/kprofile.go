@@ -49,11 +49,11 @@ func (d *Device) StopKernelProfile() ([]runtime.KernelRecord, error) {
 		if err := r.end.Synchronize(); err != nil {
 			return nil, err
 		}
-		ms, err := r.end.ElapsedSince(r.start)
+		el, err := r.end.ElapsedSince(r.start)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, runtime.KernelRecord{Name: r.name, Bytes: r.bytes, Ms: float64(ms)})
+		out = append(out, runtime.KernelRecord{Name: r.name, Bytes: r.bytes, Ms: float64(el.Nanoseconds()) / 1e6})
 	}
 	return out, nil
 }
