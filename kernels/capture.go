@@ -44,6 +44,16 @@ type Argmaxer interface {
 	ArgmaxRows(dst []int32, x *runtime.Tensor) error
 }
 
+// DeviceSampler draws temperature samples on the device: dst[r] is drawn
+// from row r of x[R,V] at inverse temperature invT[r] (> 0) with the uniform
+// draw u[r] in [0,1), as kernels.Sample with neither top-k nor top-p walks
+// the distribution (the first id whose running probability mass exceeds
+// u·total), in float32; −1 when the row holds a NaN or +Inf, or only −Inf.
+// Only R ints cross to the host.
+type DeviceSampler interface {
+	SampleRows(dst []int32, x *runtime.Tensor, invT, u []float32) error
+}
+
 // MultiMatMuler computes several projections of one input in one op:
 // outs[i][T,N_i] = x[T,D]·ws[i][N_i,D]ᵀ (one launch for a token's q, k and v).
 type MultiMatMuler interface {

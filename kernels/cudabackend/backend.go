@@ -51,6 +51,8 @@ type Backend struct {
 
 	// meta holds the per-call int32 inputs of the paged ops on the device.
 	meta pagedMeta
+	// sampleMeta holds SampleRows' temperatures and draws (sample.go).
+	sampleMeta metaUpload
 
 	// GEMVRowBlocks selects the row-block GEMV kernels for one-token MatMuls
 	// instead of the persistent one-warp-per-row kernel (faster on the H200:
@@ -74,6 +76,7 @@ type kernelSet struct {
 	gemvPersist, gemvPersistF32, gemv3, gateUp                                             *cuda.Function
 	attnSplit, attnCombine                                                                 *cuda.Function
 	gemvFP8, dequantFP8                                                                    *cuda.Function         // FP8 weights (fp8.go)
+	sample                                                                                 *cuda.Function         // device sampling (sample.go)
 	flash, attnDecode                                                                      map[int]*cuda.Function // by head width
 	// persistBlocks is the grid of the persistent GEMV kernels: blocks of 256
 	// threads resident at once on the whole GPU.
@@ -119,7 +122,8 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		gateUp:  get("gemv_gateup_silu_bf16"),
 		addBias: get("add_bias_bf16"), scale: get("scale_bf16"),
 		gemvFP8: get("gemv_fp8"), dequantFP8: get("dequant_fp8_bf16"),
-		paged: loadPaged(get),
+		sample: get("sample_rows"),
+		paged:  loadPaged(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)

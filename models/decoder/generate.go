@@ -85,21 +85,30 @@ func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions)
 	return out, nil
 }
 
-// pickToken chooses the next token from the logits lt [1,V]. Greedy choices
-// on a backend that can take the argmax on the device read back one int
-// instead of V logits; a row with no greedy choice there (a NaN or +Inf) is
-// read back and goes through kernels.Sample, which says what is wrong.
+// pickToken chooses the next token from the logits lt [1,V]. Greedy and
+// temperature-only choices on a backend that makes them on the device
+// (kernels.PickPlaceFor) read back one int instead of V logits; a row the
+// device cannot choose from (a NaN or +Inf) is read back and goes through
+// kernels.Sample, which says what is wrong.
 func pickToken(b kernels.Backend, lt *runtime.Tensor, logits []float32, p kernels.SampleParams, rng *rand.Rand) (int, error) {
-	if am, ok := b.(kernels.Argmaxer); ok && p.Temperature <= 0 && lt.NumElements() == len(logits) {
-		if err := p.Validate(); err != nil {
-			return 0, err
-		}
+	if lt.NumElements() == len(logits) {
 		var id [1]int32
-		if err := am.ArgmaxRows(id[:], lt); err != nil {
-			return 0, err
-		}
-		if id[0] >= 0 {
-			return int(id[0]), nil
+		switch kernels.PickPlaceFor(b, p, len(logits)) {
+		case kernels.PickArgmax:
+			if err := b.(kernels.Argmaxer).ArgmaxRows(id[:], lt); err != nil {
+				return 0, err
+			}
+			if id[0] >= 0 {
+				return int(id[0]), nil
+			}
+		case kernels.PickSampleOnDevice:
+			invT, u := kernels.DeviceDraw(p, rng)
+			if err := b.(kernels.DeviceSampler).SampleRows(id[:], lt, []float32{invT}, []float32{u}); err != nil {
+				return 0, err
+			}
+			if id[0] >= 0 {
+				return int(id[0]), nil
+			}
 		}
 	}
 	if err := b.ReadF32(logits, lt); err != nil {

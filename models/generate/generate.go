@@ -323,22 +323,45 @@ func (s *Scheduler) Step() (bool, error) {
 func (s *Scheduler) choose(lt *runtime.Tensor, in []*Handle, sample []bool, V int) ([]int, []error, error) {
 	ids, errs := make([]int, len(in)), make([]error, len(in))
 	read := slices.Clone(sample) // rows whose logits the host needs
-	if am, ok := s.b.(kernels.Argmaxer); ok {
-		greedy := 0
-		for i, h := range in {
-			if sample[i] && h.req.Sampling.Temperature <= 0 && h.req.Sampling.Validate() == nil {
-				greedy++
+	kinds := make([]kernels.PickPlace, len(in))
+	var nGreedy, nDevice int
+	for i, h := range in {
+		if sample[i] {
+			kinds[i] = kernels.PickPlaceFor(s.b, h.req.Sampling, V)
+			switch kinds[i] {
+			case kernels.PickArgmax:
+				nGreedy++
+			case kernels.PickSampleOnDevice:
+				nDevice++
 			}
 		}
-		if greedy > 0 {
-			arg := make([]int32, len(in))
-			if err := am.ArgmaxRows(arg, lt); err != nil {
-				return nil, nil, err
+	}
+	if nGreedy > 0 {
+		arg := make([]int32, len(in))
+		if err := s.b.(kernels.Argmaxer).ArgmaxRows(arg, lt); err != nil {
+			return nil, nil, err
+		}
+		for i := range in {
+			if kinds[i] == kernels.PickArgmax && arg[i] >= 0 {
+				ids[i], read[i] = int(arg[i]), false
 			}
-			for i, h := range in {
-				if sample[i] && h.req.Sampling.Temperature <= 0 && h.req.Sampling.Validate() == nil && arg[i] >= 0 {
-					ids[i], read[i] = int(arg[i]), false
-				}
+		}
+	}
+	if nDevice > 0 {
+		drawn := make([]int32, len(in))
+		invT, u := make([]float32, len(in)), make([]float32, len(in))
+		for i, h := range in {
+			invT[i] = 1
+			if kinds[i] == kernels.PickSampleOnDevice {
+				invT[i], u[i] = kernels.DeviceDraw(h.req.Sampling, h.rng)
+			}
+		}
+		if err := s.b.(kernels.DeviceSampler).SampleRows(drawn, lt, invT, u); err != nil {
+			return nil, nil, err
+		}
+		for i := range in {
+			if kinds[i] == kernels.PickSampleOnDevice && drawn[i] >= 0 {
+				ids[i], read[i] = int(drawn[i]), false
 			}
 		}
 	}

@@ -87,8 +87,9 @@ func alone(t *testing.T, m *decoder.Model, b kernels.Backend, r generate.Request
 // ends one early), and return every block.
 //
 // It runs twice per family: on the CPU backend, and on it with device-style
-// argmaxes (argmaxBackend), where greedy rows are picked by ArgmaxRows and
-// only sampled rows are read back.
+// picks (argmaxBackend), where greedy rows are picked by ArgmaxRows,
+// temperature-only rows drawn by SampleRows and only the other sampled rows
+// read back.
 func TestSchedulerEqualsGenerate(t *testing.T) {
 	for _, fx := range fixtures {
 		for _, withArgmax := range []bool{false, true} {
@@ -105,7 +106,21 @@ func TestSchedulerEqualsGenerate(t *testing.T) {
 // backend has it; it counts the rows it picked.
 type argmaxBackend struct {
 	*kernels.CPUBackend
-	rows int
+	rows, sampled int
+}
+
+// SampleRows draws as a device sampler does (kernels.SampleRowReference).
+func (a *argmaxBackend) SampleRows(dst []int32, x *runtime.Tensor, invT, u []float32) error {
+	V := x.Dim(-1)
+	v := make([]float32, x.NumElements())
+	if err := a.ReadF32(v, x); err != nil {
+		return err
+	}
+	for r := range dst {
+		dst[r] = int32(kernels.SampleRowReference(v[r*V:(r+1)*V], invT[r], u[r]))
+		a.sampled++
+	}
+	return nil
 }
 
 func (a *argmaxBackend) ArgmaxRows(dst []int32, x *runtime.Tensor) error {
@@ -204,8 +219,8 @@ func schedulerEqualsGenerate(t *testing.T, dir string, withArgmax bool) {
 			if cache.FreeBlocks() != cache.TotalBlocks() || cache.LiveSeqs() != 0 {
 				t.Errorf("after the run: %d of %d blocks free, %d sequences live", cache.FreeBlocks(), cache.TotalBlocks(), cache.LiveSeqs())
 			}
-			if ab != nil && ab.rows == 0 {
-				t.Errorf("the scheduler never picked a greedy row on the device")
+			if ab != nil && (ab.rows == 0 || ab.sampled == 0) {
+				t.Errorf("the scheduler picked %d greedy rows and sampled %d on the device; want some of each", ab.rows, ab.sampled)
 			}
 		}
 	}
