@@ -51,6 +51,7 @@ type Backend struct {
 
 	// meta holds the per-call int32 inputs of the paged ops on the device.
 	meta pagedMeta
+	moe  moeMeta // the MoE row ops' tables (moe.go)
 
 	// GEMVRowBlocks selects the row-block GEMV kernels for one-token MatMuls
 	// instead of the persistent one-warp-per-row kernel (faster on the H200:
@@ -79,6 +80,7 @@ type kernelSet struct {
 	// threads resident at once on the whole GPU.
 	persistBlocks map[*cuda.Function]int
 	paged         pagedKernels // over a paged KV cache (see the end of the file)
+	moe           moeKernels   // mixture-of-experts row ops (moe.go)
 }
 
 var (
@@ -119,7 +121,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		gateUp:  get("gemv_gateup_silu_bf16"),
 		addBias: get("add_bias_bf16"), scale: get("scale_bf16"),
 		gemvFP8: get("gemv_fp8"), dequantFP8: get("dequant_fp8_bf16"),
-		paged: loadPaged(get),
+		paged: loadPaged(get), moe: loadMoE(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -182,6 +184,7 @@ func (b *Backend) Close() error {
 	}
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq = nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
+	b.moe.free()
 	b.stage.Free()
 	b.stage, b.stageEv = nil, nil
 	return err
