@@ -42,6 +42,7 @@ type Routing struct {
 	rows    []int32
 	weights []float32
 	p       []float32
+	count   []int
 }
 
 // ExpertRows is one expert's share of a forward: the rows (token indices,
@@ -130,11 +131,15 @@ func grow[T any](s []T, n int) []T {
 // token routes to, with its tokens' rows (ascending) and weights. The
 // slices are the Routing's: valid until the next Route.
 func (r *Routing) Groups() []ExpertRows {
-	count := map[int32]int{}
 	maxE := int32(-1)
 	for _, e := range r.Experts[:r.T*r.K] {
-		count[e]++
 		maxE = max(maxE, e)
+	}
+	r.count = grow(r.count, int(maxE)+1)
+	count := r.count
+	clear(count)
+	for _, e := range r.Experts[:r.T*r.K] {
+		count[e]++
 	}
 	r.groups = r.groups[:0]
 	r.rows = grow(r.rows, r.T*r.K)

@@ -71,7 +71,7 @@ var qwen3_30bA3b = decoder.Config{HiddenSize: 2048, IntermediateSize: 6144, NumH
 var Shapes = map[string]decoder.Config{
 	// Qwen3-30B-A3B: 48 layers of 128 experts of 768, top 8, untied.
 	"qwen3-30b-a3b": qwen3_30bA3b,
-	// Qwen3-30B-A3B cut to 24 of its 48 layers (15.3 B parameters, 30.5 GB
+	// Qwen3-30B-A3B cut to 24 of its 48 layers (15.58 B parameters, 31.2 GB
 	// in bf16): the full model does not fit the H200 machine's disk next to
 	// its pinned copy.
 	"qwen3-30b-a3b-24l": func() decoder.Config { c := qwen3_30bA3b; c.NumHiddenLayers = 24; return c }(),
