@@ -73,7 +73,7 @@ var mixtral8x7b = decoder.Config{HiddenSize: 4096, IntermediateSize: 14336, NumH
 var Shapes = map[string]decoder.Config{
 	// Mixtral-8x7B-v0.1: 8 experts of 14336, top 2, vocabulary 32000.
 	"mixtral-8x7b": mixtral8x7b,
-	// Mixtral-8x7B cut to 4 of its 32 layers (6.09 B parameters, 12.2 GB): real
+	// Mixtral-8x7B cut to 4 of its 32 layers (6.07 B parameters, 12.1 GB): real
 	// per-layer sizes for tests.
 	"mixtral-8x7b-4l": func() decoder.Config { c := mixtral8x7b; c.NumHiddenLayers = 4; return c }(),
 	// A tiny Mixtral for tests: 8 experts of 96, top 2.
