@@ -53,6 +53,7 @@ type Backend struct {
 	meta pagedMeta
 	// sampleMeta holds SampleRows' temperatures and draws (sample.go).
 	sampleMeta metaUpload
+	moe        moeMeta // the MoE row ops' tables (moe.go)
 
 	// GEMVRowBlocks selects the row-block GEMV kernels for one-token MatMuls
 	// instead of the persistent one-warp-per-row kernel (faster on the H200:
@@ -82,6 +83,7 @@ type kernelSet struct {
 	// threads resident at once on the whole GPU.
 	persistBlocks map[*cuda.Function]int
 	paged         pagedKernels // over a paged KV cache (see the end of the file)
+	moe           moeKernels   // mixture-of-experts row ops (moe.go)
 }
 
 var (
@@ -123,7 +125,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		addBias: get("add_bias_bf16"), scale: get("scale_bf16"),
 		gemvFP8: get("gemv_fp8"), dequantFP8: get("dequant_fp8_bf16"),
 		sample: get("sample_rows"),
-		paged:  loadPaged(get),
+		paged:  loadPaged(get), moe: loadMoE(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -186,6 +188,7 @@ func (b *Backend) Close() error {
 	}
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq = nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
+	b.moe.free()
 	b.stage.Free()
 	b.stage, b.stageEv = nil, nil
 	return err
