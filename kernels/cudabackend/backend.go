@@ -60,6 +60,13 @@ type Backend struct {
 	// Benchmarks and tests set these.
 	GEMVRowBlocks               bool
 	GEMVUnroll, GEMVWarpsPerRow int
+
+	// LegacyDecodeAttention runs one-query decode attention (Attention at
+	// one token, PagedDecodeAttention) through the staged decode kernels and
+	// a separate combine launch instead of the tensor-core kernels of
+	// decode_mma.cu. New sets it when FT_DECODE_ATTN=legacy (A/B runs).
+	LegacyDecodeAttention bool
+	counters              *runtime.DeviceBuffer // the decode kernels' last-block counters (decode.go)
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -79,6 +86,7 @@ type kernelSet struct {
 	// threads resident at once on the whole GPU.
 	persistBlocks map[*cuda.Function]int
 	paged         pagedKernels // over a paged KV cache (see the end of the file)
+	decodeMMA     decodeMMAKernels
 }
 
 var (
@@ -119,7 +127,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		gateUp:  get("gemv_gateup_silu_bf16"),
 		addBias: get("add_bias_bf16"), scale: get("scale_bf16"),
 		gemvFP8: get("gemv_fp8"), dequantFP8: get("dequant_fp8_bf16"),
-		paged: loadPaged(get),
+		paged: loadPaged(get), decodeMMA: loadDecodeMMA(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -131,6 +139,9 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 			return nil, fmt.Errorf("cudabackend: %w", err)
 		}
 		ks.persistBlocks[f] = max(1, n) * dev.Multiprocessors()
+	}
+	if err := ks.decodeMMA.sizeWave(dev.Multiprocessors()); err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	modules[dev] = ks
 	dev.AtClose(func() error {
@@ -161,7 +172,8 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
-	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors()}
+	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
+		LegacyDecodeAttention: legacyDecodeFromEnv()}
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -177,10 +189,10 @@ func (b *Backend) ActDType() runtime.DType { return runtime.BF16 }
 // calls it; calling it earlier is fine too.
 func (b *Backend) Close() error {
 	err := b.s.Synchronize()
-	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq) {
+	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters) {
 		buf.Free()
 	}
-	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq = nil, nil, nil, nil, nil, nil, nil
+	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
 	b.stage.Free()
 	b.stage, b.stageEv = nil, nil
@@ -608,6 +620,10 @@ func (b *Backend) AttentionWindow(out, q, kCache, vCache *runtime.Tensor, pos0, 
 	G := H / K
 	if d%8 != 0 || G > 16 || d > 1024 {
 		return fmt.Errorf("cudabackend.Attention: head width %d (want a multiple of 8, at most 1024) or %d query heads per KV head (at most 16) not supported", d, G)
+	}
+	if f := b.decodeMMA(false, d, G, q.Ptr(), kCache.Ptr(), vCache.Ptr(), out.Ptr()); f != nil {
+		kvBytes := 2 * int64(min(pos0+T, C)) * int64(K) * int64(d) * int64(kCache.DType().Size())
+		return b.attentionMMA(f, out.Ptr(), q.Ptr(), kCache.Ptr(), vCache.Ptr(), T, H, K, d, C, pos0, window, kvBytes)
 	}
 	nsplit := 1
 	if T == 1 {
@@ -1193,6 +1209,18 @@ func (b *Backend) pagedSplitAttention(op string, m *metaUpload, out, q, kPool, v
 	span := maxLen
 	if window > 0 {
 		span = min(span, window)
+	}
+	if f := b.decodeMMA(true, d, H/K, q.Ptr(), out.Ptr()); f != nil {
+		var visible int64 // positions read, for kernel profiles
+		for t := range R {
+			n := int64(rows[2*t+1]) + 1
+			if window > 0 {
+				n = min(n, int64(window))
+			}
+			visible += n
+		}
+		kvBytes := 2 * visible * int64(K) * int64(d) * int64(kPool.DType().Size())
+		return b.pagedMMA(f, out.Ptr(), q.Ptr(), kPool.Ptr(), vPool.Ptr(), rowsP, tableP, R, H, K, d, span, kv.MaxBlocks, kv.BlockSize, window, kvBytes)
 	}
 	nsplit := max(1, min(splitsFor(span), (4*b.sms+K*R-1)/(K*R)))
 	poBytes := int64(R) * int64(nsplit) * int64(H) * int64(d) * 4
