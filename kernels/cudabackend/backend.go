@@ -67,6 +67,10 @@ type Backend struct {
 	// decode_mma.cu. New sets it when FT_DECODE_ATTN=legacy (A/B runs).
 	LegacyDecodeAttention bool
 	counters              *runtime.DeviceBuffer // the decode kernels' last-block counters (decode.go)
+
+	// NoFusedAddNorm makes AddRMSNorm run Add then RMSNorm (two launches)
+	// instead of add_rmsnorm_f32_bf16. New sets it when FT_FUSE_ADDNORM=0.
+	NoFusedAddNorm bool
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -87,6 +91,7 @@ type kernelSet struct {
 	persistBlocks map[*cuda.Function]int
 	paged         pagedKernels // over a paged KV cache (see the end of the file)
 	decodeMMA     decodeMMAKernels
+	addRMS        *cuda.Function // add_rmsnorm_f32_bf16 (addnorm.go)
 }
 
 var (
@@ -128,6 +133,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		addBias: get("add_bias_bf16"), scale: get("scale_bf16"),
 		gemvFP8: get("gemv_fp8"), dequantFP8: get("dequant_fp8_bf16"),
 		paged: loadPaged(get), decodeMMA: loadDecodeMMA(get),
+		addRMS: get("add_rmsnorm_f32_bf16"),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -173,7 +179,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
-		LegacyDecodeAttention: legacyDecodeFromEnv()}
+		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv()}
 	cd.AtClose(b.Close)
 	return b, nil
 }
