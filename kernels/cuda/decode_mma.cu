@@ -253,12 +253,13 @@ __device__ __forceinline__ void decode_mma_body(bf16_t* out, float* po, float* p
 
 // attn_decode_mma_d64_bf16: decode_mma_body over a contiguous cache
 // [C,K,64] (queries at positions ft_pos(posp,pos0)+t); grid (K, nsplit, T),
-// 128 threads. _d128_ likewise for head width 128.
+// 128 threads.
 extern "C" __global__ void __launch_bounds__(128) attn_decode_mma_d64_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,
 		const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, const int* posp, int pos0, float scale_log2, int window) {
 	decode_mma_body<64, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, nullptr, nullptr, 0, 1, posp, pos0, scale_log2, window);
 }
 
+// attn_decode_mma_d128_bf16 is attn_decode_mma_d64_bf16 for head width 128.
 extern "C" __global__ void __launch_bounds__(128) attn_decode_mma_d128_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,
 		const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, const int* posp, int pos0, float scale_log2, int window) {
 	decode_mma_body<128, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, nullptr, nullptr, 0, 1, posp, pos0, scale_log2, window);
@@ -266,13 +267,15 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode_mma_d128_bf16(bf16
 
 // attn_paged_decode_mma_d64_bf16: decode_mma_body over paged pools [P,K,64]
 // with the query rows and block table of attn_paged_decode_d64_bf16; grid
-// (K, nsplit, rows), 128 threads. _d128_ likewise for head width 128.
+// (K, nsplit, rows), 128 threads.
 extern "C" __global__ void __launch_bounds__(128) attn_paged_decode_mma_d64_bf16(bf16_t* out, float* po, float* pml, int* cnt,
 		const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, const int* rows, const int* table, int maxBlocks,
 		int bs, float scale_log2, int window) {
 	decode_mma_body<64, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, rows, table, maxBlocks, bs, nullptr, 0, scale_log2, window);
 }
 
+// attn_paged_decode_mma_d128_bf16 is attn_paged_decode_mma_d64_bf16 for head
+// width 128.
 extern "C" __global__ void __launch_bounds__(128) attn_paged_decode_mma_d128_bf16(bf16_t* out, float* po, float* pml, int* cnt,
 		const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, const int* rows, const int* table, int maxBlocks,
 		int bs, float scale_log2, int window) {
