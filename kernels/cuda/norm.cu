@@ -69,3 +69,36 @@ extern "C" __global__ void rmsnorm_f32in_bf16(bf16_t* out, const float* x, const
 		orow[2 * c + 1] = pack_bf16(v.z * scale * __uint_as_float(w1 << 16), v.w * scale * __uint_as_float(w1 & 0xffff0000u));
 	}
 }
+
+// add_rmsnorm_f32_bf16 fuses the residual add with the RMSNorm after it:
+// x[r,:] += y[r,:] (fp32, in place), then out[r,:] = bf16(x[r,:] /
+// sqrt(mean(x[r,:]²) + eps) · w), the same values (same sums in the same
+// order) as add_f32_v4 then rmsnorm_f32in_bf16 at the same block size. One
+// block per row; dim % 4 == 0, x and y rows 16-byte aligned.
+extern "C" __global__ void add_rmsnorm_f32_bf16(bf16_t* out, float* x, const float* y, const bf16_t* w, int dim, float eps) {
+	__shared__ float sh[32];
+	float4* xr = (float4*)(x + (usize)blockIdx.x * dim);
+	const float4* yr = (const float4*)(y + (usize)blockIdx.x * dim);
+	unsigned* orow = (unsigned*)(out + (usize)blockIdx.x * dim);
+	const unsigned* wv = (const unsigned*)w;
+	const int n4 = dim >> 2;
+	float s = 0.f;
+	for (int c = threadIdx.x; c < n4; c += blockDim.x) {
+		float4 v = xr[c];
+		const float4 u = yr[c];
+		v.x += u.x;
+		v.y += u.y;
+		v.z += u.z;
+		v.w += u.w;
+		xr[c] = v;
+		s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+	}
+	s = block_sum(s, sh);
+	const float scale = rsqrtf(s / (float)dim + eps);
+	for (int c = threadIdx.x; c < n4; c += blockDim.x) {
+		const float4 v = xr[c];  // this thread's own write above
+		const unsigned w0 = wv[2 * c], w1 = wv[2 * c + 1];
+		orow[2 * c] = pack_bf16(v.x * scale * __uint_as_float(w0 << 16), v.y * scale * __uint_as_float(w0 & 0xffff0000u));
+		orow[2 * c + 1] = pack_bf16(v.z * scale * __uint_as_float(w1 << 16), v.w * scale * __uint_as_float(w1 & 0xffff0000u));
+	}
+}

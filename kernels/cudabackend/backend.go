@@ -63,6 +63,17 @@ type Backend struct {
 	// Benchmarks and tests set these.
 	GEMVRowBlocks               bool
 	GEMVUnroll, GEMVWarpsPerRow int
+
+	// LegacyDecodeAttention runs one-query decode attention (Attention at
+	// one token, PagedDecodeAttention) through the staged decode kernels and
+	// a separate combine launch instead of the tensor-core kernels of
+	// decode_mma.cu. New sets it when FT_DECODE_ATTN=legacy (A/B runs).
+	LegacyDecodeAttention bool
+	counters              *runtime.DeviceBuffer // the decode kernels' last-block counters (decode.go)
+
+	// NoFusedAddNorm makes AddRMSNorm run Add then RMSNorm (two launches)
+	// instead of add_rmsnorm_f32_bf16. New sets it when FT_FUSE_ADDNORM=0.
+	NoFusedAddNorm bool
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -84,6 +95,8 @@ type kernelSet struct {
 	persistBlocks map[*cuda.Function]int
 	paged         pagedKernels // over a paged KV cache (see the end of the file)
 	moe           moeKernels   // mixture-of-experts row ops (moe.go)
+	decodeMMA     decodeMMAKernels
+	addRMS        *cuda.Function // add_rmsnorm_f32_bf16 (addnorm.go)
 }
 
 var (
@@ -125,7 +138,8 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		addBias: get("add_bias_bf16"), scale: get("scale_bf16"),
 		gemvFP8: get("gemv_fp8"), dequantFP8: get("dequant_fp8_bf16"),
 		sample: get("sample_rows"),
-		paged:  loadPaged(get), moe: loadMoE(get),
+		paged:  loadPaged(get), moe: loadMoE(get), decodeMMA: loadDecodeMMA(get),
+		addRMS: get("add_rmsnorm_f32_bf16"),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -137,6 +151,9 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 			return nil, fmt.Errorf("cudabackend: %w", err)
 		}
 		ks.persistBlocks[f] = max(1, n) * dev.Multiprocessors()
+	}
+	if err := ks.decodeMMA.sizeWave(dev.Multiprocessors()); err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	modules[dev] = ks
 	dev.AtClose(func() error {
@@ -167,7 +184,8 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
-	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors()}
+	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
+		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv()}
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -183,10 +201,10 @@ func (b *Backend) ActDType() runtime.DType { return runtime.BF16 }
 // calls it; calling it earlier is fine too.
 func (b *Backend) Close() error {
 	err := b.s.Synchronize()
-	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq) {
+	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters) {
 		buf.Free()
 	}
-	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq = nil, nil, nil, nil, nil, nil, nil
+	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
 	b.moe.free()
 	b.stage.Free()
@@ -615,6 +633,10 @@ func (b *Backend) AttentionWindow(out, q, kCache, vCache *runtime.Tensor, pos0, 
 	G := H / K
 	if d%8 != 0 || G > 16 || d > 1024 {
 		return fmt.Errorf("cudabackend.Attention: head width %d (want a multiple of 8, at most 1024) or %d query heads per KV head (at most 16) not supported", d, G)
+	}
+	if f := b.decodeMMA(false, d, G, q.Ptr(), kCache.Ptr(), vCache.Ptr(), out.Ptr()); f != nil {
+		kvBytes := 2 * int64(min(pos0+T, C)) * int64(K) * int64(d) * int64(kCache.DType().Size())
+		return b.attentionMMA(f, out.Ptr(), q.Ptr(), kCache.Ptr(), vCache.Ptr(), T, H, K, d, C, pos0, window, kvBytes)
 	}
 	nsplit := 1
 	if T == 1 {
@@ -1200,6 +1222,18 @@ func (b *Backend) pagedSplitAttention(op string, m *metaUpload, out, q, kPool, v
 	span := maxLen
 	if window > 0 {
 		span = min(span, window)
+	}
+	if f := b.decodeMMA(true, d, H/K, q.Ptr(), out.Ptr()); f != nil {
+		var visible int64 // positions read, for kernel profiles
+		for t := range R {
+			n := int64(rows[2*t+1]) + 1
+			if window > 0 {
+				n = min(n, int64(window))
+			}
+			visible += n
+		}
+		kvBytes := 2 * visible * int64(K) * int64(d) * int64(kPool.DType().Size())
+		return b.pagedMMA(f, out.Ptr(), q.Ptr(), kPool.Ptr(), vPool.Ptr(), rowsP, tableP, R, H, K, d, span, kv.MaxBlocks, kv.BlockSize, window, kvBytes)
 	}
 	nsplit := max(1, min(splitsFor(span), (4*b.sms+K*R-1)/(K*R)))
 	poBytes := int64(R) * int64(nsplit) * int64(H) * int64(d) * 4

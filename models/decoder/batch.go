@@ -204,27 +204,15 @@ func (m *Model) planBatch(b kernels.Backend, cache *kvcache.Paged, entries []Bat
 	return bs, ids, nil
 }
 
-// gatherRows copies rows src[from[i]] to dst[i] (row copies through
-// Backend.StoreKV on [rows, 1, width] views).
+// gatherRows copies rows src[from[i]] to dst[i] in one op: a row gather is
+// an embedding lookup with src as the table (one launch on a GPU, where
+// row-by-row StoreKV copies took one launch per sequence).
 func gatherRows(b kernels.Backend, dst, src *runtime.Tensor, from []int) error {
-	D := src.Dim(-1)
-	d3, err := dst.Reshape(dst.Dim(0), 1, D)
-	if err != nil {
-		return err
-	}
+	ids := make([]int32, len(from))
 	for i, r := range from {
-		row, err := src.Slice(r, r+1)
-		if err != nil {
-			return err
-		}
-		if row, err = row.Reshape(1, 1, D); err != nil {
-			return err
-		}
-		if err := b.StoreKV(d3, row, i); err != nil {
-			return err
-		}
+		ids[i] = int32(r)
 	}
-	return nil
+	return b.Embedding(dst, src, ids)
 }
 
 // forwardBatch is Forward over a batch's packed rows h[T,D]: the

@@ -188,10 +188,7 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	} else if err := l.Attn.Forward(b, w, o, h, cache); err != nil {
 		return err
 	}
-	if err := b.Add(x, x, o); err != nil {
-		return err
-	}
-	if err := l.PostNorm.Forward(b, h, x); err != nil {
+	if err := l.addPostNorm(b, h, x, o); err != nil {
 		return err
 	}
 	if err := l.ffn(b, w, o, h); err != nil {

@@ -85,3 +85,16 @@ func (a *Attention) ropeAndAppend(b kernels.Backend, invFreq []float32, q, k, v 
 	}
 	return cache.Append(b, a.Layer, k, v)
 }
+
+// addPostNorm sets x += o and h = PostNorm(x): one op where the backend
+// fuses them (kernels.AddRMSNormer) and no hook watches the norm, else Add
+// and the norm's forward.
+func (l *Layer) addPostNorm(b kernels.Backend, h, x, o *runtime.Tensor) error {
+	if f, ok := b.(kernels.AddRMSNormer); ok && nn.Unwatched(l.PostNorm) {
+		return f.AddRMSNorm(h, x, o, l.PostNorm.Weight.Tensor(), l.PostNorm.Eps)
+	}
+	if err := b.Add(x, x, o); err != nil {
+		return err
+	}
+	return l.PostNorm.Forward(b, h, x)
+}
