@@ -84,7 +84,7 @@ func TestShardedEqualsSingleDevice(t *testing.T) {
 				for i := range devs {
 					devs[i] = fmt.Sprintf("cpu:%d", i)
 				}
-				partial := "" // set by the "0" run: its budget and half a layer more
+				partial := "" // set by the "0" run: room for one transfer slot and a resident layer
 				for _, budget := range []string{"", "0", "partial"} {
 					if budget == "partial" {
 						if partial == "" {
@@ -93,7 +93,11 @@ func TestShardedEqualsSingleDevice(t *testing.T) {
 						budget = partial
 					}
 					t.Run(fmt.Sprintf("n%d-budget%q", n, budget), func(t *testing.T) {
-						s, err := session.Open(dir, strings.Join(devs, ","), session.Options{GPUBudget: budget})
+						opts := session.Options{GPUBudget: budget}
+						if budget == partial {
+							opts.TransferBlocks = 1
+						}
+						s, err := session.Open(dir, strings.Join(devs, ","), opts)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -126,7 +130,7 @@ func TestShardedEqualsSingleDevice(t *testing.T) {
 								for _, u := range in.Units {
 									unit = max(unit, u.Bytes)
 								}
-								partial = fmt.Sprintf("%dB", in.Budget+unit/2)
+								partial = fmt.Sprintf("%dB", in.Budget+unit/8)
 							}
 							for i, name := range s.Managers {
 								m := offload.GetOffloadManager(name)
