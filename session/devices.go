@@ -57,7 +57,10 @@ func ParseDevices(list string) ([]string, error) {
 		}
 		k := key{isCUDA, index}
 		if prev, ok := seen[k]; ok {
-			return nil, fmt.Errorf("device list %q names %s twice (%q and %q): %w", list, name, prev, name, ErrBadOptions)
+			if prev != name {
+				name = fmt.Sprintf("%s (as %s and %s)", name, prev, name)
+			}
+			return nil, fmt.Errorf("device list %q names %s twice: %w", list, name, ErrBadOptions)
 		}
 		seen[k] = name
 		if isCUDA {
@@ -75,14 +78,14 @@ func ParseDevices(list string) ([]string, error) {
 
 // openSharded is Open over several devices: the model cut over them
 // (models.LoadSharded), each shard on its device, offloaded onto it under
-// the budget (per device) when one is given; the collectives through NCCL
-// on GPUs and an in-process group on CPU devices.
+// the budget (per device) when one is given, or left in host memory with
+// HostOnly (the caller offloads each of Model.Shards() onto Devices[i]);
+// the collectives through NCCL on GPUs and an in-process group on CPU
+// devices.
 func (s *Session) openSharded(dir string, names []string, opts Options, budget offload.Budget, streamDType runtime.DType, trace func(string, time.Duration), stopped func() error) error {
 	switch {
 	case opts.ProfileDir != "":
 		return fmt.Errorf("a saved profile holds one device's plan; it does not apply to %d devices: %w", len(names), ErrBadOptions)
-	case opts.HostOnly:
-		return fmt.Errorf("host only does not apply to %d devices (each shard is offloaded by the session): %w", len(names), ErrBadOptions)
 	case opts.UnitGraphs:
 		return fmt.Errorf("unit graphs are not implemented for a model sharded over %d devices: %w", len(names), ErrBadOptions)
 	}
@@ -109,7 +112,7 @@ func (s *Session) openSharded(dir string, names []string, opts Options, budget o
 	}
 	bindOn := s.Devices
 	offloaded := opts.GPUBudget != ""
-	if offloaded {
+	if offloaded || opts.HostOnly { // the shards' weights in host memory
 		s.host = runtime.NewCPU(0)
 		bindOn = make([]runtime.Device, len(names))
 		for i := range bindOn {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/testmodel"
+	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/session"
@@ -28,12 +29,17 @@ type shardRun struct {
 
 func runShardCase(t *testing.T, s *session.Session) shardRun {
 	t.Helper()
+	return runModelCase(t, s.Model, s.Backend)
+}
+
+func runModelCase(t *testing.T, m *decoder.Model, b kernels.Backend) shardRun {
+	t.Helper()
 	prompt := []int32{1, 17, 42, 9, 33, 5, 27}
 	var r shardRun
-	r.all = testmodel.Forward(t, s.Model, s.Backend, prompt, true)
-	r.steps = testmodel.Run(t, s.Model, s.Backend, prompt[:3], 6)
+	r.all = testmodel.Forward(t, m, b, prompt, true)
+	r.steps = testmodel.Run(t, m, b, prompt[:3], 6)
 	var err error
-	r.greedy, err = s.Model.Generate(s.Backend, prompt, decoder.GenerateOptions{MaxNewTokens: 10, IgnoreEOS: true})
+	r.greedy, err = m.Generate(b, prompt, decoder.GenerateOptions{MaxNewTokens: 10, IgnoreEOS: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/runtime"
-	ftsession "github.com/flextensor-go/flextensor/session"
 	"github.com/spf13/pflag"
 )
 
@@ -62,6 +61,12 @@ type benchRow struct {
 	MinMs          float64 `json:"min_ms"`
 	MeasuredVsFlr  float64 `json:"measured_over_floor"`
 	PredictedError float64 `json:"prediction_error"`
+	// A model sharded over several devices (--device cuda:0,cuda:1): each
+	// device's plan, and the streamed bytes of all of them per measured
+	// forward time. The row's streamed and device bytes are the sums, its
+	// floor, transfer floor and prediction the slowest device's.
+	Devices       []benchDevice `json:"devices,omitempty"`
+	AggregateGBps float64       `json:"aggregate_h2d_gbps,omitempty"`
 }
 
 type benchOptions struct {
@@ -130,7 +135,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer sess.Close()
-	dir, dev, backend, model, ck := sess.Dir, sess.Device, sess.Backend, sess.Model, sess.Checkpoint
+	backend, model, ck := sess.Backend, sess.Model, sess.Checkpoint
 	pre := 2 // discovery (the first forward) and profiling (two) come before INFERENCE
 	if *mode == "prefill" {
 		pre = 3
@@ -152,7 +157,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		slots = 2
 	}
 	if !*jsonOut {
-		fmt.Fprintf(stdout, "%s on %s, %s, %d layers, %s of weights\n", sess.name(), dev.Name(), benchShape(*mode, *tokens, *context),
+		fmt.Fprintf(stdout, "%s on %s, %s, %d layers, %s of weights\n", sess.name(), sessDevices(sess), benchShape(*mode, *tokens, *context),
 			model.Cfg.NumHiddenLayers, runtime.FormatBytes(ck.TotalBytes()))
 		fmt.Fprintf(stdout, "%-10s %5s %5s %5s %9s %8s %10s %10s %10s %8s %8s\n", "budget", "res", "str", "slots",
 			"stream GB", "H2D GB/s", "floor ms", "pred ms", "meas ms", "meas/flr", "pred err")
@@ -164,8 +169,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			row.Tokens = 1
 		}
 		var times []float64
+		shards, devs := benchTargets(sess)
 		if b == "resident" {
-			m, ck2, err := ftsession.Load(dir, dev)
+			m, ck2, err := loadResident(sess)
 			if err != nil {
 				return fmt.Errorf("budget resident: %w", err)
 			}
@@ -178,32 +184,40 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			}
 			row.ResidentUnits = model.Cfg.NumHiddenLayers
 		} else {
-			cfg := offload.DefaultConfig(dev)
-			cfg.TransferBlocks = d.blocks
-			cfg.StreamDType, _ = offload.ParseStreamDType(d.streamDType) // checked by sessionOptions
-			if b == "0" {
-				fp, err := offload.Measure(model, cfg.Include, cfg.Exclude)
-				if err != nil {
-					return err
+			var names []string
+			for k, shard := range shards {
+				cfg := offload.DefaultConfig(devs[k])
+				cfg.TransferBlocks = d.blocks
+				cfg.StreamDType, _ = offload.ParseStreamDType(d.streamDType) // checked by sessionOptions
+				if b == "0" {
+					fp, err := offload.Measure(shard, cfg.Include, cfg.Exclude)
+					if err != nil {
+						return err
+					}
+					cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(slots)}
+					cfg.TransferBlocks = slots
+				} else if cfg.GPUBudget, err = offload.ParseBudget(b); err != nil {
+					return usageError{fmt.Errorf("--budgets: %w", err)}
 				}
-				cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(slots)}
-				cfg.TransferBlocks = slots
-			} else if cfg.GPUBudget, err = offload.ParseBudget(b); err != nil {
-				return usageError{fmt.Errorf("--budgets: %w", err)}
-			}
-			name := fmt.Sprintf("bench-%d", i)
-			var compile []offload.Option
-			if d.unitGraphs {
-				compile = sess.UnitGraphOptions()
-			}
-			if err := offload.Offload(model, &cfg, name, compile...); err != nil {
-				return fmt.Errorf("budget %s: %w", b, err)
+				name := fmt.Sprintf("bench-%d", i)
+				if len(shards) > 1 {
+					name = fmt.Sprintf("bench-%d-rank%d", i, k)
+				}
+				var compile []offload.Option
+				if d.unitGraphs {
+					compile = sess.UnitGraphOptions()
+				}
+				if err := offload.Offload(shard, &cfg, name, compile...); err != nil {
+					releaseAll(names)
+					return fmt.Errorf("budget %s on %s: %w", b, devs[k].Name(), err)
+				}
+				names = append(names, name)
 			}
 			times, err = measureForwards(model, backend, *mode, *tokens, *context, *warm+pre, *iters, uint64(i))
 			if err == nil {
-				err = fillPlanRow(&row, name, dev)
+				err = fillPlanRows(&row, names, devs)
 			}
-			if rerr := offload.Release(name, true); err == nil {
+			if rerr := releaseAll(names); err == nil {
 				err = rerr
 			}
 			model.DropUnitGraphs()
@@ -212,6 +226,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		row.MeasuredMs, row.MinMs = medianOf(times), slices.Min(times)
+		if row.MeasuredMs > 0 && row.StreamedBytes > 0 {
+			row.AggregateGBps = float64(row.StreamedBytes) / (row.MeasuredMs / 1e3) / 1e9
+		}
 		if row.FloorMs > 0 {
 			row.MeasuredVsFlr = row.MeasuredMs / row.FloorMs
 			row.PredictedError = (row.PredictedMs - row.MeasuredMs) / row.MeasuredMs
@@ -225,6 +242,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%-10s %5d %5d %5d %9.2f %8.1f %10.2f %10.2f %10.2f %8.3f %+7.1f%%\n", row.Budget, row.ResidentUnits,
 			row.StreamedUnits, row.Slots, float64(row.StreamedBytes)/1e9, row.H2DGBps, row.FloorMs, row.PredictedMs,
 			row.MeasuredMs, row.MeasuredVsFlr, 100*row.PredictedError)
+		printPerDevice(stdout, row)
 	}
 	return nil
 }
