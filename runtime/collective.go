@@ -138,7 +138,7 @@ func (g *CPUGroup) meet(rank int, kind string, in, out *Tensor, combine func(in,
 		err := fmt.Errorf("cpu group: rank %d calls %s while other ranks are in %s: the ranks' collectives are out of step", rank, kind, g.kind)
 		g.aborted = fmt.Errorf("%w: %w", ErrCommAborted, err)
 		g.cond.Broadcast()
-		return err
+		return g.aborted
 	}
 	g.kind = kind
 	g.inputs[rank], g.outputs[rank] = in, out

@@ -164,3 +164,64 @@ func TestShardedEqualsSingleDevice(t *testing.T) {
 		})
 	}
 }
+
+// TestParseDevices: lists, and the lists refused with a reason.
+func TestParseDevices(t *testing.T) {
+	for in, want := range map[string][]string{
+		"cpu":                {"cpu"},
+		"cuda:1":             {"cuda:1"},
+		"cuda:0,cuda:1":      {"cuda:0", "cuda:1"},
+		"cpu:0, cpu:1,cpu:2": {"cpu:0", "cpu:1", "cpu:2"},
+	} {
+		got, err := session.ParseDevices(in)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("ParseDevices(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for in, want := range map[string]string{
+		"cuda:0,cuda:0": "names cuda:0 twice",
+		"cuda,cuda:0":   "names cuda:0 (as cuda and cuda:0) twice",
+		"cpu:0,cuda:1":  "mixes CPU and GPU",
+		"cpu,cpu:1":     "name the CPU devices",
+		"cuda:0,tpu":    "unknown device",
+		"cuda:0,":       "unknown device",
+	} {
+		if _, err := session.ParseDevices(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseDevices(%q) = %v, want an error with %q", in, err, want)
+		}
+	}
+}
+
+// TestShardedOpenErrors: what a sharded model cannot do is refused before
+// anything runs, naming the cause.
+func TestShardedOpenErrors(t *testing.T) {
+	for _, c := range []struct {
+		dir, device string
+		opts        session.Options
+		want        string
+	}{
+		{"../testdata/tiny-llama", "cpu:0,cpu:1,cpu:2", session.Options{}, "4 attention heads do not split evenly over 3 devices"},
+		{"../testdata/tiny-llama-fp8-block", "cpu:0,cpu:1", session.Options{}, "do not align to the FP8 scale blocks of 64"},
+		{"../testdata/tiny-llama", "cpu:0,cpu:1", session.Options{UnitGraphs: true, GPUBudget: "0"}, "unit graphs"},
+		{"../testdata/tiny-llama", "cpu:0,cpu:1", session.Options{ProfileDir: t.TempDir()}, "profile"},
+	} {
+		s, err := session.Open(c.dir, c.device, c.opts)
+		if err == nil {
+			s.Close()
+			t.Errorf("%s on %s: opened", c.dir, c.device)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s on %s: %v, want an error with %q", c.dir, c.device, err, c.want)
+		}
+	}
+	// A sharded model's batched path says it is not implemented.
+	s, err := session.Open("../testdata/tiny-llama", "cpu:0,cpu:1", session.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Model.NewPagedCache(s.Backend, 8, 0); err == nil || !strings.Contains(err.Error(), "sharded") {
+		t.Fatalf("paged cache: %v", err)
+	}
+}
