@@ -273,6 +273,19 @@ func (s *shardSource) ReadAt(name string, dst []byte, off int64) error {
 	if row == full {
 		return s.src.ReadAt(name, dst, int64(c.Row0)*full+off)
 	}
+	if m, ok := s.src.(place.Mapped); ok { // copy the rows out of the mapping: no read call per row
+		data, err := m.Bytes(name)
+		if err != nil {
+			return err
+		}
+		for len(dst) > 0 {
+			r, within := off/row, off%row
+			at := (int64(c.Row0)+r)*full + int64(c.Col0)*es + within
+			n := copy(dst, data[at:at+min(row-within, int64(len(dst)))])
+			dst, off = dst[n:], off+int64(n)
+		}
+		return nil
+	}
 	for len(dst) > 0 {
 		r, within := off/row, off%row
 		n := min(row-within, int64(len(dst)))

@@ -10,6 +10,7 @@ import (
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/place"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -71,7 +72,17 @@ func TestShardSourceCuts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := decoder.ShardSource(ck, cuts, "test")
+	// Through the mapping, and through ReadAt (a source that maps nothing).
+	for _, src := range []place.Source{decoder.ShardSource(ck, cuts, "test"), decoder.ShardSource(readOnly{ck}, cuts, "test")} {
+		checkCuts(t, m, ck, src)
+	}
+}
+
+// readOnly hides a source's mapping.
+type readOnly struct{ place.Source }
+
+func checkCuts(t *testing.T, m *decoder.Model, ck *loader.Checkpoint, src place.Source) {
+	t.Helper()
 	d := m.Cfg.HeadDim
 	for _, c := range []struct {
 		name           string
