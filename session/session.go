@@ -165,6 +165,9 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(names) == 1 { // "cuda:all" on a machine of one GPU
+		device = names[0]
+	}
 	trace := opts.Trace
 	if trace == nil {
 		trace = func(string, time.Duration) {}
