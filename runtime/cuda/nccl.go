@@ -70,7 +70,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"unsafe"
@@ -101,6 +100,30 @@ type ncclAPI struct {
 
 var loadNCCLOnce = sync.OnceValues(loadNCCL)
 
+// ncclFinder is the python3 script that lists the libnccl files of pip's
+// NVIDIA wheels (nvidia/nccl/lib, or nvidia/<cuXX>/lib in the CUDA 13
+// layout; nvidia is a namespace package, so its __path__ and not __file__)
+// and of torch's own lib directory, without importing torch.
+const ncclFinder = `import glob, importlib.util, os
+roots = []
+try:
+    import nvidia
+    roots += list(nvidia.__path__)
+except Exception:
+    pass
+spec = importlib.util.find_spec("torch")
+if spec and spec.submodule_search_locations:
+    roots += [os.path.join(p, "..") for p in spec.submodule_search_locations]
+seen = set()
+for r in roots:
+    for pat in ("nccl/lib/libnccl.so.2", "*/lib/libnccl.so.2", "lib/libnccl.so.2", "nccl/lib/libnccl.so*", "*/lib/libnccl.so*"):
+        for p in sorted(glob.glob(os.path.join(r, pat))):
+            p = os.path.realpath(p)
+            if p not in seen:
+                seen.add(p)
+                print(p)
+`
+
 // ncclCandidates lists where NCCL is looked for, in order, with how each was
 // found: FT_NCCL_LIB, libnccl.so.2 on the loader's path, then the NCCL of
 // PyTorch's wheels (nvidia-nccl-cu*) of the python3 on PATH.
@@ -114,14 +137,15 @@ func ncclCandidates() (paths, notes []string) {
 	if py, err := exec.LookPath("python3"); err != nil {
 		notes = append(notes, "no python3 on PATH to find the nvidia-nccl wheel")
 	} else {
-		const script = `import nvidia.nccl as m, os
-f = getattr(m, "__file__", None)
-print(os.path.dirname(f) if f else list(m.__path__)[0])`
-		out, err := exec.Command(py, "-c", script).Output()
-		if dir := strings.TrimSpace(string(out)); err == nil && dir != "" {
-			paths = append(paths, filepath.Join(dir, "lib", "libnccl.so.2"))
-		} else {
-			notes = append(notes, fmt.Sprintf("%s has no nvidia.nccl module (pip's nvidia-nccl-cu12/cu13)", py))
+		out, err := exec.Command(py, "-c", ncclFinder).Output()
+		found := false
+		for _, line := range strings.Split(string(out), "\n") {
+			if line = strings.TrimSpace(line); line != "" && err == nil {
+				paths, found = append(paths, line), true
+			}
+		}
+		if !found {
+			notes = append(notes, fmt.Sprintf("%s finds no libnccl in its nvidia packages (pip's nvidia-nccl-cu12/cu13) nor beside torch", py))
 		}
 	}
 	return paths, notes
