@@ -57,6 +57,11 @@ test-cuda:
 	$(CUDA_ENV) $(GO) vet -tags cuda ./...
 	$(CUDA_ENV) $(GO) test -tags cuda -count=1 -timeout 20m $(CUDA_PKGS)
 
+# NCCL and the sharded model over every visible GPU (issue 19): on one GPU
+# the NCCL path runs with one rank and the several-GPU test skips.
+test-multigpu:
+	$(CUDA_ENV) $(GO) test -tags cuda -count=1 -timeout 10m -v -run 'TestNCCL|TestSharded' ./runtime/cuda/ ./session/
+
 # Resident Llama-3-8B-shaped benchmarks on GPU 0 (weights made on the device).
 bench-cuda:
 	$(CUDA_ENV) $(GO) test -tags cuda -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 20m ./bench/

@@ -18,6 +18,7 @@ type CPUDevice struct {
 	mu        sync.Mutex
 	streams   []*cpuStream
 	closed    bool
+	name      string // "" = "cpu" (NewCPUNamed)
 	// CopyFault, when set, is called before each copy a stream runs; an error
 	// it returns fails that copy (fault injection for tests).
 	CopyFault func(op string, bytes int64) error
@@ -34,8 +35,22 @@ func NewCPU(limit int64) *CPUDevice {
 	return d
 }
 
-// Name is "cpu".
-func (d *CPUDevice) Name() string { return "cpu" }
+// Name is "cpu", or the name NewCPUNamed gave ("cpu:1").
+func (d *CPUDevice) Name() string {
+	if d.name != "" {
+		return d.name
+	}
+	return "cpu"
+}
+
+// NewCPUNamed is NewCPU for one of several CPU devices in a process (the
+// ranks of a sharded model's CPU stand-in): Name and the memory errors say
+// name ("cpu:1").
+func NewCPUNamed(name string, limit int64) *CPUDevice {
+	d := &CPUDevice{mem: NewAccountant(name+" device memory", limit), host: NewAccountant(name+" host memory", 0), name: name}
+	d.compute = &syncStream{dev: d}
+	return d
+}
 
 // Kind is KindCPU.
 func (d *CPUDevice) Kind() DeviceKind { return KindCPU }

@@ -14,14 +14,15 @@ import (
 
 // ErrUnknownDevice is wrapped by OpenDevice and Open when the device name is
 // neither "cpu" nor "cuda"/"cuda:N".
-var ErrUnknownDevice = errors.New("unknown device (want cpu or cuda:N)")
+var ErrUnknownDevice = errors.New("unknown device (want cpu, cpu:N, cuda:N, a comma-separated list of them or cuda:all)")
 
 // ErrBadOptions is wrapped by Open's errors about its Options (as opposed to
 // the checkpoint or the device failing).
 var ErrBadOptions = errors.New("bad session options")
 
-// ParseDevice reads a device name: "cpu" gives cuda false; "cuda" (GPU 0)
-// and "cuda:N" give cuda true and N. Anything else wraps ErrUnknownDevice.
+// ParseDevice reads one device name: "cpu" and "cpu:N" (one of several CPU
+// devices of a sharded model) give cuda false and N; "cuda" (GPU 0) and
+// "cuda:N" give cuda true and N. Anything else wraps ErrUnknownDevice.
 func ParseDevice(name string) (isCUDA bool, index int, err error) {
 	switch name {
 	case "cpu":
@@ -29,9 +30,14 @@ func ParseDevice(name string) (isCUDA bool, index int, err error) {
 	case "cuda":
 		return true, 0, nil
 	}
-	if rest, ok := strings.CutPrefix(name, "cuda:"); ok {
-		if n, err := strconv.Atoi(rest); err == nil && n >= 0 {
-			return true, n, nil
+	for _, k := range []struct {
+		prefix string
+		cuda   bool
+	}{{"cuda:", true}, {"cpu:", false}} {
+		if rest, ok := strings.CutPrefix(name, k.prefix); ok {
+			if n, err := strconv.Atoi(rest); err == nil && n >= 0 {
+				return k.cuda, n, nil
+			}
 		}
 	}
 	return false, 0, fmt.Errorf("device %q: %w", name, ErrUnknownDevice)
@@ -52,6 +58,9 @@ func OpenDevice(name string, cpuLimit int64) (runtime.Device, kernels.Backend, e
 	}
 	if !isCUDA {
 		dev := runtime.NewCPU(cpuLimit)
+		if name != "cpu" {
+			dev = runtime.NewCPUNamed(name, cpuLimit)
+		}
 		b, err := kernels.NewCPUBackend(dev)
 		if err != nil {
 			dev.Close()

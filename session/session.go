@@ -110,8 +110,16 @@ type Session struct {
 	// Dir is the checkpoint directory (a temporary one holding the bundled
 	// model when Open was given "").
 	Dir string
-	// Manager is the offload manager's name, "" when not offloaded.
+	// Manager is the offload manager's name, "" when not offloaded (rank
+	// 0's on several devices).
 	Manager string
+	// Devices, Backends and Managers are every device's, rank 0 (Device,
+	// Backend, Manager) first, when the model is sharded over several
+	// devices (Open with a device list): Model is then rank 0's shard,
+	// which runs them all (decoder.Group). Nil otherwise.
+	Devices  []runtime.Device
+	Backends []kernels.Backend
+	Managers []string
 
 	host    *runtime.CPUDevice // holds the weights while offloaded
 	cleanup []func()
@@ -122,7 +130,10 @@ var managerSeq atomic.Int64
 
 // Open loads the checkpoint in dir ("" = the bundled tiny model) onto the
 // device named device ("cpu", "cuda", "cuda:N"), offloaded when
-// opts.GPUBudget or opts.ProfileDir is given. Errors about opts wrap
+// opts.GPUBudget or opts.ProfileDir is given. A device list
+// ("cuda:0,cuda:1", "cuda:all", "cpu:0,cpu:1"; ParseDevices) cuts the model
+// over those devices (tensor parallelism, decoder.Group), each shard
+// offloaded under GPUBudget on its own device (the budget is per device). Errors about opts wrap
 // ErrBadOptions; an unknown device name wraps ErrUnknownDevice.
 func Open(dir, device string, opts Options) (_ *Session, err error) {
 	var budget offload.Budget
@@ -150,8 +161,12 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	if streamDType != runtime.Invalid && opts.GPUBudget == "" && !opts.HostOnly {
 		return nil, fmt.Errorf("stream dtype %s applies to offloaded models (give a GPU budget; loading from a profile does not support it): %w", opts.StreamDType, ErrBadOptions)
 	}
-	if _, _, err := ParseDevice(device); err != nil {
+	names, err := ParseDevices(device)
+	if err != nil {
 		return nil, err
+	}
+	if len(names) == 1 { // "cuda:all" on a machine of one GPU
+		device = names[0]
 	}
 	trace := opts.Trace
 	if trace == nil {
@@ -191,6 +206,12 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	trace("find checkpoint", time.Since(t0))
 	if err := stopped(); err != nil {
 		return nil, err
+	}
+	if len(names) > 1 {
+		if err := s.openSharded(dir, names, opts, budget, streamDType, trace, stopped); err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 	t0 = time.Now()
 	if s.Device, s.Backend, err = OpenDevice(device, opts.DeviceMemory); err != nil {
@@ -310,7 +331,11 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	var errs []error
-	if s.Manager != "" {
+	if len(s.Managers) > 0 {
+		for _, name := range s.Managers {
+			errs = append(errs, offload.Release(name, false))
+		}
+	} else if s.Manager != "" {
 		errs = append(errs, offload.Release(s.Manager, false))
 	}
 	if s.Model != nil {
@@ -322,7 +347,11 @@ func (s *Session) Close() error {
 	if s.host != nil {
 		errs = append(errs, s.host.Close())
 	}
-	if s.Device != nil {
+	if len(s.Devices) > 0 {
+		for _, d := range s.Devices {
+			errs = append(errs, d.Close())
+		}
+	} else if s.Device != nil {
 		errs = append(errs, s.Device.Close())
 	}
 	for _, f := range s.cleanup {

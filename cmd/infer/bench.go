@@ -13,7 +13,6 @@ import (
 	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/runtime"
-	ftsession "github.com/flextensor-go/flextensor/session"
 	"github.com/spf13/pflag"
 )
 
@@ -66,6 +65,12 @@ type benchRow struct {
 	// token picked on the device (what run-model's generation does), where
 	// the backend captures graphs; 0 elsewhere.
 	GraphMs float64 `json:"graph_ms,omitempty"`
+	// A model sharded over several devices (--device cuda:0,cuda:1): each
+	// device's plan, and the streamed bytes of all of them per measured
+	// forward time. The row's streamed and device bytes are the sums, its
+	// floor, transfer floor and prediction the slowest device's.
+	Devices       []benchDevice `json:"devices,omitempty"`
+	AggregateGBps float64       `json:"aggregate_h2d_gbps,omitempty"`
 }
 
 type benchOptions struct {
@@ -136,7 +141,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer sess.Close()
-	dir, dev, backend, model, ck := sess.Dir, sess.Device, sess.Backend, sess.Model, sess.Checkpoint
+	backend, model, ck := sess.Backend, sess.Model, sess.Checkpoint
 	pre := 2 // discovery (the first forward) and profiling (two) come before INFERENCE
 	if *mode == "prefill" {
 		pre = 3
@@ -158,7 +163,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		slots = 2
 	}
 	if !*jsonOut {
-		fmt.Fprintf(stdout, "%s on %s, %s, %d layers, %s of weights\n", sess.name(), dev.Name(), benchShape(*mode, *tokens, *context),
+		fmt.Fprintf(stdout, "%s on %s, %s, %d layers, %s of weights\n", sess.name(), sessDevices(sess), benchShape(*mode, *tokens, *context),
 			model.Cfg.NumHiddenLayers, runtime.FormatBytes(ck.TotalBytes()))
 		fmt.Fprintf(stdout, "%-10s %5s %5s %5s %9s %8s %10s %10s %10s %8s %8s\n", "budget", "res", "str", "slots",
 			"stream GB", "H2D GB/s", "floor ms", "pred ms", "meas ms", "meas/flr", "pred err")
@@ -170,14 +175,15 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			row.Tokens = 1
 		}
 		var times []float64
+		shards, devs := benchTargets(sess)
 		if b == "resident" {
-			m, ck2, err := ftsession.Load(dir, dev)
+			m, ck2, err := loadResident(sess)
 			if err != nil {
 				return fmt.Errorf("budget resident: %w", err)
 			}
 			var kp *kernelProfiler
 			if o.kernelProfile {
-				kp = &kernelProfiler{w: stdout, dev: dev}
+				kp = &kernelProfiler{w: stdout, dev: backend.Device()}
 			}
 			times, err = measureForwards(m, backend, *mode, *tokens, *context, *warm, *iters, uint64(i), kp)
 			if err == nil && *mode == "decode" {
@@ -194,32 +200,40 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			}
 			row.ResidentUnits = model.Cfg.NumHiddenLayers
 		} else {
-			cfg := offload.DefaultConfig(dev)
-			cfg.TransferBlocks = d.blocks
-			cfg.StreamDType, _ = offload.ParseStreamDType(d.streamDType) // checked by sessionOptions
-			if b == "0" {
-				fp, err := offload.Measure(model, cfg.Include, cfg.Exclude)
-				if err != nil {
-					return err
+			var names []string
+			for k, shard := range shards {
+				cfg := offload.DefaultConfig(devs[k])
+				cfg.TransferBlocks = d.blocks
+				cfg.StreamDType, _ = offload.ParseStreamDType(d.streamDType) // checked by sessionOptions
+				if b == "0" {
+					fp, err := offload.Measure(shard, cfg.Include, cfg.Exclude)
+					if err != nil {
+						return err
+					}
+					cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(slots)}
+					cfg.TransferBlocks = slots
+				} else if cfg.GPUBudget, err = offload.ParseBudget(b); err != nil {
+					return usageError{fmt.Errorf("--budgets: %w", err)}
 				}
-				cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(slots)}
-				cfg.TransferBlocks = slots
-			} else if cfg.GPUBudget, err = offload.ParseBudget(b); err != nil {
-				return usageError{fmt.Errorf("--budgets: %w", err)}
-			}
-			name := fmt.Sprintf("bench-%d", i)
-			var compile []offload.Option
-			if d.unitGraphs {
-				compile = sess.UnitGraphOptions()
-			}
-			if err := offload.Offload(model, &cfg, name, compile...); err != nil {
-				return fmt.Errorf("budget %s: %w", b, err)
+				name := fmt.Sprintf("bench-%d", i)
+				if len(shards) > 1 {
+					name = fmt.Sprintf("bench-%d-rank%d", i, k)
+				}
+				var compile []offload.Option
+				if d.unitGraphs {
+					compile = sess.UnitGraphOptions()
+				}
+				if err := offload.Offload(shard, &cfg, name, compile...); err != nil {
+					releaseAll(names)
+					return fmt.Errorf("budget %s on %s: %w", b, devs[k].Name(), err)
+				}
+				names = append(names, name)
 			}
 			times, err = measureForwards(model, backend, *mode, *tokens, *context, *warm+pre, *iters, uint64(i), nil)
 			if err == nil {
-				err = fillPlanRow(&row, name, dev)
+				err = fillPlanRows(&row, names, devs)
 			}
-			if rerr := offload.Release(name, true); err == nil {
+			if rerr := releaseAll(names); err == nil {
 				err = rerr
 			}
 			model.DropUnitGraphs()
@@ -228,6 +242,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		row.MeasuredMs, row.MinMs = medianOf(times), slices.Min(times)
+		if row.MeasuredMs > 0 && row.StreamedBytes > 0 {
+			row.AggregateGBps = float64(row.StreamedBytes) / (row.MeasuredMs / 1e3) / 1e9
+		}
 		if row.FloorMs > 0 {
 			row.MeasuredVsFlr = row.MeasuredMs / row.FloorMs
 			row.PredictedError = (row.PredictedMs - row.MeasuredMs) / row.MeasuredMs
@@ -244,6 +261,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		if row.GraphMs > 0 {
 			fmt.Fprintf(stdout, "%-10s the same step replayed as a CUDA graph, token picked on the device: %.2f ms\n", "", row.GraphMs)
 		}
+		printPerDevice(stdout, row)
 	}
 	return nil
 }
@@ -411,7 +429,7 @@ func measureGraphSteps(m *llama.Model, b kernels.Backend, context, iters int) ([
 	}
 	g, err := m.CaptureDecode(b, cache)
 	if err != nil {
-		return nil, err
+		return nil, nil // a model generation runs eagerly (sharded, MoE routed on the host): no graph line
 	}
 	defer g.Close()
 	var out []float64

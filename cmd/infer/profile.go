@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/flextensor-go/flextensor/offload"
@@ -66,6 +67,9 @@ func profileCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if err := d.checkOffloadFlags(); err != nil {
 		return err
+	}
+	if strings.Contains(d.device, ",") || d.device == "cuda:all" {
+		return usagef("--device %s: a profile holds one device's plan; profile one device (a sharded model plans each device when it opens)", d.device)
 	}
 	start := time.Now()
 	if !d.progress.on {

@@ -35,9 +35,9 @@ type deviceFlags struct {
 
 func (d *deviceFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&d.model, "model", "", "checkpoint directory (config.json + safetensors), or ORG/NAME[@REV] in the Hugging Face cache (see 'infer pull'); default: the bundled tiny model")
-	fs.StringVar(&d.device, "device", "cpu", "compute device: cpu or cuda:N")
+	fs.StringVar(&d.device, "device", "cpu", "compute device: cpu or cuda:N; a list (cuda:0,cuda:1 or cuda:all; cpu:0,cpu:1 on the CPU) cuts the model over those devices (tensor parallelism: each streams and holds only its share)")
 	fs.StringVar(&d.deviceMemory, "device-memory", "", "memory limit of the cpu device (e.g. 2GiB); the offload budget is taken from it")
-	fs.StringVar(&d.gpuBudget, "gpu-budget", "", "offload: device memory for weights, as bytes (8GiB) or a fraction of the device (0.25); weights beyond it stream from pinned host memory")
+	fs.StringVar(&d.gpuBudget, "gpu-budget", "", "offload: device memory for weights, as bytes (8GiB) or a fraction of the device (0.25); weights beyond it stream from pinned host memory; with several devices, the budget of each device for its shard")
 	fs.IntVar(&d.blocks, "transfer-blocks", 0, "offload: number of transfer blocks (0 = the planner chooses)")
 	fs.BoolVar(&d.offloadTiming, "offload-timing", false, "offload: print per-unit transfer/compute/wait times after the run")
 	fs.StringVar(&d.profile, "profile", "", "offload with the saved profile in this directory (from infer profile): no profiling, each weight read once")
@@ -118,12 +118,18 @@ func (d deviceFlags) sessionOptions() (ftsession.Options, error) {
 		Warn:           func(msg string) { fmt.Fprintf(os.Stderr, "warning: %s\n", msg) },
 		Context:        cmdCtx,
 	}
-	if _, _, err := ftsession.ParseDevice(d.device); err != nil {
-		return opts, usagef("--device %q: unknown device (want cpu or cuda:N)", d.device)
+	if d.device != "cuda:all" {
+		if _, err := ftsession.ParseDevices(d.device); err != nil {
+			if errors.Is(err, ftsession.ErrUnknownDevice) {
+				return opts, usagef("--device %q: unknown device (want cpu, cuda:N, or a list such as cuda:0,cuda:1, cuda:all or cpu:0,cpu:1)", d.device)
+			}
+			return opts, usageError{fmt.Errorf("--device: %w", err)}
+		}
 	}
+	cpuDevice := d.device == "cpu" || strings.HasPrefix(d.device, "cpu:")
 	if d.deviceMemory != "" {
-		if d.device != "cpu" {
-			return opts, usagef("--device-memory applies to --device cpu only")
+		if !cpuDevice {
+			return opts, usagef("--device-memory applies to --device cpu only (each CPU device of a list: cpu:0,cpu:1)")
 		}
 		b, err := offload.ParseBudget(d.deviceMemory)
 		if err != nil || b.Bytes == 0 {
@@ -136,7 +142,7 @@ func (d deviceFlags) sessionOptions() (ftsession.Options, error) {
 		if err != nil {
 			return opts, usageError{fmt.Errorf("--gpu-budget: %w", err)}
 		}
-		if b.Fraction > 0 && d.device == "cpu" && d.deviceMemory == "" {
+		if b.Fraction > 0 && cpuDevice && d.deviceMemory == "" {
 			return opts, usagef("--gpu-budget %s is a fraction of the device, and the cpu device has no size: give --device-memory (e.g. 2GiB) or a budget in bytes (512MiB)", d.gpuBudget)
 		}
 	}

@@ -22,6 +22,9 @@ type BatchEntry struct {
 // layers, KV heads and head width) in b's activation dtype on b's device:
 // blocks blocks of blockSize positions (0: kvcache.DefaultBlockSize).
 func (m *Model) NewPagedCache(b kernels.Backend, blocks, blockSize int) (*kvcache.Paged, error) {
+	if m.tp != nil {
+		return nil, errors.New("decoder: batched forwards (a paged KV cache) are not implemented for a sharded model; run one sequence at a time (Generate, Forward)")
+	}
 	return kvcache.New(b.Device(), b.ActDType(), m.PagedConfig(blocks, blockSize))
 }
 
@@ -75,6 +78,9 @@ func (bs *batchState) free() {
 // tensor is the model's workspace: read it before the next forward. On an
 // error no sequence's length changes.
 func (m *Model) ForwardBatch(b kernels.Backend, cache *kvcache.Paged, entries []BatchEntry) (*runtime.Tensor, error) {
+	if m.tp != nil {
+		return nil, errors.New("decoder.ForwardBatch: not implemented for a sharded model")
+	}
 	bs, ids, err := m.planBatch(b, cache, entries)
 	if err != nil {
 		return nil, err

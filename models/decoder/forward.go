@@ -98,20 +98,39 @@ func rows(t *runtime.Tensor, n int) *runtime.Tensor {
 // appends their keys and values to the cache, and returns the logits: [T,V]
 // when allLogits, else [1,V] for the last token. The returned tensor is the
 // model's workspace: read it before the next Forward.
+//
+// On a sharded model (Group) it runs every shard in lockstep and returns
+// rank 0's logits; cache must be the one the model's NewKVCache made.
 func (m *Model) Forward(b kernels.Backend, cache Cache, ids []int32, allLogits bool) (*runtime.Tensor, error) {
+	if m.group != nil {
+		return m.group.forward(b, cache, ids, allLogits)
+	}
+	return m.localForward(b, cache, ids, allLogits)
+}
+
+// checkForward is Forward's checks of its arguments.
+func (m *Model) checkForward(cache Cache, ids []int32) error {
 	T := len(ids)
 	if T == 0 {
-		return nil, errors.New("decoder.Forward: no tokens")
+		return errors.New("decoder.Forward: no tokens")
 	}
 	for i, id := range ids {
 		if id < 0 || int(id) >= m.Cfg.VocabSize {
-			return nil, fmt.Errorf("decoder.Forward: token id %d at position %d is outside the vocabulary [0, %d)", id, i, m.Cfg.VocabSize)
+			return fmt.Errorf("decoder.Forward: token id %d at position %d is outside the vocabulary [0, %d)", id, i, m.Cfg.VocabSize)
 		}
 	}
-	pos0 := cache.Len()
-	if pos0+T > cache.Cap() {
-		return nil, fmt.Errorf("decoder.Forward: %d cached + %d new tokens exceed the KV cache capacity %d", pos0, T, cache.Cap())
+	if pos0 := cache.Len(); pos0+T > cache.Cap() {
+		return fmt.Errorf("decoder.Forward: %d cached + %d new tokens exceed the KV cache capacity %d", pos0, T, cache.Cap())
 	}
+	return nil
+}
+
+// localForward is Forward on this model alone (one shard of a sharded one).
+func (m *Model) localForward(b kernels.Backend, cache Cache, ids []int32, allLogits bool) (*runtime.Tensor, error) {
+	if err := m.checkForward(cache, ids); err != nil {
+		return nil, err
+	}
+	T, pos0 := len(ids), cache.Len()
 	logitRows := 1
 	if allLogits {
 		logitRows = T
@@ -188,10 +207,17 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	} else if err := l.Attn.Forward(b, w, o, h, cache); err != nil {
 		return err
 	}
+	m := l.Node().Tree().Root().(*Model)
+	if err := m.allReduce(b, o); err != nil { // a shard's partial sum of O (tensor parallelism)
+		return err
+	}
 	if err := l.addPostNorm(b, h, x, o); err != nil {
 		return err
 	}
 	if err := l.ffn(b, w, o, h); err != nil {
+		return err
+	}
+	if err := m.allReduce(b, o); err != nil { // and of down_proj
 		return err
 	}
 	return b.Add(x, x, o)

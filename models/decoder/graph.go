@@ -35,6 +35,9 @@ func (m *Model) CaptureDecode(b kernels.Backend, cache Cache) (*DecodeGraph, err
 	if !ok {
 		return nil, fmt.Errorf("decoder.CaptureDecode: the %T backend cannot capture graphs", b)
 	}
+	if m.tp != nil {
+		return nil, errors.New("decoder.CaptureDecode: a sharded model runs its shards' collectives eagerly")
+	}
 	if m.Node().Tree().HasHooks() {
 		return nil, errors.New("decoder.CaptureDecode: the model has hooks (an offload engine?) whose work must run at every step; run it eagerly")
 	}
@@ -120,7 +123,7 @@ func (s *stepper) forward(m *Model, b kernels.Backend, cache Cache, ids []int32)
 		return m.Forward(b, cache, ids, false)
 	}
 	if s.g == nil {
-		if _, ok := b.(kernels.StepCapturer); !ok || m.Node().Tree().HasHooks() || m.hasMoE() {
+		if _, ok := b.(kernels.StepCapturer); !ok || m.Node().Tree().HasHooks() || m.hasMoE() || m.tp != nil {
 			s.eager = true
 			return m.Forward(b, cache, ids, false)
 		}

@@ -47,6 +47,10 @@ type KVCache struct {
 	K, V []*runtime.Tensor
 	n    int
 	bufs []*runtime.DeviceBuffer
+	// peers are the other shards' caches, rank 1 first, when a sharded
+	// model's NewKVCache made this one (rank 0's): Reset, Truncate and
+	// Free apply to them too.
+	peers []*KVCache
 }
 
 // NewKVCache allocates a cache of capacity positions on b's device.
@@ -61,6 +65,16 @@ func (m *Model) NewKVCache(b kernels.Backend, capacity int) (*KVCache, error) {
 			runtime.FormatBytes(avail), b.Device().Name(), runtime.ErrOutOfMemory)
 	}
 	c := &KVCache{}
+	if g := m.group; g != nil {
+		for r, s := range g.shards[1:] {
+			p, err := s.NewKVCache(g.backends[r+1], capacity)
+			if err != nil {
+				c.Free()
+				return nil, err
+			}
+			c.peers = append(c.peers, p)
+		}
+	}
 	shape := runtime.Shape{capacity, m.Cfg.NumKeyValueHeads, m.Cfg.HeadDim}
 	for i := range m.Layers {
 		for _, kv := range []string{"k", "v"} {
@@ -122,12 +136,22 @@ func (c *KVCache) Truncate(n int) error {
 	if n < 0 || n > c.n {
 		return fmt.Errorf("decoder.KVCache.Truncate(%d): the cache holds %d positions", n, c.n)
 	}
+	for _, p := range c.peers {
+		if err := p.Truncate(n); err != nil {
+			return err
+		}
+	}
 	c.n = n
 	return nil
 }
 
 // Reset empties the cache (the memory is kept).
-func (c *KVCache) Reset() { c.n = 0 }
+func (c *KVCache) Reset() {
+	c.n = 0
+	for _, p := range c.peers {
+		p.Reset()
+	}
+}
 
 // Free returns the cache's memory.
 func (c *KVCache) Free() {
@@ -135,4 +159,8 @@ func (c *KVCache) Free() {
 		b.Free()
 	}
 	c.bufs = nil
+	for _, p := range c.peers {
+		p.Free()
+	}
+	c.peers = nil
 }

@@ -80,6 +80,10 @@ type Model struct {
 	owned      []*runtime.DeviceBuffer
 	// passTokens is the token count of the forward in progress (PassTokens).
 	passTokens int
+	// tp is this shard's rank of a sharded model (nil: not sharded); group
+	// is set on rank 0's shard, the leader (shard.go).
+	tp    runtime.Communicator
+	group *shardGroup
 }
 
 // PassTokens is the number of tokens the forward in progress carries (or
