@@ -202,6 +202,7 @@ func TestShardedOpenErrors(t *testing.T) {
 	}{
 		{"../testdata/tiny-llama", "cpu:0,cpu:1,cpu:2", session.Options{}, "4 attention heads do not split evenly over 3 devices"},
 		{"../testdata/tiny-llama-fp8-block", "cpu:0,cpu:1", session.Options{}, "do not align to the FP8 scale blocks of 64"},
+		{"../testdata/tiny-mixtral", "cpu:0,cpu:1", session.Options{}, "sharding by experts is not implemented"},
 		{"../testdata/tiny-llama", "cpu:0,cpu:1", session.Options{UnitGraphs: true, GPUBudget: "0"}, "unit graphs"},
 		{"../testdata/tiny-llama", "cpu:0,cpu:1", session.Options{ProfileDir: t.TempDir()}, "profile"},
 	} {

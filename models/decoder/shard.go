@@ -60,6 +60,8 @@ func PlanShards(c *Config, n int) ([]ShardPlan, error) {
 	}
 	H, K, I := c.NumAttentionHeads, c.NumKeyValueHeads, c.IntermediateSize
 	switch {
+	case c.MoE.Enabled() && n > 1:
+		return nil, fmt.Errorf("a mixture-of-experts model (%d experts) cannot be sharded over %d devices yet: sharding by experts is not implemented; use one device", c.MoE.Experts, n)
 	case n < 1:
 		return nil, fmt.Errorf("decoder.PlanShards: %d devices; want at least 1", n)
 	case H%n != 0:
