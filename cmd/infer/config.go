@@ -37,6 +37,9 @@ var extraEnv = map[string][]string{
 	"FT_PINNED":         {"", "register", "alloc"}, // "alloc": pin host blocks with cuMemHostAlloc instead of cuMemHostRegister (cuda builds)
 	"FT_KERNEL_CACHE":   nil,                       // the kernel cache directory, or "off"
 	"FT_TEST_STALL":     {"", "open", "load"},      // tests: block at a phase until a signal (see stallForTest)
+	"FT_NCCL_LIB":       nil,                       // the libnccl to load for several GPUs (cuda builds)
+	"FT_DECODE_ATTN":    {"", "legacy"},            // "legacy": the staged decode attention + combine launch (A/B runs, cuda builds)
+	"FT_FUSE_ADDNORM":   {"", "0", "1"},            // "0": residual add and RMSNorm as two launches (A/B runs, cuda builds)
 }
 
 // envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.

@@ -207,6 +207,7 @@ func (b *Backend) Close() error {
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
 	b.moe.free()
+	b.sampleMeta.free()
 	b.stage.Free()
 	b.stage, b.stageEv = nil, nil
 	return err
