@@ -11,9 +11,10 @@ import "golang.org/x/sys/cpu"
 //
 //	dotR4DT: out[r] = Σ_{i<n·L} w_r[i]·x[i] for the four rows w_r = w + r·ld bytes
 //	dotT4DT: out[t] = Σ_{i<n·L} w[i]·x_t[i] for the four token rows x_0..x_3
+//	dotR2T4DT: out[4r+t] = Σ_{i<n·L} w_r[i]·x_t[i], two rows × four tokens
 //
 // with L = 8 lanes (AVX2) or 16 (AVX-512), each lane accumulating its own
-// FMA chain and the lanes reduced by the same tree in both tiles, so one
+// FMA chain and the lanes reduced by the same tree in every tile, so one
 // (row, token) gets the same bits from either. sumISA returns Σ p[i] over
 // n·4·L values; axpyISA computes y[i] += a·x[i] over n·L values.
 
@@ -24,10 +25,16 @@ func dotR4BF16AVX2(w *uint16, ld uintptr, x *float32, n int, out *[4]float32)
 func dotT4BF16AVX2(w *uint16, x0, x1, x2, x3 *float32, n int, out *[4]float32)
 
 //go:noescape
+func dotR2T4BF16AVX2(w *uint16, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)
+
+//go:noescape
 func dotR4F16AVX2(w *uint16, ld uintptr, x *float32, n int, out *[4]float32)
 
 //go:noescape
 func dotT4F16AVX2(w *uint16, x0, x1, x2, x3 *float32, n int, out *[4]float32)
+
+//go:noescape
+func dotR2T4F16AVX2(w *uint16, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)
 
 //go:noescape
 func dotR4F32AVX2(w *float32, ld uintptr, x *float32, n int, out *[4]float32)
@@ -36,10 +43,16 @@ func dotR4F32AVX2(w *float32, ld uintptr, x *float32, n int, out *[4]float32)
 func dotT4F32AVX2(w *float32, x0, x1, x2, x3 *float32, n int, out *[4]float32)
 
 //go:noescape
+func dotR2T4F32AVX2(w *float32, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)
+
+//go:noescape
 func dotR4FP8AVX2(w *uint8, ld uintptr, x *float32, n int, out *[4]float32)
 
 //go:noescape
 func dotT4FP8AVX2(w *uint8, x0, x1, x2, x3 *float32, n int, out *[4]float32)
+
+//go:noescape
+func dotR2T4FP8AVX2(w *uint8, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)
 
 //go:noescape
 func sumAVX2(p *float32, n int) float32
@@ -54,10 +67,16 @@ func dotR4BF16AVX512(w *uint16, ld uintptr, x *float32, n int, out *[4]float32)
 func dotT4BF16AVX512(w *uint16, x0, x1, x2, x3 *float32, n int, out *[4]float32)
 
 //go:noescape
+func dotR2T4BF16AVX512(w *uint16, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)
+
+//go:noescape
 func dotR4F16AVX512(w *uint16, ld uintptr, x *float32, n int, out *[4]float32)
 
 //go:noescape
 func dotT4F16AVX512(w *uint16, x0, x1, x2, x3 *float32, n int, out *[4]float32)
+
+//go:noescape
+func dotR2T4F16AVX512(w *uint16, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)
 
 //go:noescape
 func dotR4F32AVX512(w *float32, ld uintptr, x *float32, n int, out *[4]float32)
@@ -66,10 +85,16 @@ func dotR4F32AVX512(w *float32, ld uintptr, x *float32, n int, out *[4]float32)
 func dotT4F32AVX512(w *float32, x0, x1, x2, x3 *float32, n int, out *[4]float32)
 
 //go:noescape
+func dotR2T4F32AVX512(w *float32, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)
+
+//go:noescape
 func dotR4FP8AVX512(w *uint8, ld uintptr, x *float32, n int, out *[4]float32)
 
 //go:noescape
 func dotT4FP8AVX512(w *uint8, x0, x1, x2, x3 *float32, n int, out *[4]float32)
+
+//go:noescape
+func dotR2T4FP8AVX512(w *uint8, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)
 
 //go:noescape
 func sumAVX512(p *float32, n int) float32
@@ -96,18 +121,18 @@ func hasLevel(l Level) bool {
 var simdSets = map[Level]*simd{
 	AVX2: {
 		lanes:  8,
-		r4BF16: dotR4BF16AVX2, t4BF16: dotT4BF16AVX2,
-		r4F16: dotR4F16AVX2, t4F16: dotT4F16AVX2,
-		r4F32: dotR4F32AVX2, t4F32: dotT4F32AVX2,
-		r4FP8: dotR4FP8AVX2, t4FP8: dotT4FP8AVX2,
+		r4BF16: dotR4BF16AVX2, t4BF16: dotT4BF16AVX2, r2t4BF16: dotR2T4BF16AVX2,
+		r4F16: dotR4F16AVX2, t4F16: dotT4F16AVX2, r2t4F16: dotR2T4F16AVX2,
+		r4F32: dotR4F32AVX2, t4F32: dotT4F32AVX2, r2t4F32: dotR2T4F32AVX2,
+		r4FP8: dotR4FP8AVX2, t4FP8: dotT4FP8AVX2, r2t4FP8: dotR2T4FP8AVX2,
 		sum: sumAVX2, axpy: axpyAVX2,
 	},
 	AVX512: {
 		lanes:  16,
-		r4BF16: dotR4BF16AVX512, t4BF16: dotT4BF16AVX512,
-		r4F16: dotR4F16AVX512, t4F16: dotT4F16AVX512,
-		r4F32: dotR4F32AVX512, t4F32: dotT4F32AVX512,
-		r4FP8: dotR4FP8AVX512, t4FP8: dotT4FP8AVX512,
+		r4BF16: dotR4BF16AVX512, t4BF16: dotT4BF16AVX512, r2t4BF16: dotR2T4BF16AVX512,
+		r4F16: dotR4F16AVX512, t4F16: dotT4F16AVX512, r2t4F16: dotR2T4F16AVX512,
+		r4F32: dotR4F32AVX512, t4F32: dotT4F32AVX512, r2t4F32: dotR2T4F32AVX512,
+		r4FP8: dotR4FP8AVX512, t4FP8: dotT4FP8AVX512, r2t4FP8: dotR2T4FP8AVX512,
 		sum: sumAVX512, axpy: axpyAVX512,
 	},
 }

@@ -68,13 +68,19 @@ func Levels() []Level {
 
 // simd is one level's micro-kernels (see asm_amd64.go).
 type simd struct {
-	lanes         int
-	r4BF16, r4F16 func(w *uint16, ld uintptr, x *float32, n int, out *[4]float32)
-	t4BF16, t4F16 func(w *uint16, x0, x1, x2, x3 *float32, n int, out *[4]float32)
-	r4F32         func(w *float32, ld uintptr, x *float32, n int, out *[4]float32)
-	t4F32         func(w *float32, x0, x1, x2, x3 *float32, n int, out *[4]float32)
-	r4FP8         func(w *uint8, ld uintptr, x *float32, n int, out *[4]float32)
-	t4FP8         func(w *uint8, x0, x1, x2, x3 *float32, n int, out *[4]float32)
-	sum           func(p *float32, n int) float32
-	axpy          func(y, x *float32, a float32, n int)
+	lanes    int
+	r4BF16   func(w *uint16, ld uintptr, x *float32, n int, out *[4]float32)
+	r4F16    func(w *uint16, ld uintptr, x *float32, n int, out *[4]float32)
+	r4F32    func(w *float32, ld uintptr, x *float32, n int, out *[4]float32)
+	r4FP8    func(w *uint8, ld uintptr, x *float32, n int, out *[4]float32)
+	t4BF16   func(w *uint16, x0, x1, x2, x3 *float32, n int, out *[4]float32)
+	t4F16    func(w *uint16, x0, x1, x2, x3 *float32, n int, out *[4]float32)
+	t4F32    func(w *float32, x0, x1, x2, x3 *float32, n int, out *[4]float32)
+	t4FP8    func(w *uint8, x0, x1, x2, x3 *float32, n int, out *[4]float32)
+	r2t4BF16 func(w *uint16, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)
+	r2t4F16  func(w *uint16, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)
+	r2t4F32  func(w *float32, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)
+	r2t4FP8  func(w *uint8, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)
+	sum      func(p *float32, n int) float32
+	axpy     func(y, x *float32, a float32, n int)
 }

@@ -196,16 +196,16 @@ func (e *Engine) rows(worker int, s *segment, x []float32, T, j0, j1 int) {
 	w := &s.w
 	switch w.dt {
 	case runtime.BF16:
-		dense(e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, bf16Val, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
 	case runtime.F16:
-		dense(e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, f16Val, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
 	case runtime.F32:
-		dense(e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, f32Val, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
 	case runtime.F8E4M3:
 		k := w.cols
 		if w.block == 0 {
 			// out = s_j·256·Σ (q/256)·x
-			dense(e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, fp8Val, x, T, k, s.out, s.ldo, j0, j1, w.scale, 256)
+			dense(e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, x, T, k, s.out, s.ldo, j0, j1, w.scale, 256)
 			return
 		}
 		// Block scales: rows of one block-row share a scale row, so each
@@ -228,7 +228,7 @@ func (e *Engine) rows(worker int, s *segment, x []float32, T, j0, j1 int) {
 					}
 				}
 			}
-			dense(e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, fp8Val, xs, T, k, s.out, s.ldo, a, b, nil, 1)
+			dense(e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, xs, T, k, s.out, s.ldo, a, b, nil, 1)
 			a = b
 		}
 	}
@@ -243,12 +243,13 @@ func fp8Val(v uint8) float32 { return runtime.F8E4M3ToF32(v) * (1.0 / 256) }
 
 // dense computes out[t·ldo+j] = mul·rs[j]·Σ_c w[j,c]·x[t,c] (rs nil: 1)
 // for j in [j0,j1) and t < T, w of k columns: the first ⌊k/L⌋·L columns
-// in the SIMD tiles (four rows per pass at T = 1, four tokens per pass
-// otherwise, each token group sweeping the rows while they are in cache),
+// in the SIMD tiles (four rows per pass at T = 1, two rows × four tokens
+// per pass otherwise, each token group sweeping the rows while they are in cache),
 // the rest in Go.
 func dense[E uint8 | uint16 | float32](L int, w []E,
 	r4 func(*E, uintptr, *float32, int, *[4]float32),
 	t4 func(*E, *float32, *float32, *float32, *float32, int, *[4]float32),
+	r2t4 func(*E, uintptr, *float32, *float32, *float32, *float32, int, *[8]float32),
 	val func(E) float32,
 	x []float32, T, k int, out []float32, ldo, j0, j1 int, rs []float32, mul float32) {
 	nv := k / L
@@ -279,6 +280,7 @@ func dense[E uint8 | uint16 | float32](L int, w []E,
 		return v
 	}
 	var o [4]float32
+	var o8 [8]float32
 	if T == 1 {
 		j := j0
 		for ; j+4 <= j1; j += 4 {
@@ -299,7 +301,16 @@ func dense[E uint8 | uint16 | float32](L int, w []E,
 		for i := range 4 {
 			xp[i] = &x[(tg+min(i, nt-1))*k]
 		}
-		for j := j0; j < j1; j++ {
+		j := j0
+		for ; j+2 <= j1; j += 2 {
+			r2t4(&w[j*k], ld, xp[0], xp[1], xp[2], xp[3], nv, &o8)
+			for i := range nt {
+				t := tg + i
+				out[t*ldo+j] = fin(j, o8[i]+tail(j, t))
+				out[t*ldo+j+1] = fin(j+1, o8[4+i]+tail(j+1, t))
+			}
+		}
+		for ; j < j1; j++ {
 			t4(&w[j*k], xp[0], xp[1], xp[2], xp[3], nv, &o)
 			for i := range nt {
 				t := tg + i

@@ -76,25 +76,26 @@ func fp8Mask(s isa, d dtype) {
 	}
 }
 
-// reduce4 sums the lanes of V0..V3 into X0 = [Σ V0, Σ V1, Σ V2, Σ V3].
-func reduce4(s isa) {
+// reduce4 sums the lanes of Va..Va+3 into Xa = [Σ Va, …, Σ Va+3], using
+// V8..V11 as temporaries.
+func reduce4(s isa, a int) {
 	if s.lane == 16 {
 		for i := range 4 {
-			p("\tVEXTRACTF64X4 $1, Z%d, Y%d", i, i+4)
-			p("\tVADDPS Y%d, Y%d, Y%d", i+4, i, i)
+			p("\tVEXTRACTF64X4 $1, Z%d, Y%d", a+i, 8+i)
+			p("\tVADDPS Y%d, Y%d, Y%d", 8+i, a+i, a+i)
 		}
 	}
 	for i := range 4 {
-		p("\tVEXTRACTF128 $1, Y%d, X%d", i, i+4)
-		p("\tVADDPS X%d, X%d, X%d", i+4, i, i)
+		p("\tVEXTRACTF128 $1, Y%d, X%d", a+i, 8+i)
+		p("\tVADDPS X%d, X%d, X%d", 8+i, a+i, a+i)
 	}
-	p("\tVHADDPS X1, X0, X0")
-	p("\tVHADDPS X3, X2, X2")
-	p("\tVHADDPS X2, X0, X0")
+	p("\tVHADDPS X%d, X%d, X%d", a+1, a, a)
+	p("\tVHADDPS X%d, X%d, X%d", a+3, a+2, a+2)
+	p("\tVHADDPS X%d, X%d, X%d", a+2, a, a)
 }
 
-func zero4(s isa) {
-	for i := range 4 {
+func zero(s isa, n int) {
+	for i := range n {
 		p("\tVXORPS %s%d, %s%d, %s%d", s.reg, i, s.reg, i, s.reg, i)
 	}
 }
@@ -113,7 +114,7 @@ func rows4(s isa, d dtype) {
 	p("\tLEAQ (R9)(DX*1), R10")
 	p("\tLEAQ (R10)(DX*1), R11")
 	fp8Mask(s, d)
-	zero4(s)
+	zero(s, 4)
 	p("\tTESTQ CX, CX")
 	p("\tJZ %sdone", name)
 	p("%sloop:", name)
@@ -129,7 +130,7 @@ func rows4(s isa, d dtype) {
 	p("\tDECQ CX")
 	p("\tJNZ %sloop", name)
 	p("%sdone:", name)
-	reduce4(s)
+	reduce4(s, 0)
 	p("\tVMOVUPS X0, (R8)")
 	p("\tVZEROUPPER")
 	p("\tRET")
@@ -149,7 +150,7 @@ func tokens4(s isa, d dtype) {
 	p("\tMOVQ n+40(FP), CX")
 	p("\tMOVQ out+48(FP), R8")
 	fp8Mask(s, d)
-	zero4(s)
+	zero(s, 4)
 	p("\tTESTQ CX, CX")
 	p("\tJZ %sdone", name)
 	p("%sloop:", name)
@@ -164,8 +165,51 @@ func tokens4(s isa, d dtype) {
 	p("\tDECQ CX")
 	p("\tJNZ %sloop", name)
 	p("%sdone:", name)
-	reduce4(s)
+	reduce4(s, 0)
 	p("\tVMOVUPS X0, (R8)")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
+// rows2tokens4 is the 2-rows × 4-tokens tile: out[4r+t] = row r · x_t.
+func rows2tokens4(s isa, d dtype) {
+	name := fmt.Sprintf("dotR2T4%s%s", d.name, s.name)
+	p("// func %s(w %s, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)", name, d.gotyp)
+	p("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+	p("\tMOVQ w+0(FP), SI")
+	p("\tMOVQ ld+8(FP), DX")
+	p("\tMOVQ x0+16(FP), DI")
+	p("\tMOVQ x1+24(FP), R9")
+	p("\tMOVQ x2+32(FP), R10")
+	p("\tMOVQ x3+40(FP), R11")
+	p("\tMOVQ n+48(FP), CX")
+	p("\tMOVQ out+56(FP), R8")
+	p("\tLEAQ (SI)(DX*1), R12")
+	fp8Mask(s, d)
+	zero(s, 8)
+	p("\tTESTQ CX, CX")
+	p("\tJZ %sdone", name)
+	p("%sloop:", name)
+	widen(s, d, "(SI)", 8)
+	widen(s, d, "(R12)", 9)
+	for i, r := range []string{"DI", "R9", "R10", "R11"} {
+		p("\tVMOVUPS (%s), %s%d", r, s.reg, 10+i)
+		p("\tVFMADD231PS %s%d, %s8, %s%d", s.reg, 10+i, s.reg, s.reg, i)
+		p("\tVFMADD231PS %s%d, %s9, %s%d", s.reg, 10+i, s.reg, s.reg, 4+i)
+	}
+	p("\tADDQ $%d, SI", d.size*s.lane)
+	p("\tADDQ $%d, R12", d.size*s.lane)
+	for _, r := range []string{"DI", "R9", "R10", "R11"} {
+		p("\tADDQ $%d, %s", 4*s.lane, r)
+	}
+	p("\tDECQ CX")
+	p("\tJNZ %sloop", name)
+	p("%sdone:", name)
+	reduce4(s, 0)
+	p("\tVMOVUPS X0, (R8)")
+	reduce4(s, 4)
+	p("\tVMOVUPS X4, 16(R8)")
 	p("\tVZEROUPPER")
 	p("\tRET")
 	p("")
@@ -178,7 +222,7 @@ func sum(s isa) {
 	p("TEXT ·%s(SB), NOSPLIT, $0-20", name)
 	p("\tMOVQ p+0(FP), SI")
 	p("\tMOVQ n+8(FP), CX")
-	zero4(s)
+	zero(s, 4)
 	p("\tTESTQ CX, CX")
 	p("\tJZ %sdone", name)
 	p("%sloop:", name)
@@ -189,7 +233,7 @@ func sum(s isa) {
 	p("\tDECQ CX")
 	p("\tJNZ %sloop", name)
 	p("%sdone:", name)
-	reduce4(s)
+	reduce4(s, 0)
 	p("\tVHADDPS X0, X0, X0")
 	p("\tVHADDPS X0, X0, X0")
 	p("\tVMOVSS X0, ret+16(FP)")
@@ -238,6 +282,7 @@ func main() {
 		for _, d := range dtypes {
 			rows4(s, d)
 			tokens4(s, d)
+			rows2tokens4(s, d)
 		}
 		sum(s)
 		axpy(s)
