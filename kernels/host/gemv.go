@@ -196,16 +196,16 @@ func (e *Engine) rows(worker int, s *segment, x []float32, T, j0, j1 int) {
 	w := &s.w
 	switch w.dt {
 	case runtime.BF16:
-		dense(e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
 	case runtime.F16:
-		dense(e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
 	case runtime.F32:
-		dense(e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
 	case runtime.F8E4M3:
 		k := w.cols
 		if w.block == 0 {
 			// out = s_j·256·Σ (q/256)·x
-			dense(e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, x, T, k, s.out, s.ldo, j0, j1, w.scale, 256)
+			dense(e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, x, T, k, s.out, s.ldo, j0, j1, w.scale, 256)
 			return
 		}
 		// Block scales: rows of one block-row share a scale row, so each
@@ -228,7 +228,7 @@ func (e *Engine) rows(worker int, s *segment, x []float32, T, j0, j1 int) {
 					}
 				}
 			}
-			dense(e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, xs, T, k, s.out, s.ldo, a, b, nil, 1)
+			dense(e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, xs, T, k, s.out, s.ldo, a, b, nil, 1)
 			a = b
 		}
 	}
@@ -241,8 +241,8 @@ func f32Val(v float32) float32 { return v }
 // fp8Val is an E4M3 code as the SIMD tiles read it: its value / 256.
 func fp8Val(v uint8) float32 { return runtime.F8E4M3ToF32(v) * (1.0 / 256) }
 
-// dense computes out[t·ldo+j] = mul·rs[j]·Σ_c w[j,c]·x[t,c] (rs nil: 1)
-// for j in [j0,j1) and t < T, w of k columns: the first ⌊k/L⌋·L columns
+// dense computes out[t·ldo+j] = mul·rs[j]·Σ_{c<k} w[w0+j·ldw+c]·x[t,c]
+// (rs nil: 1) for j in [j0,j1) and t < T: the first ⌊k/L⌋·L columns
 // in the SIMD tiles (four rows per pass at T = 1, two rows × four tokens
 // per pass otherwise, each token group sweeping the rows while they are in cache),
 // the rest in Go.
@@ -251,7 +251,7 @@ func dense[E uint8 | uint16 | float32](L int, w []E,
 	t4 func(*E, *float32, *float32, *float32, *float32, int, *[4]float32),
 	r2t4 func(*E, uintptr, *float32, *float32, *float32, *float32, int, *[8]float32),
 	val func(E) float32,
-	x []float32, T, k int, out []float32, ldo, j0, j1 int, rs []float32, mul float32) {
+	w0 int, ldw int, x []float32, T, k int, out []float32, ldo, j0, j1 int, rs []float32, mul float32) {
 	nv := k / L
 	kv := nv * L
 	var esz uintptr
@@ -263,10 +263,11 @@ func dense[E uint8 | uint16 | float32](L int, w []E,
 	default:
 		esz = 4
 	}
-	ld := uintptr(k) * esz
+	ld := uintptr(ldw) * esz
+	w = w[w0:]
 	tail := func(j, t int) float32 {
 		var s float32
-		wr, xr := w[j*k:(j+1)*k], x[t*k:(t+1)*k]
+		wr, xr := w[j*ldw:j*ldw+k], x[t*k:(t+1)*k]
 		for c := kv; c < k; c++ {
 			s += val(wr[c]) * xr[c]
 		}
@@ -284,13 +285,13 @@ func dense[E uint8 | uint16 | float32](L int, w []E,
 	if T == 1 {
 		j := j0
 		for ; j+4 <= j1; j += 4 {
-			r4(&w[j*k], ld, &x[0], nv, &o)
+			r4(&w[j*ldw], ld, &x[0], nv, &o)
 			for r := range 4 {
 				out[j+r] = fin(j+r, o[r]+tail(j+r, 0))
 			}
 		}
 		for ; j < j1; j++ {
-			t4(&w[j*k], &x[0], &x[0], &x[0], &x[0], nv, &o)
+			t4(&w[j*ldw], &x[0], &x[0], &x[0], &x[0], nv, &o)
 			out[j] = fin(j, o[0]+tail(j, 0))
 		}
 		return
@@ -303,7 +304,7 @@ func dense[E uint8 | uint16 | float32](L int, w []E,
 		}
 		j := j0
 		for ; j+2 <= j1; j += 2 {
-			r2t4(&w[j*k], ld, xp[0], xp[1], xp[2], xp[3], nv, &o8)
+			r2t4(&w[j*ldw], ld, xp[0], xp[1], xp[2], xp[3], nv, &o8)
 			for i := range nt {
 				t := tg + i
 				out[t*ldo+j] = fin(j, o8[i]+tail(j, t))
@@ -311,7 +312,7 @@ func dense[E uint8 | uint16 | float32](L int, w []E,
 			}
 		}
 		for ; j < j1; j++ {
-			t4(&w[j*k], xp[0], xp[1], xp[2], xp[3], nv, &o)
+			t4(&w[j*ldw], xp[0], xp[1], xp[2], xp[3], nv, &o)
 			for i := range nt {
 				t := tg + i
 				out[t*ldo+j] = fin(j, o[i]+tail(j, t))
