@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
+	"slices"
 
 	"github.com/flextensor-go/flextensor/kernels/host"
 	"github.com/spf13/pflag"
@@ -23,18 +23,19 @@ weights, printing for each the weight bytes, the best time, GB/s and the
 share of the read bandwidth. Decode is memory-bound: the goal is ≥ 80%.
 
 Usage:
-  infer bench-host [--threads N] [--level auto|generic|avx2|avx512] [--tokens 1,4] [--kinds bf16,fp8-channel,fp8-block128]
+  infer bench-host [--threads N] [--level auto|generic|avx2|avx512] [--tokens 1,4]
+                   [--kinds bf16,fp8-channel,fp8-block128] [--shapes qkv,o,gateup,down,lmhead]
 
 Examples:
-  infer bench-host
-  infer bench-host --threads 16 --tokens 1 --kinds bf16
+  infer bench-host --read-mib 16 --reps 1 --shapes o --kinds bf16 --tokens 1
+  infer bench-host --threads 16 --tokens 1,4 --kinds bf16,fp8-channel
 `
 
 type benchHostOptions struct {
 	threads, reps, readMiB int
 	level                  string
 	tokens                 []int
-	kinds                  []string
+	kinds, shapes          []string
 }
 
 func benchHostFlags(fs *pflag.FlagSet) *benchHostOptions {
@@ -45,6 +46,7 @@ func benchHostFlags(fs *pflag.FlagSet) *benchHostOptions {
 	fs.IntVar(&o.readMiB, "read-mib", 1024, "size of the read-bandwidth buffer in MiB (several times the last-level cache)")
 	fs.IntSliceVar(&o.tokens, "tokens", []int{1, 4}, "token counts (rows of x) to time")
 	fs.StringSliceVar(&o.kinds, "kinds", host.Kinds, "weight formats: bf16, fp8-channel, fp8-block128")
+	fs.StringSliceVar(&o.shapes, "shapes", []string{"qkv", "o", "gateup", "down", "lmhead"}, "Llama-3-8B GEMVs to time: qkv, o, gateup, down, lmhead")
 	return &o
 }
 
@@ -67,9 +69,17 @@ func benchHostCmd(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	for _, k := range o.kinds {
-		if !strings.Contains(","+strings.Join(host.Kinds, ",")+",", ","+k+",") {
+		if !slices.Contains(host.Kinds, k) {
 			return usagef("--kinds: %q: want some of %v", k, host.Kinds)
 		}
+	}
+	var shapes []host.Shape
+	for _, key := range o.shapes {
+		i := slices.IndexFunc(host.Llama3Shapes, func(s host.Shape) bool { return s.Key == key })
+		if i < 0 {
+			return usagef("--shapes: %q: want some of qkv, o, gateup, down, lmhead", key)
+		}
+		shapes = append(shapes, host.Llama3Shapes[i])
 	}
 	e, err := host.NewEngine(host.Options{Threads: o.threads, Level: level})
 	if err != nil {
@@ -83,7 +93,7 @@ func benchHostCmd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "host kernels: level %v (detected %v), %d threads\n", e.Level(), host.Detect(), e.Threads())
 	fmt.Fprintf(stdout, "read bandwidth (STREAM-like sum over %d MiB): %.1f GB/s\n\n", o.readMiB, read)
 	fmt.Fprintf(stdout, "%-22s %-13s %6s %10s %9s %8s %7s\n", "shape", "weights", "tokens", "MB", "ms", "GB/s", "%read")
-	for _, s := range host.Llama3Shapes {
+	for _, s := range shapes {
 		for _, kind := range o.kinds {
 			for _, T := range o.tokens {
 				r, err := e.BenchGEMV(s, kind, T, o.reps)

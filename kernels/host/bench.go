@@ -9,20 +9,21 @@ import (
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// Shape is a named GEMV: a weight of N rows (outputs) and K columns.
+// Shape is a named GEMV: a weight of N rows (outputs) and K columns; Key
+// is its short name (qkv, o, gateup, down, lmhead).
 type Shape struct {
-	Name string
-	N, K int
+	Key, Name string
+	N, K      int
 }
 
 // Llama3Shapes are the GEMVs of one Llama-3-8B decode step: fused q/k/v,
 // o, fused gate·up, down, LM head.
 var Llama3Shapes = []Shape{
-	{"qkv 4096→6144", 6144, 4096},
-	{"o 4096→4096", 4096, 4096},
-	{"gate·up 4096→28672", 28672, 4096},
-	{"down 14336→4096", 4096, 14336},
-	{"lm_head 4096→128256", 128256, 4096},
+	{"qkv", "qkv 4096→6144", 6144, 4096},
+	{"o", "o 4096→4096", 4096, 4096},
+	{"gateup", "gate·up 4096→28672", 28672, 4096},
+	{"down", "down 14336→4096", 4096, 14336},
+	{"lmhead", "lm_head 4096→128256", 128256, 4096},
 }
 
 // Kinds are the weight formats BenchGEMV takes: "bf16", "fp8-channel" (E4M3
