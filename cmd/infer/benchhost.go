@@ -21,6 +21,8 @@ threads (the read-bandwidth ceiling), then the decode GEMVs of Llama-3-8B
 (fused q/k/v, o, fused gate·up, down, LM head) over BF16 and FP8 E4M3
 weights, printing for each the weight bytes, the best time, GB/s and the
 share of the read bandwidth. Decode is memory-bound: the goal is ≥ 80%.
+The full table (every shape, BF16 and FP8, 1 and 4 tokens, a 1 GiB read
+buffer) is the command with no flags.
 
 Usage:
   infer bench-host [--threads N] [--level auto|generic|avx2|avx512] [--tokens 1,4]
@@ -28,7 +30,7 @@ Usage:
 
 Examples:
   infer bench-host --read-mib 16 --reps 1 --shapes o --kinds bf16 --tokens 1
-  infer bench-host --threads 16 --tokens 1,4 --kinds bf16,fp8-channel
+  infer bench-host --threads 4 --shapes qkv,down --kinds fp8-block128 --tokens 1,4 --read-mib 16 --reps 1
 `
 
 type benchHostOptions struct {
