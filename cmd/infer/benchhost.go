@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/flextensor-go/flextensor/kernels/host"
+	"github.com/spf13/pflag"
+)
+
+func init() {
+	register(command{name: "bench-host", summary: "measure the host CPU's read bandwidth and the host GEMV kernels against it", run: benchHostCmd,
+		define: func(fs *pflag.FlagSet) { benchHostFlags(fs) }})
+}
+
+const benchHostUsage = `
+infer bench-host measures what the host kernels (package kernels/host) reach
+on this machine's CPU: first a STREAM-like read over a large buffer on all
+threads (the read-bandwidth ceiling), then the decode GEMVs of Llama-3-8B
+(fused q/k/v, o, fused gate·up, down, LM head) over BF16 and FP8 E4M3
+weights, printing for each the weight bytes, the best time, GB/s and the
+share of the read bandwidth. Decode is memory-bound: the goal is ≥ 80%.
+The full table (every shape, BF16 and FP8, 1 and 4 tokens, a 1 GiB read
+buffer) is the command with no flags.
+
+Usage:
+  infer bench-host [--threads N] [--level auto|generic|avx2|avx512] [--tokens 1,4]
+                   [--kinds bf16,fp8-channel,fp8-block128] [--shapes qkv,o,gateup,down,lmhead]
+
+Examples:
+  infer bench-host --read-mib 16 --reps 1 --shapes o --kinds bf16 --tokens 1
+  infer bench-host --threads 4 --shapes qkv,down --kinds fp8-block128 --tokens 1,4 --read-mib 16 --reps 1
+`
+
+type benchHostOptions struct {
+	threads, reps, readMiB int
+	level                  string
+	tokens                 []int
+	kinds, shapes          []string
+}
+
+func benchHostFlags(fs *pflag.FlagSet) *benchHostOptions {
+	var o benchHostOptions
+	fs.IntVar(&o.threads, "threads", 0, "goroutines for the kernels (0: all cores)")
+	fs.StringVar(&o.level, "level", "auto", "instruction set: auto, generic, avx2 or avx512")
+	fs.IntVar(&o.reps, "reps", 5, "timed repetitions per measurement (the best is reported)")
+	fs.IntVar(&o.readMiB, "read-mib", 1024, "size of the read-bandwidth buffer in MiB (several times the last-level cache)")
+	fs.IntSliceVar(&o.tokens, "tokens", []int{1, 4}, "token counts (rows of x) to time")
+	fs.StringSliceVar(&o.kinds, "kinds", host.Kinds, "weight formats: bf16, fp8-channel, fp8-block128")
+	fs.StringSliceVar(&o.shapes, "shapes", []string{"qkv", "o", "gateup", "down", "lmhead"}, "Llama-3-8B GEMVs to time: qkv, o, gateup, down, lmhead")
+	return &o
+}
+
+func benchHostCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench-host", benchHostUsage, stderr)
+	o := benchHostFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	level, err := host.ParseLevel(o.level)
+	if err != nil {
+		return usagef("--level: %v", err)
+	}
+	if o.threads < 0 || o.reps < 1 || o.readMiB < 1 {
+		return usagef("--threads %d, --reps %d, --read-mib %d: want threads ≥ 0 and reps, read-mib ≥ 1", o.threads, o.reps, o.readMiB)
+	}
+	for _, T := range o.tokens {
+		if T < 1 {
+			return usagef("--tokens: %d is not a positive token count", T)
+		}
+	}
+	for _, k := range o.kinds {
+		if !slices.Contains(host.Kinds, k) {
+			return usagef("--kinds: %q: want some of %v", k, host.Kinds)
+		}
+	}
+	var shapes []host.Shape
+	for _, key := range o.shapes {
+		i := slices.IndexFunc(host.Llama3Shapes, func(s host.Shape) bool { return s.Key == key })
+		if i < 0 {
+			return usagef("--shapes: %q: want some of qkv, o, gateup, down, lmhead", key)
+		}
+		shapes = append(shapes, host.Llama3Shapes[i])
+	}
+	e, err := host.NewEngine(host.Options{Threads: o.threads, Level: level})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	read, err := e.ReadBandwidth(int64(o.readMiB)<<20, o.reps)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "host kernels: level %v (detected %v), %d threads\n", e.Level(), host.Detect(), e.Threads())
+	fmt.Fprintf(stdout, "read bandwidth (STREAM-like sum over %d MiB): %.1f GB/s\n\n", o.readMiB, read)
+	fmt.Fprintf(stdout, "%-22s %-13s %6s %10s %9s %8s %7s\n", "shape", "weights", "tokens", "MB", "ms", "GB/s", "%read")
+	for _, s := range shapes {
+		for _, kind := range o.kinds {
+			for _, T := range o.tokens {
+				r, err := e.BenchGEMV(s, kind, T, o.reps)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "%-22s %-13s %6d %10.1f %9.3f %8.1f %6.0f%%\n",
+					s.Name, kind, T, float64(r.Bytes)/1e6, r.Best.Seconds()*1e3, r.GBs, 100*r.GBs/read)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package host
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+func TestExpf(t *testing.T) {
+	for x := float32(-87); x <= 88; x += 0.01 {
+		want := math.Exp(float64(x))
+		if got := float64(expf(x)); math.Abs(got-want) > 3e-7*want {
+			t.Fatalf("expf(%v) = %v, want %v", x, got, want)
+		}
+	}
+	if !math.IsInf(float64(expf(89)), 1) || expf(-90) != 0 {
+		t.Errorf("expf(89) = %v, expf(-90) = %v: want +Inf and 0", expf(89), expf(-90))
+	}
+}
+
+func TestSiLUMulAndGateUp(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, e := range engines(t) {
+		for _, n := range []int{1, 7, 100, 5000, 14336} {
+			g, u := randF32(r, n), randF32(r, n)
+			for i := range g {
+				g[i] *= 20
+			}
+			want := make([]float32, n)
+			kernels.SiLUMul(want, g, u)
+			got := make([]float32, n)
+			if err := e.SiLUMul(got, g, u); err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				if math.Abs(float64(got[i]-want[i])) > 1e-6*math.Abs(float64(want[i]))+1e-30 {
+					t.Fatalf("%v: SiLUMul[%d] = %v, reference %v", e.Level(), i, got[i], want[i])
+				}
+			}
+		}
+		for _, sh := range [][2]int{{1, 1}, {9, 17}, {352, 128}, {100, 1000}} {
+			n, k := sh[0], sh[1]
+			wg, wu := randMat(r, runtime.BF16, n, k), randMat(r, runtime.BF16, n, k)
+			for _, T := range []int{1, 3} {
+				x := randF32(r, T*k)
+				g, u, want := make([]float32, T*n), make([]float32, T*n), make([]float32, T*n)
+				kernels.MatMul(g, x, T, wg)
+				kernels.MatMul(u, x, T, wu)
+				kernels.SiLUMul(want, g, u)
+				got := make([]float32, T*n)
+				if err := e.GateUpSiLU(got, x, T, wg, wu); err != nil {
+					t.Fatal(err)
+				}
+				mg, mu := magnitude(widenMat(wg), x, T, n, k), magnitude(widenMat(wu), x, T, n, k)
+				for i := range want {
+					// silu' ≤ 1.1 and |u| ≤ Σ|w·x|: the GEMV tolerance carried through.
+					tol := tolRel*(1.1*mg[i]*math.Abs(float64(u[i]))+math.Abs(float64(g[i]))*mu[i]) + 1e-6*math.Abs(float64(want[i])) + 1e-30
+					if d := math.Abs(float64(got[i] - want[i])); d > tol {
+						t.Fatalf("%v %dx%d T%d: GateUpSiLU[%d] = %v, reference %v", e.Level(), n, k, T, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestAttentionEqualsReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	cases := []struct{ nTok, pos0, H, K, d, window int }{
+		{1, 0, 1, 1, 1, 0}, {1, 5, 4, 2, 32, 0}, {1, 40, 32, 8, 128, 0}, {1, 99, 6, 3, 20, 0},
+		{3, 10, 4, 4, 16, 0}, {8, 0, 8, 2, 24, 0}, {1, 50, 4, 2, 32, 7}, {5, 20, 4, 1, 33, 4},
+	}
+	for _, e := range engines(t) {
+		for _, c := range cases {
+			name := fmt.Sprintf("%v/%d threads/%+v", e.Level(), e.Threads(), c)
+			ctx := c.pos0 + c.nTok
+			capacity := ctx + 3
+			q := randF32(r, c.nTok*c.H*c.d)
+			kc, vc := randF32(r, capacity*c.K*c.d), randF32(r, capacity*c.K*c.d)
+			want := make([]float32, len(q))
+			if err := kernels.AttentionWindow(want, q, kc, vc, c.nTok, c.pos0, c.H, c.K, c.d, c.window, nil); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]float32, len(q))
+			if err := e.Attention(got, q, kc, vc, c.nTok, c.pos0, c.H, c.K, c.d, c.window); err != nil {
+				t.Fatal(err)
+			}
+			// Values are in [-1,1) and the outputs convex combinations of
+			// them: an absolute tolerance is the relative one.
+			for i := range want {
+				if d := math.Abs(float64(got[i] - want[i])); !(d <= 1e-5) {
+					t.Fatalf("%s: [%d] = %v, reference %v", name, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	e := engines(t)[len(engines(t))-1]
+	if err := e.Attention(make([]float32, 4), make([]float32, 4), make([]float32, 4), make([]float32, 4), 1, 3, 1, 1, 4, 0); err == nil {
+		t.Error("positions past the cache: no error")
+	}
+}

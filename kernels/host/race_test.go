@@ -1,0 +1,5 @@
+//go:build race
+
+package host
+
+const raceEnabled = true
