@@ -192,10 +192,12 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		stream = tok.NewStreamDecoder()
 	}
 	start = time.Now()
-	var firstToken time.Duration
+	var firstToken, firstAt, lastAt time.Duration
 	gen, err := model.Generate(backend, prompt, llama.GenerateOptions{
 		OnToken: func(id int32) error {
+			lastAt = time.Since(start)
 			if firstToken == 0 {
+				firstAt = lastAt
 				firstToken = time.Since(processStart)
 				traceStep("first token", time.Since(start))
 				if os.Getenv("FT_TRACE") == "1" { // for timing from exec, before Go starts
@@ -239,6 +241,10 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			"device":        dev.Name(),
 			"load_ms":       float64(loadDur.Microseconds()) / 1e3,
 			"generate_ms":   float64(genDur.Microseconds()) / 1e3,
+			// The prompt's forward to the first generated token, then the
+			// mean time of each later token (0 with fewer than two).
+			"prompt_to_first_token_ms": float64(firstAt.Microseconds()) / 1e3,
+			"decode_ms_per_token":      decodePer(firstAt, lastAt, len(gen)),
 			// From process start to the first generated token, and what the
 			// process read and held to get there.
 			"first_token_ms":        float64(firstToken.Microseconds()) / 1e3,
@@ -261,8 +267,12 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 	if stream == nil {
 		fmt.Fprintf(stdout, "prompt:    %s\ngenerated: %s\n", joinIDs(prompt), joinIDs(gen))
 	}
-	fmt.Fprintf(stderr, "%d tokens in %v (%.1f tokens/s) on %s\n", len(gen), genDur.Round(time.Millisecond),
+	fmt.Fprintf(stderr, "%d tokens in %v (%.1f tokens/s) on %s", len(gen), genDur.Round(time.Millisecond),
 		float64(len(gen))/genDur.Seconds(), dev.Name())
+	if len(gen) > 1 { // the prompt's forward, then the steady decode rate
+		fmt.Fprintf(stderr, ": first token after %v, then %.2f ms a token", firstAt.Round(100*time.Microsecond), decodePer(firstAt, lastAt, len(gen)))
+	}
+	fmt.Fprintln(stderr)
 	return nil
 }
 
@@ -333,4 +343,12 @@ func joinIDs(ids []int32) string {
 		parts[i] = strconv.Itoa(int(id))
 	}
 	return strings.Join(parts, ",")
+}
+
+// decodePer is the mean time of each generated token after the first (ms).
+func decodePer(firstAt, lastAt time.Duration, n int) float64 {
+	if n < 2 {
+		return 0
+	}
+	return float64((lastAt - firstAt).Microseconds()) / 1e3 / float64(n-1)
 }
