@@ -509,11 +509,11 @@ type Footprint struct {
 // resident: FixedBytes + slots × MaxUnitBytes.
 func (f Footprint) MinBudget(slots int) int64 { return f.FixedBytes + int64(slots)*f.MaxUnitBytes }
 
-// Measure computes the footprint of model under include/exclude (the
-// defaults when empty) with the engine's packing.
+// Measure computes the footprint of model under include/exclude (with no
+// include, the model's own units: ModelUnits) with the engine's packing.
 func Measure(model nn.Module, include, exclude []string) (Footprint, error) {
 	if len(include) == 0 {
-		include = []string{"model.layers.*"}
+		include, exclude = ModelUnits(model)
 	}
 	mods, err := nn.MatchOutermost(model, include, exclude)
 	if err != nil {

@@ -126,16 +126,9 @@ func (e *engine) replanCollect() error {
 	if err := e.dev.Compute().Synchronize(); err != nil {
 		return e.replanFail(err)
 	}
-	last := map[*unit]float64{}
-	for _, u := range e.timing.current {
-		if u.start == nil || u.end == nil {
-			continue
-		}
-		d, err := u.end.ElapsedSince(u.start)
-		if err != nil {
-			return e.replanFail(err)
-		}
-		last[u] = d.Seconds()
+	last, err := runSeconds(e.timing.current)
+	if err != nil {
+		return e.replanFail(err)
 	}
 	e.replan.last = last
 	return nil
@@ -172,7 +165,7 @@ func (e *engine) rebuild() error {
 	}
 	// Score the plan in force under the new compute times, so the two
 	// predictions compare like with like.
-	cur, ok := Simulate(in, e.plan.Resident, e.plan.Slots)
+	cur, ok := PredictPlan(in, e.plan)
 	plan, err := MakePlan(in)
 	if err != nil {
 		return e.replanFail(err)
@@ -217,6 +210,10 @@ func (e *engine) replace(p Plan) error {
 	if e.ring != nil {
 		e.ring.free()
 		e.ring = nil
+	}
+	if e.pool != nil {
+		e.pool.free()
+		e.pool = nil
 	}
 	var toStream []*unit
 	for i, u := range e.units {

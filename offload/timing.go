@@ -17,6 +17,10 @@ type TrapTimingRecord struct {
 	TransferMs float64 // its host-to-device copy (0 when resident)
 	ComputeMs  float64 // from its entry (after any wait) to its exit, on the compute stream
 	WaitMs     float64 // how long compute stalled waiting for its copy
+	// Announced is true for a data-dependent unit (pool.go), which may
+	// have zero, one or several records in a pass; Hit is then true when
+	// the call needed no copy (resident, or found in a pool slot).
+	Announced, Hit bool
 }
 
 // OffloadTimingSnapshot is one measured forward pass.
@@ -27,6 +31,9 @@ type OffloadTimingSnapshot struct {
 	Tokens      int     // the tokens the pass carried (0: unknown; see TokenCounter)
 	PlanTokens  int     // the tokens per forward the plan in force was made for
 	Records     []TrapTimingRecord
+	// Pool counts the pass's calls of announced units (zero without any),
+	// including copies issued for units announced and then not run.
+	Pool PoolStats
 }
 
 // TrapTimingStats aggregates one trap over the window's passes.
@@ -231,7 +238,8 @@ func (r *OffloadTimingReport) ComputeBudgetsByProfileLabel(labels []string, cons
 type timingState struct {
 	pass      int
 	rootStart runtime.Event
-	current   []*unit
+	current   []unitRun
+	pool      PoolStats // the pass's announced-unit counts
 	blocks    []blockRun
 	snaps     []OffloadTimingSnapshot
 	// pending is graph mode's last measured pass, kept until
@@ -252,9 +260,36 @@ func (t *timingState) begin(e *engine) error {
 	return nil
 }
 
-func (t *timingState) unitDone(u *unit) { t.current = append(t.current, u) }
+// unitRun is one run of a unit in the pass being measured: a unit may run
+// more than once (an announced unit), so its events are kept per run.
+type unitRun struct {
+	u                     *unit
+	start, end, waitStart runtime.Event
+	copyRec               *copyTiming
+	hit                   bool
+}
 
-func (t *timingState) abort() { t.current, t.blocks, t.rootStart = t.current[:0], t.blocks[:0], nil }
+// unitDone moves the events of u's run that just ended into the pass.
+func (t *timingState) unitDone(u *unit) {
+	t.current = append(t.current, unitRun{u: u, start: u.start, end: u.end, waitStart: u.waitStart, copyRec: u.copyRec, hit: u.lastHit})
+	u.start, u.end, u.waitStart, u.copyRec = nil, nil, nil, nil
+}
+
+// elapsed is the run's compute time (ok false when an event is missing).
+func (r unitRun) elapsed() (float64, bool, error) {
+	if r.start == nil || r.end == nil {
+		return 0, false, nil
+	}
+	d, err := r.end.ElapsedSince(r.start)
+	return d.Seconds(), err == nil, err
+}
+
+func (t *timingState) abort() {
+	for _, r := range t.current {
+		r.u.start, r.u.end, r.u.waitStart, r.u.copyRec = nil, nil, nil, nil
+	}
+	t.current, t.blocks, t.rootStart, t.pool = t.current[:0], t.blocks[:0], nil, PoolStats{}
+}
 
 // end resolves the pass's events (waiting for them) into a snapshot.
 func (t *timingState) end(e *engine) error {
@@ -269,7 +304,7 @@ func (t *timingState) end(e *engine) error {
 	if err := e.copy.Synchronize(); err != nil {
 		return err
 	}
-	snap := OffloadTimingSnapshot{PredictedMs: e.plan.PredictedSec * 1e3, Tokens: e.tok.passT, PlanTokens: e.plan.Tokens}
+	snap := OffloadTimingSnapshot{PredictedMs: e.plan.PredictedSec * 1e3, Tokens: e.tok.passT, PlanTokens: e.plan.Tokens, Pool: t.pool}
 	if t.rootStart != nil {
 		d, err := endEv.ElapsedSince(t.rootStart)
 		if err != nil {
@@ -277,32 +312,33 @@ func (t *timingState) end(e *engine) error {
 		}
 		snap.ForwardMs = ms(d.Seconds())
 	}
-	for _, u := range t.current {
-		r := TrapTimingRecord{Trap: u.name, Streamed: !u.resident}
-		if u.start != nil && u.end != nil {
-			d, err := u.end.ElapsedSince(u.start)
-			if err != nil {
-				return err
-			}
-			r.ComputeMs = ms(d.Seconds())
+	for _, run := range t.current {
+		u := run.u
+		r := TrapTimingRecord{Trap: u.name, Streamed: !u.resident, Announced: u.announced, Hit: u.announced && run.hit}
+		sec, ok, err := run.elapsed()
+		if err != nil {
+			return err
 		}
-		if u.waitStart != nil && u.start != nil {
-			d, err := u.start.ElapsedSince(u.waitStart)
+		if ok {
+			r.ComputeMs = ms(sec)
+		}
+		if run.waitStart != nil && run.start != nil {
+			d, err := run.start.ElapsedSince(run.waitStart)
 			if err != nil {
 				return err
 			}
 			r.WaitMs = ms(max(d.Seconds(), 0))
 		}
-		if u.copyRec != nil {
-			d, err := u.copyRec.end.ElapsedSince(u.copyRec.start)
+		if run.copyRec != nil {
+			d, err := run.copyRec.end.ElapsedSince(run.copyRec.start)
 			if err != nil {
 				return err
 			}
-			r.TransferMs, r.Bytes = ms(d.Seconds()), u.copyRec.bytes
+			r.TransferMs, r.Bytes = ms(d.Seconds()), run.copyRec.bytes
 		}
-		u.start, u.end, u.waitStart, u.copyRec = nil, nil, nil, nil
 		snap.Records = append(snap.Records, r)
 	}
+	t.pool = PoolStats{}
 	for _, br := range t.blocks {
 		d, err := br.end.ElapsedSince(br.start)
 		if err != nil {
@@ -511,4 +547,24 @@ func (s OffloadTimingSnapshot) timingTable() string {
 	fmt.Fprintf(&b, "pass %d totals: transfer %.3f ms, compute %.3f ms, wait %.3f ms; forward %.3f ms, plan predicted %.3f ms\n",
 		s.Pass, s.TotalTransferMs(), s.TotalComputeMs(), s.TotalWaitMs(), s.ForwardMs, s.PredictedMs)
 	return b.String()
+}
+
+// runSeconds is each unit's compute per call over the measured runs of a
+// pass (the mean of its runs: an announced unit may run several times).
+func runSeconds(runs []unitRun) (map[*unit]float64, error) {
+	sum, n := map[*unit]float64{}, map[*unit]int{}
+	for _, r := range runs {
+		sec, ok, err := r.elapsed()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			sum[r.u] += sec
+			n[r.u]++
+		}
+	}
+	for u := range sum {
+		sum[u] /= float64(n[u])
+	}
+	return sum, nil
 }

@@ -160,15 +160,12 @@ func (e *engine) tokensCollect() error {
 	if bk.samples == nil {
 		bk.samples = map[*unit][]float64{}
 	}
-	for _, u := range e.timing.current {
-		if u.start == nil || u.end == nil {
-			continue
-		}
-		d, err := u.end.ElapsedSince(u.start)
-		if err != nil {
-			return e.fail(err)
-		}
-		bk.samples[u] = append(bk.samples[u], d.Seconds())
+	last, err := runSeconds(e.timing.current)
+	if err != nil {
+		return e.fail(err)
+	}
+	for u, sec := range last {
+		bk.samples[u] = append(bk.samples[u], sec)
 	}
 	if bk.passes < replanWarm+max(e.cfg.ProfilingIters, 1) {
 		return nil
@@ -199,7 +196,8 @@ func (e *engine) switchTokens(bk *tokenBucket) error {
 		old.plan, old.in = &p, e.planIn
 	}
 	next := *bk.plan
-	if slices.Equal(next.Resident, e.plan.Resident) && next.Slots == e.plan.Slots && next.SlotBytes == e.plan.SlotBytes {
+	if slices.Equal(next.Resident, e.plan.Resident) && next.Slots == e.plan.Slots && next.SlotBytes == e.plan.SlotBytes &&
+		next.PoolSlots == e.plan.PoolSlots && next.PoolSlotBytes == e.plan.PoolSlotBytes {
 		// Same placement: only the prediction and its tokens change.
 		e.plan = next
 	} else if err := e.replace(next); err != nil {
