@@ -674,6 +674,20 @@ func (e *engine) collectSamples() error {
 	return nil
 }
 
+// runShare is the share of xs (calls per pass) that are not 0.
+func runShare(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	n := 0
+	for _, x := range xs {
+		if x > 0 {
+			n++
+		}
+	}
+	return float64(n) / float64(len(xs))
+}
+
 // mean is the average of xs (0 when empty).
 func mean(xs []float64) float64 {
 	if len(xs) == 0 {
@@ -761,7 +775,7 @@ func (e *engine) startInference() error {
 		pu := PlanUnit{Name: u.name, Bytes: u.bytes, ComputeSec: median(u.samples)}
 		if u.announced {
 			u.freq = mean(u.calls)
-			pu.Announced, pu.Calls = true, u.freq
+			pu.Announced, pu.Calls, pu.RunShare = true, u.freq, runShare(u.calls)
 		}
 		in.Units = append(in.Units, pu)
 	}

@@ -131,6 +131,11 @@ type PlanUnit struct {
 	// (Calls is ignored).
 	Announced bool
 	Calls     float64
+	// RunShare is the share of passes in which an announced unit runs at
+	// all (0 to 1): a streamed unit not found in the pool is copied once
+	// for the calls of a pass, so it costs RunShare copies a pass. 0 with
+	// Calls > 0 means min(Calls, 1).
+	RunShare float64
 }
 
 // PlanInput is everything the planner needs. One forward pass visits Units in
@@ -349,6 +354,9 @@ func (in *PlanInput) validate() error {
 		}
 		if u.Announced && (math.IsNaN(u.Calls) || math.IsInf(u.Calls, 0) || u.Calls < 0) {
 			return fmt.Errorf("offload: plan: announced unit %d %q has %v calls per pass; want finite and >= 0", i, u.Name, u.Calls)
+		}
+		if u.Announced && !(u.RunShare >= 0 && u.RunShare <= 1) {
+			return fmt.Errorf("offload: plan: announced unit %d %q runs in a share %v of passes; want 0 to 1", i, u.Name, u.RunShare)
 		}
 	}
 	switch {
@@ -917,10 +925,17 @@ func (pl Plan) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "plan: predicted %.3f ms (floor %.3f ms), peak %d bytes, %d slots of %d bytes\n",
 		pl.PredictedSec*1e3, pl.FloorSec*1e3, pl.PeakBytes, pl.Slots, pl.SlotBytes)
+	if pl.PoolSlots > 0 {
+		fmt.Fprintf(&b, "  pool: %d slots of %d bytes, expected miss rate %.3f, %.0f bytes copied per pass\n",
+			pl.PoolSlots, pl.PoolSlotBytes, pl.ExpectedMissRate, pl.ExpectedPoolBytes)
+	}
 	for u, r := range pl.Resident {
-		if r {
+		switch {
+		case r:
 			fmt.Fprintf(&b, "  %3d resident\n", u)
-		} else {
+		case u < len(pl.SlotOf) && pl.SlotOf[u] < 0:
+			fmt.Fprintf(&b, "  %3d pool\n", u)
+		default:
 			fmt.Fprintf(&b, "  %3d slot %d\n", u, pl.SlotOf[u])
 		}
 	}

@@ -11,6 +11,15 @@ import (
 	"sort"
 )
 
+// copies is the copies a pass an announced unit costs when it is not in
+// the pool: one for each pass it runs in.
+func (u PlanUnit) copies() float64 {
+	if u.RunShare > 0 {
+		return u.RunShare
+	}
+	return min(u.Calls, 1)
+}
+
 // hasAnnounced reports whether any unit is announced.
 func (in *PlanInput) hasAnnounced() bool {
 	for _, u := range in.Units {
@@ -31,10 +40,11 @@ func (in *PlanInput) hasAnnounced() bool {
 //     to the largest announced unit, or one slot when that reserve does not
 //     leave room for the dense plan.
 //  3. What the dense plan leaves (reserve included) goes to the announced
-//     units: the most called ones (Calls) are made resident, in order of
-//     calls per pass (bytes saved per pass = Calls × Bytes, per byte kept),
-//     skipping units with no calls, as long as the reserved slots (sized
-//     to the largest unit still streamed) fit beside them.
+//     units: the most used ones are made resident, in order of the copies
+//     a pass they would cost streamed (RunShare, then Calls: the bytes
+//     saved per pass, RunShare × Bytes, per byte kept), skipping units
+//     never called, as long as the reserved slots (sized to the largest
+//     unit still streamed) fit beside them.
 //  4. The bytes left become pool slots, at least the reserve, at most one
 //     per streamed announced unit.
 //
@@ -97,7 +107,7 @@ func makePoolPlan(in PlanInput) (Plan, error) {
 	room := in.Budget - (dp.PeakBytes - int64(reserve)*maxAnn) // for the announced units: resident and pool
 
 	order := slices.Clone(ann)
-	sort.SliceStable(order, func(a, b int) bool { return in.Units[order[a]].Calls > in.Units[order[b]].Calls })
+	sort.SliceStable(order, func(a, b int) bool { return moreUsed(in.Units[order[a]], in.Units[order[b]]) })
 	var resBytes int64
 	fits := func() bool {
 		s, slot := 0, int64(0)
@@ -135,6 +145,15 @@ func makePoolPlan(in PlanInput) (Plan, error) {
 		}
 	}
 	return poolPlanOf(in, res, dp, poolSlots, slot), nil
+}
+
+// moreUsed orders announced units for residency and for the pool's
+// expected contents: more copies a pass, then more calls.
+func moreUsed(a, b PlanUnit) bool {
+	if ca, cb := a.copies(), b.copies(); ca != cb {
+		return ca > cb
+	}
+	return a.Calls > b.Calls
 }
 
 // poolPlanOf assembles the plan: res for every unit, the dense plan dp (its
@@ -183,15 +202,16 @@ type poolPrediction struct {
 // poolPredict predicts pl's forward time for an input with announced units.
 //
 // The dense units run as Simulate says (their ring with pl.Slots slots).
-// The announced units add Σ Calls × ComputeSec of compute; the streamed
-// ones' calls miss (need a copy) except those of the units the pool keeps
-// beyond one announcement's worth of slots: with EvictFrequency it keeps
-// the most called streamed units, so the expected hits are the calls of
-// the PoolSlots − min(MaxAnnounced, streamed) most called streamed units.
-// Missed calls copy Calls × Bytes a pass; the copies overlap the compute
-// of the experts before them, so the announced part takes the longer of
-// its compute and its copies, and the copy stream (dense and announced
-// copies) bounds the pass from below.
+// The announced units add Σ Calls × ComputeSec of compute. A streamed one
+// costs a copy in each pass it runs in (copies(): its later calls in the
+// pass find it in its slot), except the units the pool keeps beyond one
+// announcement's worth of slots: with EvictFrequency it keeps the most used
+// streamed units, so the PoolSlots − min(MaxAnnounced, streamed) most used
+// streamed units are expected to hit. The copies overlap the compute of
+// the experts before them, so the announced part takes the longer of its
+// compute and its copies, and the copy stream (dense and announced copies)
+// bounds the pass from below. The miss rate is the copies over the
+// streamed units' calls.
 func poolPredict(in PlanInput, pl Plan) poolPrediction {
 	scale := in.TransferScale
 	if scale == 0 {
@@ -231,7 +251,7 @@ func poolPredict(in PlanInput, pl Plan) poolPrediction {
 			streamed = append(streamed, i)
 		}
 	}
-	sort.SliceStable(streamed, func(a, b int) bool { return in.Units[streamed[a]].Calls > in.Units[streamed[b]].Calls })
+	sort.SliceStable(streamed, func(a, b int) bool { return moreUsed(in.Units[streamed[a]], in.Units[streamed[b]]) })
 	extra := pl.PoolSlots - min(max(in.MaxAnnounced, 1), len(streamed))
 	var annX, bytes, calls, missCalls float64
 	for k, i := range streamed {
@@ -240,9 +260,10 @@ func poolPredict(in PlanInput, pl Plan) poolPrediction {
 		if k < extra {
 			continue // kept in the pool
 		}
-		missCalls += u.Calls
-		annX += u.Calls * scale * in.Curve.Time(u.Bytes)
-		bytes += u.Calls * float64(u.Bytes)
+		c := min(u.copies(), u.Calls)
+		missCalls += c
+		annX += c * scale * in.Curve.Time(u.Bytes)
+		bytes += c * float64(u.Bytes)
 	}
 	p := poolPrediction{ok: true, bytes: bytes}
 	if calls > 0 {

@@ -151,7 +151,7 @@ func (p *pool) victim(steal bool) int {
 	best := -1
 	var bs float64
 	var bl uint64
-	for s := range p.slots {
+	for s := range p.holder {
 		if p.busy[s] || (!steal && p.want[s] > 0) {
 			continue
 		}
@@ -170,10 +170,7 @@ func (p *pool) load(u *unit, steal bool) (int, error) {
 	if s < 0 {
 		return -1, nil
 	}
-	if old := p.holder[s]; old != nil {
-		old.pslot, old.copied, old.pendingCopy = -1, false, nil
-	}
-	p.holder[s], p.want[s] = nil, 0
+	p.evict(s)
 	if p.release[s] != nil {
 		if err := p.copy.Wait(p.release[s]); err != nil {
 			return -1, err
@@ -197,12 +194,27 @@ func (p *pool) load(u *unit, steal bool) (int, error) {
 	if ct != nil {
 		ct.end = ev
 	}
-	p.clock++
-	p.holder[s], p.ready[s], p.last[s] = u, ev, p.clock
-	u.pslot, u.copied, u.pendingCopy = s, true, ct
+	p.ready[s] = ev
+	p.hold(s, u)
+	u.copied, u.pendingCopy = true, ct
 	p.pass.Copies++
 	p.pass.CopiedBytes += u.bytes
 	return s, nil
+}
+
+// evict empties slot s: its holder is no longer in a slot.
+func (p *pool) evict(s int) {
+	if old := p.holder[s]; old != nil {
+		old.pslot, old.copied, old.pendingCopy = -1, false, nil
+	}
+	p.holder[s], p.want[s] = nil, 0
+}
+
+// hold records that slot s holds u (its copy just issued).
+func (p *pool) hold(s int, u *unit) {
+	p.clock++
+	p.holder[s], p.last[s] = u, p.clock
+	u.pslot = s
 }
 
 // announce issues the copies of the announced units in next (in order) that

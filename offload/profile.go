@@ -774,7 +774,7 @@ func (e *engine) placeFromState(st *State) error {
 	e.maxAnnounced = st.MaxAnnounced
 	for i, u := range e.units {
 		su := st.Units[i]
-		e.planIn.Units = append(e.planIn.Units, PlanUnit{Name: su.Name, Bytes: su.Bytes, ComputeSec: su.ComputeSec, Announced: su.Announced, Calls: su.CallsPerPass})
+		e.planIn.Units = append(e.planIn.Units, PlanUnit{Name: su.Name, Bytes: su.Bytes, ComputeSec: su.ComputeSec, Announced: su.Announced, Calls: su.CallsPerPass, RunShare: runShare(su.Calls)})
 		u.samples = slices.Clone(su.Samples)
 		u.announced, u.freq, u.calls = su.Announced, su.CallsPerPass, slices.Clone(su.Calls)
 	}

@@ -157,6 +157,77 @@ type OffloadTimingReport struct {
 	// PlanTokens is the tokens per forward the plan in force was made for
 	// (0: unknown; see TokenCounter).
 	PlanTokens int
+	// Announced has one row per group of announced (data-dependent)
+	// units, such as an MoE model's experts (empty without any); Pool sums
+	// the passes' pool counts, and the plan's pool and expectations are
+	// beside them.
+	Announced         []AnnouncedGroupStats
+	Pool              PoolStats
+	PoolSlots         int
+	PoolSlotBytes     int64
+	ExpectedMissRate  float64 // the plan's, over streamed announced calls
+	ExpectedPoolBytes float64 // the plan's bytes copied into the pool per pass
+}
+
+// AnnouncedGroupStats is one group of announced units over a report's
+// window: the units whose names differ only in numbers ("model.layers.*.
+// mlp.experts.*").
+type AnnouncedGroupStats struct {
+	Group            string
+	Units, Resident  int   // units in the group, of which resident
+	Calls            int64 // calls over the window
+	Hits             int64 // calls that needed no copy (resident or in a pool slot)
+	StreamedCalls    int64 // calls of streamed units
+	StreamedHits     int64 // of those, found in a pool slot
+	CopiedBytes      int64 // bytes copied for the calls
+	Passes, Tokens   int   // passes in the window and the tokens they carried (0: unknown)
+	ExpectedMissRate float64
+}
+
+// HitRate is the share of the group's calls that needed no copy (0 with
+// no calls).
+func (g AnnouncedGroupStats) HitRate() float64 {
+	if g.Calls == 0 {
+		return 0
+	}
+	return float64(g.Hits) / float64(g.Calls)
+}
+
+// StreamedMissRate is the share of the streamed units' calls that needed a
+// copy: what the plan's ExpectedMissRate predicts (0 with no such calls).
+func (g AnnouncedGroupStats) StreamedMissRate() float64 {
+	if g.StreamedCalls == 0 {
+		return 0
+	}
+	return 1 - float64(g.StreamedHits)/float64(g.StreamedCalls)
+}
+
+// BytesPerPass is the bytes copied for the group's calls per pass.
+func (g AnnouncedGroupStats) BytesPerPass() float64 {
+	if g.Passes == 0 {
+		return 0
+	}
+	return float64(g.CopiedBytes) / float64(g.Passes)
+}
+
+// BytesPerToken is the bytes copied per token the passes carried (0 when
+// the tokens are unknown).
+func (g AnnouncedGroupStats) BytesPerToken() float64 {
+	if g.Tokens == 0 {
+		return 0
+	}
+	return float64(g.CopiedBytes) / float64(g.Tokens)
+}
+
+// groupName is a unit's group: its name with every numeric part a "*".
+func groupName(name string) string {
+	parts := strings.Split(name, ".")
+	for i, p := range parts {
+		if p != "" && strings.Trim(p, "0123456789") == "" {
+			parts[i] = "*"
+		}
+	}
+	return strings.Join(parts, ".")
 }
 
 // NumPasses is the number of passes in the report.
@@ -413,6 +484,7 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 		}
 	}
 	r.ForwardMs = median(fwd)
+	r.announcedGroups(e, t.snaps)
 	if copySec > 0 {
 		r.H2DGBps = float64(copied) / copySec / 1e9
 	}
@@ -535,7 +607,79 @@ func (r *OffloadTimingReport) timingTable() string {
 	if r.PlanTokens > 0 {
 		fmt.Fprintf(&b, "plan made for %d tokens per forward\n", r.PlanTokens)
 	}
+	r.announcedTable(&b)
 	return b.String()
+}
+
+// announcedGroups fills the report's announced-unit rows from the passes.
+func (r *OffloadTimingReport) announcedGroups(e *engine, snaps []OffloadTimingSnapshot) {
+	r.PoolSlots, r.PoolSlotBytes = e.plan.PoolSlots, e.plan.PoolSlotBytes
+	r.ExpectedMissRate, r.ExpectedPoolBytes = e.plan.ExpectedMissRate, e.plan.ExpectedPoolBytes
+	idx := map[string]int{}
+	for _, u := range e.units {
+		if !u.announced {
+			continue
+		}
+		g := groupName(u.name)
+		i, ok := idx[g]
+		if !ok {
+			i = len(r.Announced)
+			idx[g] = i
+			r.Announced = append(r.Announced, AnnouncedGroupStats{Group: g, Passes: len(snaps), ExpectedMissRate: e.plan.ExpectedMissRate})
+		}
+		r.Announced[i].Units++
+		if u.resident {
+			r.Announced[i].Resident++
+		}
+	}
+	if len(r.Announced) == 0 {
+		return
+	}
+	tokens := 0
+	for _, s := range snaps {
+		tokens += s.Tokens
+		if s.Tokens == 0 {
+			tokens = -1 << 40 // unknown for one pass: unknown
+		}
+		r.Pool.add(s.Pool)
+		for _, rec := range s.Records {
+			if !rec.Announced {
+				continue
+			}
+			g := &r.Announced[idx[groupName(rec.Trap)]]
+			g.Calls++
+			if rec.Hit {
+				g.Hits++
+			}
+			if rec.Streamed {
+				g.StreamedCalls++
+				if rec.Hit {
+					g.StreamedHits++
+				}
+			}
+			g.CopiedBytes += rec.Bytes
+		}
+	}
+	for i := range r.Announced {
+		r.Announced[i].Tokens = max(tokens, 0)
+	}
+}
+
+// announcedTable renders the announced-unit rows.
+func (r *OffloadTimingReport) announcedTable(b *strings.Builder) {
+	for _, g := range r.Announced {
+		fmt.Fprintf(b, "announced %s: %d units (%d resident), %.1f calls per pass, hit rate %.1f%%; streamed calls miss %.1f%% (predicted %.1f%%); %.2f MiB streamed per pass",
+			g.Group, g.Units, g.Resident, float64(g.Calls)/float64(max(g.Passes, 1)), 100*g.HitRate(), 100*g.StreamedMissRate(), 100*g.ExpectedMissRate, g.BytesPerPass()/(1<<20))
+		if g.Tokens > 0 {
+			fmt.Fprintf(b, ", %.2f MiB per token", g.BytesPerToken()/(1<<20))
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Announced) > 0 {
+		fmt.Fprintf(b, "expert cache: %d pool slots of %.2f MiB; %.2f MiB copied per pass (predicted %.2f MiB), %d copies of units announced and not run\n",
+			r.PoolSlots, float64(r.PoolSlotBytes)/(1<<20), float64(r.Pool.CopiedBytes)/float64(max(r.Pool.Passes, 1))/(1<<20),
+			r.ExpectedPoolBytes/(1<<20), r.Pool.Copies-r.Pool.Misses)
+	}
 }
 
 func (s OffloadTimingSnapshot) timingTable() string {
