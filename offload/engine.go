@@ -551,6 +551,8 @@ func (e *engine) resync() {
 func (e *engine) endPass(suspended bool) error {
 	switch e.phase {
 	case PhaseDiscovery:
+		e.markRepeated()
+		e.clearPassEvents()
 		e.passes++
 		e.passProgress()
 		if e.passes >= e.cfg.DiscoveryIters {
@@ -655,8 +657,11 @@ func (e *engine) collectSamples() error {
 	if err := e.dev.Compute().Synchronize(); err != nil {
 		return err
 	}
+	ran := e.markRepeated()
 	for _, u := range e.units {
-		u.calls = append(u.calls, float64(len(u.runs)))
+		if ran {
+			u.calls = append(u.calls, float64(len(u.runs)))
+		}
 		if len(u.runs) == 0 {
 			continue // the unit did not run in this pass
 		}

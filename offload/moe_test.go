@@ -39,6 +39,9 @@ type Switch struct {
 	// or a panic with failPanic) once.
 	failIn    string
 	failPanic bool
+	// announce, when set, rewrites what a MoE block announces (the
+	// experts it will call, in order): announcements are advisory.
+	announce func(layer int, next []nn.Module) []nn.Module
 }
 
 // SwitchLayer is one layer: the dense block and the MoE block.
@@ -215,7 +218,7 @@ func (s *Switch) Forward(b kernels.Backend, ids []int32) ([]float32, error) {
 				return b.Add(acc, acc, eo)
 			})
 		}
-		for _, l := range s.Layers {
+		for li, l := range s.Layers {
 			if err := nn.Call(l.Attn, func() error {
 				if err := l.Attn.Proj.Forward(b, o, h); err != nil {
 					return err
@@ -243,6 +246,9 @@ func (s *Switch) Forward(b kernels.Backend, ids []int32) ([]float32, error) {
 					if len(r) > 0 {
 						next = append(next, l.MoE.Experts[e])
 					}
+				}
+				if s.announce != nil {
+					next = s.announce(li, next)
 				}
 				nn.Announce(l.MoE, next...)
 				// Each call reads its token's row of h and adds its
@@ -533,4 +539,297 @@ func TestAnnouncedUnitsEqualResident(t *testing.T) {
 			})
 		}
 	})
+}
+
+// plainSwitch is the Switch run without the engine on the CPU: the
+// reference outputs and each pass's calls.
+func plainSwitch(t *testing.T, inputs [][]int32) ([][]float32, []map[string]int) {
+	t.Helper()
+	s := hostSwitch(t)
+	b, err := kernels.NewCPUBackend(s.Norm.Weight.Peek().Device())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return switchPasses(t, s, b, inputs)
+}
+
+// switchBudgets are the footprint's budgets: one ring and one pool slot,
+// and half the units' bytes.
+func switchBudgets(t *testing.T) (poolOfOne, half int64) {
+	t.Helper()
+	fp, err := offload.Measure(hostSwitch(t), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attn, expert int64
+	for i, n := range fp.UnitNames {
+		if strings.HasSuffix(n, ".attn") {
+			attn = max(attn, fp.UnitBytes[i])
+		} else {
+			expert = max(expert, fp.UnitBytes[i])
+		}
+	}
+	return fp.FixedBytes + attn + expert, fp.FixedBytes + (fp.TotalBytes-fp.FixedBytes)/2
+}
+
+// TestAnnouncementsAreAdvisory: what a forward announces need not be what
+// it calls. Announcing every expert of the layer (most never run: their
+// copies are wasted, and the slots they hold must be freed at the pass's
+// end), announcing in reverse order (the one slot of a pool of one is
+// taken by the last announced expert while the first must run: it is
+// taken back), and announcing only the first expert (the others are
+// copied on entry) all give the resident outputs, pass after pass.
+func TestAnnouncementsAreAdvisory(t *testing.T) {
+	inputs := switchInputs(16, 2)
+	want, _ := plainSwitch(t, inputs)
+	poolOfOne, half := switchBudgets(t)
+	for _, a := range []struct {
+		name     string
+		announce func(layer int, next []nn.Module) []nn.Module
+	}{
+		{"superset", nil}, // set below: needs the model
+		{"reversed", func(_ int, next []nn.Module) []nn.Module {
+			r := slices.Clone(next)
+			slices.Reverse(r)
+			return r
+		}},
+		{"first-only", func(_ int, next []nn.Module) []nn.Module { return next[:min(len(next), 1)] }},
+	} {
+		for _, budget := range []int64{poolOfOne, half} {
+			t.Run(fmt.Sprintf("%s-%d", a.name, budget), func(t *testing.T) {
+				d := devtest.NewCPU(t)
+				s, name := offloadSwitch(t, d, budget, nil)
+				s.announce = a.announce
+				if a.announce == nil {
+					s.announce = func(layer int, _ []nn.Module) []nn.Module {
+						var all []nn.Module
+						for _, e := range s.Layers[layer].MoE.Experts {
+							all = append(all, e)
+						}
+						return all
+					}
+				}
+				got, _ := switchPasses(t, s, compute(d), inputs)
+				sameOutputs(t, got, want, a.name)
+				st := offload.GetOffloadManager(name).PoolStats()
+				if a.name == "superset" && st.Copies <= st.Misses {
+					t.Errorf("announcing every expert wasted no copy: %+v", st)
+				}
+				if a.name == "first-only" && st.Copies != st.Misses {
+					t.Errorf("with only the first announced every copy is for an entry: %+v", st)
+				}
+			})
+		}
+	}
+}
+
+// TestAnnouncedUnitFailureLeavesEngineUsable: an expert's forward returns
+// an error, or panics, in INFERENCE while other experts' copies are in
+// flight; the pass fails (the panic reaches the caller), and the next
+// passes are correct and fail nothing, at a pool of one slot and a larger
+// pool.
+func TestAnnouncedUnitFailureLeavesEngineUsable(t *testing.T) {
+	inputs := switchInputs(12, 3)
+	want, wantCalls := plainSwitch(t, inputs)
+	poolOfOne, half := switchBudgets(t)
+	for _, panics := range []bool{false, true} {
+		for _, budget := range []int64{poolOfOne, half} {
+			t.Run(fmt.Sprintf("panic=%v-%d", panics, budget), func(t *testing.T) {
+				d := devtest.NewCPU(t)
+				s, name := offloadSwitch(t, d, budget, nil)
+				b := compute(d)
+				got, _ := switchPasses(t, s, b, inputs[:5])
+				sameOutputs(t, got, want[:5], "before")
+				// Fail in the last expert layer 1 calls in pass 5.
+				var victim string
+				for n := range wantCalls[5] {
+					if strings.HasPrefix(n, "layers.1.moe.experts.") && n > victim {
+						victim = n
+					}
+				}
+				s.failIn, s.failPanic = victim, panics
+				var err error
+				var recovered any
+				func() {
+					defer func() { recovered = recover() }()
+					_, err = s.Forward(b, inputs[5])
+				}()
+				if panics && recovered == nil || !panics && !errors.Is(err, errExpert) {
+					t.Fatalf("the failing pass returned %v, recovered %v", err, recovered)
+				}
+				if ps := offload.PipelineStateOf(name); ps.Failed != nil || ps.InForward || ps.Active != "" {
+					t.Fatalf("after the failed pass: %+v", ps)
+				}
+				got, _ = switchPasses(t, s, b, inputs[5:])
+				sameOutputs(t, got, want[5:], "after")
+			})
+		}
+	}
+}
+
+// TestAnnouncedSuspendedProfiling: a pass run while profiling is suspended
+// routes to experts the recorded passes never call; it widens nothing: the
+// plan's calls per pass are the recorded passes' (exact means), experts
+// only the suspended pass called have none, the suspended pass does not
+// count towards the profiling passes, and the most units announced
+// together counts the recorded passes only.
+func TestAnnouncedSuspendedProfiling(t *testing.T) {
+	// A discovery pass, the suspended one (5 tokens) and two recorded ones
+	// (1 token): find inputs where the suspended pass calls an expert that
+	// neither recorded pass does.
+	var inputs [][]int32
+	var calls []map[string]int
+	for seed := uint64(1); ; seed++ {
+		if seed > 50 {
+			t.Fatal("no inputs where the suspended pass reaches an expert the recorded ones do not")
+		}
+		rng := rand.New(rand.NewPCG(seed, 4))
+		ids := func(n int) []int32 {
+			out := make([]int32, n)
+			for i := range out {
+				out[i] = int32(rng.IntN(switchVocab))
+			}
+			return out
+		}
+		inputs = [][]int32{ids(2), ids(5), ids(1), ids(1)}
+		_, calls = plainSwitch(t, inputs)
+		only := false
+		for n := range calls[1] {
+			only = only || calls[2][n] == 0 && calls[3][n] == 0 && strings.Contains(n, "experts")
+		}
+		if only {
+			break
+		}
+	}
+	d := devtest.NewCPU(t)
+	_, half := switchBudgets(t)
+	s, name := offloadSwitch(t, d, half, nil)
+	m := offload.GetOffloadManager(name)
+	b := compute(d)
+	if _, err := s.Forward(b, inputs[0]); err != nil {
+		t.Fatal(err)
+	}
+	m.SuspendProfiling()
+	if _, err := s.Forward(b, inputs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ResumeProfiling(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Forward(b, inputs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if m.Phase() != offload.PhaseProfiling {
+		t.Fatalf("after one recorded profiling pass: %v (the suspended pass counted)", m.Phase())
+	}
+	if _, err := s.Forward(b, inputs[3]); err != nil {
+		t.Fatal(err)
+	}
+	in, err := m.PlanInput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	maxAnn := 0
+	for _, p := range []int{0, 2, 3} {
+		for l := 0; l < swLayers; l++ {
+			n := 0
+			for e := 0; e < swExperts; e++ {
+				if calls[p][fmt.Sprintf("layers.%d.moe.experts.%d", l, e)] > 0 {
+					n++
+				}
+			}
+			maxAnn = max(maxAnn, n)
+		}
+	}
+	if in.MaxAnnounced != maxAnn {
+		t.Errorf("MaxAnnounced %d, want %d (the recorded passes')", in.MaxAnnounced, maxAnn)
+	}
+	for _, u := range in.Units {
+		isAnn := !strings.HasSuffix(u.Name, ".attn")
+		if u.Announced != isAnn {
+			t.Errorf("unit %s: announced %v, want %v", u.Name, u.Announced, isAnn)
+		}
+		if !isAnn {
+			continue
+		}
+		c2, c3 := calls[2][u.Name], calls[3][u.Name]
+		if want := float64(c2+c3) / 2; u.Calls != want {
+			t.Errorf("unit %s: %v calls per pass, want %v (suspended pass: %d calls)", u.Name, u.Calls, want, calls[1][u.Name])
+		}
+		share := 0.0
+		for _, c := range []int{c2, c3} {
+			if c > 0 {
+				share += 0.5
+			}
+		}
+		if u.RunShare != share {
+			t.Errorf("unit %s: runs in %v of passes, want %v", u.Name, u.RunShare, share)
+		}
+	}
+}
+
+// TestAnnouncedProfileRoundTrip: a profile saves the announced units,
+// their calls per pass and the pool; a fresh model offloaded from it goes
+// straight to INFERENCE with the same plan input and pool, and computes
+// the resident outputs from its first pass. A profile whose pool does not
+// fit its plan is refused.
+func TestAnnouncedProfileRoundTrip(t *testing.T) {
+	inputs := switchInputs(10, 5)
+	want, _ := plainSwitch(t, inputs)
+	_, half := switchBudgets(t)
+	d := devtest.NewCPU(t)
+	s, name := offloadSwitch(t, d, half, nil)
+	got, _ := switchPasses(t, s, compute(d), inputs)
+	sameOutputs(t, got, want, "profiled")
+	m := offload.GetOffloadManager(name)
+	in, _ := m.PlanInput()
+	plan, _ := m.Plan()
+	dir := t.TempDir()
+	if err := m.SaveProfile(dir); err != nil {
+		t.Fatal(err)
+	}
+	st, err := offload.ReadProfile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Plan.PoolSlots != plan.PoolSlots || st.Plan.PoolSlotBytes != plan.PoolSlotBytes || st.MaxAnnounced != in.MaxAnnounced || plan.PoolSlots < 1 {
+		t.Errorf("profile pool %d×%d, max announced %d; plan %d×%d, %d", st.Plan.PoolSlots, st.Plan.PoolSlotBytes, st.MaxAnnounced,
+			plan.PoolSlots, plan.PoolSlotBytes, in.MaxAnnounced)
+	}
+	for i, u := range st.Units {
+		if u.Announced != in.Units[i].Announced || u.CallsPerPass != in.Units[i].Calls {
+			t.Errorf("profile unit %s: announced %v, %v calls; plan input %v, %v", u.Name, u.Announced, u.CallsPerPass, in.Units[i].Announced, in.Units[i].Calls)
+		}
+	}
+	if err := offload.Release(name, true); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := hostSwitch(t)
+	name2 := uniqueName(t)
+	cfg := offload.DefaultConfig(d.Dev)
+	if err := offload.OffloadFromProfile(s2, dir, &cfg, name2); err != nil {
+		t.Fatal(err)
+	}
+	defer offload.Release(name2, true)
+	m2 := offload.GetOffloadManager(name2)
+	if m2.Phase() != offload.PhaseInference {
+		t.Fatalf("from the profile: %v", m2.Phase())
+	}
+	in2, _ := m2.PlanInput()
+	plan2, _ := m2.Plan()
+	if !slices.Equal(in2.Units, in.Units) || in2.MaxAnnounced != in.MaxAnnounced || plan2.PoolSlots != plan.PoolSlots || !slices.Equal(plan2.Resident, plan.Resident) {
+		t.Errorf("adopted plan input or plan differ from the profiled ones:\n%v\n%v", plan2, plan)
+	}
+	got, _ = switchPasses(t, s2, compute(d), inputs)
+	sameOutputs(t, got, want, "from the profile")
+	if st := m2.PoolStats(); st.Calls == 0 || st.Misses == 0 {
+		t.Errorf("pool stats from the profile %+v", st)
+	}
+
+	bad := *st
+	bad.Plan.PoolSlots = 0
+	if err := bad.Validate(s2); err == nil || !strings.Contains(err.Error(), "pool slots") {
+		t.Errorf("a profile streaming experts with no pool slot: %v", err)
+	}
 }

@@ -5,9 +5,10 @@ package offload
 // order known only at run time.
 //
 // A unit is data-dependent ("announced") when a module of the forward
-// announces it (nn.Announce) or when it lies under a module that has
-// announced children: the engine learns this during DISCOVERY and
-// PROFILING, which also count each unit's calls per pass. In INFERENCE the
+// announces it (nn.Announce), when it lies under a module that has
+// announced children, or when a recorded DISCOVERY or PROFILING pass ran
+// it other than exactly once: the engine learns this before INFERENCE,
+// while it counts each unit's calls per pass. In INFERENCE the
 // announced units the plan streams do not take part in the cyclic transfer
 // ring (ring.go); they share a pool of device slots, a cache:
 //
@@ -388,6 +389,26 @@ func (e *engine) markAnnounced() {
 			}
 		}
 	}
+}
+
+// markRepeated makes the units that did not run exactly once in the pass
+// just staged data-dependent: a unit skipped, or run twice, cannot take
+// part in the cyclic ring, announced or not. A pass in which no unit ran
+// (UpdateState after a graph replay, which runs no traps) marks nothing;
+// ran reports whether any unit ran.
+func (e *engine) markRepeated() (ran bool) {
+	for _, u := range e.units {
+		ran = ran || len(u.runs) > 0
+	}
+	if !ran {
+		return false
+	}
+	for _, u := range e.units {
+		if len(u.runs) != 1 {
+			u.announced = true
+		}
+	}
+	return true
 }
 
 // enterPooled is enterInference for a streamed announced unit.
