@@ -833,3 +833,54 @@ func TestAnnouncedProfileRoundTrip(t *testing.T) {
 		t.Errorf("a profile streaming experts with no pool slot: %v", err)
 	}
 }
+
+// TestModelUnits: with no Include the engine takes the model's own units
+// (UnitSelector), else each "model.layers.*"; an Include given wins. With
+// each whole MoE block a unit (Include "layers.*.attn", "layers.*.moe"),
+// the experts the blocks announce are inside units, not units: the
+// announcements are ignored and the blocks stream through the ring as
+// dense units (every expert copied every pass), every pass equal to the
+// resident run.
+func TestModelUnits(t *testing.T) {
+	s := hostSwitch(t)
+	if in, ex := offload.ModelUnits(s); !slices.Equal(in, []string{"layers.*.attn", "layers.*.moe.experts.*", "layers.*.moe.shared"}) || ex != nil {
+		t.Errorf("ModelUnits(Switch) = %q, %q", in, ex)
+	}
+	tower, err := NewTower(s.Norm.Weight.Peek().Device(), 2, 8, 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, p := range nn.Parameters(tower) {
+			p.Peek().Buffer().Free()
+		}
+	}()
+	if in, _ := offload.ModelUnits(tower); !slices.Equal(in, offload.DefaultInclude) {
+		t.Errorf("ModelUnits(Tower) = %q, want the default %q", in, offload.DefaultInclude)
+	}
+	include := []string{"layers.*.attn", "layers.*.moe"}
+	fp, err := offload.Measure(s, include, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fp.UnitNames) != 2*swLayers {
+		t.Fatalf("include %q: units %v", include, fp.UnitNames)
+	}
+	inputs := switchInputs(10, 6)
+	want, _ := plainSwitch(t, inputs)
+	d := devtest.NewCPU(t)
+	s2, name := offloadSwitch(t, d, fp.MinBudget(2), func(c *offload.Config) { c.Include = include })
+	got, _ := switchPasses(t, s2, compute(d), inputs)
+	sameOutputs(t, got, want, "whole layers as units")
+	for _, u := range offload.OffloadUnits(name) {
+		if !strings.HasSuffix(u.Name, ".moe") && !strings.HasSuffix(u.Name, ".attn") {
+			t.Errorf("streamed unit %s", u.Name)
+		}
+	}
+	if n := len(offload.OffloadUnits(name)); n < swLayers {
+		t.Errorf("%d streamed units at the smallest budget, want every MoE block at least", n)
+	}
+	if plan, _ := offload.GetOffloadManager(name).Plan(); plan.PoolSlots != 0 {
+		t.Errorf("no announced units, yet the plan has a pool:\n%v", plan)
+	}
+}

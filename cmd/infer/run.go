@@ -249,6 +249,12 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			"device_peak_bytes":     dev.Memory().Peak,
 		}
 		out["io_rchar"], out["io_read_bytes"] = ioCounters()
+		if st := sess.poolStats(); st.Calls > 0 {
+			out["expert_hit_rate"] = st.HitRate()
+			out["expert_calls"] = st.Calls
+			out["expert_copied_bytes"] = st.CopiedBytes
+			out["expert_passes"] = st.Passes
+		}
 		if tok != nil {
 			ids := make([]int, len(gen))
 			for i, id := range gen {
@@ -263,6 +269,9 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	fmt.Fprintf(stderr, "%d tokens in %v (%.1f tokens/s) on %s\n", len(gen), genDur.Round(time.Millisecond),
 		float64(len(gen))/genDur.Seconds(), dev.Name())
+	if st := sess.poolStats(); st.Calls > 0 {
+		fmt.Fprintln(stderr, formatPoolStats(st))
+	}
 	return nil
 }
 
