@@ -307,13 +307,19 @@ const (
 // checked for leaks, by a cleanup).
 func hostSwitch(t *testing.T) *Switch {
 	t.Helper()
+	return hostSwitchOf(t, swLayers, swExperts, swTopK, swDim, swHidden)
+}
+
+// hostSwitchOf builds a Switch of the given shape on a fresh host device.
+func hostSwitchOf(t *testing.T, layers, experts, topK, dim, hidden int) *Switch {
+	t.Helper()
 	host := runtime.NewCPU(0)
 	t.Cleanup(func() {
 		if err := host.Close(); err != nil {
 			t.Errorf("host device: %v", err)
 		}
 	})
-	s, err := NewSwitch(host, swLayers, swExperts, swTopK, swDim, swHidden, swSeed)
+	s, err := NewSwitch(host, layers, experts, topK, dim, hidden, swSeed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +377,12 @@ func switchPasses(t *testing.T, s *Switch, b kernels.Backend, inputs [][]int32) 
 // fits) and the model's own units, and a cleanup releasing it.
 func offloadSwitch(t *testing.T, d devtest.Device, budget int64, edit func(*offload.Config)) (*Switch, string) {
 	t.Helper()
-	s := hostSwitch(t)
+	return offloadThis(t, hostSwitch(t), d, budget, edit)
+}
+
+// offloadThis offloads s (see offloadSwitch).
+func offloadThis(t *testing.T, s *Switch, d devtest.Device, budget int64, edit func(*offload.Config)) (*Switch, string) {
+	t.Helper()
 	name := uniqueName(t)
 	cfg := offload.DefaultConfig(d.Dev)
 	cfg.GPUBudget = offload.Budget{Bytes: budget}
