@@ -895,3 +895,73 @@ func TestModelUnits(t *testing.T) {
 		t.Errorf("no announced units, yet the plan has a pool:\n%v", plan)
 	}
 }
+
+// TestAnnouncedStrategyReplan: a strategy replan re-measures the units'
+// compute per call (an expert run several times a pass counts each run)
+// and rebuilds or keeps the plan; either way the passes during and after
+// it equal the resident run, and the engine has not failed.
+func TestAnnouncedStrategyReplan(t *testing.T) {
+	inputs := switchInputs(20, 8)
+	want, _ := plainSwitch(t, inputs)
+	poolOfOne, half := switchBudgets(t)
+	for _, budget := range []int64{poolOfOne, half} {
+		t.Run(fmt.Sprint(budget), func(t *testing.T) {
+			d := devtest.NewCPU(t)
+			s, name := offloadSwitch(t, d, budget, nil)
+			b := compute(d)
+			got, _ := switchPasses(t, s, b, inputs[:4])
+			sameOutputs(t, got, want[:4], "before")
+			if _, err := offload.RequestStrategyReplan(name, false); err != nil {
+				t.Fatal(err)
+			}
+			got, _ = switchPasses(t, s, b, inputs[4:])
+			sameOutputs(t, got, want[4:], "during and after the replan")
+			st := offload.GetStrategyReplanStatus(name)
+			if st.State != offload.ReplanDone || st.Applied == nil {
+				t.Fatalf("replan status %+v", st)
+			}
+			if ps := offload.PipelineStateOf(name); ps.Failed != nil {
+				t.Fatal(ps.Failed)
+			}
+			in, _ := offload.GetOffloadManager(name).PlanInput()
+			plan, _ := offload.GetOffloadManager(name).Plan()
+			if sec, ok := offload.PredictPlan(in, plan); !ok || sec != plan.PredictedSec && !*st.Applied {
+				t.Errorf("the plan in force: PredictPlan %v %v, predicted %v", sec, ok, plan.PredictedSec)
+			}
+		})
+	}
+}
+
+// TestAnnouncedPlanReplace: the engine moves between plans with different
+// pools and resident experts (as a replan or a token-count switch does):
+// from half the weights to one pool slot and back to everything resident;
+// the passes after each move equal the resident run and the engine holds
+// what the plan says.
+func TestAnnouncedPlanReplace(t *testing.T) {
+	inputs := switchInputs(18, 9)
+	want, _ := plainSwitch(t, inputs)
+	poolOfOne, half := switchBudgets(t)
+	d := devtest.NewCPU(t)
+	s, name := offloadSwitch(t, d, half, nil)
+	m := offload.GetOffloadManager(name)
+	b := compute(d)
+	got, _ := switchPasses(t, s, b, inputs[:6])
+	sameOutputs(t, got, want[:6], "half")
+	in, _ := m.PlanInput()
+	for i, budget := range []int64{poolOfOne, in.FixedBytes + 1<<30} {
+		in.Budget = budget
+		p, err := offload.MakePlan(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := offload.ReplacePlan(name, p); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := switchPasses(t, s, b, inputs[6+6*i:12+6*i])
+		sameOutputs(t, got, want[6+6*i:12+6*i], fmt.Sprintf("after moving to budget %d", budget))
+		usage, _ := offload.GetGPUMemoryUsage(name)
+		if usage.TotalBytes != p.PeakBytes {
+			t.Errorf("budget %d: engine holds %d bytes, plan %d", budget, usage.TotalBytes, p.PeakBytes)
+		}
+	}
+}
