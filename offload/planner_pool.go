@@ -241,26 +241,18 @@ func poolPredict(in PlanInput, pl Plan) poolPrediction {
 		denseSec = sec
 	}
 	var annComp float64
-	var streamed []int
-	for i, u := range in.Units {
-		if !u.Announced {
-			continue
-		}
-		annComp += u.Calls * u.ComputeSec
-		if !pl.Resident[i] {
-			streamed = append(streamed, i)
+	for _, u := range in.Units {
+		if u.Announced {
+			annComp += u.Calls * u.ComputeSec
 		}
 	}
-	sort.SliceStable(streamed, func(a, b int) bool { return moreUsed(in.Units[streamed[a]], in.Units[streamed[b]]) })
-	extra := pl.PoolSlots - min(max(in.MaxAnnounced, 1), len(streamed))
 	var annX, bytes, calls, missCalls float64
-	for k, i := range streamed {
+	for i, c := range expectedCopies(in, pl) {
 		u := in.Units[i]
-		calls += u.Calls
-		if k < extra {
-			continue // kept in the pool
+		if !u.Announced || pl.Resident[i] {
+			continue
 		}
-		c := min(u.copies(), u.Calls)
+		calls += u.Calls
 		missCalls += c
 		annX += c * scale * in.Curve.Time(u.Bytes)
 		bytes += c * float64(u.Bytes)
@@ -272,6 +264,27 @@ func poolPredict(in PlanInput, pl Plan) poolPrediction {
 	p.sec = max(denseSec+max(annComp, annX), denseX+annX)
 	p.floor = max(denseComp+annComp, denseX+annX)
 	return p
+}
+
+// expectedCopies is each unit's expected copies into the pool a pass under
+// pl (0 for units that are not announced, resident, or expected to stay
+// in the pool; see poolPredict).
+func expectedCopies(in PlanInput, pl Plan) []float64 {
+	out := make([]float64, len(in.Units))
+	var streamed []int
+	for i, u := range in.Units {
+		if u.Announced && !pl.Resident[i] {
+			streamed = append(streamed, i)
+		}
+	}
+	sort.SliceStable(streamed, func(a, b int) bool { return moreUsed(in.Units[streamed[a]], in.Units[streamed[b]]) })
+	extra := pl.PoolSlots - min(max(in.MaxAnnounced, 1), len(streamed))
+	for k, i := range streamed {
+		if k >= extra { // else kept in the pool
+			out[i] = min(in.Units[i].copies(), in.Units[i].Calls)
+		}
+	}
+	return out
 }
 
 // PredictPlan is the planner's predicted forward time of pl for in (ok

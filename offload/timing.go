@@ -40,8 +40,11 @@ type OffloadTimingSnapshot struct {
 type TrapTimingStats struct {
 	Trap     string
 	Streamed bool
-	Passes   int
-	Bytes    int64 // the unit's weight bytes (0 for a manual block)
+	// Announced marks a data-dependent unit: its samples are per run (it
+	// may run zero or several times a pass) and Passes counts runs.
+	Announced bool
+	Passes    int
+	Bytes     int64 // the unit's weight bytes (0 for a manual block)
 	// Per-pass samples, in pass order.
 	TransferMs, ComputeMs, WaitMs []float64
 }
@@ -150,7 +153,7 @@ type OffloadTimingReport struct {
 	PredictedMs    float64           // the plan's prediction
 	FloorMs        float64           // max(compute, streamed bytes over the measured curve)
 	H2DGBps        float64           // achieved copy bandwidth: bytes copied / copy time
-	StreamedBytes  int64             // bytes copied per pass
+	StreamedBytes  int64             // bytes copied per pass (the pool's: the window's average)
 	ResidentUnits  int
 	StreamedUnits  int
 	TransferBlocks int
@@ -173,15 +176,19 @@ type OffloadTimingReport struct {
 // window: the units whose names differ only in numbers ("model.layers.*.
 // mlp.experts.*").
 type AnnouncedGroupStats struct {
-	Group            string
-	Units, Resident  int   // units in the group, of which resident
-	Calls            int64 // calls over the window
-	Hits             int64 // calls that needed no copy (resident or in a pool slot)
-	StreamedCalls    int64 // calls of streamed units
-	StreamedHits     int64 // of those, found in a pool slot
-	CopiedBytes      int64 // bytes copied for the calls
-	Passes, Tokens   int   // passes in the window and the tokens they carried (0: unknown)
+	Group           string
+	Units, Resident int   // units in the group, of which resident
+	Calls           int64 // calls over the window
+	Hits            int64 // calls that needed no copy (resident or in a pool slot)
+	StreamedCalls   int64 // calls of streamed units
+	StreamedHits    int64 // of those, found in a pool slot
+	CopiedBytes     int64 // bytes copied for the calls
+	Passes, Tokens  int   // passes in the window and the tokens they carried (0: unknown)
+	// ExpectedMissRate is the plan's expected share of the group's
+	// streamed calls that copy (StreamedMissRate measures it).
 	ExpectedMissRate float64
+	// The calls' summed times over the window (ms).
+	TransferMs, ComputeMs, WaitMs float64
 }
 
 // HitRate is the share of the group's calls that needed no copy (0 with
@@ -472,7 +479,7 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 			if !ok {
 				i = len(r.Traps)
 				idx[rec.Trap] = i
-				r.Traps = append(r.Traps, TrapTimingStats{Trap: rec.Trap, Streamed: rec.Streamed, Bytes: unitBytes[rec.Trap]})
+				r.Traps = append(r.Traps, TrapTimingStats{Trap: rec.Trap, Streamed: rec.Streamed, Announced: rec.Announced, Bytes: unitBytes[rec.Trap]})
 			}
 			st := &r.Traps[i]
 			st.Passes++
@@ -493,7 +500,9 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 			r.ResidentUnits++
 		} else {
 			r.StreamedUnits++
-			r.StreamedBytes += u.bytes
+			if !u.announced { // the pool's copies are measured (announcedGroups)
+				r.StreamedBytes += u.bytes
+			}
 		}
 	}
 	return r
@@ -595,9 +604,13 @@ func (r *OffloadTimingReport) timingTable() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, tableHead, "unit", "place", "MiB", "transfer ms", "compute ms", "wait ms")
 	for _, t := range r.Traps {
+		if t.Announced {
+			continue // one row per group below
+		}
 		fmt.Fprintf(&b, tableRow, t.Trap, placeName(t.Streamed), float64(t.Bytes)/(1<<20),
 			t.MedianTransferMs(), t.MedianComputeMs(), t.MedianWaitMs())
 	}
+	r.groupRows(&b)
 	fmt.Fprintf(&b, "per pass (average of %d): transfer %.3f ms, compute %.3f ms, wait %.3f ms\n",
 		r.NumPasses(), r.TotalTransferAvg(), r.TotalComputeAvg(), r.TotalWaitAvg())
 	fmt.Fprintf(&b, "forward %.3f ms (median of %d passes); plan predicted %.3f ms, floor %.3f ms\n",
@@ -625,11 +638,29 @@ func (r *OffloadTimingReport) announcedGroups(e *engine, snaps []OffloadTimingSn
 		if !ok {
 			i = len(r.Announced)
 			idx[g] = i
-			r.Announced = append(r.Announced, AnnouncedGroupStats{Group: g, Passes: len(snaps), ExpectedMissRate: e.plan.ExpectedMissRate})
+			r.Announced = append(r.Announced, AnnouncedGroupStats{Group: g, Passes: len(snaps)})
 		}
 		r.Announced[i].Units++
 		if u.resident {
 			r.Announced[i].Resident++
+		}
+	}
+	// Each group's expected miss rate: the plan's expected copies over its
+	// streamed units' profiled calls.
+	if len(e.planIn.Units) == len(e.units) && len(e.plan.Resident) == len(e.units) {
+		copies := expectedCopies(e.planIn, e.plan)
+		exp, calls := make([]float64, len(r.Announced)), make([]float64, len(r.Announced))
+		for _, u := range e.units {
+			if u.announced && !u.resident {
+				gi := idx[groupName(u.name)]
+				exp[gi] += copies[u.idx]
+				calls[gi] += e.planIn.Units[u.idx].Calls
+			}
+		}
+		for gi := range r.Announced {
+			if calls[gi] > 0 {
+				r.Announced[gi].ExpectedMissRate = exp[gi] / calls[gi]
+			}
 		}
 	}
 	if len(r.Announced) == 0 {
@@ -658,14 +689,28 @@ func (r *OffloadTimingReport) announcedGroups(e *engine, snaps []OffloadTimingSn
 				}
 			}
 			g.CopiedBytes += rec.Bytes
+			g.TransferMs += rec.TransferMs
+			g.ComputeMs += rec.ComputeMs
+			g.WaitMs += rec.WaitMs
 		}
 	}
 	for i := range r.Announced {
 		r.Announced[i].Tokens = max(tokens, 0)
 	}
+	r.StreamedBytes += r.Pool.CopiedBytes / int64(max(len(snaps), 1))
 }
 
-// announcedTable renders the announced-unit rows.
+// groupRows renders a table row per group of announced units: the per-pass
+// sums of MiB copied, transfer, compute and wait.
+func (r *OffloadTimingReport) groupRows(b *strings.Builder) {
+	for _, g := range r.Announced {
+		n := float64(max(g.Passes, 1))
+		fmt.Fprintf(b, tableRow, g.Group, "pool", float64(g.CopiedBytes)/n/(1<<20), g.TransferMs/n, g.ComputeMs/n, g.WaitMs/n)
+	}
+}
+
+// announcedTable renders each group's calls, hit rate (predicted and
+// measured) and bytes, and the pool's totals.
 func (r *OffloadTimingReport) announcedTable(b *strings.Builder) {
 	for _, g := range r.Announced {
 		fmt.Fprintf(b, "announced %s: %d units (%d resident), %.1f calls per pass, hit rate %.1f%%; streamed calls miss %.1f%% (predicted %.1f%%); %.2f MiB streamed per pass",
