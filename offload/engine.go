@@ -52,6 +52,8 @@ type unit struct {
 	calls       []float64   // calls in each profiled pass
 	freq        float64     // calls per pass (profiled)
 	seen        int64       // entries counted in INFERENCE
+	poolBuf     *runtime.DeviceBuffer
+	poolViews   []*runtime.Tensor // views of poolBuf (bindPooled)
 }
 
 // copyTiming holds the events around one copy.
@@ -343,15 +345,30 @@ func (e *engine) syncCopy(dst *runtime.DeviceBuffer, src *runtime.HostBuffer, n 
 func (e *engine) bindTo(u *unit, buf *runtime.DeviceBuffer) error {
 	vs, ok := u.views[buf]
 	if !ok {
-		for i, t := range u.orig {
-			v, err := runtime.TensorOn(buf, u.offs[i], t.DType(), t.Shape())
-			if err != nil {
-				return err
-			}
-			vs = append(vs, v)
+		var err error
+		if vs, err = u.viewsOn(buf); err != nil {
+			return err
 		}
 		u.views[buf] = vs
 	}
+	return u.bindViews(vs)
+}
+
+// viewsOn makes views of buf for u's parameters, at their packed offsets.
+func (u *unit) viewsOn(buf *runtime.DeviceBuffer) ([]*runtime.Tensor, error) {
+	vs := make([]*runtime.Tensor, 0, len(u.orig))
+	for i, t := range u.orig {
+		v, err := runtime.TensorOn(buf, u.offs[i], t.DType(), t.Shape())
+		if err != nil {
+			return nil, err
+		}
+		vs = append(vs, v)
+	}
+	return vs, nil
+}
+
+// bindViews binds u's parameters (but the shared ones) to vs.
+func (u *unit) bindViews(vs []*runtime.Tensor) error {
 	for i, p := range u.params {
 		if u.shared[p] {
 			continue
@@ -361,6 +378,20 @@ func (e *engine) bindTo(u *unit, buf *runtime.DeviceBuffer) error {
 		}
 	}
 	return nil
+}
+
+// bindPooled binds a pooled unit to buf. A pooled unit visits many slots
+// over a run (thousands of experts, hundreds of slots): it keeps the views
+// of its latest slot only, not one set per slot.
+func (e *engine) bindPooled(u *unit, buf *runtime.DeviceBuffer) error {
+	if u.poolBuf != buf {
+		vs, err := u.viewsOn(buf)
+		if err != nil {
+			return err
+		}
+		u.poolBuf, u.poolViews = buf, vs
+	}
+	return u.bindViews(u.poolViews)
 }
 
 // observe is the read observer during DISCOVERY: a parameter of one unit
@@ -1000,6 +1031,7 @@ func (e *engine) freeAll() {
 		u.dev.Free()
 		u.host, u.dev = nil, nil
 		u.views = map[*runtime.DeviceBuffer][]*runtime.Tensor{}
+		u.poolBuf, u.poolViews = nil, nil
 	}
 	for _, b := range e.fixedBufs {
 		b.Free()

@@ -427,7 +427,7 @@ func (e *engine) enterPooled(u *unit, timed bool) error {
 	if err != nil {
 		return err
 	}
-	return e.bindTo(u, buf)
+	return e.bindPooled(u, buf)
 }
 
 // PoolStats reports the calls of announced (data-dependent) units since
