@@ -565,6 +565,9 @@ func (e *engine) resync() {
 		}
 	}
 	_ = e.dev.Compute().Synchronize()
+	if e.phase != PhaseInference {
+		e.clearPassEvents() // a failed pass's runs count for nothing
+	}
 	if e.phase == PhaseInference {
 		if e.ring != nil {
 			e.ring.reset()

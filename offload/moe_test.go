@@ -965,3 +965,59 @@ func TestAnnouncedPlanReplace(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedStagedPassMarksNothing: a dense model's forward that fails
+// half-way through a DISCOVERY or PROFILING pass (the first blocks ran,
+// the rest did not) does not make any unit data-dependent: the blocks keep
+// the cyclic ring, and the plan has no pool.
+func TestFailedStagedPassMarksNothing(t *testing.T) {
+	for _, before := range []int{0, 1} { // the panic in DISCOVERY, in PROFILING
+		t.Run(fmt.Sprint(before), func(t *testing.T) {
+			const depth, dim, hidden = 6, 32, 64
+			host, dev := runtime.NewCPU(0), runtime.NewCPU(0)
+			tower, err := NewTower(host, depth, dim, hidden, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := uniqueName(t)
+			cfg := offload.DefaultConfig(dev)
+			cfg.Include = []string{"blocks.*"}
+			cfg.GPUBudget = offload.Budget{Bytes: 256 + 3*3*dim*hidden*4}
+			if err := offload.Offload(tower, &cfg, name); err != nil {
+				t.Fatal(err)
+			}
+			defer offload.Release(name, true)
+			gk, _ := kernels.NewCPUBackend(dev)
+			pb := &panicBackend{Backend: gk}
+			pb.armed.Store(-1)
+			xs, _ := runtime.NewTensor(dev, runtime.F32, runtime.Shape{2, dim}, "x")
+			defer xs.Buffer().Free()
+			good := func() {
+				t.Helper()
+				if _, err, p := pb.forward(tower, xs); err != nil || p != nil {
+					t.Fatalf("forward: %v %v", err, p)
+				}
+			}
+			for i := 0; i < before; i++ {
+				good()
+			}
+			pb.armed.Store(3)
+			if _, _, p := pb.forward(tower, xs); p == nil {
+				t.Fatal("the armed forward did not panic")
+			}
+			for offload.GetOffloadManager(name).Phase() != offload.PhaseInference {
+				good()
+			}
+			in, _ := offload.GetOffloadManager(name).PlanInput()
+			for _, u := range in.Units {
+				if u.Announced {
+					t.Errorf("unit %s is data-dependent after a failed pass", u.Name)
+				}
+			}
+			if plan, _ := offload.GetOffloadManager(name).Plan(); plan.PoolSlots != 0 {
+				t.Errorf("a dense model's plan has a pool:\n%v", plan)
+			}
+			good()
+		})
+	}
+}

@@ -31,6 +31,7 @@ package offload
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -352,10 +353,12 @@ func (e *engine) Announce(parent nn.Module, next []nn.Module) {
 	if e.phase != PhaseInference {
 		e.announcers[parent] = true
 		n := 0
-		for _, m := range next {
+		for i, m := range next {
 			if u := e.byMod[m]; u != nil {
 				u.announced = true
-				n++
+				if !slices.Contains(next[:i], m) {
+					n++
+				}
 			}
 		}
 		if e.m.suspended == 0 || e.phase == PhaseDiscovery {
