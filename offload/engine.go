@@ -106,6 +106,7 @@ type engine struct {
 	annScratch   []*unit
 	announceErr  error
 	annPass      PoolStats // this pass's calls of resident announced units
+	annPassMax   int       // INFERENCE: the most units one announcement of this pass named
 	poolTotal    PoolStats
 
 	timing timingState
@@ -480,6 +481,7 @@ func (e *engine) Exit(mod nn.Module, ferr error) error {
 }
 
 func (e *engine) beginPass() error {
+	e.annPassMax = 0
 	if err := e.tokensBegin(); err != nil {
 		return err
 	}

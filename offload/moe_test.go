@@ -898,11 +898,12 @@ func TestModelUnits(t *testing.T) {
 
 // TestAnnouncedStrategyReplan: a strategy replan re-measures the units'
 // compute per call (an expert run several times a pass counts each run)
+// and their calls per pass (the frequencies of the workload now running),
 // and rebuilds or keeps the plan; either way the passes during and after
 // it equal the resident run, and the engine has not failed.
 func TestAnnouncedStrategyReplan(t *testing.T) {
 	inputs := switchInputs(20, 8)
-	want, _ := plainSwitch(t, inputs)
+	want, wantCalls := plainSwitch(t, inputs)
 	poolOfOne, half := switchBudgets(t)
 	for _, budget := range []int64{poolOfOne, half} {
 		t.Run(fmt.Sprint(budget), func(t *testing.T) {
@@ -924,6 +925,15 @@ func TestAnnouncedStrategyReplan(t *testing.T) {
 				t.Fatal(ps.Failed)
 			}
 			in, _ := offload.GetOffloadManager(name).PlanInput()
+			// Requested after pass 3: pass 4 warms up, 5 and 6 are measured.
+			for _, u := range in.Units {
+				if !u.Announced {
+					continue
+				}
+				if want := float64(wantCalls[5][u.Name]+wantCalls[6][u.Name]) / 2; u.Calls != want {
+					t.Errorf("after the replan %s has %v calls per pass, want %v (the measured passes')", u.Name, u.Calls, want)
+				}
+			}
 			plan, _ := offload.GetOffloadManager(name).Plan()
 			if sec, ok := offload.PredictPlan(in, plan); !ok || sec != plan.PredictedSec && !*st.Applied {
 				t.Errorf("the plan in force: PredictPlan %v %v, predicted %v", sec, ok, plan.PredictedSec)

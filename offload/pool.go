@@ -366,6 +366,13 @@ func (e *engine) Announce(parent nn.Module, next []nn.Module) {
 		}
 		return
 	}
+	n := 0
+	for i, m := range next {
+		if u := e.byMod[m]; u != nil && u.announced && !slices.Contains(next[:i], m) {
+			n++
+		}
+	}
+	e.annPassMax = max(e.annPassMax, n)
 	if e.pool == nil {
 		return
 	}
@@ -466,4 +473,60 @@ func (e *engine) endPoolPass() {
 	st.Passes = 1
 	e.poolTotal.add(st)
 	e.timing.pool = st
+}
+
+// passCalls is one measured INFERENCE pass's calls of announced units and
+// the most units one announcement named.
+type passCalls struct {
+	calls  map[*unit]int
+	maxAnn int
+}
+
+// passCalls counts the announced units' runs in the pass being measured
+// (its timing runs).
+func (e *engine) passCalls() passCalls {
+	pc := passCalls{calls: map[*unit]int{}, maxAnn: e.annPassMax}
+	for _, r := range e.timing.current {
+		if r.u.announced {
+			pc.calls[r.u]++
+		}
+	}
+	return pc
+}
+
+// freqSamples collects the announced units' calls over the passes a
+// replan or a token-count plan measures, so that its plan uses the
+// frequencies of the workload it is made for (a batch of 16 routes to many
+// more experts a layer than one token).
+type freqSamples struct {
+	passes int
+	calls  map[*unit][]float64
+	maxAnn int
+}
+
+func (f *freqSamples) add(e *engine, pc passCalls) {
+	if f.calls == nil {
+		f.calls = map[*unit][]float64{}
+	}
+	f.passes++
+	f.maxAnn = max(f.maxAnn, pc.maxAnn)
+	for _, u := range e.units {
+		if u.announced {
+			f.calls[u] = append(f.calls[u], float64(pc.calls[u]))
+		}
+	}
+}
+
+// apply puts the measured frequencies into in (nothing when no pass was
+// measured).
+func (f *freqSamples) apply(e *engine, in *PlanInput) {
+	if f.passes == 0 {
+		return
+	}
+	for _, u := range e.units {
+		if c, ok := f.calls[u]; ok {
+			in.Units[u.idx].Calls, in.Units[u.idx].RunShare = mean(c), runShare(c)
+		}
+	}
+	in.MaxAnnounced = max(f.maxAnn, 1)
 }

@@ -48,6 +48,8 @@ type replanState struct {
 	lastGen   int
 	samples   map[*unit][]float64
 	last      map[*unit]float64 // compute of the pass just ended
+	freq      freqSamples       // announced units' calls over the measured passes
+	lastPass  passCalls         // the calls of the pass just ended
 	// RebuildFault, for tests: fails the rebuild with this error.
 	fault error
 }
@@ -130,6 +132,7 @@ func (e *engine) replanCollect() error {
 	if err != nil {
 		return e.replanFail(err)
 	}
+	e.replan.lastPass = e.passCalls()
 	e.replan.last = last
 	return nil
 }
@@ -143,6 +146,7 @@ func (e *engine) replanStep() error {
 		for u, sec := range r.last {
 			r.samples[u] = append(r.samples[u], sec)
 		}
+		r.freq.add(e, r.lastPass)
 		r.measured++
 	}
 	r.remaining--
@@ -163,6 +167,7 @@ func (e *engine) rebuild() error {
 			in.Units[u.idx].ComputeSec = median(s)
 		}
 	}
+	r.freq.apply(e, &in)
 	// Score the plan in force under the new compute times, so the two
 	// predictions compare like with like.
 	cur, ok := PredictPlan(in, e.plan)

@@ -57,6 +57,7 @@ type tokenBucket struct {
 	ref     int // the token count the bucket was opened at
 	passes  int // passes measured (the first is a warm-up)
 	samples map[*unit][]float64
+	freq    freqSamples // announced units' calls over the measured passes
 	plan    *Plan
 	in      PlanInput
 }
@@ -167,6 +168,7 @@ func (e *engine) tokensCollect() error {
 	for u, sec := range last {
 		bk.samples[u] = append(bk.samples[u], sec)
 	}
+	bk.freq.add(e, e.passCalls())
 	if bk.passes < replanWarm+max(e.cfg.ProfilingIters, 1) {
 		return nil
 	}
@@ -177,12 +179,13 @@ func (e *engine) tokensCollect() error {
 			in.Units[u.idx].ComputeSec = median(s)
 		}
 	}
+	bk.freq.apply(e, &in)
 	in.Tokens = bk.ref
 	plan, err := MakePlan(in)
 	if err != nil {
 		return e.fail(fmt.Errorf("planning for %d tokens per forward: %w", bk.ref, err))
 	}
-	bk.plan, bk.in, bk.samples = &plan, in, nil
+	bk.plan, bk.in, bk.samples, bk.freq = &plan, in, nil, freqSamples{}
 	e.tok.measured++
 	return nil
 }
