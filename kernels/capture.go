@@ -36,9 +36,22 @@ type RoPEStorer interface {
 }
 
 // Argmaxer picks greedy tokens on the device: dst[r] = the first index of the
-// largest value of row r of x[R,V] (NaNs skipped), read back to the host.
+// largest value of row r of x[R,V], read back to the host; −1 when the row
+// holds a NaN or +Inf, or only −Inf (no greedy choice: read the row, as
+// kernels.Sample does, to say which). Only R ints cross to the host instead
+// of R×V logits.
 type Argmaxer interface {
 	ArgmaxRows(dst []int32, x *runtime.Tensor) error
+}
+
+// DeviceSampler draws temperature samples on the device: dst[r] is drawn
+// from row r of x[R,V] at inverse temperature invT[r] (> 0) with the uniform
+// draw u[r] in [0,1), as kernels.Sample with neither top-k nor top-p walks
+// the distribution (the first id whose running probability mass exceeds
+// u·total), in float32; −1 when the row holds a NaN or +Inf, or only −Inf.
+// Only R ints cross to the host.
+type DeviceSampler interface {
+	SampleRows(dst []int32, x *runtime.Tensor, invT, u []float32) error
 }
 
 // MultiMatMuler computes several projections of one input in one op:

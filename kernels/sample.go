@@ -48,9 +48,8 @@ func Sample(logits []float32, p SampleParams, rng *rand.Rand) (int, error) {
 	if len(logits) == 0 {
 		return 0, errors.New("kernels.Sample: empty logits")
 	}
-	if p.Temperature != p.Temperature || p.TopP != p.TopP || p.TopP < 0 || p.TopP > 1 || p.TopK < 0 {
-		return 0, fmt.Errorf("kernels.Sample: bad parameters temperature %v, top-k %d, top-p %v (want top-k ≥ 0, 0 ≤ top-p ≤ 1)",
-			p.Temperature, p.TopK, p.TopP)
+	if err := p.Validate(); err != nil {
+		return 0, err
 	}
 	inf := float32(math.Inf(1))
 	mx, arg := -inf, -1
@@ -328,4 +327,14 @@ func draw(c []cand, rng *rand.Rand) int {
 		}
 	}
 	return int(c[len(c)-1].id) // u rounded up to the mass
+}
+
+// Validate reports parameters no sampler accepts: a NaN temperature or top-p,
+// top-p outside [0, 1], a negative top-k.
+func (p SampleParams) Validate() error {
+	if p.Temperature != p.Temperature || p.TopP != p.TopP || p.TopP < 0 || p.TopP > 1 || p.TopK < 0 {
+		return fmt.Errorf("kernels.Sample: bad parameters temperature %v, top-k %d, top-p %v (want top-k ≥ 0, 0 ≤ top-p ≤ 1)",
+			p.Temperature, p.TopK, p.TopP)
+	}
+	return nil
 }

@@ -31,3 +31,24 @@ var (
 	_ HostMemoryDevice  = (*CPUDevice)(nil)
 	_ StoragelessDevice = (*MetaDevice)(nil)
 )
+
+// KernelRecord is one kernel launch timed by a kernel profile.
+type KernelRecord struct {
+	Name  string  // the kernel (or library call) name
+	Bytes int64   // bytes the launch site says the kernel reads and writes; 0 when it does not say
+	Ms    float64 // device time from just before the kernel to just after it
+}
+
+// KernelProfiler is a device that can time every kernel it launches, each
+// between two events on its stream: a per-kernel table of one forward. The
+// events serialise nothing that a stream does not already serialise, but
+// they cost a little each, so a profiled forward is a bit slower than an
+// unprofiled one; graph replays are not broken down.
+type KernelProfiler interface {
+	Device
+	// StartKernelProfile begins recording; an error if one is running.
+	StartKernelProfile() error
+	// StopKernelProfile waits for the recorded kernels and returns them in
+	// launch order.
+	StopKernelProfile() ([]KernelRecord, error)
+}

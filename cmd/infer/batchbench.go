@@ -92,7 +92,11 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 			pause = func() func() { return offload.PauseProfiling(name) }
 		}
 		for _, B := range sizes {
-			times, kvBytes, err := measureBatchSteps(m, backend, B, o.context, warm, o.iters, uint64(B), d.kvCache, pause)
+			var kp *kernelProfiler
+			if o.kernelProfile && manager == "" {
+				kp = &kernelProfiler{w: stdout, dev: backend.Device()}
+			}
+			times, kvBytes, err := measureBatchSteps(m, backend, B, o.context, warm, o.iters, uint64(B), d.kvCache, pause, kp)
 			if err != nil {
 				return fmt.Errorf("budget %s, batch %d: %w", budget, B, err)
 			}
@@ -158,7 +162,7 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 // (--kv-cache) that memory, which must hold them. pause, when set, pauses
 // the offload engine's profiling for the prefills (PauseProfiling) and
 // returns the resume.
-func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, iters int, seed uint64, kvFlag string, pause func() func()) ([]float64, int64, error) {
+func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, iters int, seed uint64, kvFlag string, pause func() func(), kp *kernelProfiler) ([]float64, int64, error) {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	randIDs := func(n int) []int32 {
 		ids := make([]int32, n)
@@ -167,7 +171,11 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 		}
 		return ids
 	}
-	perSeq := (context + warm + iters + kvcache.DefaultBlockSize - 1) / kvcache.DefaultBlockSize
+	steps := warm + iters
+	if kp != nil {
+		steps++ // the profiled step
+	}
+	perSeq := (context + steps + kvcache.DefaultBlockSize - 1) / kvcache.DefaultBlockSize
 	blocks := B * perSeq
 	if kvFlag != "" {
 		n, err := kvCacheBlocksFromFlag(kvFlag, m, b)
@@ -175,7 +183,7 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 			return nil, 0, err
 		}
 		if n < blocks {
-			return nil, 0, usagef("--kv-cache %s holds %d KV blocks; %d sequences of %d positions need %d", kvFlag, n, B, context+warm+iters, blocks)
+			return nil, 0, usagef("--kv-cache %s holds %d KV blocks; %d sequences of %d positions need %d", kvFlag, n, B, context+steps, blocks)
 		}
 		blocks = n
 	}
@@ -194,15 +202,25 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 		}
 	}()
 	logits := make([]float32, 0)
+	var picks []int32
 	step := func(entries []decoder.BatchEntry) (float64, error) {
 		start := time.Now()
 		lt, err := m.ForwardBatch(b, cache, entries)
 		if err != nil {
 			return 0, err
 		}
-		logits = slices.Grow(logits[:0], lt.NumElements())[:lt.NumElements()]
-		if err := b.ReadF32(logits, lt); err != nil { // waits for the device
-			return 0, err
+		// Greedy picks, as the scheduler makes them: on the device where the
+		// backend can (one int a row back), else from the logits read back.
+		if am, ok := b.(kernels.Argmaxer); ok {
+			picks = slices.Grow(picks[:0], len(entries))[:len(entries)]
+			if err := am.ArgmaxRows(picks, lt); err != nil { // waits for the device
+				return 0, err
+			}
+		} else {
+			logits = slices.Grow(logits[:0], lt.NumElements())[:lt.NumElements()]
+			if err := b.ReadF32(logits, lt); err != nil { // waits for the device
+				return 0, err
+			}
 		}
 		return float64(time.Since(start).Microseconds()) / 1e3, nil
 	}
@@ -242,6 +260,16 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 		}
 		if i >= warm {
 			out = append(out, ms)
+		}
+	}
+	if kp != nil {
+		entries := make([]decoder.BatchEntry, B)
+		for j, s := range seqs {
+			entries[j] = decoder.BatchEntry{Seq: s, IDs: randIDs(1)}
+		}
+		title := fmt.Sprintf("one batched decode step of %d sequences at context %d", B, context+warm+iters)
+		if err := kp.profile(title, func() error { _, err := step(entries); return err }); err != nil {
+			return nil, 0, err
 		}
 	}
 	return out, cache.Bytes(), nil

@@ -62,6 +62,10 @@ type benchRow struct {
 	MinMs          float64 `json:"min_ms"`
 	MeasuredVsFlr  float64 `json:"measured_over_floor"`
 	PredictedError float64 `json:"prediction_error"`
+	// GraphMs is a resident decode step replayed as a captured graph, the
+	// token picked on the device (what run-model's generation does), where
+	// the backend captures graphs; 0 elsewhere.
+	GraphMs float64 `json:"graph_ms,omitempty"`
 }
 
 type benchOptions struct {
@@ -70,6 +74,7 @@ type benchOptions struct {
 	batch                        string // bench --batch: batched decode sizes
 	tokens, context, iters, warm int
 	jsonOut                      bool
+	kernelProfile                bool // --kernel-profile
 }
 
 func benchFlags(fs *pflag.FlagSet) *benchOptions {
@@ -82,6 +87,7 @@ func benchFlags(fs *pflag.FlagSet) *benchOptions {
 	fs.IntVar(&o.iters, "iters", 10, "measured forwards per budget")
 	fs.IntVar(&o.warm, "warmup", 2, "unmeasured forwards after the engine reaches INFERENCE")
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object per budget")
+	fs.BoolVar(&o.kernelProfile, "kernel-profile", false, "after each resident measurement, time every kernel of one more forward (batched step with --batch) and print the table (CUDA)")
 	fs.StringVar(&o.batch, "batch", "", "time batched decode steps of these batch sizes (1,16,64,256) at --context, as tokens/s")
 	return &o
 }
@@ -169,7 +175,17 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("budget resident: %w", err)
 			}
-			times, err = measureForwards(m, backend, *mode, *tokens, *context, *warm, *iters, uint64(i))
+			var kp *kernelProfiler
+			if o.kernelProfile {
+				kp = &kernelProfiler{w: stdout, dev: dev}
+			}
+			times, err = measureForwards(m, backend, *mode, *tokens, *context, *warm, *iters, uint64(i), kp)
+			if err == nil && *mode == "decode" {
+				var gt []float64
+				if gt, err = measureGraphSteps(m, backend, *context, *iters); err == nil && len(gt) > 0 {
+					row.GraphMs = medianOf(gt)
+				}
+			}
 			row.DeviceBytes = ck2.TotalBytes()
 			m.Close()
 			ck2.Close()
@@ -199,7 +215,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			if err := offload.Offload(model, &cfg, name, compile...); err != nil {
 				return fmt.Errorf("budget %s: %w", b, err)
 			}
-			times, err = measureForwards(model, backend, *mode, *tokens, *context, *warm+pre, *iters, uint64(i))
+			times, err = measureForwards(model, backend, *mode, *tokens, *context, *warm+pre, *iters, uint64(i), nil)
 			if err == nil {
 				err = fillPlanRow(&row, name, dev)
 			}
@@ -225,6 +241,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%-10s %5d %5d %5d %9.2f %8.1f %10.2f %10.2f %10.2f %8.3f %+7.1f%%\n", row.Budget, row.ResidentUnits,
 			row.StreamedUnits, row.Slots, float64(row.StreamedBytes)/1e9, row.H2DGBps, row.FloorMs, row.PredictedMs,
 			row.MeasuredMs, row.MeasuredVsFlr, 100*row.PredictedError)
+		if row.GraphMs > 0 {
+			fmt.Fprintf(stdout, "%-10s the same step replayed as a CUDA graph, token picked on the device: %.2f ms\n", "", row.GraphMs)
+		}
 	}
 	return nil
 }
@@ -273,7 +292,8 @@ func fillPlanRow(row *benchRow, name string, dev runtime.Device) error {
 }
 
 // measureForwards runs warm then iters forwards, returning wall times (ms).
-func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, context, warm, iters int, seed uint64) ([]float64, error) {
+// With kp set, one more forward runs after them under a kernel profile.
+func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, context, warm, iters int, seed uint64, kp *kernelProfiler) ([]float64, error) {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	randIDs := func(n int) []int32 {
 		ids := make([]int32, n)
@@ -285,6 +305,9 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 	capacity := tokens
 	if mode == "decode" {
 		capacity = context + warm + iters // the prefill, then one position per forward
+		if kp != nil {
+			capacity++
+		}
 	}
 	cache, err := m.NewKVCache(b, capacity)
 	if err != nil {
@@ -328,6 +351,18 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 			out = append(out, ms)
 		}
 	}
+	if kp != nil {
+		ids := randIDs(1)
+		title := fmt.Sprintf("one decode step at context %d", context+warm+iters)
+		if mode != "decode" {
+			cache.Reset()
+			ids = randIDs(tokens)
+			title = fmt.Sprintf("a prefill of %d tokens", tokens)
+		}
+		if err := kp.profile(title, func() error { _, err := one(ids); return err }); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
@@ -341,4 +376,60 @@ func medianOf(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// measureGraphSteps times resident one-token steps the way generation runs
+// them: a prefill of context random tokens, then steps replayed from a
+// captured decode graph, each token picked on the device (kernels.Argmaxer)
+// and fed to the next step. Backends that cannot capture give no times.
+func measureGraphSteps(m *llama.Model, b kernels.Backend, context, iters int) ([]float64, error) {
+	am, ok := b.(kernels.Argmaxer)
+	if _, sc := b.(kernels.StepCapturer); !sc || !ok || m.Node().Tree().HasHooks() {
+		return nil, nil
+	}
+	const warm = 3
+	if context+warm+iters+1 > m.Cfg.MaxPositionEmbeddings {
+		return nil, nil // no room for the graph's steps after the prefill
+	}
+	cache, err := m.NewKVCache(b, context+warm+iters+1)
+	if err != nil {
+		return nil, err
+	}
+	defer cache.Free()
+	rng := rand.New(rand.NewPCG(uint64(context), 5))
+	ids := make([]int32, max(context, 1))
+	for i := range ids {
+		ids[i] = int32(rng.IntN(m.Cfg.VocabSize))
+	}
+	lt, err := m.Forward(b, cache, ids, false)
+	if err != nil {
+		return nil, err
+	}
+	var pick [1]int32
+	if err := am.ArgmaxRows(pick[:], lt); err != nil {
+		return nil, err
+	}
+	g, err := m.CaptureDecode(b, cache)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	var out []float64
+	for i := 0; i < warm+iters; i++ {
+		if err := interrupted(); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		lt, err := g.Step(max(pick[0], 0))
+		if err == nil {
+			err = am.ArgmaxRows(pick[:], lt) // waits for the device
+		}
+		if err != nil {
+			return nil, err
+		}
+		if i >= warm {
+			out = append(out, float64(time.Since(start).Microseconds())/1e3)
+		}
+	}
+	return out, nil
 }

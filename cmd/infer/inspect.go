@@ -186,6 +186,10 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "checkpoint  %s (%d files)\n", shown, len(ck.Files()))
 	fmt.Fprintf(stdout, "model       %s: %d layers, hidden %d, MLP %d, heads %d (KV %d) × %d, vocab %d, tied embeddings %v\n",
 		fam.Name, c.NumHiddenLayers, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim, c.VocabSize, c.TieWordEmbeddings)
+	if c.MoE.Enabled() {
+		fmt.Fprintf(stdout, "experts     %d of width %d, top %d a token (renormalised %v), dense layers %v\n",
+			c.MoE.Experts, c.MoE.IntermediateSize, c.MoE.TopK, c.MoE.NormTopK, c.MoE.DenseLayers)
+	}
 	fmt.Fprintf(stdout, "rope        %s, theta %g", c.Rope.Type, c.Rope.Theta)
 	if c.Rope.Type == "llama3" {
 		fmt.Fprintf(stdout, ", factor %g, low/high %g/%g, original %d", c.Rope.Factor, c.Rope.LowFreqFactor, c.Rope.HighFreqFactor, c.Rope.OriginalMaxPositionEmbeddings)

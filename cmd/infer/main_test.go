@@ -407,7 +407,7 @@ func TestInspect(t *testing.T) {
 // TestRunModelFamilies: run-model picks each fixture's family from its
 // config.json and reproduces transformers' greedy continuation.
 func TestRunModelFamilies(t *testing.T) {
-	for _, fixture := range []string{"tiny-qwen2", "tiny-qwen3", "tiny-mistral"} {
+	for _, fixture := range []string{"tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-mixtral", "tiny-qwen3moe"} {
 		t.Run(fixture, func(t *testing.T) {
 			dir := "../../testdata/" + fixture
 			data, err := os.ReadFile(dir + "/reference.json")

@@ -95,17 +95,26 @@ extern "C" __global__ void fill_uniform_bf16(bf16_t* dst, long long n, unsigned 
 }
 
 // argmax_rows: out[r] = the first index of the largest value of row r of
-// x[R,n] (NaNs skipped; −1 when the row has none), x in F32 or BF16 (dt),
-// one block (a multiple of 32 threads, at most 1024) per row.
+// x[R,n], x in F32 or BF16 (dt), one block (a multiple of 32 threads, at most
+// 1024) per row; −1 when the row holds a NaN or +Inf (no greedy choice: the
+// caller reads the row to say which) or only −Inf.
 extern "C" __global__ void argmax_rows(int* out, const void* x, int dt, int n) {
 	__shared__ float sv[32];
 	__shared__ int si[32];
+	__shared__ int sbad;
+	if (threadIdx.x == 0) sbad = 0;
+	__syncthreads();
 	const usize base = (usize)blockIdx.x * n;
 	float bv = -FT_INF;
 	int bi = -1;
+	bool bad = false;
 	for (int i = threadIdx.x; i < n; i += blockDim.x) {
 		const float v = load_as_f32(x, dt, base + i);
-		if (v != v) continue;
+		if (v != v || v == FT_INF) {
+			bad = true;
+			continue;
+		}
+		if (v == -FT_INF) continue;
 		if (bi < 0 || v > bv) {
 			bv = v;
 			bi = i;
@@ -121,6 +130,7 @@ extern "C" __global__ void argmax_rows(int* out, const void* x, int dt, int n) {
 		}
 	}
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	if (bad) sbad = 1;
 	if (lane == 0) {
 		sv[w] = bv;
 		si[w] = bi;
@@ -138,7 +148,7 @@ extern "C" __global__ void argmax_rows(int* out, const void* x, int dt, int n) {
 				bi = oi;
 			}
 		}
-		if (lane == 0) out[blockIdx.x] = bi;
+		if (lane == 0) out[blockIdx.x] = sbad ? -1 : bi;
 	}
 }
 

@@ -10,7 +10,8 @@
 // (one-token matrix-vector products), attention.cu (split-context decode
 // attention and FlashAttention-2-style prefill on tensor cores), paged.cu
 // (the same attentions over a paged KV cache: batched decode and packed
-// variable-length prefill read through block tables). Each kernel's comment
+// variable-length prefill read through block tables), moe.cu (a mixture of
+// experts' row gathers and weighted scatter-adds). Each kernel's comment
 // gives what it computes.
 package cuda
 

@@ -21,7 +21,8 @@ func TestSources(t *testing.T) {
 		"gemv_persist_bf16", "gemv_persist_f32out", "gemv3_bf16", "gemv_gateup_silu_bf16", "attn_decode_d64_bf16", "attn_decode_d128_bf16", "add_bias_bf16", "scale_bf16", "gemv_fp8", "dequant_fp8_bf16",
 
 		"attn_paged_split_bf16", "attn_paged_decode_d64_bf16", "attn_paged_decode_d128_bf16", "attn_varlen_flash_d32_bf16",
-		"attn_varlen_flash_d64_bf16", "attn_varlen_flash_d128_bf16", "rope_store_paged_bf16"} {
+		"attn_varlen_flash_d64_bf16", "attn_varlen_flash_d128_bf16", "rope_store_paged_bf16",
+		"moe_gather_rows_u16", "moe_scatter_add_f32"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("kernel %s missing from the sources (have %v)", want, names)
 		}

@@ -51,6 +51,9 @@ type Backend struct {
 
 	// meta holds the per-call int32 inputs of the paged ops on the device.
 	meta pagedMeta
+	// sampleMeta holds SampleRows' temperatures and draws (sample.go).
+	sampleMeta metaUpload
+	moe        moeMeta // the MoE row ops' tables (moe.go)
 
 	// GEMVRowBlocks selects the row-block GEMV kernels for one-token MatMuls
 	// instead of the persistent one-warp-per-row kernel (faster on the H200:
@@ -74,11 +77,13 @@ type kernelSet struct {
 	gemvPersist, gemvPersistF32, gemv3, gateUp                                             *cuda.Function
 	attnSplit, attnCombine                                                                 *cuda.Function
 	gemvFP8, dequantFP8                                                                    *cuda.Function         // FP8 weights (fp8.go)
+	sample                                                                                 *cuda.Function         // device sampling (sample.go)
 	flash, attnDecode                                                                      map[int]*cuda.Function // by head width
 	// persistBlocks is the grid of the persistent GEMV kernels: blocks of 256
 	// threads resident at once on the whole GPU.
 	persistBlocks map[*cuda.Function]int
 	paged         pagedKernels // over a paged KV cache (see the end of the file)
+	moe           moeKernels   // mixture-of-experts row ops (moe.go)
 }
 
 var (
@@ -119,7 +124,8 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		gateUp:  get("gemv_gateup_silu_bf16"),
 		addBias: get("add_bias_bf16"), scale: get("scale_bf16"),
 		gemvFP8: get("gemv_fp8"), dequantFP8: get("dequant_fp8_bf16"),
-		paged: loadPaged(get),
+		sample: get("sample_rows"),
+		paged:  loadPaged(get), moe: loadMoE(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -182,6 +188,7 @@ func (b *Backend) Close() error {
 	}
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq = nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
+	b.moe.free()
 	b.stage.Free()
 	b.stage, b.stageEv = nil, nil
 	return err
@@ -290,7 +297,7 @@ func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 		if f32 {
 			f = b.k.gemvPersistF32
 		}
-		return f.Launch(b.s, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
+		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D))
 	}
 	if T == 1 && D%8 == 0 && aligned16(x.Ptr(), w.Ptr()) {
@@ -320,7 +327,7 @@ func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 		if !ok {
 			return fmt.Errorf("cudabackend.MatMul: no GEMV kernel with unroll %d for %v output", u, out.DType())
 		}
-		return f.Launch(b.s, cuda.Dim3{X: (N + rpb - 1) / rpb}, cuda.Dim3{X: 256}, 0,
+		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: (N + rpb - 1) / rpb}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D), cuda.I32(wpr))
 	}
 	return b.blas.GemmBF16(b.s, out.Ptr(), !f32, x.Ptr(), w.Ptr(), T, N, D)
@@ -356,7 +363,8 @@ func (b *Backend) RMSNorm(out, x, w *runtime.Tensor, eps float32) error {
 		f, vec = b.k.rmsV8, 8
 	}
 	threads := min(1024, max(32, (dim/vec+31)/32*32))
-	return f.Launch(b.s, cuda.Dim3{X: rows}, cuda.Dim3{X: threads}, 0,
+	bytes := int64(rows)*int64(dim)*int64(x.DType().Size()+out.DType().Size()) + int64(dim)*int64(w.DType().Size())
+	return f.LaunchBytes(b.s, bytes, cuda.Dim3{X: rows}, cuda.Dim3{X: threads}, 0,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(dim), cuda.F32(eps))
 }
 
@@ -626,8 +634,11 @@ func (b *Backend) AttentionWindow(out, q, kCache, vCache *runtime.Tensor, pos0, 
 		b.part = buf
 	}
 	po, pml := b.part.Ptr(), b.part.Ptr()+uintptr(poBytes)
+	// The keys and values of positions [0, pos0+T) (or the window's), read
+	// once per KV head; the partials written.
+	kvBytes := 2*int64(min(pos0+T, C))*int64(K)*int64(d)*int64(kCache.DType().Size()) + poBytes
 	if f, ok := b.k.attnDecode[d]; ok && !b.noFlash {
-		if err := f.Launch(b.s, cuda.Dim3{X: K, Y: nsplit, Z: T}, cuda.Dim3{X: 128}, 0,
+		if err := f.LaunchBytes(b.s, kvBytes, cuda.Dim3{X: K, Y: nsplit, Z: T}, cuda.Dim3{X: 128}, 0,
 			cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(q.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
 			cuda.I32(H), cuda.I32(K), cuda.I32(nsplit), posp, p0, cuda.F32(scale), cuda.I32(window)); err != nil {
 			return err
@@ -635,7 +646,7 @@ func (b *Backend) AttentionWindow(out, q, kCache, vCache *runtime.Tensor, pos0, 
 	} else {
 		nt := max(128, (d+31)/32*32)
 		smem := 4 * (G*d + G*nt + 3*G)
-		if err := b.k.attnSplit.Launch(b.s, cuda.Dim3{X: K, Y: nsplit, Z: T}, cuda.Dim3{X: nt}, smem,
+		if err := b.k.attnSplit.LaunchBytes(b.s, kvBytes, cuda.Dim3{X: K, Y: nsplit, Z: T}, cuda.Dim3{X: nt}, smem,
 			cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(q.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
 			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(nsplit), posp, p0, cuda.F32(scale), cuda.I32(window)); err != nil {
 			return err
@@ -848,7 +859,8 @@ func (b *Backend) FillUniform(t *runtime.Tensor, seed uint64, lo, hi float32) er
 }
 
 // ArgmaxRows: dst[r] = the first index of the largest value of row r of
-// x[R,V] (F32 or BF16; NaNs skipped, −1 for a row of NaNs), read back.
+// x[R,V] (F32 or BF16), read back; −1 for a row with a NaN or +Inf, or only
+// −Inf (kernels.Argmaxer).
 func (b *Backend) ArgmaxRows(dst []int32, x *runtime.Tensor) error {
 	if err := b.onDevice("ArgmaxRows", "x", x); err != nil {
 		return err
@@ -985,7 +997,7 @@ func (b *Backend) MatMulN(outs []*runtime.Tensor, x *runtime.Tensor, ws []*runti
 	}
 	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
 	f := b.k.gemv3
-	return f.Launch(b.s, cuda.Dim3{X: min(b.k.persistBlocks[f], (N0+N1+N2+7)/8)}, cuda.Dim3{X: 256}, 0,
+	return f.LaunchBytes(b.s, gemvBytes(N0+N1+N2, x.Dim(-1), outs[0]), cuda.Dim3{X: min(b.k.persistBlocks[f], (N0+N1+N2+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
 		cuda.Ptr(ws[0].Ptr()), cuda.Ptr(ws[1].Ptr()), cuda.Ptr(ws[2].Ptr()), cuda.I32(N0), cuda.I32(N1), cuda.I32(N2), cuda.I32(x.Dim(-1)))
 }
@@ -1014,7 +1026,7 @@ func (b *Backend) GateUpSiLU(out, x, wg, wu *runtime.Tensor) error {
 	}
 	N := wg.Dim(0)
 	f := b.k.gateUp
-	return f.Launch(b.s, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
+	return f.LaunchBytes(b.s, gemvBytes(2*N, D, out)-int64(N)*2, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.I32(N), cuda.I32(D))
 }
 
@@ -1355,3 +1367,9 @@ var (
 	_ kernels.VarlenPrefillAttender = (*Backend)(nil)
 	_ kernels.BatchRoPEStorer       = (*Backend)(nil)
 )
+
+// gemvBytes is what a one-token product with an [N,D] BF16 weight moves: the
+// weight, the input row and the output row (for kernel profiles).
+func gemvBytes(N, D int, out *runtime.Tensor) int64 {
+	return int64(N)*int64(D)*2 + int64(D)*2 + int64(N)*int64(out.DType().Size())
+}

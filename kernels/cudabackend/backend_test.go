@@ -626,7 +626,8 @@ func TestArgmaxRows(t *testing.T) {
 	const R, V = 5, 128256
 	x := randBF16(rng, R*V, 10)
 	x[1*V+7] = float32(math.NaN())
-	x[2*V+5], x[2*V+900] = 20, 20 // a tie: the first wins
+	x[2*V+5], x[2*V+900] = 20, 20                   // a tie: the first wins
+	x[4*V+3], x[4*V+11] = float32(math.Inf(-1)), 30 // −Inf is an ordinary low logit
 	for i := 3 * V; i < 4*V; i++ {
 		x[i] = float32(math.NaN())
 	}
@@ -636,7 +637,11 @@ func TestArgmaxRows(t *testing.T) {
 			t.Fatal(err)
 		}
 		for r := range R {
-			if want := int32(kernels.Argmax(x[r*V : (r+1)*V])); got[r] != want {
+			want := int32(kernels.Argmax(x[r*V : (r+1)*V]))
+			if r == 1 || r == 3 {
+				want = -1 // a NaN in the row: no greedy choice
+			}
+			if got[r] != want {
 				t.Errorf("%v row %d: argmax %d, want %d", dt, r, got[r], want)
 			}
 		}
@@ -934,4 +939,86 @@ func TestRoPEStoreKVAtGPU(t *testing.T) {
 	if err := gb.RoPEStoreKVAt(gq, gk, gv, kp, vp, positions, []int32{95, 0, 40, 41, 42, 7, 96}, inv); err == nil || !strings.Contains(err.Error(), "pool row 96 of 96") {
 		t.Errorf("slot past the pool: error %v", err)
 	}
+}
+
+// TestSampleRows: the device's temperature draws equal the float64 host
+// reference (kernels.SampleRowReference) except where the draw lands within
+// float32 rounding of a boundary between two tokens' mass; rows with a NaN,
+// +Inf or only −Inf give −1.
+func TestSampleRows(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	const R, V = 64, 128256
+	x := randBF16(rng, R*V, 8)
+	x[3*V+17] = float32(math.NaN())
+	x[5*V+2] = float32(math.Inf(1))
+	for i := 7 * V; i < 8*V; i++ {
+		x[i] = float32(math.Inf(-1))
+	}
+	invT, u := make([]float32, R), make([]float32, R)
+	for r := range R {
+		invT[r] = float32(0.3 + 2*rng.Float64())
+		u[r] = float32(rng.Float64())
+	}
+	u[9] = 0 // the first token with mass
+	u[10] = math.Nextafter32(1, 0)
+	for _, dt := range []runtime.DType{runtime.BF16, runtime.F32} {
+		got := make([]int32, R)
+		xt := gpu(t, dt, x, R, V)
+		if err := gb.SampleRows(got, xt, invT, u); err != nil {
+			t.Fatal(err)
+		}
+		mismatches := 0
+		for r := range R {
+			row := x[r*V : (r+1)*V]
+			if dt == runtime.BF16 {
+				row = roundBF16(row)
+			}
+			want := kernels.SampleRowReference(row, invT[r], u[r])
+			if int(got[r]) == want {
+				continue
+			}
+			if want < 0 || got[r] < 0 || !nearBoundary(row, invT[r], u[r], int(got[r]), want) {
+				t.Errorf("%v row %d: drew %d, want %d", dt, r, got[r], want)
+			}
+			mismatches++
+		}
+		if mismatches > 2 {
+			t.Errorf("%v: %d of %d rows differ from the reference at rounding boundaries; want at most 2", dt, mismatches, R)
+		}
+	}
+	if err := gb.SampleRows(make([]int32, R), gpu(t, runtime.F32, x, R, V), invT[:1], u); err == nil {
+		t.Error("one temperature for 64 rows: no error")
+	}
+}
+
+// nearBoundary reports whether u·total falls within 1e-5·total of the mass
+// before token a or b (a float32 sum may then pick its neighbour).
+func nearBoundary(row []float32, invT, u float32, a, b int) bool {
+	mx := float32(math.Inf(-1))
+	for _, v := range row {
+		mx = max(mx, v)
+	}
+	cum := make([]float64, len(row)+1)
+	for i, v := range row {
+		cum[i+1] = cum[i] + math.Exp(float64(v-mx)*float64(invT))
+	}
+	total := cum[len(row)]
+	target := float64(u) * total
+	lo, hi := min(a, b), max(a, b)
+	for i := lo; i <= hi+1 && i < len(cum); i++ {
+		if math.Abs(cum[i]-target) <= 1e-5*total {
+			return true
+		}
+	}
+	return false
+}
+
+// roundBF16 is row as a BF16 tensor holds it.
+func roundBF16(row []float32) []float32 {
+	out := make([]float32, len(row))
+	for i, v := range row {
+		out[i] = runtime.BF16ToF32(runtime.F32ToBF16(v))
+	}
+	return out
 }

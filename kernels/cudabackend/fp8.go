@@ -70,7 +70,8 @@ func (b *Backend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout kernels.FP8
 	sdt := int(scale.DType())
 	if T == 1 && D%16 == 0 && blk%16 == 0 && aligned16(x.Ptr(), w.Ptr()) {
 		f := b.k.gemvFP8
-		return f.Launch(b.s, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
+		bytes := int64(N)*int64(D) + scale.NumBytes() + int64(D)*2 + int64(N)*int64(out.DType().Size())
+		return f.LaunchBytes(b.s, bytes, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(out.Ptr()), cuda.I32(outF32), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.Ptr(scale.Ptr()), cuda.I32(sdt),
 			cuda.I32(N), cuda.I32(D), cuda.I32(blk), cuda.I32(sstride))
 	}

@@ -8,8 +8,10 @@
 package all
 
 import (
-	_ "github.com/flextensor-go/flextensor/models/llama"   // LlamaForCausalLM
-	_ "github.com/flextensor-go/flextensor/models/mistral" // MistralForCausalLM
-	_ "github.com/flextensor-go/flextensor/models/qwen2"   // Qwen2ForCausalLM
-	_ "github.com/flextensor-go/flextensor/models/qwen3"   // Qwen3ForCausalLM
+	_ "github.com/flextensor-go/flextensor/models/llama"    // LlamaForCausalLM
+	_ "github.com/flextensor-go/flextensor/models/mistral"  // MistralForCausalLM
+	_ "github.com/flextensor-go/flextensor/models/mixtral"  // MixtralForCausalLM
+	_ "github.com/flextensor-go/flextensor/models/qwen2"    // Qwen2ForCausalLM
+	_ "github.com/flextensor-go/flextensor/models/qwen3"    // Qwen3ForCausalLM
+	_ "github.com/flextensor-go/flextensor/models/qwen3moe" // Qwen3MoeForCausalLM
 )

@@ -34,6 +34,7 @@ type Config struct {
 	MLPBias       bool // the MLP's projections have a bias; not implemented
 	QKNorm        bool // per-head RMSNorm of q and k over d before RoPE, weights [d] (Qwen3); Names.QNorm/KNorm
 	SlidingWindow int  // the query at position P sees positions P−SlidingWindow+1..P only (Mistral); 0 = all
+	MoE           MoE  // mixture of experts (Mixtral, Qwen3-MoE; moe.go); zero for a dense model
 
 	// Quant is the checkpoint's FP8 weight scheme ("quantization_config");
 	// zero for full-precision weights.
@@ -85,7 +86,7 @@ func (c *Config) Validate() error {
 	case c.Quant.Enabled() && (c.Quant.Layout.Block < 0 || c.Quant.ScaleName == ""):
 		return fmt.Errorf("decoder config: quantization %v needs a scale name and a block size that is not negative", c.Quant)
 	}
-	return nil
+	return c.MoE.validate(c.NumHiddenLayers)
 }
 
 // ReadConfig reads the generic fields of a transformers config.json with
@@ -218,6 +219,9 @@ func (c *Config) Summary() string {
 	}
 	if c.SlidingWindow > 0 {
 		s += fmt.Sprintf(", sliding window %d", c.SlidingWindow)
+	}
+	if c.MoE.Enabled() {
+		s += fmt.Sprintf(", %d experts of %d (top %d)", c.MoE.Experts, c.MoE.IntermediateSize, c.MoE.TopK)
 	}
 	if c.Quant.Enabled() {
 		s += ", " + c.Quant.String()

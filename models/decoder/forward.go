@@ -16,6 +16,7 @@ type workspace struct {
 	x, h, q, k, v, att, o *runtime.Tensor // [cap, …]
 	gate, up, logits      *runtime.Tensor
 	sel                   *runtime.Tensor // [logitCap, D]: the rows whose logits a batched forward returns
+	moe                   *moeScratch     // the expert blocks' activations (moe.go), made at the first sparse forward
 	bufs                  []*runtime.DeviceBuffer
 }
 
@@ -193,7 +194,7 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	if err := l.PostNorm.Forward(b, h, x); err != nil {
 		return err
 	}
-	if err := l.MLP.Forward(b, w, o, h); err != nil {
+	if err := l.ffn(b, w, o, h); err != nil {
 		return err
 	}
 	return b.Add(x, x, o)

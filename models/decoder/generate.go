@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // ErrContextLength is wrapped by Generate's error when the prompt and the
@@ -60,10 +61,7 @@ func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions)
 		if err != nil {
 			return out, err
 		}
-		if err := b.ReadF32(logits, lt); err != nil {
-			return out, err
-		}
-		id, err := kernels.Sample(logits, opt.Sampling, rng)
+		id, err := pickToken(b, lt, logits, opt.Sampling, rng)
 		if err != nil {
 			for _, v := range logits {
 				if v != v || v > math.MaxFloat32 {
@@ -85,4 +83,36 @@ func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions)
 		next = []int32{tok}
 	}
 	return out, nil
+}
+
+// pickToken chooses the next token from the logits lt [1,V]. Greedy and
+// temperature-only choices on a backend that makes them on the device
+// (kernels.PickPlaceFor) read back one int instead of V logits; a row the
+// device cannot choose from (a NaN or +Inf) is read back and goes through
+// kernels.Sample, which says what is wrong.
+func pickToken(b kernels.Backend, lt *runtime.Tensor, logits []float32, p kernels.SampleParams, rng *rand.Rand) (int, error) {
+	if lt.NumElements() == len(logits) {
+		var id [1]int32
+		switch kernels.PickPlaceFor(b, p, len(logits)) {
+		case kernels.PickArgmax:
+			if err := b.(kernels.Argmaxer).ArgmaxRows(id[:], lt); err != nil {
+				return 0, err
+			}
+			if id[0] >= 0 {
+				return int(id[0]), nil
+			}
+		case kernels.PickSampleOnDevice:
+			invT, u := kernels.DeviceDraw(p, rng)
+			if err := b.(kernels.DeviceSampler).SampleRows(id[:], lt, []float32{invT}, []float32{u}); err != nil {
+				return 0, err
+			}
+			if id[0] >= 0 {
+				return int(id[0]), nil
+			}
+		}
+	}
+	if err := b.ReadF32(logits, lt); err != nil {
+		return 0, err
+	}
+	return kernels.Sample(logits, p, rng)
 }

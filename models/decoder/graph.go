@@ -38,6 +38,9 @@ func (m *Model) CaptureDecode(b kernels.Backend, cache Cache) (*DecodeGraph, err
 	if m.Node().Tree().HasHooks() {
 		return nil, errors.New("decoder.CaptureDecode: the model has hooks (an offload engine?) whose work must run at every step; run it eagerly")
 	}
+	if m.hasMoE() {
+		return nil, errors.New("decoder.CaptureDecode: the model routes tokens to experts on the host (a mixture of experts); run it eagerly")
+	}
 	if cache.Len() >= cache.Cap() {
 		return nil, fmt.Errorf("decoder.CaptureDecode: the KV cache is full (%d positions)", cache.Cap())
 	}
@@ -117,7 +120,7 @@ func (s *stepper) forward(m *Model, b kernels.Backend, cache Cache, ids []int32)
 		return m.Forward(b, cache, ids, false)
 	}
 	if s.g == nil {
-		if _, ok := b.(kernels.StepCapturer); !ok || m.Node().Tree().HasHooks() {
+		if _, ok := b.(kernels.StepCapturer); !ok || m.Node().Tree().HasHooks() || m.hasMoE() {
 			s.eager = true
 			return m.Forward(b, cache, ids, false)
 		}

@@ -23,6 +23,7 @@ type Names struct {
 	Q, K, V, O                     string
 	QNorm, KNorm                   string
 	Gate, Up, Down                 string
+	MoE                            MoENames // a sparse layer's experts (moe.go); empty for dense families
 }
 
 // Attention is grouped-query self-attention with rotary positions:
@@ -56,7 +57,8 @@ type Layer struct {
 	InputNorm *nn.RMSNorm
 	Attn      *Attention
 	PostNorm  *nn.RMSNorm
-	MLP       *MLP
+	MLP       *MLP        // nil in a sparse layer
+	MoE       *MoEBlock   // the experts of a sparse layer (Config.MoE.Sparse); else nil
 	graph     *layerGraph // set by UnitGraphs: one-token forwards replay a graph
 }
 
@@ -95,6 +97,9 @@ func New(cfg *Config, names Names) (*Model, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.MoE.Enabled() && (names.MoE.Block == "" || names.MoE.Router == "" || names.MoE.Experts == "" || names.MoE.Gate == "") {
+		return nil, fmt.Errorf("decoder.New: the config has experts but the names table does not place them (%+v)", names.MoE)
 	}
 	if cfg.QKNorm && (names.QNorm == "" || names.KNorm == "") {
 		return nil, fmt.Errorf("decoder.New: the config has q/k norms but the names table does not place them (QNorm %q, KNorm %q)", names.QNorm, names.KNorm)
@@ -141,6 +146,11 @@ func New(cfg *Config, names Names) (*Model, error) {
 			l.Attn.KNorm = normOf(l.Attn, names.KNorm, cfg.HeadDim)
 		}
 		l.PostNorm = norm(l, names.PostNorm)
+		if cfg.MoE.Sparse(i) {
+			l.MoE = newMoEBlock(l, cfg, names.MoE, linear)
+			m.Layers = append(m.Layers, l)
+			continue
+		}
 		l.MLP = &MLP{}
 		attach(l, names.MLP, l.MLP)
 		l.MLP.Gate = linear(l.MLP, names.Gate, D, I)

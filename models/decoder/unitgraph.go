@@ -115,8 +115,8 @@ func (g *layerGraph) current(l *Layer, key graphKey) bool {
 // run replays the layer's graph, capturing it first when anything it
 // depends on changed.
 func (g *layerGraph) run(l *Layer, b kernels.Backend, w *workspace, x *runtime.Tensor, cache Cache) error {
-	if b != kernels.Backend(g.b) {
-		return l.body(b, w, x, cache) // another backend: op by op
+	if b != kernels.Backend(g.b) || l.MoE != nil {
+		return l.body(b, w, x, cache) // another backend, or experts routed on the host: op by op
 	}
 	kc, vc := cache.View(l.Index)
 	key := graphKey{ws: w, kc: kc.Buffer(), vc: vc.Buffer(), backend: b}

@@ -25,6 +25,7 @@ import (
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/models/kvcache"
+	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // Request is one generation: a prompt and how to continue it.
@@ -256,10 +257,19 @@ func (s *Scheduler) Step() (bool, error) {
 	if len(entries) == 0 {
 		return s.left(), nil
 	}
+	V := s.m.Cfg.VocabSize
+	sample := make([]bool, len(in))
 	lt, err := s.m.ForwardBatch(s.b, s.cache, entries)
+	var ids []int
+	var errs []error
 	if err == nil {
-		s.logits = slices.Grow(s.logits[:0], lt.NumElements())[:lt.NumElements()]
-		err = s.b.ReadF32(s.logits, lt)
+		for i, h := range in {
+			if len(h.gen) == 0 && h.fed+len(entries[i].IDs) < len(h.req.Prompt) {
+				continue // a prompt chunk: its logits are not needed yet
+			}
+			sample[i] = true
+		}
+		ids, errs, err = s.choose(lt, in, sample, V)
 	}
 	if err != nil {
 		for _, h := range in {
@@ -268,18 +278,11 @@ func (s *Scheduler) Step() (bool, error) {
 		s.drop(in)
 		return s.left(), err
 	}
-	V := s.m.Cfg.VocabSize
-	sample := make([]bool, len(in))
 	for i, h := range in {
 		if len(h.gen) == 0 {
 			h.fed += len(entries[i].IDs)
-			if h.fed < len(h.req.Prompt) {
-				continue // a prompt chunk: its logits are not needed yet
-			}
 		}
-		sample[i] = true
 	}
-	ids, errs := s.sampleAll(in, sample, V)
 	var finished []*Handle
 	for i, h := range in {
 		if !sample[i] {
@@ -310,13 +313,96 @@ func (s *Scheduler) Step() (bool, error) {
 	return s.left(), nil
 }
 
-// sampleAll draws the next token of each in[i] with sample[i] from its row
-// of the step's logits, the rows spread over the CPUs: a sampled row is a
-// pass over the whole vocabulary, and a large batch has hundreds. Each
-// request draws from its own generator, so the tokens do not depend on how
-// the rows are spread.
-func (s *Scheduler) sampleAll(in []*Handle, sample []bool, V int) ([]int, []error) {
+// choose picks the next token of each in[i] with sample[i] from row i of the
+// step's logits lt [len(in),V]. On a backend that takes argmaxes on the
+// device (kernels.Argmaxer), greedy rows cost one int each and only the
+// rows that are sampled (or have no greedy choice: a NaN or +Inf, which
+// kernels.Sample then names) cross to the host: at a batch of 128 the
+// whole logits are 65 MB a step. The error is the backend's; errs are the
+// rows' own.
+func (s *Scheduler) choose(lt *runtime.Tensor, in []*Handle, sample []bool, V int) ([]int, []error, error) {
 	ids, errs := make([]int, len(in)), make([]error, len(in))
+	read := slices.Clone(sample) // rows whose logits the host needs
+	kinds := make([]kernels.PickPlace, len(in))
+	var nGreedy, nDevice int
+	for i, h := range in {
+		if sample[i] {
+			kinds[i] = kernels.PickPlaceFor(s.b, h.req.Sampling, V)
+			switch kinds[i] {
+			case kernels.PickArgmax:
+				nGreedy++
+			case kernels.PickSampleOnDevice:
+				nDevice++
+			}
+		}
+	}
+	if nGreedy > 0 {
+		arg := make([]int32, len(in))
+		if err := s.b.(kernels.Argmaxer).ArgmaxRows(arg, lt); err != nil {
+			return nil, nil, err
+		}
+		for i := range in {
+			if kinds[i] == kernels.PickArgmax && arg[i] >= 0 {
+				ids[i], read[i] = int(arg[i]), false
+			}
+		}
+	}
+	if nDevice > 0 {
+		drawn := make([]int32, len(in))
+		invT, u := make([]float32, len(in)), make([]float32, len(in))
+		for i, h := range in {
+			invT[i] = 1
+			if kinds[i] == kernels.PickSampleOnDevice {
+				invT[i], u[i] = kernels.DeviceDraw(h.req.Sampling, h.rng)
+			}
+		}
+		if err := s.b.(kernels.DeviceSampler).SampleRows(drawn, lt, invT, u); err != nil {
+			return nil, nil, err
+		}
+		for i := range in {
+			if kinds[i] == kernels.PickSampleOnDevice && drawn[i] >= 0 {
+				ids[i], read[i] = int(drawn[i]), false
+			}
+		}
+	}
+	n := 0
+	for _, r := range read {
+		if r {
+			n++
+		}
+	}
+	if n == 0 {
+		return ids, errs, nil
+	}
+	s.logits = slices.Grow(s.logits[:0], len(in)*V)[:len(in)*V]
+	if n == len(in) {
+		if err := s.b.ReadF32(s.logits, lt); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		for i, r := range read {
+			if !r {
+				continue
+			}
+			row, err := lt.Slice(i, i+1)
+			if err == nil {
+				err = s.b.ReadF32(s.logits[i*V:(i+1)*V], row)
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	s.sampleAll(in, read, V, ids, errs)
+	return ids, errs, nil
+}
+
+// sampleAll draws the next token of each in[i] with sample[i] from its row
+// of s.logits into ids[i] (or errs[i]), the rows spread over the CPUs: a
+// sampled row is a pass over the whole vocabulary, and a large batch has
+// hundreds. Each request draws from its own generator, so the tokens do not
+// depend on how the rows are spread.
+func (s *Scheduler) sampleAll(in []*Handle, sample []bool, V int, ids []int, errs []error) {
 	workers := min(goruntime.GOMAXPROCS(0), len(in))
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -329,7 +415,6 @@ func (s *Scheduler) sampleAll(in []*Handle, sample []bool, V int) ([]int, []erro
 		})
 	}
 	wg.Wait()
-	return ids, errs
 }
 
 // drop takes the finished requests hs off the running list.

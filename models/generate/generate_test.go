@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -84,10 +85,72 @@ func alone(t *testing.T, m *decoder.Model, b kernels.Backend, r generate.Request
 // give each request the tokens decoder.Generate gives it alone, stream
 // them through OnToken in order, end with the right reason (a stop token
 // ends one early), and return every block.
+//
+// It runs twice per family: on the CPU backend, and on it with device-style
+// picks (argmaxBackend), where greedy rows are picked by ArgmaxRows,
+// temperature-only rows drawn by SampleRows and only the other sampled rows
+// read back.
 func TestSchedulerEqualsGenerate(t *testing.T) {
 	for _, fx := range fixtures {
-		t.Run(fx.family, func(t *testing.T) {
-			m, b := load(t, fx.dir)
+		for _, withArgmax := range []bool{false, true} {
+			name := fx.family
+			if withArgmax {
+				name += "/argmax"
+			}
+			t.Run(name, func(t *testing.T) { schedulerEqualsGenerate(t, fx.dir, withArgmax) })
+		}
+	}
+}
+
+// argmaxBackend is the CPU backend with kernels.Argmaxer, as the CUDA
+// backend has it; it counts the rows it picked.
+type argmaxBackend struct {
+	*kernels.CPUBackend
+	rows, sampled int
+}
+
+// SampleRows draws as a device sampler does (kernels.SampleRowReference).
+func (a *argmaxBackend) SampleRows(dst []int32, x *runtime.Tensor, invT, u []float32) error {
+	V := x.Dim(-1)
+	v := make([]float32, x.NumElements())
+	if err := a.ReadF32(v, x); err != nil {
+		return err
+	}
+	for r := range dst {
+		dst[r] = int32(kernels.SampleRowReference(v[r*V:(r+1)*V], invT[r], u[r]))
+		a.sampled++
+	}
+	return nil
+}
+
+func (a *argmaxBackend) ArgmaxRows(dst []int32, x *runtime.Tensor) error {
+	V := x.Dim(-1)
+	v := make([]float32, x.NumElements())
+	if err := a.ReadF32(v, x); err != nil {
+		return err
+	}
+	for r := range dst {
+		row := v[r*V : (r+1)*V]
+		dst[r] = int32(kernels.Argmax(row))
+		for _, f := range row {
+			if f != f || f > math.MaxFloat32 {
+				dst[r] = -1
+			}
+		}
+		a.rows++
+	}
+	return nil
+}
+
+func schedulerEqualsGenerate(t *testing.T, dir string, withArgmax bool) {
+	{
+		{
+			m, b := load(t, dir)
+			var ab *argmaxBackend
+			if withArgmax {
+				ab = &argmaxBackend{CPUBackend: b.(*kernels.CPUBackend)}
+				b = ab
+			}
 			reqs := requests(m.Cfg.VocabSize)
 			want := make([][]int32, len(reqs))
 			for i, r := range reqs {
@@ -156,7 +219,10 @@ func TestSchedulerEqualsGenerate(t *testing.T) {
 			if cache.FreeBlocks() != cache.TotalBlocks() || cache.LiveSeqs() != 0 {
 				t.Errorf("after the run: %d of %d blocks free, %d sequences live", cache.FreeBlocks(), cache.TotalBlocks(), cache.LiveSeqs())
 			}
-		})
+			if ab != nil && (ab.rows == 0 || ab.sampled == 0) {
+				t.Errorf("the scheduler picked %d greedy rows and sampled %d on the device; want some of each", ab.rows, ab.sampled)
+			}
+		}
 	}
 }
 

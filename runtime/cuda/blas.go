@@ -51,9 +51,16 @@ func (b *BLAS) GemmBF16(s *Stream, c uintptr, cBF16 bool, a, w uintptr, m, n, k 
 	if m <= 0 || n <= 0 || k <= 0 {
 		return fmt.Errorf("cuBLAS GEMM %dx%dx%d: sizes must be positive", m, n, k)
 	}
-	st := cGemmRowMajor(b.dev.ctx, b.h, s.s, c, cBF16, a, w, m, n, k)
-	if err := checkBLAS(fmt.Sprintf("cublasGemmEx bf16 [%d,%d]x[%d,%d]T", m, k, n, k), st); err != nil {
-		return fmt.Errorf("%s: %w", b.dev.Name(), err)
+	cBytes := int64(2)
+	if !cBF16 {
+		cBytes = 4
 	}
-	return nil
+	bytes := 2*int64(m)*int64(k) + 2*int64(n)*int64(k) + cBytes*int64(m)*int64(n)
+	return b.dev.timed(s, fmt.Sprintf("cublasGemmEx[m=%d,n=%d,k=%d]", m, n, k), bytes, func() error {
+		st := cGemmRowMajor(b.dev.ctx, b.h, s.s, c, cBF16, a, w, m, n, k)
+		if err := checkBLAS(fmt.Sprintf("cublasGemmEx bf16 [%d,%d]x[%d,%d]T", m, k, n, k), st); err != nil {
+			return fmt.Errorf("%s: %w", b.dev.Name(), err)
+		}
+		return nil
+	})
 }

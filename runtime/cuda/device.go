@@ -8,6 +8,7 @@ import (
 	"os"
 	goruntime "runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -42,7 +43,8 @@ type Device struct {
 	freeEvents []cEvent // recycled by the cleanups of unreachable events
 	atClose    []func() error
 	closed     bool
-	kcache     *kernelcache.Cache // compiled modules on disk
+	kcache     *kernelcache.Cache            // compiled modules on disk
+	kprof      atomic.Pointer[kernelProfile] // set while a kernel profile runs (kprofile.go)
 }
 
 var initOnce = sync.OnceValue(cInit)

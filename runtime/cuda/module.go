@@ -168,6 +168,20 @@ func (d Dim3) u32() [3]uint32 {
 // shared memory. Each argument is one kernel parameter in an 8-byte slot:
 // use Ptr, I32, U32, I64 and F32 to make them.
 func (f *Function) Launch(s *Stream, grid, block Dim3, smem int, args ...uint64) error {
+	return f.LaunchBytes(s, 0, grid, block, smem, args...)
+}
+
+// LaunchBytes is Launch that also says how many bytes the kernel reads and
+// writes, for the achieved-bandwidth column of a kernel profile
+// (Device.StartKernelProfile).
+func (f *Function) LaunchBytes(s *Stream, bytes int64, grid, block Dim3, smem int, args ...uint64) error {
+	if f.dev.kprof.Load() != nil {
+		return f.dev.timed(s, f.name, bytes, func() error { return f.launch(s, grid, block, smem, args) })
+	}
+	return f.launch(s, grid, block, smem, args)
+}
+
+func (f *Function) launch(s *Stream, grid, block Dim3, smem int, args []uint64) error {
 	if len(args) > maxLaunchArgs {
 		return fmt.Errorf("kernel %s: %d arguments, at most %d", f.name, len(args), maxLaunchArgs)
 	}
