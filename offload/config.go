@@ -144,7 +144,8 @@ type Config struct {
 	ProfilingIters int
 	// Include and Exclude are globs over qualified module names ("*" matches
 	// one dot-separated part, "**" any number); the outermost modules that
-	// match Include and not Exclude are the units. Default: model.layers.*.
+	// match Include and not Exclude are the units. With no Include the
+	// model's own units (UnitSelector), else model.layers.* (ModelUnits).
 	Include, Exclude []string
 	// GPUBudget bounds the device bytes the engine takes (resident weights,
 	// non-unit weights and transfer blocks); activations and KV caches are
@@ -173,19 +174,23 @@ type Config struct {
 	// engine takes the model (opt-in and lossy: see streamfp8.go). The zero
 	// value keeps the weights as loaded.
 	StreamDType runtime.DType
+	// PoolEviction is the policy by which the expert cache's slots (the
+	// data-dependent units' pool) are reused: EvictFrequency (the zero
+	// value) or EvictLRU.
+	PoolEviction EvictionPolicy
 	// Trace, when set, receives how long the engine's set-up steps took
 	// (diagnostics; "pack: pinned alloc" and "pack: read" are summed over the
 	// goroutines that pack in parallel).
 	Trace func(step string, d time.Duration)
 }
 
-// DefaultConfig is an enabled configuration for dev with the Llama unit
-// pattern, 1 discovery and 2 profiling forwards, pinned memory and no budget.
+// DefaultConfig is an enabled configuration for dev with the model's own
+// units (no Include: see ModelUnits; each decoder layer for a dense model),
+// 1 discovery and 2 profiling forwards, pinned memory and no budget.
 func DefaultConfig(dev runtime.Device) Config {
 	return Config{
 		Enabled: true, Device: dev, PinnedMemory: true,
 		DiscoveryIters: 1, ProfilingIters: 2,
-		Include: []string{"model.layers.*"},
 	}
 }
 
@@ -206,8 +211,8 @@ func (c Config) validate() (Config, error) {
 	if c.DiscoveryIters < 0 || c.ProfilingIters < 0 {
 		return c, fmt.Errorf("offload config: iterations must be positive (discovery %d, profiling %d)", c.DiscoveryIters, c.ProfilingIters)
 	}
-	if len(c.Include) == 0 {
-		c.Include = []string{"model.layers.*"}
+	if c.PoolEviction != EvictFrequency && c.PoolEviction != EvictLRU {
+		return c, fmt.Errorf("offload config: PoolEviction %d is not a policy (EvictFrequency or EvictLRU)", int(c.PoolEviction))
 	}
 	if c.TransferBlocks < 0 {
 		return c, fmt.Errorf("offload config: TransferBlocks %d is negative", c.TransferBlocks)

@@ -41,6 +41,19 @@ type unit struct {
 	start, end runtime.Event
 	waitStart  runtime.Event
 	copyRec    *copyTiming
+	runs       [][2]runtime.Event // DISCOVERY, PROFILING: this pass's runs (start, end)
+
+	// Data-dependent units (pool.go).
+	announced   bool        // called by a module that announces its children
+	pslot       int         // pool slot holding a streamed announced unit's weights, -1 for none
+	copied      bool        // a copy into pslot was issued for the unit's next entry
+	pendingCopy *copyTiming // that copy's timing (timed copies)
+	lastHit     bool        // the latest entry found the weights without a copy
+	calls       []float64   // calls in each profiled pass
+	freq        float64     // calls per pass (profiled)
+	seen        int64       // entries counted in INFERENCE
+	poolBuf     *runtime.DeviceBuffer
+	poolViews   []*runtime.Tensor // views of poolBuf (bindPooled)
 }
 
 // copyTiming holds the events around one copy.
@@ -84,6 +97,17 @@ type engine struct {
 	planIn PlanInput
 	budget int64
 	ring   *ring // the transfer slots of the streamed units
+	pool   *pool // the slots of the streamed announced units (pool.go)
+
+	// Data-dependent units: the modules that announced children, the most
+	// units one announcement named, and INFERENCE's counts.
+	announcers   map[nn.Module]bool
+	maxAnnounced int
+	annScratch   []*unit
+	announceErr  error
+	annPass      PoolStats // this pass's calls of resident announced units
+	annPassMax   int       // INFERENCE: the most units one announcement of this pass named
+	poolTotal    PoolStats
 
 	timing timingState
 
@@ -167,8 +191,11 @@ func newEngine(m *Manager, model nn.Module, cfg Config, o offloadOptions) (_ *en
 // parameters' tensors must be in host memory; with a source they only need
 // shapes and dtypes (meta tensors).
 func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *engine, err error) {
+	if len(cfg.Include) == 0 {
+		cfg.Include, cfg.Exclude = ModelUnits(model)
+	}
 	e := &engine{m: m, cfg: cfg, dev: cfg.Device, model: model, tree: model.Node().Tree(), src: src, timing: timingState{lastGen: -1},
-		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}}
+		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}, announcers: map[nn.Module]bool{}}
 	e.st = newStager(e)
 	mods, err := nn.MatchOutermost(model, cfg.Include, cfg.Exclude)
 	if err != nil {
@@ -207,7 +234,7 @@ func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *
 		return nil
 	}
 	for i, mod := range mods {
-		u := &unit{idx: i, name: mod.Node().Name(), mod: mod, views: map[*runtime.DeviceBuffer][]*runtime.Tensor{}, shared: map[*nn.Parameter]bool{}}
+		u := &unit{idx: i, name: mod.Node().Name(), mod: mod, views: map[*runtime.DeviceBuffer][]*runtime.Tensor{}, shared: map[*nn.Parameter]bool{}, pslot: -1}
 		for _, p := range nn.Parameters(mod) {
 			if p.Owner() == nil || !under(p.Owner(), mod) {
 				continue // a parameter another module owns (tied weights): not this unit's
@@ -319,15 +346,30 @@ func (e *engine) syncCopy(dst *runtime.DeviceBuffer, src *runtime.HostBuffer, n 
 func (e *engine) bindTo(u *unit, buf *runtime.DeviceBuffer) error {
 	vs, ok := u.views[buf]
 	if !ok {
-		for i, t := range u.orig {
-			v, err := runtime.TensorOn(buf, u.offs[i], t.DType(), t.Shape())
-			if err != nil {
-				return err
-			}
-			vs = append(vs, v)
+		var err error
+		if vs, err = u.viewsOn(buf); err != nil {
+			return err
 		}
 		u.views[buf] = vs
 	}
+	return u.bindViews(vs)
+}
+
+// viewsOn makes views of buf for u's parameters, at their packed offsets.
+func (u *unit) viewsOn(buf *runtime.DeviceBuffer) ([]*runtime.Tensor, error) {
+	vs := make([]*runtime.Tensor, 0, len(u.orig))
+	for i, t := range u.orig {
+		v, err := runtime.TensorOn(buf, u.offs[i], t.DType(), t.Shape())
+		if err != nil {
+			return nil, err
+		}
+		vs = append(vs, v)
+	}
+	return vs, nil
+}
+
+// bindViews binds u's parameters (but the shared ones) to vs.
+func (u *unit) bindViews(vs []*runtime.Tensor) error {
 	for i, p := range u.params {
 		if u.shared[p] {
 			continue
@@ -337,6 +379,20 @@ func (e *engine) bindTo(u *unit, buf *runtime.DeviceBuffer) error {
 		}
 	}
 	return nil
+}
+
+// bindPooled binds a pooled unit to buf. A pooled unit visits many slots
+// over a run (thousands of experts, hundreds of slots): it keeps the views
+// of its latest slot only, not one set per slot.
+func (e *engine) bindPooled(u *unit, buf *runtime.DeviceBuffer) error {
+	if u.poolBuf != buf {
+		vs, err := u.viewsOn(buf)
+		if err != nil {
+			return err
+		}
+		u.poolBuf, u.poolViews = buf, vs
+	}
+	return u.bindViews(u.poolViews)
 }
 
 // observe is the read observer during DISCOVERY: a parameter of one unit
@@ -425,6 +481,7 @@ func (e *engine) Exit(mod nn.Module, ferr error) error {
 }
 
 func (e *engine) beginPass() error {
+	e.annPassMax = 0
 	if err := e.tokensBegin(); err != nil {
 		return err
 	}
@@ -447,6 +504,10 @@ func (e *engine) finishPass(ferr error) error {
 	if e.discoverErr != nil {
 		ferr = errors.Join(ferr, e.discoverErr)
 		e.discoverErr = nil
+	}
+	if e.announceErr != nil {
+		ferr = errors.Join(ferr, e.announceErr)
+		e.announceErr = nil
 	}
 	if ferr == nil {
 		ferr = e.checkPassComplete()
@@ -471,7 +532,7 @@ func (e *engine) finishPass(ferr error) error {
 // A pass that entered fewer streamed units than the plan holds is an error
 // of that pass, naming the first unit it did not run; the caller resyncs, so
 // the next pass starts clean. Data-dependent units (a mixture of experts)
-// will need this relaxed for the units they may skip.
+// are not in the ring: they may be skipped or run twice (pool.go).
 func (e *engine) checkPassComplete() error {
 	if e.phase != PhaseInference || e.ring == nil || len(e.ring.order) == 0 {
 		return nil
@@ -500,13 +561,23 @@ func (e *engine) resync() {
 			if e.ring != nil {
 				e.ring.copy = s
 			}
+			if e.pool != nil {
+				e.pool.copy = s
+			}
 		}
 	}
 	_ = e.dev.Compute().Synchronize()
+	if e.phase != PhaseInference {
+		e.clearPassEvents() // a failed pass's runs count for nothing
+	}
 	if e.phase == PhaseInference {
 		if e.ring != nil {
 			e.ring.reset()
 		}
+		if e.pool != nil {
+			e.pool.reset()
+		}
+		e.annPass = PoolStats{}
 		e.timing.abort()
 		e.tok.measure = nil
 	}
@@ -516,6 +587,8 @@ func (e *engine) resync() {
 func (e *engine) endPass(suspended bool) error {
 	switch e.phase {
 	case PhaseDiscovery:
+		e.markRepeated()
+		e.clearPassEvents()
 		e.passes++
 		e.passProgress()
 		if e.passes >= e.cfg.DiscoveryIters {
@@ -541,6 +614,7 @@ func (e *engine) endPass(suspended bool) error {
 			}
 		}
 	case PhaseInference:
+		e.endPoolPass()
 		if e.tok.measure != nil {
 			if err := e.tokensCollect(); err != nil {
 				return err
@@ -600,32 +674,71 @@ func (e *engine) enterStaged(u *unit) error {
 func (e *engine) exitStaged(u *unit) error {
 	ev, err := e.dev.Compute().Record()
 	u.end = ev
+	if err == nil && u.start != nil {
+		u.runs = append(u.runs, [2]runtime.Event{u.start, ev})
+	}
 	return err
 }
 
 func (e *engine) clearPassEvents() {
 	for _, u := range e.units {
-		u.start, u.end = nil, nil
+		u.start, u.end, u.runs = nil, nil, u.runs[:0]
 	}
 }
 
-// collectSamples records each unit's compute time of the pass just ended.
+// collectSamples records each unit's compute time per call and its calls
+// in the pass just ended (a unit that did not run has 0 calls and no time
+// sample).
 func (e *engine) collectSamples() error {
 	if err := e.dev.Compute().Synchronize(); err != nil {
 		return err
 	}
+	ran := e.markRepeated()
 	for _, u := range e.units {
-		if u.start == nil || u.end == nil {
+		if ran {
+			u.calls = append(u.calls, float64(len(u.runs)))
+		}
+		if len(u.runs) == 0 {
 			continue // the unit did not run in this pass
 		}
-		d, err := u.end.ElapsedSince(u.start)
-		if err != nil {
-			return err
+		var sec float64
+		for _, r := range u.runs {
+			d, err := r[1].ElapsedSince(r[0])
+			if err != nil {
+				return err
+			}
+			sec += d.Seconds()
 		}
-		u.samples = append(u.samples, d.Seconds())
+		u.samples = append(u.samples, sec/float64(len(u.runs)))
 	}
 	e.clearPassEvents()
 	return nil
+}
+
+// runShare is the share of xs (calls per pass) that are not 0.
+func runShare(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	n := 0
+	for _, x := range xs {
+		if x > 0 {
+			n++
+		}
+	}
+	return float64(n) / float64(len(xs))
+}
+
+// mean is the average of xs (0 when empty).
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
 }
 
 func median(xs []float64) float64 {
@@ -698,9 +811,16 @@ func (e *engine) startInference() error {
 	e.curve = curve
 	in := PlanInput{FixedBytes: e.fixedBytes, Slots: e.cfg.TransferBlocks, Curve: curve, TransferScale: e.cfg.TransferBudgetScale}
 	e.tok.start(&in)
+	e.markAnnounced()
 	for _, u := range e.units {
-		in.Units = append(in.Units, PlanUnit{Name: u.name, Bytes: u.bytes, ComputeSec: median(u.samples)})
+		pu := PlanUnit{Name: u.name, Bytes: u.bytes, ComputeSec: median(u.samples)}
+		if u.announced {
+			u.freq = mean(u.calls)
+			pu.Announced, pu.Calls, pu.RunShare = true, u.freq, runShare(u.calls)
+		}
+		in.Units = append(in.Units, pu)
 	}
+	in.MaxAnnounced = e.maxAnnounced
 	mem := e.dev.Memory()
 	ours := e.fixedBytes + e.staging.Size()
 	free := int64(0)
@@ -743,12 +863,24 @@ func (e *engine) startInference() error {
 func (e *engine) allocSlots() error {
 	plan := e.plan
 	var streamed []ringUnit
+	pooled := 0
 	for i, u := range e.units {
 		u.resident = plan.Resident[i]
-		if !u.resident {
+		u.pslot, u.copied, u.pendingCopy = -1, false, nil
+		switch {
+		case u.resident:
+		case u.announced:
+			pooled++
+			if u.bytes > plan.PoolSlotBytes {
+				return fmt.Errorf("offload: streamed unit %s (%d bytes) exceeds its pool slot (%d bytes)", u.name, u.bytes, plan.PoolSlotBytes)
+			}
+		default:
 			u.slot, u.pos = plan.SlotOf[i], len(streamed)
 			streamed = append(streamed, ringUnit{name: u.name, slot: u.slot, host: u.host, bytes: u.bytes})
 		}
+	}
+	if pooled > 0 && plan.PoolSlots < 1 {
+		return fmt.Errorf("offload: the plan streams %d announced units but has no pool slot", pooled)
 	}
 	r, err := newRing(e.dev, e.copy, plan.Slots, plan.SlotBytes, streamed)
 	if err != nil {
@@ -756,6 +888,15 @@ func (e *engine) allocSlots() error {
 	}
 	r.timeCopies = e.cfg.OffloadTiming != TimingOff
 	e.ring = r
+	if pooled > 0 {
+		p, err := newPool(e.dev, e.copy, plan.PoolSlots, plan.PoolSlotBytes)
+		if err != nil {
+			return err
+		}
+		p.timeCopies, p.policy = r.timeCopies, e.cfg.PoolEviction
+		p.prior = float64(max(1, e.cfg.ProfilingIters))
+		e.pool = p
+	}
 	e.phase, e.passes = PhaseInference, 0
 	return nil
 }
@@ -777,7 +918,15 @@ func (e *engine) placeResident() error {
 func (e *engine) enterInference(u *unit) error {
 	c := e.dev.Compute()
 	timed := e.measuring()
-	if !u.resident {
+	if u.announced {
+		if u.resident {
+			e.annPass.Calls++
+			e.annPass.ResidentCalls++
+			u.lastHit = true
+		} else if err := e.enterPooled(u, timed); err != nil {
+			return err
+		}
+	} else if !u.resident {
 		var onWait func(*copyTiming) error
 		if timed {
 			onWait = func(ct *copyTiming) error {
@@ -820,6 +969,10 @@ func (e *engine) exitInference(u *unit) error {
 	if u.resident {
 		return nil
 	}
+	if u.announced {
+		e.pool.exit(u, ev)
+		return nil
+	}
 	return e.ring.done(u.pos, ev)
 }
 
@@ -828,6 +981,9 @@ func (e *engine) memoryUsage() GPUMemoryUsage {
 	var u GPUMemoryUsage
 	if e.ring != nil {
 		u.TransferBlockBytes = e.ring.bytes()
+	}
+	if e.pool != nil {
+		u.TransferBlockBytes += e.pool.bytes()
 	}
 	u.ResidentBytes = e.fixedBytes
 	for _, x := range e.units {
@@ -880,6 +1036,7 @@ func (e *engine) freeAll() {
 		u.dev.Free()
 		u.host, u.dev = nil, nil
 		u.views = map[*runtime.DeviceBuffer][]*runtime.Tensor{}
+		u.poolBuf, u.poolViews = nil, nil
 	}
 	for _, b := range e.fixedBufs {
 		b.Free()
@@ -887,6 +1044,10 @@ func (e *engine) freeAll() {
 	if e.ring != nil {
 		e.ring.free()
 		e.ring = nil
+	}
+	if e.pool != nil {
+		e.pool.free()
+		e.pool = nil
 	}
 	e.staging.Free()
 	e.st.freeStaging()

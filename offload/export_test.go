@@ -33,3 +33,16 @@ func PipelineStateOf(name string) PipelineState {
 	}
 	return st
 }
+
+// ReplacePlan moves the named manager's engine to plan p as a replan or a
+// token-count switch would (tests only).
+func ReplacePlan(name string, p Plan) error {
+	m := GetOffloadManager(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.e.replace(p); err != nil {
+		return err
+	}
+	m.e.planIn.Budget = max(m.e.planIn.Budget, p.PeakBytes)
+	return nil
+}

@@ -28,6 +28,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/flextensor-go/flextensor/nn"
@@ -503,17 +504,31 @@ type Footprint struct {
 	UnitNames    []string
 	MaxUnitBytes int64
 	TotalBytes   int64 // FixedBytes + Σ UnitBytes
+	// ModelUnits is true when the units are the model's own (UnitSelector,
+	// no include given): an MoE model's experts, which stream through the
+	// expert cache's pool beside the ring.
+	ModelUnits bool
 }
 
 // MinBudget is the smallest budget with slots transfer blocks and nothing
-// resident: FixedBytes + slots × MaxUnitBytes.
-func (f Footprint) MinBudget(slots int) int64 { return f.FixedBytes + int64(slots)*f.MaxUnitBytes }
+// resident: FixedBytes + slots × MaxUnitBytes, and one pool slot more
+// (MaxUnitBytes) for a model that names its own units (its data-dependent
+// units need a slot of their own).
+func (f Footprint) MinBudget(slots int) int64 {
+	n := f.FixedBytes + int64(slots)*f.MaxUnitBytes
+	if f.ModelUnits {
+		n += f.MaxUnitBytes
+	}
+	return n
+}
 
-// Measure computes the footprint of model under include/exclude (the
-// defaults when empty) with the engine's packing.
+// Measure computes the footprint of model under include/exclude (with no
+// include, the model's own units: ModelUnits) with the engine's packing.
 func Measure(model nn.Module, include, exclude []string) (Footprint, error) {
+	own := false
 	if len(include) == 0 {
-		include = []string{"model.layers.*"}
+		include, exclude = ModelUnits(model)
+		own = !slices.Equal(include, DefaultInclude)
 	}
 	mods, err := nn.MatchOutermost(model, include, exclude)
 	if err != nil {
@@ -522,7 +537,7 @@ func Measure(model nn.Module, include, exclude []string) (Footprint, error) {
 	if len(mods) == 0 {
 		return Footprint{}, fmt.Errorf("%w: include %q, exclude %q", ErrNothingIncluded, include, exclude)
 	}
-	var f Footprint
+	f := Footprint{ModelUnits: own}
 	owned := map[*nn.Parameter]bool{}
 	for _, mod := range mods {
 		var n int64

@@ -124,7 +124,18 @@ func FitH2D(latencySec, bytesPerSec float64) H2DCurve {
 type PlanUnit struct {
 	Name       string
 	Bytes      int64
-	ComputeSec float64
+	ComputeSec float64 // per call
+	// Announced marks a data-dependent unit (an expert: see pool.go), run
+	// Calls times a pass on average (its profiled frequency, which may be
+	// 0 or more than 1). A unit that is not announced runs once a pass
+	// (Calls is ignored).
+	Announced bool
+	Calls     float64
+	// RunShare is the share of passes in which an announced unit runs at
+	// all (0 to 1): a streamed unit not found in the pool is copied once
+	// for the calls of a pass, so it costs RunShare copies a pass. 0 with
+	// Calls > 0 means min(Calls, 1).
+	RunShare float64
 }
 
 // PlanInput is everything the planner needs. One forward pass visits Units in
@@ -150,6 +161,10 @@ type PlanInput struct {
 	// Tokens is the tokens per forward the compute times were measured at
 	// (0: unknown). It does not enter the search; the plan carries it.
 	Tokens int
+	// MaxAnnounced is the most announced units one announcement named
+	// while profiling (an MoE layer's routed experts): the pool slots
+	// that let every copy of a layer be issued at once (0: 1).
+	MaxAnnounced int
 }
 
 // Plan says which units stay resident and how the others are streamed.
@@ -180,6 +195,16 @@ type Plan struct {
 	// compute grows with the tokens a forward carries, so a plan made at one
 	// decode token and one made at a batch of 256 differ. 0: unknown.
 	Tokens int
+
+	// The streamed announced units (SlotOf -1, not in Prefetch) share
+	// PoolSlots device slots of PoolSlotBytes each (planner_pool.go).
+	PoolSlots     int
+	PoolSlotBytes int64
+	// ExpectedMissRate is the predicted share of the streamed announced
+	// units' calls that need a copy, and ExpectedPoolBytes the bytes those
+	// copies move per pass.
+	ExpectedMissRate  float64
+	ExpectedPoolBytes float64
 }
 
 // ErrBudget is wrapped by MakePlan's errors when no plan fits the budget.
@@ -278,6 +303,9 @@ func MakePlan(in PlanInput) (Plan, error) {
 	if err := in.validate(); err != nil {
 		return Plan{}, err
 	}
+	if in.hasAnnounced() {
+		return makePoolPlan(in)
+	}
 	n := len(in.Units)
 	var total int64
 	largest := 0
@@ -324,6 +352,12 @@ func (in *PlanInput) validate() error {
 		if math.IsNaN(u.ComputeSec) || math.IsInf(u.ComputeSec, 0) || u.ComputeSec < 0 {
 			return fmt.Errorf("offload: plan: unit %d %q has compute time %v s; want finite and >= 0", i, u.Name, u.ComputeSec)
 		}
+		if u.Announced && (math.IsNaN(u.Calls) || math.IsInf(u.Calls, 0) || u.Calls < 0) {
+			return fmt.Errorf("offload: plan: announced unit %d %q has %v calls per pass; want finite and >= 0", i, u.Name, u.Calls)
+		}
+		if u.Announced && !(u.RunShare >= 0 && u.RunShare <= 1) {
+			return fmt.Errorf("offload: plan: announced unit %d %q runs in a share %v of passes; want 0 to 1", i, u.Name, u.RunShare)
+		}
 	}
 	switch {
 	case in.FixedBytes < 0:
@@ -332,6 +366,8 @@ func (in *PlanInput) validate() error {
 		return fmt.Errorf("offload: plan: negative budget %d bytes", in.Budget)
 	case in.Slots < 0:
 		return fmt.Errorf("offload: plan: negative slot count %d", in.Slots)
+	case in.MaxAnnounced < 0:
+		return fmt.Errorf("offload: plan: negative MaxAnnounced %d", in.MaxAnnounced)
 	case math.IsNaN(in.TransferScale) || math.IsInf(in.TransferScale, 0) || in.TransferScale < 0:
 		return fmt.Errorf("offload: plan: transfer scale %v; want finite and >= 0", in.TransferScale)
 	}
@@ -889,10 +925,17 @@ func (pl Plan) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "plan: predicted %.3f ms (floor %.3f ms), peak %d bytes, %d slots of %d bytes\n",
 		pl.PredictedSec*1e3, pl.FloorSec*1e3, pl.PeakBytes, pl.Slots, pl.SlotBytes)
+	if pl.PoolSlots > 0 {
+		fmt.Fprintf(&b, "  pool: %d slots of %d bytes, expected miss rate %.3f, %.0f bytes copied per pass\n",
+			pl.PoolSlots, pl.PoolSlotBytes, pl.ExpectedMissRate, pl.ExpectedPoolBytes)
+	}
 	for u, r := range pl.Resident {
-		if r {
+		switch {
+		case r:
 			fmt.Fprintf(&b, "  %3d resident\n", u)
-		} else {
+		case u < len(pl.SlotOf) && pl.SlotOf[u] < 0:
+			fmt.Fprintf(&b, "  %3d pool\n", u)
+		default:
 			fmt.Fprintf(&b, "  %3d slot %d\n", u, pl.SlotOf[u])
 		}
 	}

@@ -187,7 +187,7 @@ func TestMakePlanHandCases(t *testing.T) {
 			// (Streaming B instead needs 400-byte slots and exposes B's copy, 4.)
 			name: "large unit forced resident",
 			in: PlanInput{Units: []PlanUnit{
-				{"big", 400, 10 * planMs}, {"s1", 100, 10 * planMs}, {"s2", 100, 10 * planMs}, {"s3", 100, 10 * planMs}, {"s4", 100, 10 * planMs},
+				{Name: "big", Bytes: 400, ComputeSec: 10 * planMs}, {Name: "s1", Bytes: 100, ComputeSec: 10 * planMs}, {Name: "s2", Bytes: 100, ComputeSec: 10 * planMs}, {Name: "s3", Bytes: 100, ComputeSec: 10 * planMs}, {Name: "s4", Bytes: 100, ComputeSec: 10 * planMs},
 			}, Budget: 600, Slots: 1, Curve: planPerByte(0.01 * planMs)},
 			want: want{nResident: 2, slots: 1, slotBytes: 100, predicted: 51 * planMs, peak: 600},
 		},
@@ -307,7 +307,7 @@ func TestPlanSimulateSteadyState(t *testing.T) {
 }
 
 func TestMakePlanErrors(t *testing.T) {
-	units := []PlanUnit{{"a", 100, planMs}, {"model.layers.1", 300, planMs}, {"c", 200, planMs}, {"d", 200, planMs}}
+	units := []PlanUnit{{Name: "a", Bytes: 100, ComputeSec: planMs}, {Name: "model.layers.1", Bytes: 300, ComputeSec: planMs}, {Name: "c", Bytes: 200, ComputeSec: planMs}, {Name: "d", Bytes: 200, ComputeSec: planMs}}
 	curve := planPerByte(0.01 * planMs)
 	for _, tc := range []struct {
 		name      string
@@ -316,11 +316,11 @@ func TestMakePlanErrors(t *testing.T) {
 		budgetErr bool
 	}{
 		{"no units", PlanInput{Budget: 100, Curve: curve}, []string{"no units"}, false},
-		{"negative size", PlanInput{Units: []PlanUnit{{"a", 1, 0}, {"bad", -1, 0}}, Budget: 10, Curve: curve},
+		{"negative size", PlanInput{Units: []PlanUnit{{Name: "a", Bytes: 1, ComputeSec: 0}, {Name: "bad", Bytes: -1, ComputeSec: 0}}, Budget: 10, Curve: curve},
 			[]string{`"bad"`, "negative size -1"}, false},
-		{"negative compute", PlanInput{Units: []PlanUnit{{"slow", 1, -1}}, Budget: 10, Curve: curve},
+		{"negative compute", PlanInput{Units: []PlanUnit{{Name: "slow", Bytes: 1, ComputeSec: -1}}, Budget: 10, Curve: curve},
 			[]string{`"slow"`, "compute time -1"}, false},
-		{"NaN compute", PlanInput{Units: []PlanUnit{{"nan", 1, math.NaN()}}, Budget: 10, Curve: curve},
+		{"NaN compute", PlanInput{Units: []PlanUnit{{Name: "nan", Bytes: 1, ComputeSec: math.NaN()}}, Budget: 10, Curve: curve},
 			[]string{`"nan"`, "NaN"}, false},
 		{"negative fixed", PlanInput{Units: units, FixedBytes: -1, Budget: 1000, Curve: curve}, []string{"fixed bytes -1"}, false},
 		{"negative budget", PlanInput{Units: units, Budget: -1, Curve: curve}, []string{"budget -1"}, false},

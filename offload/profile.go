@@ -44,6 +44,11 @@ type UnitState struct {
 	Bytes      int64     `json:"bytes"`
 	ComputeSec float64   `json:"compute_sec"`
 	Samples    []float64 `json:"samples_sec,omitempty"`
+	// Announced marks a data-dependent unit (pool.go); CallsPerPass is its
+	// profiled frequency and Calls its calls in each profiled pass.
+	Announced    bool      `json:"announced,omitempty"`
+	CallsPerPass float64   `json:"calls_per_pass,omitempty"`
+	Calls        []float64 `json:"calls,omitempty"`
 }
 
 // PlanState is the plan as saved.
@@ -56,6 +61,11 @@ type PlanState struct {
 	PredictedSec float64 `json:"predicted_sec"`
 	FloorSec     float64 `json:"floor_sec"`
 	PeakBytes    int64   `json:"peak_bytes"`
+	// The announced units' pool (planner_pool.go).
+	PoolSlots         int     `json:"pool_slots,omitempty"`
+	PoolSlotBytes     int64   `json:"pool_slot_bytes,omitempty"`
+	ExpectedMissRate  float64 `json:"expected_miss_rate,omitempty"`
+	ExpectedPoolBytes float64 `json:"expected_pool_bytes,omitempty"`
 }
 
 // State is everything a restart needs to go straight to INFERENCE: the
@@ -76,6 +86,8 @@ type State struct {
 	Units         []UnitState `json:"units"`
 	Curve         H2DCurve    `json:"h2d_curve"`
 	Plan          PlanState   `json:"plan"`
+	// MaxAnnounced is the most units one announcement named (PlanInput's).
+	MaxAnnounced int `json:"max_announced,omitempty"`
 }
 
 // State returns the manager's state (INFERENCE only).
@@ -92,13 +104,15 @@ func (e *engine) state() *State {
 	st := &State{SchemaVersion: SchemaVersion, CreatedAt: time.Now().UTC(), Device: e.dev.Name(),
 		DeviceLimit: e.dev.Memory().Limit, BudgetBytes: e.budget, Include: e.cfg.Include, Exclude: e.cfg.Exclude,
 		Tensors: signature(e.model), Curve: e.curve, FixedBytes: e.fixedBytes,
-		Plan: PlanState{Resident: e.plan.Resident, Slots: e.plan.Slots, SlotBytes: e.plan.SlotBytes, SlotOf: e.plan.SlotOf,
-			Prefetch: e.plan.Prefetch, PredictedSec: e.plan.PredictedSec, FloorSec: e.plan.FloorSec, PeakBytes: e.plan.PeakBytes}}
+		Plan: planState(e.plan), MaxAnnounced: e.planIn.MaxAnnounced}
 	for _, p := range e.fixed {
 		st.Fixed = append(st.Fixed, p.Name())
 	}
 	for _, u := range e.units {
 		us := UnitState{Name: u.name, Bytes: u.bytes, ComputeSec: e.planIn.Units[u.idx].ComputeSec, Samples: u.samples}
+		if u.announced {
+			us.Announced, us.CallsPerPass, us.Calls = true, e.planIn.Units[u.idx].Calls, u.calls
+		}
 		for _, p := range u.params {
 			us.Params = append(us.Params, p.Name())
 			if u.shared[p] {
@@ -157,8 +171,17 @@ func (st *State) Validate(model nn.Module) error {
 		return fmt.Errorf("%w: plan covers %d/%d units, profile has %d", ErrProfileMismatch, len(st.Plan.Resident), len(st.Plan.SlotOf), n)
 	}
 	streamed, largest := 0, int64(0)
+	pooled, poolLargest := 0, int64(0)
 	for i, r := range st.Plan.Resident {
 		if r {
+			continue
+		}
+		if st.Units[i].Announced {
+			if st.Plan.SlotOf[i] != -1 {
+				return fmt.Errorf("%w: announced unit %s is placed in transfer block %d; it belongs to the pool", ErrProfileMismatch, st.Units[i].Name, st.Plan.SlotOf[i])
+			}
+			pooled++
+			poolLargest = max(poolLargest, st.Units[i].Bytes)
 			continue
 		}
 		if st.Plan.SlotOf[i] < 0 || st.Plan.SlotOf[i] >= st.Plan.Slots {
@@ -174,6 +197,11 @@ func (st *State) Validate(model nn.Module) error {
 	if st.Plan.Slots < 0 || st.Plan.Slots > streamed || st.Plan.SlotBytes != largest {
 		return fmt.Errorf("%w: plan has %d transfer blocks of %d bytes for %d streamed units of at most %d bytes",
 			ErrProfileMismatch, st.Plan.Slots, st.Plan.SlotBytes, streamed, largest)
+	}
+	if pooled == 0 && (st.Plan.PoolSlots != 0 || st.Plan.PoolSlotBytes != 0) ||
+		pooled > 0 && (st.Plan.PoolSlots < 1 || st.Plan.PoolSlots > pooled || st.Plan.PoolSlotBytes != poolLargest) {
+		return fmt.Errorf("%w: plan has %d pool slots of %d bytes for %d streamed announced units of at most %d bytes",
+			ErrProfileMismatch, st.Plan.PoolSlots, st.Plan.PoolSlotBytes, pooled, poolLargest)
 	}
 	return nil
 }
@@ -737,14 +765,18 @@ func (e *engine) placeFromState(st *State) error {
 	e.curve = st.Curve
 	e.budget = st.BudgetBytes
 	e.plan = Plan{Resident: st.Plan.Resident, Slots: st.Plan.Slots, SlotBytes: st.Plan.SlotBytes, SlotOf: st.Plan.SlotOf,
-		Prefetch: st.Plan.Prefetch, PredictedSec: st.Plan.PredictedSec, FloorSec: st.Plan.FloorSec, PeakBytes: st.Plan.PeakBytes}
+		Prefetch: st.Plan.Prefetch, PredictedSec: st.Plan.PredictedSec, FloorSec: st.Plan.FloorSec, PeakBytes: st.Plan.PeakBytes,
+		PoolSlots: st.Plan.PoolSlots, PoolSlotBytes: st.Plan.PoolSlotBytes, ExpectedMissRate: st.Plan.ExpectedMissRate, ExpectedPoolBytes: st.Plan.ExpectedPoolBytes}
 	// A later replan plans with this configuration's slot request (0 = the
 	// planner chooses), not necessarily the profile's count.
-	e.planIn = PlanInput{FixedBytes: st.FixedBytes, Budget: st.BudgetBytes, Slots: e.cfg.TransferBlocks, Curve: st.Curve, TransferScale: e.cfg.TransferBudgetScale}
+	e.planIn = PlanInput{FixedBytes: st.FixedBytes, Budget: st.BudgetBytes, Slots: e.cfg.TransferBlocks, Curve: st.Curve, TransferScale: e.cfg.TransferBudgetScale,
+		MaxAnnounced: st.MaxAnnounced}
+	e.maxAnnounced = st.MaxAnnounced
 	for i, u := range e.units {
 		su := st.Units[i]
-		e.planIn.Units = append(e.planIn.Units, PlanUnit{Name: su.Name, Bytes: su.Bytes, ComputeSec: su.ComputeSec})
+		e.planIn.Units = append(e.planIn.Units, PlanUnit{Name: su.Name, Bytes: su.Bytes, ComputeSec: su.ComputeSec, Announced: su.Announced, Calls: su.CallsPerPass, RunShare: runShare(su.Calls)})
 		u.samples = slices.Clone(su.Samples)
+		u.announced, u.freq, u.calls = su.Announced, su.CallsPerPass, slices.Clone(su.Calls)
 	}
 	t = time.Now()
 	err := e.placeResidentFrom(st.Plan.Resident)
@@ -772,4 +804,11 @@ func (e *engine) placeResidentFrom(resident []bool) error {
 		}
 	}
 	return nil
+}
+
+// planState is the plan as saved.
+func planState(p Plan) PlanState {
+	return PlanState{Resident: p.Resident, Slots: p.Slots, SlotBytes: p.SlotBytes, SlotOf: p.SlotOf,
+		Prefetch: p.Prefetch, PredictedSec: p.PredictedSec, FloorSec: p.FloorSec, PeakBytes: p.PeakBytes,
+		PoolSlots: p.PoolSlots, PoolSlotBytes: p.PoolSlotBytes, ExpectedMissRate: p.ExpectedMissRate, ExpectedPoolBytes: p.ExpectedPoolBytes}
 }

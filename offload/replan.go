@@ -48,6 +48,8 @@ type replanState struct {
 	lastGen   int
 	samples   map[*unit][]float64
 	last      map[*unit]float64 // compute of the pass just ended
+	freq      freqSamples       // announced units' calls over the measured passes
+	lastPass  passCalls         // the calls of the pass just ended
 	// RebuildFault, for tests: fails the rebuild with this error.
 	fault error
 }
@@ -126,17 +128,11 @@ func (e *engine) replanCollect() error {
 	if err := e.dev.Compute().Synchronize(); err != nil {
 		return e.replanFail(err)
 	}
-	last := map[*unit]float64{}
-	for _, u := range e.timing.current {
-		if u.start == nil || u.end == nil {
-			continue
-		}
-		d, err := u.end.ElapsedSince(u.start)
-		if err != nil {
-			return e.replanFail(err)
-		}
-		last[u] = d.Seconds()
+	last, err := runSeconds(e.timing.current)
+	if err != nil {
+		return e.replanFail(err)
 	}
+	e.replan.lastPass = e.passCalls()
 	e.replan.last = last
 	return nil
 }
@@ -150,6 +146,7 @@ func (e *engine) replanStep() error {
 		for u, sec := range r.last {
 			r.samples[u] = append(r.samples[u], sec)
 		}
+		r.freq.add(e, r.lastPass)
 		r.measured++
 	}
 	r.remaining--
@@ -170,9 +167,10 @@ func (e *engine) rebuild() error {
 			in.Units[u.idx].ComputeSec = median(s)
 		}
 	}
+	r.freq.apply(e, &in)
 	// Score the plan in force under the new compute times, so the two
 	// predictions compare like with like.
-	cur, ok := Simulate(in, e.plan.Resident, e.plan.Slots)
+	cur, ok := PredictPlan(in, e.plan)
 	plan, err := MakePlan(in)
 	if err != nil {
 		return e.replanFail(err)
@@ -217,6 +215,10 @@ func (e *engine) replace(p Plan) error {
 	if e.ring != nil {
 		e.ring.free()
 		e.ring = nil
+	}
+	if e.pool != nil {
+		e.pool.free()
+		e.pool = nil
 	}
 	var toStream []*unit
 	for i, u := range e.units {

@@ -17,6 +17,10 @@ type TrapTimingRecord struct {
 	TransferMs float64 // its host-to-device copy (0 when resident)
 	ComputeMs  float64 // from its entry (after any wait) to its exit, on the compute stream
 	WaitMs     float64 // how long compute stalled waiting for its copy
+	// Announced is true for a data-dependent unit (pool.go), which may
+	// have zero, one or several records in a pass; Hit is then true when
+	// the call needed no copy (resident, or found in a pool slot).
+	Announced, Hit bool
 }
 
 // OffloadTimingSnapshot is one measured forward pass.
@@ -27,14 +31,20 @@ type OffloadTimingSnapshot struct {
 	Tokens      int     // the tokens the pass carried (0: unknown; see TokenCounter)
 	PlanTokens  int     // the tokens per forward the plan in force was made for
 	Records     []TrapTimingRecord
+	// Pool counts the pass's calls of announced units (zero without any),
+	// including copies issued for units announced and then not run.
+	Pool PoolStats
 }
 
 // TrapTimingStats aggregates one trap over the window's passes.
 type TrapTimingStats struct {
 	Trap     string
 	Streamed bool
-	Passes   int
-	Bytes    int64 // the unit's weight bytes (0 for a manual block)
+	// Announced marks a data-dependent unit: its samples are per run (it
+	// may run zero or several times a pass) and Passes counts runs.
+	Announced bool
+	Passes    int
+	Bytes     int64 // the unit's weight bytes (0 for a manual block)
 	// Per-pass samples, in pass order.
 	TransferMs, ComputeMs, WaitMs []float64
 }
@@ -143,13 +153,88 @@ type OffloadTimingReport struct {
 	PredictedMs    float64           // the plan's prediction
 	FloorMs        float64           // max(compute, streamed bytes over the measured curve)
 	H2DGBps        float64           // achieved copy bandwidth: bytes copied / copy time
-	StreamedBytes  int64             // bytes copied per pass
+	StreamedBytes  int64             // bytes copied per pass (the pool's: the window's average)
 	ResidentUnits  int
 	StreamedUnits  int
 	TransferBlocks int
 	// PlanTokens is the tokens per forward the plan in force was made for
 	// (0: unknown; see TokenCounter).
 	PlanTokens int
+	// Announced has one row per group of announced (data-dependent)
+	// units, such as an MoE model's experts (empty without any); Pool sums
+	// the passes' pool counts, and the plan's pool and expectations are
+	// beside them.
+	Announced         []AnnouncedGroupStats
+	Pool              PoolStats
+	PoolSlots         int
+	PoolSlotBytes     int64
+	ExpectedMissRate  float64 // the plan's, over streamed announced calls
+	ExpectedPoolBytes float64 // the plan's bytes copied into the pool per pass
+}
+
+// AnnouncedGroupStats is one group of announced units over a report's
+// window: the units whose names differ only in numbers ("model.layers.*.
+// mlp.experts.*").
+type AnnouncedGroupStats struct {
+	Group           string
+	Units, Resident int   // units in the group, of which resident
+	Calls           int64 // calls over the window
+	Hits            int64 // calls that needed no copy (resident or in a pool slot)
+	StreamedCalls   int64 // calls of streamed units
+	StreamedHits    int64 // of those, found in a pool slot
+	CopiedBytes     int64 // bytes copied for the calls
+	Passes, Tokens  int   // passes in the window and the tokens they carried (0: unknown)
+	// ExpectedMissRate is the plan's expected share of the group's
+	// streamed calls that copy (StreamedMissRate measures it).
+	ExpectedMissRate float64
+	// The calls' summed times over the window (ms).
+	TransferMs, ComputeMs, WaitMs float64
+}
+
+// HitRate is the share of the group's calls that needed no copy (0 with
+// no calls).
+func (g AnnouncedGroupStats) HitRate() float64 {
+	if g.Calls == 0 {
+		return 0
+	}
+	return float64(g.Hits) / float64(g.Calls)
+}
+
+// StreamedMissRate is the share of the streamed units' calls that needed a
+// copy: what the plan's ExpectedMissRate predicts (0 with no such calls).
+func (g AnnouncedGroupStats) StreamedMissRate() float64 {
+	if g.StreamedCalls == 0 {
+		return 0
+	}
+	return 1 - float64(g.StreamedHits)/float64(g.StreamedCalls)
+}
+
+// BytesPerPass is the bytes copied for the group's calls per pass.
+func (g AnnouncedGroupStats) BytesPerPass() float64 {
+	if g.Passes == 0 {
+		return 0
+	}
+	return float64(g.CopiedBytes) / float64(g.Passes)
+}
+
+// BytesPerToken is the bytes copied per token the passes carried (0 when
+// the tokens are unknown).
+func (g AnnouncedGroupStats) BytesPerToken() float64 {
+	if g.Tokens == 0 {
+		return 0
+	}
+	return float64(g.CopiedBytes) / float64(g.Tokens)
+}
+
+// groupName is a unit's group: its name with every numeric part a "*".
+func groupName(name string) string {
+	parts := strings.Split(name, ".")
+	for i, p := range parts {
+		if p != "" && strings.Trim(p, "0123456789") == "" {
+			parts[i] = "*"
+		}
+	}
+	return strings.Join(parts, ".")
 }
 
 // NumPasses is the number of passes in the report.
@@ -231,7 +316,8 @@ func (r *OffloadTimingReport) ComputeBudgetsByProfileLabel(labels []string, cons
 type timingState struct {
 	pass      int
 	rootStart runtime.Event
-	current   []*unit
+	current   []unitRun
+	pool      PoolStats // the pass's announced-unit counts
 	blocks    []blockRun
 	snaps     []OffloadTimingSnapshot
 	// pending is graph mode's last measured pass, kept until
@@ -252,9 +338,36 @@ func (t *timingState) begin(e *engine) error {
 	return nil
 }
 
-func (t *timingState) unitDone(u *unit) { t.current = append(t.current, u) }
+// unitRun is one run of a unit in the pass being measured: a unit may run
+// more than once (an announced unit), so its events are kept per run.
+type unitRun struct {
+	u                     *unit
+	start, end, waitStart runtime.Event
+	copyRec               *copyTiming
+	hit                   bool
+}
 
-func (t *timingState) abort() { t.current, t.blocks, t.rootStart = t.current[:0], t.blocks[:0], nil }
+// unitDone moves the events of u's run that just ended into the pass.
+func (t *timingState) unitDone(u *unit) {
+	t.current = append(t.current, unitRun{u: u, start: u.start, end: u.end, waitStart: u.waitStart, copyRec: u.copyRec, hit: u.lastHit})
+	u.start, u.end, u.waitStart, u.copyRec = nil, nil, nil, nil
+}
+
+// elapsed is the run's compute time (ok false when an event is missing).
+func (r unitRun) elapsed() (float64, bool, error) {
+	if r.start == nil || r.end == nil {
+		return 0, false, nil
+	}
+	d, err := r.end.ElapsedSince(r.start)
+	return d.Seconds(), err == nil, err
+}
+
+func (t *timingState) abort() {
+	for _, r := range t.current {
+		r.u.start, r.u.end, r.u.waitStart, r.u.copyRec = nil, nil, nil, nil
+	}
+	t.current, t.blocks, t.rootStart, t.pool = t.current[:0], t.blocks[:0], nil, PoolStats{}
+}
 
 // end resolves the pass's events (waiting for them) into a snapshot.
 func (t *timingState) end(e *engine) error {
@@ -269,7 +382,7 @@ func (t *timingState) end(e *engine) error {
 	if err := e.copy.Synchronize(); err != nil {
 		return err
 	}
-	snap := OffloadTimingSnapshot{PredictedMs: e.plan.PredictedSec * 1e3, Tokens: e.tok.passT, PlanTokens: e.plan.Tokens}
+	snap := OffloadTimingSnapshot{PredictedMs: e.plan.PredictedSec * 1e3, Tokens: e.tok.passT, PlanTokens: e.plan.Tokens, Pool: t.pool}
 	if t.rootStart != nil {
 		d, err := endEv.ElapsedSince(t.rootStart)
 		if err != nil {
@@ -277,32 +390,33 @@ func (t *timingState) end(e *engine) error {
 		}
 		snap.ForwardMs = ms(d.Seconds())
 	}
-	for _, u := range t.current {
-		r := TrapTimingRecord{Trap: u.name, Streamed: !u.resident}
-		if u.start != nil && u.end != nil {
-			d, err := u.end.ElapsedSince(u.start)
-			if err != nil {
-				return err
-			}
-			r.ComputeMs = ms(d.Seconds())
+	for _, run := range t.current {
+		u := run.u
+		r := TrapTimingRecord{Trap: u.name, Streamed: !u.resident, Announced: u.announced, Hit: u.announced && run.hit}
+		sec, ok, err := run.elapsed()
+		if err != nil {
+			return err
 		}
-		if u.waitStart != nil && u.start != nil {
-			d, err := u.start.ElapsedSince(u.waitStart)
+		if ok {
+			r.ComputeMs = ms(sec)
+		}
+		if run.waitStart != nil && run.start != nil {
+			d, err := run.start.ElapsedSince(run.waitStart)
 			if err != nil {
 				return err
 			}
 			r.WaitMs = ms(max(d.Seconds(), 0))
 		}
-		if u.copyRec != nil {
-			d, err := u.copyRec.end.ElapsedSince(u.copyRec.start)
+		if run.copyRec != nil {
+			d, err := run.copyRec.end.ElapsedSince(run.copyRec.start)
 			if err != nil {
 				return err
 			}
-			r.TransferMs, r.Bytes = ms(d.Seconds()), u.copyRec.bytes
+			r.TransferMs, r.Bytes = ms(d.Seconds()), run.copyRec.bytes
 		}
-		u.start, u.end, u.waitStart, u.copyRec = nil, nil, nil, nil
 		snap.Records = append(snap.Records, r)
 	}
+	t.pool = PoolStats{}
 	for _, br := range t.blocks {
 		d, err := br.end.ElapsedSince(br.start)
 		if err != nil {
@@ -365,7 +479,7 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 			if !ok {
 				i = len(r.Traps)
 				idx[rec.Trap] = i
-				r.Traps = append(r.Traps, TrapTimingStats{Trap: rec.Trap, Streamed: rec.Streamed, Bytes: unitBytes[rec.Trap]})
+				r.Traps = append(r.Traps, TrapTimingStats{Trap: rec.Trap, Streamed: rec.Streamed, Announced: rec.Announced, Bytes: unitBytes[rec.Trap]})
 			}
 			st := &r.Traps[i]
 			st.Passes++
@@ -377,6 +491,7 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 		}
 	}
 	r.ForwardMs = median(fwd)
+	r.announcedGroups(e, t.snaps)
 	if copySec > 0 {
 		r.H2DGBps = float64(copied) / copySec / 1e9
 	}
@@ -385,7 +500,9 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 			r.ResidentUnits++
 		} else {
 			r.StreamedUnits++
-			r.StreamedBytes += u.bytes
+			if !u.announced { // the pool's copies are measured (announcedGroups)
+				r.StreamedBytes += u.bytes
+			}
 		}
 	}
 	return r
@@ -487,9 +604,13 @@ func (r *OffloadTimingReport) timingTable() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, tableHead, "unit", "place", "MiB", "transfer ms", "compute ms", "wait ms")
 	for _, t := range r.Traps {
+		if t.Announced {
+			continue // one row per group below
+		}
 		fmt.Fprintf(&b, tableRow, t.Trap, placeName(t.Streamed), float64(t.Bytes)/(1<<20),
 			t.MedianTransferMs(), t.MedianComputeMs(), t.MedianWaitMs())
 	}
+	r.groupRows(&b)
 	fmt.Fprintf(&b, "per pass (average of %d): transfer %.3f ms, compute %.3f ms, wait %.3f ms\n",
 		r.NumPasses(), r.TotalTransferAvg(), r.TotalComputeAvg(), r.TotalWaitAvg())
 	fmt.Fprintf(&b, "forward %.3f ms (median of %d passes); plan predicted %.3f ms, floor %.3f ms\n",
@@ -499,7 +620,111 @@ func (r *OffloadTimingReport) timingTable() string {
 	if r.PlanTokens > 0 {
 		fmt.Fprintf(&b, "plan made for %d tokens per forward\n", r.PlanTokens)
 	}
+	r.announcedTable(&b)
 	return b.String()
+}
+
+// announcedGroups fills the report's announced-unit rows from the passes.
+func (r *OffloadTimingReport) announcedGroups(e *engine, snaps []OffloadTimingSnapshot) {
+	r.PoolSlots, r.PoolSlotBytes = e.plan.PoolSlots, e.plan.PoolSlotBytes
+	r.ExpectedMissRate, r.ExpectedPoolBytes = e.plan.ExpectedMissRate, e.plan.ExpectedPoolBytes
+	idx := map[string]int{}
+	for _, u := range e.units {
+		if !u.announced {
+			continue
+		}
+		g := groupName(u.name)
+		i, ok := idx[g]
+		if !ok {
+			i = len(r.Announced)
+			idx[g] = i
+			r.Announced = append(r.Announced, AnnouncedGroupStats{Group: g, Passes: len(snaps)})
+		}
+		r.Announced[i].Units++
+		if u.resident {
+			r.Announced[i].Resident++
+		}
+	}
+	// Each group's expected miss rate: the plan's expected copies over its
+	// streamed units' profiled calls.
+	if len(e.planIn.Units) == len(e.units) && len(e.plan.Resident) == len(e.units) {
+		copies := expectedCopies(e.planIn, e.plan)
+		exp, calls := make([]float64, len(r.Announced)), make([]float64, len(r.Announced))
+		for _, u := range e.units {
+			if u.announced && !u.resident {
+				gi := idx[groupName(u.name)]
+				exp[gi] += copies[u.idx]
+				calls[gi] += e.planIn.Units[u.idx].Calls
+			}
+		}
+		for gi := range r.Announced {
+			if calls[gi] > 0 {
+				r.Announced[gi].ExpectedMissRate = exp[gi] / calls[gi]
+			}
+		}
+	}
+	if len(r.Announced) == 0 {
+		return
+	}
+	tokens := 0
+	for _, s := range snaps {
+		tokens += s.Tokens
+		if s.Tokens == 0 {
+			tokens = -1 << 40 // unknown for one pass: unknown
+		}
+		r.Pool.add(s.Pool)
+		for _, rec := range s.Records {
+			if !rec.Announced {
+				continue
+			}
+			g := &r.Announced[idx[groupName(rec.Trap)]]
+			g.Calls++
+			if rec.Hit {
+				g.Hits++
+			}
+			if rec.Streamed {
+				g.StreamedCalls++
+				if rec.Hit {
+					g.StreamedHits++
+				}
+			}
+			g.CopiedBytes += rec.Bytes
+			g.TransferMs += rec.TransferMs
+			g.ComputeMs += rec.ComputeMs
+			g.WaitMs += rec.WaitMs
+		}
+	}
+	for i := range r.Announced {
+		r.Announced[i].Tokens = max(tokens, 0)
+	}
+	r.StreamedBytes += r.Pool.CopiedBytes / int64(max(len(snaps), 1))
+}
+
+// groupRows renders a table row per group of announced units: the per-pass
+// sums of MiB copied, transfer, compute and wait.
+func (r *OffloadTimingReport) groupRows(b *strings.Builder) {
+	for _, g := range r.Announced {
+		n := float64(max(g.Passes, 1))
+		fmt.Fprintf(b, tableRow, g.Group, "pool", float64(g.CopiedBytes)/n/(1<<20), g.TransferMs/n, g.ComputeMs/n, g.WaitMs/n)
+	}
+}
+
+// announcedTable renders each group's calls, hit rate (predicted and
+// measured) and bytes, and the pool's totals.
+func (r *OffloadTimingReport) announcedTable(b *strings.Builder) {
+	for _, g := range r.Announced {
+		fmt.Fprintf(b, "announced %s: %d units (%d resident), %.1f calls per pass, hit rate %.1f%%; streamed calls miss %.1f%% (predicted %.1f%%); %.2f MiB streamed per pass",
+			g.Group, g.Units, g.Resident, float64(g.Calls)/float64(max(g.Passes, 1)), 100*g.HitRate(), 100*g.StreamedMissRate(), 100*g.ExpectedMissRate, g.BytesPerPass()/(1<<20))
+		if g.Tokens > 0 {
+			fmt.Fprintf(b, ", %.2f MiB per token", g.BytesPerToken()/(1<<20))
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Announced) > 0 {
+		fmt.Fprintf(b, "expert cache: %d pool slots of %.2f MiB; %.2f MiB copied per pass (predicted %.2f MiB), %d copies of units announced and not run\n",
+			r.PoolSlots, float64(r.PoolSlotBytes)/(1<<20), float64(r.Pool.CopiedBytes)/float64(max(r.Pool.Passes, 1))/(1<<20),
+			r.ExpectedPoolBytes/(1<<20), r.Pool.Copies-r.Pool.Misses)
+	}
 }
 
 func (s OffloadTimingSnapshot) timingTable() string {
@@ -511,4 +736,24 @@ func (s OffloadTimingSnapshot) timingTable() string {
 	fmt.Fprintf(&b, "pass %d totals: transfer %.3f ms, compute %.3f ms, wait %.3f ms; forward %.3f ms, plan predicted %.3f ms\n",
 		s.Pass, s.TotalTransferMs(), s.TotalComputeMs(), s.TotalWaitMs(), s.ForwardMs, s.PredictedMs)
 	return b.String()
+}
+
+// runSeconds is each unit's compute per call over the measured runs of a
+// pass (the mean of its runs: an announced unit may run several times).
+func runSeconds(runs []unitRun) (map[*unit]float64, error) {
+	sum, n := map[*unit]float64{}, map[*unit]int{}
+	for _, r := range runs {
+		sec, ok, err := r.elapsed()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			sum[r.u] += sec
+			n[r.u]++
+		}
+	}
+	for u := range sum {
+		sum[u] /= float64(n[u])
+	}
+	return sum, nil
 }

@@ -57,6 +57,7 @@ type tokenBucket struct {
 	ref     int // the token count the bucket was opened at
 	passes  int // passes measured (the first is a warm-up)
 	samples map[*unit][]float64
+	freq    freqSamples // announced units' calls over the measured passes
 	plan    *Plan
 	in      PlanInput
 }
@@ -160,16 +161,14 @@ func (e *engine) tokensCollect() error {
 	if bk.samples == nil {
 		bk.samples = map[*unit][]float64{}
 	}
-	for _, u := range e.timing.current {
-		if u.start == nil || u.end == nil {
-			continue
-		}
-		d, err := u.end.ElapsedSince(u.start)
-		if err != nil {
-			return e.fail(err)
-		}
-		bk.samples[u] = append(bk.samples[u], d.Seconds())
+	last, err := runSeconds(e.timing.current)
+	if err != nil {
+		return e.fail(err)
 	}
+	for u, sec := range last {
+		bk.samples[u] = append(bk.samples[u], sec)
+	}
+	bk.freq.add(e, e.passCalls())
 	if bk.passes < replanWarm+max(e.cfg.ProfilingIters, 1) {
 		return nil
 	}
@@ -180,12 +179,13 @@ func (e *engine) tokensCollect() error {
 			in.Units[u.idx].ComputeSec = median(s)
 		}
 	}
+	bk.freq.apply(e, &in)
 	in.Tokens = bk.ref
 	plan, err := MakePlan(in)
 	if err != nil {
 		return e.fail(fmt.Errorf("planning for %d tokens per forward: %w", bk.ref, err))
 	}
-	bk.plan, bk.in, bk.samples = &plan, in, nil
+	bk.plan, bk.in, bk.samples, bk.freq = &plan, in, nil, freqSamples{}
 	e.tok.measured++
 	return nil
 }
@@ -199,7 +199,8 @@ func (e *engine) switchTokens(bk *tokenBucket) error {
 		old.plan, old.in = &p, e.planIn
 	}
 	next := *bk.plan
-	if slices.Equal(next.Resident, e.plan.Resident) && next.Slots == e.plan.Slots && next.SlotBytes == e.plan.SlotBytes {
+	if slices.Equal(next.Resident, e.plan.Resident) && next.Slots == e.plan.Slots && next.SlotBytes == e.plan.SlotBytes &&
+		next.PoolSlots == e.plan.PoolSlots && next.PoolSlotBytes == e.plan.PoolSlotBytes {
 		// Same placement: only the prediction and its tokens change.
 		e.plan = next
 	} else if err := e.replace(next); err != nil {

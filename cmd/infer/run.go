@@ -255,6 +255,12 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			"device_peak_bytes":     dev.Memory().Peak,
 		}
 		out["io_rchar"], out["io_read_bytes"] = ioCounters()
+		if st := sess.poolStats(); st.Calls > 0 {
+			out["expert_hit_rate"] = st.HitRate()
+			out["expert_calls"] = st.Calls
+			out["expert_copied_bytes"] = st.CopiedBytes
+			out["expert_passes"] = st.Passes
+		}
 		if tok != nil {
 			ids := make([]int, len(gen))
 			for i, id := range gen {
@@ -273,6 +279,9 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		fmt.Fprintf(stderr, ": first token after %v, then %.2f ms a token", firstAt.Round(100*time.Microsecond), decodePer(firstAt, lastAt, len(gen)))
 	}
 	fmt.Fprintln(stderr)
+	if st := sess.poolStats(); st.Calls > 0 {
+		fmt.Fprintln(stderr, formatPoolStats(st))
+	}
 	return nil
 }
 

@@ -240,6 +240,22 @@ func (s *session) printTiming(w io.Writer) error {
 	return nil
 }
 
+// poolStats is the expert cache's counts since INFERENCE began (zero when
+// the model is not offloaded or has no data-dependent units).
+func (s *session) poolStats() offload.PoolStats {
+	if s.Manager == "" {
+		return offload.PoolStats{}
+	}
+	return offload.GetOffloadManager(s.Manager).PoolStats()
+}
+
+// formatPoolStats is the one-line summary of the expert cache.
+func formatPoolStats(st offload.PoolStats) string {
+	return fmt.Sprintf("expert cache: hit rate %.1f%% over %d calls in %d forwards (%d resident, %d in a pool slot, %d copied); %s copied, %s per forward",
+		100*st.HitRate(), st.Calls, st.Passes, st.ResidentCalls, st.Hits, st.Misses,
+		runtime.FormatBytes(st.CopiedBytes), runtime.FormatBytes(st.CopiedBytes/int64(max(st.Passes, 1))))
+}
+
 // traceStep prints a set-up step's duration to stderr when FT_TRACE=1, with
 // the time since the process started at its end.
 func traceStep(step string, d time.Duration) {
