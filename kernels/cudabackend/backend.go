@@ -1100,10 +1100,15 @@ type pagedMeta struct{ rope, decode, prefill metaUpload }
 
 func (m *pagedMeta) free() {
 	for _, u := range []*metaUpload{&m.rope, &m.decode, &m.prefill} {
-		u.dev.Free()
-		u.stage.Free()
-		*u = metaUpload{}
+		u.free()
 	}
+}
+
+// free releases the upload's device and staging buffers.
+func (m *metaUpload) free() {
+	m.dev.Free()
+	m.stage.Free()
+	*m = metaUpload{}
 }
 
 // uploadMeta returns the device address of vals (not empty), uploading them
