@@ -106,7 +106,10 @@ func TestPlansPerTokens(t *testing.T) {
 	status(256, 1, 1, 1, 256)
 	plan256, _ := m.Plan()
 	t.Logf("plan for 1 token: resident %v, %d slots, %.3g s; for 256: resident %v, %d slots, %.3g s", plan1.Resident, plan1.Slots, plan1.PredictedSec, plan256.Resident, plan256.Slots, plan256.PredictedSec)
-	if !(plan256.PredictedSec > 10*plan1.PredictedSec) {
+	// A plan blind to tokens would predict about the same; 256 tokens of
+	// compute against one measure ~9–30× here depending on the machine's
+	// load, so 4× separates the two without timing flakes.
+	if !(plan256.PredictedSec > 4*plan1.PredictedSec) {
 		t.Errorf("plan for 256 tokens predicts %.3g s, for 1 token %.3g s: want the larger compute reflected", plan256.PredictedSec, plan1.PredictedSec)
 	}
 
