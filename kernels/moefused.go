@@ -3,6 +3,7 @@ package kernels
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/flextensor-go/flextensor/runtime"
 )
@@ -307,7 +308,9 @@ func (b *CPUBackend) MoEGateUp(act, x, ids *runtime.Tensor, tab ExpertTable) err
 	return nil
 }
 
-// MoEDown: out[t,:] = Σ_j weights[t,j]·(act[t·K+j,:]·Wd_eᵀ) (MoEFused).
+// MoEDown: out[t,:] = Σ_j weights[t,j]·(act[t·K+j,:]·Wd_eᵀ) (MoEFused),
+// summed in ascending expert order, as MoEKernels.ScatterAddRows adds the
+// experts of the per-expert path.
 func (b *CPUBackend) MoEDown(out, act, ids, weights *runtime.Tensor, tab ExpertTable) error {
 	t, err := cpuTable("MoEDown", tab)
 	if err != nil {
@@ -329,10 +332,17 @@ func (b *CPUBackend) MoEDown(out, act, ids, weights *runtime.Tensor, tab ExpertT
 	}
 	I, D := t.I, t.D
 	y := make([]float32, D)
+	order := make([]int, K)
 	clear(ov[:T*D])
 	for tok := 0; tok < T; tok++ {
 		o := ov[tok*D : (tok+1)*D]
-		for j := 0; j < K; j++ {
+		// In ascending expert order, as the per-expert path adds them: the
+		// two paths then agree bit for bit.
+		for j := range order {
+			order[j] = j
+		}
+		slices.SortFunc(order, func(a, b int) int { return int(iv[tok*K+a]) - int(iv[tok*K+b]) })
+		for _, j := range order {
 			s := tok*K + j
 			if err := MatMul(y, av[s*I:(s+1)*I], 1, t.down[iv[s]]); err != nil {
 				return err

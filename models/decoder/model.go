@@ -80,6 +80,11 @@ type Model struct {
 	owned      []*runtime.DeviceBuffer
 	// passTokens is the token count of the forward in progress (PassTokens).
 	passTokens int
+	// MoEFusedTokens is the most tokens a forward runs an expert block
+	// through the backend's fused expert ops for (moefused.go): 0 means
+	// DefaultMoEFusedTokens, a negative value never (every block then runs
+	// expert by expert, routing on the host).
+	MoEFusedTokens int
 }
 
 // PassTokens is the number of tokens the forward in progress carries (or

@@ -112,6 +112,7 @@ func (m *Model) checkUnused(ck *loader.Checkpoint) error {
 // Close frees the weights the model loaded and its workspace. A closed model
 // must not run.
 func (m *Model) Close() {
+	m.closeMoETables()
 	for _, b := range m.owned {
 		b.Free()
 	}
