@@ -11,9 +11,12 @@
 // attention and FlashAttention-2-style prefill on tensor cores), paged.cu
 // (the same attentions over a paged KV cache: batched decode and packed
 // variable-length prefill read through block tables), moe.cu (a mixture of
-// experts' row gathers and weighted scatter-adds), decode_mma.cu
-// (one-query decode attention on tensor cores, contiguous and paged, the
-// splits merged by the last block). Each kernel's comment
+// experts' row gathers and weighted scatter-adds), moefused.cu (a mixture of
+// experts for a few tokens without host sync: device routing, the routed
+// experts' gate·up·SiLU and their weighted down projections, through a
+// device table of weight pointers), decode_mma.cu (one-query decode
+// attention on tensor cores, contiguous and paged, the splits merged by the
+// last block). Each kernel's comment
 // gives what it computes.
 package cuda
 

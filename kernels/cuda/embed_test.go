@@ -22,7 +22,7 @@ func TestSources(t *testing.T) {
 
 		"attn_paged_split_bf16", "attn_paged_decode_d64_bf16", "attn_paged_decode_d128_bf16", "attn_varlen_flash_d32_bf16",
 		"attn_varlen_flash_d64_bf16", "attn_varlen_flash_d128_bf16", "rope_store_paged_bf16",
-		"moe_gather_rows_u16", "moe_scatter_add_f32"} {
+		"moe_gather_rows_u16", "moe_scatter_add_f32", "moe_route_f32", "moe_gateup_bf16", "moe_down_f32out"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("kernel %s missing from the sources (have %v)", want, names)
 		}

@@ -93,8 +93,9 @@ type kernelSet struct {
 	// persistBlocks is the grid of the persistent GEMV kernels: blocks of 256
 	// threads resident at once on the whole GPU.
 	persistBlocks map[*cuda.Function]int
-	paged         pagedKernels // over a paged KV cache (see the end of the file)
-	moe           moeKernels   // mixture-of-experts row ops (moe.go)
+	paged         pagedKernels    // over a paged KV cache (see the end of the file)
+	moe           moeKernels      // mixture-of-experts row ops (moe.go)
+	moeFused      moeFusedKernels // fused mixture-of-experts ops (moefused.go)
 	decodeMMA     decodeMMAKernels
 	addRMS        *cuda.Function // add_rmsnorm_f32_bf16 (addnorm.go)
 }
@@ -138,14 +139,14 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		addBias: get("add_bias_bf16"), scale: get("scale_bf16"),
 		gemvFP8: get("gemv_fp8"), dequantFP8: get("dequant_fp8_bf16"),
 		sample: get("sample_rows"),
-		paged:  loadPaged(get), moe: loadMoE(get), decodeMMA: loadDecodeMMA(get),
+		paged:  loadPaged(get), moe: loadMoE(get), moeFused: loadMoEFused(get), decodeMMA: loadDecodeMMA(get),
 		addRMS: get("add_rmsnorm_f32_bf16"),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	ks.persistBlocks = map[*cuda.Function]int{}
-	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemv3, ks.gateUp, ks.gemvFP8} {
+	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down} {
 		n, err := f.MaxActiveBlocksPerSM(256, 0)
 		if err != nil {
 			return nil, fmt.Errorf("cudabackend: %w", err)

@@ -17,7 +17,8 @@ import (
 // that grows the workspace or a rebinding of any weight (the tree's
 // nn.Tree.BindGeneration moved) makes Step fail; a freed cache is the
 // caller's to avoid. It needs a model with no nn hooks (no offload engine
-// attached).
+// attached) whose expert blocks, if any, run through the backend's fused
+// expert ops (kernels.MoEFused: the routing stays on the device).
 type DecodeGraph struct {
 	m      *Model
 	b      kernels.StepCapturer
@@ -41,8 +42,10 @@ func (m *Model) CaptureDecode(b kernels.Backend, cache Cache) (*DecodeGraph, err
 	if m.Node().Tree().HasHooks() {
 		return nil, errors.New("decoder.CaptureDecode: the model has hooks (an offload engine?) whose work must run at every step; run it eagerly")
 	}
-	if m.hasMoE() {
-		return nil, errors.New("decoder.CaptureDecode: the model routes tokens to experts on the host (a mixture of experts); run it eagerly")
+	if host, err := m.hostRouted(b); err != nil {
+		return nil, fmt.Errorf("decoder.CaptureDecode: %w", err)
+	} else if host {
+		return nil, errors.New("decoder.CaptureDecode: the model routes tokens to experts on the host (the backend has no fused expert ops for these weights, or they are FP8); run it eagerly")
 	}
 	if cache.Len() >= cache.Cap() {
 		return nil, fmt.Errorf("decoder.CaptureDecode: the KV cache is full (%d positions)", cache.Cap())
@@ -123,7 +126,16 @@ func (s *stepper) forward(m *Model, b kernels.Backend, cache Cache, ids []int32)
 		return m.Forward(b, cache, ids, false)
 	}
 	if s.g == nil {
-		if _, ok := b.(kernels.StepCapturer); !ok || m.Node().Tree().HasHooks() || m.hasMoE() || m.tp != nil {
+		_, ok := b.(kernels.StepCapturer)
+		ok = ok && !m.Node().Tree().HasHooks() && m.tp == nil
+		if ok {
+			host, err := m.hostRouted(b)
+			if err != nil {
+				return nil, err
+			}
+			ok = !host
+		}
+		if !ok {
 			s.eager = true
 			return m.Forward(b, cache, ids, false)
 		}

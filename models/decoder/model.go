@@ -84,6 +84,11 @@ type Model struct {
 	// is set on rank 0's shard, the leader (shard.go).
 	tp    runtime.Communicator
 	group *shardGroup
+	// MoEFusedTokens is the most tokens a forward runs an expert block
+	// through the backend's fused expert ops for (moefused.go): 0 means
+	// DefaultMoEFusedTokens, a negative value never (every block then runs
+	// expert by expert, routing on the host).
+	MoEFusedTokens int
 }
 
 // PassTokens is the number of tokens the forward in progress carries (or

@@ -183,13 +183,17 @@ func MoEJSON(c *Config, fs MoEFields) map[string]any {
 // sees each expert's forward, and an offload engine may bind its weights
 // just for it), and adds its output rows scaled by the routing weights.
 // Before the first expert it announces the experts it will call, in that
-// order (nn.Announce).
+// order (nn.Announce). A forward of a few tokens whose experts no hook
+// watches runs through the backend's fused expert ops instead, routing on
+// the device (moefused.go).
 type MoEBlock struct {
 	nn.Base
 	Router   *nn.Linear // [E, D]
 	Experts  []*MLP     // E experts: gate and up [I_e, D], down [D, I_e]
 	TopK     int
 	NormTopK bool
+	table    *moeTable   // the fused path's weight table (moefused.go)
+	mods     []nn.Module // Experts as modules, for nn.Unwatched
 }
 
 // newMoEBlock attaches layer l's expert block where names puts it.
@@ -220,6 +224,9 @@ type moeScratch struct {
 	y      *runtime.Tensor // [cap, D] F32 an expert's output rows
 	host   []float32       // cap·E router logits on the host
 	route  kernels.Routing
+	// The fused path's (moefused.go), made at its first forward.
+	ids, wts *runtime.Tensor // [n, K] I32 routed experts, F32 weights
+	act      *runtime.Tensor // [n·K, I_e] the routed experts' activations
 }
 
 // moeFor returns w's expert scratch, allocating it (held by w) on first use.
@@ -258,11 +265,17 @@ func (l *Layer) ffn(b kernels.Backend, w *workspace, out, h *runtime.Tensor) err
 }
 
 // Forward of the expert block: out[T,D] = Σ over each token's routed
-// experts of weight · expert(h[t]) (see the package's MoE comment).
+// experts of weight · expert(h[t]) (see the package's MoE comment); through
+// the fused ops for a few tokens where it can (moefused.go).
 func (p *MoEBlock) Forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor) error {
 	T := h.Dim(0)
 	m := p.Node().Tree().Root().(*Model)
 	return nn.Call(p, func() error {
+		if f, ok, err := p.fused(b, m, T); err != nil {
+			return err
+		} else if ok {
+			return p.forwardFused(b, f, m, w, out, h)
+		}
 		mk, err := kernels.MoEOf(b)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p.Node().Name(), err)
@@ -322,15 +335,4 @@ func (p *MLP) run(b kernels.Backend, out, x, g, u *runtime.Tensor) error {
 		}
 		return p.Down.Forward(b, out, g)
 	})
-}
-
-// hasMoE reports whether some layer routes to experts: its forward reads
-// the routing back to the host, so a whole step cannot be one graph.
-func (m *Model) hasMoE() bool {
-	for _, l := range m.Layers {
-		if l.MoE != nil {
-			return true
-		}
-	}
-	return false
 }

@@ -113,6 +113,7 @@ func (m *Model) checkUnused(ck *loader.Checkpoint) error {
 // must not run.
 func (m *Model) Close() {
 	m.closeGroup()
+	m.closeMoETables()
 	for _, b := range m.owned {
 		b.Free()
 	}
