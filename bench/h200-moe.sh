@@ -31,6 +31,9 @@ log decode-kprof; $b bench --model $m --device cuda:0 --budgets resident --mode 
 head -45 "$out/decode-kprof.txt"; grep -E 'replayed as a CUDA graph' "$out/decode-kprof.txt"
 log batch; $b bench --model $m --device cuda:0 --budgets resident --batch 1,16 --context 512 --iters 10 --warmup 2 >"$out/batch.txt" 2>&1; cat "$out/batch.txt"
 log run-model-128; for i in 1 2; do $b run-model --model $m --device cuda:0 --token-ids $ids --max-new-tokens 128 --ignore-eos 2>&1 | tail -1; done | tee "$out/run-model-128.txt"
+log offload-8gib; timeout 150 $b bench --model $m --device cuda:0 --budgets 8GiB --mode decode --context 512 --iters 10 >"$out/decode-8gib.txt" 2>&1; cat "$out/decode-8gib.txt"
+log offload-8gib-batch; timeout 120 $b bench --model $m --device cuda:0 --budgets 8GiB --batch 1,16 --context 512 --iters 5 --warmup 2 >"$out/batch-8gib.txt" 2>&1; cat "$out/batch-8gib.txt"
+log offload-8gib-timing; timeout 120 $b run-model --model $m --device cuda:0 --gpu-budget 8GiB --token-ids $ids --max-new-tokens 64 --ignore-eos --offload-timing >"$out/run-8gib-timing.txt" 2>&1; grep -iE 'expert|hit|pool|tokens in|predicted|measured' "$out/run-8gib-timing.txt" | head -20
 # PEER (the lead copies /work/shared/peers/peer_moe.py into the repo first):
 log peer; [ -f bench/peer_moe.py ] && timeout 240 python3 bench/peer_moe.py 24 >"$out/peer.txt" 2>&1; tail -5 "$out/peer.txt" 2>/dev/null
 log done
