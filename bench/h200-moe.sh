@@ -18,9 +18,10 @@ log build; make build-cuda >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"
 git rev-parse --short HEAD >"$out/commit.txt" 2>/dev/null
 if [ "${2:-}" != skip-tests ]; then
   log tests
-  { go test -tags cuda -count=1 -run 'TestMoERouteGPU|TestMoEFusedGPU|TestMoERowOps' ./kernels/cudabackend
-    go test -tags cuda -count=1 -run 'TestMoEFusedEveryDevice|TestMoEEveryDevice' ./models/all
-    go test -tags cuda -count=1 -run 'TestBenchMoEGraphCUDA' ./cmd/infer; } >"$out/tests.log" 2>&1
+  # make's CUDA_ENV sets the cgo flags; GOFLAGS carries -run to go test.
+  { GOFLAGS='-run=TestMoERouteGPU|TestMoEFusedGPU|TestMoERowOps' make -s test-cuda CUDA_PKGS=./kernels/cudabackend
+    GOFLAGS='-run=TestMoEFusedEveryDevice|TestMoEEveryDevice|TestMoEOffloadEqualsResident|TestAnnouncedUnitsEqualResident|TestGPUAnnouncedUnits|TestBenchMoEGraphCUDA' \
+      make -s test-cuda CUDA_PKGS='./models/all ./offload ./cmd/infer'; } >"$out/tests.log" 2>&1
   echo "tests rc=$?" | tee -a "$out/steps.log"
   grep -E '^(--- FAIL|FAIL|ok|panic)|moefused_test|moe_test' "$out/tests.log" | head -40
 fi
