@@ -240,3 +240,23 @@ func (m *Manager) HostBandwidth() float64 {
 	}
 	return m.e.hostBW
 }
+
+// HostUnits lists the units the plan in force computes on the host
+// (INFERENCE; empty before or without a host backend).
+func (m *Manager) HostUnits() []NamedModule {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []NamedModule
+	if m.e == nil || m.e.phase != PhaseInference {
+		return out
+	}
+	for _, u := range m.e.units {
+		if u.onHost {
+			out = append(out, NamedModule{u.name, u.mod})
+		}
+	}
+	return out
+}
+
+// HostUnits lists the named manager's host-computed units.
+func HostUnits(name string) []NamedModule { return GetOffloadManager(name).HostUnits() }
