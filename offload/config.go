@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"github.com/flextensor-go/flextensor/kernels"
 	"math"
 	"strconv"
 	"strings"
@@ -182,6 +183,16 @@ type Config struct {
 	// (diagnostics; "pack: pinned alloc" and "pack: read" are summed over the
 	// goroutines that pack in parallel).
 	Trace func(step string, d time.Duration)
+	// HostBackend, when set, lets the planner compute units on the host
+	// CPU (a third placement beside resident and streamed: host.go): a
+	// backend on a CPU device (kernels/host's). Only models whose layer
+	// loop asks nn.Tree.RunsOn support it (decoder.Model's single-sequence
+	// Forward and Generate; its batched ForwardBatch does not, and fails a
+	// forward whose plan places a unit on the host). nil: two-way plans.
+	HostBackend kernels.Backend
+	// HostUnits are globs over unit names placed on the host whatever the
+	// planner finds (tests, experiments); they need HostBackend.
+	HostUnits []string
 }
 
 // DefaultConfig is an enabled configuration for dev with the model's own
@@ -225,6 +236,12 @@ func (c Config) validate() (Config, error) {
 	}
 	if !streamDTypeOK(c.StreamDType) {
 		return c, fmt.Errorf("offload config: stream dtype %v is not supported (F8_E4M3, or unset for the weights' own)", c.StreamDType)
+	}
+	if len(c.HostUnits) > 0 && c.HostBackend == nil {
+		return c, fmt.Errorf("offload config: HostUnits %q need a HostBackend to compute them", c.HostUnits)
+	}
+	if c.HostBackend != nil && c.HostBackend.Device().Kind() != runtime.KindCPU {
+		return c, fmt.Errorf("offload config: HostBackend is on %s, want a CPU device", c.HostBackend.Device().Name())
 	}
 	if c.GPUBudget.Bytes < 0 || c.GPUBudget.Fraction < 0 || c.GPUBudget.Fraction > 1 {
 		return c, fmt.Errorf("offload config: GPU budget of %d bytes, fraction %g: want bytes ≥ 0 or a fraction in (0, 1]", c.GPUBudget.Bytes, c.GPUBudget.Fraction)

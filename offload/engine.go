@@ -54,6 +54,13 @@ type unit struct {
 	seen        int64       // entries counted in INFERENCE
 	poolBuf     *runtime.DeviceBuffer
 	poolViews   []*runtime.Tensor // views of poolBuf (bindPooled)
+
+	// Host placement (host.go).
+	onHost    bool                  // the plan in force computes the unit on the host
+	hostWrap  *runtime.DeviceBuffer // the host block as a buffer of the host backend's device
+	hostViews []*runtime.Tensor     // views of hostWrap
+	hostStart time.Time
+	hostLast  float64 // the latest host run's wall seconds
 }
 
 // copyTiming holds the events around one copy.
@@ -110,6 +117,9 @@ type engine struct {
 	poolTotal    PoolStats
 
 	timing timingState
+
+	asked  *unit   // the host unit RunsOn named last (host.go)
+	hostBW float64 // the host backend's measured GEMV bytes a second
 
 	replan replanState
 
@@ -445,7 +455,9 @@ func (e *engine) Enter(mod nn.Module) error {
 	}
 	e.active = u
 	var err error
-	if e.phase == PhaseInference {
+	if e.phase == PhaseInference && u.onHost {
+		err = e.enterHost(u)
+	} else if e.phase == PhaseInference {
 		err = e.enterInference(u)
 	} else {
 		err = e.enterStaged(u)
@@ -472,7 +484,9 @@ func (e *engine) Exit(mod nn.Module, ferr error) error {
 	}
 	e.active = nil
 	var err error
-	if e.phase == PhaseInference {
+	if e.phase == PhaseInference && u.onHost {
+		e.exitHost(u)
+	} else if e.phase == PhaseInference {
 		err = e.exitInference(u)
 	} else {
 		err = e.exitStaged(u)
@@ -821,6 +835,9 @@ func (e *engine) startInference() error {
 		in.Units = append(in.Units, pu)
 	}
 	in.MaxAnnounced = e.maxAnnounced
+	if err := e.hostInputs(&in); err != nil {
+		return err
+	}
 	mem := e.dev.Memory()
 	ours := e.fixedBytes + e.staging.Size()
 	free := int64(0)
@@ -866,9 +883,14 @@ func (e *engine) allocSlots() error {
 	pooled := 0
 	for i, u := range e.units {
 		u.resident = plan.Resident[i]
+		u.onHost = plan.IsHost(i)
 		u.pslot, u.copied, u.pendingCopy = -1, false, nil
 		switch {
 		case u.resident:
+		case u.onHost:
+			if e.cfg.HostBackend == nil {
+				return fmt.Errorf("offload: the plan computes unit %s on the host but the engine has no host backend (Config.HostBackend)", u.name)
+			}
 		case u.announced:
 			pooled++
 			if u.bytes > plan.PoolSlotBytes {
@@ -1032,6 +1054,7 @@ func (e *engine) release(preserve bool) error {
 // freeAll returns every buffer the engine holds.
 func (e *engine) freeAll() {
 	for _, u := range e.units {
+		u.dropHostViews()
 		u.host.Free()
 		u.dev.Free()
 		u.host, u.dev = nil, nil

@@ -442,7 +442,7 @@ func (m *Manager) unitsWhere(resident bool) []NamedModule {
 		return out
 	}
 	for _, u := range m.e.units {
-		if u.resident == resident {
+		if u.resident == resident && !u.onHost {
 			out = append(out, NamedModule{u.name, u.mod})
 		}
 	}

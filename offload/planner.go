@@ -136,6 +136,14 @@ type PlanUnit struct {
 	// for the calls of a pass, so it costs RunShare copies a pass. 0 with
 	// Calls > 0 means min(Calls, 1).
 	RunShare float64
+	// HostSecPerToken is the unit's compute time on the host CPU for one
+	// token (planner_host.go): at Tokens tokens per forward it computes in
+	// HostSecPerToken × max(Tokens, 1). 0 means the unit cannot be
+	// computed on the host (a two-way plan). Announced units never are.
+	HostSecPerToken float64
+	// ForceHost places the unit on the host whatever the search finds
+	// (Config.HostUnits; it needs a host backend, not a time).
+	ForceHost bool
 }
 
 // PlanInput is everything the planner needs. One forward pass visits Units in
@@ -165,6 +173,10 @@ type PlanInput struct {
 	// while profiling (an MoE layer's routed experts): the pool slots
 	// that let every copy of a layer be issued at once (0: 1).
 	MaxAnnounced int
+	// HopSec is the time of one crossing of the hidden state between the
+	// device and the host (one way): a stretch of consecutive
+	// host-computed units pays it twice (planner_host.go).
+	HopSec float64
 }
 
 // Plan says which units stay resident and how the others are streamed.
@@ -205,6 +217,10 @@ type Plan struct {
 	// copies move per pass.
 	ExpectedMissRate  float64
 	ExpectedPoolBytes float64
+
+	// Host[u] is true when unit u is computed on the host CPU (its
+	// Resident is false and its SlotOf -1); nil in a two-way plan.
+	Host []bool
 }
 
 // ErrBudget is wrapped by MakePlan's errors when no plan fits the budget.
@@ -306,6 +322,14 @@ func MakePlan(in PlanInput) (Plan, error) {
 	if in.hasAnnounced() {
 		return makePoolPlan(in)
 	}
+	if in.hasHost() {
+		return makeHostPlan(in)
+	}
+	return makeTwoWayPlan(in)
+}
+
+// makeTwoWayPlan is MakePlan's resident/streamed search.
+func makeTwoWayPlan(in PlanInput) (Plan, error) {
 	n := len(in.Units)
 	var total int64
 	largest := 0
@@ -355,6 +379,9 @@ func (in *PlanInput) validate() error {
 		if u.Announced && (math.IsNaN(u.Calls) || math.IsInf(u.Calls, 0) || u.Calls < 0) {
 			return fmt.Errorf("offload: plan: announced unit %d %q has %v calls per pass; want finite and >= 0", i, u.Name, u.Calls)
 		}
+		if math.IsNaN(u.HostSecPerToken) || math.IsInf(u.HostSecPerToken, 0) || u.HostSecPerToken < 0 {
+			return fmt.Errorf("offload: plan: unit %d %q has host compute time %v s a token; want finite and >= 0", i, u.Name, u.HostSecPerToken)
+		}
 		if u.Announced && !(u.RunShare >= 0 && u.RunShare <= 1) {
 			return fmt.Errorf("offload: plan: announced unit %d %q runs in a share %v of passes; want 0 to 1", i, u.Name, u.RunShare)
 		}
@@ -366,6 +393,8 @@ func (in *PlanInput) validate() error {
 		return fmt.Errorf("offload: plan: negative budget %d bytes", in.Budget)
 	case in.Slots < 0:
 		return fmt.Errorf("offload: plan: negative slot count %d", in.Slots)
+	case math.IsNaN(in.HopSec) || math.IsInf(in.HopSec, 0) || in.HopSec < 0:
+		return fmt.Errorf("offload: plan: hop time %v s; want finite and >= 0", in.HopSec)
 	case in.MaxAnnounced < 0:
 		return fmt.Errorf("offload: plan: negative MaxAnnounced %d", in.MaxAnnounced)
 	case math.IsNaN(in.TransferScale) || math.IsInf(in.TransferScale, 0) || in.TransferScale < 0:
@@ -931,6 +960,8 @@ func (pl Plan) String() string {
 	}
 	for u, r := range pl.Resident {
 		switch {
+		case pl.IsHost(u):
+			fmt.Fprintf(&b, "  %3d host\n", u)
 		case r:
 			fmt.Fprintf(&b, "  %3d resident\n", u)
 		case u < len(pl.SlotOf) && pl.SlotOf[u] < 0:

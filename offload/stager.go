@@ -222,6 +222,7 @@ func (e *engine) makeResident(u *unit) error {
 	if err := e.st.copyBlock(e.copy, buf, u.host, u.bytes, "unit "+u.name); err != nil {
 		return err
 	}
+	u.dropHostViews()
 	u.host.Free()
 	u.host = nil
 	return e.bindTo(u, buf)

@@ -175,12 +175,15 @@ func (e *engine) tokensCollect() error {
 	in := e.planIn
 	in.Units = slices.Clone(in.Units)
 	for _, u := range e.units {
-		if s := bk.samples[u]; len(s) > 0 {
+		if s := bk.samples[u]; len(s) > 0 && !u.onHost { // a host unit's device time was not measured
 			in.Units[u.idx].ComputeSec = median(s)
 		}
 	}
 	bk.freq.apply(e, &in)
 	in.Tokens = bk.ref
+	if err := e.hostInputs(&in); err != nil { // the hop grows with the tokens
+		return e.fail(err)
+	}
 	plan, err := MakePlan(in)
 	if err != nil {
 		return e.fail(fmt.Errorf("planning for %d tokens per forward: %w", bk.ref, err))
@@ -199,7 +202,7 @@ func (e *engine) switchTokens(bk *tokenBucket) error {
 		old.plan, old.in = &p, e.planIn
 	}
 	next := *bk.plan
-	if slices.Equal(next.Resident, e.plan.Resident) && next.Slots == e.plan.Slots && next.SlotBytes == e.plan.SlotBytes &&
+	if slices.Equal(next.Resident, e.plan.Resident) && slices.Equal(next.Host, e.plan.Host) && next.Slots == e.plan.Slots && next.SlotBytes == e.plan.SlotBytes &&
 		next.PoolSlots == e.plan.PoolSlots && next.PoolSlotBytes == e.plan.PoolSlotBytes {
 		// Same placement: only the prediction and its tokens change.
 		e.plan = next

@@ -18,6 +18,7 @@ type workspace struct {
 	sel                   *runtime.Tensor // [logitCap, D]: the rows whose logits a batched forward returns
 	moe                   *moeScratch     // the expert blocks' activations (moe.go), made at the first sparse forward
 	bufs                  []*runtime.DeviceBuffer
+	onHost                bool // the host-placed layers' workspace (hostrun.go)
 }
 
 func (w *workspace) free() {
@@ -41,6 +42,16 @@ func (m *Model) workspaceFor(b kernels.Backend, n, logitRows int) (*workspace, e
 		m.ws.free()
 		m.ws = nil
 	}
+	w, err := m.allocWorkspace(b, n, logitRows)
+	if err != nil {
+		return nil, err
+	}
+	m.ws = w
+	return w, nil
+}
+
+// allocWorkspace allocates activations for n tokens on b's device.
+func (m *Model) allocWorkspace(b kernels.Backend, n, logitRows int) (*workspace, error) {
 	c := m.Cfg
 	w := &workspace{cap: n, logitCap: logitRows, act: b.ActDType()}
 	allocAs := func(dt runtime.DType, label string, shape ...int) *runtime.Tensor {
@@ -81,7 +92,6 @@ func (m *Model) workspaceFor(b kernels.Backend, n, logitRows int) (*workspace, e
 		w.free()
 		return nil, err
 	}
-	m.ws = w
 	return w, nil
 }
 
@@ -152,10 +162,8 @@ func (m *Model) localForward(b kernels.Backend, cache Cache, ids []int32, allLog
 				return err
 			}
 		}
-		for _, l := range m.Layers {
-			if err := l.Forward(b, w, x, cache); err != nil {
-				return err
-			}
+		if err := m.runLayers(b, w, x, cache); err != nil {
+			return err
 		}
 		if !allLogits {
 			x = lastRow(x)
@@ -179,7 +187,7 @@ func (m *Model) localForward(b kernels.Backend, cache Cache, ids []int32, allLog
 // Forward of one decoder layer over the residual stream x[T,D], in place.
 func (l *Layer) Forward(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Cache) error {
 	return nn.Call(l, func() error {
-		if l.graph != nil && x.Dim(0) == 1 {
+		if l.graph != nil && !w.onHost && x.Dim(0) == 1 {
 			return l.graph.run(l, b, w, x, cache)
 		}
 		return l.body(b, w, x, cache)

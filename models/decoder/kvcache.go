@@ -51,6 +51,9 @@ type KVCache struct {
 	// model's NewKVCache made this one (rank 0's): Reset, Truncate and
 	// Free apply to them too.
 	peers []*KVCache
+	// host holds the keys and values of the layers an offload plan
+	// computes on the host (hostrun.go), made at their first forward.
+	host *hostKV
 }
 
 // NewKVCache allocates a cache of capacity positions on b's device.
@@ -155,6 +158,10 @@ func (c *KVCache) Reset() {
 
 // Free returns the cache's memory.
 func (c *KVCache) Free() {
+	if c.host != nil {
+		c.host.free()
+		c.host = nil
+	}
 	for _, b := range c.bufs {
 		b.Free()
 	}

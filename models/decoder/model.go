@@ -80,6 +80,8 @@ type Model struct {
 	owned      []*runtime.DeviceBuffer
 	// passTokens is the token count of the forward in progress (PassTokens).
 	passTokens int
+	// host is the host side of host-placed layers (hostrun.go).
+	host *hostSide
 	// tp is this shard's rank of a sharded model (nil: not sharded); group
 	// is set on rank 0's shard, the leader (shard.go).
 	tp    runtime.Communicator

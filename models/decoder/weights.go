@@ -122,6 +122,7 @@ func (m *Model) Close() {
 		m.ws.free()
 		m.ws = nil
 	}
+	m.freeHostSide()
 }
 
 // MissingTensors lists the parameters the checkpoint lacks (sorted).

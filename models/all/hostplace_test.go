@@ -1,0 +1,115 @@
+package all_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/internal/testmodel"
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/kernels/host"
+	"github.com/flextensor-go/flextensor/offload"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// slowHost is the host backend reporting a host so slow that the planner
+// places nothing on it by itself: only Config.HostUnits go there.
+type slowHost struct{ *host.Backend }
+
+func (slowHost) HostBandwidth() float64 { return 1 }
+
+// TestHostPlacement: a model offloaded onto a CPU "device" with layer 1
+// computed on the host (kernels/host on a CPU device of its own) and the
+// others streamed (budget: one transfer block) or resident and streamed
+// (budget: two units; Llama's 4 layers then have all three placements in
+// one forward, the 3-layer fixtures resident and host) gives the resident
+// greedy run's logits within 1e-5 and the same tokens, for every dense
+// fixture family.
+func TestHostPlacement(t *testing.T) {
+	for _, fx := range batchFixtures {
+		for _, units := range []int64{1, 2} {
+			t.Run(fmt.Sprintf("%s/budget-%d-units", fx.family, units), func(t *testing.T) {
+				hostPlacement(t, fx.dir, fx.family, units)
+			})
+		}
+	}
+}
+
+func hostPlacement(t *testing.T, dir, family string, units int64) {
+	fx := struct{ dir, family string }{dir, family}
+	{
+		{
+			hostDev, hb := cpu(t)
+			resident := load(t, fx.dir, hostDev)
+			prompt := []int32{3, 17, 42, 5, 9, 11, 2}
+			const steps = 6
+			want := testmodel.Run(t, resident, hb, prompt, steps)
+
+			unit, fixed, _ := unitBytes(t, resident)
+			dev := runtime.NewCPU(0)
+			defer dev.Close()
+			cpuHost := runtime.NewCPUNamed("host", 0)
+			defer cpuHost.Close()
+			hbk, err := host.New(cpuHost, host.Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer hbk.Close()
+			m := load(t, fx.dir, hostDev)
+			cb, err := kernels.NewCPUBackend(dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := fmt.Sprintf("%s-%s", t.Name(), fx.family)
+			cfg := offload.DefaultConfig(dev)
+			cfg.GPUBudget = offload.Budget{Bytes: fixed + units*unit}
+			cfg.TransferBlocks = 1
+			cfg.HostBackend = slowHost{hbk}
+			cfg.HostUnits = []string{"model.layers.1"}
+			cfg.OffloadTiming = offload.TimingEager
+			if err := offload.Offload(m, &cfg, name); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := offload.Release(name, true); err != nil {
+					t.Error(err)
+				}
+			}()
+			sb := strictBackend{cb, dev}
+			// The first run passes discovery and profiling; the second
+			// runs the three-way plan throughout.
+			testmodel.Run(t, m, sb, prompt, steps)
+			got := testmodel.Run(t, m, sb, prompt, steps)
+			names := func(ns []offload.NamedModule) []string {
+				var out []string
+				for _, n := range ns {
+					out = append(out, n.Name)
+				}
+				return out
+			}
+			hostU, streamed, res := names(offload.HostUnits(name)), names(offload.OffloadUnits(name)), names(offload.ResidentUnits(name))
+			wantStreamed := units == 1 || len(resident.Layers) > 3
+			if !slices.Equal(hostU, []string{"model.layers.1"}) || (len(streamed) > 0) != wantStreamed || (len(res) > 0) != (units > 1) {
+				t.Fatalf("placement: host %v, streamed %v, resident %v", hostU, streamed, res)
+			}
+			for i := range want {
+				if d := maxDiff(got[i], want[i]); d > 1e-5 {
+					t.Fatalf("step %d: logits differ by %g", i, d)
+				}
+				if argmax(got[i]) != argmax(want[i]) {
+					t.Fatalf("step %d: greedy token %d, want %d", i, argmax(got[i]), argmax(want[i]))
+				}
+			}
+		}
+	}
+}
+
+func argmax(xs []float32) int {
+	best := 0
+	for i, x := range xs {
+		if x > xs[best] {
+			best = i
+		}
+	}
+	return best
+}

@@ -1,0 +1,262 @@
+package offload
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// Host placement: with Config.HostBackend set, a unit may be computed on the
+// host CPU. Its parameters are bound, zero-copy, to tensors of the host
+// backend's (CPU) device that view the unit's packed host block (pinned
+// memory the engine holds for a streamed unit anyway); the model runs it
+// with the host backend on activations and a KV cache of its own on the
+// host, and moves the hidden state across the link once each way per
+// stretch of consecutive host units (decoder.Model does, asking
+// nn.Tree.RunsOn). The copy stream keeps prefetching later streamed units
+// while the host computes.
+//
+// Host compute per unit is estimated, not timed: the unit's bytes over the
+// host backend's GEMV bandwidth, measured once when INFERENCE starts by
+// multiplying one token through the largest unit's own matrices (from its
+// host block) with the host backend, per token of the forward (planner_host.go).
+
+var _ nn.Elsewhere = (*engine)(nil)
+
+// HiddenSizer is implemented by a model whose host-computed stretches move
+// its hidden state between the device and the host: the bytes one token's
+// hidden state takes (the hop the planner charges per crossing).
+type HiddenSizer interface {
+	HiddenStateBytes() int64
+}
+
+// HostBandwidthMeasurer is implemented by a host backend that reports the
+// host's read bandwidth itself; the engine then skips its own GEMV timing.
+type HostBandwidthMeasurer interface {
+	HostBandwidth() float64
+}
+
+// RunsOn is the engine's nn.Elsewhere: the host backend for a unit the plan
+// in force computes on the host, nil for everything else.
+func (e *engine) RunsOn(m nn.Module) kernels.Backend {
+	if e.phase != PhaseInference || e.cfg.HostBackend == nil {
+		return nil
+	}
+	u := e.byMod[m]
+	if u == nil || !u.onHost {
+		return nil
+	}
+	e.asked = u
+	return e.cfg.HostBackend
+}
+
+// hostDevice wraps host memory as buffers of the host backend's device.
+type hostWrapper interface {
+	Wrap(data []byte, label string) (*runtime.DeviceBuffer, error)
+}
+
+// bindHost binds u's parameters to host-device views of its host block.
+func (e *engine) bindHost(u *unit) error {
+	if u.hostViews == nil {
+		if u.host == nil {
+			return fmt.Errorf("offload: host unit %s has no host block", u.name)
+		}
+		w, ok := e.cfg.HostBackend.Device().(hostWrapper)
+		if !ok {
+			return fmt.Errorf("offload: the host backend's device %s cannot view host memory", e.cfg.HostBackend.Device().Name())
+		}
+		buf, err := w.Wrap(u.host.Bytes()[:u.bytes], "offload host unit "+u.name)
+		if err != nil {
+			return err
+		}
+		vs, err := u.viewsOn(buf)
+		if err != nil {
+			buf.Free()
+			return err
+		}
+		u.hostWrap, u.hostViews = buf, vs
+	}
+	return u.bindViews(u.hostViews)
+}
+
+// dropHostViews forgets u's host views (before its host block is freed).
+func (u *unit) dropHostViews() {
+	if u.hostWrap != nil {
+		u.hostWrap.Free()
+	}
+	u.hostWrap, u.hostViews = nil, nil
+}
+
+// enterHost is a host unit's entry in INFERENCE: the model must have asked
+// where it runs (RunsOn) just before, so its caller computes it with the
+// host backend.
+func (e *engine) enterHost(u *unit) error {
+	if e.asked != u {
+		return fmt.Errorf("offload: unit %s is placed on the host but was entered without asking where it runs (nn.Tree.RunsOn); batched forwards (ForwardBatch) do not support host placement: offload without Config.HostBackend", u.name)
+	}
+	e.asked = nil
+	if err := e.bindHost(u); err != nil {
+		return err
+	}
+	u.hostStart = time.Now()
+	return nil
+}
+
+// exitHost records the host unit's wall time for the timing report.
+func (e *engine) exitHost(u *unit) {
+	u.hostLast = time.Since(u.hostStart).Seconds()
+}
+
+// hostInputs fills the host fields of in: each unit's host seconds per
+// token from the measured host bandwidth, the forced units, and the hop.
+func (e *engine) hostInputs(in *PlanInput) error {
+	if e.cfg.HostBackend == nil {
+		return nil
+	}
+	forced := map[*unit]bool{}
+	if len(e.cfg.HostUnits) > 0 {
+		mods, err := nn.MatchOutermost(e.model, e.cfg.HostUnits, nil)
+		if err != nil {
+			return err
+		}
+		for _, m := range mods {
+			u := e.byMod[m]
+			if u == nil {
+				return fmt.Errorf("offload config: HostUnits matches %s, which is not an offload unit", m.Node().Name())
+			}
+			forced[u] = true
+		}
+		if len(forced) == 0 {
+			return fmt.Errorf("offload config: HostUnits %q match no unit", e.cfg.HostUnits)
+		}
+	}
+	if e.hostBW == 0 {
+		bw, err := e.measureHostBW()
+		if err != nil {
+			return fmt.Errorf("measuring the host backend: %w", err)
+		}
+		e.hostBW = bw
+	}
+	for i, u := range e.units {
+		if u.announced || len(u.shared) > 0 {
+			if forced[u] {
+				return fmt.Errorf("offload config: HostUnits names %s, which cannot be computed on the host (a data-dependent unit, or one reading another unit's parameters)", u.name)
+			}
+			continue
+		}
+		in.Units[i].HostSecPerToken = float64(u.bytes) / e.hostBW
+		in.Units[i].ForceHost = forced[u]
+	}
+	if hs, ok := e.model.(HiddenSizer); ok && len(in.Curve.Points) > 0 {
+		in.HopSec = in.Curve.Time(hs.HiddenStateBytes() * int64(max(in.Tokens, 1)))
+	}
+	return nil
+}
+
+// measureHostBW times one token through the largest unit's 2-D weights
+// with the host backend (best of 3) and returns bytes a second.
+func (e *engine) measureHostBW() (float64, error) {
+	if bm, ok := e.cfg.HostBackend.(HostBandwidthMeasurer); ok {
+		if bw := bm.HostBandwidth(); bw > 0 {
+			return bw, nil
+		}
+	}
+	var big *unit
+	for _, u := range e.units {
+		if !u.announced && u.host != nil && (big == nil || u.bytes > big.bytes) {
+			big = u
+		}
+	}
+	if big == nil {
+		return 0, fmt.Errorf("no unit to time")
+	}
+	hb := e.cfg.HostBackend
+	w, ok := hb.Device().(hostWrapper)
+	if !ok {
+		return 0, fmt.Errorf("the host backend's device %s cannot view host memory", hb.Device().Name())
+	}
+	buf, err := w.Wrap(big.host.Bytes()[:big.bytes], "offload host timing "+big.name)
+	if err != nil {
+		return 0, err
+	}
+	defer buf.Free()
+	vs, err := big.viewsOn(buf)
+	if err != nil {
+		return 0, err
+	}
+	type mm struct{ x, out, w *runtime.Tensor }
+	var mms []mm
+	var bytes int64
+	defer func() {
+		for _, m := range mms {
+			m.x.Buffer().Free()
+			m.out.Buffer().Free()
+		}
+	}()
+	for _, v := range vs {
+		if len(v.Shape()) != 2 || (v.DType() != runtime.BF16 && v.DType() != runtime.F32 && v.DType() != runtime.F16) {
+			continue
+		}
+		x, err := runtime.NewTensor(hb.Device(), runtime.F32, runtime.Shape{1, v.Dim(1)}, "host timing x")
+		if err != nil {
+			return 0, err
+		}
+		out, err := runtime.NewTensor(hb.Device(), runtime.F32, runtime.Shape{1, v.Dim(0)}, "host timing out")
+		if err != nil {
+			x.Buffer().Free()
+			return 0, err
+		}
+		mms = append(mms, mm{x, out, v})
+		bytes += v.NumBytes()
+	}
+	if len(mms) == 0 {
+		return 0, fmt.Errorf("unit %s has no BF16/F16/F32 matrix to time", big.name)
+	}
+	best := -1.0
+	for rep := 0; rep < 3; rep++ {
+		t0 := time.Now()
+		for _, m := range mms {
+			if err := hb.MatMul(m.out, m.x, m.w); err != nil {
+				return 0, err
+			}
+		}
+		if s := time.Since(t0).Seconds(); best < 0 || s < best {
+			best = s
+		}
+	}
+	return float64(bytes) / max(best, 1e-9), nil
+}
+
+// HostBandwidth is the host backend's GEMV bandwidth (bytes a second) the
+// planner used, 0 before INFERENCE or without a host backend.
+func (m *Manager) HostBandwidth() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil {
+		return 0
+	}
+	return m.e.hostBW
+}
+
+// HostUnits lists the units the plan in force computes on the host
+// (INFERENCE; empty before or without a host backend).
+func (m *Manager) HostUnits() []NamedModule {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []NamedModule
+	if m.e == nil || m.e.phase != PhaseInference {
+		return out
+	}
+	for _, u := range m.e.units {
+		if u.onHost {
+			out = append(out, NamedModule{u.name, u.mod})
+		}
+	}
+	return out
+}
+
+// HostUnits lists the named manager's host-computed units.
+func HostUnits(name string) []NamedModule { return GetOffloadManager(name).HostUnits() }

@@ -1,0 +1,151 @@
+package offload
+
+import (
+	"slices"
+)
+
+// Three-way plans: a unit is resident on the device, streamed to it through
+// the transfer slots, or computed on the host CPU over its pinned host block
+// (its activations and KV cache on the host too).
+//
+// The model of the forward extends Simulate's two-stream schedule with a
+// third resource, the host, on the critical path: a host-computed unit is a
+// step of the compute chain that lasts HostSecPerToken × max(Tokens, 1),
+// takes no device memory and no slot, and lets the copy stream run ahead
+// meanwhile (the copies of later streamed units go on while the host
+// computes, as far as free slots allow). A stretch of consecutive
+// host-computed units adds two hops (HopSec each): the hidden state goes to
+// the host before its first unit and back after its last. The pass boundary
+// ends a stretch (the model's head runs on the device).
+//
+// So a host unit is scored exactly as a resident unit of 0 bytes whose
+// compute time is its host time plus the hops it pays: the search reuses the
+// two-way planner on that transformed input.
+//
+// Host compute grows with the tokens a forward carries and copies do not:
+// at batch-1 decode a fast host takes a share of the streamed units, at a
+// prefill or a large batch its time dwarfs the copies and every unit streams.
+
+// hasHost reports whether any unit may be computed on the host.
+func (in *PlanInput) hasHost() bool {
+	for _, u := range in.Units {
+		if u.HostSecPerToken > 0 || u.ForceHost {
+			return true
+		}
+	}
+	return false
+}
+
+// hostSec is unit u's host compute time at the input's tokens per forward.
+func (in *PlanInput) hostSec(u int) float64 {
+	return in.Units[u].HostSecPerToken * float64(max(in.Tokens, 1))
+}
+
+// IsHost reports whether the plan computes unit u on the host.
+func (pl Plan) IsHost(u int) bool { return u >= 0 && u < len(pl.Host) && pl.Host[u] }
+
+// HostUnits is the number of units the plan computes on the host.
+func (pl Plan) HostUnits() int {
+	n := 0
+	for _, h := range pl.Host {
+		if h {
+			n++
+		}
+	}
+	return n
+}
+
+// hostInput is in with the units in host turned into 0-byte resident-like
+// units whose compute is their host time plus the hops they pay, and every
+// host field cleared (so the two-way search runs on it).
+func hostInput(in PlanInput, host []bool) PlanInput {
+	out := in
+	out.HopSec = 0
+	out.Units = slices.Clone(in.Units)
+	n := len(in.Units)
+	for u := range out.Units {
+		out.Units[u].HostSecPerToken, out.Units[u].ForceHost = 0, false
+		if !host[u] {
+			continue
+		}
+		sec := in.hostSec(u)
+		if u == 0 || !host[u-1] {
+			sec += in.HopSec
+		}
+		if u == n-1 || !host[u+1] {
+			sec += in.HopSec
+		}
+		out.Units[u].Bytes, out.Units[u].ComputeSec = 0, sec
+	}
+	return out
+}
+
+// hostPlan turns a plan of hostInput(in, host) into the three-way plan.
+func hostPlan(pl Plan, host []bool) Plan {
+	pl.Resident = slices.Clone(pl.Resident)
+	pl.Host = slices.Clone(host)
+	for u, h := range host {
+		if h {
+			pl.Resident[u], pl.SlotOf[u] = false, -1
+		}
+	}
+	return pl
+}
+
+// makeHostPlan is MakePlan for inputs where units may be computed on the
+// host. It starts from the forced host units (ForceHost) and the two-way
+// plan of the rest, then moves units to the host greedily: each round tries
+// every unit that is neither resident nor on the host yet (and has a host
+// time), scores the move with Simulate on the current resident set and slot
+// count, and makes the move that shortens the predicted forward most; it
+// stops when no move helps. The final host set is planned once more by the
+// two-way search (a smaller streamed set may let other units be resident),
+// and the faster of the two plans is kept. 32 layers take a few thousand
+// simulated passes: milliseconds.
+func makeHostPlan(in PlanInput) (Plan, error) {
+	n := len(in.Units)
+	host := make([]bool, n)
+	for u, pu := range in.Units {
+		host[u] = pu.ForceHost
+	}
+	cur, err := makeTwoWayPlan(hostInput(in, host))
+	if err != nil {
+		return Plan{}, err
+	}
+	res := cur.Resident // host units are resident (0 bytes) in the transformed plan
+	slots := cur.Slots
+	sec := cur.PredictedSec
+	for {
+		best, bestSec := -1, sec
+		for u := range n {
+			if host[u] || res[u] || in.Units[u].HostSecPerToken <= 0 {
+				continue
+			}
+			host[u] = true
+			try := slices.Clone(res)
+			try[u] = true
+			p := newPlanProblem(hostInput(in, host))
+			s := max(slots, 1)
+			if e := p.evaluate(try, s); e.ok && e.sec < bestSec*(1-1e-9) {
+				best, bestSec = u, e.sec
+			}
+			host[u] = false
+		}
+		if best < 0 {
+			break
+		}
+		host[best], res[best], sec = true, true, bestSec
+		p := newPlanProblem(hostInput(in, host))
+		cur = p.plan(res, max(slots, 1))
+		slots = cur.Slots
+	}
+	final, err := makeTwoWayPlan(hostInput(in, host))
+	if err == nil && final.PredictedSec <= cur.PredictedSec {
+		cur = final
+	}
+	pl := hostPlan(cur, host)
+	if pl.HostUnits() == 0 {
+		pl.Host = nil
+	}
+	return pl, nil
+}
