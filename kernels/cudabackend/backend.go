@@ -69,7 +69,11 @@ type Backend struct {
 	// a separate combine launch instead of the tensor-core kernels of
 	// decode_mma.cu. New sets it when FT_DECODE_ATTN=legacy (A/B runs).
 	LegacyDecodeAttention bool
-	counters              *runtime.DeviceBuffer // the decode kernels' last-block counters (decode.go)
+	// ForceMMADecode uses the tensor-core decode attention for one sequence
+	// also with 8 query heads per KV head, where the staged kernel is the
+	// default (tests).
+	ForceMMADecode bool
+	counters       *runtime.DeviceBuffer // the decode kernels' last-block counters (decode.go)
 
 	// NoFusedAddNorm makes AddRMSNorm run Add then RMSNorm (two launches)
 	// instead of add_rmsnorm_f32_bf16. New sets it when FT_FUSE_ADDNORM=0.

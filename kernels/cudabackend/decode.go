@@ -56,6 +56,13 @@ func (b *Backend) decodeMMA(paged bool, d, G int, ptrs ...uintptr) *cuda.Functio
 	if b.LegacyDecodeAttention || b.noFlash || G > 8 || !aligned16(ptrs...) {
 		return nil
 	}
+	// One sequence with 8 query heads per KV head (Qwen3-30B-A3B's 32/4):
+	// the staged kernel + combine measured 0.47 ms a step against 0.55 ms
+	// (24 layers, context 512, H200, bench/RESULTS.md); with 4 (Llama 3's
+	// 32/8) the tensor-core one is as fast at 512 and faster at 8,000.
+	if !paged && G >= 8 && !b.ForceMMADecode {
+		return nil
+	}
 	if paged {
 		return b.k.decodeMMA.paged[d]
 	}

@@ -46,13 +46,15 @@ func TestDecodeMMA(t *testing.T) {
 					t.Fatal(err)
 				}
 				ref := host(t, runtime.F32, nil, 1, c.H, c.d)
-				full := func(v []float32) []float32 { return append(append([]float32(nil), v...), make([]float32, (c.C-n)*row)...) }
+				full := func(v []float32) []float32 {
+					return append(append([]float32(nil), v...), make([]float32, (c.C-n)*row)...)
+				}
 				if err := cb.AttentionWindow(ref, host(t, runtime.F32, q, 1, c.H, c.d), host(t, runtime.F32, full(kc), c.C, c.K, c.d),
 					host(t, runtime.F32, full(vc), c.C, c.K, c.d), c.pos0, c.window); err != nil {
 					t.Fatal(err)
 				}
-				gb.LegacyDecodeAttention = legacy
-				defer func() { gb.LegacyDecodeAttention = legacyDecodeFromEnv() }()
+				gb.LegacyDecodeAttention, gb.ForceMMADecode = legacy, !legacy // G = 8 too on the tensor cores
+				defer func() { gb.LegacyDecodeAttention, gb.ForceMMADecode = legacyDecodeFromEnv(), false }()
 				gq := gpu(t, runtime.BF16, q, 1, c.H, c.d)
 				for rep := range 3 {
 					out := poisoned(t, runtime.BF16, 1, c.H, c.d)
