@@ -152,23 +152,57 @@ extern "C" __global__ void __launch_bounds__(256) moe_down_f32out(float* out, co
 		const bf16_t* a0 = act + (usize)t * K * I;
 		float acc = 0.f;
 		int c = lane;
-		for (; c + 32 * 7 < C; c += 32 * 8) {
-			uint4 a[8], b[8];
-			float ww[8];
-#pragma unroll
-			for (int u = 0; u < 8; u++) {
-				const int cc = c + 32 * u, j = cc / nv, i = cc - j * nv;
-				a[u] = __ldg(reinterpret_cast<const uint4*>(moe_ptr(down, __ldg(id + j)) + (usize)d * I) + i);
-				b[u] = __ldg(reinterpret_cast<const uint4*>(a0 + (usize)j * I) + i);
-				ww[u] = __ldg(w + j);
+		if (K <= 32) {
+			// Lane j holds expert j's row d and weight: the chunks' rows then
+			// come by shuffle, not by a chain of dependent loads (id, table,
+			// row) per chunk.
+			unsigned long long rowj = 0;
+			float wj = 0.f;
+			if (lane < K) {
+				rowj = reinterpret_cast<unsigned long long>(moe_ptr(down, __ldg(id + lane)) + (usize)d * I);
+				wj = __ldg(w + lane);
 			}
+			for (; c + 32 * 7 < C; c += 32 * 8) {
+				uint4 a[8], b[8];
+				float ww[8];
 #pragma unroll
-			for (int u = 0; u < 8; u++) acc += ww[u] * dot8(a[u], b[u]);
-		}
-		for (; c < C; c += 32) {
-			const int j = c / nv, i = c - j * nv;
-			acc += __ldg(w + j) * dot8(__ldg(reinterpret_cast<const uint4*>(moe_ptr(down, __ldg(id + j)) + (usize)d * I) + i),
-			                           __ldg(reinterpret_cast<const uint4*>(a0 + (usize)j * I) + i));
+				for (int u = 0; u < 8; u++) {
+					const int cc = c + 32 * u, j = cc / nv, i = cc - j * nv;
+					const uint4* row = reinterpret_cast<const uint4*>(__shfl_sync(FT_FULL, rowj, j));
+					ww[u] = __shfl_sync(FT_FULL, wj, j);
+					a[u] = __ldg(row + i);
+					b[u] = __ldg(reinterpret_cast<const uint4*>(a0 + (usize)j * I) + i);
+				}
+#pragma unroll
+				for (int u = 0; u < 8; u++) acc += ww[u] * dot8(a[u], b[u]);
+			}
+			// The tail: every lane takes part in the shuffles, those past C
+			// add nothing.
+			for (; c - lane < C; c += 32) {
+				const int cc = min(c, C - 1), j = cc / nv, i = cc - j * nv;
+				const uint4* row = reinterpret_cast<const uint4*>(__shfl_sync(FT_FULL, rowj, j));
+				const float wv = __shfl_sync(FT_FULL, wj, j);
+				if (c < C) acc += wv * dot8(__ldg(row + i), __ldg(reinterpret_cast<const uint4*>(a0 + (usize)j * I) + i));
+			}
+		} else {
+			for (; c + 32 * 7 < C; c += 32 * 8) {
+				uint4 a[8], b[8];
+				float ww[8];
+#pragma unroll
+				for (int u = 0; u < 8; u++) {
+					const int cc = c + 32 * u, j = cc / nv, i = cc - j * nv;
+					a[u] = __ldg(reinterpret_cast<const uint4*>(moe_ptr(down, __ldg(id + j)) + (usize)d * I) + i);
+					b[u] = __ldg(reinterpret_cast<const uint4*>(a0 + (usize)j * I) + i);
+					ww[u] = __ldg(w + j);
+				}
+#pragma unroll
+				for (int u = 0; u < 8; u++) acc += ww[u] * dot8(a[u], b[u]);
+			}
+			for (; c < C; c += 32) {
+				const int j = c / nv, i = c - j * nv;
+				acc += __ldg(w + j) * dot8(__ldg(reinterpret_cast<const uint4*>(moe_ptr(down, __ldg(id + j)) + (usize)d * I) + i),
+				                           __ldg(reinterpret_cast<const uint4*>(a0 + (usize)j * I) + i));
+			}
 		}
 		acc = warp_sum(acc);
 		if (lane == 0) out[(usize)t * D + d] = acc;
