@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -60,7 +61,8 @@ type Backend struct {
 	// 3.98 against 3.48 TB/s on Llama-3-8B's down projection); GEMVUnroll (4,
 	// 8 or 16 loads in flight per lane; 0 = 8 for bf16 outputs, 16 for fp32)
 	// and GEMVWarpsPerRow (1, 2, 4 or 8; 0 = chosen per shape) tune them.
-	// Benchmarks and tests set these.
+	// Benchmarks and tests set these; FT_GEMV=rowblocks sets GEMVRowBlocks
+	// when the backend is made (A/B runs).
 	GEMVRowBlocks               bool
 	GEMVUnroll, GEMVWarpsPerRow int
 
@@ -190,7 +192,8 @@ func New(dev runtime.Device) (*Backend, error) {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
-		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv()}
+		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(),
+		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks"}
 	cd.AtClose(b.Close)
 	return b, nil
 }
