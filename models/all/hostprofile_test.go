@@ -199,3 +199,77 @@ func TestHostPlacementDevice(t *testing.T) {
 		}
 	})
 }
+
+// TestHostPlacementTiming: the offload timing report of a three-way plan
+// has the host unit's row placed "host" with a positive host wall time (and
+// no device transfer), counts it apart from resident and streamed units,
+// and its table shows the host column.
+func TestHostPlacementTiming(t *testing.T) {
+	fx := batchFixtures[0] // llama: 4 layers, all three placements
+	hostDev, _ := cpu(t)
+	resident := load(t, fx.dir, hostDev)
+	dev := runtime.NewCPU(0)
+	defer dev.Close()
+	cb, err := kernels.NewCPUBackend(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := hybridConfig(t, resident, dev, hostBackend(t), 2)
+	cfg.OffloadTiming = offload.TimingEager
+	const name = "host-timing"
+	m := load(t, fx.dir, hostDev)
+	if err := offload.Offload(m, &cfg, name); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := offload.Release(name, true); err != nil {
+			t.Error(err)
+		}
+	}()
+	prompt := []int32{3, 17, 42, 5}
+	testmodel.Run(t, m, cb, prompt, 3)
+	if _, err := offload.CollectOffloadTiming(name); err != nil { // drop the passes before INFERENCE settled
+		t.Fatal(err)
+	}
+	testmodel.Run(t, m, cb, prompt, 3)
+	rep, err := offload.CollectOffloadTiming(name)
+	if err != nil || rep == nil {
+		t.Fatalf("timing report: %v, %v", rep, err)
+	}
+	if rep.HostUnits != 1 || rep.ResidentUnits+rep.StreamedUnits+rep.HostUnits != len(resident.Layers) || rep.StreamedUnits == 0 || rep.ResidentUnits == 0 {
+		t.Fatalf("report counts %d resident, %d streamed, %d host of %d layers", rep.ResidentUnits, rep.StreamedUnits, rep.HostUnits, len(resident.Layers))
+	}
+	var hostRow *offload.TrapTimingStats
+	for i, tr := range rep.Traps {
+		if tr.Host {
+			if hostRow != nil {
+				t.Fatalf("two host rows: %s and %s", hostRow.Trap, tr.Trap)
+			}
+			hostRow = &rep.Traps[i]
+		} else if len(tr.HostMs) > 0 {
+			t.Fatalf("%s is not on the host but has host times %v", tr.Trap, tr.HostMs)
+		}
+	}
+	if hostRow == nil || hostRow.Trap != "model.layers.1" || hostRow.Streamed || len(hostRow.HostMs) != hostRow.Passes || hostRow.MedianHostMs() <= 0 || hostRow.MedianTransferMs() != 0 {
+		t.Fatalf("host row %+v", hostRow)
+	}
+	// In execution order: layer 1 between layers 0 and 2.
+	var order []string
+	for _, tr := range rep.Traps {
+		order = append(order, tr.Trap)
+	}
+	if i := slices.Index(order, "model.layers.1"); i < 1 || order[i-1] != "model.layers.0" || order[i+1] != "model.layers.2" {
+		t.Fatalf("rows in order %v", order)
+	}
+	table := offload.FormatOffloadTimingTable(rep)
+	var line string
+	for _, l := range strings.Split(table, "\n") {
+		if strings.HasPrefix(l, "model.layers.1 ") {
+			line = l
+		}
+	}
+	if !strings.Contains(table, "host ms") || !strings.Contains(line, " host ") || !strings.Contains(table, "1 units computed on the host") {
+		t.Fatalf("table lacks the host column or row:\n%s", table)
+	}
+	t.Log("\n" + table)
+}
