@@ -108,6 +108,9 @@ func (e *engine) enterHost(u *unit) error {
 // exitHost records the host unit's wall time for the timing report.
 func (e *engine) exitHost(u *unit) {
 	u.hostLast = time.Since(u.hostStart).Seconds()
+	if e.measuring() && e.timing.rootStart != nil {
+		e.timing.host = append(e.timing.host, hostRun{u, u.hostLast})
+	}
 }
 
 // hostInputs fills the host fields of in: each unit's host seconds per

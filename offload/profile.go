@@ -66,6 +66,9 @@ type PlanState struct {
 	PoolSlotBytes     int64   `json:"pool_slot_bytes,omitempty"`
 	ExpectedMissRate  float64 `json:"expected_miss_rate,omitempty"`
 	ExpectedPoolBytes float64 `json:"expected_pool_bytes,omitempty"`
+	// Host[u] is true for a unit the plan computes on the host CPU (absent
+	// for a two-way plan); loading such a profile needs Config.HostBackend.
+	Host []bool `json:"host,omitempty"`
 }
 
 // State is everything a restart needs to go straight to INFERENCE: the
@@ -170,9 +173,23 @@ func (st *State) Validate(model nn.Module) error {
 	if len(st.Plan.Resident) != n || len(st.Plan.SlotOf) != n {
 		return fmt.Errorf("%w: plan covers %d/%d units, profile has %d", ErrProfileMismatch, len(st.Plan.Resident), len(st.Plan.SlotOf), n)
 	}
+	if h := st.Plan.Host; len(h) != 0 && len(h) != n {
+		return fmt.Errorf("%w: plan places %d units on the host or not, profile has %d", ErrProfileMismatch, len(h), n)
+	}
 	streamed, largest := 0, int64(0)
 	pooled, poolLargest := 0, int64(0)
 	for i, r := range st.Plan.Resident {
+		if len(st.Plan.Host) > 0 && st.Plan.Host[i] {
+			switch {
+			case r:
+				return fmt.Errorf("%w: unit %s is both resident and computed on the host", ErrProfileMismatch, st.Units[i].Name)
+			case st.Units[i].Announced:
+				return fmt.Errorf("%w: announced unit %s is computed on the host; data-dependent units cannot be", ErrProfileMismatch, st.Units[i].Name)
+			case st.Plan.SlotOf[i] != -1:
+				return fmt.Errorf("%w: host unit %s is placed in transfer block %d", ErrProfileMismatch, st.Units[i].Name, st.Plan.SlotOf[i])
+			}
+			continue
+		}
 		if r {
 			continue
 		}
@@ -708,6 +725,14 @@ func (e *engine) startFromState(st *State) error {
 				runtime.FormatBytes(st.Plan.PeakBytes), e.dev.Name(), runtime.FormatBytes(free), runtime.FormatBytes(mem.Limit))
 		}
 	}
+	if e.cfg.HostBackend == nil {
+		for i, h := range st.Plan.Host {
+			if h {
+				return fmt.Errorf("the profile's plan computes %d units on the host (%s first) but no host backend is configured (Config.HostBackend; infer: --host-threads N)",
+					countTrue(st.Plan.Host), e.units[i].name)
+			}
+		}
+	}
 	e.weightTotal()
 	// The streamed units' pinned blocks are allocated and filled on other
 	// goroutines while the resident weights are uploaded here: page locking
@@ -726,6 +751,12 @@ func (e *engine) startFromState(st *State) error {
 		err = perr
 	}
 	if err != nil {
+		return err
+	}
+	// Later replans (tokens per forward changing) plan three ways too: the
+	// host times come from the host backend measured now, over the packed
+	// host blocks.
+	if err := e.hostInputs(&e.planIn); err != nil {
 		return err
 	}
 	t := time.Now()
@@ -766,7 +797,8 @@ func (e *engine) placeFromState(st *State) error {
 	e.budget = st.BudgetBytes
 	e.plan = Plan{Resident: st.Plan.Resident, Slots: st.Plan.Slots, SlotBytes: st.Plan.SlotBytes, SlotOf: st.Plan.SlotOf,
 		Prefetch: st.Plan.Prefetch, PredictedSec: st.Plan.PredictedSec, FloorSec: st.Plan.FloorSec, PeakBytes: st.Plan.PeakBytes,
-		PoolSlots: st.Plan.PoolSlots, PoolSlotBytes: st.Plan.PoolSlotBytes, ExpectedMissRate: st.Plan.ExpectedMissRate, ExpectedPoolBytes: st.Plan.ExpectedPoolBytes}
+		PoolSlots: st.Plan.PoolSlots, PoolSlotBytes: st.Plan.PoolSlotBytes, ExpectedMissRate: st.Plan.ExpectedMissRate, ExpectedPoolBytes: st.Plan.ExpectedPoolBytes,
+		Host: slices.Clone(st.Plan.Host)}
 	// A later replan plans with this configuration's slot request (0 = the
 	// planner chooses), not necessarily the profile's count.
 	e.planIn = PlanInput{FixedBytes: st.FixedBytes, Budget: st.BudgetBytes, Slots: e.cfg.TransferBlocks, Curve: st.Curve, TransferScale: e.cfg.TransferBudgetScale,
@@ -810,5 +842,17 @@ func (e *engine) placeResidentFrom(resident []bool) error {
 func planState(p Plan) PlanState {
 	return PlanState{Resident: p.Resident, Slots: p.Slots, SlotBytes: p.SlotBytes, SlotOf: p.SlotOf,
 		Prefetch: p.Prefetch, PredictedSec: p.PredictedSec, FloorSec: p.FloorSec, PeakBytes: p.PeakBytes,
-		PoolSlots: p.PoolSlots, PoolSlotBytes: p.PoolSlotBytes, ExpectedMissRate: p.ExpectedMissRate, ExpectedPoolBytes: p.ExpectedPoolBytes}
+		PoolSlots: p.PoolSlots, PoolSlotBytes: p.PoolSlotBytes, ExpectedMissRate: p.ExpectedMissRate, ExpectedPoolBytes: p.ExpectedPoolBytes,
+		Host: slices.Clone(p.Host)}
+}
+
+// countTrue is the number of true values in bs.
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }

@@ -21,6 +21,11 @@ type TrapTimingRecord struct {
 	// have zero, one or several records in a pass; Hit is then true when
 	// the call needed no copy (resident, or found in a pool slot).
 	Announced, Hit bool
+	// Host is true for a unit the plan computes on the host CPU
+	// (Config.HostBackend); HostMs is then its wall time there (Streamed is
+	// false and the device columns are 0).
+	Host   bool
+	HostMs float64
 }
 
 // OffloadTimingSnapshot is one measured forward pass.
@@ -43,11 +48,17 @@ type TrapTimingStats struct {
 	// Announced marks a data-dependent unit: its samples are per run (it
 	// may run zero or several times a pass) and Passes counts runs.
 	Announced bool
-	Passes    int
-	Bytes     int64 // the unit's weight bytes (0 for a manual block)
+	// Host marks a unit computed on the host CPU; HostMs holds its wall
+	// times.
+	Host   bool
+	Passes int
+	Bytes  int64 // the unit's weight bytes (0 for a manual block)
 	// Per-pass samples, in pass order.
-	TransferMs, ComputeMs, WaitMs []float64
+	TransferMs, ComputeMs, WaitMs, HostMs []float64
 }
+
+// MedianHostMs is the median host wall time (0 for a unit not on the host).
+func (s TrapTimingStats) MedianHostMs() float64 { return median(s.HostMs) }
 
 // SampleStats summarises one column of a trap's samples over a window.
 type SampleStats struct {
@@ -156,6 +167,7 @@ type OffloadTimingReport struct {
 	StreamedBytes  int64             // bytes copied per pass (the pool's: the window's average)
 	ResidentUnits  int
 	StreamedUnits  int
+	HostUnits      int // units computed on the host CPU
 	TransferBlocks int
 	// PlanTokens is the tokens per forward the plan in force was made for
 	// (0: unknown; see TokenCounter).
@@ -319,6 +331,7 @@ type timingState struct {
 	current   []unitRun
 	pool      PoolStats // the pass's announced-unit counts
 	blocks    []blockRun
+	host      []hostRun // the pass's host-computed units
 	snaps     []OffloadTimingSnapshot
 	// pending is graph mode's last measured pass, kept until
 	// UpdateOffloadTiming stores it (or the next pass replaces it).
@@ -334,8 +347,14 @@ func (t *timingState) begin(e *engine) error {
 		return err
 	}
 	t.rootStart = ev
-	t.current = t.current[:0]
+	t.current, t.host = t.current[:0], t.host[:0]
 	return nil
+}
+
+// hostRun is one run of a host-computed unit in the pass being measured.
+type hostRun struct {
+	u   *unit
+	sec float64
 }
 
 // unitRun is one run of a unit in the pass being measured: a unit may run
@@ -366,7 +385,7 @@ func (t *timingState) abort() {
 	for _, r := range t.current {
 		r.u.start, r.u.end, r.u.waitStart, r.u.copyRec = nil, nil, nil, nil
 	}
-	t.current, t.blocks, t.rootStart, t.pool = t.current[:0], t.blocks[:0], nil, PoolStats{}
+	t.current, t.blocks, t.host, t.rootStart, t.pool = t.current[:0], t.blocks[:0], t.host[:0], nil, PoolStats{}
 }
 
 // end resolves the pass's events (waiting for them) into a snapshot.
@@ -390,8 +409,16 @@ func (t *timingState) end(e *engine) error {
 		}
 		snap.ForwardMs = ms(d.Seconds())
 	}
+	hosts := t.host
+	addHost := func(before int) { // the host runs of units before unit index before
+		for len(hosts) > 0 && hosts[0].u.idx < before {
+			snap.Records = append(snap.Records, TrapTimingRecord{Trap: hosts[0].u.name, Host: true, HostMs: ms(hosts[0].sec)})
+			hosts = hosts[1:]
+		}
+	}
 	for _, run := range t.current {
 		u := run.u
+		addHost(u.idx)
 		r := TrapTimingRecord{Trap: u.name, Streamed: !u.resident, Announced: u.announced, Hit: u.announced && run.hit}
 		sec, ok, err := run.elapsed()
 		if err != nil {
@@ -416,6 +443,8 @@ func (t *timingState) end(e *engine) error {
 		}
 		snap.Records = append(snap.Records, r)
 	}
+	addHost(len(e.units))
+	t.host = t.host[:0]
 	t.pool = PoolStats{}
 	for _, br := range t.blocks {
 		d, err := br.end.ElapsedSince(br.start)
@@ -479,13 +508,16 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 			if !ok {
 				i = len(r.Traps)
 				idx[rec.Trap] = i
-				r.Traps = append(r.Traps, TrapTimingStats{Trap: rec.Trap, Streamed: rec.Streamed, Announced: rec.Announced, Bytes: unitBytes[rec.Trap]})
+				r.Traps = append(r.Traps, TrapTimingStats{Trap: rec.Trap, Streamed: rec.Streamed, Announced: rec.Announced, Host: rec.Host, Bytes: unitBytes[rec.Trap]})
 			}
 			st := &r.Traps[i]
 			st.Passes++
 			st.TransferMs = append(st.TransferMs, rec.TransferMs)
 			st.ComputeMs = append(st.ComputeMs, rec.ComputeMs)
 			st.WaitMs = append(st.WaitMs, rec.WaitMs)
+			if rec.Host {
+				st.HostMs = append(st.HostMs, rec.HostMs)
+			}
 			copied += rec.Bytes
 			copySec += rec.TransferMs / 1e3
 		}
@@ -496,7 +528,9 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 		r.H2DGBps = float64(copied) / copySec / 1e9
 	}
 	for _, u := range e.units {
-		if u.resident {
+		if u.onHost {
+			r.HostUnits++
+		} else if u.resident {
 			r.ResidentUnits++
 		} else {
 			r.StreamedUnits++
@@ -589,9 +623,18 @@ func FormatOffloadTimingTable(data TimingData) string {
 }
 
 const (
-	tableHead = "%-28s %-8s %10s %12s %11s %9s\n"
-	tableRow  = "%-28s %-8s %10.1f %12.3f %11.3f %9.3f\n"
+	tableHead = "%-28s %-8s %10s %12s %11s %9s %9s\n"
+	tableRow  = "%-28s %-8s %10.1f %12.3f %11.3f %9.3f %9.3f\n"
 )
+
+// placeOf is a unit's placement in the timing table: resident, streamed or
+// host.
+func placeOf(streamed, host bool) string {
+	if host {
+		return "host"
+	}
+	return placeName(streamed)
+}
 
 func placeName(streamed bool) string {
 	if streamed {
@@ -602,13 +645,13 @@ func placeName(streamed bool) string {
 
 func (r *OffloadTimingReport) timingTable() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, tableHead, "unit", "place", "MiB", "transfer ms", "compute ms", "wait ms")
+	fmt.Fprintf(&b, tableHead, "unit", "place", "MiB", "transfer ms", "compute ms", "wait ms", "host ms")
 	for _, t := range r.Traps {
 		if t.Announced {
 			continue // one row per group below
 		}
-		fmt.Fprintf(&b, tableRow, t.Trap, placeName(t.Streamed), float64(t.Bytes)/(1<<20),
-			t.MedianTransferMs(), t.MedianComputeMs(), t.MedianWaitMs())
+		fmt.Fprintf(&b, tableRow, t.Trap, placeOf(t.Streamed, t.Host), float64(t.Bytes)/(1<<20),
+			t.MedianTransferMs(), t.MedianComputeMs(), t.MedianWaitMs(), t.MedianHostMs())
 	}
 	r.groupRows(&b)
 	fmt.Fprintf(&b, "per pass (average of %d): transfer %.3f ms, compute %.3f ms, wait %.3f ms\n",
@@ -617,6 +660,13 @@ func (r *OffloadTimingReport) timingTable() string {
 		r.ForwardMs, len(r.Snapshots), r.PredictedMs, r.FloorMs)
 	fmt.Fprintf(&b, "%d resident / %d streamed units, %d transfer blocks, %.1f MiB streamed per pass at %.2f GB/s\n",
 		r.ResidentUnits, r.StreamedUnits, r.TransferBlocks, float64(r.StreamedBytes)/(1<<20), r.H2DGBps)
+	if r.HostUnits > 0 {
+		var host float64
+		for _, t := range r.Traps {
+			host += t.MedianHostMs()
+		}
+		fmt.Fprintf(&b, "%d units computed on the host: %.3f ms per pass (medians summed)\n", r.HostUnits, host)
+	}
 	if r.PlanTokens > 0 {
 		fmt.Fprintf(&b, "plan made for %d tokens per forward\n", r.PlanTokens)
 	}
@@ -705,7 +755,7 @@ func (r *OffloadTimingReport) announcedGroups(e *engine, snaps []OffloadTimingSn
 func (r *OffloadTimingReport) groupRows(b *strings.Builder) {
 	for _, g := range r.Announced {
 		n := float64(max(g.Passes, 1))
-		fmt.Fprintf(b, tableRow, g.Group, "pool", float64(g.CopiedBytes)/n/(1<<20), g.TransferMs/n, g.ComputeMs/n, g.WaitMs/n)
+		fmt.Fprintf(b, tableRow, g.Group, "pool", float64(g.CopiedBytes)/n/(1<<20), g.TransferMs/n, g.ComputeMs/n, g.WaitMs/n, 0.0)
 	}
 }
 
@@ -729,9 +779,9 @@ func (r *OffloadTimingReport) announcedTable(b *strings.Builder) {
 
 func (s OffloadTimingSnapshot) timingTable() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, tableHead, "unit", "place", "MiB", "transfer ms", "compute ms", "wait ms")
+	fmt.Fprintf(&b, tableHead, "unit", "place", "MiB", "transfer ms", "compute ms", "wait ms", "host ms")
 	for _, r := range s.Records {
-		fmt.Fprintf(&b, tableRow, r.Trap, placeName(r.Streamed), float64(r.Bytes)/(1<<20), r.TransferMs, r.ComputeMs, r.WaitMs)
+		fmt.Fprintf(&b, tableRow, r.Trap, placeOf(r.Streamed, r.Host), float64(r.Bytes)/(1<<20), r.TransferMs, r.ComputeMs, r.WaitMs, r.HostMs)
 	}
 	fmt.Fprintf(&b, "pass %d totals: transfer %.3f ms, compute %.3f ms, wait %.3f ms; forward %.3f ms, plan predicted %.3f ms\n",
 		s.Pass, s.TotalTransferMs(), s.TotalComputeMs(), s.TotalWaitMs(), s.ForwardMs, s.PredictedMs)

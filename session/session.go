@@ -25,6 +25,7 @@ import (
 
 	flextensor "github.com/flextensor-go/flextensor"
 	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/kernels/host"
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/loader/hub"
 	"github.com/flextensor-go/flextensor/models"
@@ -96,6 +97,17 @@ type Options struct {
 	// released before Close), e.g. to try several budgets on one loaded
 	// model. It excludes GPUBudget and ProfileDir.
 	HostOnly bool
+	// HostPlacement, with GPUBudget or ProfileDir (or HostOnly, for a
+	// caller that offloads itself), lets the offload planner compute layers
+	// on the host CPU: Open makes a CPU device and the host kernels
+	// (kernels/host) with HostThreads workers and sets them as the offload
+	// engine's Config.HostBackend (Session.HostBackend). Single-sequence
+	// forwards only (Forward, Generate): a batched forward of a plan with
+	// host layers fails. Not with several devices.
+	HostPlacement bool
+	// HostThreads is the host kernels' worker count with HostPlacement (0 =
+	// every core); negative is an error.
+	HostThreads int
 }
 
 // Session is a loaded model on its device. Its fields are read-only; Close
@@ -121,7 +133,12 @@ type Session struct {
 	Backends []kernels.Backend
 	Managers []string
 
+	// HostBackend computes the layers the offload plan places on the host
+	// (Options.HostPlacement); nil otherwise.
+	HostBackend kernels.Backend
+
 	host    *runtime.CPUDevice // holds the weights while offloaded
+	hostDev *runtime.CPUDevice // HostBackend's device
 	cleanup []func()
 	closed  bool
 }
@@ -161,9 +178,21 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	if streamDType != runtime.Invalid && opts.GPUBudget == "" && !opts.HostOnly {
 		return nil, fmt.Errorf("stream dtype %s applies to offloaded models (give a GPU budget; loading from a profile does not support it): %w", opts.StreamDType, ErrBadOptions)
 	}
+	if opts.HostThreads < 0 {
+		return nil, fmt.Errorf("host threads %d is negative (0 = every core): %w", opts.HostThreads, ErrBadOptions)
+	}
+	if opts.HostThreads != 0 && !opts.HostPlacement {
+		return nil, fmt.Errorf("host threads apply with host placement only: %w", ErrBadOptions)
+	}
+	if opts.HostPlacement && opts.GPUBudget == "" && opts.ProfileDir == "" && !opts.HostOnly {
+		return nil, fmt.Errorf("host placement computes offloaded layers on the host: give a GPU budget or a profile: %w", ErrBadOptions)
+	}
 	names, err := ParseDevices(device)
 	if err != nil {
 		return nil, err
+	}
+	if opts.HostPlacement && len(names) > 1 {
+		return nil, fmt.Errorf("host placement is not implemented for a model sharded over %d devices (give one device): %w", len(names), ErrBadOptions)
 	}
 	if len(names) == 1 { // "cuda:all" on a machine of one GPU
 		device = names[0]
@@ -225,6 +254,11 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 		return nil, err
 	}
 
+	if opts.HostPlacement {
+		if err := s.openHost(opts.HostThreads); err != nil {
+			return nil, err
+		}
+	}
 	if opts.HostOnly {
 		s.host = runtime.NewCPU(0)
 		if s.Model, s.Checkpoint, err = Load(dir, s.host); err != nil {
@@ -245,6 +279,7 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 		name = fmt.Sprintf("session-%d", managerSeq.Add(1))
 	}
 	cfg := offload.DefaultConfig(s.Device)
+	cfg.HostBackend = s.HostBackend
 	cfg.Progress = opts.Progress
 	cfg.Trace = opts.Trace
 	if opts.OffloadTiming {
@@ -300,6 +335,18 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	return s, stopped()
 }
 
+// openHost makes the host placement's CPU device and its host kernels with
+// threads workers (0 = every core).
+func (s *Session) openHost(threads int) error {
+	s.hostDev = runtime.NewCPUNamed("host", 0)
+	hb, err := host.New(s.hostDev, host.Options{Threads: threads})
+	if err != nil {
+		return fmt.Errorf("host placement: %w", err)
+	}
+	s.HostBackend = hb
+	return nil
+}
+
 // checkFractionBudget refuses a fractional budget on a device whose size is
 // unknown (a cpu device without a memory limit) before anything is loaded.
 func checkFractionBudget(b offload.Budget, dev runtime.Device) error {
@@ -343,6 +390,12 @@ func (s *Session) Close() error {
 	}
 	if s.Checkpoint != nil {
 		errs = append(errs, s.Checkpoint.Close())
+	}
+	if hb, ok := s.HostBackend.(interface{ Close() error }); ok {
+		errs = append(errs, hb.Close())
+	}
+	if s.hostDev != nil {
+		errs = append(errs, s.hostDev.Close())
 	}
 	if s.host != nil {
 		errs = append(errs, s.host.Close())

@@ -193,6 +193,9 @@ func maybeRunBatch(o *runOptions, stdout, stderr io.Writer) (bool, error) {
 		}
 		return false, nil
 	}
+	if err := o.dev.refuseHostBatched("run-model --batch-file"); err != nil {
+		return true, err
+	}
 	return true, runBatch(o, stdout, stderr)
 }
 

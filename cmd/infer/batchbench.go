@@ -55,6 +55,9 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 		return usagef("--iters must be positive; --context, --warmup not negative")
 	}
 	d := o.d
+	if err := d.refuseHostBatched("bench --batch"); err != nil {
+		return err
+	}
 	if d.gpuBudget != "" || d.profile != "" {
 		return usagef("bench takes its budgets from --budgets; --gpu-budget and --profile do not apply")
 	}

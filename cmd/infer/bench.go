@@ -31,6 +31,10 @@ Budgets: bytes (8GiB), a fraction of the device (0.25), "0" for everything
 streamed through --transfer-blocks slots (default 2), or "resident" for the
 model fully on the device without the offload engine.
 
+With --host-threads N every offloaded budget B gets a second row, "B+host":
+the three-way plan, whose planner may compute layers on the host CPU with N
+threads while others stream (column host: the host-computed units).
+
 Usage:
   infer bench --model DIR --device cuda:0 --budgets 0,4GiB,8GiB,resident [flags]
 
@@ -39,16 +43,20 @@ Examples:
   infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0 --mode prefill --tokens 8192
   infer bench --device cpu --device-memory 8MiB --budgets 0,1MiB,resident --iters 5
   infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0 --batch 1,16,64,256 --context 512
+  infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0,8GiB --host-threads 16 --context 512
 `
 
 type benchRow struct {
-	Budget         string  `json:"budget"`
-	BudgetBytes    int64   `json:"budget_bytes"`
-	Mode           string  `json:"mode"`
-	Tokens         int     `json:"tokens"`
-	Context        int     `json:"context"`
-	ResidentUnits  int     `json:"resident_units"`
-	StreamedUnits  int     `json:"streamed_units"`
+	Budget        string `json:"budget"`
+	BudgetBytes   int64  `json:"budget_bytes"`
+	Mode          string `json:"mode"`
+	Tokens        int    `json:"tokens"`
+	Context       int    `json:"context"`
+	ResidentUnits int    `json:"resident_units"`
+	StreamedUnits int    `json:"streamed_units"`
+	// HostUnits is the units the plan computes on the host CPU (rows of
+	// --host-threads, budget "B+host"; 0 for the two-way plan).
+	HostUnits      int     `json:"host_units"`
 	Slots          int     `json:"transfer_blocks"`
 	StreamedBytes  int64   `json:"streamed_bytes"`
 	DeviceBytes    int64   `json:"device_bytes"`
@@ -165,12 +173,27 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if !*jsonOut {
 		fmt.Fprintf(stdout, "%s on %s, %s, %d layers, %s of weights\n", sess.name(), sessDevices(sess), benchShape(*mode, *tokens, *context),
 			model.Cfg.NumHiddenLayers, runtime.FormatBytes(ck.TotalBytes()))
-		fmt.Fprintf(stdout, "%-10s %5s %5s %5s %9s %8s %10s %10s %10s %8s %8s\n", "budget", "res", "str", "slots",
+		fmt.Fprintf(stdout, "%-12s %5s %5s %5s %5s %9s %8s %10s %10s %10s %8s %8s\n", "budget", "res", "str", "host", "slots",
 			"stream GB", "H2D GB/s", "floor ms", "pred ms", "meas ms", "meas/flr", "pred err")
 	}
-	for i, b := range list {
+	type benchEntry struct {
+		budget string
+		host   bool // the three-way plan (--host-threads)
+	}
+	var entries []benchEntry
+	for _, b := range list {
 		b = strings.TrimSpace(b)
+		entries = append(entries, benchEntry{b, false})
+		if sess.HostBackend != nil && b != "resident" {
+			entries = append(entries, benchEntry{b, true})
+		}
+	}
+	for i, ent := range entries {
+		b := ent.budget
 		row := benchRow{Budget: b, Mode: *mode, Tokens: *tokens, Context: *context}
+		if ent.host {
+			row.Budget = b + "+host"
+		}
 		if *mode == "decode" {
 			row.Tokens = 1
 		}
@@ -205,6 +228,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 				cfg := offload.DefaultConfig(devs[k])
 				cfg.TransferBlocks = d.blocks
 				cfg.StreamDType, _ = offload.ParseStreamDType(d.streamDType) // checked by sessionOptions
+				if ent.host {
+					cfg.HostBackend = sess.HostBackend
+				}
 				if b == "0" {
 					fp, err := offload.Measure(shard, cfg.Include, cfg.Exclude)
 					if err != nil {
@@ -238,7 +264,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			}
 			model.DropUnitGraphs()
 			if err != nil {
-				return fmt.Errorf("budget %s: %w", b, err)
+				return fmt.Errorf("budget %s: %w", row.Budget, err)
 			}
 		}
 		row.MeasuredMs, row.MinMs = medianOf(times), slices.Min(times)
@@ -255,8 +281,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			}
 			continue
 		}
-		fmt.Fprintf(stdout, "%-10s %5d %5d %5d %9.2f %8.1f %10.2f %10.2f %10.2f %8.3f %+7.1f%%\n", row.Budget, row.ResidentUnits,
-			row.StreamedUnits, row.Slots, float64(row.StreamedBytes)/1e9, row.H2DGBps, row.FloorMs, row.PredictedMs,
+		fmt.Fprintf(stdout, "%-12s %5d %5d %5d %5d %9.2f %8.1f %10.2f %10.2f %10.2f %8.3f %+7.1f%%\n", row.Budget, row.ResidentUnits,
+			row.StreamedUnits, row.HostUnits, row.Slots, float64(row.StreamedBytes)/1e9, row.H2DGBps, row.FloorMs, row.PredictedMs,
 			row.MeasuredMs, row.MeasuredVsFlr, 100*row.PredictedError)
 		if row.GraphMs > 0 {
 			fmt.Fprintf(stdout, "%-10s the same step replayed as a CUDA graph, token picked on the device: %.2f ms\n", "", row.GraphMs)
@@ -291,7 +317,9 @@ func fillPlanRow(row *benchRow, name string, dev runtime.Device) error {
 	row.BudgetBytes = in.Budget
 	row.Slots = plan.Slots
 	for u, res := range plan.Resident {
-		if res {
+		if plan.IsHost(u) {
+			row.HostUnits++
+		} else if res {
 			row.ResidentUnits++
 		} else {
 			row.StreamedUnits++

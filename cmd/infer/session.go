@@ -29,8 +29,9 @@ type deviceFlags struct {
 	strict        bool
 	unitGraphs    bool
 	streamDType   string
-	kvCache       string    // --kv-cache: the paged KV cache's memory (run-model --batch-file, bench --batch)
-	progress      *progress // nil: no progress output
+	hostThreads   hostThreads // --host-threads: host placement
+	kvCache       string      // --kv-cache: the paged KV cache's memory (run-model --batch-file, bench --batch)
+	progress      *progress   // nil: no progress output
 }
 
 func (d *deviceFlags) register(fs *pflag.FlagSet) {
@@ -44,6 +45,7 @@ func (d *deviceFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&d.unitGraphs, "unit-graphs", false, "offload: replay each layer's one-token forward as a CUDA graph of its own (cuda devices)")
 	fs.StringVar(&d.streamDType, "stream-dtype", "auto", "offload: dtype of the offloaded layers' weights: auto (as loaded) or fp8 (BF16 weights quantized per output channel to E4M3 when packed: half the bytes streamed; lossy)")
 	fs.BoolVar(&d.strict, "strict", false, "with --profile: fail when any tensor of the profile is missing from the checkpoint, listing them")
+	registerHostThreads(fs, &d.hostThreads)
 	fs.StringVar(&d.kvCache, "kv-cache", "", "batched runs (run-model --batch-file, bench --batch, serve): device memory for the paged KV cache, as bytes (2GiB) or a fraction of the device (0.2), apart from --gpu-budget's weights (default: room for every request, or every sequence of the batch, at once)")
 }
 
@@ -155,12 +157,25 @@ func (d deviceFlags) sessionOptions() (ftsession.Options, error) {
 	if d.strict && d.profile == "" {
 		return opts, usagef("--strict applies with --profile only")
 	}
+	d.hostThreads.apply(&opts)
+	if d.hostThreads.set && strings.Contains(d.device, ",") {
+		return opts, usagef("--host-threads does not apply to several devices (--device %s): host placement runs one device's plan", d.device)
+	}
 	if sd, err := offload.ParseStreamDType(d.streamDType); err != nil {
 		return opts, usagef("--stream-dtype %q: want auto or fp8", d.streamDType)
 	} else if sd != runtime.Invalid && d.profile != "" {
 		return opts, usagef("--stream-dtype %s does not apply with --profile (the weights are read straight from the checkpoint)", d.streamDType)
 	}
 	return opts, nil
+}
+
+// refuseHostBatched refuses --host-threads for a batched run (what names
+// it): host placement computes single-sequence forwards only.
+func (d deviceFlags) refuseHostBatched(what string) error {
+	if d.hostThreads.set {
+		return usagef("--host-threads does not apply to %s: host placement runs single-sequence forwards only (run-model without --batch-file, bench without --batch)", what)
+	}
+	return nil
 }
 
 // checkOffloadFlags refuses the offload flags that would do nothing without
@@ -172,7 +187,7 @@ func (d deviceFlags) checkOffloadFlags() error {
 	for _, f := range []struct {
 		name string
 		set  bool
-	}{{"--transfer-blocks", d.blocks != 0}, {"--unit-graphs", d.unitGraphs}, {"--offload-timing", d.offloadTiming}} {
+	}{{"--transfer-blocks", d.blocks != 0}, {"--unit-graphs", d.unitGraphs}, {"--offload-timing", d.offloadTiming}, {"--host-threads", d.hostThreads.set}} {
 		if !f.set {
 			continue
 		}

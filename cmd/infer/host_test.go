@@ -1,0 +1,132 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestBenchHostThreads: bench --host-threads on the CPU device gives each
+// offloaded budget a two-way row and a "+host" row next to it, each with
+// predicted and measured times and a host_units count that, with the
+// resident and streamed units, covers the 4 layers; "resident" gets one row.
+// (The engine allows host placement with a CPU main device: the host
+// kernels run on a CPU device of their own, TestHostPlacement's set-up.)
+func TestBenchHostThreads(t *testing.T) {
+	code, out, errOut := run(t, "bench", "--model", "../../testdata/tiny-llama", "--device", "cpu", "--device-memory", "64MiB",
+		"--budgets", "0,1MiB,resident", "--context", "16", "--iters", "2", "--host-threads", "1", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	type row struct {
+		Budget        string  `json:"budget"`
+		ResidentUnits int     `json:"resident_units"`
+		StreamedUnits int     `json:"streamed_units"`
+		HostUnits     *int    `json:"host_units"`
+		PredictedMs   float64 `json:"predicted_ms"`
+		MeasuredMs    float64 `json:"measured_ms"`
+	}
+	var rows []row
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r row
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("%v: %q", err, l)
+		}
+		rows = append(rows, r)
+	}
+	var budgets []string
+	for _, r := range rows {
+		budgets = append(budgets, r.Budget)
+	}
+	if want := []string{"0", "0+host", "1MiB", "1MiB+host", "resident"}; !slices.Equal(budgets, want) {
+		t.Fatalf("rows for budgets %q, want %q", budgets, want)
+	}
+	for _, r := range rows[:4] {
+		if r.HostUnits == nil {
+			t.Fatalf("row %s has no host_units", r.Budget)
+		}
+		if n := r.ResidentUnits + r.StreamedUnits + *r.HostUnits; n != 4 || r.PredictedMs <= 0 || r.MeasuredMs <= 0 {
+			t.Errorf("row %s: %d resident + %d streamed + %d host units (want 4 layers), predicted %g ms, measured %g ms",
+				r.Budget, r.ResidentUnits, r.StreamedUnits, *r.HostUnits, r.PredictedMs, r.MeasuredMs)
+		}
+		if !strings.HasSuffix(r.Budget, "+host") && *r.HostUnits != 0 {
+			t.Errorf("two-way row %s has %d host units", r.Budget, *r.HostUnits)
+		}
+	}
+	code, out, errOut = run(t, "bench", "--device-memory", "64MiB", "--budgets", "0", "--context", "16", "--iters", "1", "--host-threads", "1")
+	if code != 0 || !strings.Contains(out, "0+host") || !strings.Contains(out, " host ") {
+		t.Fatalf("bench table: exit %d, %q, %q", code, out, errOut)
+	}
+}
+
+// TestRunModelHostThreads: run-model with --host-threads (flag or
+// FT_HOST_THREADS) under a budget of 0 generates the reference greedy
+// continuation, and its --offload-timing table has the host column.
+func TestRunModelHostThreads(t *testing.T) {
+	data, _ := os.ReadFile("../../testdata/tiny-llama/reference.json")
+	var ref refFile
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []bool{false, true} {
+		args := []string{"run-model", "--device-memory", "64MiB", "--gpu-budget", "0", "--token-ids", joinInts(ref.GreedyPrompt),
+			"--max-new-tokens", "20", "--temperature", "0", "--json"}
+		if env {
+			t.Setenv("FT_HOST_THREADS", "1")
+		} else {
+			args = append(args, "--host-threads", "0")
+		}
+		code, out, errOut := run(t, args...)
+		if code != 0 {
+			t.Fatalf("env %v: exit %d: %s", env, code, errOut)
+		}
+		var got struct {
+			GeneratedIDs []int32 `json:"generated_ids"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.GeneratedIDs, ref.GreedyContinuation) {
+			t.Fatalf("env %v: got %v, want %v", env, got.GeneratedIDs, ref.GreedyContinuation)
+		}
+	}
+	code, out, errOut := run(t, "run-model", "--device-memory", "64MiB", "--gpu-budget", "0", "--token-ids", "1,2,3",
+		"--max-new-tokens", "4", "--offload-timing")
+	if code != 0 || !strings.Contains(out+errOut, "host ms") {
+		t.Fatalf("--offload-timing: exit %d, %q, %q", code, out, errOut)
+	}
+}
+
+// TestHostThreadsErrors: a negative count names the flag (or the
+// variable); host placement without an offloaded model, with several
+// devices, or in a batched run is a usage error saying why.
+func TestHostThreadsErrors(t *testing.T) {
+	batch := t.TempDir() + "/b.jsonl"
+	if err := os.WriteFile(batch, []byte(`{"token_ids":[1,2]}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run-model", "--gpu-budget", "0", "--token-ids", "1", "--host-threads", "-1"}, "--host-threads -1 is negative"},
+		{[]string{"run-model", "--gpu-budget", "0", "--token-ids", "1", "--host-threads", "many"}, `--host-threads "many"`},
+		{[]string{"run-model", "--token-ids", "1", "--host-threads", "2"}, "--host-threads applies to an offloaded model only"},
+		{[]string{"run-model", "--device", "cpu:0,cpu:1", "--gpu-budget", "0", "--token-ids", "1", "--host-threads", "2"}, "does not apply to several devices"},
+		{[]string{"run-model", "--gpu-budget", "0", "--batch-file", batch, "--host-threads", "2"}, "host placement runs single-sequence forwards only"},
+		{[]string{"bench", "--budgets", "0", "--batch", "1,2", "--host-threads", "2"}, "does not apply to bench --batch"},
+		{[]string{"serve", "--gpu-budget", "0", "--host-threads", "2"}, "does not apply to serve"},
+	} {
+		code, _, errOut := run(t, c.args...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%q: exit %d, %q; want exit 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+	t.Setenv("FT_HOST_THREADS", "-3")
+	code, _, errOut := run(t, "run-model", "--gpu-budget", "0", "--token-ids", "1")
+	if code != 2 || !strings.Contains(errOut, "FT_HOST_THREADS") || !strings.Contains(errOut, "negative") {
+		t.Errorf("FT_HOST_THREADS=-3: exit %d, %q", code, errOut)
+	}
+}
