@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"unsafe"
 
@@ -71,6 +72,10 @@ type Backend struct {
 	// a separate combine launch instead of the tensor-core kernels of
 	// decode_mma.cu. New sets it when FT_DECODE_ATTN=legacy (A/B runs).
 	LegacyDecodeAttention bool
+	// DecodeSplitPositions is how many cache positions one block of the
+	// staged one-sequence decode attention walks (0: 64); FT_DECODE_SPLIT
+	// sets it when the backend is made (A/B runs).
+	DecodeSplitPositions int
 	// ForceMMADecode uses the tensor-core decode attention for one sequence
 	// also with 8 query heads per KV head, where the staged kernel is the
 	// default (tests).
@@ -193,7 +198,7 @@ func New(dev runtime.Device) (*Backend, error) {
 	}
 	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
 		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(),
-		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks"}
+		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT")}
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -650,6 +655,9 @@ func (b *Backend) AttentionWindow(out, q, kCache, vCache *runtime.Tensor, pos0, 
 	nsplit := 1
 	if T == 1 {
 		nsplit = splitsFor(C)
+		if n := b.DecodeSplitPositions; n > 0 {
+			nsplit = min(64, max(1, (C+n-1)/n))
+		}
 	}
 	poBytes := int64(T) * int64(nsplit) * int64(H) * int64(d) * 4
 	need := poBytes + int64(T)*int64(nsplit)*int64(H)*8
@@ -1420,4 +1428,13 @@ var (
 // weight, the input row and the output row (for kernel profiles).
 func gemvBytes(N, D int, out *runtime.Tensor) int64 {
 	return int64(N)*int64(D)*2 + int64(D)*2 + int64(N)*int64(out.DType().Size())
+}
+
+// envInt is a positive integer from the environment variable name, else 0.
+func envInt(name string) int {
+	n, err := strconv.Atoi(os.Getenv(name))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
