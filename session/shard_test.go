@@ -16,7 +16,8 @@ import (
 
 // shardFixtures are the fixture checkpoints of every family (and the FP8
 // per-channel one) that a sharded model must reproduce.
-var shardFixtures = []string{"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-llama-fp8-channel"}
+// The MoE ones (tiny-mixtral, tiny-qwen3moe) shard by experts.
+var shardFixtures = []string{"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-llama-fp8-channel", "tiny-mixtral", "tiny-qwen3moe"}
 
 // shardRun is what the sharded and single-device models are compared on:
 // every prompt position's logits, a prefill then decode steps' logits over
@@ -75,6 +76,7 @@ func closeTo(t *testing.T, what string, got, want []float32) {
 // and the same greedy tokens.
 func TestShardedEqualsSingleDevice(t *testing.T) {
 	for _, fx := range shardFixtures {
+		moe := strings.Contains(fx, "mixtral") || strings.Contains(fx, "moe")
 		t.Run(fx, func(t *testing.T) {
 			dir := "../testdata/" + fx
 			one, err := session.Open(dir, "cpu", session.Options{})
@@ -150,8 +152,33 @@ func TestShardedEqualsSingleDevice(t *testing.T) {
 								if err != nil {
 									t.Fatal(err)
 								}
-								if res := slices.Index(plan.Resident, true) >= 0; res != (budget != "0") {
+								if res := slices.Index(plan.Resident, true) >= 0; res != (budget != "0") && !moe {
 									t.Errorf("rank %d, budget %q: some layer resident %v", i, budget, res)
+								}
+								// An MoE rank's units are its own experts (and attention), and
+								// its experts stream; units smaller than the slots may be kept
+								// resident beside them even under "0".
+								if moe {
+									in, err := m.PlanInput()
+									if err != nil {
+										t.Fatal(err)
+									}
+									var experts, streamed int
+									for j, u := range in.Units {
+										if strings.Contains(u.Name, ".experts.") {
+											experts++
+											if !plan.Resident[j] {
+												streamed++
+											}
+										}
+									}
+									E := s.Model.Cfg.MoE.Experts
+									if want := s.Model.Cfg.NumHiddenLayers * E / n; experts != want {
+										t.Errorf("rank %d: %d expert units, want %d (%d layers of %d/%d experts)", i, experts, want, s.Model.Cfg.NumHiddenLayers, E, n)
+									}
+									if streamed == 0 {
+										t.Errorf("rank %d, budget %q: none of its %d experts streams", i, budget, experts)
+									}
 								}
 							}
 						}
@@ -202,7 +229,6 @@ func TestShardedOpenErrors(t *testing.T) {
 	}{
 		{"../testdata/tiny-llama", "cpu:0,cpu:1,cpu:2", session.Options{}, "4 attention heads do not split evenly over 3 devices"},
 		{"../testdata/tiny-llama-fp8-block", "cpu:0,cpu:1", session.Options{}, "do not align to the FP8 scale blocks of 64"},
-		{"../testdata/tiny-mixtral", "cpu:0,cpu:1", session.Options{}, "sharding by experts is not implemented"},
 		{"../testdata/tiny-llama", "cpu:0,cpu:1", session.Options{UnitGraphs: true, GPUBudget: "0"}, "unit graphs"},
 		{"../testdata/tiny-llama", "cpu:0,cpu:1", session.Options{ProfileDir: t.TempDir()}, "profile"},
 	} {
@@ -215,6 +241,27 @@ func TestShardedOpenErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s on %s: %v, want an error with %q", c.dir, c.device, err, c.want)
 		}
+	}
+	// An MoE model opens sharded by experts (once refused here): each shard
+	// holds only its experts' parameters, the router whole.
+	moe, err := session.Open("../testdata/tiny-mixtral", "cpu:0,cpu:1", session.Options{})
+	if err != nil {
+		t.Fatalf("tiny-mixtral over 2 devices: %v", err)
+	}
+	for r, sh := range moe.Model.Shards() {
+		shapes := sh.ParamShapes()
+		for e := 0; e < 8; e++ {
+			_, ok := shapes[fmt.Sprintf("model.layers.0.block_sparse_moe.experts.%d.w1.weight", e)]
+			if want := e/4 == r; ok != want {
+				t.Errorf("shard %d holds expert %d: %v, want %v", r, e, ok, want)
+			}
+		}
+		if got := shapes["model.layers.0.block_sparse_moe.gate.weight"]; len(got) != 2 || got[0] != 8 {
+			t.Errorf("shard %d router %v, want all 8 experts' rows", r, got)
+		}
+	}
+	if err := moe.Close(); err != nil {
+		t.Fatal(err)
 	}
 	// A sharded model's batched path says it is not implemented.
 	s, err := session.Open("../testdata/tiny-llama", "cpu:0,cpu:1", session.Options{})

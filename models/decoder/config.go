@@ -222,6 +222,9 @@ func (c *Config) Summary() string {
 	}
 	if c.MoE.Enabled() {
 		s += fmt.Sprintf(", %d experts of %d (top %d)", c.MoE.Experts, c.MoE.IntermediateSize, c.MoE.TopK)
+		if c.MoE.Owned != [2]int{} {
+			s += fmt.Sprintf(", holding experts %d..%d", c.MoE.Owned[0], c.MoE.Owned[1]-1)
+		}
 	}
 	if c.Quant.Enabled() {
 		s += ", " + c.Quant.String()

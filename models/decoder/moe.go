@@ -31,6 +31,19 @@ type MoE struct {
 	// (i+1) % SparseStep == 0 and i is not in DenseLayers.
 	SparseStep  int
 	DenseLayers []int // "mlp_only_layers": layers with a dense MLP of intermediate_size
+	// Owned is the experts [lo, hi) a shard of the model holds
+	// (ShardPlan.Experts); the zero value means all E. The router keeps
+	// all E outputs either way: every shard routes alike.
+	Owned [2]int
+}
+
+// OwnedRange is the experts [lo, hi) a model of these knobs holds: Owned,
+// or all E when Owned is the zero value.
+func (m MoE) OwnedRange() (lo, hi int) {
+	if m.Owned == [2]int{} {
+		return 0, m.Experts
+	}
+	return m.Owned[0], m.Owned[1]
 }
 
 // Enabled reports whether the config has experts.
@@ -59,6 +72,8 @@ func (m MoE) validate(layers int) error {
 		return fmt.Errorf("decoder config: expert intermediate size must be positive, got %d", m.IntermediateSize)
 	case m.SparseStep < 0:
 		return fmt.Errorf("decoder config: decoder sparse step %d is negative", m.SparseStep)
+	case m.Owned != [2]int{} && (m.Owned[0] < 0 || m.Owned[0] >= m.Owned[1] || m.Owned[1] > m.Experts):
+		return fmt.Errorf("decoder config: owned experts [%d,%d) are not a non-empty range of the %d experts", m.Owned[0], m.Owned[1], m.Experts)
 	}
 	for _, l := range m.DenseLayers {
 		if l < 0 || l >= layers {
@@ -177,7 +192,12 @@ func MoEJSON(c *Config, fs MoEFields) map[string]any {
 
 // MoEBlock is a sparse layer's mixture of experts: a router (Linear D→E, no
 // bias) and E experts, each a gated MLP (children named as the checkpoint
-// names them). Its forward over T tokens routes every token, then runs each
+// names them). A shard of a model sharded by experts (shard.go) holds only
+// its experts [First, First+len(Experts)), still under their checkpoint
+// names, and the router whole: it routes every token as the full model
+// does and runs only the routed experts it holds, the others contributing
+// nothing to its partial sum (the all-reduce after the MLP adds the
+// shards'). Its forward over T tokens routes every token, then runs each
 // expert that at least one token routes to, in ascending expert index, over
 // the rows of its tokens only, through the expert's own nn.Call (so a hook
 // sees each expert's forward, and an offload engine may bind its weights
@@ -189,7 +209,8 @@ func MoEJSON(c *Config, fs MoEFields) map[string]any {
 type MoEBlock struct {
 	nn.Base
 	Router   *nn.Linear // [E, D]
-	Experts  []*MLP     // E experts: gate and up [I_e, D], down [D, I_e]
+	Experts  []*MLP     // the experts held: gate and up [I_e, D], down [D, I_e]; Experts[i] is expert First+i
+	First    int        // the index of Experts[0] among the router's E
 	TopK     int
 	NormTopK bool
 	table    *moeTable   // the fused path's weight table (moefused.go)
@@ -199,11 +220,12 @@ type MoEBlock struct {
 // newMoEBlock attaches layer l's expert block where names puts it.
 func newMoEBlock(l *Layer, cfg *Config, names MoENames, linear func(nn.Module, string, int, int) *nn.Linear) *MoEBlock {
 	D, E, I := cfg.HiddenSize, cfg.MoE.Experts, cfg.MoE.IntermediateSize
-	blk := &MoEBlock{TopK: cfg.MoE.TopK, NormTopK: cfg.MoE.NormTopK}
+	lo, hi := cfg.MoE.OwnedRange()
+	blk := &MoEBlock{TopK: cfg.MoE.TopK, NormTopK: cfg.MoE.NormTopK, First: lo}
 	attach(l, names.Block, blk)
 	blk.Router = linear(blk, names.Router, D, E)
 	experts := container(blk, names.Experts)
-	for e := 0; e < E; e++ {
+	for e := lo; e < hi; e++ {
 		x := &MLP{}
 		nn.Attach(experts, fmt.Sprint(e), x)
 		x.Gate = linear(x, names.Gate, D, I)
@@ -284,7 +306,7 @@ func (p *MoEBlock) Forward(b kernels.Backend, w *workspace, out, h *runtime.Tens
 		if err != nil {
 			return err
 		}
-		E := len(p.Experts)
+		E := m.Cfg.MoE.Experts
 		logits := rows(s.logits, T) // [T,E]
 		if err := p.Router.Forward(b, logits, h); err != nil {
 			return err
@@ -297,15 +319,19 @@ func (p *MoEBlock) Forward(b kernels.Backend, w *workspace, out, h *runtime.Tens
 			return fmt.Errorf("%s: %w", p.Node().Name(), err)
 		}
 		groups := s.route.Groups()
-		order := make([]nn.Module, len(groups))
-		for i, g := range groups {
-			order[i] = p.Experts[g.Expert]
+		order := make([]nn.Module, 0, len(groups))
+		held := make([]kernels.ExpertRows, 0, len(groups))
+		for _, g := range groups {
+			if x := p.held(g.Expert); x != nil { // another shard's expert: its shard adds it
+				order = append(order, x)
+				held = append(held, g)
+			}
 		}
 		nn.Announce(p, order...)
 		if err := mk.Zero(out); err != nil {
 			return err
 		}
-		for _, g := range groups {
+		for _, g := range held {
 			n := len(g.Rows)
 			x := h // every token, in order: no gather
 			if n < T {
@@ -315,7 +341,7 @@ func (p *MoEBlock) Forward(b kernels.Backend, w *workspace, out, h *runtime.Tens
 				}
 			}
 			y := rows(s.y, n)
-			if err := p.Experts[g.Expert].run(b, y, x, rows(s.gate, n), rows(s.up, n)); err != nil {
+			if err := p.held(g.Expert).run(b, y, x, rows(s.gate, n), rows(s.up, n)); err != nil {
 				return err
 			}
 			if err := mk.ScatterAddRows(out, y, g.Rows, g.Weights); err != nil {
@@ -324,6 +350,15 @@ func (p *MoEBlock) Forward(b kernels.Backend, w *workspace, out, h *runtime.Tens
 		}
 		return nil
 	})
+}
+
+// held is expert e (an index among the router's E) if the block holds it,
+// else nil.
+func (p *MoEBlock) held(e int) *MLP {
+	if i := e - p.First; i >= 0 && i < len(p.Experts) {
+		return p.Experts[i]
+	}
+	return nil
 }
 
 // run is the MLP as an expert over x[n,D] into out[n,D], g and u [n,I_e]

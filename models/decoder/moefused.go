@@ -21,6 +21,13 @@ import (
 // (nn.Unwatched: a hook that does sees each expert's forward on the
 // per-expert path, after nn.Announce), no expert projection is FP8, the
 // backend's table takes the weights, and T ≤ Model.MoEFusedTokens.
+//
+// A block that holds only some of the experts (a shard of a model sharded
+// by experts, shard.go) never runs fused: its forwards route on the host
+// and run the routed experts it holds one by one (so a sharded MoE model's
+// decode step is not captured as one graph). Restricting the table and the
+// kernels to the held experts (routed ids outside them contributing zero)
+// would lift this.
 
 // DefaultMoEFusedTokens is the most tokens a forward runs an expert block
 // through the fused ops for when Model.MoEFusedTokens is 0: with more, each
@@ -51,7 +58,7 @@ func (m *Model) fusedTokens() int {
 // the block through it (see the comment above), preparing the block's
 // table for the tree's current weights.
 func (p *MoEBlock) fused(b kernels.Backend, m *Model, T int) (kernels.MoEFused, bool, error) {
-	if T > m.fusedTokens() {
+	if T > m.fusedTokens() || p.First != 0 || len(p.Experts) != m.Cfg.MoE.Experts {
 		return nil, false, nil
 	}
 	f, ok := kernels.MoEFusedOf(b)

@@ -33,13 +33,18 @@ import (
 // shard's tree under that device's budget: one plan per device, each
 // streaming only its shard over its own link.
 //
-// Mixture-of-experts MLPs shard by experts instead: a rank holds experts
-// [E·r/N, E·(r+1)/N) whole, the router replicated, and the all-reduce after
-// the MLP sums the experts' weighted outputs exactly as it sums down_proj's
-// partial products. The place to add it is ShardCuts (the cuts of the
-// expert module's tensors: whole experts kept, the others' tensors absent
-// from the shard's tree) and ShardPlan (the expert range); Layer.ops'
-// all-reduce after the MLP stays as it is.
+// Mixture-of-experts layers shard by experts instead: rank r of N holds
+// experts [E·r/N, E·(r+1)/N) whole (ShardPlan.Experts; uneven ranges when N
+// does not divide E, N ≤ E) under their checkpoint names, and the router
+// replicated, so every rank computes the same routing. A rank runs only the
+// routed experts it holds (the others contribute nothing), and the
+// all-reduce after the feed-forward sums the experts' weighted outputs
+// exactly as it sums down_proj's partial products. A rank's tree has no
+// module for another rank's experts: it neither allocates nor binds them,
+// announces only its own (nn.Announce), and an offload engine on it streams
+// only its own. Dense layers of an MoE model (Qwen3-MoE mlp_only_layers)
+// cut by intermediate columns as above. An expert block holding only some
+// experts runs expert by expert, never through the fused ops (moefused.go).
 
 // ShardPlan is one rank's part of a model cut Size ways: ranges of the full
 // model's query heads, key/value heads and MLP intermediate columns.
@@ -47,29 +52,36 @@ type ShardPlan struct {
 	Rank, Size int
 	QHeads     [2]int // query heads [lo, hi)
 	KVHeads    [2]int // key/value heads [lo, hi); shared with other ranks when Size > K (replicated)
-	Inter      [2]int // MLP intermediate columns [lo, hi)
+	Inter      [2]int // MLP intermediate columns [lo, hi) (dense layers)
+	Experts    [2]int // experts [lo, hi) of a mixture-of-experts model; zero for a dense one
 }
 
 // PlanShards cuts c over n devices: n must divide the query heads and the
-// intermediate size, and either divide the key/value heads (each rank takes
-// K/n of them with their query heads) or be a multiple of them (each KV
-// head is replicated on n/K ranks, each taking part of its query heads).
+// intermediate size (when some layer is dense), and either divide the
+// key/value heads (each rank takes K/n of them with their query heads) or be
+// a multiple of them (each KV head is replicated on n/K ranks, each taking
+// part of its query heads). A mixture-of-experts model's E experts go
+// E·r/n .. E·(r+1)/n to rank r, which needs n ≤ E.
 func PlanShards(c *Config, n int) ([]ShardPlan, error) {
 	if c == nil {
 		return nil, errors.New("decoder.PlanShards: nil config")
 	}
-	H, K, I := c.NumAttentionHeads, c.NumKeyValueHeads, c.IntermediateSize
+	H, K, I, E := c.NumAttentionHeads, c.NumKeyValueHeads, c.IntermediateSize, c.MoE.Experts
+	dense := !c.MoE.Enabled()
+	for i := 0; i < c.NumHiddenLayers && !dense; i++ {
+		dense = !c.MoE.Sparse(i)
+	}
 	switch {
-	case c.MoE.Enabled() && n > 1:
-		return nil, fmt.Errorf("a mixture-of-experts model (%d experts) cannot be sharded over %d devices yet: sharding by experts is not implemented; use one device", c.MoE.Experts, n)
 	case n < 1:
 		return nil, fmt.Errorf("decoder.PlanShards: %d devices; want at least 1", n)
 	case H%n != 0:
 		return nil, fmt.Errorf("%d attention heads do not split evenly over %d devices (the device count must divide num_attention_heads)", H, n)
 	case K%n != 0 && n%K != 0:
 		return nil, fmt.Errorf("%d key/value heads do not split into whole groups over %d devices (the device count must divide num_key_value_heads %d or be a multiple of it)", K, n, K)
-	case I%n != 0:
+	case dense && I%n != 0:
 		return nil, fmt.Errorf("intermediate size %d does not split evenly over %d devices", I, n)
+	case c.MoE.Enabled() && n > E:
+		return nil, fmt.Errorf("%d experts do not go round %d devices (sharding by experts needs at most one device per expert)", E, n)
 	}
 	q, group := H/n, H/K
 	out := make([]ShardPlan, n)
@@ -81,19 +93,26 @@ func PlanShards(c *Config, n int) ([]ShardPlan, error) {
 			g := r * q / group // every query head of the rank reads this KV head
 			p.KVHeads = [2]int{g, g + 1}
 		}
+		if c.MoE.Enabled() {
+			p.Experts = [2]int{r * E / n, (r + 1) * E / n}
+		}
 		out[r] = p
 	}
 	return out, nil
 }
 
-// Config is the shard's config: c with the shard's heads and intermediate
-// size (head_dim kept explicit).
+// Config is the shard's config: c with the shard's heads, intermediate
+// size and experts (head_dim kept explicit).
 func (p ShardPlan) Config(c *Config) Config {
 	s := *c
 	s.EOSTokenIDs = slices.Clone(c.EOSTokenIDs)
 	s.NumAttentionHeads = p.QHeads[1] - p.QHeads[0]
 	s.NumKeyValueHeads = p.KVHeads[1] - p.KVHeads[0]
 	s.IntermediateSize = p.Inter[1] - p.Inter[0]
+	s.MoE.DenseLayers = slices.Clone(c.MoE.DenseLayers)
+	if c.MoE.Enabled() {
+		s.MoE.Owned = p.Experts
+	}
 	return s
 }
 
@@ -123,7 +142,9 @@ func NewShards(full *Model, n int) ([]*Model, []ShardPlan, error) {
 type TensorCut struct{ Row0, Row1, Col0, Col1 int }
 
 // ShardCuts is the cut of every tensor of shard m (a model NewShards made
-// with plan p; full is the full model's config) that is not held whole.
+// with plan p; full is the full model's config) that is not held whole. An
+// expert block's router and experts are held whole (the shard's tree has
+// only its own experts), so they have no cuts.
 // FP8 scales are cut with their weights: per-channel scales by rows, block
 // scales by blocks, which the cut must then align to.
 func ShardCuts(m *Model, full *Config, p ShardPlan) (map[string]TensorCut, error) {
@@ -162,15 +183,19 @@ func ShardCuts(m *Model, full *Config, p ShardPlan) (map[string]TensorCut, error
 	D, H, K, I := full.HiddenSize, full.NumAttentionHeads, full.NumKeyValueHeads, full.IntermediateSize
 	for _, l := range m.Layers {
 		a, f := l.Attn, l.MLP
-		for _, e := range []error{
+		errs := []error{
 			rowsOf(a.Q, p.QHeads[0]*d, p.QHeads[1]*d, H*d, D),
 			rowsOf(a.K, p.KVHeads[0]*d, p.KVHeads[1]*d, K*d, D),
 			rowsOf(a.V, p.KVHeads[0]*d, p.KVHeads[1]*d, K*d, D),
 			colsOf(a.O, p.QHeads[0]*d, p.QHeads[1]*d, D, H*d),
-			rowsOf(f.Gate, p.Inter[0], p.Inter[1], I, D),
-			rowsOf(f.Up, p.Inter[0], p.Inter[1], I, D),
-			colsOf(f.Down, p.Inter[0], p.Inter[1], D, I),
-		} {
+		}
+		if f != nil { // a dense layer; an expert block's tensors are whole
+			errs = append(errs,
+				rowsOf(f.Gate, p.Inter[0], p.Inter[1], I, D),
+				rowsOf(f.Up, p.Inter[0], p.Inter[1], I, D),
+				colsOf(f.Down, p.Inter[0], p.Inter[1], D, I))
+		}
+		for _, e := range errs {
 			if e != nil {
 				return nil, fmt.Errorf("shard %d of %d: %w", p.Rank, p.Size, e)
 			}
@@ -311,7 +336,11 @@ func (m *Model) BindShard(ck *loader.Checkpoint, dev runtime.Device, full *Confi
 		m.Close()
 		return fmt.Errorf("checkpoint %s: %d tensors the config (%s) implies are missing, first %s", ck.Dir(), len(missing), full.Summary(), missing[0])
 	}
-	if err := m.checkUnused(ck); err != nil {
+	whole, err := New(full, m.Names) // the full tree, no weights: what the checkpoint may hold (other shards' experts too)
+	if err == nil {
+		err = whole.checkUnused(ck)
+	}
+	if err != nil {
 		m.Close()
 		return err
 	}

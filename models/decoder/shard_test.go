@@ -2,6 +2,7 @@ package decoder_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -51,6 +52,48 @@ func TestPlanShards(t *testing.T) {
 	} {
 		if _, err := decoder.PlanShards(&bad.c, bad.n); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%d ranks of %+v: %v, want an error with %q", bad.n, bad.c, err, bad.want)
+		}
+	}
+}
+
+// TestPlanShardsMoE: experts go E·r/n .. E·(r+1)/n to rank r (uneven
+// when n does not divide E), the router whole; the intermediate size need
+// not split when every layer is sparse; more devices than experts is
+// refused.
+func TestPlanShardsMoE(t *testing.T) {
+	moe := decoder.Config{NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2, IntermediateSize: 95,
+		MoE: decoder.MoE{Experts: 6, TopK: 2, IntermediateSize: 32, SparseStep: 1}}
+	p, err := decoder.PlanShards(&moe, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, want := range [][2]int{{0, 1}, {1, 3}, {3, 4}, {4, 6}} {
+		if p[r].Experts != want {
+			t.Fatalf("rank %d experts %v, want %v", r, p[r].Experts, want)
+		}
+		sc := p[r].Config(&moe)
+		if lo, hi := sc.MoE.OwnedRange(); lo != want[0] || hi != want[1] || sc.MoE.Experts != 6 {
+			t.Fatalf("rank %d config holds experts [%d,%d) of %d", r, lo, hi, sc.MoE.Experts)
+		}
+		if !strings.Contains(sc.Summary(), fmt.Sprintf("holding experts %d..%d", want[0], want[1]-1)) {
+			t.Errorf("rank %d summary %q", r, sc.Summary())
+		}
+	}
+	if lo, hi := moe.MoE.OwnedRange(); lo != 0 || hi != 6 {
+		t.Errorf("unsharded config holds [%d,%d)", lo, hi)
+	}
+	dense := moe
+	dense.MoE.DenseLayers = []int{1}
+	for _, bad := range []struct {
+		n    int
+		c    decoder.Config
+		want string
+	}{
+		{2, dense, "intermediate size 95"},
+		{8, func() decoder.Config { c := moe; c.NumAttentionHeads, c.NumKeyValueHeads = 8, 8; return c }(), "6 experts do not go round 8 devices"},
+	} {
+		if _, err := decoder.PlanShards(&bad.c, bad.n); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%d ranks: %v, want an error with %q", bad.n, err, bad.want)
 		}
 	}
 }
