@@ -118,8 +118,8 @@ type engine struct {
 
 	timing timingState
 
-	asked  *unit   // the host unit RunsOn named last (host.go)
-	hostBW float64 // the host backend's measured GEMV bytes a second
+	asked  *unit       // the host unit RunsOn named last (host.go)
+	hostBW float64     // the host backend's measured GEMV bytes a second
 	hm     hostMeasure // measured host times per unit (host_measure.go)
 
 	replan replanState
