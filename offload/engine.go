@@ -118,8 +118,9 @@ type engine struct {
 
 	timing timingState
 
-	asked  *unit   // the host unit RunsOn named last (host.go)
-	hostBW float64 // the host backend's measured GEMV bytes a second
+	asked  *unit       // the host unit RunsOn named last (host.go)
+	hostBW float64     // the host backend's measured GEMV bytes a second
+	hm     hostMeasure // measured host times per unit (host_measure.go)
 
 	replan replanState
 
@@ -499,6 +500,7 @@ func (e *engine) beginPass() error {
 	if err := e.tokensBegin(); err != nil {
 		return err
 	}
+	e.hostMeasureBegin()
 	if e.phase == PhaseInference && e.measuring() {
 		return e.timing.begin(e)
 	}
@@ -642,6 +644,11 @@ func (e *engine) endPass(suspended bool) error {
 				if err := e.replanStep(); err != nil {
 					return err
 				}
+			}
+		}
+		if e.hm.on {
+			if err := e.hostMeasureEnd(); err != nil {
+				return err
 			}
 		}
 		if e.cfg.OffloadTiming != TimingOff {

@@ -19,10 +19,13 @@ import (
 // nn.Tree.RunsOn). The copy stream keeps prefetching later streamed units
 // while the host computes.
 //
-// Host compute per unit is estimated, not timed: the unit's bytes over the
-// host backend's GEMV bandwidth, measured once when INFERENCE starts by
+// Host compute per unit is first estimated: the unit's bytes over the host
+// backend's GEMV bandwidth, measured once when INFERENCE starts by
 // multiplying one token through the largest unit's own matrices (from its
-// host block) with the host backend, per token of the forward (planner_host.go).
+// host block) with the host backend, per token of the forward
+// (planner_host.go). The first passes under a plan with host units then time
+// each host unit's whole forward and replan once with those times, per
+// tokens-per-forward bucket (host_measure.go).
 
 var _ nn.Elsewhere = (*engine)(nil)
 
@@ -108,6 +111,7 @@ func (e *engine) enterHost(u *unit) error {
 // exitHost records the host unit's wall time for the timing report.
 func (e *engine) exitHost(u *unit) {
 	u.hostLast = time.Since(u.hostStart).Seconds()
+	e.hostMeasureRun(u)
 	if e.measuring() && e.timing.rootStart != nil {
 		e.timing.host = append(e.timing.host, hostRun{u, u.hostLast})
 	}
@@ -143,6 +147,8 @@ func (e *engine) hostInputs(in *PlanInput) error {
 		}
 		e.hostBW = bw
 	}
+	est := func(u *unit) float64 { return float64(u.bytes) / e.hostBW }
+	ratio := e.hm.hostRatio(in.Tokens, est)
 	for i, u := range e.units {
 		if u.announced || len(u.shared) > 0 {
 			if forced[u] {
@@ -150,7 +156,7 @@ func (e *engine) hostInputs(in *PlanInput) error {
 			}
 			continue
 		}
-		in.Units[i].HostSecPerToken = float64(u.bytes) / e.hostBW
+		in.Units[i].HostSecPerToken = e.hm.hostSecPerToken(u, in.Tokens, est(u), ratio)
 		in.Units[i].ForceHost = forced[u]
 	}
 	if hs, ok := e.model.(HiddenSizer); ok && len(in.Curve.Points) > 0 {

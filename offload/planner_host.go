@@ -149,3 +149,20 @@ func makeHostPlan(in PlanInput) (Plan, error) {
 	}
 	return pl, nil
 }
+
+// predictHostPlan is PredictPlan for a three-way plan: Simulate on the
+// transformed input, where host units are 0-byte resident steps lasting
+// their host time plus the hops they pay.
+func predictHostPlan(in PlanInput, pl Plan) (float64, bool) {
+	if len(pl.Host) != len(in.Units) {
+		return 0, false
+	}
+	res := slices.Clone(pl.Resident)
+	for u, h := range pl.Host {
+		if h && res[u] {
+			return 0, false
+		}
+		res[u] = res[u] || h
+	}
+	return Simulate(hostInput(in, pl.Host), res, pl.Slots)
+}

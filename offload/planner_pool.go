@@ -289,12 +289,16 @@ func expectedCopies(in PlanInput, pl Plan) []float64 {
 
 // PredictPlan is the planner's predicted forward time of pl for in (ok
 // false when pl does not match in or exceeds the budget): Simulate for an
-// input without announced units, else the pool model (see makePoolPlan).
+// input without announced units (on hostInput's transformed input for a
+// three-way plan), else the pool model (see makePoolPlan).
 func PredictPlan(in PlanInput, pl Plan) (float64, bool) {
 	if in.validate() != nil || len(pl.Resident) != len(in.Units) {
 		return 0, false
 	}
 	if !in.hasAnnounced() {
+		if pl.HostUnits() > 0 {
+			return predictHostPlan(in, pl)
+		}
 		return Simulate(in, pl.Resident, pl.Slots)
 	}
 	if len(pl.SlotOf) != len(in.Units) || planPeak(in, pl) > in.Budget {

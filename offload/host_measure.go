@@ -1,0 +1,184 @@
+package offload
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Measured host times. The first plan with host units rests on an estimate:
+// a unit's bytes over the host backend's GEMV bandwidth (host.go). That
+// times only the unit's matrices; its whole forward on the host also runs
+// attention over the host KV cache, norms, RoPE and the activations'
+// traffic, so the estimate is a lower bound and the first plan puts too
+// many units on the host (on the H200, 5.2 ms a layer measured against
+// ~3 ms estimated).
+//
+// So the engine times each host unit's whole forward (trap entry to exit
+// on the host backend: everything but the hops, which the planner charges
+// as HopSec) over the first passes of a plan with host units in INFERENCE:
+// one warm-up pass (first-use allocations, the KV cache moving over), then
+// Config.ProfilingIters passes. It keeps the median seconds per token of
+// each unit for the plan's tokens-per-forward bucket and replans once with
+// them (hostInputs): a measured unit's HostSecPerToken is its measurement;
+// a unit that did not run on the host keeps the estimate, scaled by the
+// median measured/estimated ratio of the measured units when that ratio
+// exceeds 1 (units of one model share their shape; the estimate, a lower
+// bound, is never scaled down). The new plan is applied when it predicts a
+// faster forward than the plan in force under the measured times;
+// otherwise the placement stays and only its prediction is corrected. Each
+// bucket is measured once (a bucket's later plans reuse its times).
+//
+// Why INFERENCE and not PROFILING: in PROFILING every unit runs staged on
+// the device and host placement is decided only when it ends; a unit's
+// forward on the host needs the model to run it there, with its hidden
+// state and KV cache moved to the host (decoder.Model does so for the units
+// RunsOn names, in INFERENCE). Timing the host units the plan chose, under
+// that plan, measures exactly the forwards the prediction is about, and the
+// engine's replan machinery (replace) moves units between placements.
+// Units the estimate kept off the host are not timed: the estimate is a
+// lower bound, so the measured times would keep them off too.
+
+// hostMeasure is the engine's per-unit host timing.
+type hostMeasure struct {
+	on      bool                // the pass in progress is measured
+	key     int                 // the bucket (PlanInput.Tokens) being measured
+	passes  int                 // passes measured for key (the first is a warm-up)
+	samples map[*unit][]float64 // seconds per token of the measured passes
+	// byT is each measured bucket's median host seconds per token per unit.
+	byT     map[int]map[*unit]float64
+	replans int // replans made from measured host times
+	applied int // of which changed the placement
+}
+
+// hostMeasureBegin decides at the root's entry whether the pass measures
+// the plan's host units: in INFERENCE, under a plan with host units whose
+// bucket has no measurement yet, outside a strategy replan or a bucket's own
+// measuring, with profiling not suspended, and with replans allowed.
+func (e *engine) hostMeasureBegin() {
+	h := &e.hm
+	h.on = false
+	if e.phase != PhaseInference || e.cfg.HostBackend == nil || e.plan.HostUnits() == 0 || e.m.suspended > 0 || e.noReplan ||
+		e.replan.state == ReplanInProgress || e.replan.state == ReplanFailed || e.tok.measure != nil {
+		return
+	}
+	t := &e.tok
+	if t.cur != 0 && t.passT > 0 && t.bucketFor(t.passT) != t.cur {
+		return // a pass of another size: not what the plan in force predicts
+	}
+	key := e.planIn.Tokens
+	if _, done := h.byT[key]; done {
+		return
+	}
+	if h.samples == nil || h.key != key {
+		h.key, h.passes, h.samples = key, 0, map[*unit][]float64{}
+	}
+	h.on = true
+}
+
+// hostMeasureRun records host unit u's run of the measured pass.
+func (e *engine) hostMeasureRun(u *unit) {
+	h := &e.hm
+	if !h.on || h.passes < replanWarm {
+		return
+	}
+	h.samples[u] = append(h.samples[u], u.hostLast/float64(max(e.tok.passT, 1)))
+}
+
+// hostMeasureEnd counts a measured pass; after the warm-up and
+// ProfilingIters passes it keeps the bucket's medians and replans.
+func (e *engine) hostMeasureEnd() error {
+	h := &e.hm
+	h.on = false
+	h.passes++
+	if h.passes < replanWarm+max(e.cfg.ProfilingIters, 1) {
+		return nil
+	}
+	meds := map[*unit]float64{}
+	for u, s := range h.samples {
+		meds[u] = median(s)
+	}
+	if h.byT == nil {
+		h.byT = map[int]map[*unit]float64{}
+	}
+	h.byT[h.key] = meds
+	h.samples, h.passes = nil, 0
+	return e.hostReplan()
+}
+
+// hostReplan plans again with the measured host times and applies the plan
+// when it beats the plan in force under those times.
+func (e *engine) hostReplan() error {
+	in := e.planIn
+	in.Units = slices.Clone(in.Units)
+	if err := e.hostInputs(&in); err != nil {
+		return e.fail(fmt.Errorf("replanning with measured host times: %w", err))
+	}
+	cur, ok := PredictPlan(in, e.plan)
+	plan, err := MakePlan(in)
+	if err != nil {
+		return e.fail(fmt.Errorf("replanning with measured host times: %w", err))
+	}
+	e.hm.replans++
+	if ok && plan.PredictedSec >= cur*0.99 {
+		e.planIn = in
+		e.plan.PredictedSec = cur
+		return nil
+	}
+	if err := e.replace(plan); err != nil {
+		return e.fail(fmt.Errorf("replanning with measured host times: %w", err))
+	}
+	e.planIn = in
+	e.hm.applied++
+	return nil
+}
+
+// hostSecPerToken is unit u's host seconds per token for the planner at
+// bucket tokens: measured, or the bandwidth estimate est (scaled by ratio
+// when it is above 1; see above).
+func (h *hostMeasure) hostSecPerToken(u *unit, tokens int, est, ratio float64) float64 {
+	if s, ok := h.byT[tokens][u]; ok {
+		return s
+	}
+	if ratio > 1 {
+		return est * ratio
+	}
+	return est
+}
+
+// hostRatio is the median measured/estimated host time of the units
+// measured at bucket tokens (0 when none); est gives a unit's estimate.
+func (h *hostMeasure) hostRatio(tokens int, est func(*unit) float64) float64 {
+	var rs []float64
+	for u, s := range h.byT[tokens] {
+		if e := est(u); e > 0 {
+			rs = append(rs, s/e)
+		}
+	}
+	return median(rs)
+}
+
+// HostTimes is a snapshot of the engine's measured host times.
+type HostTimes struct {
+	// Replans counts replans made from measured host times (one per
+	// measured tokens-per-forward bucket); Applied counts those that changed
+	// the placement.
+	Replans, Applied int
+	// SecPerToken is the measured host seconds per token of each unit that
+	// was timed on the host, for the plan in force's bucket.
+	SecPerToken map[string]float64
+}
+
+// HostTimes reports the manager's measured host times (see HostTimes).
+func (m *Manager) HostTimes() HostTimes {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ht := HostTimes{SecPerToken: map[string]float64{}}
+	if m.e == nil {
+		return ht
+	}
+	ht.Replans, ht.Applied = m.e.hm.replans, m.e.hm.applied
+	for u, s := range m.e.hm.byT[m.e.planIn.Tokens] {
+		ht.SecPerToken[u.name] = s
+	}
+	return ht
+}

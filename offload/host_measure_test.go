@@ -1,0 +1,58 @@
+package offload
+
+import (
+	"math"
+	"testing"
+)
+
+// PredictPlan scores a three-way plan as the planner did: for every
+// hostCase the made plan's prediction is PredictPlan's, which differs from
+// the two-way score that treats host units as streamed.
+func TestPredictPlanHost(t *testing.T) {
+	for _, in := range []PlanInput{hostCase(1, 0, 1), hostCase(3, 0.5, 1)} {
+		pl, err := MakePlan(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pl.HostUnits() == 0 {
+			t.Fatalf("no host unit in %v", pl)
+		}
+		got, ok := PredictPlan(in, pl)
+		if !ok || math.Abs(got-pl.PredictedSec) > 1e-9 {
+			t.Fatalf("PredictPlan %v (ok %v), the plan predicted %v\n%v", got, ok, pl.PredictedSec, pl)
+		}
+		// Scoring the host units as streamed ones (the two-way Simulate)
+		// gives another time.
+		if old, ok := Simulate(in, pl.Resident, pl.Slots); ok && math.Abs(old-got) < 1e-9 {
+			t.Fatalf("PredictPlan %v equals the two-way score of the plan", got)
+		}
+	}
+}
+
+// hostSecPerToken: a measured unit takes its measurement; an unmeasured
+// one its estimate, scaled up by the measured/estimated ratio but never
+// down.
+func TestHostSecPerToken(t *testing.T) {
+	a, b, c := &unit{name: "a"}, &unit{name: "b"}, &unit{name: "c"}
+	est := func(*unit) float64 { return 2 }
+	h := hostMeasure{byT: map[int]map[*unit]float64{1: {a: 5, b: 7}}}
+	r := h.hostRatio(1, est)
+	if r != 3 { // median of 5/2 and 7/2
+		t.Fatalf("ratio %v, want 3", r)
+	}
+	if s := h.hostSecPerToken(a, 1, 2, r); s != 5 {
+		t.Fatalf("measured unit: %v, want 5", s)
+	}
+	if s := h.hostSecPerToken(c, 1, 2, r); s != 6 {
+		t.Fatalf("unmeasured unit: %v, want the estimate scaled to 6", s)
+	}
+	if s := h.hostSecPerToken(c, 1, 2, 0.5); s != 2 {
+		t.Fatalf("a ratio below 1 scaled the estimate to %v", s)
+	}
+	if r := h.hostRatio(64, est); r != 0 {
+		t.Fatalf("a bucket without measurements has ratio %v", r)
+	}
+	if s := h.hostSecPerToken(a, 64, 2, 0); s != 2 {
+		t.Fatalf("another bucket's measurement was used: %v", s)
+	}
+}
