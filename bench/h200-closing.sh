@@ -14,11 +14,11 @@ log() { echo "== $(date +%T) $*" | tee -a "$out/steps.log"; }
 b=bin/infer-cuda; m=/tmp/llama3-8b; ids=37,235,396,72,255,393,203,133,335,448,144,129
 log build; timeout 150 make build-cuda >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 log tests
-GOFLAGS='-run=TestShardedNCCLOneGPU|TestShardedGPUs|TestNCCL|TestHostPlacementDevice' timeout 150 make -s test-cuda CUDA_PKGS='./runtime/cuda ./session ./models/all' >"$out/tests.log" 2>&1
+GOFLAGS='-run=TestShardedNCCLOneGPU|TestShardedGPUs|TestNCCL|TestHostPlacementDevice|TestHostMeasuredReplan' timeout 150 make -s test-cuda CUDA_PKGS='./runtime/cuda ./session ./models/all' >"$out/tests.log" 2>&1
 echo "tests rc=$?" | tee -a "$out/steps.log"; grep -E '^(--- FAIL|FAIL|ok|panic)|--- SKIP' "$out/tests.log" | head -20
 log make-model; [ -d $m ] || timeout 120 $b make-model --shape llama3-8b --out $m >"$out/make-model.txt" 2>&1
 log serve-8gib; ONLY=8gib WARM=10 timeout 150 bench/h200-serve.sh "$out/serve" 30 2>&1 | tail -6
-log hybrid; timeout 120 $b bench --model $m --device cuda:0 --budgets 0,8GiB --mode decode --context 512 --iters 5 --host-threads 16 2>&1 | tee "$out/hybrid.txt" | tail -5
+log hybrid; timeout 120 $b bench --model $m --device cuda:0 --budgets 0,8GiB --mode decode --context 512 --iters 5 --warmup 6 --host-threads 16 2>&1 | tee "$out/hybrid.txt" | tail -5
 log long-context
 sed -i 's/"max_position_embeddings": 8192/"max_position_embeddings": 40960/' $m/config.json
 timeout 120 $b bench --model $m --device cuda:0 --budgets resident --mode decode --context 32000 --iters 5 --warmup 1 2>&1 | tee "$out/decode-32k.txt" | tail -2
