@@ -102,3 +102,37 @@ extern "C" __global__ void add_rmsnorm_f32_bf16(bf16_t* out, float* x, const flo
 		orow[2 * c + 1] = pack_bf16(v.z * scale * __uint_as_float(w1 << 16), v.w * scale * __uint_as_float(w1 & 0xffff0000u));
 	}
 }
+
+// rmsnorm_pair_bf16_v8 normalises, in place, rows 0..na−1 of a with weight
+// wa and then the rows of b with wb (blockIdx.x ≥ na: row blockIdx.x − na of
+// b): a layer's per-head q and k norms in one launch, each row exactly as
+// rmsnorm_bf16_v8 computes it (dim % 8 == 0, 16-byte aligned).
+extern "C" __global__ void rmsnorm_pair_bf16_v8(bf16_t* a, const bf16_t* wa, int na, bf16_t* b, const bf16_t* wb, int dim, float eps) {
+	__shared__ float sh[32];
+	const bool first = (int)blockIdx.x < na;
+	bf16_t* x = first ? a + (usize)blockIdx.x * dim : b + (usize)(blockIdx.x - na) * dim;
+	const uint4* xr = (const uint4*)x;
+	uint4* orow = (uint4*)x;
+	const uint4* wv = (const uint4*)(first ? wa : wb);
+	const int n8 = dim >> 3;
+	float s = 0.f;
+	for (int c = threadIdx.x; c < n8; c += blockDim.x) {
+		float f[8];
+		unpack8(xr[c], f);
+#pragma unroll
+		for (int e = 0; e < 8; e++) s += f[e] * f[e];
+	}
+	s = block_sum(s, sh);
+	const float scale = rsqrtf(s / (float)dim + eps);
+	for (int c = threadIdx.x; c < n8; c += blockDim.x) {
+		float f[8], g[8];
+		unpack8(xr[c], f);
+		unpack8(wv[c], g);
+		uint4 r;
+		r.x = pack_bf16(f[0] * scale * g[0], f[1] * scale * g[1]);
+		r.y = pack_bf16(f[2] * scale * g[2], f[3] * scale * g[3]);
+		r.z = pack_bf16(f[4] * scale * g[4], f[5] * scale * g[5]);
+		r.w = pack_bf16(f[6] * scale * g[6], f[7] * scale * g[7]);
+		orow[c] = r;
+	}
+}

@@ -109,6 +109,7 @@ type kernelSet struct {
 	moeFused      moeFusedKernels // fused mixture-of-experts ops (moefused.go)
 	decodeMMA     decodeMMAKernels
 	addRMS        *cuda.Function // add_rmsnorm_f32_bf16 (addnorm.go)
+	rmsPair       *cuda.Function // rmsnorm_pair_bf16_v8 (qknorm.go)
 }
 
 var (
@@ -151,7 +152,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		gemvFP8: get("gemv_fp8"), dequantFP8: get("dequant_fp8_bf16"),
 		sample: get("sample_rows"),
 		paged:  loadPaged(get), moe: loadMoE(get), moeFused: loadMoEFused(get), decodeMMA: loadDecodeMMA(get),
-		addRMS: get("add_rmsnorm_f32_bf16"),
+		addRMS: get("add_rmsnorm_f32_bf16"), rmsPair: get("rmsnorm_pair_bf16_v8"),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)

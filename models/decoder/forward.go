@@ -276,6 +276,17 @@ func (a *Attention) qkNorm(b kernels.Backend, q, k *runtime.Tensor) error {
 	if a.QNorm == nil {
 		return nil
 	}
+	if p, ok := b.(kernels.PairRMSNormer); ok && a.QNorm.Eps == a.KNorm.Eps && a.QNorm.Dim == a.KNorm.Dim && nn.Unwatched(a.QNorm, a.KNorm) {
+		qh, err := q.Reshape(q.NumElements()/a.QNorm.Dim, a.QNorm.Dim)
+		if err != nil {
+			return err
+		}
+		kh, err := k.Reshape(k.NumElements()/a.KNorm.Dim, a.KNorm.Dim)
+		if err != nil {
+			return err
+		}
+		return p.PairRMSNorm(qh, a.QNorm.Weight.Tensor(), kh, a.KNorm.Weight.Tensor(), a.QNorm.Eps)
+	}
 	for _, c := range []struct {
 		n *nn.RMSNorm
 		x *runtime.Tensor
