@@ -86,7 +86,14 @@ func makePoolPlan(in PlanInput) (Plan, error) {
 		sub := PlanInput{FixedBytes: in.FixedBytes + int64(reserve)*maxAnn, Budget: in.Budget, Slots: in.Slots,
 			Curve: in.Curve, TransferScale: in.TransferScale, Tokens: in.Tokens}
 		for _, i := range dense {
-			sub.Units = append(sub.Units, in.Units[i])
+			u := in.Units[i]
+			if u.ForceHost {
+				return Plan{}, fmt.Errorf("offload: plan: unit %q is forced onto the host, but host placement does not combine with data-dependent (announced) units such as experts yet", u.Name)
+			}
+			// Host placement is two-way here: the pool plan keeps no host
+			// units (a mixture-of-experts model streams or keeps its layers).
+			u.HostSecPerToken = 0
+			sub.Units = append(sub.Units, u)
 		}
 		var err error
 		if dp, err = MakePlan(sub); err == nil {

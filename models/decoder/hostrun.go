@@ -57,6 +57,11 @@ func (m *Model) hostSideFor(dev kernels.Backend, hb kernels.Backend, n int) (*ho
 	}
 	if m.host != nil {
 		n = max(n, m.host.cap)
+		// The last stretch's copy back to the device may still read the
+		// pinned buffer about to be freed.
+		if err := dev.Device().Compute().Synchronize(); err != nil {
+			return nil, err
+		}
 	}
 	m.freeHostSide()
 	ws, err := m.allocWorkspace(hb, n, 1)

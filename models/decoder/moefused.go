@@ -97,25 +97,29 @@ func (p *MoEBlock) prepare(b kernels.Backend, f kernels.MoEFused) (bool, error) 
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", p.Node().Name(), err)
 		}
-		p.table = &moeTable{b: b, tab: tab}
+		p.table = &moeTable{b: b, tab: tab, gen: ^uint64(0)} // no generation yet
 	}
 	t := p.table
-	t.gen, t.ok = gen, false
+	t.ok = false
 	E := len(p.Experts)
 	gate, up, down := make([]*runtime.Tensor, E), make([]*runtime.Tensor, E), make([]*runtime.Tensor, E)
 	for e, x := range p.Experts {
 		if !plain(x.Gate, x.Up, x.Down) {
+			t.gen = gen // not fusable until the weights are bound again
 			return false, nil
 		}
 		gate[e], up[e], down[e] = x.Gate.Weight.Tensor(), x.Up.Weight.Tensor(), x.Down.Weight.Tensor()
 	}
 	switch err := t.tab.Set(gate, up, down); {
 	case errors.Is(err, kernels.ErrNotFusable):
+		t.gen = gen
 		return false, nil
 	case err != nil:
+		// Not remembered: the next forward tries again and reports again,
+		// rather than quietly routing on the host from now on.
 		return false, fmt.Errorf("%s: %w", p.Node().Name(), err)
 	}
-	t.ok = true
+	t.gen, t.ok = gen, true
 	return true, nil
 }
 
