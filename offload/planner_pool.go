@@ -64,6 +64,9 @@ func makePoolPlan(in PlanInput) (Plan, error) {
 		} else {
 			dense = append(dense, i)
 		}
+		if u.ForceHost {
+			return Plan{}, fmt.Errorf("offload: plan: unit %q is forced onto the host, but host placement does not combine with data-dependent (announced) units such as experts yet", u.Name)
+		}
 	}
 	res := make([]bool, n)
 	if in.FixedBytes+total <= in.Budget {
@@ -87,9 +90,6 @@ func makePoolPlan(in PlanInput) (Plan, error) {
 			Curve: in.Curve, TransferScale: in.TransferScale, Tokens: in.Tokens}
 		for _, i := range dense {
 			u := in.Units[i]
-			if u.ForceHost {
-				return Plan{}, fmt.Errorf("offload: plan: unit %q is forced onto the host, but host placement does not combine with data-dependent (announced) units such as experts yet", u.Name)
-			}
 			// Host placement is two-way here: the pool plan keeps no host
 			// units (a mixture-of-experts model streams or keeps its layers).
 			u.HostSecPerToken = 0

@@ -121,6 +121,9 @@ func TestMakePlanAnnouncedErrors(t *testing.T) {
 		{"negative calls", PlanInput{Units: []PlanUnit{e(100, -1, 1)}, Budget: 300, Curve: curve}, "-1 calls per pass", false},
 		{"share above one", PlanInput{Units: []PlanUnit{e(100, 1, 2)}, Budget: 300, Curve: curve}, "share 2 of passes", false},
 		{"negative max announced", PlanInput{Units: []PlanUnit{e(100, 1, 1)}, Budget: 300, Curve: curve, MaxAnnounced: -1}, "MaxAnnounced", false},
+		{"a host unit beside experts", PlanInput{Units: []PlanUnit{
+			{Name: "model.layers.0.self_attn", Bytes: 100, ComputeSec: planMs, HostSecPerToken: planMs, ForceHost: true}, e(100, 1, 1)},
+			Budget: 1000, Curve: curve}, "host placement does not combine", false},
 	} {
 		_, err := MakePlan(c.in)
 		if err == nil || !strings.Contains(err.Error(), c.wantIn) || errors.Is(err, ErrBudget) != c.budgetErr {
