@@ -380,17 +380,23 @@ func (s *Scheduler) choose(lt *runtime.Tensor, in []*Handle, sample []bool, V in
 			return nil, nil, err
 		}
 	} else {
-		for i, r := range read {
-			if !r {
+		// Runs of consecutive rows come back in one copy each.
+		for lo := 0; lo < len(read); lo++ {
+			if !read[lo] {
 				continue
 			}
-			row, err := lt.Slice(i, i+1)
+			hi := lo + 1
+			for hi < len(read) && read[hi] {
+				hi++
+			}
+			rows, err := lt.Slice(lo, hi)
 			if err == nil {
-				err = s.b.ReadF32(s.logits[i*V:(i+1)*V], row)
+				err = s.b.ReadF32(s.logits[lo*V:hi*V], rows)
 			}
 			if err != nil {
 				return nil, nil, err
 			}
+			lo = hi
 		}
 	}
 	s.sampleAll(in, read, V, ids, errs)
