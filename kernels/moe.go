@@ -144,23 +144,25 @@ func (r *Routing) Groups() []ExpertRows {
 	r.groups = r.groups[:0]
 	r.rows = grow(r.rows, r.T*r.K)
 	r.weights = grow(r.weights, r.T*r.K)
+	// A counting sort: each expert's group starts where the groups of the
+	// lower experts end, and one pass over the tokens in order fills them,
+	// so each group's rows come out ascending.
 	off := 0
 	for e := int32(0); e <= maxE; e++ {
 		n := count[e]
 		if n == 0 {
 			continue
 		}
-		g := ExpertRows{Expert: int(e), Rows: r.rows[off : off : off+n], Weights: r.weights[off : off : off+n]}
-		for t := 0; t < r.T; t++ {
-			for j := 0; j < r.K; j++ {
-				if r.Experts[t*r.K+j] == e {
-					g.Rows = append(g.Rows, int32(t))
-					g.Weights = append(g.Weights, r.Weights[t*r.K+j])
-				}
-			}
-		}
-		r.groups = append(r.groups, g)
+		r.groups = append(r.groups, ExpertRows{Expert: int(e), Rows: r.rows[off : off : off+n], Weights: r.weights[off : off : off+n]})
+		count[e] = len(r.groups) - 1 // from here on: the expert's group index
 		off += n
+	}
+	for t := 0; t < r.T; t++ {
+		for j := 0; j < r.K; j++ {
+			g := &r.groups[count[r.Experts[t*r.K+j]]]
+			g.Rows = append(g.Rows, int32(t))
+			g.Weights = append(g.Weights, r.Weights[t*r.K+j])
+		}
 	}
 	return r.groups
 }
