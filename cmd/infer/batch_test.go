@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -186,5 +187,38 @@ func TestBenchBatchKVCache(t *testing.T) {
 	}
 	if code, _, errOut := run(t, "bench", "--kv-cache", "1MiB"); code != 2 || !strings.Contains(errOut, "--kv-cache applies to batched runs") {
 		t.Errorf("bench --kv-cache without --batch: exit %d, %s", code, errOut)
+	}
+}
+
+// TestBenchBatchPrefill: bench --batch --mode prefill times packed prefills
+// of B sequences × --tokens in one forward, counting prompt tokens, resident
+// and offloaded; --kv-cache does not apply there.
+func TestBenchBatchPrefill(t *testing.T) {
+	code, out, errOut := run(t, "bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "resident,0", "--batch", "1,3",
+		"--mode", "prefill", "--tokens", "6", "--iters", "1", "--warmup", "0", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rows []batchBenchRow
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r batchBenchRow
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4 (2 budgets × 2 sizes): %s", len(rows), out)
+	}
+	for _, r := range rows {
+		if r.PrefillTokens != 6 || r.StepMs <= 0 || r.KVBytes <= 0 {
+			t.Errorf("row %+v: want 6 prefill tokens, a positive step time and KV bytes", r)
+		}
+		if want := float64(r.Batch*6) / (r.StepMs / 1e3); math.Abs(r.TokensPerSec-want) > 1e-6*want {
+			t.Errorf("row %+v: %g tokens/s, want batch × tokens / step = %g", r, r.TokensPerSec, want)
+		}
+	}
+	if code, _, errOut := run(t, "bench", "--batch", "2", "--mode", "prefill", "--kv-cache", "1MiB"); code != 2 || !strings.Contains(errOut, "--kv-cache does not apply to --mode prefill") {
+		t.Errorf("--kv-cache with prefill: exit %d, %q", code, errOut)
 	}
 }

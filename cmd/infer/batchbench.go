@@ -26,6 +26,10 @@ type batchBenchRow struct {
 	MinMs        float64 `json:"min_ms"`       // fastest step
 	TokensPerSec float64 `json:"tokens_per_s"` // batch / step
 	KVBytes      int64   `json:"kv_cache_bytes"`
+	// PrefillTokens is each sequence's prompt length with --mode prefill
+	// (each step prefills Batch sequences of it packed in one forward, and
+	// TokensPerSec counts the prompt tokens); 0 for decode steps.
+	PrefillTokens int `json:"prefill_tokens,omitempty"`
 }
 
 // parseBatchSizes reads --batch "1,16,64".
@@ -48,11 +52,15 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.mode != "decode" {
-		return usagef("--batch times decode steps; --mode %s does not apply", o.mode)
+	prefill := o.mode == "prefill"
+	if o.mode != "decode" && !prefill {
+		return usagef("--mode %q: want decode or prefill", o.mode)
 	}
-	if o.context < 0 || o.iters <= 0 || o.warm < 0 {
-		return usagef("--iters must be positive; --context, --warmup not negative")
+	if prefill && o.d.kvCache != "" {
+		return usagef("--kv-cache does not apply to --mode prefill: each step's cache holds exactly its sequences")
+	}
+	if o.context < 0 || o.iters <= 0 || o.warm < 0 || (prefill && o.tokens <= 0) {
+		return usagef("--iters, --tokens must be positive; --context, --warmup not negative")
 	}
 	d := o.d
 	if err := d.refuseHostBatched("bench --batch"); err != nil {
@@ -72,7 +80,13 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 	}
 	defer sess.Close()
 	dir, dev, backend, model := sess.Dir, sess.Device, sess.Backend, sess.Model
-	if !o.jsonOut {
+	if prefill && o.tokens > model.Cfg.MaxPositionEmbeddings {
+		return usagef("--tokens %d exceeds the model's context of %d (max_position_embeddings)", o.tokens, model.Cfg.MaxPositionEmbeddings)
+	}
+	if !o.jsonOut && prefill {
+		fmt.Fprintf(stdout, "%s on %s, batched prefill of --batch sequences × %d tokens packed in one forward, %d layers\n", sess.name(), dev.Name(), o.tokens, model.Cfg.NumHiddenLayers)
+		fmt.Fprintf(stdout, "%-10s %6s %10s %10s %12s %10s\n", "budget", "batch", "step ms", "min ms", "tokens/s", "KV MiB")
+	} else if !o.jsonOut {
 		fmt.Fprintf(stdout, "%s on %s, batched decode at context %d, %d layers\n", sess.name(), dev.Name(), o.context, model.Cfg.NumHiddenLayers)
 		fmt.Fprintf(stdout, "%-10s %6s %10s %10s %12s %10s\n", "budget", "batch", "step ms", "min ms", "tokens/s", "KV MiB")
 	}
@@ -99,13 +113,26 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 			if o.kernelProfile && manager == "" {
 				kp = &kernelProfiler{w: stdout, dev: backend.Device()}
 			}
-			times, kvBytes, err := measureBatchSteps(m, backend, B, o.context, warm, o.iters, uint64(B), d.kvCache, pause, kp)
+			var times []float64
+			var kvBytes int64
+			var err error
+			perStep := B // tokens a step makes (decode) or takes (prefill)
+			if prefill {
+				times, kvBytes, err = measureBatchPrefill(m, backend, B, o.tokens, warm, o.iters, uint64(B), kp)
+				perStep = B * o.tokens
+			} else {
+				times, kvBytes, err = measureBatchSteps(m, backend, B, o.context, warm, o.iters, uint64(B), d.kvCache, pause, kp)
+			}
 			if err != nil {
 				return fmt.Errorf("budget %s, batch %d: %w", budget, B, err)
 			}
 			med := medianOf(times)
-			if err := emit(batchBenchRow{Budget: budget, Batch: B, Context: o.context, StepMs: med, MinMs: slices.Min(times),
-				TokensPerSec: float64(B) / (med / 1e3), KVBytes: kvBytes}); err != nil {
+			row := batchBenchRow{Budget: budget, Batch: B, Context: o.context, StepMs: med, MinMs: slices.Min(times),
+				TokensPerSec: float64(perStep) / (med / 1e3), KVBytes: kvBytes}
+			if prefill {
+				row.Context, row.PrefillTokens = 0, o.tokens
+			}
+			if err := emit(row); err != nil {
 				return err
 			}
 			warm = o.warm // the engine is past profiling after the first size
@@ -272,6 +299,72 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 		}
 		title := fmt.Sprintf("one batched decode step of %d sequences at context %d", B, context+warm+iters)
 		if err := kp.profile(title, func() error { _, err := step(entries); return err }); err != nil {
+			return nil, 0, err
+		}
+	}
+	return out, cache.Bytes(), nil
+}
+
+// measureBatchPrefill times packed prefills: each step is one ForwardBatch
+// of B fresh sequences of tokens random ids each (no padding), their first
+// tokens picked as a server would, then the sequences freed. With kp set,
+// one more step runs under a kernel profile.
+func measureBatchPrefill(m *decoder.Model, b kernels.Backend, B, tokens, warm, iters int, seed uint64, kp *kernelProfiler) ([]float64, int64, error) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	perSeq := (tokens + kvcache.DefaultBlockSize - 1) / kvcache.DefaultBlockSize
+	cache, err := m.NewPagedCache(b, B*perSeq, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer cache.Close()
+	picks := make([]int32, B)
+	var logits []float32
+	step := func() (float64, error) {
+		if err := interrupted(); err != nil {
+			return 0, err
+		}
+		entries := make([]decoder.BatchEntry, B)
+		for i := range entries {
+			ids := make([]int32, tokens)
+			for j := range ids {
+				ids[j] = int32(rng.IntN(m.Cfg.VocabSize))
+			}
+			entries[i] = decoder.BatchEntry{Seq: cache.NewSeq(), IDs: ids}
+		}
+		defer func() {
+			for _, e := range entries {
+				e.Seq.Free()
+			}
+		}()
+		start := time.Now()
+		lt, err := m.ForwardBatch(b, cache, entries)
+		if err != nil {
+			return 0, err
+		}
+		if am, ok := b.(kernels.Argmaxer); ok {
+			err = am.ArgmaxRows(picks, lt) // waits for the device
+		} else {
+			logits = slices.Grow(logits[:0], lt.NumElements())[:lt.NumElements()]
+			err = b.ReadF32(logits, lt)
+		}
+		if err != nil {
+			return 0, err
+		}
+		return float64(time.Since(start).Microseconds()) / 1e3, nil
+	}
+	var out []float64
+	for i := 0; i < warm+iters; i++ {
+		ms, err := step()
+		if err != nil {
+			return nil, 0, err
+		}
+		if i >= warm {
+			out = append(out, ms)
+		}
+	}
+	if kp != nil {
+		title := fmt.Sprintf("one packed prefill of %d sequences × %d tokens", B, tokens)
+		if err := kp.profile(title, func() error { _, err := step(); return err }); err != nil {
 			return nil, 0, err
 		}
 	}

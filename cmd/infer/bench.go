@@ -43,6 +43,7 @@ Examples:
   infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0 --mode prefill --tokens 8192
   infer bench --device cpu --device-memory 8MiB --budgets 0,1MiB,resident --iters 5
   infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0 --batch 1,16,64,256 --context 512
+  infer bench --model /tmp/llama3-8b --device cuda:0 --budgets resident --batch 64 --mode prefill --tokens 512
   infer bench --model /tmp/llama3-8b --device cuda:0 --budgets 0,8GiB --host-threads 16 --context 512
 `
 
