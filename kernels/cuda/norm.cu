@@ -16,12 +16,12 @@ extern "C" __global__ void rmsnorm_bf16(bf16_t* out, const bf16_t* x, const bf16
 	for (int c = threadIdx.x; c < dim; c += blockDim.x) orow[c] = f2bf(bf2f(xr[c]) * scale * bf2f(w[c]));
 }
 
-// rmsnorm_bf16_v8 is rmsnorm_bf16 with 16-byte loads (dim % 8 == 0, rows
-// 16-byte aligned).
-extern "C" __global__ void rmsnorm_bf16_v8(bf16_t* out, const bf16_t* x, const bf16_t* w, int dim, float eps) {
-	__shared__ float sh[32];
-	const uint4* xr = (const uint4*)(x + (usize)blockIdx.x * dim);
-	uint4* orow = (uint4*)(out + (usize)blockIdx.x * dim);
+// rmsnorm_row_v8 normalises one row of dim values (dim % 8 == 0, 16-byte
+// aligned) from x into out with weight w, the block's threads striding over
+// its 16-byte chunks; out may alias x.
+__device__ __forceinline__ void rmsnorm_row_v8(bf16_t* out, const bf16_t* x, const bf16_t* w, int dim, float eps, float* sh) {
+	const uint4* xr = (const uint4*)x;
+	uint4* orow = (uint4*)out;
 	const uint4* wv = (const uint4*)w;
 	const int n8 = dim >> 3;
 	float s = 0.f;
@@ -44,6 +44,13 @@ extern "C" __global__ void rmsnorm_bf16_v8(bf16_t* out, const bf16_t* x, const b
 		r.w = pack_bf16(f[6] * scale * g[6], f[7] * scale * g[7]);
 		orow[c] = r;
 	}
+}
+
+// rmsnorm_bf16_v8 is rmsnorm_bf16 with 16-byte loads (dim % 8 == 0, rows
+// 16-byte aligned).
+extern "C" __global__ void rmsnorm_bf16_v8(bf16_t* out, const bf16_t* x, const bf16_t* w, int dim, float eps) {
+	__shared__ float sh[32];
+	rmsnorm_row_v8(out + (usize)blockIdx.x * dim, x + (usize)blockIdx.x * dim, w, dim, eps, sh);
 }
 
 // rmsnorm_f32in_bf16 is rmsnorm_bf16 reading an fp32 x (the residual stream)
@@ -111,28 +118,5 @@ extern "C" __global__ void rmsnorm_pair_bf16_v8(bf16_t* a, const bf16_t* wa, int
 	__shared__ float sh[32];
 	const bool first = (int)blockIdx.x < na;
 	bf16_t* x = first ? a + (usize)blockIdx.x * dim : b + (usize)(blockIdx.x - na) * dim;
-	const uint4* xr = (const uint4*)x;
-	uint4* orow = (uint4*)x;
-	const uint4* wv = (const uint4*)(first ? wa : wb);
-	const int n8 = dim >> 3;
-	float s = 0.f;
-	for (int c = threadIdx.x; c < n8; c += blockDim.x) {
-		float f[8];
-		unpack8(xr[c], f);
-#pragma unroll
-		for (int e = 0; e < 8; e++) s += f[e] * f[e];
-	}
-	s = block_sum(s, sh);
-	const float scale = rsqrtf(s / (float)dim + eps);
-	for (int c = threadIdx.x; c < n8; c += blockDim.x) {
-		float f[8], g[8];
-		unpack8(xr[c], f);
-		unpack8(wv[c], g);
-		uint4 r;
-		r.x = pack_bf16(f[0] * scale * g[0], f[1] * scale * g[1]);
-		r.y = pack_bf16(f[2] * scale * g[2], f[3] * scale * g[3]);
-		r.z = pack_bf16(f[4] * scale * g[4], f[5] * scale * g[5]);
-		r.w = pack_bf16(f[6] * scale * g[6], f[7] * scale * g[7]);
-		orow[c] = r;
-	}
+	rmsnorm_row_v8(x, x, first ? wa : wb, dim, eps, sh);
 }
