@@ -117,19 +117,23 @@ func varlenTiles(qStarts []int32, kv kernels.PagedKV, rows int32) []int32 {
 }
 
 // varlenFlash launches the varlen prefill kernel of head width d (the
-// legacy one with LegacyFlash), or reports false where there is none.
+// legacy one with LegacyFlash, or with more than 65,535 tiles of 128
+// queries), or reports false where there is none.
 func (b *Backend) varlenFlash(out, q, kPool, vPool uintptr, qStarts []int32, kv kernels.PagedKV, H, K, d, window int, scale float32) (bool, error) {
+	legacy := b.LegacyFlash
+	tiles := varlenTiles(qStarts, kv, prefillTileRows)
+	if len(tiles)/2 > 65535 { // past the grid's y extent: the legacy kernel has the tiles in x
+		legacy = true
+	}
 	f, ok := b.k.prefill.varlen[d]
-	rows := int32(prefillTileRows)
-	if b.LegacyFlash {
+	if legacy {
 		f, ok = b.k.paged.flash[d]
-		rows = legacyTileRows
+		tiles = varlenTiles(qStarts, kv, legacyTileRows)
 	}
 	if !ok {
 		return false, nil
 	}
 	N := len(kv.SeqLens)
-	tiles := varlenTiles(qStarts, kv, rows)
 	nt := len(tiles) / 2
 	meta := make([]int32, 0, len(tiles)+2*N+1+len(kv.BlockTable))
 	meta = append(meta, tiles...)
@@ -147,7 +151,7 @@ func (b *Backend) varlenFlash(out, q, kPool, vPool uintptr, qStarts []int32, kv 
 	args := []uint64{cuda.Ptr(out), cuda.Ptr(q), cuda.Ptr(kPool), cuda.Ptr(vPool),
 		cuda.I32(H), cuda.I32(K), cuda.Ptr(tilesP), cuda.Ptr(startsP), cuda.Ptr(lensP), cuda.Ptr(tableP),
 		cuda.I32(kv.MaxBlocks), cuda.I32(kv.BlockSize), cuda.F32(scale), cuda.I32(window)}
-	if b.LegacyFlash {
+	if legacy {
 		return true, f.Launch(b.s, cuda.Dim3{X: nt, Y: H}, cuda.Dim3{X: 128}, 0, args...)
 	}
 	// Heads in x, tiles (longest first) in y, as flashAttention.
