@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"unsafe"
@@ -85,6 +84,13 @@ type Backend struct {
 	// NoFusedAddNorm makes AddRMSNorm run Add then RMSNorm (two launches)
 	// instead of add_rmsnorm_f32_bf16. New sets it when FT_FUSE_ADDNORM=0.
 	NoFusedAddNorm bool
+
+	// LegacyFlash runs prefill attention (contiguous and varlen) through the
+	// 64-row flash kernels of attention.cu and paged.cu and RoPE + KV store
+	// through the scalar kernels, instead of prefill.cu's kernels and the
+	// vectorised RoPE + store (prefill.go). New sets it when
+	// FT_FLASH=legacy (A/B runs).
+	LegacyFlash bool
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -110,6 +116,7 @@ type kernelSet struct {
 	decodeMMA     decodeMMAKernels
 	addRMS        *cuda.Function // add_rmsnorm_f32_bf16 (addnorm.go)
 	rmsPair       *cuda.Function // rmsnorm_pair_bf16_v8 (qknorm.go)
+	prefill       prefillKernels // prefill attention and vectorised RoPE + store (prefill.go)
 }
 
 var (
@@ -153,6 +160,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		sample: get("sample_rows"),
 		paged:  loadPaged(get), moe: loadMoE(get), moeFused: loadMoEFused(get), decodeMMA: loadDecodeMMA(get),
 		addRMS: get("add_rmsnorm_f32_bf16"), rmsPair: get("rmsnorm_pair_bf16_v8"),
+		prefill: loadPrefill(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -164,6 +172,9 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 			return nil, fmt.Errorf("cudabackend: %w", err)
 		}
 		ks.persistBlocks[f] = max(1, n) * dev.Multiprocessors()
+	}
+	if err := ks.prefill.allowSmem(); err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	if err := ks.decodeMMA.sizeWave(dev.Multiprocessors()); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -198,7 +209,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
-		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(),
+		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(), LegacyFlash: legacyFlashFromEnv(),
 		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT")}
 	cd.AtClose(b.Close)
 	return b, nil
@@ -592,6 +603,11 @@ func (b *Backend) RoPEStoreKV(q, k, v, kCache, vCache *runtime.Tensor, pos0 int,
 		return err
 	}
 	posp, p0 := b.posArgs(pos0)
+	if b.ropeStoreV8(d, q.Ptr(), k.Ptr(), v.Ptr(), kCache.Ptr(), vCache.Ptr()) {
+		return b.ropeStoreV8Launch(b.k.prefill.ropeStore, T, d,
+			cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
+			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(kCache.Dim(0)), posp, p0, cuda.Ptr(tab))
+	}
 	return b.k.ropeStore.Launch(b.s, cuda.Dim3{X: T, Y: ropeGridY((H+K)*d/2 + K*d)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
 		cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(kCache.Dim(0)), posp, p0, cuda.Ptr(tab))
@@ -640,10 +656,10 @@ func (b *Backend) AttentionWindow(out, q, kCache, vCache *runtime.Tensor, pos0, 
 	}
 	scale := float32(math.Log2E / math.Sqrt(float64(d)))
 	posp, p0 := b.posArgs(pos0)
-	if f, ok := b.k.flash[d]; ok && T > 1 && !b.noFlash {
-		return f.Launch(b.s, cuda.Dim3{X: (T + 63) / 64, Y: H}, cuda.Dim3{X: 128}, 0,
-			cuda.Ptr(out.Ptr()), cuda.Ptr(q.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
-			cuda.I32(T), cuda.I32(H), cuda.I32(K), posp, p0, cuda.F32(scale), cuda.I32(window))
+	if T > 1 && !b.noFlash {
+		if ok, err := b.flashAttention(out.Ptr(), q.Ptr(), kCache.Ptr(), vCache.Ptr(), T, H, K, d, posp, p0, scale, window); ok {
+			return err
+		}
 	}
 	G := H / K
 	if d%8 != 0 || G > 16 || d > 1024 {
@@ -1320,9 +1336,10 @@ func (b *Backend) PagedDecodeAttention(out, q, kPool, vPool *runtime.Tensor, kv 
 }
 
 // VarlenPrefillAttention is causal attention of packed sequences over the
-// paged pools (kernels.VarlenPrefillAttender): the tensor-core flash kernel
-// over every sequence's 64-query tiles (longest first) for head widths 32,
-// 64 and 128, else the split kernels with one query row each.
+// paged pools (kernels.VarlenPrefillAttender): the tensor-core prefill
+// kernel over every sequence's 128-query tiles (64 with LegacyFlash),
+// longest first, for head widths 32, 64 and 128 (prefill.go), else the
+// split kernels with one query row each.
 func (b *Backend) VarlenPrefillAttention(out, q, kPool, vPool *runtime.Tensor, qStarts []int32, kv kernels.PagedKV, window int) error {
 	const op = "VarlenPrefillAttention"
 	T, H, K, d, err := b.pagedShapes(op, out, q, kPool, vPool, window)
@@ -1340,38 +1357,11 @@ func (b *Backend) VarlenPrefillAttention(out, q, kPool, vPool *runtime.Tensor, q
 	if T == 0 {
 		return nil
 	}
-	if f, ok := b.k.paged.flash[d]; ok && !b.noFlash {
-		type tile struct{ seq, qt, end int32 }
-		var tiles []tile
-		for s := range N {
-			n := qStarts[s+1] - qStarts[s]
-			pos := kv.SeqLens[s] - n
-			for qt := int32(0); qt*64 < n; qt++ {
-				tiles = append(tiles, tile{int32(s), qt, pos + min(n, qt*64+64)})
-			}
-		}
-		// Longest first: the tiles that see the most keys start first.
-		sort.SliceStable(tiles, func(i, j int) bool { return tiles[i].end > tiles[j].end })
-		meta := make([]int32, 0, 2*len(tiles)+2*N+1+len(kv.BlockTable))
-		for _, tl := range tiles {
-			meta = append(meta, tl.seq, tl.qt)
-		}
-		meta = append(meta, qStarts...)
-		meta = append(meta, kv.SeqLens...)
-		meta = append(meta, kv.BlockTable...)
-		base, err := b.uploadMeta(&b.meta.prefill, meta, "varlen attention tables")
-		if err != nil {
+	if !b.noFlash {
+		scale := float32(math.Log2E / math.Sqrt(float64(d)))
+		if ok, err := b.varlenFlash(out.Ptr(), q.Ptr(), kPool.Ptr(), vPool.Ptr(), qStarts, kv, H, K, d, window, scale); ok {
 			return err
 		}
-		tilesP := base
-		startsP := tilesP + uintptr(4*2*len(tiles))
-		lensP := startsP + uintptr(4*(N+1))
-		tableP := lensP + uintptr(4*N)
-		scale := float32(math.Log2E / math.Sqrt(float64(d)))
-		return f.Launch(b.s, cuda.Dim3{X: len(tiles), Y: H}, cuda.Dim3{X: 128}, 0,
-			cuda.Ptr(out.Ptr()), cuda.Ptr(q.Ptr()), cuda.Ptr(kPool.Ptr()), cuda.Ptr(vPool.Ptr()),
-			cuda.I32(H), cuda.I32(K), cuda.Ptr(tilesP), cuda.Ptr(startsP), cuda.Ptr(lensP), cuda.Ptr(tableP),
-			cuda.I32(kv.MaxBlocks), cuda.I32(kv.BlockSize), cuda.F32(scale), cuda.I32(window))
 	}
 	rows := make([]int32, 0, 2*T)
 	for s := range N {
@@ -1413,6 +1403,11 @@ func (b *Backend) RoPEStoreKVAt(q, k, v, kPool, vPool *runtime.Tensor, positions
 	p, err := b.uploadMeta(&b.meta.rope, ps, "batched rope positions")
 	if err != nil {
 		return err
+	}
+	if b.ropeStoreV8(d, q.Ptr(), k.Ptr(), v.Ptr(), kPool.Ptr(), vPool.Ptr()) {
+		return b.ropeStoreV8Launch(b.k.prefill.ropeStorePaged, T, d,
+			cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kPool.Ptr()), cuda.Ptr(vPool.Ptr()),
+			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.Ptr(p), cuda.Ptr(tab))
 	}
 	return b.k.paged.ropeStore.Launch(b.s, cuda.Dim3{X: T, Y: ropeGridY((H+K)*d/2 + K*d)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kPool.Ptr()), cuda.Ptr(vPool.Ptr()),

@@ -1,0 +1,172 @@
+//go:build cuda
+
+package cudabackend
+
+import (
+	"os"
+	"sort"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime/cuda"
+)
+
+// Prefill attention and the fused RoPE + KV store of a prefill
+// (kernels/cuda/prefill.cu, rope.cu): the tensor-core kernels with 128
+// query rows per block and double-buffered keys and values, for a
+// contiguous cache (Attention with more than one token) and for packed
+// sequences over a paged pool (VarlenPrefillAttention), head widths 32, 64
+// and 128; and RoPE + store with 16-byte accesses and one cos/sin per
+// (token, frequency).
+//
+// Switch: Backend.LegacyFlash (FT_FLASH=legacy in the environment when the
+// backend is made) runs the earlier 64-row kernels (attn_flash_*,
+// attn_varlen_flash_*) and the scalar RoPE + store kernels instead, for A/B
+// runs.
+
+// prefillTileRows is how many query rows one block of the prefill kernels
+// takes (PREFILL_BM in prefill.cu); the legacy kernels take 64.
+const prefillTileRows, legacyTileRows = 128, 64
+
+// prefillThreads is the block size of the prefill kernels (PREFILL_NT).
+const prefillThreads = 256
+
+// prefillKernels are the kernels of prefill.cu and the vectorised RoPE +
+// store kernels of rope.cu.
+type prefillKernels struct {
+	contig, varlen            map[int]*cuda.Function // by head width
+	ropeStore, ropeStorePaged *cuda.Function
+}
+
+// loadPrefill looks the kernels up in the compiled module.
+func loadPrefill(get func(string) *cuda.Function) prefillKernels {
+	return prefillKernels{
+		contig: map[int]*cuda.Function{32: get("attn_prefill_d32_bf16"), 64: get("attn_prefill_d64_bf16"),
+			128: get("attn_prefill_d128_bf16")},
+		varlen: map[int]*cuda.Function{32: get("attn_varlen_prefill_d32_bf16"), 64: get("attn_varlen_prefill_d64_bf16"),
+			128: get("attn_varlen_prefill_d128_bf16")},
+		ropeStore: get("rope_store_v8_bf16"), ropeStorePaged: get("rope_store_paged_v8_bf16"),
+	}
+}
+
+// prefillSmem is the dynamic shared memory of the prefill kernels of head
+// width d: two stages of a 64-position key and value tile, rows of d+8
+// bf16 values (PREFILL_SMEM in prefill.cu).
+func prefillSmem(d int) int { return 2 * 2 * 64 * (d + 8) * 2 }
+
+// allowSmem lets the kernels that need more than 48 KiB of dynamic shared
+// memory (head width 128: 68 KiB) ask for it.
+func (k *prefillKernels) allowSmem() error {
+	for d, f := range k.contig {
+		if n := prefillSmem(d); n > 48<<10 {
+			if err := f.SetMaxDynamicSharedMemory(n); err != nil {
+				return err
+			}
+			if err := k.varlen[d].SetMaxDynamicSharedMemory(n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// legacyFlashFromEnv is the default of Backend.LegacyFlash.
+func legacyFlashFromEnv() bool { return os.Getenv("FT_FLASH") == "legacy" }
+
+// flashAttention launches the prefill kernel of head width d over a
+// contiguous cache, or reports false where there is none (the caller then
+// takes the split kernels).
+func (b *Backend) flashAttention(out, q, kc, vc uintptr, T, H, K, d int, posp, p0 uint64, scale float32, window int) (bool, error) {
+	if b.LegacyFlash {
+		f, ok := b.k.flash[d]
+		if !ok {
+			return false, nil
+		}
+		return true, f.Launch(b.s, cuda.Dim3{X: (T + legacyTileRows - 1) / legacyTileRows, Y: H}, cuda.Dim3{X: 128}, 0,
+			cuda.Ptr(out), cuda.Ptr(q), cuda.Ptr(kc), cuda.Ptr(vc),
+			cuda.I32(T), cuda.I32(H), cuda.I32(K), posp, p0, cuda.F32(scale), cuda.I32(window))
+	}
+	f, ok := b.k.prefill.contig[d]
+	if !ok {
+		return false, nil
+	}
+	// Heads in x, query tiles in y: every head's latest tile starts first.
+	return true, f.Launch(b.s, cuda.Dim3{X: H, Y: (T + prefillTileRows - 1) / prefillTileRows}, cuda.Dim3{X: prefillThreads},
+		prefillSmem(d), cuda.Ptr(out), cuda.Ptr(q), cuda.Ptr(kc), cuda.Ptr(vc),
+		cuda.I32(T), cuda.I32(H), cuda.I32(K), posp, p0, cuda.F32(scale), cuda.I32(window))
+}
+
+// varlenTiles lists the query tiles of rows rows each of the packed
+// sequences as (sequence, tile) pairs, the tiles that see the most keys
+// first.
+func varlenTiles(qStarts []int32, kv kernels.PagedKV, rows int32) []int32 {
+	type tile struct{ seq, qt, end int32 }
+	var tiles []tile
+	for s := range kv.SeqLens {
+		n := qStarts[s+1] - qStarts[s]
+		pos := kv.SeqLens[s] - n
+		for qt := int32(0); qt*rows < n; qt++ {
+			tiles = append(tiles, tile{int32(s), qt, pos + min(n, qt*rows+rows)})
+		}
+	}
+	sort.SliceStable(tiles, func(i, j int) bool { return tiles[i].end > tiles[j].end })
+	pairs := make([]int32, 0, 2*len(tiles))
+	for _, tl := range tiles {
+		pairs = append(pairs, tl.seq, tl.qt)
+	}
+	return pairs
+}
+
+// varlenFlash launches the varlen prefill kernel of head width d (the
+// legacy one with LegacyFlash, or with more than 65,535 tiles of 128
+// queries), or reports false where there is none.
+func (b *Backend) varlenFlash(out, q, kPool, vPool uintptr, qStarts []int32, kv kernels.PagedKV, H, K, d, window int, scale float32) (bool, error) {
+	legacy := b.LegacyFlash
+	tiles := varlenTiles(qStarts, kv, prefillTileRows)
+	if len(tiles)/2 > 65535 { // past the grid's y extent: the legacy kernel has the tiles in x
+		legacy = true
+	}
+	f, ok := b.k.prefill.varlen[d]
+	if legacy {
+		f, ok = b.k.paged.flash[d]
+		tiles = varlenTiles(qStarts, kv, legacyTileRows)
+	}
+	if !ok {
+		return false, nil
+	}
+	N := len(kv.SeqLens)
+	nt := len(tiles) / 2
+	meta := make([]int32, 0, len(tiles)+2*N+1+len(kv.BlockTable))
+	meta = append(meta, tiles...)
+	meta = append(meta, qStarts...)
+	meta = append(meta, kv.SeqLens...)
+	meta = append(meta, kv.BlockTable...)
+	base, err := b.uploadMeta(&b.meta.prefill, meta, "varlen attention tables")
+	if err != nil {
+		return true, err
+	}
+	tilesP := base
+	startsP := tilesP + uintptr(4*len(tiles))
+	lensP := startsP + uintptr(4*(N+1))
+	tableP := lensP + uintptr(4*N)
+	args := []uint64{cuda.Ptr(out), cuda.Ptr(q), cuda.Ptr(kPool), cuda.Ptr(vPool),
+		cuda.I32(H), cuda.I32(K), cuda.Ptr(tilesP), cuda.Ptr(startsP), cuda.Ptr(lensP), cuda.Ptr(tableP),
+		cuda.I32(kv.MaxBlocks), cuda.I32(kv.BlockSize), cuda.F32(scale), cuda.I32(window)}
+	if legacy {
+		return true, f.Launch(b.s, cuda.Dim3{X: nt, Y: H}, cuda.Dim3{X: 128}, 0, args...)
+	}
+	// Heads in x, tiles (longest first) in y, as flashAttention.
+	return true, f.Launch(b.s, cuda.Dim3{X: H, Y: nt}, cuda.Dim3{X: prefillThreads}, prefillSmem(d), args...)
+}
+
+// ropeStoreV8 reports whether the vectorised RoPE + store kernels apply:
+// not LegacyFlash, head width a multiple of 16, every row 16-byte aligned.
+func (b *Backend) ropeStoreV8(d int, ptrs ...uintptr) bool {
+	return !b.LegacyFlash && d%16 == 0 && aligned16(ptrs...)
+}
+
+// ropeStoreV8Launch launches f (rope_store_v8_bf16 or its paged twin) for T
+// tokens of head width d with args: one block of 128 threads per token, d/2
+// cos/sin pairs of shared memory.
+func (b *Backend) ropeStoreV8Launch(f *cuda.Function, T, d int, args ...uint64) error {
+	return f.Launch(b.s, cuda.Dim3{X: T}, cuda.Dim3{X: 128}, d/2*8, args...)
+}

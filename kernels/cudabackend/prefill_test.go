@@ -1,0 +1,294 @@
+//go:build cuda
+
+package cudabackend
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// withFlash runs f with Backend.LegacyFlash set to legacy, restoring the
+// environment's default after.
+func withFlash(legacy bool, f func()) {
+	gb.LegacyFlash = legacy
+	defer func() { gb.LegacyFlash = legacyFlashFromEnv() }()
+	f()
+}
+
+func flashName(legacy bool) string {
+	if legacy {
+		return "legacy"
+	}
+	return "prefill"
+}
+
+// TestPrefillAttentionKernels: prefill attention over a contiguous cache
+// through prefill.cu's kernels and the legacy ones, against the CPU
+// reference: T not a multiple of 64 or 128, a prefix already in the cache
+// (chunked prefill), sliding windows (narrower than a tile, as wide as the
+// context, one position), 1, 4 and 8 query heads per KV head, head widths
+// 32, 64 and 128; cache rows past the context are NaN and must not be read.
+func TestPrefillAttentionKernels(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	for _, c := range []struct {
+		T, pos0, C, H, K, d, window int
+	}{
+		{2, 0, 2, 4, 1, 128, 0},
+		{77, 0, 100, 8, 2, 128, 0},
+		{128, 0, 128, 8, 1, 128, 0},
+		{200, 0, 256, 8, 1, 128, 0},
+		{300, 150, 460, 4, 4, 64, 0},
+		{129, 0, 129, 4, 2, 32, 0},
+		{1000, 24, 1024, 32, 8, 128, 0},
+		{257, 64, 330, 8, 8, 128, 0},
+		{300, 100, 400, 8, 2, 128, 50},
+		{513, 0, 513, 8, 1, 128, 200},
+		{200, 37, 240, 4, 4, 64, 1},
+		{130, 5, 135, 4, 1, 32, 3},
+		{190, 10, 200, 8, 2, 128, 1000},
+	} {
+		for _, legacy := range []bool{false, true} {
+			name := fmt.Sprintf("%s T%d at %d H%d K%d d%d window %d", flashName(legacy), c.T, c.pos0, c.H, c.K, c.d, c.window)
+			t.Run(name, func(t *testing.T) {
+				n := c.pos0 + c.T
+				q := randBF16(rng, c.T*c.H*c.d, 2)
+				kv := randBF16(rng, 2*c.C*c.K*c.d, 2)
+				kc, vc := kv[:c.C*c.K*c.d], kv[c.C*c.K*c.d:]
+				gkc, gvc := poisoned(t, runtime.BF16, c.C, c.K, c.d), poisoned(t, runtime.BF16, c.C, c.K, c.d)
+				row := c.K * c.d
+				gkcFill, err := gkc.Slice(0, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gvcFill, _ := gvc.Slice(0, n)
+				if err := gb.WriteBytes(gkcFill, bf16Bytes(kc[:n*row])); err != nil {
+					t.Fatal(err)
+				}
+				if err := gb.WriteBytes(gvcFill, bf16Bytes(vc[:n*row])); err != nil {
+					t.Fatal(err)
+				}
+				out := poisoned(t, runtime.BF16, c.T, c.H, c.d)
+				withFlash(legacy, func() {
+					err = gb.AttentionWindow(out, gpu(t, runtime.BF16, q, c.T, c.H, c.d), gkc, gvc, c.pos0, c.window)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ref := host(t, runtime.F32, nil, c.T, c.H, c.d)
+				if err := cb.AttentionWindow(ref, host(t, runtime.F32, q, c.T, c.H, c.d), host(t, runtime.F32, kc, c.C, c.K, c.d),
+					host(t, runtime.F32, vc, c.C, c.K, c.d), c.pos0, c.window); err != nil {
+					t.Fatal(err)
+				}
+				compare(t, "Attention", read(t, out), ref.F32(), 1e-2, 2e-2)
+			})
+		}
+	}
+}
+
+// TestVarlenPrefillKernels: packed sequences of unequal lengths (1 query
+// among them, tiles of exactly 128, a prefix already cached) over a paged
+// pool with shuffled block tables, through prefill.cu's varlen kernel and
+// the legacy one, against the CPU reference.
+func TestVarlenPrefillKernels(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	for _, c := range []struct {
+		name                string
+		H, K, d, bs, window int
+		seqs                []pagedSeq
+	}{
+		{"d128 G4", 32, 8, 128, 16, 0, []pagedSeq{{1, 1}, {300, 300}, {129, 129}, {77, 200}, {1, 50}, {128, 128}, {513, 513}}},
+		{"d128 G1 window 100", 4, 4, 128, 16, 100, []pagedSeq{{257, 300}, {1, 1}, {200, 200}, {3, 700}}},
+		{"d64 G1 window 40", 4, 4, 64, 16, 40, []pagedSeq{{130, 167}, {65, 65}, {3, 500}, {1, 1}}},
+		{"d64 G8", 8, 1, 64, 8, 0, []pagedSeq{{255, 255}, {2, 2}, {129, 400}}},
+		{"d32 G8 window 3", 8, 1, 32, 4, 3, []pagedSeq{{23, 23}, {12, 30}, {1, 1}, {140, 140}}},
+	} {
+		for _, legacy := range []bool{false, true} {
+			t.Run(flashName(legacy)+" "+c.name, func(t *testing.T) {
+				kv, qStarts, kp, vp, P := pagedLayout(rng, c.seqs, c.K, c.d, c.bs)
+				T := int(qStarts[len(c.seqs)])
+				q := randBF16(rng, T*c.H*c.d, 2)
+				ref := host(t, runtime.F32, nil, T, c.H, c.d)
+				hk, hv := host(t, runtime.F32, kp, P, c.K, c.d), host(t, runtime.F32, vp, P, c.K, c.d)
+				if err := cb.VarlenPrefillAttention(ref, host(t, runtime.F32, q, T, c.H, c.d), hk, hv, qStarts, kv, c.window); err != nil {
+					t.Fatal(err)
+				}
+				gq := gpu(t, runtime.BF16, q, T, c.H, c.d)
+				gk, gv := gpu(t, runtime.BF16, kp, P, c.K, c.d), gpu(t, runtime.BF16, vp, P, c.K, c.d)
+				out := poisoned(t, runtime.BF16, T, c.H, c.d)
+				var err error
+				withFlash(legacy, func() { err = gb.VarlenPrefillAttention(out, gq, gk, gv, qStarts, kv, c.window) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				compare(t, "VarlenPrefillAttention", read(t, out), ref.F32(), 1e-2, 2e-2)
+			})
+		}
+	}
+}
+
+// TestVarlenTiles: the tile list covers every query row once, in tiles of
+// the given rows, the tiles that see the most keys first.
+func TestVarlenTiles(t *testing.T) {
+	kv := kernels.PagedKV{SeqLens: []int32{1, 300, 200, 128}}
+	qStarts := []int32{0, 1, 301, 378, 506} // 1, 300, 77 (after 123 cached), 128 queries
+	got := varlenTiles(qStarts, kv, 128)
+	// Ends 300 (seq 1 tile 2), 256, 200 (seq 2), 128 (seq 1 tile 0), 128 (seq 3), 1.
+	want := []int32{1, 2, 1, 1, 2, 0, 1, 0, 3, 0, 0, 0}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("tiles %v, want %v", got, want)
+	}
+}
+
+// TestRoPEStoreV8MatchesLegacy: the vectorised RoPE + KV store kernels give
+// the scalar kernels' bits (q, k and the cache rows), contiguous and paged,
+// for head widths 32, 64, 80 and 128.
+func TestRoPEStoreV8MatchesLegacy(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	const H, K, T, pos0, C = 8, 2, 37, 1000, 1100
+	for _, d := range []int{32, 64, 80, 128} {
+		t.Run(fmt.Sprint("d", d), func(t *testing.T) {
+			inv := ropeTables(t, d)["llama3"]
+			q, k, v := randBF16(rng, T*H*d, 2), randBF16(rng, T*K*d, 2), randBF16(rng, T*K*d, 2)
+			positions, slots := make([]int32, T), make([]int32, T)
+			for i := range T {
+				positions[i], slots[i] = int32(rng.IntN(20000)), int32((i*7+3)%C)
+			}
+			type result struct{ q, k, kc, vc, pq, pk, pkc, pvc []float32 }
+			run := func(legacy bool) result {
+				var r result
+				withFlash(legacy, func() {
+					gq, gk, gv := gpu(t, runtime.BF16, q, T, H, d), gpu(t, runtime.BF16, k, T, K, d), gpu(t, runtime.BF16, v, T, K, d)
+					kc, vc := poisoned(t, runtime.BF16, C, K, d), poisoned(t, runtime.BF16, C, K, d)
+					if err := gb.RoPEStoreKV(gq, gk, gv, kc, vc, pos0, inv); err != nil {
+						t.Fatal(err)
+					}
+					r.q, r.k, r.kc, r.vc = read(t, gq), read(t, gk), read(t, kc), read(t, vc)
+					gq, gk, gv = gpu(t, runtime.BF16, q, T, H, d), gpu(t, runtime.BF16, k, T, K, d), gpu(t, runtime.BF16, v, T, K, d)
+					kp, vp := poisoned(t, runtime.BF16, C, K, d), poisoned(t, runtime.BF16, C, K, d)
+					if err := gb.RoPEStoreKVAt(gq, gk, gv, kp, vp, positions, slots, inv); err != nil {
+						t.Fatal(err)
+					}
+					r.pq, r.pk, r.pkc, r.pvc = read(t, gq), read(t, gk), read(t, kp), read(t, vp)
+				})
+				return r
+			}
+			got, want := run(false), run(true)
+			for _, c := range []struct {
+				n    string
+				g, w []float32
+			}{{"q", got.q, want.q}, {"k", got.k, want.k}, {"k cache", got.kc, want.kc}, {"v cache", got.vc, want.vc},
+				{"paged q", got.pq, want.pq}, {"paged k", got.pk, want.pk}, {"k pool", got.pkc, want.pkc}, {"v pool", got.pvc, want.pvc}} {
+				for i := range c.w {
+					if math.Float32bits(c.g[i]) != math.Float32bits(c.w[i]) {
+						t.Fatalf("%s element %d: %v, the scalar kernel's %v", c.n, i, c.g[i], c.w[i])
+					}
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPrefillAttention times Llama-3-8B's prefill attention (32 heads,
+// 8 KV heads, d 128): one sequence of 8,192 tokens over a contiguous cache
+// and 64 sequences × 512 tokens packed over a paged pool, with prefill.cu's
+// kernels and the legacy ones (TFLOP/s counts the causal half of Q·Kᵀ and
+// P·V); and the RoPE + KV store of 8,192 tokens (GB/s of q, k, v read and
+// q, k and both cache rows written).
+//
+//	go test -tags cuda -run '^$' -bench PrefillAttention ./kernels/cudabackend
+func BenchmarkPrefillAttention(b *testing.B) {
+	if noGPU != nil {
+		b.Skipf("no GPU: %v", noGPU)
+	}
+	if setupErr != nil {
+		b.Fatal(setupErr)
+	}
+	const H, K, d = 32, 8, 128
+	tensor := func(shape ...int) *runtime.Tensor {
+		t, err := runtime.NewTensor(gdev, runtime.BF16, shape, "prefill bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(t.Buffer().Free)
+		if err := gb.FillUniform(t, 7, -1, 1); err != nil {
+			b.Fatal(err)
+		}
+		return t
+	}
+	timeOp := func(b *testing.B, flops, bytes float64, op func() error) {
+		s := gdev.ComputeStream()
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		start, _ := s.RecordEvent()
+		for i := 0; i < b.N; i++ {
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		end, _ := s.RecordEvent()
+		if err := end.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+		el, _ := end.ElapsedSince(start)
+		sec := el.Seconds() / float64(b.N)
+		b.ReportMetric(sec*1e3, "ms/op")
+		if flops > 0 {
+			b.ReportMetric(flops/sec/1e12, "TFLOP/s")
+		}
+		if bytes > 0 {
+			b.ReportMetric(bytes/sec/1e9, "GB/s")
+		}
+	}
+	causal := func(n int) float64 { return 4 * float64(n) * float64(n+1) / 2 * H * d }
+	for _, legacy := range []bool{false, true} {
+		name := flashName(legacy)
+		b.Run(name+"/8192", func(b *testing.B) {
+			const T = 8192
+			q, out, kc, vc := tensor(T, H, d), tensor(T, H, d), tensor(T, K, d), tensor(T, K, d)
+			withFlash(legacy, func() {
+				timeOp(b, causal(T), 0, func() error { return gb.Attention(out, q, kc, vc, 0) })
+			})
+		})
+		b.Run(name+"/varlen-64x512", func(b *testing.B) {
+			const N, L, bs = 64, 512, 16
+			T := N * L
+			q, out, kp, vp := tensor(T, H, d), tensor(T, H, d), tensor(T, K, d), tensor(T, K, d)
+			kv := kernels.PagedKV{BlockSize: bs, MaxBlocks: L / bs}
+			qStarts := []int32{0}
+			for s := range N {
+				kv.SeqLens = append(kv.SeqLens, L)
+				qStarts = append(qStarts, int32((s+1)*L))
+				for j := range L / bs {
+					kv.BlockTable = append(kv.BlockTable, int32(s*L/bs+j))
+				}
+			}
+			withFlash(legacy, func() {
+				timeOp(b, N*causal(L), 0, func() error { return gb.VarlenPrefillAttention(out, q, kp, vp, qStarts, kv, 0) })
+			})
+		})
+		b.Run(name+"/rope-store-8192", func(b *testing.B) {
+			const T = 8192
+			q, k, v, kc, vc := tensor(T, H, d), tensor(T, K, d), tensor(T, K, d), tensor(T, K, d), tensor(T, K, d)
+			inv, err := kernels.RopeInvFreq(d, 500000, kernels.RopeScaling{Type: "default"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			bytes := float64(T) * 2 * (2*H*d + 2*K*d + K*d + 2*K*d)
+			withFlash(legacy, func() {
+				timeOp(b, 0, bytes, func() error { return gb.RoPEStoreKV(q, k, v, kc, vc, 0, inv) })
+			})
+		})
+	}
+}
