@@ -42,6 +42,8 @@ var extraEnv = map[string][]string{
 	"FT_FUSE_ADDNORM":   {"", "0", "1"},            // "0": residual add and RMSNorm as two launches (A/B runs, cuda builds)
 	"FT_GEMV":           {"", "rowblocks"},         // "rowblocks": one-token products by the row-block GEMV kernels (A/B runs, cuda builds)
 	"FT_DECODE_SPLIT":   {"", "16", "32", "64"},    // cache positions per block of the staged one-sequence decode attention (A/B runs, cuda builds)
+	"FT_DECODE_PIPE":    {"", "0", "1"},            // "0": the single-buffered tensor-core decode attention, not the pipelined one (A/B runs, cuda builds)
+	"FT_DECODE_CHUNK":   {"", "64", "128", "256"},  // fewest positions per split of the pipelined decode attention (A/B runs, cuda builds)
 }
 
 // envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.
