@@ -16,7 +16,9 @@
 // experts' gate·up·SiLU and their weighted down projections, through a
 // device table of weight pointers), decode_mma.cu (one-query decode
 // attention on tensor cores, contiguous and paged, the splits merged by the
-// last block). Each kernel's comment
+// last block), decode_pipe.cu (the same with keys and values streamed
+// through a cp.async ring per warp and the split count chosen on the
+// device). Each kernel's comment
 // gives what it computes.
 package cuda
 
