@@ -16,7 +16,9 @@
 // experts' gate·up·SiLU and their weighted down projections, through a
 // device table of weight pointers), decode_mma.cu (one-query decode
 // attention on tensor cores, contiguous and paged, the splits merged by the
-// last block), prefill.cu (prefill attention on tensor cores, 128 query
+// last block), decode_pipe.cu (the same with keys and values streamed
+// through a cp.async ring per warp and the split count chosen on the
+// device), prefill.cu (prefill attention on tensor cores, 128 query
 // rows per block, one body for a contiguous cache and for packed sequences
 // over a paged pool; attention.cu's and paged.cu's flash kernels are the
 // legacy path). Each kernel's comment

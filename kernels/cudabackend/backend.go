@@ -79,7 +79,16 @@ type Backend struct {
 	// also with 8 query heads per KV head, where the staged kernel is the
 	// default (tests).
 	ForceMMADecode bool
-	counters       *runtime.DeviceBuffer // the decode kernels' last-block counters (decode.go)
+	// NoDecodePipe runs the tensor-core decode attention through the
+	// single-buffered kernels (attn_*decode_mma_*) instead of the pipelined
+	// ones (attn_*decode_pipe_*, decode_pipe.cu). New sets it when
+	// FT_DECODE_PIPE=0 (A/B runs).
+	NoDecodePipe bool
+	// DecodePipeChunk is the fewest visible positions per split of the
+	// pipelined decode attention (0: 128); FT_DECODE_CHUNK sets it when the
+	// backend is made (A/B runs).
+	DecodePipeChunk int
+	counters        *runtime.DeviceBuffer // the decode kernels' last-block counters (decode.go)
 
 	// NoFusedAddNorm makes AddRMSNorm run Add then RMSNorm (two launches)
 	// instead of add_rmsnorm_f32_bf16. New sets it when FT_FUSE_ADDNORM=0.
@@ -210,7 +219,8 @@ func New(dev runtime.Device) (*Backend, error) {
 	}
 	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
 		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(), LegacyFlash: legacyFlashFromEnv(),
-		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT")}
+		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT"),
+		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK")}
 	cd.AtClose(b.Close)
 	return b, nil
 }

@@ -4,16 +4,77 @@ package cudabackend
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// TestDecodeMMA: one-token decode attention over a contiguous cache through
-// the tensor-core kernel (one launch, splits merged by the last block) and
-// through the legacy kernels, against the CPU reference; at positions that
-// give one split and many, head widths 64 and 128, 1 to 8 query heads per
-// KV head, with a sliding window. Each case runs three times so that a
+// decodeMode is one way through one-query decode attention: the pipelined
+// tensor-core kernels (decode_pipe.cu) at the default or a given minimum
+// of positions per split, the single-buffered ones (decode_mma.cu) or the
+// staged legacy kernels and their combine launch.
+type decodeMode struct {
+	name           string
+	legacy, noPipe bool
+	chunk          int
+}
+
+// decodeModes: the pipelined kernels (also with 16 positions a split, so
+// that short contexts take many splits, some empty, merged by the last
+// block), the single-buffered tensor-core ones and the legacy ones.
+var decodeModes = []decodeMode{{name: "pipe"}, {name: "pipe chunk 16", chunk: 16}, {name: "mma", noPipe: true}, {name: "legacy", legacy: true}}
+
+// set switches gb to m (ForceMMADecode: G = 8 too on the tensor cores) and
+// returns the function that switches it back.
+func (m decodeMode) set() func() {
+	gb.LegacyDecodeAttention, gb.NoDecodePipe, gb.DecodePipeChunk, gb.ForceMMADecode = m.legacy, m.noPipe, m.chunk, !m.legacy
+	return func() {
+		gb.LegacyDecodeAttention, gb.NoDecodePipe, gb.DecodePipeChunk, gb.ForceMMADecode = legacyDecodeFromEnv(), false, 0, false
+	}
+}
+
+// contigDecode fills a poisoned cache of capacity C with n = pos0+1 random
+// rows and returns the caches, the host copies of the rows and a query.
+func contigDecode(t *testing.T, rng *rand.Rand, n, C, H, K, d int) (gkc, gvc *runtime.Tensor, kc, vc, q []float32) {
+	t.Helper()
+	q = randBF16(rng, H*d, 2)
+	row := K * d
+	kc, vc = randBF16(rng, n*row, 2), randBF16(rng, n*row, 2)
+	gkc, gvc = poisoned(t, runtime.BF16, C, K, d), poisoned(t, runtime.BF16, C, K, d)
+	fk, _ := gkc.Slice(0, n)
+	fv, _ := gvc.Slice(0, n)
+	if err := gb.WriteBytes(fk, bf16Bytes(kc)); err != nil {
+		t.Fatal(err)
+	}
+	if err := gb.WriteBytes(fv, bf16Bytes(vc)); err != nil {
+		t.Fatal(err)
+	}
+	return gkc, gvc, kc, vc, q
+}
+
+// contigRef is the CPU reference of one query at position pos0 over the
+// first rows of kc, vc (cache capacity C).
+func contigRef(t *testing.T, q, kc, vc []float32, pos0, C, H, K, d, window int) []float32 {
+	t.Helper()
+	row := K * d
+	full := func(v []float32) []float32 {
+		return append(append([]float32(nil), v[:min(len(v), (pos0+1)*row)]...), make([]float32, (C-min(len(v)/row, pos0+1))*row)...)
+	}
+	ref := host(t, runtime.F32, nil, 1, H, d)
+	if err := cb.AttentionWindow(ref, host(t, runtime.F32, q, 1, H, d), host(t, runtime.F32, full(kc), C, K, d),
+		host(t, runtime.F32, full(vc), C, K, d), pos0, window); err != nil {
+		t.Fatal(err)
+	}
+	return ref.F32()
+}
+
+// TestDecodeMMA: one-token decode attention over a contiguous cache (rows
+// past the position NaN) through the pipelined and single-buffered
+// tensor-core kernels and the legacy kernels, against the CPU reference: at
+// contexts 1, 63, 64, 65, 511, 534, 4097, 8192 and 32,006 (one split, many,
+// partly empty ones), head widths 64 and 128, 1, 2, 4 and 8 query heads per
+// KV head, with sliding windows. Each case runs three times so that a
 // counter left non-zero by the last-block merge would show.
 func TestDecodeMMA(t *testing.T) {
 	needGPU(t)
@@ -22,59 +83,76 @@ func TestDecodeMMA(t *testing.T) {
 		pos0, C, H, K, d, window int
 	}{
 		{0, 16, 32, 8, 128, 0},
+		{62, 4096, 32, 8, 128, 0},
+		{63, 4096, 16, 2, 64, 0},
+		{64, 4096, 32, 32, 128, 0},
+		{510, 33000, 32, 4, 128, 0},
 		{533, 8704, 32, 8, 128, 0},
+		{4096, 8192, 32, 8, 128, 0},
+		{4096, 8192, 8, 8, 64, 1000},
 		{8191, 8704, 32, 8, 128, 0},
+		{32005, 32768, 32, 8, 128, 0},
+		{32005, 32768, 16, 2, 64, 4096},
+		{32005, 32768, 32, 4, 128, 20000},
 		{100, 128, 32, 8, 128, 0}, // capacity 128: at most two splits
 		{2000, 2048, 8, 1, 64, 0},
 		{77, 300, 8, 8, 64, 0},
 		{1999, 2048, 16, 2, 128, 100},
 		{5000, 6000, 28, 4, 128, 0},
 	} {
-		for _, legacy := range []bool{false, true} {
-			t.Run(fmt.Sprintf("pos %d cap %d H%d K%d d%d window %d legacy %v", c.pos0, c.C, c.H, c.K, c.d, c.window, legacy), func(t *testing.T) {
-				n := c.pos0 + 1
-				q := randBF16(rng, c.H*c.d, 2)
-				row := c.K * c.d
-				kc, vc := randBF16(rng, n*row, 2), randBF16(rng, n*row, 2)
-				gkc, gvc := poisoned(t, runtime.BF16, c.C, c.K, c.d), poisoned(t, runtime.BF16, c.C, c.K, c.d)
-				fk, _ := gkc.Slice(0, n)
-				fv, _ := gvc.Slice(0, n)
-				if err := gb.WriteBytes(fk, bf16Bytes(kc)); err != nil {
-					t.Fatal(err)
-				}
-				if err := gb.WriteBytes(fv, bf16Bytes(vc)); err != nil {
-					t.Fatal(err)
-				}
-				ref := host(t, runtime.F32, nil, 1, c.H, c.d)
-				full := func(v []float32) []float32 {
-					return append(append([]float32(nil), v...), make([]float32, (c.C-n)*row)...)
-				}
-				if err := cb.AttentionWindow(ref, host(t, runtime.F32, q, 1, c.H, c.d), host(t, runtime.F32, full(kc), c.C, c.K, c.d),
-					host(t, runtime.F32, full(vc), c.C, c.K, c.d), c.pos0, c.window); err != nil {
-					t.Fatal(err)
-				}
-				gb.LegacyDecodeAttention, gb.ForceMMADecode = legacy, !legacy // G = 8 too on the tensor cores
-				defer func() { gb.LegacyDecodeAttention, gb.ForceMMADecode = legacyDecodeFromEnv(), false }()
+		for _, mode := range decodeModes {
+			t.Run(fmt.Sprintf("pos %d cap %d H%d K%d d%d window %d %s", c.pos0, c.C, c.H, c.K, c.d, c.window, mode.name), func(t *testing.T) {
+				gkc, gvc, kc, vc, q := contigDecode(t, rng, c.pos0+1, c.C, c.H, c.K, c.d)
+				ref := contigRef(t, q, kc, vc, c.pos0, c.C, c.H, c.K, c.d, c.window)
+				defer mode.set()()
 				gq := gpu(t, runtime.BF16, q, 1, c.H, c.d)
 				for rep := range 3 {
 					out := poisoned(t, runtime.BF16, 1, c.H, c.d)
 					if err := gb.AttentionWindow(out, gq, gkc, gvc, c.pos0, c.window); err != nil {
 						t.Fatal(err)
 					}
-					compare(t, fmt.Sprintf("decode attention, run %d", rep), read(t, out), ref.F32(), 1e-2, 2e-2)
+					compare(t, fmt.Sprintf("decode attention, run %d", rep), read(t, out), ref, 1e-2, 2e-2)
 				}
 			})
 		}
 	}
 }
 
+// TestDecodePipePositions: one cache of capacity 8192 (the grid's split
+// count fixed by it, as in a captured step graph) read at positions that
+// make the pipelined kernel take 1, a few and all of its splits, one after
+// another with no reset in between: a counter left non-zero by a merge over
+// fewer splits than the grid's would break the next position.
+func TestDecodePipePositions(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	const C, H, K, d = 8192, 32, 8, 128
+	n := C
+	gkc, gvc, kc, vc, q := contigDecode(t, rng, n, C, H, K, d)
+	gq := gpu(t, runtime.BF16, q, 1, H, d)
+	for _, mode := range decodeModes[:2] {
+		restore := mode.set()
+		for _, pos := range []int{0, 8191, 130, 63, 4000, 127, 128, 2047, 1} {
+			ref := contigRef(t, q, kc, vc, pos, C, H, K, d, 0)
+			out := poisoned(t, runtime.BF16, 1, H, d)
+			if err := gb.AttentionWindow(out, gq, gkc, gvc, pos, 0); err != nil {
+				t.Fatal(err)
+			}
+			compare(t, fmt.Sprintf("%s: decode attention at position %d", mode.name, pos), read(t, out), ref, 1e-2, 2e-2)
+		}
+		restore()
+	}
+}
+
 // TestPagedDecodeMMA: batched decode over a paged pool with shuffled block
-// tables (rows outside them NaN) through the tensor-core kernel and the
-// legacy kernels, against the CPU reference: a few long sequences (many
-// splits, merged by the last block), 64 sequences of about 520 positions
-// (the batch-64 benchmark's shape) and 300 short ones (one split, written
-// directly), with and without a window; each twice so that counters left
-// non-zero would show.
+// tables (rows outside them NaN) through the pipelined and single-buffered
+// tensor-core kernels and the legacy kernels, against the CPU reference: a
+// few long sequences (many splits, merged by the last block), 64 sequences
+// of about 520 positions (the batch-64 benchmark's shape), 300 short ones
+// (one split, written directly), sequences of unequal lengths 1, 63, 64,
+// 65, 511, 4097 and 32,001 at 1, 4 and 8 query heads per KV head, head
+// widths 64 and 128, with and without a window; each twice so that
+// counters left non-zero would show.
 func TestPagedDecodeMMA(t *testing.T) {
 	needGPU(t)
 	rng := newRNG(t)
@@ -96,9 +174,13 @@ func TestPagedDecodeMMA(t *testing.T) {
 		{"17 mixed d64 G1 bs 32", 8, 8, 64, 32, 0, mixed(17, 1, 700)},
 		{"9 mixed d128 window 50", 32, 8, 128, 16, 50, mixed(9, 1, 400)},
 		{"5 mixed d64 G2 bs 8", 4, 2, 64, 8, 0, mixed(5, 1, 1000)},
+		{"edges d128 G4", 32, 8, 128, 16, 0, []pagedSeq{{1, 32001}, {1, 1}, {1, 63}, {1, 64}, {1, 65}, {1, 511}, {1, 4097}}},
+		{"edges d64 G8 window 300", 16, 2, 64, 16, 300, []pagedSeq{{1, 1}, {1, 63}, {1, 64}, {1, 65}, {1, 511}, {1, 4097}, {1, 32001}}},
+		{"edges d128 G1 bs 64", 8, 8, 128, 64, 0, []pagedSeq{{1, 65}, {1, 4097}, {1, 63}, {1, 511}}},
+		{"128 mixed d128 G8 bs 16", 32, 4, 128, 16, 0, mixed(128, 1, 2000)},
 	} {
-		for _, legacy := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s legacy %v", c.name, legacy), func(t *testing.T) {
+		for _, mode := range decodeModes {
+			t.Run(fmt.Sprintf("%s %s", c.name, mode.name), func(t *testing.T) {
 				kv, qStarts, kp, vp, P := pagedLayout(rng, c.seqs, c.K, c.d, c.bs)
 				T := len(c.seqs)
 				q := randBF16(rng, T*c.H*c.d, 2)
@@ -107,8 +189,7 @@ func TestPagedDecodeMMA(t *testing.T) {
 					host(t, runtime.F32, vp, P, c.K, c.d), qStarts, kv, c.window); err != nil {
 					t.Fatal(err)
 				}
-				gb.LegacyDecodeAttention = legacy
-				defer func() { gb.LegacyDecodeAttention = legacyDecodeFromEnv() }()
+				defer mode.set()()
 				gq := gpu(t, runtime.BF16, q, T, c.H, c.d)
 				gk, gv := gpu(t, runtime.BF16, kp, P, c.K, c.d), gpu(t, runtime.BF16, vp, P, c.K, c.d)
 				for rep := range 2 {

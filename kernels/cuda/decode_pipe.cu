@@ -1,0 +1,399 @@
+// Pipelined one-query decode attention on tensor cores (issues 15 and 21):
+// the math and fragment layout of decode_mma.cu (read that file's comment
+// first), with three changes aimed at HBM bandwidth:
+//
+//   - keys and values stream through a per-warp ring of S shared-memory
+//     stages filled by cp.async: while a warp multiplies one 16-key group,
+//     the next S−1 groups' loads are in flight (decode_mma.cu has one group
+//     in flight per warp, in registers). Each thread copies exactly the
+//     16-byte pieces it later reads back (the same pieces decode_mma.cu
+//     loads into registers), so a thread's cp.async.wait_group alone makes
+//     them visible: no block or warp barrier per group. Slot (stage, piece,
+//     lane) sits at ((stage·SLOTS + piece)·32 + lane)·16 bytes: the 32
+//     lanes of a read touch 512 consecutive bytes, free of bank conflicts.
+//     The block-table lookups (paged) run one group ahead of the copies.
+//   - the number of splits a (query row, KV head) pair really uses is
+//     chosen on the device from its visible span: at most nsplit (the
+//     grid's), at least minChunk positions each; the other blocks of the
+//     grid return at once. The grid can be sized by the cache capacity (a
+//     captured graph replays at every position) while a short context takes
+//     few splits, so little partial traffic and a short merge.
+//   - the last block to finish merges the splits wide: the (max, sum) pairs
+//     of all splits are read at once into shared memory, each warp reduces
+//     a head's over its lanes, and the outputs are summed by threads that
+//     each own a 16-byte column slice and a share of the splits, with eight
+//     splits' loads in flight per thread (decode_mma.cu walks the splits one
+//     after another per output element).
+//
+// Dynamic shared memory: NW·S·SLOTS·512 bytes (the ring; reused after the
+// loop for the warps' partial outputs and the merge's scratch). The Go side
+// (decode.go: pipeStages, pipeSmem) launches with exactly that.
+
+// FT_PIPE_MAXSPLIT is the most splits the merge scratch holds; a grid with
+// more uses only the first FT_PIPE_MAXSPLIT.
+#define FT_PIPE_MAXSPLIT 64
+
+// cp_async_wait_n waits until at most N of this thread's cp.async groups are
+// still pending.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_n() {
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ld_cg_f4 reads 16 bytes through L2 (not L1): another block's partials.
+__device__ __forceinline__ float4 ld_cg_f4(const float* p) {
+	float4 v;
+	asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+	return v;
+}
+
+// decode_pipe_body: block (kvh, split, t) = blockIdx (x, y, z), 128 threads,
+// S ring stages, query row t and KV head kvh; rows, table, posp as in
+// decode_mma_body. The pair uses ns = clamp(ceil(span/minChunk), 1, nsplit)
+// splits of span = the visible positions (blocks with split ≥ ns return);
+// split i takes positions lo + i·chunk .. +chunk, chunk = ceil(span/ns)
+// rounded up to 16. One split writes out itself; else each writes its
+// partials po[t, split, h, :], pml[t, split, h] and the last of the ns to
+// finish (cnt[t·K+kvh], zero between launches and left zero) merges them.
+template <int HD, int S, bool PAGED>
+__device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, const bf16_t* kc,
+		const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table, int maxBlocks, int bs,
+		const int* posp, int pos0, float scale_log2, int window) {
+	constexpr int NW = 4;                   // warps
+	constexpr int KJ = HD / 32;             // 16-byte key pieces per key and thread
+	constexpr int VU = HD / 64;             // 16-byte value pieces per key and thread
+	constexpr int ND = HD / 8;              // 8-column blocks of the output
+	constexpr int SLOTS = 2 * KJ + 4 * VU;  // 16-byte pieces per thread and stage
+	extern __shared__ uint4 pipe_smem[];
+	__shared__ float sm_m[NW][8], sm_l[NW][8];
+	__shared__ int isLast;
+	const int kvh = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+	const int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int g = lane >> 2, tg = lane & 3;
+	const int* tab = nullptr;
+	int n;
+	if (PAGED) {
+		tab = table + (usize)rows[2 * t] * maxBlocks;
+		n = rows[2 * t + 1] + 1;
+	} else {
+		n = ft_pos(posp, pos0) + t + 1;
+	}
+	const int lo = window > 0 ? max(0, n - window) : 0;
+	const int span = n - lo;
+	int ns = minChunk > 0 ? (span + minChunk - 1) / minChunk : nsplit;
+	ns = max(1, min(ns, min(nsplit, FT_PIPE_MAXSPLIT)));
+	if (split >= ns) return;  // the whole block: no barrier is skipped by part of it
+	const int chunk = ((span + ns - 1) / ns + 15) & ~15;
+	const int beg = lo + split * chunk, end = min(n, beg + chunk);
+	const usize rs = (usize)K * HD;  // elements between cache rows
+	const bf16_t* kb = kc + (usize)kvh * HD;
+	const bf16_t* vb = vc + (usize)kvh * HD;
+
+	// Query fragments: Q[g][32j+8tg .. +7] for row g < G (zero otherwise).
+	uint4 qa[KJ];
+	{
+		const bf16_t* qr = q + ((usize)t * H + (usize)kvh * G + (g < G ? g : 0)) * HD + 8 * tg;
+#pragma unroll
+		for (int j = 0; j < KJ; j++) qa[j] = g < G ? *(const uint4*)(qr + 32 * j) : make_uint4(0u, 0u, 0u, 0u);
+	}
+	float o[ND][4];
+#pragma unroll
+	for (int nd = 0; nd < ND; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
+	float m = -FT_INF, l = 0.f;
+
+	// rowOf: the cache row of position p (past end: the split's first row,
+	// whose probability is zero and values finite).
+	auto rowOf = [&](int p) -> int {
+		if (p >= end) p = beg;
+		return PAGED ? tab[p / bs] * bs + p % bs : p;
+	};
+	// This warp's groups: the split's 16-key groups warp, warp+NW, ...
+	const int ng = end > beg ? (end - beg + 15) >> 4 : 0;
+	const int myg = ng > warp ? (ng - warp + NW - 1) / NW : 0;  // warp-uniform
+	auto first = [&](int i) -> int { return beg + (warp + NW * i) * 16; };
+	uint4* ring = pipe_smem + warp * (S * SLOTS * 32) + lane;
+	// issue starts the copies of group i into stage i%S; row is this lane's
+	// row of key lane&15 of the group. The whole warp calls it.
+	auto issue = [&](int i, int row) {
+		const int kr0 = __shfl_sync(FT_FULL, row, g), kr1 = __shfl_sync(FT_FULL, row, 8 + g);
+		const int vr[4] = {__shfl_sync(FT_FULL, row, 2 * tg), __shfl_sync(FT_FULL, row, 2 * tg + 1),
+				__shfl_sync(FT_FULL, row, 8 + 2 * tg), __shfl_sync(FT_FULL, row, 9 + 2 * tg)};
+		uint4* st = ring + (i % S) * (SLOTS * 32);
+		const bf16_t* k0 = kb + (usize)kr0 * rs + 8 * tg;
+		const bf16_t* k1 = kb + (usize)kr1 * rs + 8 * tg;
+#pragma unroll
+		for (int j = 0; j < KJ; j++) {
+			cp_async16(st + j * 32, k0 + 32 * j);
+			cp_async16(st + (KJ + j) * 32, k1 + 32 * j);
+		}
+#pragma unroll
+		for (int r = 0; r < 4; r++) {
+			const bf16_t* v = vb + (usize)vr[r] * rs + 8 * g;
+#pragma unroll
+			for (int u = 0; u < VU; u++) cp_async16(st + (2 * KJ + r * VU + u) * 32, v + 64 * u);
+		}
+	};
+
+	// Prologue: the rows of the first S groups (lookups in parallel), the
+	// copies of the first S−1. One commit per stage, empty or not, so that
+	// the wait below counts groups the same way in every iteration.
+	int pr[S];
+#pragma unroll
+	for (int s = 0; s < S; s++) pr[s] = s < myg ? rowOf(first(s) + (lane & 15)) : 0;
+#pragma unroll
+	for (int s = 0; s < S - 1; s++) {
+		if (s < myg) issue(s, pr[s]);
+		cp_async_commit();
+	}
+	int nrow = pr[S - 1];  // the row of group i+S−1 at the top of iteration i
+	for (int i = 0; i < myg; i++) {
+		const int nx = i + S - 1;
+		// Stage nx%S = (i−1)%S: this thread read it last iteration, and those
+		// reads were consumed by its products, so they are done.
+		if (nx < myg) issue(nx, nrow);
+		cp_async_commit();
+		if (nx + 1 < myg) nrow = rowOf(first(nx + 1) + (lane & 15));
+		// S+i groups committed; at most S−1 pending: groups 0..i are in.
+		cp_async_wait_n<S - 1>();
+		const uint4* st = ring + (i % S) * (SLOTS * 32);
+		uint4 kw0[KJ], kw1[KJ], vw[4][VU];
+#pragma unroll
+		for (int j = 0; j < KJ; j++) {
+			kw0[j] = st[j * 32];
+			kw1[j] = st[(KJ + j) * 32];
+		}
+#pragma unroll
+		for (int r = 0; r < 4; r++) {
+#pragma unroll
+			for (int u = 0; u < VU; u++) vw[r][u] = st[(2 * KJ + r * VU + u) * 32];
+		}
+		const int p0 = first(i);
+
+		// S[g][key] for keys p0+nb·8+col: thread holds columns 2tg, 2tg+1.
+		float s[2][4];
+#pragma unroll
+		for (int nb = 0; nb < 2; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
+#pragma unroll
+		for (int j = 0; j < KJ; j++) {
+			const unsigned a0[4] = {qa[j].x, 0u, qa[j].y, 0u};
+			const unsigned a1[4] = {qa[j].z, 0u, qa[j].w, 0u};
+			mma_bf16(s[0], a0, kw0[j].x, kw0[j].y);
+			mma_bf16(s[0], a1, kw0[j].z, kw0[j].w);
+			mma_bf16(s[1], a0, kw1[j].x, kw1[j].y);
+			mma_bf16(s[1], a1, kw1[j].z, kw1[j].w);
+		}
+		float mx = -FT_INF;
+#pragma unroll
+		for (int nb = 0; nb < 2; nb++) {
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				const int key = p0 + nb * 8 + 2 * tg + e;
+				s[nb][e] = key < end ? s[nb][e] * scale_log2 : -FT_INF;
+				mx = fmaxf(mx, s[nb][e]);
+			}
+		}
+		mx = fmaxf(mx, __shfl_xor_sync(FT_FULL, mx, 1));
+		mx = fmaxf(mx, __shfl_xor_sync(FT_FULL, mx, 2));
+		const float mn = fmaxf(m, mx);  // finite: key p0 < end is visible
+		const float a = exp2f(m - mn);
+		m = mn;
+		float rsum = 0.f;
+#pragma unroll
+		for (int nb = 0; nb < 2; nb++) {
+			s[nb][0] = exp2f(s[nb][0] - mn);
+			s[nb][1] = exp2f(s[nb][1] - mn);
+			rsum += s[nb][0] + s[nb][1];
+		}
+		l = l * a + rsum;  // this thread's share; reduced over tg at the end
+		const unsigned pa[4] = {pack_bf16(s[0][0], s[0][1]), 0u, pack_bf16(s[1][0], s[1][1]), 0u};
+#pragma unroll
+		for (int nd = 0; nd < ND; nd++) {
+			o[nd][0] *= a;
+			o[nd][1] *= a;
+			// Column g of block nd is dimension 64(nd/8) + 8g + nd%8.
+			const int u = nd / 8, e = nd % 8, w = e / 2;
+			unsigned b0, b1;
+			if (e % 2 == 0) {
+				b0 = prmt_lo(u4word(vw[0][u], w), u4word(vw[1][u], w));
+				b1 = prmt_lo(u4word(vw[2][u], w), u4word(vw[3][u], w));
+			} else {
+				b0 = prmt_hi(u4word(vw[0][u], w), u4word(vw[1][u], w));
+				b1 = prmt_hi(u4word(vw[2][u], w), u4word(vw[3][u], w));
+			}
+			mma_bf16(o[nd], pa, b0, b1);
+		}
+	}
+	cp_async_wait0();  // nothing non-empty is pending; make it explicit
+	l += __shfl_xor_sync(FT_FULL, l, 1);
+	l += __shfl_xor_sync(FT_FULL, l, 2);
+	// The rings are done with (every warp): reuse them as so[NW][8][HD].
+	__syncthreads();
+	float* so = (float*)pipe_smem;
+	if (g < G) {
+#pragma unroll
+		for (int nd = 0; nd < ND; nd++) {
+			const int d0 = 64 * (nd / 8) + 16 * tg + nd % 8;  // columns 2tg and 2tg+1 of block nd
+			so[(warp * 8 + g) * HD + d0] = o[nd][0];
+			so[(warp * 8 + g) * HD + d0 + 8] = o[nd][1];
+		}
+		if (tg == 0) {
+			sm_m[warp][g] = m;
+			sm_l[warp][g] = l;
+		}
+	}
+	__syncthreads();
+	const usize hb = (usize)kvh * G;
+	const usize base = ((usize)t * nsplit + split) * H + hb;
+	for (int j = tid; j < G * HD; j += NW * 32) {
+		const int gg = j / HD, dd = j - gg * HD;
+		float M = -FT_INF;
+#pragma unroll
+		for (int w = 0; w < NW; w++) M = fmaxf(M, sm_m[w][gg]);
+		float O = 0.f, L = 0.f;
+		if (M != -FT_INF) {
+#pragma unroll
+			for (int w = 0; w < NW; w++) {
+				const float f = exp2f(sm_m[w][gg] - M);
+				O += f * so[(w * 8 + gg) * HD + dd];
+				L += f * sm_l[w][gg];
+			}
+		}
+		if (ns == 1) {
+			out[((usize)t * H + hb + gg) * HD + dd] = f2bf(O / L);
+		} else {
+			po[(base + gg) * HD + dd] = O;
+			if (dd == 0) {
+				pml[(base + gg) * 2] = M;
+				pml[(base + gg) * 2 + 1] = L;
+			}
+		}
+	}
+	if (ns == 1) return;
+	// The last block of (t, kvh) to finish merges the ns splits.
+	__threadfence();
+	__syncthreads();
+	if (tid == 0) isLast = atomicAdd(cnt + (usize)t * K + kvh, 1) == ns - 1;
+	__syncthreads();
+	if (!isLast) return;
+	__threadfence();
+	// Scratch after so (dead now): fs[sp][8] (each split's max, then its
+	// factor 2^(m−M)), fl[sp][8] (its sum), finv[8] (1/Σ), red (per-phase
+	// sums, 256 float4 at most; 16-byte aligned for HD 64 and 128).
+	float* fs = so + NW * 8 * HD;
+	float* fl = fs + FT_PIPE_MAXSPLIT * 8;
+	float* finv = fl + FT_PIPE_MAXSPLIT * 8;
+	float4* red = (float4*)(finv + 16);
+	for (int j = tid; j < ns * G; j += NW * 32) {
+		const int sp = j / G, gg = j - sp * G;
+		const usize i = (((usize)t * nsplit + sp) * H + hb + gg) * 2;
+		fs[sp * 8 + gg] = ld_cg_f32(pml + i);
+		fl[sp * 8 + gg] = ld_cg_f32(pml + i + 1);
+	}
+	__syncthreads();
+	for (int gg = warp; gg < G; gg += NW) {
+		float M = -FT_INF;
+		for (int sp = lane; sp < ns; sp += 32) M = fmaxf(M, fs[sp * 8 + gg]);
+#pragma unroll
+		for (int x = 16; x > 0; x >>= 1) M = fmaxf(M, __shfl_xor_sync(FT_FULL, M, x));
+		// M is finite: split 0 holds position lo.
+		float L = 0.f;
+		for (int sp = lane; sp < ns; sp += 32) {
+			const float f = exp2f(fs[sp * 8 + gg] - M);  // an empty split: m = −∞, f = 0
+			fs[sp * 8 + gg] = f;
+			L += f * fl[sp * 8 + gg];
+		}
+		L = warp_sum(L);
+		if (lane == 0) finv[gg] = 1.f / L;
+	}
+	__syncthreads();
+	// Outputs: items = G·HD/4 column slices of 4; P phases of threads share
+	// the splits (phase ph takes splits ph, ph+P, ...), U splits' loads in
+	// flight per thread; a thread takes slices it0 and it0+128 (G·HD/4 ≤
+	// 256), one after the other.
+	constexpr int QH = HD / 4;  // slices per head
+	constexpr int U = 16;       // splits in flight per thread
+	const int items = G * QH;
+	const int P = items >= NW * 32 ? 1 : (NW * 32) / items;
+	const int ph = items >= NW * 32 ? 0 : tid / items;
+	const int it0 = items >= NW * 32 ? tid : tid - ph * items;
+	for (int it = it0; ph < P && it < items; it += NW * 32) {
+		const int gg = it / QH;
+		float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+		for (int sp0 = ph; sp0 < ns; sp0 += P * U) {
+			float4 v[U];
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const int sp = sp0 + P * u;
+				v[u] = sp < ns ? ld_cg_f4(po + (((usize)t * nsplit + sp) * H + hb) * HD + 4 * it) : make_float4(0.f, 0.f, 0.f, 0.f);
+			}
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const int sp = sp0 + P * u;
+				const float f = sp < ns ? fs[sp * 8 + gg] : 0.f;
+				acc.x += f * v[u].x;
+				acc.y += f * v[u].y;
+				acc.z += f * v[u].z;
+				acc.w += f * v[u].w;
+			}
+		}
+		red[ph * items + it] = acc;
+	}
+	__syncthreads();
+	for (int it = tid; it < items; it += NW * 32) {
+		float4 r = red[it];
+		for (int p = 1; p < P; p++) {
+			const float4 x = red[p * items + it];
+			r.x += x.x;
+			r.y += x.y;
+			r.z += x.z;
+			r.w += x.w;
+		}
+		const int gg = it / QH, d0 = (it - gg * QH) * 4;
+		const float inv = finv[gg];
+		bf16_t* op = out + ((usize)t * H + hb + gg) * HD + d0;
+		op[0] = f2bf(r.x * inv);
+		op[1] = f2bf(r.y * inv);
+		op[2] = f2bf(r.z * inv);
+		op[3] = f2bf(r.w * inv);
+	}
+	if (tid == 0) cnt[(usize)t * K + kvh] = 0;
+}
+
+// attn_decode_pipe_d64_bf16: decode_pipe_body over a contiguous cache
+// [C,K,64] (queries at positions ft_pos(posp,pos0)+t), 4 ring stages; grid
+// (K, nsplit, T), 128 threads, 65,536 bytes of dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(128) attn_decode_pipe_d64_bf16(bf16_t* out, float* po, float* pml, int* cnt,
+		const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* posp, int pos0,
+		float scale_log2, int window) {
+	decode_pipe_body<64, 4, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1, posp, pos0,
+			scale_log2, window);
+}
+
+// attn_decode_pipe_d128_bf16 is attn_decode_pipe_d64_bf16 for head width
+// 128: 3 ring stages, 98,304 bytes of dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(128) attn_decode_pipe_d128_bf16(bf16_t* out, float* po, float* pml, int* cnt,
+		const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* posp, int pos0,
+		float scale_log2, int window) {
+	decode_pipe_body<128, 3, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1, posp, pos0,
+			scale_log2, window);
+}
+
+// attn_paged_decode_pipe_d64_bf16: decode_pipe_body over paged pools
+// [P,K,64] with the query rows and block table of
+// attn_paged_decode_mma_d64_bf16; grid (K, nsplit, rows), 128 threads,
+// 65,536 bytes of dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(128) attn_paged_decode_pipe_d64_bf16(bf16_t* out, float* po, float* pml, int* cnt,
+		const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows,
+		const int* table, int maxBlocks, int bs, float scale_log2, int window) {
+	decode_pipe_body<64, 4, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks, bs, nullptr, 0,
+			scale_log2, window);
+}
+
+// attn_paged_decode_pipe_d128_bf16 is attn_paged_decode_pipe_d64_bf16 for
+// head width 128: 98,304 bytes of dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(128) attn_paged_decode_pipe_d128_bf16(bf16_t* out, float* po, float* pml, int* cnt,
+		const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows,
+		const int* table, int maxBlocks, int bs, float scale_log2, int window) {
+	decode_pipe_body<128, 3, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks, bs, nullptr, 0,
+			scale_log2, window);
+}
