@@ -1,6 +1,14 @@
 // Matrix-vector products for one token (decode): memory-bound, so each warp
 // streams weight rows with 16-byte loads, eight in flight per lane.
 
+// gemv_prefetch asks L2 for the n 16-byte chunks i, i+stride, … (below nv)
+// of the weight row wr: what a lane loads first, issued before ft_pdl_wait
+// (weights are never written by the kernel before) so the first loads after
+// it hit L2 while the previous kernel finishes.
+__device__ __forceinline__ void gemv_prefetch(const uint4* wr, int i, int stride, int n, int nv) {
+	for (int u = 0; u < n && i < nv; u++, i += stride) ft_prefetch_l2(wr + i);
+}
+
 // gemv_body computes y[n] = Σ_k x[k]·w[n,k] (fp32 accumulation) for one
 // input row x[K] and weights w[N,K] (K % 8 == 0, 16-byte aligned rows), U
 // 16-byte loads of w in flight per lane. wpr
@@ -14,6 +22,8 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16_t* __restrict__ x,
 	const int row = blockIdx.x * rpb + wid / wpr;
 	const int part = wid % wpr;
 	const int nv = K >> 3;
+	if (row < N) gemv_prefetch(reinterpret_cast<const uint4*>(w + (usize)row * K), part * 32 + lane, 32 * wpr, U, nv);
+	ft_pdl_wait();
 	float acc = 0.f;
 	if (row < N) {
 		const uint4* wr = reinterpret_cast<const uint4*>(w + (usize)row * K);
@@ -78,7 +88,10 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16_t* __restr
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 3;
 	const uint4* xv = reinterpret_cast<const uint4*>(x);
-	for (int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < N; row += nw) {
+	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	if (row0 < N) gemv_prefetch(reinterpret_cast<const uint4*>(w + (usize)row0 * K), lane, 32, U, nv);
+	ft_pdl_wait();
+	for (int row = row0; row < N; row += nw) {
 		const uint4* wr = reinterpret_cast<const uint4*>(w + (usize)row * K);
 		float acc = 0.f;
 		int i = lane;
@@ -117,7 +130,13 @@ extern "C" __global__ void __launch_bounds__(256) gemv3_bf16(bf16_t* y0, bf16_t*
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 3;
 	const uint4* xv = reinterpret_cast<const uint4*>(x);
-	for (int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < N0 + N1 + N2; r += nw) {
+	const int r0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	if (r0 < N0 + N1 + N2) {
+		const bf16_t* w = r0 < N0 ? w0 + (usize)r0 * K : r0 < N0 + N1 ? w1 + (usize)(r0 - N0) * K : w2 + (usize)(r0 - N0 - N1) * K;
+		gemv_prefetch(reinterpret_cast<const uint4*>(w), lane, 32, 16, nv);
+	}
+	ft_pdl_wait();
+	for (int r = r0; r < N0 + N1 + N2; r += nw) {
 		const bf16_t* w;
 		bf16_t* y;
 		int row;
@@ -154,7 +173,13 @@ extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_bf16(bf16_t* 
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 3;
 	const uint4* xv = reinterpret_cast<const uint4*>(x);
-	for (int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < N; row += nw) {
+	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	if (row0 < N) {
+		gemv_prefetch(reinterpret_cast<const uint4*>(wg + (usize)row0 * K), lane, 32, 8, nv);
+		gemv_prefetch(reinterpret_cast<const uint4*>(wu + (usize)row0 * K), lane, 32, 8, nv);
+	}
+	ft_pdl_wait();
+	for (int row = row0; row < N; row += nw) {
 		const uint4* gr = reinterpret_cast<const uint4*>(wg + (usize)row * K);
 		const uint4* ur = reinterpret_cast<const uint4*>(wu + (usize)row * K);
 		float g = 0.f, u = 0.f;

@@ -157,6 +157,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	ks.allowDependentLaunch()
 	ks.persistBlocks = map[*cuda.Function]int{}
 	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down} {
 		n, err := f.MaxActiveBlocksPerSM(256, 0)
