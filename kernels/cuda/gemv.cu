@@ -81,8 +81,10 @@ extern "C" __global__ void __launch_bounds__(256) gemv_f32out_u16(float* y, cons
 // gemv_persist_body is the persistent form of gemv_body with one warp per
 // row: every warp of the grid takes rows warp, warp + W, … (W warps in all),
 // streaming each row with U 16-byte loads in flight per lane. No block-level
-// reduction, no block turnover: the tail is one row.
-template <bool OUT_BF16, int U>
+// reduction, no block turnover: the tail is one row. ACC (fp32 y only)
+// adds the product to y instead: y[row] = y[row] + Σ, the value an fp32
+// product then add_f32 give.
+template <bool OUT_BF16, int U, bool ACC = false>
 __device__ __forceinline__ void gemv_persist_body(void* y, const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int N, int K) {
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
@@ -106,6 +108,7 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16_t* __restr
 		acc = warp_sum(acc);
 		if (lane == 0) {
 			if (OUT_BF16) ((bf16_t*)y)[row] = f2bf(acc);
+			else if (ACC) ((float*)y)[row] = ((float*)y)[row] + acc;
 			else ((float*)y)[row] = acc;
 		}
 	}
@@ -119,6 +122,13 @@ extern "C" __global__ void __launch_bounds__(256) gemv_persist_bf16(bf16_t* y, c
 // gemv_persist_f32out: y[n] = Σ_k x[k]·w[n,k] (fp32 y), persistent warps.
 extern "C" __global__ void __launch_bounds__(256) gemv_persist_f32out(float* y, const bf16_t* x, const bf16_t* w, int N, int K) {
 	gemv_persist_body<false, 16>(y, x, w, N, K);
+}
+
+// gemv_persist_f32acc: y[n] += Σ_k x[k]·w[n,k] (fp32 y, the residual
+// stream), persistent warps: o_proj and down_proj of a decode step added
+// straight into the residual (kernels.MatMulAdder).
+extern "C" __global__ void __launch_bounds__(256) gemv_persist_f32acc(float* y, const bf16_t* x, const bf16_t* w, int N, int K) {
+	gemv_persist_body<false, 16, true>(y, x, w, N, K);
 }
 
 // gemv3_bf16 runs three GEMVs of one input in one launch (the q, k and v
