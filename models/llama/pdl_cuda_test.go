@@ -80,3 +80,89 @@ func TestDependentLaunchDecodeCUDA(t *testing.T) {
 		}
 	}
 }
+
+// TestResidualAccumulateCUDA: o_proj and down_proj adding into the residual
+// stream (kernels.MatMulAdder) against the product-then-add path: a
+// prefill's logits (cuBLAS with beta 1) within rounding, and decode steps
+// from the same cache bit for bit (the accumulating GEMV adds exactly as
+// the add did), eagerly and from a captured graph.
+func TestResidualAccumulateCUDA(t *testing.T) {
+	ref := readReference(t)
+	m, b := loadTinyCUDA(t, tinyDir)
+	defer func() { m.NoResidualAccumulate = false }()
+	prompt := ref.InputIDs[0]
+	V := m.Cfg.VocabSize
+	pre := make([][]float32, 2)
+	caches := make([]*KVCache, 3) // without, with, graph with
+	for i := range caches {
+		m.NoResidualAccumulate = i == 0
+		c, err := m.NewKVCache(b, len(prompt)+16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Free()
+		m.NoResidualAccumulate = true // the same cache contents for the steps
+		lt, err := m.Forward(b, c, prompt, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caches[i] = c
+		if i < 2 {
+			// and the prefill logits of each path, from a cache of its own
+			m.NoResidualAccumulate = i == 0
+			c2, err := m.NewKVCache(b, len(prompt))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c2.Free()
+			if lt, err = m.Forward(b, c2, prompt, false); err != nil {
+				t.Fatal(err)
+			}
+			pre[i] = make([]float32, V)
+			if err := b.ReadF32(pre[i], lt); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	worst := 0.0
+	for j := range pre[0] {
+		worst = math.Max(worst, math.Abs(float64(pre[0][j]-pre[1][j])))
+	}
+	if worst > 2e-2 {
+		t.Fatalf("prefill logits with the residual accumulated differ by up to %.3g", worst)
+	}
+	m.NoResidualAccumulate = false
+	g, err := m.CaptureDecode(b, caches[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	off, on, replay := make([]float32, V), make([]float32, V), make([]float32, V)
+	for i, id := range ref.GreedyContinuation[:8] {
+		for _, run := range []struct {
+			noAcc bool
+			c     *KVCache
+			out   []float32
+		}{{true, caches[0], off}, {false, caches[1], on}} {
+			m.NoResidualAccumulate = run.noAcc
+			lt, err := m.Forward(b, run.c, []int32{id}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.ReadF32(run.out, lt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.NoResidualAccumulate = false
+		lg, err := g.Step(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ReadF32(replay, lg); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(off, on) || !slices.Equal(on, replay) {
+			t.Fatalf("step %d: decode logits with the residual accumulated differ (eager %v, graph %v)", i, slices.Equal(off, on), slices.Equal(on, replay))
+		}
+	}
+}
