@@ -157,3 +157,25 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b
 		: "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 		: "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+// Programmatic dependent launch (sm_90; runtime/cuda/pdl.go). A kernel the
+// backend launches with programmatic stream serialization may start while
+// the kernel before it in the stream still runs. ft_pdl_wait blocks until
+// that kernel has completed and its writes are visible, then lets the next
+// kernel of the stream begin launching (its blocks take SM slots as ours
+// free them, and run up to their own ft_pdl_wait). Every such kernel calls
+// it, on every path, before it reads or writes memory that an earlier
+// kernel reads or writes; before sm_90 it is empty. Work that needs no such
+// memory (prefetching weights) may come first.
+__device__ __forceinline__ void ft_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// ft_prefetch_l2 asks for the line holding p to be brought into L2 (a hint:
+// no register, no fault; used on weights before ft_pdl_wait).
+__device__ __forceinline__ void ft_prefetch_l2(const void* p) {
+	asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}

@@ -61,6 +61,7 @@ template <int HD, bool PAGED>
 __device__ __forceinline__ void decode_mma_body(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int H, int K, int nsplit, const int* rows, const int* table, int maxBlocks, int bs, const int* posp, int pos0,
 		float scale_log2, int window) {
+	ft_pdl_wait();
 	constexpr int NW = 4;        // warps
 	constexpr int KJ = HD / 32;  // 16-byte key loads per key and thread: two k-steps each
 	constexpr int VU = HD / 64;  // 16-byte value loads per key and thread

@@ -99,6 +99,7 @@ extern "C" __global__ void fill_uniform_bf16(bf16_t* dst, long long n, unsigned 
 // 1024) per row; −1 when the row holds a NaN or +Inf (no greedy choice: the
 // caller reads the row to say which) or only −Inf.
 extern "C" __global__ void argmax_rows(int* out, const void* x, int dt, int n) {
+	ft_pdl_wait();
 	__shared__ float sv[32];
 	__shared__ int si[32];
 	__shared__ int sbad;
@@ -154,12 +155,14 @@ extern "C" __global__ void argmax_rows(int* out, const void* x, int dt, int n) {
 
 // add_f32: out[i] = a[i] + b[i] in fp32 (the residual stream); out may alias a or b.
 extern "C" __global__ void add_f32(float* out, const float* a, const float* b, long long n) {
+	ft_pdl_wait();
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
 		out[i] = a[i] + b[i];
 }
 
 // add_f32_v4 is add_f32 on 4 values per thread (n4 = n/4 vectors, 16-byte aligned).
 extern "C" __global__ void add_f32_v4(float4* out, const float4* a, const float4* b, long long n4) {
+	ft_pdl_wait();
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
 		const float4 x = a[i], y = b[i];
 		out[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
@@ -169,6 +172,7 @@ extern "C" __global__ void add_f32_v4(float4* out, const float4* a, const float4
 // embedding_f32out: out[t,c] = float(table[ids[t],c]) for t = blockIdx.x (the
 // fp32 residual stream); ids outside [0, vocab) give NaN rows.
 extern "C" __global__ void embedding_f32out(float* out, const bf16_t* table, const int* ids, int dim, int vocab) {
+	ft_pdl_wait();
 	const int t = blockIdx.x;
 	const int id = ids[t];
 	float* o = out + (usize)t * dim;
@@ -183,12 +187,14 @@ extern "C" __global__ void embedding_f32out(float* out, const bf16_t* table, con
 // add_bias_bf16: x[i] += bias[i mod N] for i < n, a projection's bias added
 // to each of its rows of width N (fp32 add, one bf16 rounding).
 extern "C" __global__ void add_bias_bf16(bf16_t* x, const bf16_t* bias, long long n, int N) {
+	ft_pdl_wait();
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
 		x[i] = f2bf(bf2f(x[i]) + bf2f(bias[i % N]));
 }
 
 // scale_bf16: x[i] *= s for i < n (fp32 multiply, one bf16 rounding).
 extern "C" __global__ void scale_bf16(bf16_t* x, long long n, float s) {
+	ft_pdl_wait();
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
 		x[i] = f2bf(bf2f(x[i]) * s);
 }

@@ -1,6 +1,14 @@
 // Matrix-vector products for one token (decode): memory-bound, so each warp
 // streams weight rows with 16-byte loads, eight in flight per lane.
 
+// gemv_prefetch asks L2 for the n 16-byte chunks i, i+stride, … (below nv)
+// of the weight row wr: what a lane loads first, issued before ft_pdl_wait
+// (weights are never written by the kernel before) so the first loads after
+// it hit L2 while the previous kernel finishes.
+__device__ __forceinline__ void gemv_prefetch(const uint4* wr, int i, int stride, int n, int nv) {
+	for (int u = 0; u < n && i < nv; u++, i += stride) ft_prefetch_l2(wr + i);
+}
+
 // gemv_body computes y[n] = Σ_k x[k]·w[n,k] (fp32 accumulation) for one
 // input row x[K] and weights w[N,K] (K % 8 == 0, 16-byte aligned rows), U
 // 16-byte loads of w in flight per lane. wpr
@@ -14,6 +22,8 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16_t* __restrict__ x,
 	const int row = blockIdx.x * rpb + wid / wpr;
 	const int part = wid % wpr;
 	const int nv = K >> 3;
+	if (row < N) gemv_prefetch(reinterpret_cast<const uint4*>(w + (usize)row * K), part * 32 + lane, 32 * wpr, U, nv);
+	ft_pdl_wait();
 	float acc = 0.f;
 	if (row < N) {
 		const uint4* wr = reinterpret_cast<const uint4*>(w + (usize)row * K);
@@ -71,14 +81,19 @@ extern "C" __global__ void __launch_bounds__(256) gemv_f32out_u16(float* y, cons
 // gemv_persist_body is the persistent form of gemv_body with one warp per
 // row: every warp of the grid takes rows warp, warp + W, … (W warps in all),
 // streaming each row with U 16-byte loads in flight per lane. No block-level
-// reduction, no block turnover: the tail is one row.
-template <bool OUT_BF16, int U>
+// reduction, no block turnover: the tail is one row. ACC (fp32 y only)
+// adds the product to y instead: y[row] = y[row] + Σ, the value an fp32
+// product then add_f32 give.
+template <bool OUT_BF16, int U, bool ACC = false>
 __device__ __forceinline__ void gemv_persist_body(void* y, const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int N, int K) {
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 3;
 	const uint4* xv = reinterpret_cast<const uint4*>(x);
-	for (int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < N; row += nw) {
+	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	if (row0 < N) gemv_prefetch(reinterpret_cast<const uint4*>(w + (usize)row0 * K), lane, 32, U, nv);
+	ft_pdl_wait();
+	for (int row = row0; row < N; row += nw) {
 		const uint4* wr = reinterpret_cast<const uint4*>(w + (usize)row * K);
 		float acc = 0.f;
 		int i = lane;
@@ -93,6 +108,7 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16_t* __restr
 		acc = warp_sum(acc);
 		if (lane == 0) {
 			if (OUT_BF16) ((bf16_t*)y)[row] = f2bf(acc);
+			else if (ACC) ((float*)y)[row] = ((float*)y)[row] + acc;
 			else ((float*)y)[row] = acc;
 		}
 	}
@@ -108,6 +124,13 @@ extern "C" __global__ void __launch_bounds__(256) gemv_persist_f32out(float* y, 
 	gemv_persist_body<false, 16>(y, x, w, N, K);
 }
 
+// gemv_persist_f32acc: y[n] += Σ_k x[k]·w[n,k] (fp32 y, the residual
+// stream), persistent warps: o_proj and down_proj of a decode step added
+// straight into the residual (kernels.MatMulAdder).
+extern "C" __global__ void __launch_bounds__(256) gemv_persist_f32acc(float* y, const bf16_t* x, const bf16_t* w, int N, int K) {
+	gemv_persist_body<false, 16, true>(y, x, w, N, K);
+}
+
 // gemv3_bf16 runs three GEMVs of one input in one launch (the q, k and v
 // projections of a decode step): y_j[n] = Σ_k x[k]·w_j[n,k] for j < 3, rows
 // n < N_j, bf16 outputs; persistent warps over the N0+N1+N2 rows.
@@ -117,7 +140,13 @@ extern "C" __global__ void __launch_bounds__(256) gemv3_bf16(bf16_t* y0, bf16_t*
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 3;
 	const uint4* xv = reinterpret_cast<const uint4*>(x);
-	for (int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < N0 + N1 + N2; r += nw) {
+	const int r0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	if (r0 < N0 + N1 + N2) {
+		const bf16_t* w = r0 < N0 ? w0 + (usize)r0 * K : r0 < N0 + N1 ? w1 + (usize)(r0 - N0) * K : w2 + (usize)(r0 - N0 - N1) * K;
+		gemv_prefetch(reinterpret_cast<const uint4*>(w), lane, 32, 16, nv);
+	}
+	ft_pdl_wait();
+	for (int r = r0; r < N0 + N1 + N2; r += nw) {
 		const bf16_t* w;
 		bf16_t* y;
 		int row;
@@ -154,7 +183,13 @@ extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_bf16(bf16_t* 
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 3;
 	const uint4* xv = reinterpret_cast<const uint4*>(x);
-	for (int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < N; row += nw) {
+	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	if (row0 < N) {
+		gemv_prefetch(reinterpret_cast<const uint4*>(wg + (usize)row0 * K), lane, 32, 8, nv);
+		gemv_prefetch(reinterpret_cast<const uint4*>(wu + (usize)row0 * K), lane, 32, 8, nv);
+	}
+	ft_pdl_wait();
+	for (int row = row0; row < N; row += nw) {
 		const uint4* gr = reinterpret_cast<const uint4*>(wg + (usize)row * K);
 		const uint4* ur = reinterpret_cast<const uint4*>(wu + (usize)row * K);
 		float g = 0.f, u = 0.f;

@@ -4,6 +4,7 @@
 // block per row r = blockIdx.x, sums in fp32; out may alias x.
 extern "C" __global__ void rmsnorm_bf16(bf16_t* out, const bf16_t* x, const bf16_t* w, int dim, float eps) {
 	__shared__ float sh[32];
+	ft_pdl_wait();
 	const bf16_t* xr = x + (usize)blockIdx.x * dim;
 	bf16_t* orow = out + (usize)blockIdx.x * dim;
 	float s = 0.f;
@@ -50,6 +51,7 @@ __device__ __forceinline__ void rmsnorm_row_v8(bf16_t* out, const bf16_t* x, con
 // 16-byte aligned).
 extern "C" __global__ void rmsnorm_bf16_v8(bf16_t* out, const bf16_t* x, const bf16_t* w, int dim, float eps) {
 	__shared__ float sh[32];
+	ft_pdl_wait();
 	rmsnorm_row_v8(out + (usize)blockIdx.x * dim, x + (usize)blockIdx.x * dim, w, dim, eps, sh);
 }
 
@@ -58,6 +60,7 @@ extern "C" __global__ void rmsnorm_bf16_v8(bf16_t* out, const bf16_t* x, const b
 // dim % 4 == 0 and x rows 16-byte aligned.
 extern "C" __global__ void rmsnorm_f32in_bf16(bf16_t* out, const float* x, const bf16_t* w, int dim, float eps) {
 	__shared__ float sh[32];
+	ft_pdl_wait();
 	const float4* xr = (const float4*)(x + (usize)blockIdx.x * dim);
 	unsigned* orow = (unsigned*)(out + (usize)blockIdx.x * dim);
 	const unsigned* wv = (const unsigned*)w;
@@ -84,6 +87,7 @@ extern "C" __global__ void rmsnorm_f32in_bf16(bf16_t* out, const float* x, const
 // block per row; dim % 4 == 0, x and y rows 16-byte aligned.
 extern "C" __global__ void add_rmsnorm_f32_bf16(bf16_t* out, float* x, const float* y, const bf16_t* w, int dim, float eps) {
 	__shared__ float sh[32];
+	ft_pdl_wait();
 	float4* xr = (float4*)(x + (usize)blockIdx.x * dim);
 	const float4* yr = (const float4*)(y + (usize)blockIdx.x * dim);
 	unsigned* orow = (unsigned*)(out + (usize)blockIdx.x * dim);
@@ -116,6 +120,7 @@ extern "C" __global__ void add_rmsnorm_f32_bf16(bf16_t* out, float* x, const flo
 // rmsnorm_bf16_v8 computes it (dim % 8 == 0, 16-byte aligned).
 extern "C" __global__ void rmsnorm_pair_bf16_v8(bf16_t* a, const bf16_t* wa, int na, bf16_t* b, const bf16_t* wb, int dim, float eps) {
 	__shared__ float sh[32];
+	ft_pdl_wait();
 	const bool first = (int)blockIdx.x < na;
 	bf16_t* x = first ? a + (usize)blockIdx.x * dim : b + (usize)(blockIdx.x - na) * dim;
 	rmsnorm_row_v8(x, x, first ? wa : wb, dim, eps, sh);

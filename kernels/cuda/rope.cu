@@ -25,6 +25,7 @@ __device__ __forceinline__ void rope_pair(bf16_t* hp, bf16_t* dst2, int i, int h
 // x[i+d/2]·cosθ + x[i]·sinθ). The pairs of a token spread over gridDim.y
 // blocks.
 extern "C" __global__ void rope_bf16(bf16_t* x, int H, int d, const int* posp, int pos0, const float* inv) {
+	ft_pdl_wait();
 	const int t = blockIdx.x, half = d >> 1;
 	const int p = ft_pos(posp, pos0) + t;
 	bf16_t* row = x + (usize)t * H * d;
@@ -41,6 +42,7 @@ extern "C" __global__ void rope_bf16(bf16_t* x, int H, int d, const int* posp, i
 // not stored. The work of a token spreads over gridDim.y blocks.
 extern "C" __global__ void rope_store_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc,
 		int H, int K, int d, int capacity, const int* posp, int pos0, const float* inv) {
+	ft_pdl_wait();
 	const int t = blockIdx.x, half = d >> 1;
 	const int p = ft_pos(posp, pos0) + t;
 	const bool store = p >= 0 && p < capacity;
@@ -70,6 +72,7 @@ extern "C" __global__ void rope_store_bf16(bf16_t* q, bf16_t* k, const bf16_t* v
 // over gridDim.y blocks.
 extern "C" __global__ void rope_store_paged_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc,
 		int H, int K, int d, const int* ps, const float* inv) {
+	ft_pdl_wait();
 	const int t = blockIdx.x, half = d >> 1;
 	const int p = ps[2 * t];
 	const usize slot = (usize)ps[2 * t + 1];

@@ -11,6 +11,7 @@
 // block-wide prefix sum of the threads' sums finds the thread whose stretch
 // holds the draw, and that thread walks it.
 extern "C" __global__ void __launch_bounds__(1024) sample_rows(int* out, const void* x, int dt, int n, const float* inv_t, const float* u) {
+	ft_pdl_wait();
 	__shared__ float red[32];
 	__shared__ float scan[1024];
 	__shared__ int sbad, sfound, slast;

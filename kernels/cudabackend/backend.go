@@ -126,6 +126,7 @@ type kernelSet struct {
 	addRMS        *cuda.Function // add_rmsnorm_f32_bf16 (addnorm.go)
 	rmsPair       *cuda.Function // rmsnorm_pair_bf16_v8 (qknorm.go)
 	prefill       prefillKernels // prefill attention and vectorised RoPE + store (prefill.go)
+	gemvAcc       *cuda.Function // gemv_persist_f32acc (matmuladd.go)
 }
 
 var (
@@ -170,12 +171,15 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		paged:  loadPaged(get), moe: loadMoE(get), moeFused: loadMoEFused(get), decodeMMA: loadDecodeMMA(get),
 		addRMS: get("add_rmsnorm_f32_bf16"), rmsPair: get("rmsnorm_pair_bf16_v8"),
 		prefill: loadPrefill(get),
+		gemvAcc: get("gemv_persist_f32acc"),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	ks.allowDependentLaunch()
+	ks.allowDependentLaunch()
 	ks.persistBlocks = map[*cuda.Function]int{}
-	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down} {
+	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down} {
 		n, err := f.MaxActiveBlocksPerSM(256, 0)
 		if err != nil {
 			return nil, fmt.Errorf("cudabackend: %w", err)

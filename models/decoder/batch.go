@@ -225,7 +225,7 @@ func gatherRows(b kernels.Backend, dst, src *runtime.Tensor, from []int) error {
 // projections, norms and output over all rows at once; RoPE and the cache
 // appends in one op where the backend has kernels.BatchRoPEStorer, else per
 // sequence; attention as attendBatch.
-func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtime.Tensor, bs *batchState) error {
+func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtime.Tensor, bs *batchState, acc kernels.MatMulAdder) error {
 	T := h.Dim(0)
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {
@@ -263,7 +263,7 @@ func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtim
 		if err := a.attendBatch(b, att, q, bs); err != nil {
 			return err
 		}
-		return a.O.Forward(b, out, att)
+		return a.output(b, out, att, acc)
 	})
 }
 

@@ -208,19 +208,33 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	if err := l.InputNorm.Forward(b, h, x); err != nil {
 		return err
 	}
+	m := l.Node().Tree().Root().(*Model)
+	accAttn, accMLP := l.accumulators(b, m)
+	attnOut := o
+	if accAttn != nil {
+		attnOut = x // o_proj adds into the residual stream
+	}
 	if bs != nil {
-		if err := l.Attn.forwardBatch(b, w, o, h, bs); err != nil {
+		if err := l.Attn.forwardBatch(b, w, attnOut, h, bs, accAttn); err != nil {
 			return err
 		}
-	} else if err := l.Attn.Forward(b, w, o, h, cache); err != nil {
+	} else if err := l.Attn.forward(b, w, attnOut, h, cache, accAttn); err != nil {
 		return err
 	}
-	m := l.Node().Tree().Root().(*Model)
-	if err := m.allReduce(b, o); err != nil { // a shard's partial sum of O (tensor parallelism)
-		return err
+	if accAttn != nil {
+		if err := l.PostNorm.Forward(b, h, x); err != nil {
+			return err
+		}
+	} else {
+		if err := m.allReduce(b, o); err != nil { // a shard's partial sum of O (tensor parallelism)
+			return err
+		}
+		if err := l.addPostNorm(b, h, x, o); err != nil {
+			return err
+		}
 	}
-	if err := l.addPostNorm(b, h, x, o); err != nil {
-		return err
+	if accMLP != nil {
+		return l.MLP.forward(b, w, x, h, accMLP) // down_proj adds into the residual stream
 	}
 	if err := l.ffn(b, w, o, h); err != nil {
 		return err
@@ -236,6 +250,12 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 // window), with q, k, v = Q h, K h, V h of h[T,D] (plus biases), q and k
 // normalised per head when the layer has q/k norms.
 func (a *Attention) Forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor, cache Cache) error {
+	return a.forward(b, w, out, h, cache, nil)
+}
+
+// forward is Forward; with acc set, the output projection adds into out
+// (out += O·att, see Layer.accumulators) instead of writing it.
+func (a *Attention) forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor, cache Cache, acc kernels.MatMulAdder) error {
 	T := h.Dim(0)
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {
@@ -257,7 +277,7 @@ func (a *Attention) Forward(b kernels.Backend, w *workspace, out, h *runtime.Ten
 		if err := kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window); err != nil {
 			return err
 		}
-		return a.O.Forward(b, out, att)
+		return a.output(b, out, att, acc)
 	})
 }
 
@@ -304,11 +324,20 @@ func (a *Attention) qkNorm(b kernels.Backend, q, k *runtime.Tensor) error {
 
 // Forward of the MLP: out[T,D] = down(silu(gate(h))·up(h)).
 func (p *MLP) Forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor) error {
+	return p.forward(b, w, out, h, nil)
+}
+
+// forward is Forward; with acc set, the down projection adds into out
+// (out += Down·act, see Layer.accumulators) instead of writing it.
+func (p *MLP) forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor, acc kernels.MatMulAdder) error {
 	T := h.Dim(0)
 	return nn.Call(p, func() error {
 		g, u := rows(w.gate, T), rows(w.up, T) // [T,I]
 		if err := p.gateUp(b, g, u, h); err != nil {
 			return err
+		}
+		if acc != nil {
+			return acc.MatMulAdd(out, g, p.Down.Weight.Tensor())
 		}
 		return p.Down.Forward(b, out, g)
 	})

@@ -91,6 +91,10 @@ type Model struct {
 	// DefaultMoEFusedTokens, a negative value never (every block then runs
 	// expert by expert, routing on the host).
 	MoEFusedTokens int
+	// NoResidualAccumulate keeps o_proj and down_proj writing a scratch
+	// that a separate add puts into the residual stream, also on backends
+	// that can add the product in place (accumulate.go; A/B runs, tests).
+	NoResidualAccumulate bool
 }
 
 // PassTokens is the number of tokens the forward in progress carries (or

@@ -45,6 +45,7 @@ type Device struct {
 	closed     bool
 	kcache     *kernelcache.Cache            // compiled modules on disk
 	kprof      atomic.Pointer[kernelProfile] // set while a kernel profile runs (kprofile.go)
+	pdl        atomic.Bool                   // programmatic dependent launch on (pdl.go)
 }
 
 var initOnce = sync.OnceValue(cInit)
@@ -100,6 +101,7 @@ func OpenWith(index int, o Options) (*Device, error) {
 		return nil, fmt.Errorf("cuda:%d: compute stream: %w", index, err)
 	}
 	d.compute = &Stream{dev: d, s: s, name: "compute"}
+	d.initPDL()
 	return d, nil
 }
 

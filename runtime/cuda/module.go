@@ -117,6 +117,7 @@ type Function struct {
 	dev  *Device
 	name string
 	f    cFunction
+	pdl  bool // may be launched with programmatic stream serialization (pdl.go)
 }
 
 // Function looks up an extern "C" kernel by name.
@@ -188,8 +189,7 @@ func (f *Function) launch(s *Stream, grid, block Dim3, smem int, args []uint64) 
 	if s.dev != f.dev {
 		return fmt.Errorf("kernel %s of %s launched on a stream of %s", f.name, f.dev.Name(), s.dev.Name())
 	}
-	r := cLaunch(f.dev.ctx, f.f, grid.u32(), block.u32(), uint32(smem), s.s, args)
-	if err := check("cuLaunchKernel", r); err != nil {
+	if err := f.enqueue(s, grid.u32(), block.u32(), uint32(smem), args); err != nil {
 		return fmt.Errorf("kernel %s (grid %v, block %v, %d B shared): %w", f.name, grid, block, smem, err)
 	}
 	return nil

@@ -1,0 +1,42 @@
+//go:build cuda
+
+package cudabackend
+
+import "github.com/flextensor-go/flextensor/runtime/cuda"
+
+// Programmatic dependent launch (runtime/cuda/pdl.go): on sm_90 the kernels
+// below are launched so that their blocks start while the kernel before
+// them finishes. Each of them calls ft_pdl_wait (kernels/cuda/common.cuh)
+// before it touches memory an earlier kernel reads or writes — the GEMVs
+// first ask L2 for their first weight chunks, which nothing writes — and
+// only kernels that do are listed: one without the wait would race with the
+// kernel before it. These are the kernels of a resident decode step (the
+// one-token GEMVs, norms, RoPE with the KV store, tensor-core decode
+// attention, residual adds, embedding, argmax and sampling). The device
+// decides whether the attribute is used (SetDependentLaunch; FT_PDL=0 turns
+// it off); the kernel profiler's events between launches serialise them.
+
+// dependentLaunchKernels are the kernels that call ft_pdl_wait first.
+func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
+	fs := []*cuda.Function{
+		ks.addF32, ks.addF32V4, ks.embedF32, ks.argmax, ks.addBias, ks.scale,
+		ks.rms, ks.rmsV8, ks.rmsF32, ks.addRMS, ks.rmsPair,
+		ks.rope, ks.ropeStore, ks.paged.ropeStore,
+		ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemv3, ks.gateUp,
+		ks.sample,
+	}
+	for _, m := range []map[int]*cuda.Function{ks.gemv, ks.gemvF32, ks.decodeMMA.contig, ks.decodeMMA.paged} {
+		for _, f := range m {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
+// allowDependentLaunch declares dependentLaunchKernels safe for
+// programmatic dependent launch.
+func (ks *kernelSet) allowDependentLaunch() {
+	for _, f := range ks.dependentLaunchKernels() {
+		f.SetDependentLaunch(true)
+	}
+}

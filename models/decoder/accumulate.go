@@ -1,0 +1,51 @@
+package decoder
+
+import (
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// Residual accumulation: on a backend with kernels.MatMulAdder, a layer's
+// o_proj and down_proj add their products straight into the F32 residual
+// stream x (x += O·att, x += Down·act) instead of writing the scratch o
+// that a residual add (or the fused add + post-attention norm) then reads:
+// the add disappears and the post-attention norm is a plain RMSNorm of x.
+// The values are those of the product then the add (MatMulAdder's
+// contract). It is decided per layer and per projection, and applies only
+// where nothing can tell the difference: no tensor parallelism (a shard's
+// partial product must be all-reduced before it is added), a plain weight
+// without bias, and no installed hook watching the projection or the
+// module that owns it (a hook would see out hold x + o instead of o). CPU
+// backends do not implement it: they keep the product-then-add path, which
+// is the reference.
+
+// accumulators returns the backend's MatMulAdder for the attention's output
+// projection and for the MLP's down projection where each may add into the
+// residual stream, nil where it may not.
+func (l *Layer) accumulators(b kernels.Backend, m *Model) (attn, mlp kernels.MatMulAdder) {
+	f, ok := b.(kernels.MatMulAdder)
+	if !ok || m.tp != nil || m.NoResidualAccumulate {
+		return nil, nil
+	}
+	if accumulable(l.Attn.O) && nn.Unwatched(l.Attn, l.Attn.O) {
+		attn = f
+	}
+	if l.MLP != nil && l.MoE == nil && accumulable(l.MLP.Down) && nn.Unwatched(l.MLP, l.MLP.Down) {
+		mlp = f
+	}
+	return attn, mlp
+}
+
+// accumulable reports whether a projection may add into its output: a
+// plain (not quantized) weight and no bias.
+func accumulable(p *nn.Linear) bool { return p.Bias == nil && plain(p) }
+
+// output applies the output projection to att: out = O·att (+ bias)
+// through O's forward, or with acc, out += O·att.
+func (a *Attention) output(b kernels.Backend, out, att *runtime.Tensor, acc kernels.MatMulAdder) error {
+	if acc != nil {
+		return acc.MatMulAdd(out, att, a.O.Weight.Tensor())
+	}
+	return a.O.Forward(b, out, att)
+}
