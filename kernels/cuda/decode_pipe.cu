@@ -67,6 +67,7 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 	extern __shared__ uint4 pipe_smem[];
 	__shared__ float sm_m[NW][8], sm_l[NW][8];
 	__shared__ int isLast;
+	ft_pdl_wait();
 	const int kvh = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
 	const int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int g = lane >> 2, tg = lane & 3;

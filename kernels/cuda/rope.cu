@@ -154,6 +154,7 @@ __device__ __forceinline__ void rope_store_v8_row(bf16_t* qr, bf16_t* kr, const 
 extern "C" __global__ void rope_store_v8_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc, int H, int K, int d,
 		int capacity, const int* posp, int pos0, const float* inv) {
 	extern __shared__ float2 rope_cs[];
+	ft_pdl_wait();
 	const int t = blockIdx.x, p = ft_pos(posp, pos0) + t;
 	const bool store = p >= 0 && p < capacity;
 	const usize row = (usize)K * d;
@@ -167,6 +168,7 @@ extern "C" __global__ void rope_store_v8_bf16(bf16_t* q, bf16_t* k, const bf16_t
 extern "C" __global__ void rope_store_paged_v8_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc, int H, int K,
 		int d, const int* ps, const float* inv) {
 	extern __shared__ float2 rope_cs[];
+	ft_pdl_wait();
 	const int t = blockIdx.x;
 	const usize row = (usize)K * d, slot = (usize)ps[2 * t + 1];
 	rope_store_v8_row(q + (usize)t * H * d, k + (usize)t * row, v + (usize)t * row, kc + slot * row, vc + slot * row, H, K, d,

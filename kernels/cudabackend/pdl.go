@@ -23,9 +23,10 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 		ks.rms, ks.rmsV8, ks.rmsF32, ks.addRMS, ks.rmsPair,
 		ks.rope, ks.ropeStore, ks.paged.ropeStore,
 		ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemv3, ks.gateUp,
-		ks.sample,
+		ks.sample, ks.prefill.ropeStore, ks.prefill.ropeStorePaged,
 	}
-	for _, m := range []map[int]*cuda.Function{ks.gemv, ks.gemvF32, ks.decodeMMA.contig, ks.decodeMMA.paged} {
+	for _, m := range []map[int]*cuda.Function{ks.gemv, ks.gemvF32, ks.decodeMMA.contig, ks.decodeMMA.paged,
+		ks.decodeMMA.pipeContig, ks.decodeMMA.pipePaged} {
 		for _, f := range m {
 			fs = append(fs, f)
 		}
