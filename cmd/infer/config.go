@@ -42,6 +42,7 @@ var extraEnv = map[string][]string{
 	"FT_FUSE_ADDNORM":   {"", "0", "1"},            // "0": residual add and RMSNorm as two launches (A/B runs, cuda builds)
 	"FT_GEMV":           {"", "rowblocks"},         // "rowblocks": one-token products by the row-block GEMV kernels (A/B runs, cuda builds)
 	"FT_DECODE_SPLIT":   {"", "16", "32", "64"},    // cache positions per block of the staged one-sequence decode attention (A/B runs, cuda builds)
+	"FT_FP8_GEMV":       {"", "legacy"},            // "legacy": FP8 weights through the first FP8 kernels, one GEMV launch per projection (A/B runs, cuda builds)
 }
 
 // envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.

@@ -85,6 +85,10 @@ type Backend struct {
 	// NoFusedAddNorm makes AddRMSNorm run Add then RMSNorm (two launches)
 	// instead of add_rmsnorm_f32_bf16. New sets it when FT_FUSE_ADDNORM=0.
 	NoFusedAddNorm bool
+	// LegacyFP8GEMV runs FP8 weights through fp8.cu's kernels (gemv_fp8
+	// per projection, dequant_fp8_bf16) instead of fp8gemv.cu's. New sets
+	// it when FT_FP8_GEMV=legacy (A/B runs).
+	LegacyFP8GEMV bool
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -109,6 +113,7 @@ type kernelSet struct {
 	moeFused      moeFusedKernels // fused mixture-of-experts ops (moefused.go)
 	decodeMMA     decodeMMAKernels
 	addRMS        *cuda.Function // add_rmsnorm_f32_bf16 (addnorm.go)
+	fp8           *fp8Kernels    // FP8 GEMVs and dequantization at HBM speed (fp8gemv.go)
 	rmsPair       *cuda.Function // rmsnorm_pair_bf16_v8 (qknorm.go)
 }
 
@@ -153,10 +158,12 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		sample: get("sample_rows"),
 		paged:  loadPaged(get), moe: loadMoE(get), moeFused: loadMoEFused(get), decodeMMA: loadDecodeMMA(get),
 		addRMS: get("add_rmsnorm_f32_bf16"), rmsPair: get("rmsnorm_pair_bf16_v8"),
+		fp8: loadFP8(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	ks.fp8.sms = dev.Multiprocessors()
 	ks.persistBlocks = map[*cuda.Function]int{}
 	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down} {
 		n, err := f.MaxActiveBlocksPerSM(256, 0)
@@ -198,7 +205,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
-		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(),
+		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(), LegacyFP8GEMV: legacyFP8FromEnv(),
 		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT")}
 	cd.AtClose(b.Close)
 	return b, nil
