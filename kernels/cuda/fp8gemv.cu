@@ -128,6 +128,14 @@ __device__ __forceinline__ float fp8_row_scale(const void* scale, int sdt, int r
 
 #define FP8V_U 8
 
+// fp8_prefetch asks L2 for the first batch of loads of a warp's first row
+// (its first 32·U 16-byte chunks), issued before the block widens x, so
+// the weights stream while x is staged.
+__device__ __forceinline__ void fp8_prefetch(const unsigned char* row, int nv) {
+	const int lane = threadIdx.x & 31;
+	for (int c = lane; c < nv && c < 32 * FP8V_U; c += 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + 16 * (usize)c));
+}
+
 // gemv_fp8_v: y[n] = Σ_k x[k]·q[n,k]·s(n,k) for one input row x[K] (bf16),
 // y bf16 (out_f32 0) or fp32 (out_f32 1). K % 16 == 0, x 8-byte and w
 // 16-byte aligned, K·4 bytes of dynamic shared memory. Persistent warps,
@@ -135,11 +143,13 @@ __device__ __forceinline__ float fp8_row_scale(const void* scale, int sdt, int r
 extern "C" __global__ void __launch_bounds__(256) gemv_fp8_v(void* y, int out_f32, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
 	extern __shared__ float4 fp8_xs[];
-	fp8_load_x(fp8_xs, x, K);
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 4;
-	for (int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < N; row += nw) {
+	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	if (row0 < N) fp8_prefetch(w + (usize)row0 * K, nv);
+	fp8_load_x(fp8_xs, x, K);
+	for (int row = row0; row < N; row += nw) {
 		const uint4* wr[1] = {reinterpret_cast<const uint4*>(w + (usize)row * K)};
 		const void* sc[1] = {scale};
 		const usize srow[1] = {bshift >= 0 ? (usize)(row >> (bshift + 4)) * sstride : 0};
@@ -162,11 +172,15 @@ extern "C" __global__ void __launch_bounds__(256) gemv3_fp8(bf16_t* y0, bf16_t* 
 		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
 		int N0, int N1, int N2, int K, int bshift, int sstride) {
 	extern __shared__ float4 fp8_xs[];
-	fp8_load_x(fp8_xs, x, K);
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 4;
-	for (int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < N0 + N1 + N2; r += nw) {
+	const int r0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	if (r0 < N0) fp8_prefetch(w0 + (usize)r0 * K, nv);
+	else if (r0 < N0 + N1) fp8_prefetch(w1 + (usize)(r0 - N0) * K, nv);
+	else if (r0 < N0 + N1 + N2) fp8_prefetch(w2 + (usize)(r0 - N0 - N1) * K, nv);
+	fp8_load_x(fp8_xs, x, K);
+	for (int r = r0; r < N0 + N1 + N2; r += nw) {
 		const unsigned char* w;
 		const void* s;
 		bf16_t* y;
@@ -196,11 +210,16 @@ extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_fp8(bf16_t* a
 		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
 		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
 	extern __shared__ float4 fp8_xs[];
-	fp8_load_x(fp8_xs, x, K);
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 4;
-	for (int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < N; row += nw) {
+	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	if (row0 < N) {
+		fp8_prefetch(wg + (usize)row0 * K, nv);
+		fp8_prefetch(wu + (usize)row0 * K, nv);
+	}
+	fp8_load_x(fp8_xs, x, K);
+	for (int row = row0; row < N; row += nw) {
 		const uint4* wr[2] = {reinterpret_cast<const uint4*>(wg + (usize)row * K), reinterpret_cast<const uint4*>(wu + (usize)row * K)};
 		const void* sc[2] = {sg, su};
 		const usize sr = bshift >= 0 ? (usize)(row >> (bshift + 4)) * sstride : 0;
