@@ -16,7 +16,9 @@
 // experts' gate·up·SiLU and their weighted down projections, through a
 // device table of weight pointers), decode_mma.cu (one-query decode
 // attention on tensor cores, contiguous and paged, the splits merged by the
-// last block). Each kernel's comment
+// last block), fp8.cu and fp8gemv.cu (FP8 weights: one-token products that
+// widen E4M3 in registers, fused q/k/v and gate·up·SiLU, dequantization to
+// bf16 for cuBLAS). Each kernel's comment
 // gives what it computes.
 package cuda
 
