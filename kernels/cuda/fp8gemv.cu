@@ -85,38 +85,51 @@ __device__ __forceinline__ void fp8_load_x(float4* xs, const bf16_t* __restrict_
 	__syncthreads();
 }
 
+// fp8_chunk adds chunk c (loaded: a[r]) of R rows to acc: x's 16 values
+// from shared memory, each row's chunk sum times its block's scale when
+// bshift >= 0 (scale index srow[r] + (c >> bshift)).
+template <int R>
+__device__ __forceinline__ void fp8_chunk(float* acc, const uint4* a, const float4* xs, int c,
+		const void* const* scale, int sdt, const usize* srow, int bshift) {
+	const int sw = (c >> 1) & 3;
+	float4 xv[4];
+#pragma unroll
+	for (int j = 0; j < 4; j++) xv[j] = xs[(c << 2) | (j ^ sw)];
+#pragma unroll
+	for (int r = 0; r < R; r++) {
+		const float d = fp8_dot16(a[r], xv);
+		acc[r] = bshift >= 0 ? fmaf(d, load_as_f32(scale[r], sdt, srow[r] + (usize)(c >> bshift)), acc[r]) : acc[r] + d;
+	}
+}
+
 // fp8_rows is one lane's part of R weight rows' dot products with x (in xs):
 // acc[r] += Σ over the lane's 16-byte chunks c (lane, lane + 32, …) of
-// row r (nv chunks) of q·x, each chunk's sum times its block's scale when
-// bshift >= 0 (scale index srow[r] + (c >> bshift)). U loads per row in
-// flight.
+// row r (nv chunks) of q·x (fp8_chunk). U loads per row in flight: whole
+// batches unpredicated, then one partial batch.
 template <int R, int U>
 __device__ __forceinline__ void fp8_rows(float* acc, const uint4* const* wr, const float4* xs, int nv,
 		const void* const* scale, int sdt, const usize* srow, int bshift) {
-	const int lane = threadIdx.x & 31;
-	for (int c0 = lane; c0 < nv; c0 += 32 * U) {
-		uint4 a[R][U];
+	int c0 = threadIdx.x & 31;
+	for (; c0 + 32 * (U - 1) < nv; c0 += 32 * U) {
+		uint4 a[U][R];
+#pragma unroll
+		for (int u = 0; u < U; u++)
+#pragma unroll
+			for (int r = 0; r < R; r++) a[u][r] = __ldg(wr[r] + c0 + 32 * u);
+#pragma unroll
+		for (int u = 0; u < U; u++) fp8_chunk<R>(acc, a[u], xs, c0 + 32 * u, scale, sdt, srow, bshift);
+	}
+	if (c0 < nv) {
+		uint4 a[U][R];
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 			const int c = c0 + 32 * u;
 #pragma unroll
-			for (int r = 0; r < R; r++) a[r][u] = c < nv ? __ldg(wr[r] + c) : make_uint4(0u, 0u, 0u, 0u);
+			for (int r = 0; r < R; r++) a[u][r] = c < nv ? __ldg(wr[r] + c) : make_uint4(0u, 0u, 0u, 0u);
 		}
 #pragma unroll
-		for (int u = 0; u < U; u++) {
-			const int c = c0 + 32 * u;
-			if (c < nv) {
-				const int sw = (c >> 1) & 3;
-				float4 xv[4];
-#pragma unroll
-				for (int j = 0; j < 4; j++) xv[j] = xs[(c << 2) | (j ^ sw)];
-#pragma unroll
-				for (int r = 0; r < R; r++) {
-					const float d = fp8_dot16(a[r][u], xv);
-					acc[r] = bshift >= 0 ? fmaf(d, load_as_f32(scale[r], sdt, srow[r] + (usize)(c >> bshift)), acc[r]) : acc[r] + d;
-				}
-			}
-		}
+		for (int u = 0; u < U; u++)
+			if (c0 + 32 * u < nv) fp8_chunk<R>(acc, a[u], xs, c0 + 32 * u, scale, sdt, srow, bshift);
 	}
 }
 
@@ -183,14 +196,13 @@ extern "C" __global__ void __launch_bounds__(256) gemv3_fp8(bf16_t* y0, bf16_t* 
 	for (int r = r0; r < N0 + N1 + N2; r += nw) {
 		const unsigned char* w;
 		const void* s;
-		bf16_t* y;
 		int row;
 		if (r < N0) {
-			w = w0, s = s0, y = y0, row = r;
+			w = w0, s = s0, row = r;
 		} else if (r < N0 + N1) {
-			w = w1, s = s1, y = y1, row = r - N0;
+			w = w1, s = s1, row = r - N0;
 		} else {
-			w = w2, s = s2, y = y2, row = r - N0 - N1;
+			w = w2, s = s2, row = r - N0 - N1;
 		}
 		const uint4* wr[1] = {reinterpret_cast<const uint4*>(w + (usize)row * K)};
 		const void* sc[1] = {s};
@@ -198,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv3_fp8(bf16_t* y0, bf16_t* 
 		float acc[1] = {0.f};
 		fp8_rows<1, FP8V_U>(acc, wr, fp8_xs, nv, sc, sdt, srow, bshift);
 		const float v = warp_sum(acc[0]) * fp8_row_scale(s, sdt, row, bshift);
-		if (lane == 0) y[row] = f2bf(v);
+		if (lane == 0) (r < N0 ? y0 : r < N0 + N1 ? y1 : y2)[row] = f2bf(v);
 	}
 }
 
