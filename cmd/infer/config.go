@@ -46,6 +46,7 @@ var extraEnv = map[string][]string{
 	"FT_DECODE_PIPE":    {"", "0", "1"},            // "0": the single-buffered tensor-core decode attention, not the pipelined one (A/B runs, cuda builds)
 	"FT_DECODE_CHUNK":   {"", "64", "128", "256"},  // fewest positions per split of the pipelined decode attention (A/B runs, cuda builds)
 	"FT_PDL":            {"", "0", "1"},            // "0": no programmatic dependent launch of the decode kernels on sm_90 (A/B runs, cuda builds)
+	"FT_FP8_GEMV":       {"", "legacy"},            // "legacy": FP8 weights through the first FP8 kernels, one GEMV launch per projection (A/B runs, cuda builds)
 }
 
 // envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.

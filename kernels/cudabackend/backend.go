@@ -100,6 +100,11 @@ type Backend struct {
 	// vectorised RoPE + store (prefill.go). New sets it when
 	// FT_FLASH=legacy (A/B runs).
 	LegacyFlash bool
+
+	// LegacyFP8GEMV runs FP8 weights through fp8.cu's kernels (gemv_fp8
+	// per projection, dequant_fp8_bf16) instead of fp8gemv.cu's. New sets
+	// it when FT_FP8_GEMV=legacy (A/B runs).
+	LegacyFP8GEMV bool
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -124,6 +129,7 @@ type kernelSet struct {
 	moeFused      moeFusedKernels // fused mixture-of-experts ops (moefused.go)
 	decodeMMA     decodeMMAKernels
 	addRMS        *cuda.Function // add_rmsnorm_f32_bf16 (addnorm.go)
+	fp8           *fp8Kernels    // FP8 GEMVs and dequantization at HBM speed (fp8gemv.go)
 	rmsPair       *cuda.Function // rmsnorm_pair_bf16_v8 (qknorm.go)
 	prefill       prefillKernels // prefill attention and vectorised RoPE + store (prefill.go)
 	gemvAcc       *cuda.Function // gemv_persist_f32acc (matmuladd.go)
@@ -172,12 +178,13 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		addRMS: get("add_rmsnorm_f32_bf16"), rmsPair: get("rmsnorm_pair_bf16_v8"),
 		prefill: loadPrefill(get),
 		gemvAcc: get("gemv_persist_f32acc"),
+		fp8:     loadFP8(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	ks.allowDependentLaunch()
-	ks.allowDependentLaunch()
+	ks.fp8.sms = dev.Multiprocessors()
 	ks.persistBlocks = map[*cuda.Function]int{}
 	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down} {
 		n, err := f.MaxActiveBlocksPerSM(256, 0)
@@ -223,6 +230,7 @@ func New(dev runtime.Device) (*Backend, error) {
 	}
 	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
 		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(), LegacyFlash: legacyFlashFromEnv(),
+		LegacyFP8GEMV: legacyFP8FromEnv(),
 		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT"),
 		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK")}
 	cd.AtClose(b.Close)

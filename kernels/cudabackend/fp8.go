@@ -17,12 +17,13 @@ var _ kernels.FP8MatMuler = (*Backend)(nil)
 // output row or per block (F32, F16 or BF16), x BF16, out BF16 or F32, fp32
 // accumulation.
 //
-// One token (decode) runs gemv_fp8, which streams the FP8 bytes (half a
-// BF16 weight's) and widens them in registers, when D is a multiple of 16,
-// the block size (if any) a multiple of 16 and x and w 16-byte aligned.
-// Otherwise (a prefill, or an odd shape) the weight is dequantized to BF16
-// into a scratch buffer and multiplied with cuBLAS: the simplest correct
-// path, whose dequantization pass is small beside a long prefill's GEMM.
+// One token (decode) runs gemv_fp8_v (fp8gemv.go), which streams the FP8
+// bytes (half a BF16 weight's) and widens them with the hardware
+// conversion, when D is a multiple of 16, the block size (if any) a power
+// of two of at least 16 and x and w 16-byte aligned; else gemv_fp8 when
+// D and the block size are multiples of 16. Otherwise (a prefill, or an
+// odd shape) the weight is dequantized to BF16 into a scratch buffer
+// (dequant_fp8_bf16_v16 where it applies) and multiplied with cuBLAS.
 // FP8 tensor-core GEMMs (cuBLASLt, activations quantized per token) are
 // not implemented.
 func (b *Backend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout kernels.FP8Layout) error {
@@ -63,6 +64,11 @@ func (b *Backend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout kernels.FP8
 		sstride = (D + blk - 1) / blk
 	}
 	f32 := out.DType() == runtime.F32
+	if T == 1 {
+		if handled, err := b.gemvFP8V(out, x, w, scale, layout); handled || err != nil {
+			return err
+		}
+	}
 	outF32 := 0
 	if f32 {
 		outF32 = 1
@@ -87,10 +93,7 @@ func (b *Backend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout kernels.FP8
 		}
 		b.deq = buf
 	}
-	n := int64(N) * int64(D)
-	if err := b.k.dequantFP8.Launch(b.s, cuda.Dim3{X: b.gridFor(n)}, cuda.Dim3{X: 256}, 0,
-		cuda.Ptr(b.deq.Ptr()), cuda.Ptr(w.Ptr()), cuda.Ptr(scale.Ptr()), cuda.I32(sdt),
-		cuda.I32(N), cuda.I32(D), cuda.I32(blk), cuda.I32(sstride)); err != nil {
+	if err := b.dequantFP8(b.deq.Ptr(), w, scale, layout); err != nil {
 		return err
 	}
 	return b.blas.GemmBF16(b.s, out.Ptr(), !f32, x.Ptr(), b.deq.Ptr(), T, N, D)

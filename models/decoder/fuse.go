@@ -12,8 +12,8 @@ import (
 // offload engine watches only the root and its units, so the layers it
 // streams still fuse their projections.
 
-// plain reports whether no Linear of ls is quantized: the fused ops take
-// plain weights only, so FP8 projections run one Linear at a time.
+// plain reports whether no Linear of ls is quantized: the fused ops of
+// plain weights (MultiMatMuler, GateUpSiLUer) take only those.
 func plain(ls ...*nn.Linear) bool {
 	for _, l := range ls {
 		if l.Scale != nil {
@@ -23,13 +23,45 @@ func plain(ls ...*nn.Linear) bool {
 	return true
 }
 
+// allFP8 reports whether every Linear of ls is FP8 with one scale layout
+// (the fused FP8 ops, FP8MultiMatMuler and FP8GateUpSiLUer, take those).
+func allFP8(ls ...*nn.Linear) bool {
+	for _, l := range ls {
+		if l.Scale == nil || l.FP8 != ls[0].FP8 {
+			return false
+		}
+	}
+	return true
+}
+
+// fp8Parts are the weights and scales of FP8 Linears.
+func fp8Parts(ls ...*nn.Linear) (ws, scales []*runtime.Tensor) {
+	for _, l := range ls {
+		ws = append(ws, l.Weight.Tensor())
+		scales = append(scales, l.Scale.Tensor())
+	}
+	return ws, scales
+}
+
 // project computes q, k and v from h[T,D]: for one token in one op where the
-// backend fuses them (kernels.MultiMatMuler; the biases, if any, are added
+// backend fuses them (kernels.MultiMatMuler for plain weights,
+// kernels.FP8MultiMatMuler for FP8 ones; the biases, if any, are added
 // after it), else as three Linear forwards.
 func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error {
-	if f, ok := b.(kernels.MultiMatMuler); ok && h.Dim(0) == 1 && nn.Unwatched(a.Q, a.K, a.V) && plain(a.Q, a.K, a.V) {
-		if err := f.MatMulN([]*runtime.Tensor{q, k, v}, h,
-			[]*runtime.Tensor{a.Q.Weight.Tensor(), a.K.Weight.Tensor(), a.V.Weight.Tensor()}); err != nil {
+	one := h.Dim(0) == 1 && nn.Unwatched(a.Q, a.K, a.V)
+	var err error
+	fused := true
+	if f, ok := b.(kernels.MultiMatMuler); ok && one && plain(a.Q, a.K, a.V) {
+		err = f.MatMulN([]*runtime.Tensor{q, k, v}, h,
+			[]*runtime.Tensor{a.Q.Weight.Tensor(), a.K.Weight.Tensor(), a.V.Weight.Tensor()})
+	} else if f, ok := b.(kernels.FP8MultiMatMuler); ok && one && allFP8(a.Q, a.K, a.V) {
+		ws, scales := fp8Parts(a.Q, a.K, a.V)
+		err = f.MatMulNFP8([]*runtime.Tensor{q, k, v}, h, ws, scales, a.Q.FP8)
+	} else {
+		fused = false
+	}
+	if fused {
+		if err != nil {
 			return err
 		}
 		for _, p := range []struct {
@@ -52,10 +84,15 @@ func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error
 }
 
 // gateUp leaves silu(gate(h))·up(h) in g (u is scratch): for one token in one
-// op where the backend fuses it (kernels.GateUpSiLUer), else gate, up, SiLUMul.
+// op where the backend fuses it (kernels.GateUpSiLUer for plain weights,
+// kernels.FP8GateUpSiLUer for FP8 ones), else gate, up, SiLUMul.
 func (p *MLP) gateUp(b kernels.Backend, g, u, h *runtime.Tensor) error {
-	if f, ok := b.(kernels.GateUpSiLUer); ok && h.Dim(0) == 1 && nn.Unwatched(p.Gate, p.Up) && plain(p.Gate, p.Up) {
+	one := h.Dim(0) == 1 && nn.Unwatched(p.Gate, p.Up)
+	if f, ok := b.(kernels.GateUpSiLUer); ok && one && plain(p.Gate, p.Up) {
 		return f.GateUpSiLU(g, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor())
+	}
+	if f, ok := b.(kernels.FP8GateUpSiLUer); ok && one && allFP8(p.Gate, p.Up) {
+		return f.GateUpSiLUFP8(g, u, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor(), p.Gate.Scale.Tensor(), p.Up.Scale.Tensor(), p.Gate.FP8)
 	}
 	if err := p.Gate.Forward(b, g, h); err != nil {
 		return err

@@ -1,0 +1,285 @@
+//go:build cuda
+
+package cudabackend
+
+import (
+	"fmt"
+	"math/bits"
+	"os"
+	"sync"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/flextensor-go/flextensor/runtime/cuda"
+)
+
+// FP8 W8A16 GEMVs at HBM speed and the vectorized dequantization
+// (kernels/cuda/fp8gemv.cu): gemv_fp8_v (one weight, bf16 or f32 out),
+// gemv3_fp8 (q, k, v in one launch) and gemv_gateup_silu_fp8 (gate·up·SiLU
+// in one launch) hold x in shared memory as fp32 and stream the FP8 rows
+// with 16-byte loads; dequant_fp8_bf16_v16 feeds the cuBLAS prefill.
+//
+// They take per-channel scales and block scales with a power-of-two block
+// of at least 16 (128 in the published checkpoints); other block sizes,
+// widths that are not a multiple of 16 and misaligned tensors run the
+// fp8.cu kernels (gemv_fp8, dequant_fp8_bf16).
+//
+// Switch: Backend.LegacyFP8GEMV (FT_FP8_GEMV=legacy when the backend is
+// made) runs the fp8.cu kernels, one launch per projection, for A/B runs.
+
+// fp8Kernels are fp8gemv.cu's kernels and their launch geometry.
+type fp8Kernels struct {
+	gemv, gemv3, gateUp, dequant *cuda.Function
+	sms                          int
+
+	mu   sync.Mutex
+	smem map[*cuda.Function]int      // the dynamic shared memory each kernel may take (set so far)
+	wave map[fp8WaveKey]int          // blocks of 256 threads resident on the GPU at once
+	bad  map[*cuda.Function]struct{} // kernels whose shared-memory limit could not be raised
+}
+
+type fp8WaveKey struct {
+	f    *cuda.Function
+	smem int
+}
+
+// loadFP8 looks fp8gemv.cu's kernels up in the compiled module.
+func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
+	return &fp8Kernels{gemv: get("gemv_fp8_v"), gemv3: get("gemv3_fp8"), gateUp: get("gemv_gateup_silu_fp8"),
+		dequant: get("dequant_fp8_bf16_v16"),
+		smem:    map[*cuda.Function]int{}, wave: map[fp8WaveKey]int{}, bad: map[*cuda.Function]struct{}{}}
+}
+
+// legacyFP8FromEnv is the default of Backend.LegacyFP8GEMV.
+func legacyFP8FromEnv() bool { return os.Getenv("FT_FP8_GEMV") == "legacy" }
+
+// fp8Shift is the kernels' bshift argument for a block size: −1 per
+// channel, log2(B)−4 for a power of two B ≥ 16; ok is false otherwise.
+func fp8Shift(block int) (shift int, ok bool) {
+	switch {
+	case block == 0:
+		return -1, true
+	case block >= 16 && block&(block-1) == 0:
+		return bits.TrailingZeros(uint(block)) - 4, true
+	}
+	return 0, false
+}
+
+// fp8Grid is the launch of f over rows one-warp rows with x of K columns in
+// shared memory: the dynamic shared memory and a grid in which every warp
+// takes the same number of rows (at most one wave of resident blocks). ok
+// is false when the device cannot give f that much shared memory.
+func (k *fp8Kernels) fp8Grid(f *cuda.Function, rows, K int) (grid, smem int, ok bool, err error) {
+	smem = 4 * K
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if smem > 48<<10 && k.smem[f] < smem {
+		if _, failed := k.bad[f]; failed {
+			return 0, 0, false, nil
+		}
+		if err := f.SetMaxDynamicSharedMemory(smem); err != nil {
+			k.bad[f] = struct{}{} // past the device's limit: the fp8.cu kernels take it
+			return 0, 0, false, nil
+		}
+		k.smem[f] = smem
+	}
+	key := fp8WaveKey{f, smem}
+	wave, seen := k.wave[key]
+	if !seen {
+		n, err := f.MaxActiveBlocksPerSM(256, smem)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		if n == 0 {
+			k.bad[f] = struct{}{}
+			return 0, 0, false, nil
+		}
+		wave = n * k.sms
+		k.wave[key] = wave
+	}
+	perWarp := (rows + 8*wave - 1) / (8 * wave)
+	warps := (rows + perWarp - 1) / perWarp
+	return (warps + 7) / 8, smem, true, nil
+}
+
+// fp8Fast reports whether the fp8gemv.cu GEMVs take one token of width D
+// with these scales: the switch is off, D % 16 == 0, a block size they
+// take, the tensors 16-byte aligned.
+func (b *Backend) fp8Fast(D int, layout kernels.FP8Layout, ptrs ...uintptr) (shift int, ok bool) {
+	if b.LegacyFP8GEMV || D%16 != 0 || !aligned16(ptrs...) {
+		return 0, false
+	}
+	return fp8Shift(layout.Block)
+}
+
+// fp8Stride is the row stride of a block layout's scales (0 per channel).
+func fp8Stride(D int, layout kernels.FP8Layout) int {
+	if layout.Block > 0 {
+		return (D + layout.Block - 1) / layout.Block
+	}
+	return 0
+}
+
+// gemvFP8V runs out[N] = x[D]·dequant(w, scale)ᵀ through gemv_fp8_v for one
+// token, out BF16 or F32; handled is false (nothing launched) where the
+// kernel does not take the shape, and the caller runs another path. The
+// arguments are checked by the caller (MatMulFP8).
+func (b *Backend) gemvFP8V(out, x, w, scale *runtime.Tensor, layout kernels.FP8Layout) (handled bool, err error) {
+	N, D := w.Dim(0), w.Dim(1)
+	shift, ok := b.fp8Fast(D, layout, x.Ptr(), w.Ptr())
+	if !ok {
+		return false, nil
+	}
+	f := b.k.fp8.gemv
+	grid, smem, ok, err := b.k.fp8.fp8Grid(f, N, D)
+	if !ok || err != nil {
+		return false, err
+	}
+	outF32 := 0
+	if out.DType() == runtime.F32 {
+		outF32 = 1
+	}
+	bytes := int64(N)*int64(D) + scale.NumBytes() + int64(D)*2 + int64(N)*int64(out.DType().Size())
+	return true, f.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
+		cuda.Ptr(out.Ptr()), cuda.I32(outF32), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.Ptr(scale.Ptr()), cuda.I32(int(scale.DType())),
+		cuda.I32(N), cuda.I32(D), cuda.I32(shift), cuda.I32(fp8Stride(D, layout)))
+}
+
+// dequantFP8 writes dequant(w, scale) as BF16 [N,D] into dst (16-byte
+// aligned): dequant_fp8_bf16_v16 where it applies, else dequant_fp8_bf16.
+func (b *Backend) dequantFP8(dst uintptr, w, scale *runtime.Tensor, layout kernels.FP8Layout) error {
+	N, D := w.Dim(0), w.Dim(1)
+	blk, sstride, sdt := layout.Block, fp8Stride(D, layout), int(scale.DType())
+	n := int64(N) * int64(D)
+	if !b.LegacyFP8GEMV && D%16 == 0 && blk%16 == 0 && n/16 < 1<<31 && aligned16(dst, w.Ptr()) {
+		chunks := n / 16
+		return b.k.fp8.dequant.LaunchBytes(b.s, n*3+scale.NumBytes(), cuda.Dim3{X: b.gridFor(chunks)}, cuda.Dim3{X: 256}, 0,
+			cuda.Ptr(dst), cuda.Ptr(w.Ptr()), cuda.Ptr(scale.Ptr()), cuda.I32(sdt),
+			cuda.I32(N), cuda.I32(D), cuda.I32(blk), cuda.I32(sstride))
+	}
+	return b.k.dequantFP8.LaunchBytes(b.s, n*3+scale.NumBytes(), cuda.Dim3{X: b.gridFor(n)}, cuda.Dim3{X: 256}, 0,
+		cuda.Ptr(dst), cuda.Ptr(w.Ptr()), cuda.Ptr(scale.Ptr()), cuda.I32(sdt),
+		cuda.I32(N), cuda.I32(D), cuda.I32(blk), cuda.I32(sstride))
+}
+
+// checkFP8Weight validates one FP8 weight and its scales on this device.
+func (b *Backend) checkFP8Weight(op string, w, scale *runtime.Tensor, layout kernels.FP8Layout) error {
+	if err := b.onDevice(op, "w", w); err != nil {
+		return err
+	}
+	if err := b.onDevice(op, "scale", scale); err != nil {
+		return err
+	}
+	if err := kernels.CheckFP8(w, scale, layout); err != nil {
+		return err
+	}
+	if w.DType() != runtime.F8E4M3 {
+		return fmt.Errorf("cudabackend.%s: weight %v is %v; the CUDA kernels take F8_E4M3", op, w.Shape(), w.DType())
+	}
+	return nil
+}
+
+var (
+	_ kernels.FP8MultiMatMuler = (*Backend)(nil)
+	_ kernels.FP8GateUpSiLUer  = (*Backend)(nil)
+)
+
+// MatMulNFP8 is kernels.FP8MultiMatMuler on the GPU: three FP8 projections
+// of one token (q, k, v) with BF16 outputs and scales of one dtype run as
+// one gemv3_fp8 launch; anything else runs as MatMulFP8s.
+func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scales []*runtime.Tensor, layout kernels.FP8Layout) error {
+	if len(outs) != len(ws) || len(scales) != len(ws) {
+		return fmt.Errorf("cudabackend.MatMulNFP8: %d outputs and %d scales for %d weights", len(outs), len(scales), len(ws))
+	}
+	if err := b.act("MatMulNFP8", "x", x); err != nil {
+		return err
+	}
+	D := x.Dim(-1)
+	fused := len(ws) == 3 && x.NumElements() == D
+	ptrs := []uintptr{x.Ptr()}
+	for i := range ws {
+		if err := b.checkFP8Weight("MatMulNFP8", ws[i], scales[i], layout); err != nil {
+			return err
+		}
+		if err := b.onDevice("MatMulNFP8", "out", outs[i]); err != nil {
+			return err
+		}
+		fused = fused && ws[i].Dim(1) == D && outs[i].DType() == runtime.BF16 && outs[i].NumElements() == ws[i].Dim(0) &&
+			scales[i].DType() == scales[0].DType()
+		ptrs = append(ptrs, ws[i].Ptr())
+	}
+	var shift, grid, smem int
+	if fused {
+		shift, fused = b.fp8Fast(D, layout, ptrs...)
+	}
+	if fused {
+		var err error
+		if grid, smem, fused, err = b.k.fp8.fp8Grid(b.k.fp8.gemv3, ws[0].Dim(0)+ws[1].Dim(0)+ws[2].Dim(0), D); err != nil {
+			return err
+		}
+	}
+	if !fused {
+		for i := range ws {
+			if err := b.MatMulFP8(outs[i], x, ws[i], scales[i], layout); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
+	bytes := int64(N0+N1+N2)*int64(D+2) + scales[0].NumBytes() + scales[1].NumBytes() + scales[2].NumBytes() + int64(D)*2
+	return b.k.fp8.gemv3.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
+		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
+		cuda.Ptr(ws[0].Ptr()), cuda.Ptr(ws[1].Ptr()), cuda.Ptr(ws[2].Ptr()),
+		cuda.Ptr(scales[0].Ptr()), cuda.Ptr(scales[1].Ptr()), cuda.Ptr(scales[2].Ptr()), cuda.I32(int(scales[0].DType())),
+		cuda.I32(N0), cuda.I32(N1), cuda.I32(N2), cuda.I32(D), cuda.I32(shift), cuda.I32(fp8Stride(D, layout)))
+}
+
+// GateUpSiLUFP8 is kernels.FP8GateUpSiLUer on the GPU: one
+// gemv_gateup_silu_fp8 launch where it applies, else gate into out, up into
+// up and SiLUMul.
+func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layout kernels.FP8Layout) error {
+	if err := b.act("GateUpSiLUFP8", "x", x); err != nil {
+		return err
+	}
+	if err := b.act("GateUpSiLUFP8", "out", out); err != nil {
+		return err
+	}
+	for _, p := range []struct {
+		w, s *runtime.Tensor
+	}{{wg, sg}, {wu, su}} {
+		if err := b.checkFP8Weight("GateUpSiLUFP8", p.w, p.s, layout); err != nil {
+			return err
+		}
+	}
+	D := x.Dim(-1)
+	if !wg.Shape().Equal(wu.Shape()) || wg.Dim(1) != D || x.NumElements()%D != 0 || out.NumElements() != x.NumElements()/D*wg.Dim(0) {
+		return fmt.Errorf("cudabackend.GateUpSiLUFP8: x %v, weights %v / %v, out %v: want rows of width D, [I,D] weights and out [T,I]",
+			x.Shape(), wg.Shape(), wu.Shape(), out.Shape())
+	}
+	N := wg.Dim(0)
+	fused := x.NumElements() == D && sg.DType() == su.DType()
+	var shift, grid, smem int
+	if fused {
+		shift, fused = b.fp8Fast(D, layout, x.Ptr(), wg.Ptr(), wu.Ptr())
+	}
+	if fused {
+		var err error
+		if grid, smem, fused, err = b.k.fp8.fp8Grid(b.k.fp8.gateUp, N, D); err != nil {
+			return err
+		}
+	}
+	if !fused {
+		if err := b.MatMulFP8(out, x, wg, sg, layout); err != nil {
+			return err
+		}
+		if err := b.MatMulFP8(up, x, wu, su, layout); err != nil {
+			return err
+		}
+		return b.SiLUMul(out, out, up)
+	}
+	bytes := 2*int64(N)*int64(D) + sg.NumBytes() + su.NumBytes() + int64(D)*2 + int64(N)*2
+	return b.k.fp8.gateUp.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
+		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.Ptr(sg.Ptr()), cuda.Ptr(su.Ptr()),
+		cuda.I32(int(sg.DType())), cuda.I32(N), cuda.I32(D), cuda.I32(shift), cuda.I32(fp8Stride(D, layout)))
+}
