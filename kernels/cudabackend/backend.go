@@ -85,6 +85,15 @@ type Backend struct {
 	// NoFusedAddNorm makes AddRMSNorm run Add then RMSNorm (two launches)
 	// instead of add_rmsnorm_f32_bf16. New sets it when FT_FUSE_ADDNORM=0.
 	NoFusedAddNorm bool
+
+	// FP8GEMM is how MatMulFP8 multiplies FP8 weights with per-channel
+	// scales for FP8GEMMMinTokens tokens or more (0: 16): on the FP8
+	// tensor cores with cuBLASLt (the default) or dequantized to BF16
+	// (fp8gemm.go). New sets them from FT_FP8_GEMM and
+	// FT_FP8_GEMM_MIN_TOKENS.
+	FP8GEMM          FP8GEMMMode
+	FP8GEMMMinTokens int
+	fp8lt            fp8Lt
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -110,6 +119,7 @@ type kernelSet struct {
 	decodeMMA     decodeMMAKernels
 	addRMS        *cuda.Function // add_rmsnorm_f32_bf16 (addnorm.go)
 	rmsPair       *cuda.Function // rmsnorm_pair_bf16_v8 (qknorm.go)
+	fp8gemm       fp8GemmKernels // per-token quantization and rescaling (fp8gemm.go)
 }
 
 var (
@@ -153,6 +163,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		sample: get("sample_rows"),
 		paged:  loadPaged(get), moe: loadMoE(get), moeFused: loadMoEFused(get), decodeMMA: loadDecodeMMA(get),
 		addRMS: get("add_rmsnorm_f32_bf16"), rmsPair: get("rmsnorm_pair_bf16_v8"),
+		fp8gemm: loadFP8Gemm(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -185,6 +196,10 @@ func New(dev runtime.Device) (*Backend, error) {
 	if !ok {
 		return nil, fmt.Errorf("cudabackend: needs a cuda device, got %s (%T)", dev.Name(), dev)
 	}
+	fp8Mode, fp8MinTok, err := fp8GemmFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
 	ks, err := kernelsFor(cd)
 	if err != nil {
 		return nil, err
@@ -199,7 +214,8 @@ func New(dev runtime.Device) (*Backend, error) {
 	}
 	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
 		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(),
-		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT")}
+		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT"),
+		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok}
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -215,9 +231,10 @@ func (b *Backend) ActDType() runtime.DType { return runtime.BF16 }
 // calls it; calling it earlier is fine too.
 func (b *Backend) Close() error {
 	err := b.s.Synchronize()
-	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters) {
+	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf) {
 		buf.Free()
 	}
+	b.fp8lt.buf = nil
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
 	b.moe.free()
