@@ -137,7 +137,7 @@ func (b *Backend) noteFP8Fallback(err error) {
 		return
 	}
 	b.fp8lt.noted, b.fp8lt.fallback = true, err
-	fmt.Fprintf(os.Stderr, "flextensor: %s: FP8 weights are dequantized to BF16 for multi-token matmuls (FT_FP8_GEMM=lt falls back): %v\n", b.dev.Name(), err)
+	fmt.Fprintf(os.Stderr, "flextensor: %s: FT_FP8_GEMM=%v falls back to dequantizing FP8 weights to BF16 + cuBLAS where the FP8 GEMM cannot run (said once; first reason: %v)\n", b.dev.Name(), b.FP8GEMM, err)
 }
 
 // FP8GEMMFallback is the first reason a MatMulFP8 that FP8GEMM chose for
@@ -177,6 +177,10 @@ func (b *Backend) matMulFP8Lt(out, x, w, scale *runtime.Tensor, layout kernels.F
 		return false, err
 	}
 	if err := b.blas.GemmFP8(b.s, out.Ptr(), bf16, xq, w.Ptr(), T, N, D, fast); err != nil {
+		if errors.Is(err, cuda.ErrFP8Unsupported) { // refused at the call: nothing ran
+			b.noteFP8Fallback(err)
+			return false, nil
+		}
 		return false, err
 	}
 	outF32 := 0

@@ -26,7 +26,7 @@ enum {
 	FT_LT_CUDA_R_32F = 0, FT_LT_CUDA_R_16BF = 14, FT_LT_CUDA_R_8F_E4M3 = 28, // cudaDataType_t
 	FT_LT_COMPUTE_32F = 68,                                                  // cublasComputeType_t
 	FT_LT_OP_N = 0, FT_LT_OP_T = 1,                                          // cublasOperation_t
-	FT_LT_STATUS_NOT_SUPPORTED = 15,                                         // cublasStatus_t
+	FT_LT_STATUS_INVALID_VALUE = 7, FT_LT_STATUS_NOT_SUPPORTED = 15,        // cublasStatus_t
 	// cublasLtMatmulDescAttributes_t
 	FT_LT_DESC_TRANSA = 3, FT_LT_DESC_TRANSB = 4, FT_LT_DESC_FAST_ACCUM = 25,
 	// cublasLtMatmulPreferenceAttributes_t
@@ -335,6 +335,17 @@ func (l *blasLt) close(d *Device) error {
 	return nil
 }
 
+// refuse drops key's plan and records err as why it cannot run.
+func (l *blasLt) refuse(key ltKey, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.plans[key]; p != nil {
+		C.ft_lt_plan_free(p)
+		delete(l.plans, key)
+	}
+	l.bad[key] = err
+}
+
 // align is the largest power of two up to 256 that divides p.
 func align(p uintptr) uint32 {
 	a := uint32(256)
@@ -447,10 +458,17 @@ func (b *BLAS) GemmFP8(s *Stream, c uintptr, cBF16 bool, a, w uintptr, m, n, k i
 	return b.dev.timed(s, fmt.Sprintf("cublasLtMatmul fp8[m=%d,n=%d,k=%d]", m, n, k), bytes, func() error {
 		st := C.ft_lt_run(b.dev.ctx, b.lt.h, p, C.CUdeviceptr(c), C.CUdeviceptr(a), C.CUdeviceptr(w),
 			C.CUdeviceptr(b.ws.Ptr()), C.size_t(blasWorkspace), s.s)
-		if st != 0 {
-			return fmt.Errorf("%s: cublasLtMatmul fp8 [%d,%d]x[%d,%d]T: %s (cuBLAS status %d)", b.dev.Name(), m, k, n, k, C.GoString(C.ft_lt_status(st)), int(st))
+		if st == 0 {
+			return nil
 		}
-		return nil
+		err := fmt.Errorf("%s: cublasLtMatmul fp8 [%d,%d]x[%d,%d]T: %s (cuBLAS status %d)", b.dev.Name(), m, k, n, k, C.GoString(C.ft_lt_status(st)), int(st))
+		if st == C.FT_LT_STATUS_NOT_SUPPORTED || st == C.FT_LT_STATUS_INVALID_VALUE {
+			// Refused before launching anything: this shape falls back from
+			// now on.
+			err = fmt.Errorf("%w: %v", ErrFP8Unsupported, err)
+			b.lt.refuse(key, err)
+		}
+		return err
 	})
 }
 
