@@ -105,6 +105,15 @@ type Backend struct {
 	// per projection, dequant_fp8_bf16) instead of fp8gemv.cu's. New sets
 	// it when FT_FP8_GEMV=legacy (A/B runs).
 	LegacyFP8GEMV bool
+
+	// FP8GEMM is how MatMulFP8 multiplies FP8 weights with per-channel
+	// scales for FP8GEMMMinTokens tokens or more (0: 16): on the FP8
+	// tensor cores with cuBLASLt (the default) or dequantized to BF16
+	// (fp8gemm.go). New sets them from FT_FP8_GEMM and
+	// FT_FP8_GEMM_MIN_TOKENS.
+	FP8GEMM          FP8GEMMMode
+	FP8GEMMMinTokens int
+	fp8lt            fp8Lt
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -133,6 +142,7 @@ type kernelSet struct {
 	rmsPair       *cuda.Function // rmsnorm_pair_bf16_v8 (qknorm.go)
 	prefill       prefillKernels // prefill attention and vectorised RoPE + store (prefill.go)
 	gemvAcc       *cuda.Function // gemv_persist_f32acc (matmuladd.go)
+	fp8gemm       fp8GemmKernels // per-token quantization and rescaling (fp8gemm.go)
 }
 
 var (
@@ -179,6 +189,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		prefill: loadPrefill(get),
 		gemvAcc: get("gemv_persist_f32acc"),
 		fp8:     loadFP8(get),
+		fp8gemm: loadFP8Gemm(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -216,6 +227,10 @@ func New(dev runtime.Device) (*Backend, error) {
 	if !ok {
 		return nil, fmt.Errorf("cudabackend: needs a cuda device, got %s (%T)", dev.Name(), dev)
 	}
+	fp8Mode, fp8MinTok, err := fp8GemmFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
 	ks, err := kernelsFor(cd)
 	if err != nil {
 		return nil, err
@@ -232,7 +247,8 @@ func New(dev runtime.Device) (*Backend, error) {
 		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(), LegacyFlash: legacyFlashFromEnv(),
 		LegacyFP8GEMV: legacyFP8FromEnv(),
 		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT"),
-		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK")}
+		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK"),
+		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok}
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -248,9 +264,10 @@ func (b *Backend) ActDType() runtime.DType { return runtime.BF16 }
 // calls it; calling it earlier is fine too.
 func (b *Backend) Close() error {
 	err := b.s.Synchronize()
-	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters) {
+	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf) {
 		buf.Free()
 	}
+	b.fp8lt.buf = nil
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
 	b.moe.free()

@@ -21,11 +21,13 @@ var _ kernels.FP8MatMuler = (*Backend)(nil)
 // bytes (half a BF16 weight's) and widens them with the hardware
 // conversion, when D is a multiple of 16, the block size (if any) a power
 // of two of at least 16 and x and w 16-byte aligned; else gemv_fp8 when
-// D and the block size are multiples of 16. Otherwise (a prefill, or an
-// odd shape) the weight is dequantized to BF16 into a scratch buffer
-// (dequant_fp8_bf16_v16 where it applies) and multiplied with cuBLAS.
-// FP8 tensor-core GEMMs (cuBLASLt, activations quantized per token) are
-// not implemented.
+// D and the block size are multiples of 16. Several tokens with
+// per-channel scales take the FP8 tensor-core GEMM (W8A8: activations
+// quantized per token, cuBLASLt; see FP8GEMMLt in fp8gemm.go) when
+// b.FP8GEMM and the shape allow. Otherwise (block scales, few tokens, an
+// odd shape, FT_FP8_GEMM=dequant, no cuBLASLt) the weight is dequantized
+// to BF16 into a scratch buffer (dequant_fp8_bf16_v16 where it applies)
+// and multiplied with cuBLAS.
 func (b *Backend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout kernels.FP8Layout) error {
 	if err := b.onDevice("MatMulFP8", "w", w); err != nil {
 		return err
@@ -80,6 +82,9 @@ func (b *Backend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout kernels.FP8
 		return f.LaunchBytes(b.s, bytes, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(out.Ptr()), cuda.I32(outF32), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.Ptr(scale.Ptr()), cuda.I32(sdt),
 			cuda.I32(N), cuda.I32(D), cuda.I32(blk), cuda.I32(sstride))
+	}
+	if ran, err := b.matMulFP8Lt(out, x, w, scale, layout, T, N, D); ran || err != nil {
+		return err
 	}
 	need := int64(N) * int64(D) * 2
 	if b.deq == nil || b.deq.Size() < need {

@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/flextensor-go/flextensor/runtime"
@@ -18,6 +19,7 @@ type BLAS struct {
 	dev *Device
 	h   cBLAS
 	ws  *runtime.DeviceBuffer
+	lt  blasLt // the cuBLASLt handle of GemmFP8 (blaslt.go), made on first use
 }
 
 // NewBLAS creates a cuBLAS handle on this device.
@@ -39,7 +41,7 @@ func (d *Device) NewBLAS() (*BLAS, error) {
 }
 
 func (b *BLAS) close() error {
-	err := cBLASDestroy(b.dev.ctx, b.h)
+	err := errors.Join(b.lt.close(b.dev), cBLASDestroy(b.dev.ctx, b.h))
 	b.ws.Free()
 	return err
 }

@@ -1,0 +1,92 @@
+// FP8 tensor-core GEMMs (W8A8) for prefills with per-channel FP8 weights:
+// quant_rows_e4m3 quantizes the activations per token (one scale per row),
+// cuBLASLt multiplies the E4M3 codes of activations and weights with fp32
+// accumulation (runtime/cuda BLAS.GemmFP8, no scales), and fp8_rescale
+// multiplies each result by its token's and its output channel's scale.
+
+// f2e4m3 narrows to E4M3 with round-to-nearest-even, saturating at ±448
+// (code 0x7e); NaN becomes 0x7f. Bit for bit runtime.F32ToF8E4M3 (written
+// out, not the sm_89 cvt, so that the two agree by construction).
+__device__ __forceinline__ unsigned f2e4m3(float f) {
+	const unsigned u = __float_as_uint(f);
+	const unsigned sign = (u >> 24) & 0x80u;
+	const unsigned a = u & 0x7fffffffu;
+	if (a > 0x7f800000u) return sign | 0x7fu;
+	const float af = __uint_as_float(a);
+	if (af >= 448.f) return sign | 0x7eu;
+	if (af < 0.015625f) return sign | (unsigned)rintf(af * 512.f); // subnormals: multiples of 2^-9
+	const unsigned r = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;     // 3 mantissa bits, carry into the exponent
+	return sign | min(r - (120u << 3), 0x7eu);
+}
+
+// quant_rows_e4m3: per-token quantization of x[rows,K] (bf16, K % 8 == 0, x
+// and q 16-byte aligned): s = max|x[r,:]|/448 (1 when that is 0 or not
+// finite), q[r,c] = E4M3(x[r,c]/s), scales[r] = s — kernels.QuantizeRowFP8
+// bit for bit. One block of 256 threads per row; the second pass re-reads
+// the row from L1/L2.
+extern "C" __global__ void __launch_bounds__(256) quant_rows_e4m3(unsigned char* __restrict__ q, float* __restrict__ scales,
+		const bf16_t* __restrict__ x, int K) {
+	__shared__ float sh[32];
+	const usize row = blockIdx.x;
+	const uint4* xr = reinterpret_cast<const uint4*>(x + row * K);
+	uint2* qr = reinterpret_cast<uint2*>(q + row * K);
+	const int nv = K >> 3;
+	float m = 0.f;
+	for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+		float f[8];
+		unpack8(xr[i], f);
+#pragma unroll
+		for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(f[j])); // fmaxf drops NaN, as the Go loop does
+	}
+	m = warp_max(m);
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	if (lane == 0) sh[w] = m;
+	__syncthreads();
+	m = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.f;
+	m = warp_max(m);
+	float s = __fdiv_rn(m, 448.f);
+	if (!(s > 0.f) || s > 3e38f) s = 1.f;
+	if (threadIdx.x == 0) scales[row] = s;
+	for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+		float f[8];
+		unpack8(xr[i], f);
+		unsigned lo = 0, hi = 0;
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			lo |= f2e4m3(__fdiv_rn(f[j], s)) << (8 * j);
+			hi |= f2e4m3(__fdiv_rn(f[j + 4], s)) << (8 * j);
+		}
+		qr[i] = make_uint2(lo, hi);
+	}
+}
+
+// fp8_rescale: c[t,o] *= as[t]·s(o) in place over c[T,N] (bf16 when
+// out_f32 == 0, else fp32), s the per-output-channel weight scales (code sdt
+// as in load_as_f32). N % 8 == 0, c 16-byte aligned; grid-stride over groups
+// of 8 elements.
+extern "C" __global__ void __launch_bounds__(256) fp8_rescale(void* c, int out_f32, const float* __restrict__ as,
+		const void* __restrict__ ws, int sdt, int T, int N) {
+	const usize groups = (usize)T * (usize)(N >> 3);
+	for (usize g = (usize)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += (usize)gridDim.x * blockDim.x) {
+		const usize e = g << 3;
+		const int t = (int)(e / (usize)N), o = (int)(e % (usize)N);
+		const float a = as[t];
+		float sc[8];
+#pragma unroll
+		for (int j = 0; j < 8; j++) sc[j] = a * load_as_f32(ws, sdt, (usize)(o + j));
+		if (out_f32) {
+			float4* p = reinterpret_cast<float4*>((float*)c + e);
+			float4 v0 = p[0], v1 = p[1];
+			v0.x *= sc[0]; v0.y *= sc[1]; v0.z *= sc[2]; v0.w *= sc[3];
+			v1.x *= sc[4]; v1.y *= sc[5]; v1.z *= sc[6]; v1.w *= sc[7];
+			p[0] = v0;
+			p[1] = v1;
+		} else {
+			uint4* p = reinterpret_cast<uint4*>((bf16_t*)c + e);
+			float f[8];
+			unpack8(*p, f);
+			*p = make_uint4(pack_bf16(f[0] * sc[0], f[1] * sc[1]), pack_bf16(f[2] * sc[2], f[3] * sc[3]),
+				pack_bf16(f[4] * sc[4], f[5] * sc[5]), pack_bf16(f[6] * sc[6], f[7] * sc[7]));
+		}
+	}
+}

@@ -1,0 +1,98 @@
+//go:build cuda
+
+package all_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/kernels/cudabackend"
+	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/flextensor-go/flextensor/runtime/cuda"
+)
+
+// TestFP8GEMMPrefill: a resident prefill of the per-channel FP8 fixture on
+// the GPU with the FP8 tensor-core GEMM (FT_FP8_GEMM=lt, the minimum token
+// count lowered to the prompts' 12) runs every FP8 Linear through
+// cuBLASLt (counted in a kernel profile) and gives, at every position of
+// both prompts, the top-1 token of the CPU's W8A8 emulation
+// (kernels.CPUBackend.FP8Activations), except at near-ties of the CPU's
+// logits (margin ≤ the GPU tolerance, as TestFP8Checkpoints allows). Its
+// agreement with the CPU's W8A16 run is logged.
+func TestFP8GEMMPrefill(t *testing.T) {
+	devtest.Each(t, func(t *testing.T, d devtest.Device) {
+		gb, ok := d.Backend.(*cudabackend.Backend)
+		if !ok {
+			t.Skipf("the FP8 GEMM is the CUDA backend's; %s has none", d.Name)
+		}
+		if cd, ok := d.Dev.(*cuda.Device); !ok || cd.ComputeCapability() < 89 {
+			t.Skipf("%s: no FP8 tensor cores (sm_89 or newer)", d.Name)
+		}
+		defer func(m cudabackend.FP8GEMMMode, n int) { gb.FP8GEMM, gb.FP8GEMMMinTokens = m, n }(gb.FP8GEMM, gb.FP8GEMMMinTokens)
+		gb.FP8GEMM, gb.FP8GEMMMinTokens = cudabackend.FP8GEMMLt, 2
+
+		dir := fp8Fixtures[0].dir
+		if !strings.HasSuffix(dir, "fp8-channel") {
+			t.Fatalf("fixture %s: want the per-channel one", dir)
+		}
+		ref := readFP8Reference(t, dir)
+		host := runtime.NewCPU(0)
+		defer host.Close()
+		w8a16, err := kernels.NewCPUBackend(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w8a8, err := kernels.NewCPUBackend(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w8a8.FP8Activations = true
+		cpuM := load(t, dir, host)
+		m := load(t, dir, d.Dev)
+		kp := d.Dev.(runtime.KernelProfiler)
+		V := m.Cfg.VocabSize
+		var agree8, agree16, positions int
+		for p, ids := range ref.InputIDs {
+			if err := kp.StartKernelProfile(); err != nil {
+				t.Fatal(err)
+			}
+			got := fp8Logits(t, m, d.Backend, ids)
+			recs, err := kp.StopKernelProfile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			lt := 0
+			for _, r := range recs {
+				if strings.HasPrefix(r.Name, "cublasLtMatmul fp8") {
+					lt++
+				}
+			}
+			if want := 7 * m.Cfg.NumHiddenLayers; lt != want {
+				t.Errorf("prompt %d: %d cuBLASLt FP8 GEMMs, want %d (one per FP8 Linear; fallback: %v)", p, lt, want, gb.FP8GEMMFallback())
+			}
+			want8 := fp8Logits(t, cpuM, w8a8, ids)
+			want16 := fp8Logits(t, cpuM, w8a16, ids)
+			for i := range ids {
+				row, r8, r16 := got[i*V:(i+1)*V], want8[i*V:(i+1)*V], want16[i*V:(i+1)*V]
+				g, w := kernels.Argmax(row), kernels.Argmax(r8)
+				positions++
+				if g == kernels.Argmax(r16) {
+					agree16++
+				}
+				if g == w {
+					agree8++
+					continue
+				}
+				if margin := float64(r8[w] - r8[g]); margin <= d.Tol.Abs {
+					t.Logf("prompt %d position %d: top-1 %d, the CPU W8A8's %d: a near-tie (margin %.3g ≤ %.3g)", p, i, g, w, margin, d.Tol.Abs)
+				} else {
+					t.Errorf("prompt %d position %d: top-1 %d, the CPU W8A8's %d (margin %.3g; max logit diff %.3g)", p, i, g, w, margin, maxDiff(row, r8))
+				}
+			}
+			t.Logf("prompt %d: max logit difference from the CPU's W8A8 %.3g, from its W8A16 %.3g", p, maxDiff(got, want8), maxDiff(got, want16))
+		}
+		t.Logf("top-1 agreement with the CPU's W8A8 emulation %s, with its W8A16 run %s", pctString(agree8, positions), pctString(agree16, positions))
+	})
+}
