@@ -239,9 +239,11 @@ func TestDequantFP8(t *testing.T) {
 				}
 				for n := range c.N {
 					for k := range c.D {
-						s := w.s[n]
+						var s float32
 						if c.block > 0 {
 							s = w.s[(n/c.block)*sstride+k/c.block]
+						} else {
+							s = w.s[n]
 						}
 						want[n*c.D+k] = runtime.BF16ToF32(runtime.F32ToBF16(runtime.F8E4M3ToF32(w.q[n*c.D+k]) * s))
 					}

@@ -85,14 +85,31 @@ func TestFP8GEMMPrefill(t *testing.T) {
 					agree8++
 					continue
 				}
-				if margin := float64(r8[w] - r8[g]); margin <= d.Tol.Abs {
-					t.Logf("prompt %d position %d: top-1 %d, the CPU W8A8's %d: a near-tie (margin %.3g ≤ %.3g)", p, i, g, w, margin, d.Tol.Abs)
+				// The GPU quantizes bf16 activations, the CPU float32 ones:
+				// an E4M3 code one step apart (1/16 relative) where the two
+				// straddle a rounding boundary, carried through the layers,
+				// moves this random fixture's logits by up to w8a8Noise
+				// (H200, 2026-12-01: 0.39). A top-1 may differ only where
+				// the CPU's margin is within that noise.
+				if margin := float64(r8[w] - r8[g]); margin <= w8a8Noise {
+					t.Logf("prompt %d position %d: top-1 %d, the CPU W8A8's %d: within the W8A8 noise (margin %.3g ≤ %.3g)", p, i, g, w, margin, w8a8Noise)
 				} else {
 					t.Errorf("prompt %d position %d: top-1 %d, the CPU W8A8's %d (margin %.3g; max logit diff %.3g)", p, i, g, w, margin, maxDiff(row, r8))
 				}
 			}
 			t.Logf("prompt %d: max logit difference from the CPU's W8A8 %.3g, from its W8A16 %.3g", p, maxDiff(got, want8), maxDiff(got, want16))
+			if md := maxDiff(got, want8); md > w8a8Noise {
+				t.Errorf("prompt %d: logits differ from the CPU's W8A8 by %.3g, more than the %.3g that activation rounding explains", p, md, w8a8Noise)
+			}
 		}
 		t.Logf("top-1 agreement with the CPU's W8A8 emulation %s, with its W8A16 run %s", pctString(agree8, positions), pctString(agree16, positions))
+		if agree8*10 < positions*9 {
+			t.Errorf("top-1 agreement with the CPU's W8A8 emulation %s, want ≥ 90%%", pctString(agree8, positions))
+		}
 	})
 }
+
+// w8a8Noise bounds how far the GPU's W8A8 logits of the fp8-channel fixture
+// may sit from the CPU emulation's: 0.5 against the 0.39 measured (a wrong
+// scale or layout moves them by whole units).
+const w8a8Noise = 0.5
