@@ -145,6 +145,23 @@ func checkSizes(op string, out, x []float32, T, n, k int) error {
 // µs of streaming, so a hand-off is small next to its work.
 const targetChunkBytes = 48 << 10
 
+// maxChunkBytes is the most weight bytes one pool chunk covers: a few tens
+// of µs of one core's streaming. Chunks are claimed dynamically, so a
+// GEMV's threads finish within about one chunk of each other; with chunks
+// of a fixed share of the matrix (a quarter of a thread's part) an LM head
+// of 1 GB left threads idle for milliseconds at its end behind a late
+// starter or a slower core. A claim is one atomic add.
+const maxChunkBytes = 256 << 10
+
+// gemvChunk is the pool chunk, in quads (4-row groups), of a GEMV job over
+// nq quads holding bytes of weights: about four chunks per thread, within
+// [targetChunkBytes, maxChunkBytes] of weights.
+func (e *Engine) gemvChunk(nq, bytes int) int {
+	lo := max(1, targetChunkBytes*nq/bytes)
+	hi := max(lo, maxChunkBytes*nq/bytes)
+	return min(e.pool.Chunk(nq, lo, 4), hi)
+}
+
 // multi runs the GEMVs of segs over one x in one pool job: the quads (4-row
 // groups) of every segment form one index range split over the workers.
 func (e *Engine) multi(x []float32, T int, segs []segment) {
@@ -170,8 +187,7 @@ func (e *Engine) multi(x []float32, T int, segs []segment) {
 	if nq == 0 || bytes == 0 {
 		return
 	}
-	minQuads := max(1, targetChunkBytes*nq/bytes)
-	chunk := e.pool.Chunk(nq, minQuads, 4)
+	chunk := e.gemvChunk(nq, bytes)
 	if align > 0 {
 		chunk = (chunk + align - 1) / align * align
 	}

@@ -97,7 +97,7 @@ func (e *Engine) GateUpSiLU(out, x []float32, T int, wg, wu kernels.Mat) error {
 	g, u := fromMat(wg), fromMat(wu)
 	nq := (n + 3) / 4
 	bytes := 2 * n * k * g.elemSize()
-	chunk := e.pool.Chunk(nq, max(1, targetChunkBytes*nq/bytes), 4)
+	chunk := e.gemvChunk(nq, bytes)
 	e.pool.Run(nq, chunk, func(worker, lo, hi int) {
 		j0, j1 := 4*lo, min(4*hi, n)
 		m := j1 - j0
