@@ -212,16 +212,16 @@ func (e *Engine) rows(worker int, s *segment, x []float32, T, j0, j1 int) {
 	w := &s.w
 	switch w.dt {
 	case runtime.BF16:
-		dense(e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
 	case runtime.F16:
-		dense(e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
 	case runtime.F32:
-		dense(e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
 	case runtime.F8E4M3:
 		k := w.cols
 		if w.block == 0 {
 			// out = s_j·256·Σ (q/256)·x
-			dense(e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, x, T, k, s.out, s.ldo, j0, j1, w.scale, 256)
+			dense(e.pool.tile(worker), e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, x, T, k, s.out, s.ldo, j0, j1, w.scale, 256)
 			return
 		}
 		// Block scales: rows of one block-row share a scale row, so each
@@ -244,7 +244,7 @@ func (e *Engine) rows(worker int, s *segment, x []float32, T, j0, j1 int) {
 					}
 				}
 			}
-			dense(e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, xs, T, k, s.out, s.ldo, a, b, nil, 1)
+			dense(e.pool.tile(worker), e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, xs, T, k, s.out, s.ldo, a, b, nil, 1)
 			a = b
 		}
 	}
@@ -262,7 +262,11 @@ func fp8Val(v uint8) float32 { return runtime.F8E4M3ToF32(v) * (1.0 / 256) }
 // in the SIMD tiles (four rows per pass at T = 1, two rows × four tokens
 // per pass otherwise, each token group sweeping the rows while they are in cache),
 // the rest in Go.
-func dense[E uint8 | uint16 | float32](L int, w []E,
+//
+// tile is the calling worker's buffer for the tiles' outputs (a local array
+// would escape to the heap through the function values: an allocation per
+// call).
+func dense[E uint8 | uint16 | float32](tile *[12]float32, L int, w []E,
 	r4 func(*E, uintptr, *float32, int, *[4]float32),
 	t4 func(*E, *float32, *float32, *float32, *float32, int, *[4]float32),
 	r2t4 func(*E, uintptr, *float32, *float32, *float32, *float32, int, *[8]float32),
@@ -296,18 +300,18 @@ func dense[E uint8 | uint16 | float32](L int, w []E,
 		}
 		return v
 	}
-	var o [4]float32
-	var o8 [8]float32
+	o := (*[4]float32)(tile[0:4])
+	o8 := (*[8]float32)(tile[4:12])
 	if T == 1 {
 		j := j0
 		for ; j+4 <= j1; j += 4 {
-			r4(&w[j*ldw], ld, &x[0], nv, &o)
+			r4(&w[j*ldw], ld, &x[0], nv, o)
 			for r := range 4 {
 				out[j+r] = fin(j+r, o[r]+tail(j+r, 0))
 			}
 		}
 		for ; j < j1; j++ {
-			t4(&w[j*ldw], &x[0], &x[0], &x[0], &x[0], nv, &o)
+			t4(&w[j*ldw], &x[0], &x[0], &x[0], &x[0], nv, o)
 			out[j] = fin(j, o[0]+tail(j, 0))
 		}
 		return
@@ -320,7 +324,7 @@ func dense[E uint8 | uint16 | float32](L int, w []E,
 		}
 		j := j0
 		for ; j+2 <= j1; j += 2 {
-			r2t4(&w[j*ldw], ld, xp[0], xp[1], xp[2], xp[3], nv, &o8)
+			r2t4(&w[j*ldw], ld, xp[0], xp[1], xp[2], xp[3], nv, o8)
 			for i := range nt {
 				t := tg + i
 				out[t*ldo+j] = fin(j, o8[i]+tail(j, t))
@@ -328,7 +332,7 @@ func dense[E uint8 | uint16 | float32](L int, w []E,
 			}
 		}
 		for ; j < j1; j++ {
-			t4(&w[j*ldw], xp[0], xp[1], xp[2], xp[3], nv, &o)
+			t4(&w[j*ldw], xp[0], xp[1], xp[2], xp[3], nv, o)
 			for i := range nt {
 				t := tg + i
 				out[t*ldo+j] = fin(j, o[i]+tail(j, t))

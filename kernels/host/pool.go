@@ -30,11 +30,19 @@ type Pool struct {
 	mu      sync.Mutex // one Run at a time
 	closed  bool
 	scratch [][]float32 // per worker, guarded by mu
+	tiles   []poolTile  // per worker
 
 	job     atomic.Pointer[poolJob] // the latest published job
 	workers []poolWorker            // index 0 unused (the caller)
 	waiting atomic.Int32            // 1 while the caller is parked on done
 	done    chan struct{}
+}
+
+// poolTile is a worker's buffer for the GEMV tiles' outputs, a cache line
+// of its own.
+type poolTile struct {
+	v [12]float32
+	_ [16]byte
 }
 
 type poolWorker struct {
@@ -69,7 +77,7 @@ func newPool(threads int, spin time.Duration) *Pool {
 		threads = runtime.GOMAXPROCS(0)
 	}
 	p := &Pool{threads: threads, spin: spin, scratch: make([][]float32, threads),
-		workers: make([]poolWorker, threads), done: make(chan struct{}, 1)}
+		workers: make([]poolWorker, threads), tiles: make([]poolTile, threads), done: make(chan struct{}, 1)}
 	p.job.Store(&poolJob{}) // generation 0: nothing to do
 	for w := 1; w < threads; w++ {
 		p.workers[w].wake = make(chan struct{}, 1)
@@ -228,3 +236,7 @@ func (p *Pool) Scratch(worker, n int) []float32 {
 	}
 	return p.scratch[worker][:n]
 }
+
+// tile is worker's tile buffer (see dense). Call it only inside a Run's fn,
+// with that fn's worker.
+func (p *Pool) tile(worker int) *[12]float32 { return &p.tiles[worker].v }
