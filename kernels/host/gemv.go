@@ -3,6 +3,9 @@ package host
 import (
 	"fmt"
 	"math"
+	"os"
+	"strconv"
+	"time"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -17,6 +20,15 @@ type Options struct {
 	// Level is the instruction set; Auto picks the best this CPU supports
 	// (Detect). Asking for one it does not support is an error.
 	Level Level
+	// SpinWait is how long an idle worker spins for the next job before it
+	// parks (see Pool); 0 means the environment's FT_HOST_SPIN (a Go
+	// duration, e.g. 20us; 0 never spins) or else the package's SpinWait;
+	// negative never spins.
+	SpinWait time.Duration
+	// MaxChunkKiB caps the weight bytes one GEMV pool chunk covers, in KiB;
+	// 0 means the environment's FT_HOST_CHUNK_KIB or else 256; negative
+	// means no cap (about four chunks per thread whatever the matrix).
+	MaxChunkKiB int
 }
 
 // Engine runs the host kernels: the SIMD GEMVs of this package over a
@@ -24,9 +36,10 @@ type Options struct {
 // kernels at Level Generic. An Engine is safe for concurrent use (its Runs
 // are serialised); Close stops its workers.
 type Engine struct {
-	pool  *Pool
-	level Level
-	k     *simd // nil at Generic
+	pool     *Pool
+	level    Level
+	k        *simd // nil at Generic
+	maxChunk int   // bytes; 0: no cap
 }
 
 // NewEngine starts an Engine with o's thread count and level.
@@ -41,7 +54,29 @@ func NewEngine(o Options) (*Engine, error) {
 	if !hasLevel(l) {
 		return nil, fmt.Errorf("host: level %v is not supported by this CPU (it supports %v)", l, Levels())
 	}
-	return &Engine{pool: NewPool(o.Threads), level: l, k: simdSets[l]}, nil
+	spin := o.SpinWait
+	if spin == 0 {
+		spin = SpinWait
+		if v := os.Getenv("FT_HOST_SPIN"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return nil, fmt.Errorf("host: FT_HOST_SPIN=%q: want a non-negative Go duration (0, 20us, 1ms)", v)
+			}
+			spin = d
+		}
+	}
+	kib := o.MaxChunkKiB
+	if kib == 0 {
+		kib = maxChunkBytes >> 10
+		if v := os.Getenv("FT_HOST_CHUNK_KIB"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, fmt.Errorf("host: FT_HOST_CHUNK_KIB=%q: want an integer (KiB; negative: no cap)", v)
+			}
+			kib = n
+		}
+	}
+	return &Engine{pool: newPool(o.Threads, max(spin, 0)), level: l, k: simdSets[l], maxChunk: max(kib, 0) << 10}, nil
 }
 
 // Level is the instruction set the Engine runs.
@@ -145,7 +180,8 @@ func checkSizes(op string, out, x []float32, T, n, k int) error {
 // µs of streaming, so a hand-off is small next to its work.
 const targetChunkBytes = 48 << 10
 
-// maxChunkBytes is the most weight bytes one pool chunk covers: a few tens
+// maxChunkBytes is the most weight bytes one pool chunk covers by default
+// (Options.MaxChunkKiB): a few tens
 // of µs of one core's streaming. Chunks are claimed dynamically, so a
 // GEMV's threads finish within about one chunk of each other; with chunks
 // of a fixed share of the matrix (a quarter of a thread's part) an LM head
@@ -158,8 +194,11 @@ const maxChunkBytes = 256 << 10
 // [targetChunkBytes, maxChunkBytes] of weights.
 func (e *Engine) gemvChunk(nq, bytes int) int {
 	lo := max(1, targetChunkBytes*nq/bytes)
-	hi := max(lo, maxChunkBytes*nq/bytes)
-	return min(e.pool.Chunk(nq, lo, 4), hi)
+	c := e.pool.Chunk(nq, lo, 4)
+	if e.maxChunk > 0 {
+		c = min(c, max(lo, e.maxChunk*nq/bytes))
+	}
+	return c
 }
 
 // multi runs the GEMVs of segs over one x in one pool job: the quads (4-row

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -73,5 +74,48 @@ func BenchmarkPoolRun(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		p.Run(64, 1, fn)
+	}
+}
+
+// TestEngineKnobs: the spin and chunk knobs reach the pool and the GEMV
+// split, from Options or the environment, and bad values are errors naming
+// the variable.
+func TestEngineKnobs(t *testing.T) {
+	e, err := NewEngine(Options{Threads: 2, SpinWait: -1, MaxChunkKiB: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.pool.spin != 0 || e.maxChunk != 0 {
+		t.Errorf("SpinWait -1, MaxChunkKiB -1: spin %v, chunk cap %d; want 0 and none", e.pool.spin, e.maxChunk)
+	}
+	// LM head: 32064 quads of 32 KiB; uncapped, four chunks per thread.
+	nq, bytes := 32064, 128256*4096*2
+	if got := e.gemvChunk(nq, bytes); got != 4008 {
+		t.Errorf("uncapped chunk %d quads, want 4008", got)
+	}
+	t.Setenv("FT_HOST_SPIN", "7us")
+	t.Setenv("FT_HOST_CHUNK_KIB", "128")
+	e2, err := NewEngine(Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Close()
+	if e2.pool.spin != 7*time.Microsecond || e2.maxChunk != 128<<10 {
+		t.Errorf("FT_HOST_SPIN=7us FT_HOST_CHUNK_KIB=128: spin %v, cap %d", e2.pool.spin, e2.maxChunk)
+	}
+	if got := e2.gemvChunk(nq, bytes); got != 4 {
+		t.Errorf("128 KiB cap: chunk %d quads, want 4", got)
+	}
+	for _, bad := range [][2]string{{"FT_HOST_SPIN", "fast"}, {"FT_HOST_SPIN", "-1ms"}, {"FT_HOST_CHUNK_KIB", "lots"}} {
+		t.Setenv("FT_HOST_SPIN", "")
+		t.Setenv("FT_HOST_CHUNK_KIB", "")
+		t.Setenv(bad[0], bad[1])
+		if e, err := NewEngine(Options{Threads: 1}); err == nil {
+			e.Close()
+			t.Errorf("%s=%s: no error", bad[0], bad[1])
+		} else if !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%s=%s: error %q does not name the variable", bad[0], bad[1], err)
+		}
 	}
 }
