@@ -1,7 +1,6 @@
 package decoder
 
 import (
-	"fmt"
 	"hash/fnv"
 	"os"
 	"strconv"
@@ -29,13 +28,13 @@ type hostLayerBench struct {
 
 // benchHostShape is the layer shape of the host-layer benchmarks: Llama-3-8B's
 // (hidden 4096, intermediate 14336, 32 heads, 8 KV heads of 128; 436 MB of
-// BF16 weights) unless FLEXTENSOR_HOSTLAYER_SCALE=s divides the widths by s.
+// BF16 weights) unless FT_HOSTLAYER_SCALE=s divides the widths by s.
 func benchHostShape(b *testing.B) Config {
 	s := 1
-	if v := os.Getenv("FLEXTENSOR_HOSTLAYER_SCALE"); v != "" {
+	if v := os.Getenv("FT_HOSTLAYER_SCALE"); v != "" {
 		var err error
 		if s, err = strconv.Atoi(v); err != nil || s <= 0 {
-			b.Fatalf("FLEXTENSOR_HOSTLAYER_SCALE=%q: want a positive integer", v)
+			b.Fatalf("FT_HOSTLAYER_SCALE=%q: want a positive integer", v)
 		}
 	}
 	return Config{
@@ -140,7 +139,7 @@ func (h *hostLayerBench) weightBytes() int64 {
 }
 
 func hostBenchThreads() int {
-	if v := os.Getenv("FLEXTENSOR_HOSTLAYER_THREADS"); v != "" {
+	if v := os.Getenv("FT_HOSTLAYER_THREADS"); v != "" {
 		if n, err := strconv.Atoi(v); err == nil && n > 0 {
 			return n
 		}
@@ -150,7 +149,7 @@ func hostBenchThreads() int {
 
 // BenchmarkHostLayer times one host-placed Llama-3-8B-shape layer at batch
 // 1, context 512, on the host backend (2 threads unless
-// FLEXTENSOR_HOSTLAYER_THREADS), reporting the weights' GB/s.
+// FT_HOSTLAYER_THREADS), reporting the weights' GB/s.
 func BenchmarkHostLayer(b *testing.B) {
 	h := newHostLayerBench(b, hostBenchThreads(), 512)
 	h.forward(b) // the host cache's first use allocates it
@@ -196,5 +195,3 @@ func BenchmarkHostLayerGEMVs(b *testing.B) {
 	}
 	b.ReportMetric(float64(bytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 }
-
-var _ = fmt.Sprint
