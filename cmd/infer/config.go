@@ -42,6 +42,8 @@ var extraEnv = map[string][]string{
 	"FT_FUSE_ADDNORM":   {"", "0", "1"},            // "0": residual add and RMSNorm as two launches (A/B runs, cuda builds)
 	"FT_GEMV":           {"", "rowblocks"},         // "rowblocks": one-token products by the row-block GEMV kernels (A/B runs, cuda builds)
 	"FT_DECODE_SPLIT":   {"", "16", "32", "64"},    // cache positions per block of the staged one-sequence decode attention (A/B runs, cuda builds)
+	"FT_HOST_SPIN":      nil,                       // host kernels: how long an idle pool worker spins before parking, a Go duration (A/B runs; kernels/host checks it)
+	"FT_HOST_CHUNK_KIB": nil,                       // host kernels: the GEMV pool chunk cap in KiB, negative: none (A/B runs; kernels/host checks it)
 }
 
 // envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.

@@ -21,7 +21,7 @@
 // GOEXPERIMENT=simd, so assembly is the default.
 //
 // Work is split by output rows over a persistent worker pool (Pool) of
-// Options.Threads goroutines, in chunks of at most 256 KiB of weights
+// Options.Threads goroutines, in chunks of at most 512 KiB of weights
 // claimed dynamically (so a GEMV's threads finish within tens of µs of each
 // other); idle workers spin briefly for the next job before parking (a
 // decode layer issues five jobs: fused q/k/v, attention — split over the

@@ -26,7 +26,7 @@ type Options struct {
 	// negative never spins.
 	SpinWait time.Duration
 	// MaxChunkKiB caps the weight bytes one GEMV pool chunk covers, in KiB;
-	// 0 means the environment's FT_HOST_CHUNK_KIB or else 256; negative
+	// 0 means the environment's FT_HOST_CHUNK_KIB or else 512; negative
 	// means no cap (about four chunks per thread whatever the matrix).
 	MaxChunkKiB int
 }
@@ -181,13 +181,15 @@ func checkSizes(op string, out, x []float32, T, n, k int) error {
 const targetChunkBytes = 48 << 10
 
 // maxChunkBytes is the most weight bytes one pool chunk covers by default
-// (Options.MaxChunkKiB): a few tens
-// of µs of one core's streaming. Chunks are claimed dynamically, so a
-// GEMV's threads finish within about one chunk of each other; with chunks
-// of a fixed share of the matrix (a quarter of a thread's part) an LM head
-// of 1 GB left threads idle for milliseconds at its end behind a late
-// starter or a slower core. A claim is one atomic add.
-const maxChunkBytes = 256 << 10
+// (Options.MaxChunkKiB): about 50 µs of one core's streaming at 11 GB/s.
+// Chunks are claimed dynamically, so a GEMV's threads finish within about
+// one chunk of each other; with chunks a fixed share of the matrix (a
+// quarter of a thread's part) the LM head's 1 GB came in 16 MB chunks, and
+// its threads could idle for a millisecond at its end behind a late
+// starter or a slower core. A claim is one atomic add; each chunk restarts
+// the hardware prefetcher's four row streams, so chunks are not much
+// smaller.
+const maxChunkBytes = 512 << 10
 
 // gemvChunk is the pool chunk, in quads (4-row groups), of a GEMV job over
 // nq quads holding bytes of weights: about four chunks per thread, within
