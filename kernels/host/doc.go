@@ -21,8 +21,14 @@
 // GOEXPERIMENT=simd, so assembly is the default.
 //
 // Work is split by output rows over a persistent worker pool (Pool) of
-// Options.Threads goroutines. Row j of token t gets the same bits whatever
-// T and the thread count.
+// Options.Threads goroutines, in chunks of at most 512 KiB of weights
+// claimed dynamically (so a GEMV's threads finish within tens of µs of each
+// other); idle workers spin briefly for the next job before parking (a
+// decode layer issues five jobs: fused q/k/v, attention — split over the
+// cached positions when there are fewer (token, KV head) units than
+// threads —, o, gate·up with SiLU applied per chunk, down). Options and the
+// environment (FT_HOST_SPIN, FT_HOST_CHUNK_KIB) tune both. Row j of token t
+// gets the same bits whatever T and the thread count.
 //
 // Tolerance against the reference (float32 sums in another order): each
 // GEMV output within 1e-5·Σ_c|w[j,c]·x[t,c]| of kernels.MatMul /

@@ -3,6 +3,9 @@ package host
 import (
 	"fmt"
 	"math"
+	"os"
+	"strconv"
+	"time"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -17,6 +20,15 @@ type Options struct {
 	// Level is the instruction set; Auto picks the best this CPU supports
 	// (Detect). Asking for one it does not support is an error.
 	Level Level
+	// SpinWait is how long an idle worker spins for the next job before it
+	// parks (see Pool); 0 means the environment's FT_HOST_SPIN (a Go
+	// duration, e.g. 20us; 0 never spins) or else the package's SpinWait;
+	// negative never spins.
+	SpinWait time.Duration
+	// MaxChunkKiB caps the weight bytes one GEMV pool chunk covers, in KiB;
+	// 0 means the environment's FT_HOST_CHUNK_KIB or else 512; negative
+	// means no cap (about four chunks per thread whatever the matrix).
+	MaxChunkKiB int
 }
 
 // Engine runs the host kernels: the SIMD GEMVs of this package over a
@@ -24,9 +36,10 @@ type Options struct {
 // kernels at Level Generic. An Engine is safe for concurrent use (its Runs
 // are serialised); Close stops its workers.
 type Engine struct {
-	pool  *Pool
-	level Level
-	k     *simd // nil at Generic
+	pool     *Pool
+	level    Level
+	k        *simd // nil at Generic
+	maxChunk int   // bytes; 0: no cap
 }
 
 // NewEngine starts an Engine with o's thread count and level.
@@ -41,7 +54,29 @@ func NewEngine(o Options) (*Engine, error) {
 	if !hasLevel(l) {
 		return nil, fmt.Errorf("host: level %v is not supported by this CPU (it supports %v)", l, Levels())
 	}
-	return &Engine{pool: NewPool(o.Threads), level: l, k: simdSets[l]}, nil
+	spin := o.SpinWait
+	if spin == 0 {
+		spin = SpinWait
+		if v := os.Getenv("FT_HOST_SPIN"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return nil, fmt.Errorf("host: FT_HOST_SPIN=%q: want a non-negative Go duration (0, 20us, 1ms)", v)
+			}
+			spin = d
+		}
+	}
+	kib := o.MaxChunkKiB
+	if kib == 0 {
+		kib = maxChunkBytes >> 10
+		if v := os.Getenv("FT_HOST_CHUNK_KIB"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, fmt.Errorf("host: FT_HOST_CHUNK_KIB=%q: want an integer (KiB; negative: no cap)", v)
+			}
+			kib = n
+		}
+	}
+	return &Engine{pool: newPool(o.Threads, max(spin, 0)), level: l, k: simdSets[l], maxChunk: max(kib, 0) << 10}, nil
 }
 
 // Level is the instruction set the Engine runs.
@@ -145,6 +180,29 @@ func checkSizes(op string, out, x []float32, T, n, k int) error {
 // µs of streaming, so a hand-off is small next to its work.
 const targetChunkBytes = 48 << 10
 
+// maxChunkBytes is the most weight bytes one pool chunk covers by default
+// (Options.MaxChunkKiB): about 50 µs of one core's streaming at 11 GB/s.
+// Chunks are claimed dynamically, so a GEMV's threads finish within about
+// one chunk of each other; with chunks a fixed share of the matrix (a
+// quarter of a thread's part) the LM head's 1 GB came in 16 MB chunks, and
+// its threads could idle for a millisecond at its end behind a late
+// starter or a slower core. A claim is one atomic add; each chunk restarts
+// the hardware prefetcher's four row streams, so chunks are not much
+// smaller.
+const maxChunkBytes = 512 << 10
+
+// gemvChunk is the pool chunk, in quads (4-row groups), of a GEMV job over
+// nq quads holding bytes of weights: about four chunks per thread, within
+// [targetChunkBytes, maxChunkBytes] of weights.
+func (e *Engine) gemvChunk(nq, bytes int) int {
+	lo := max(1, targetChunkBytes*nq/bytes)
+	c := e.pool.Chunk(nq, lo, 4)
+	if e.maxChunk > 0 {
+		c = min(c, max(lo, e.maxChunk*nq/bytes))
+	}
+	return c
+}
+
 // multi runs the GEMVs of segs over one x in one pool job: the quads (4-row
 // groups) of every segment form one index range split over the workers.
 func (e *Engine) multi(x []float32, T int, segs []segment) {
@@ -170,8 +228,7 @@ func (e *Engine) multi(x []float32, T int, segs []segment) {
 	if nq == 0 || bytes == 0 {
 		return
 	}
-	minQuads := max(1, targetChunkBytes*nq/bytes)
-	chunk := e.pool.Chunk(nq, minQuads, 4)
+	chunk := e.gemvChunk(nq, bytes)
 	if align > 0 {
 		chunk = (chunk + align - 1) / align * align
 	}
@@ -196,16 +253,16 @@ func (e *Engine) rows(worker int, s *segment, x []float32, T, j0, j1 int) {
 	w := &s.w
 	switch w.dt {
 	case runtime.BF16:
-		dense(e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
 	case runtime.F16:
-		dense(e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
 	case runtime.F32:
-		dense(e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
 	case runtime.F8E4M3:
 		k := w.cols
 		if w.block == 0 {
 			// out = s_j·256·Σ (q/256)·x
-			dense(e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, x, T, k, s.out, s.ldo, j0, j1, w.scale, 256)
+			dense(e.pool.tile(worker), e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, x, T, k, s.out, s.ldo, j0, j1, w.scale, 256)
 			return
 		}
 		// Block scales: rows of one block-row share a scale row, so each
@@ -228,7 +285,7 @@ func (e *Engine) rows(worker int, s *segment, x []float32, T, j0, j1 int) {
 					}
 				}
 			}
-			dense(e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, xs, T, k, s.out, s.ldo, a, b, nil, 1)
+			dense(e.pool.tile(worker), e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, xs, T, k, s.out, s.ldo, a, b, nil, 1)
 			a = b
 		}
 	}
@@ -246,7 +303,11 @@ func fp8Val(v uint8) float32 { return runtime.F8E4M3ToF32(v) * (1.0 / 256) }
 // in the SIMD tiles (four rows per pass at T = 1, two rows × four tokens
 // per pass otherwise, each token group sweeping the rows while they are in cache),
 // the rest in Go.
-func dense[E uint8 | uint16 | float32](L int, w []E,
+//
+// tile is the calling worker's buffer for the tiles' outputs (a local array
+// would escape to the heap through the function values: an allocation per
+// call).
+func dense[E uint8 | uint16 | float32](tile *[12]float32, L int, w []E,
 	r4 func(*E, uintptr, *float32, int, *[4]float32),
 	t4 func(*E, *float32, *float32, *float32, *float32, int, *[4]float32),
 	r2t4 func(*E, uintptr, *float32, *float32, *float32, *float32, int, *[8]float32),
@@ -280,18 +341,18 @@ func dense[E uint8 | uint16 | float32](L int, w []E,
 		}
 		return v
 	}
-	var o [4]float32
-	var o8 [8]float32
+	o := (*[4]float32)(tile[0:4])
+	o8 := (*[8]float32)(tile[4:12])
 	if T == 1 {
 		j := j0
 		for ; j+4 <= j1; j += 4 {
-			r4(&w[j*ldw], ld, &x[0], nv, &o)
+			r4(&w[j*ldw], ld, &x[0], nv, o)
 			for r := range 4 {
 				out[j+r] = fin(j+r, o[r]+tail(j+r, 0))
 			}
 		}
 		for ; j < j1; j++ {
-			t4(&w[j*ldw], &x[0], &x[0], &x[0], &x[0], nv, &o)
+			t4(&w[j*ldw], &x[0], &x[0], &x[0], &x[0], nv, o)
 			out[j] = fin(j, o[0]+tail(j, 0))
 		}
 		return
@@ -304,7 +365,7 @@ func dense[E uint8 | uint16 | float32](L int, w []E,
 		}
 		j := j0
 		for ; j+2 <= j1; j += 2 {
-			r2t4(&w[j*ldw], ld, xp[0], xp[1], xp[2], xp[3], nv, &o8)
+			r2t4(&w[j*ldw], ld, xp[0], xp[1], xp[2], xp[3], nv, o8)
 			for i := range nt {
 				t := tg + i
 				out[t*ldo+j] = fin(j, o8[i]+tail(j, t))
@@ -312,7 +373,7 @@ func dense[E uint8 | uint16 | float32](L int, w []E,
 			}
 		}
 		for ; j < j1; j++ {
-			t4(&w[j*ldw], xp[0], xp[1], xp[2], xp[3], nv, &o)
+			t4(&w[j*ldw], xp[0], xp[1], xp[2], xp[3], nv, o)
 			for i := range nt {
 				t := tg + i
 				out[t*ldo+j] = fin(j, o[i]+tail(j, t))

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // expf is e^x in float32 to about 2 ulp: x = n·ln2 + r (Cody–Waite, |r| ≤
@@ -56,11 +58,11 @@ func siluMul(out, gate, up []float32) {
 	}
 }
 
-var f32Pool = sync.Pool{New: func() any { return new([]float32) }}
-
 // GateUpSiLU computes out[t,i] = silu(x[t]·wg[i])·(x[t]·wu[i]) for T tokens
-// (Llama's MLP before the down projection): both GEMVs in one pool job,
-// then SiLUMul.
+// (Llama's MLP before the down projection) in one pool job: each chunk of
+// rows computes its gate rows into out and its up rows into the worker's
+// scratch, then applies SiLU·up to them while they are in cache, so there
+// is no second pass (nor a second hand-off to the workers).
 func (e *Engine) GateUpSiLU(out, x []float32, T int, wg, wu kernels.Mat) error {
 	for _, w := range []kernels.Mat{wg, wu} {
 		if err := w.Validate(); err != nil {
@@ -73,23 +75,58 @@ func (e *Engine) GateUpSiLU(out, x []float32, T int, wg, wu kernels.Mat) error {
 	if err := checkSizes("host.GateUpSiLU", out, x, T, wg.Rows, wg.Cols); err != nil {
 		return err
 	}
-	bp := f32Pool.Get().(*[]float32)
-	defer f32Pool.Put(bp)
-	if cap(*bp) < len(out) {
-		*bp = make([]float32, len(out))
-	}
-	up := (*bp)[:len(out)]
 	if e.k == nil {
+		up := make([]float32, len(out))
 		if err := kernels.MatMul(out, x, T, wg); err != nil {
 			return err
 		}
 		if err := kernels.MatMul(up, x, T, wu); err != nil {
 			return err
 		}
-	} else {
-		e.multi(x, T, []segment{{w: fromMat(wg), out: out, ldo: wg.Rows}, {w: fromMat(wu), out: up, ldo: wu.Rows}})
+		kernels.SiLUMul(out, out, up)
+		return nil
 	}
-	return e.SiLUMul(out, out, up)
+	n, k := wg.Rows, wg.Cols
+	if T == 0 || n == 0 {
+		return nil
+	}
+	if k == 0 {
+		clear(out) // silu(0)·0
+		return nil
+	}
+	g, u := fromMat(wg), fromMat(wu)
+	nq := (n + 3) / 4
+	bytes := 2 * n * k * g.elemSize()
+	chunk := e.gemvChunk(nq, bytes)
+	e.pool.Run(nq, chunk, func(worker, lo, hi int) {
+		j0, j1 := 4*lo, min(4*hi, n)
+		m := j1 - j0
+		up := e.pool.Scratch(worker, T*m)
+		e.denseRows(worker, &g, x, T, j0, j1, out[j0:], n)
+		e.denseRows(worker, &u, x, T, j0, j1, up, m)
+		for t := range T {
+			o := out[t*n+j0 : t*n+j1]
+			siluMul(o, o, up[t*m:(t+1)*m])
+		}
+	})
+	return nil
+}
+
+// denseRows computes rows [j0,j1) of the BF16, F16 or F32 weight w for T
+// tokens into out[t·ldo + (j−j0)]: the same tiles (so the same bits) as
+// rows.
+func (e *Engine) denseRows(worker int, w *weight, x []float32, T, j0, j1 int, out []float32, ldo int) {
+	m, k := j1-j0, w.cols
+	switch w.dt {
+	case runtime.BF16:
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1)
+	case runtime.F16:
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1)
+	case runtime.F32:
+		dense(e.pool.tile(worker), e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1)
+	default:
+		panic(fmt.Sprintf("host: denseRows of a %v weight", w.dt))
+	}
 }
 
 // Attention is kernels.AttentionWindow (causal GQA of nTok queries at
@@ -123,6 +160,10 @@ func (e *Engine) Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads,
 	G := nHeads / nKV
 	L := e.k.lanes
 	scale := float32(1 / math.Sqrt(float64(d)))
+	if S := e.attnSplits(nTok*nKV, ctx); S > 1 {
+		e.attentionSplit(out, q, kCache, vCache, nTok, pos0, nHeads, nKV, d, window, S)
+		return nil
+	}
 	e.pool.Run(nTok*nKV, 1, func(worker, u0, u1 int) {
 		sc := e.pool.Scratch(worker, G*ctx)
 		for u := u0; u < u1; u++ {
@@ -135,7 +176,7 @@ func (e *Engine) Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads,
 			m := n - lo
 			h0 := t*nHeads + kvh*G // first query head row of the group
 			qg := q[h0*d : (h0+G)*d]
-			dense(L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, lo*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale)
+			dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, lo*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale)
 			for g := range G {
 				s := sc[g*m : (g+1)*m]
 				mx := float32(math.Inf(-1))
@@ -167,4 +208,146 @@ func (e *Engine) Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads,
 		}
 	})
 	return nil
+}
+
+// attnMinSplit is the fewest cached positions a split of one (token, KV
+// head) unit reads.
+const attnMinSplit = 64
+
+// attnSplits is how many splits of the positions each of units (token, KV
+// head) attention units gets: 1 when the units alone keep every thread
+// busy (two each) or the context is short, else enough to, each at least
+// attnMinSplit positions long.
+func (e *Engine) attnSplits(units, ctx int) int {
+	want := 2 * e.pool.Threads()
+	if units >= want || ctx < 2*attnMinSplit {
+		return 1
+	}
+	return max(1, min((want+units-1)/units, ctx/attnMinSplit))
+}
+
+// attnScratch is attentionSplit's per-call state: each split's partial
+// softmax (max, sum, unnormalised output) per query head, and per unit the
+// count of its splits done.
+type attnScratch struct {
+	part []float32
+	cnt  []atomic.Int32
+}
+
+var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
+
+// attentionSplit is Attention with each (token, KV head) unit's positions
+// cut into S splits run as separate pool items (flash-decoding): a split
+// leaves its heads' running max, sum of exponentials and unnormalised
+// weighted sum of V rows, and the split that finishes a unit last merges
+// its S partials into out. It keeps every thread busy when there are fewer
+// units than threads (one decode token, 8 KV heads, 16 threads).
+func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, d, window, S int) {
+	G := nHeads / nKV
+	L := e.k.lanes
+	stride := nKV * d
+	scale := float32(1 / math.Sqrt(float64(d)))
+	units := nTok * nKV
+	per := d + 2 // a head's partial: max, sum, o[d]
+	st := attnScratchPool.Get().(*attnScratch)
+	defer attnScratchPool.Put(st)
+	if need := units * S * G * per; cap(st.part) < need {
+		st.part = make([]float32, need)
+	}
+	if cap(st.cnt) < units {
+		st.cnt = make([]atomic.Int32, units)
+	}
+	part, cnt := st.part, st.cnt[:units]
+	for i := range cnt {
+		cnt[i].Store(0)
+	}
+	ctx := pos0 + nTok
+	e.pool.Run(units*S, 1, func(worker, i0, i1 int) {
+		sc := e.pool.Scratch(worker, G*((ctx+S-1)/S+1))
+		for i := i0; i < i1; i++ {
+			u, sp := i/S, i%S
+			t, kvh := u/nKV, u%nKV
+			n := pos0 + t + 1
+			lo := 0
+			if window > 0 {
+				lo = max(0, n-window)
+			}
+			span := (n - lo + S - 1) / S
+			a := lo + sp*span
+			b := min(n, a+span)
+			h0 := t*nHeads + kvh*G
+			pp := part[(u*S+sp)*G*per : (u*S+sp+1)*G*per]
+			if a >= b {
+				for g := range G {
+					pp[g*per] = float32(math.Inf(-1))
+					pp[g*per+1] = 0
+				}
+			} else {
+				m := b - a
+				qg := q[h0*d : (h0+G)*d]
+				dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, a*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale)
+				for g := range G {
+					sg := sc[g*m : (g+1)*m]
+					mx := float32(math.Inf(-1))
+					for _, v := range sg {
+						mx = max(mx, v)
+					}
+					var sum float32
+					for j, v := range sg {
+						ev := expf(v - mx)
+						sg[j] = ev
+						sum += ev
+					}
+					o := pp[g*per+2 : (g+1)*per]
+					clear(o)
+					e.axpyRows(o, vCache, sg, a*stride+kvh*d, stride, d)
+					pp[g*per], pp[g*per+1] = mx, sum
+				}
+			}
+			if cnt[u].Add(1) != int32(S) {
+				continue
+			}
+			// The last split of unit u merges its S partials.
+			up := part[u*S*G*per : (u+1)*S*G*per]
+			for g := range G {
+				mx := float32(math.Inf(-1))
+				for s := range S {
+					if p := up[(s*G+g)*per:]; p[1] > 0 {
+						mx = max(mx, p[0])
+					}
+				}
+				o := out[(h0+g)*d : (h0+g+1)*d]
+				clear(o)
+				var sum float32
+				for s := range S {
+					p := up[(s*G+g)*per : (s*G+g+1)*per]
+					if p[1] == 0 {
+						continue
+					}
+					f := expf(p[0] - mx)
+					sum += f * p[1]
+					e.axpyRows(o, p[2:], []float32{f}, 0, 0, d)
+				}
+				inv := 1 / sum
+				for c := range o {
+					o[c] *= inv
+				}
+			}
+		}
+	})
+}
+
+// axpyRows sets o += Σ_i a[i]·v[off+i·stride : off+i·stride+d].
+func (e *Engine) axpyRows(o, v, a []float32, off, stride, d int) {
+	L := e.k.lanes
+	nv := d / L
+	for i, ai := range a {
+		vr := v[off+i*stride : off+i*stride+d]
+		if nv > 0 {
+			e.k.axpy(&o[0], &vr[0], ai, nv)
+		}
+		for c := nv * L; c < d; c++ {
+			o[c] += ai * vr[c]
+		}
+	}
 }

@@ -73,8 +73,13 @@ func TestAttentionEqualsReference(t *testing.T) {
 	cases := []struct{ nTok, pos0, H, K, d, window int }{
 		{1, 0, 1, 1, 1, 0}, {1, 5, 4, 2, 32, 0}, {1, 40, 32, 8, 128, 0}, {1, 99, 6, 3, 20, 0},
 		{3, 10, 4, 4, 16, 0}, {8, 0, 8, 2, 24, 0}, {1, 50, 4, 2, 32, 7}, {5, 20, 4, 1, 33, 4},
+		// Long contexts with fewer units than threads: split positions
+		// (attentionSplit), some splits empty under a short window.
+		{1, 700, 8, 2, 64, 0}, {1, 511, 32, 8, 128, 0}, {1, 300, 4, 4, 32, 100}, {2, 200, 4, 1, 16, 0},
+		{1, 200, 2, 1, 8, 1}, {1, 260, 3, 1, 20, 130},
 	}
 	for _, e := range engines(t) {
+		split := 0
 		for _, c := range cases {
 			name := fmt.Sprintf("%v/%d threads/%+v", e.Level(), e.Threads(), c)
 			ctx := c.pos0 + c.nTok
@@ -84,6 +89,10 @@ func TestAttentionEqualsReference(t *testing.T) {
 			want := make([]float32, len(q))
 			if err := kernels.AttentionWindow(want, q, kc, vc, c.nTok, c.pos0, c.H, c.K, c.d, c.window, nil); err != nil {
 				t.Fatal(err)
+			}
+			if S := e.attnSplits(c.nTok*c.K, ctx); S > 1 {
+				name += fmt.Sprintf("/%d splits", S)
+				split++
 			}
 			got := make([]float32, len(q))
 			if err := e.Attention(got, q, kc, vc, c.nTok, c.pos0, c.H, c.K, c.d, c.window); err != nil {
@@ -96,6 +105,9 @@ func TestAttentionEqualsReference(t *testing.T) {
 					t.Fatalf("%s: [%d] = %v, reference %v", name, i, got[i], want[i])
 				}
 			}
+		}
+		if split == 0 {
+			t.Errorf("%v/%d threads: no case split the positions", e.Level(), e.Threads())
 		}
 	}
 	e := engines(t)[len(engines(t))-1]

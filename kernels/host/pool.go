@@ -4,46 +4,84 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Pool is a persistent set of worker goroutines that split one range of
 // work at a time: Run hands [0,n) out in chunks to Threads goroutines (the
-// caller is one of them) and returns when every chunk is done. Waking a
-// parked worker costs about a microsecond; starting goroutines per GEMV
-// would cost several. Runs on one Pool are serialised; fn must not call Run
-// on the same Pool.
+// caller is one of them) and returns when every chunk is done. Runs on one
+// Pool are serialised; fn must not call Run on the same Pool.
+//
+// A decode step issues a few pool jobs per layer with a few microseconds of
+// serial work between them, so a helper that finished a job spins for a
+// while (SpinWait; yielding its P now and then so other goroutines run)
+// watching for the next one before it parks: a spinning helper starts a job
+// within about a hundred nanoseconds of Run publishing it, where waking a
+// parked goroutine costs microseconds (and the caller wakes the parked
+// helpers one after another). A Run ends when its last chunk is done, not
+// when every helper has looked in: a helper the OS has not scheduled yet
+// (more threads than free cores) holds nobody up, it finds no chunk left.
+// The caller waits for the chunks in flight the same way, spinning, then
+// parked.
 type Pool struct {
 	threads int
+	spin    time.Duration
+
 	mu      sync.Mutex // one Run at a time
-	wake    []chan *poolJob
 	closed  bool
 	scratch [][]float32 // per worker, guarded by mu
+	tiles   []poolTile  // per worker
+
+	job     atomic.Pointer[poolJob] // the latest published job
+	workers []poolWorker            // index 0 unused (the caller)
+	waiting atomic.Int32            // 1 while the caller is parked on done
+	done    chan struct{}
 }
 
-type poolJob struct {
-	fn    func(worker, lo, hi int)
-	n     int64
-	chunk int64
-	next  atomic.Int64
-	wg    sync.WaitGroup
+// poolTile is a worker's buffer for the GEMV tiles' outputs, a cache line
+// of its own.
+type poolTile struct {
+	v [12]float32
+	_ [16]byte
 }
+
+type poolWorker struct {
+	parked atomic.Int32 // 1 while parked on wake
+	wake   chan struct{}
+	_      [48]byte // keep the workers' flags on separate cache lines
+}
+
+// poolJob is one Run. A helper that sees it late (the Run over) finds no
+// chunk to claim; a new Run publishes a new job.
+type poolJob struct {
+	fn      func(worker, lo, hi int)
+	n       int64
+	chunk   int64
+	helpers int  // workers 1..helpers take part
+	quit    bool // Close's job: the helpers return
+	next    atomic.Int64
+	done    atomic.Int64 // items finished
+}
+
+// SpinWait is how long an idle pool helper (or a Run waiting for its
+// helpers' chunks) spins before it parks.
+const SpinWait = 50 * time.Microsecond
 
 // NewPool starts a pool of threads goroutines (threads-1 helpers plus the
 // caller); threads ≤ 0 means runtime.GOMAXPROCS(0). Close stops it.
-func NewPool(threads int) *Pool {
+func NewPool(threads int) *Pool { return newPool(threads, SpinWait) }
+
+// newPool is NewPool with helpers that spin for spin before parking.
+func newPool(threads int, spin time.Duration) *Pool {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	p := &Pool{threads: threads, scratch: make([][]float32, threads)}
+	p := &Pool{threads: threads, spin: spin, scratch: make([][]float32, threads),
+		workers: make([]poolWorker, threads), tiles: make([]poolTile, threads), done: make(chan struct{}, 1)}
+	p.job.Store(&poolJob{}) // generation 0: nothing to do
 	for w := 1; w < threads; w++ {
-		ch := make(chan *poolJob)
-		p.wake = append(p.wake, ch)
-		go func(worker int) {
-			for j := range ch {
-				j.run(worker)
-				j.wg.Done()
-			}
-		}(w)
+		p.workers[w].wake = make(chan struct{}, 1)
+		go p.helper(w)
 	}
 	return p
 }
@@ -59,19 +97,94 @@ func (p *Pool) Close() {
 		return
 	}
 	p.closed = true
-	for _, ch := range p.wake {
-		close(ch)
+	p.publish(&poolJob{quit: true, helpers: p.threads - 1})
+}
+
+// publish makes j the current job and wakes the parked helpers it asks for.
+func (p *Pool) publish(j *poolJob) {
+	p.job.Store(j)
+	for w := 1; w <= j.helpers; w++ {
+		pw := &p.workers[w]
+		if pw.parked.Load() == 1 && pw.parked.CompareAndSwap(1, 0) {
+			pw.wake <- struct{}{}
+		}
 	}
 }
 
-func (j *poolJob) run(worker int) {
+// helper is worker w's loop: wait for a job other than the last one seen,
+// take part if it asks for w.
+func (p *Pool) helper(w int) {
+	pw := &p.workers[w]
+	seen := p.job.Load()
+	for {
+		j := p.awaitJob(pw, seen)
+		seen = j
+		if w > j.helpers {
+			continue
+		}
+		if j.quit {
+			return
+		}
+		p.runChunks(j, w)
+	}
+}
+
+// awaitJob returns the current job once it is not seen: spinning for up
+// to p.spin, then parked on pw.wake.
+func (p *Pool) awaitJob(pw *poolWorker, seen *poolJob) *poolJob {
+	if p.spinFor(func() bool { return p.job.Load() != seen }) {
+		return p.job.Load()
+	}
+	for {
+		pw.parked.Store(1)
+		if j := p.job.Load(); j != seen {
+			if !pw.parked.CompareAndSwap(1, 0) {
+				<-pw.wake // publish took the flag: its token is on the way
+			}
+			return j
+		}
+		<-pw.wake
+		if j := p.job.Load(); j != seen {
+			return j
+		}
+	}
+}
+
+// spinFor spins until cond holds or p.spin has passed, yielding the P
+// every few dozen checks; it reports whether cond held.
+func (p *Pool) spinFor(cond func() bool) bool {
+	var start time.Time
+	for i := 1; ; i++ {
+		if cond() {
+			return true
+		}
+		if i%32 == 0 {
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > p.spin {
+				return false
+			}
+			runtime.Gosched()
+		} else {
+			spinPause()
+		}
+	}
+}
+
+// runChunks claims and runs j's chunks until none is left; the one that
+// finishes the last item wakes a parked caller.
+func (p *Pool) runChunks(j *poolJob, worker int) {
 	for {
 		hi := j.next.Add(j.chunk)
 		lo := hi - j.chunk
 		if lo >= j.n {
 			return
 		}
-		j.fn(worker, int(lo), int(min(hi, j.n)))
+		hi = min(hi, j.n)
+		j.fn(worker, int(lo), int(hi))
+		if j.done.Add(hi-lo) == j.n && worker != 0 && p.waiting.Load() == 1 && p.waiting.CompareAndSwap(1, 0) {
+			p.done <- struct{}{}
+		}
 	}
 }
 
@@ -86,18 +199,25 @@ func (p *Pool) Run(n, chunk int, fn func(worker, lo, hi int)) {
 	chunk = max(chunk, 1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	helpers := min(len(p.wake), (n+chunk-1)/chunk-1)
+	helpers := min(p.threads-1, (n+chunk-1)/chunk-1)
 	if p.closed || helpers <= 0 {
 		fn(0, 0, n)
 		return
 	}
-	j := &poolJob{fn: fn, n: int64(n), chunk: int64(chunk)}
-	j.wg.Add(helpers)
-	for _, ch := range p.wake[:helpers] {
-		ch <- j
+	j := &poolJob{fn: fn, n: int64(n), chunk: int64(chunk), helpers: helpers}
+	p.publish(j)
+	p.runChunks(j, 0)
+	finished := func() bool { return j.done.Load() == j.n }
+	if !p.spinFor(finished) {
+		p.waiting.Store(1)
+		if finished() {
+			if !p.waiting.CompareAndSwap(1, 0) {
+				<-p.done // a helper took the flag: its token is on the way
+			}
+		} else {
+			<-p.done
+		}
 	}
-	j.run(0)
-	j.wg.Wait()
 }
 
 // Chunk is the chunk size that splits n items over the pool's threads in
@@ -116,3 +236,7 @@ func (p *Pool) Scratch(worker, n int) []float32 {
 	}
 	return p.scratch[worker][:n]
 }
+
+// tile is worker's tile buffer (see dense). Call it only inside a Run's fn,
+// with that fn's worker.
+func (p *Pool) tile(worker int) *[12]float32 { return &p.tiles[worker].v }

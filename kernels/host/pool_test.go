@@ -1,0 +1,121 @@
+package host
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestPoolCovers: every Run covers [0,n) exactly once whatever the chunk,
+// the thread count and whether the helpers spin or park between Runs
+// (spin 0: they park at once; a pause between Runs outlasts a short spin),
+// with Runs issued from several goroutines at once.
+func TestPoolCovers(t *testing.T) {
+	for _, threads := range []int{1, 2, 3, 5} {
+		for _, spin := range []time.Duration{0, 20 * time.Microsecond, SpinWait} {
+			p := newPool(threads, spin)
+			var wg sync.WaitGroup
+			for g := range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for it := range 60 {
+						n := 1 + (it*37+g*11)%300
+						chunk := 1 + it%7
+						hits := make([]atomic.Int32, n)
+						var bad atomic.Int32
+						p.Run(n, chunk, func(worker, lo, hi int) {
+							if worker < 0 || worker >= threads || lo < 0 || hi > n || lo >= hi {
+								bad.Add(1)
+								return
+							}
+							p.Scratch(worker, 16)[0] = float32(lo)
+							for i := lo; i < hi; i++ {
+								hits[i].Add(1)
+							}
+						})
+						if bad.Load() != 0 {
+							t.Errorf("threads %d: a chunk out of range or a bad worker index", threads)
+							return
+						}
+						for i := range hits {
+							if h := hits[i].Load(); h != 1 {
+								t.Errorf("threads %d spin %v: item %d of %d covered %d times", threads, spin, i, n, h)
+								return
+							}
+						}
+						if it%20 == 0 {
+							time.Sleep(50 * time.Microsecond)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			p.Close()
+			p.Close()
+			ran := 0
+			p.Run(10, 1, func(_, lo, hi int) { ran += hi - lo })
+			if ran != 10 {
+				t.Fatalf("Run after Close covered %d of 10", ran)
+			}
+		}
+	}
+}
+
+// BenchmarkPoolRun is the cost of one Run of trivial work on all threads:
+// the hand-off a decode step pays per pool job.
+func BenchmarkPoolRun(b *testing.B) {
+	p := NewPool(0)
+	defer p.Close()
+	var sink atomic.Int64
+	fn := func(_, lo, hi int) { sink.Add(int64(hi - lo)) }
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Run(64, 1, fn)
+	}
+}
+
+// TestEngineKnobs: the spin and chunk knobs reach the pool and the GEMV
+// split, from Options or the environment, and bad values are errors naming
+// the variable.
+func TestEngineKnobs(t *testing.T) {
+	e, err := NewEngine(Options{Threads: 2, SpinWait: -1, MaxChunkKiB: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.pool.spin != 0 || e.maxChunk != 0 {
+		t.Errorf("SpinWait -1, MaxChunkKiB -1: spin %v, chunk cap %d; want 0 and none", e.pool.spin, e.maxChunk)
+	}
+	// LM head: 32064 quads of 32 KiB; uncapped, four chunks per thread.
+	nq, bytes := 32064, 128256*4096*2
+	if got := e.gemvChunk(nq, bytes); got != 4008 {
+		t.Errorf("uncapped chunk %d quads, want 4008", got)
+	}
+	t.Setenv("FT_HOST_SPIN", "7us")
+	t.Setenv("FT_HOST_CHUNK_KIB", "128")
+	e2, err := NewEngine(Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Close()
+	if e2.pool.spin != 7*time.Microsecond || e2.maxChunk != 128<<10 {
+		t.Errorf("FT_HOST_SPIN=7us FT_HOST_CHUNK_KIB=128: spin %v, cap %d", e2.pool.spin, e2.maxChunk)
+	}
+	if got := e2.gemvChunk(nq, bytes); got != 4 {
+		t.Errorf("128 KiB cap: chunk %d quads, want 4", got)
+	}
+	for _, bad := range [][2]string{{"FT_HOST_SPIN", "fast"}, {"FT_HOST_SPIN", "-1ms"}, {"FT_HOST_CHUNK_KIB", "lots"}} {
+		t.Setenv("FT_HOST_SPIN", "")
+		t.Setenv("FT_HOST_CHUNK_KIB", "")
+		t.Setenv(bad[0], bad[1])
+		if e, err := NewEngine(Options{Threads: 1}); err == nil {
+			e.Close()
+			t.Errorf("%s=%s: no error", bad[0], bad[1])
+		} else if !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%s=%s: error %q does not name the variable", bad[0], bad[1], err)
+		}
+	}
+}
