@@ -22,12 +22,14 @@ sed -i 's/"max_position_embeddings": 8192/"max_position_embeddings": 40960/' $m/
 for v in "" 0; do
   FT_PDL=$v timeout 60 $b bench --model $m --device cuda:0 --budgets resident --mode decode --context 512 --iters 20 --kernel-profile >"$out/decode512-pdl$v.txt" 2>&1
   row "decode 512 FT_PDL=$v" 'gemv|attn|norm|add_f32' "$out/decode512-pdl$v.txt"
-  for i in 1 2; do FT_PDL=$v timeout 60 $b run-model --model $m --device cuda:0 --token-ids $ids --max-new-tokens 256 --ignore-eos 2>&1 | tail -1; done | tee "$out/run-model-pdl$v.txt"
+  [ -z "$v" ] && for i in 1 2; do FT_PDL=$v timeout 60 $b run-model --model $m --device cuda:0 --token-ids $ids --max-new-tokens 256 --ignore-eos 2>&1 | tail -1; done | tee "$out/run-model-pdl$v.txt"
 done
 for c in 8192 32000; do timeout 60 $b bench --model $m --device cuda:0 --budgets resident --mode decode --context $c --iters 10 --warmup 2 --kernel-profile >"$out/decode$c.txt" 2>&1; row "decode $c" 'attn' "$out/decode$c.txt"; done
 timeout 90 $b bench --model $m --device cuda:0 --budgets resident --mode prefill --tokens 8192 --iters 3 --warmup 1 --kernel-profile >"$out/prefill8k.txt" 2>&1; row "prefill 8192" 'attn|add|rmsnorm|rope' "$out/prefill8k.txt"
 timeout 60 $b bench --model $m --device cuda:0 --budgets resident --mode prefill --tokens 2048 --iters 3 --warmup 1 >"$out/prefill2k.txt" 2>&1; row "prefill 2048 bf16" 'x^' "$out/prefill2k.txt"
 timeout 90 $b bench --model $m --device cuda:0 --budgets resident --batch 64,256 --context 512 --iters 5 --warmup 2 >"$out/batch.txt" 2>&1; grep -E '^resident' "$out/batch.txt"
+log hybrid; timeout 150 $b bench --model $m --device cuda:0 --budgets 0,8GiB --mode decode --context 512 --iters 5 --warmup 6 --host-threads 16 >"$out/hybrid.txt" 2>&1; tail -4 "$out/hybrid.txt"
+timeout 40 $b bench-host --threads 16 --kinds bf16 --tokens 1 >"$out/bench-host.txt" 2>&1; tail -8 "$out/bench-host.txt"
 rm -rf $m; m=/tmp/llama3-8b-fp8
 log make-fp8; timeout 150 $b make-model --shape llama3-8b --dtype fp8-channel --out $m >"$out/make-fp8.txt" 2>&1
 for v in "" legacy; do
