@@ -174,8 +174,3 @@ __device__ __forceinline__ void ft_pdl_wait() {
 #endif
 }
 
-// ft_prefetch_l2 asks for the line holding p to be brought into L2 (a hint:
-// no register, no fault; used on weights before ft_pdl_wait).
-__device__ __forceinline__ void ft_prefetch_l2(const void* p) {
-	asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
