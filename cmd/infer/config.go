@@ -49,6 +49,9 @@ var extraEnv = map[string][]string{
 	"FT_FP8_GEMV":            {"", "legacy"},                   // "legacy": FP8 weights through the first FP8 kernels, one GEMV launch per projection (A/B runs, cuda builds)
 	"FT_FP8_GEMM":            {"", "lt", "lt-fast", "dequant"}, // multi-token matmuls by per-channel FP8 weights: cuBLASLt FP8 GEMM (W8A8, default), the same with fast accumulation, or dequantize to BF16 (cuda builds)
 	"FT_FP8_GEMM_MIN_TOKENS": nil,                              // the fewest tokens that take the FP8 GEMM (default 16; cuda builds)
+	// layout of the tensor-core prefill attention: auto (per call) or one
+	// for every call (A/B runs, cuda builds; kernels/cudabackend/prefillvariant.go)
+	"FT_PREFILL_VARIANT": {"", "auto", "base", "w4m32", "w8q", "m64"},
 }
 
 // envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.
