@@ -74,41 +74,44 @@ func TestPrefillAttentionKernels(t *testing.T) {
 		{150, 20, 170, 4, 2, 128, 1},
 		{97, 40, 140, 4, 4, 128, 3},
 	} {
-		for _, mode := range prefillModes(c.d) {
-			name := fmt.Sprintf("%s T%d at %d H%d K%d d%d window %d", mode, c.T, c.pos0, c.H, c.K, c.d, c.window)
-			t.Run(name, func(t *testing.T) {
-				n := c.pos0 + c.T
-				q := randBF16(rng, c.T*c.H*c.d, 2)
-				kv := randBF16(rng, 2*c.C*c.K*c.d, 2)
-				kc, vc := kv[:c.C*c.K*c.d], kv[c.C*c.K*c.d:]
-				gkc, gvc := poisoned(t, runtime.BF16, c.C, c.K, c.d), poisoned(t, runtime.BF16, c.C, c.K, c.d)
-				row := c.K * c.d
-				gkcFill, err := gkc.Slice(0, n)
-				if err != nil {
-					t.Fatal(err)
-				}
-				gvcFill, _ := gvc.Slice(0, n)
-				if err := gb.WriteBytes(gkcFill, bf16Bytes(kc[:n*row])); err != nil {
-					t.Fatal(err)
-				}
-				if err := gb.WriteBytes(gvcFill, bf16Bytes(vc[:n*row])); err != nil {
-					t.Fatal(err)
-				}
-				out := poisoned(t, runtime.BF16, c.T, c.H, c.d)
-				withPrefill(mode, func() {
-					err = gb.AttentionWindow(out, gpu(t, runtime.BF16, q, c.T, c.H, c.d), gkc, gvc, c.pos0, c.window)
+		// The data, the cache and the CPU reference once per case; the
+		// kernels in turn.
+		t.Run(fmt.Sprintf("T%d at %d H%d K%d d%d window %d", c.T, c.pos0, c.H, c.K, c.d, c.window), func(t *testing.T) {
+			n := c.pos0 + c.T
+			q := randBF16(rng, c.T*c.H*c.d, 2)
+			kv := randBF16(rng, 2*c.C*c.K*c.d, 2)
+			kc, vc := kv[:c.C*c.K*c.d], kv[c.C*c.K*c.d:]
+			gkc, gvc := poisoned(t, runtime.BF16, c.C, c.K, c.d), poisoned(t, runtime.BF16, c.C, c.K, c.d)
+			row := c.K * c.d
+			gkcFill, err := gkc.Slice(0, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gvcFill, _ := gvc.Slice(0, n)
+			if err := gb.WriteBytes(gkcFill, bf16Bytes(kc[:n*row])); err != nil {
+				t.Fatal(err)
+			}
+			if err := gb.WriteBytes(gvcFill, bf16Bytes(vc[:n*row])); err != nil {
+				t.Fatal(err)
+			}
+			gq := gpu(t, runtime.BF16, q, c.T, c.H, c.d)
+			ref := host(t, runtime.F32, nil, c.T, c.H, c.d)
+			if err := cb.AttentionWindow(ref, host(t, runtime.F32, q, c.T, c.H, c.d), host(t, runtime.F32, kc, c.C, c.K, c.d),
+				host(t, runtime.F32, vc, c.C, c.K, c.d), c.pos0, c.window); err != nil {
+				t.Fatal(err)
+			}
+			for _, mode := range prefillModes(c.d) {
+				t.Run(mode, func(t *testing.T) {
+					out := poisoned(t, runtime.BF16, c.T, c.H, c.d)
+					var err error
+					withPrefill(mode, func() { err = gb.AttentionWindow(out, gq, gkc, gvc, c.pos0, c.window) })
+					if err != nil {
+						t.Fatal(err)
+					}
+					compare(t, "Attention", read(t, out), ref.F32(), 1e-2, 2e-2)
 				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ref := host(t, runtime.F32, nil, c.T, c.H, c.d)
-				if err := cb.AttentionWindow(ref, host(t, runtime.F32, q, c.T, c.H, c.d), host(t, runtime.F32, kc, c.C, c.K, c.d),
-					host(t, runtime.F32, vc, c.C, c.K, c.d), c.pos0, c.window); err != nil {
-					t.Fatal(err)
-				}
-				compare(t, "Attention", read(t, out), ref.F32(), 1e-2, 2e-2)
-			})
-		}
+			}
+		})
 	}
 }
 
@@ -133,27 +136,29 @@ func TestVarlenPrefillKernels(t *testing.T) {
 		{"d64 G8", 8, 1, 64, 8, 0, []pagedSeq{{255, 255}, {2, 2}, {129, 400}}},
 		{"d32 G8 window 3", 8, 1, 32, 4, 3, []pagedSeq{{23, 23}, {12, 30}, {1, 1}, {140, 140}}},
 	} {
-		for _, mode := range prefillModes(c.d) {
-			t.Run(mode+" "+c.name, func(t *testing.T) {
-				kv, qStarts, kp, vp, P := pagedLayout(rng, c.seqs, c.K, c.d, c.bs)
-				T := int(qStarts[len(c.seqs)])
-				q := randBF16(rng, T*c.H*c.d, 2)
-				ref := host(t, runtime.F32, nil, T, c.H, c.d)
-				hk, hv := host(t, runtime.F32, kp, P, c.K, c.d), host(t, runtime.F32, vp, P, c.K, c.d)
-				if err := cb.VarlenPrefillAttention(ref, host(t, runtime.F32, q, T, c.H, c.d), hk, hv, qStarts, kv, c.window); err != nil {
-					t.Fatal(err)
-				}
-				gq := gpu(t, runtime.BF16, q, T, c.H, c.d)
-				gk, gv := gpu(t, runtime.BF16, kp, P, c.K, c.d), gpu(t, runtime.BF16, vp, P, c.K, c.d)
-				out := poisoned(t, runtime.BF16, T, c.H, c.d)
-				var err error
-				withPrefill(mode, func() { err = gb.VarlenPrefillAttention(out, gq, gk, gv, qStarts, kv, c.window) })
-				if err != nil {
-					t.Fatal(err)
-				}
-				compare(t, "VarlenPrefillAttention", read(t, out), ref.F32(), 1e-2, 2e-2)
-			})
-		}
+		t.Run(c.name, func(t *testing.T) {
+			kv, qStarts, kp, vp, P := pagedLayout(rng, c.seqs, c.K, c.d, c.bs)
+			T := int(qStarts[len(c.seqs)])
+			q := randBF16(rng, T*c.H*c.d, 2)
+			ref := host(t, runtime.F32, nil, T, c.H, c.d)
+			hk, hv := host(t, runtime.F32, kp, P, c.K, c.d), host(t, runtime.F32, vp, P, c.K, c.d)
+			if err := cb.VarlenPrefillAttention(ref, host(t, runtime.F32, q, T, c.H, c.d), hk, hv, qStarts, kv, c.window); err != nil {
+				t.Fatal(err)
+			}
+			gq := gpu(t, runtime.BF16, q, T, c.H, c.d)
+			gk, gv := gpu(t, runtime.BF16, kp, P, c.K, c.d), gpu(t, runtime.BF16, vp, P, c.K, c.d)
+			for _, mode := range prefillModes(c.d) {
+				t.Run(mode, func(t *testing.T) {
+					out := poisoned(t, runtime.BF16, T, c.H, c.d)
+					var err error
+					withPrefill(mode, func() { err = gb.VarlenPrefillAttention(out, gq, gk, gv, qStarts, kv, c.window) })
+					if err != nil {
+						t.Fatal(err)
+					}
+					compare(t, "VarlenPrefillAttention", read(t, out), ref.F32(), 1e-2, 2e-2)
+				})
+			}
+		})
 	}
 }
 
