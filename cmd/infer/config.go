@@ -51,6 +51,9 @@ var extraEnv = map[string][]string{
 	"FT_FP8_GEMM_MIN_TOKENS": nil,                              // the fewest tokens that take the FP8 GEMM (default 16; cuda builds)
 	"FT_HOST_SPIN":           nil,                              // host kernels: how long an idle pool worker spins before parking, a Go duration (A/B runs; kernels/host checks it)
 	"FT_HOST_CHUNK_KIB":      nil,                              // host kernels: the GEMV pool chunk cap in KiB, negative: none (A/B runs; kernels/host checks it)
+	// layout of the tensor-core prefill attention: auto (per call) or one
+	// for every call (A/B runs, cuda builds; kernels/cudabackend/prefillvariant.go)
+	"FT_PREFILL_VARIANT": {"", "auto", "base", "w4m32", "w8q", "m64"},
 }
 
 // envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.

@@ -21,7 +21,8 @@
 // device), prefill.cu (prefill attention on tensor cores, 128 query
 // rows per block, one body for a contiguous cache and for packed sequences
 // over a paged pool; attention.cu's and paged.cu's flash kernels are the
-// legacy path), fp8.cu and fp8gemv.cu (FP8 weights: one-token products that
+// legacy path), prefill_variants.cu (other layouts of that kernel at head
+// width 128, chosen by FT_PREFILL_VARIANT), fp8.cu and fp8gemv.cu (FP8 weights: one-token products that
 // widen E4M3 in registers, fused q/k/v and gate·up·SiLU, dequantization to
 // bf16 for cuBLAS). Each kernel's comment
 // gives what it computes.

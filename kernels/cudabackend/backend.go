@@ -101,6 +101,12 @@ type Backend struct {
 	// FT_FLASH=legacy (A/B runs).
 	LegacyFlash bool
 
+	// PrefillVariant picks the layout of the tensor-core prefill attention
+	// (prefillvariant.go): "" or "auto" per call, or one of "base",
+	// "w4m32", "w8q", "m64" for every call it applies to. New sets it from
+	// FT_PREFILL_VARIANT (A/B runs); an unknown value fails the launch.
+	PrefillVariant string
+
 	// LegacyFP8GEMV runs FP8 weights through fp8.cu's kernels (gemv_fp8
 	// per projection, dequant_fp8_bf16) instead of fp8gemv.cu's. New sets
 	// it when FT_FP8_GEMV=legacy (A/B runs).
@@ -245,7 +251,7 @@ func New(dev runtime.Device) (*Backend, error) {
 	}
 	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
 		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(), LegacyFlash: legacyFlashFromEnv(),
-		LegacyFP8GEMV: legacyFP8FromEnv(),
+		LegacyFP8GEMV: legacyFP8FromEnv(), PrefillVariant: prefillVariantFromEnv(),
 		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT"),
 		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK"),
 		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok}

@@ -3,6 +3,7 @@
 package cudabackend
 
 import (
+	"fmt"
 	"os"
 	"sort"
 
@@ -18,55 +19,67 @@ import (
 // and 128; and RoPE + store with 16-byte accesses and one cos/sin per
 // (token, frequency).
 //
-// Switch: Backend.LegacyFlash (FT_FLASH=legacy in the environment when the
-// backend is made) runs the earlier 64-row kernels (attn_flash_*,
+// Switches: Backend.LegacyFlash (FT_FLASH=legacy in the environment when
+// the backend is made) runs the earlier 64-row kernels (attn_flash_*,
 // attn_varlen_flash_*) and the scalar RoPE + store kernels instead, for A/B
-// runs.
+// runs; Backend.PrefillVariant (FT_PREFILL_VARIANT) picks the layout of the
+// tensor-core kernel (prefillvariant.go, prefill_variants.cu).
 
-// prefillTileRows is how many query rows one block of the prefill kernels
-// takes (PREFILL_BM in prefill.cu); the legacy kernels take 64.
-const prefillTileRows, legacyTileRows = 128, 64
+// legacyTileRows is how many query rows one block of the legacy kernels
+// takes; the prefill kernels' tiles are their variant's rows.
+const legacyTileRows = 64
 
-// prefillThreads is the block size of the prefill kernels (PREFILL_NT).
-const prefillThreads = 256
-
-// prefillKernels are the kernels of prefill.cu and the vectorised RoPE +
-// store kernels of rope.cu.
+// prefillKernels are the kernels of prefill.cu and prefill_variants.cu and
+// the vectorised RoPE + store kernels of rope.cu.
 type prefillKernels struct {
-	contig, varlen            map[int]*cuda.Function // by head width
+	fns                       map[string]*cuda.Function // attention, by kernel name (prefillVariant.kernel)
 	ropeStore, ropeStorePaged *cuda.Function
 }
 
 // loadPrefill looks the kernels up in the compiled module.
 func loadPrefill(get func(string) *cuda.Function) prefillKernels {
-	return prefillKernels{
-		contig: map[int]*cuda.Function{32: get("attn_prefill_d32_bf16"), 64: get("attn_prefill_d64_bf16"),
-			128: get("attn_prefill_d128_bf16")},
-		varlen: map[int]*cuda.Function{32: get("attn_varlen_prefill_d32_bf16"), 64: get("attn_varlen_prefill_d64_bf16"),
-			128: get("attn_varlen_prefill_d128_bf16")},
-		ropeStore: get("rope_store_v8_bf16"), ropeStorePaged: get("rope_store_paged_v8_bf16"),
+	k := prefillKernels{fns: map[string]*cuda.Function{},
+		ropeStore: get("rope_store_v8_bf16"), ropeStorePaged: get("rope_store_paged_v8_bf16")}
+	for _, v := range prefillVariants {
+		for _, d := range []int{32, 64, 128} {
+			if v.hasWidth(d) {
+				for _, varlen := range []bool{false, true} {
+					n := v.kernel(d, varlen)
+					k.fns[n] = get(n)
+				}
+			}
+		}
 	}
+	return k
 }
 
-// prefillSmem is the dynamic shared memory of the prefill kernels of head
-// width d: two stages of a 64-position key and value tile, rows of d+8
-// bf16 values (PREFILL_SMEM in prefill.cu).
-func prefillSmem(d int) int { return 2 * 2 * 64 * (d + 8) * 2 }
-
 // allowSmem lets the kernels that need more than 48 KiB of dynamic shared
-// memory (head width 128: 68 KiB) ask for it.
+// memory (head width 128: 68 KiB, 102 KiB with the query tile staged) ask
+// for it.
 func (k *prefillKernels) allowSmem() error {
-	for d, f := range k.contig {
-		if n := prefillSmem(d); n > 48<<10 {
-			if err := f.SetMaxDynamicSharedMemory(n); err != nil {
-				return err
+	for _, v := range prefillVariants {
+		for _, d := range []int{32, 64, 128} {
+			if !v.hasWidth(d) || v.smem(d) <= 48<<10 {
+				continue
 			}
-			if err := k.varlen[d].SetMaxDynamicSharedMemory(n); err != nil {
-				return err
+			for _, varlen := range []bool{false, true} {
+				if f := k.fns[v.kernel(d, varlen)]; f != nil {
+					if err := f.SetMaxDynamicSharedMemory(v.smem(d)); err != nil {
+						return err
+					}
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// prefillVariantFromEnv is the default of Backend.PrefillVariant.
+func prefillVariantFromEnv() string { return os.Getenv("FT_PREFILL_VARIANT") }
+
+// prefillKernel is the kernel of variant v for head width d, or nil.
+func (b *Backend) prefillKernel(v prefillVariant, d int, varlen bool) *cuda.Function {
+	return b.k.prefill.fns[v.kernel(d, varlen)]
 }
 
 // legacyFlashFromEnv is the default of Backend.LegacyFlash.
@@ -85,13 +98,20 @@ func (b *Backend) flashAttention(out, q, kc, vc uintptr, T, H, K, d int, posp, p
 			cuda.Ptr(out), cuda.Ptr(q), cuda.Ptr(kc), cuda.Ptr(vc),
 			cuda.I32(T), cuda.I32(H), cuda.I32(K), posp, p0, cuda.F32(scale), cuda.I32(window))
 	}
-	f, ok := b.k.prefill.contig[d]
-	if !ok {
+	if d != 32 && d != 64 && d != 128 {
+		return false, nil
+	}
+	v, err := choosePrefillVariant(b.PrefillVariant, d, false, T, aligned16(q, kc, vc))
+	if err != nil {
+		return true, fmt.Errorf("cudabackend: %w", err)
+	}
+	f := b.prefillKernel(v, d, false)
+	if f == nil {
 		return false, nil
 	}
 	// Heads in x, query tiles in y: every head's latest tile starts first.
-	return true, f.Launch(b.s, cuda.Dim3{X: H, Y: (T + prefillTileRows - 1) / prefillTileRows}, cuda.Dim3{X: prefillThreads},
-		prefillSmem(d), cuda.Ptr(out), cuda.Ptr(q), cuda.Ptr(kc), cuda.Ptr(vc),
+	return true, f.Launch(b.s, cuda.Dim3{X: H, Y: (T + v.rows - 1) / v.rows}, cuda.Dim3{X: v.threads},
+		v.smem(d), cuda.Ptr(out), cuda.Ptr(q), cuda.Ptr(kc), cuda.Ptr(vc),
 		cuda.I32(T), cuda.I32(H), cuda.I32(K), posp, p0, cuda.F32(scale), cuda.I32(window))
 }
 
@@ -117,20 +137,31 @@ func varlenTiles(qStarts []int32, kv kernels.PagedKV, rows int32) []int32 {
 }
 
 // varlenFlash launches the varlen prefill kernel of head width d (the
-// legacy one with LegacyFlash, or with more than 65,535 tiles of 128
-// queries), or reports false where there is none.
+// legacy one with LegacyFlash, or with more than 65,535 query tiles of the
+// chosen variant), or reports false where there is none.
 func (b *Backend) varlenFlash(out, q, kPool, vPool uintptr, qStarts []int32, kv kernels.PagedKV, H, K, d, window int, scale float32) (bool, error) {
 	legacy := b.LegacyFlash
-	tiles := varlenTiles(qStarts, kv, prefillTileRows)
+	if d != 32 && d != 64 && d != 128 {
+		return false, nil
+	}
+	maxQ := 0
+	for s := range kv.SeqLens {
+		maxQ = max(maxQ, int(qStarts[s+1]-qStarts[s]))
+	}
+	v, err := choosePrefillVariant(b.PrefillVariant, d, true, maxQ, aligned16(q, kPool, vPool))
+	if err != nil {
+		return true, fmt.Errorf("cudabackend: %w", err)
+	}
+	tiles := varlenTiles(qStarts, kv, int32(v.rows))
 	if len(tiles)/2 > 65535 { // past the grid's y extent: the legacy kernel has the tiles in x
 		legacy = true
 	}
-	f, ok := b.k.prefill.varlen[d]
+	f, ok := b.prefillKernel(v, d, true), true
 	if legacy {
 		f, ok = b.k.paged.flash[d]
 		tiles = varlenTiles(qStarts, kv, legacyTileRows)
 	}
-	if !ok {
+	if !ok || f == nil {
 		return false, nil
 	}
 	N := len(kv.SeqLens)
@@ -155,7 +186,7 @@ func (b *Backend) varlenFlash(out, q, kPool, vPool uintptr, qStarts []int32, kv 
 		return true, f.Launch(b.s, cuda.Dim3{X: nt, Y: H}, cuda.Dim3{X: 128}, 0, args...)
 	}
 	// Heads in x, tiles (longest first) in y, as flashAttention.
-	return true, f.Launch(b.s, cuda.Dim3{X: H, Y: nt}, cuda.Dim3{X: prefillThreads}, prefillSmem(d), args...)
+	return true, f.Launch(b.s, cuda.Dim3{X: H, Y: nt}, cuda.Dim3{X: v.threads}, v.smem(d), args...)
 }
 
 // ropeStoreV8 reports whether the vectorised RoPE + store kernels apply:

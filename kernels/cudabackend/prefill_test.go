@@ -19,19 +19,39 @@ func withFlash(legacy bool, f func()) {
 	f()
 }
 
-func flashName(legacy bool) string {
-	if legacy {
-		return "legacy"
+// withPrefill runs f with prefill attention through mode: "legacy"
+// (Backend.LegacyFlash) or a prefill variant's name (Backend.PrefillVariant),
+// restoring the environment's defaults after.
+func withPrefill(mode string, f func()) {
+	gb.LegacyFlash = mode == "legacy"
+	gb.PrefillVariant = ""
+	if mode != "legacy" {
+		gb.PrefillVariant = mode
 	}
-	return "prefill"
+	defer func() { gb.LegacyFlash, gb.PrefillVariant = legacyFlashFromEnv(), prefillVariantFromEnv() }()
+	f()
+}
+
+// prefillModes are the modes withPrefill takes for head width d: the
+// legacy kernels, the automatic choice and every variant built for d.
+func prefillModes(d int) []string {
+	modes := []string{"legacy", "auto"}
+	for _, v := range prefillVariants {
+		if v.hasWidth(d) {
+			modes = append(modes, v.name)
+		}
+	}
+	return modes
 }
 
 // TestPrefillAttentionKernels: prefill attention over a contiguous cache
-// through prefill.cu's kernels and the legacy ones, against the CPU
-// reference: T not a multiple of 64 or 128, a prefix already in the cache
-// (chunked prefill), sliding windows (narrower than a tile, as wide as the
-// context, one position), 1, 4 and 8 query heads per KV head, head widths
-// 32, 64 and 128; cache rows past the context are NaN and must not be read.
+// through prefill.cu's kernels, every variant of prefill_variants.cu (head
+// width 128; FT_PREFILL_VARIANT), the automatic choice and the legacy
+// kernels, against the CPU reference: T not a multiple of 64 or 128, a
+// prefix already in the cache (chunked prefill), sliding windows (narrower
+// than a tile, as wide as the context, one and three positions), 1, 2, 4 and
+// 8 query heads per KV head, head widths 32, 64 and 128; cache rows past the
+// context are NaN and must not be read.
 func TestPrefillAttentionKernels(t *testing.T) {
 	needGPU(t)
 	rng := newRNG(t)
@@ -51,49 +71,56 @@ func TestPrefillAttentionKernels(t *testing.T) {
 		{200, 37, 240, 4, 4, 64, 1},
 		{130, 5, 135, 4, 1, 32, 3},
 		{190, 10, 200, 8, 2, 128, 1000},
+		{150, 20, 170, 4, 2, 128, 1},
+		{97, 40, 140, 4, 4, 128, 3},
 	} {
-		for _, legacy := range []bool{false, true} {
-			name := fmt.Sprintf("%s T%d at %d H%d K%d d%d window %d", flashName(legacy), c.T, c.pos0, c.H, c.K, c.d, c.window)
-			t.Run(name, func(t *testing.T) {
-				n := c.pos0 + c.T
-				q := randBF16(rng, c.T*c.H*c.d, 2)
-				kv := randBF16(rng, 2*c.C*c.K*c.d, 2)
-				kc, vc := kv[:c.C*c.K*c.d], kv[c.C*c.K*c.d:]
-				gkc, gvc := poisoned(t, runtime.BF16, c.C, c.K, c.d), poisoned(t, runtime.BF16, c.C, c.K, c.d)
-				row := c.K * c.d
-				gkcFill, err := gkc.Slice(0, n)
-				if err != nil {
-					t.Fatal(err)
-				}
-				gvcFill, _ := gvc.Slice(0, n)
-				if err := gb.WriteBytes(gkcFill, bf16Bytes(kc[:n*row])); err != nil {
-					t.Fatal(err)
-				}
-				if err := gb.WriteBytes(gvcFill, bf16Bytes(vc[:n*row])); err != nil {
-					t.Fatal(err)
-				}
-				out := poisoned(t, runtime.BF16, c.T, c.H, c.d)
-				withFlash(legacy, func() {
-					err = gb.AttentionWindow(out, gpu(t, runtime.BF16, q, c.T, c.H, c.d), gkc, gvc, c.pos0, c.window)
+		// The data, the cache and the CPU reference once per case; the
+		// kernels in turn.
+		t.Run(fmt.Sprintf("T%d at %d H%d K%d d%d window %d", c.T, c.pos0, c.H, c.K, c.d, c.window), func(t *testing.T) {
+			n := c.pos0 + c.T
+			q := randBF16(rng, c.T*c.H*c.d, 2)
+			kv := randBF16(rng, 2*c.C*c.K*c.d, 2)
+			kc, vc := kv[:c.C*c.K*c.d], kv[c.C*c.K*c.d:]
+			gkc, gvc := poisoned(t, runtime.BF16, c.C, c.K, c.d), poisoned(t, runtime.BF16, c.C, c.K, c.d)
+			row := c.K * c.d
+			gkcFill, err := gkc.Slice(0, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gvcFill, _ := gvc.Slice(0, n)
+			if err := gb.WriteBytes(gkcFill, bf16Bytes(kc[:n*row])); err != nil {
+				t.Fatal(err)
+			}
+			if err := gb.WriteBytes(gvcFill, bf16Bytes(vc[:n*row])); err != nil {
+				t.Fatal(err)
+			}
+			gq := gpu(t, runtime.BF16, q, c.T, c.H, c.d)
+			ref := host(t, runtime.F32, nil, c.T, c.H, c.d)
+			if err := cb.AttentionWindow(ref, host(t, runtime.F32, q, c.T, c.H, c.d), host(t, runtime.F32, kc, c.C, c.K, c.d),
+				host(t, runtime.F32, vc, c.C, c.K, c.d), c.pos0, c.window); err != nil {
+				t.Fatal(err)
+			}
+			for _, mode := range prefillModes(c.d) {
+				t.Run(mode, func(t *testing.T) {
+					out := poisoned(t, runtime.BF16, c.T, c.H, c.d)
+					var err error
+					withPrefill(mode, func() { err = gb.AttentionWindow(out, gq, gkc, gvc, c.pos0, c.window) })
+					if err != nil {
+						t.Fatal(err)
+					}
+					compare(t, "Attention", read(t, out), ref.F32(), 1e-2, 2e-2)
 				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ref := host(t, runtime.F32, nil, c.T, c.H, c.d)
-				if err := cb.AttentionWindow(ref, host(t, runtime.F32, q, c.T, c.H, c.d), host(t, runtime.F32, kc, c.C, c.K, c.d),
-					host(t, runtime.F32, vc, c.C, c.K, c.d), c.pos0, c.window); err != nil {
-					t.Fatal(err)
-				}
-				compare(t, "Attention", read(t, out), ref.F32(), 1e-2, 2e-2)
-			})
-		}
+			}
+		})
 	}
 }
 
 // TestVarlenPrefillKernels: packed sequences of unequal lengths (1 query
 // among them, tiles of exactly 128, a prefix already cached) over a paged
-// pool with shuffled block tables, through prefill.cu's varlen kernel and
-// the legacy one, against the CPU reference.
+// pool with shuffled block tables, through prefill.cu's varlen kernel,
+// every variant (head width 128), the automatic choice (the 64-row variant
+// for these short sequences) and the legacy kernel, against the CPU
+// reference.
 func TestVarlenPrefillKernels(t *testing.T) {
 	needGPU(t)
 	rng := newRNG(t)
@@ -104,30 +131,56 @@ func TestVarlenPrefillKernels(t *testing.T) {
 	}{
 		{"d128 G4", 32, 8, 128, 16, 0, []pagedSeq{{1, 1}, {300, 300}, {129, 129}, {77, 200}, {1, 50}, {128, 128}, {513, 513}}},
 		{"d128 G1 window 100", 4, 4, 128, 16, 100, []pagedSeq{{257, 300}, {1, 1}, {200, 200}, {3, 700}}},
+		{"d128 G2 window 3", 4, 2, 128, 8, 3, []pagedSeq{{70, 70}, {33, 90}, {1, 1}, {129, 129}}},
 		{"d64 G1 window 40", 4, 4, 64, 16, 40, []pagedSeq{{130, 167}, {65, 65}, {3, 500}, {1, 1}}},
 		{"d64 G8", 8, 1, 64, 8, 0, []pagedSeq{{255, 255}, {2, 2}, {129, 400}}},
 		{"d32 G8 window 3", 8, 1, 32, 4, 3, []pagedSeq{{23, 23}, {12, 30}, {1, 1}, {140, 140}}},
 	} {
-		for _, legacy := range []bool{false, true} {
-			t.Run(flashName(legacy)+" "+c.name, func(t *testing.T) {
-				kv, qStarts, kp, vp, P := pagedLayout(rng, c.seqs, c.K, c.d, c.bs)
-				T := int(qStarts[len(c.seqs)])
-				q := randBF16(rng, T*c.H*c.d, 2)
-				ref := host(t, runtime.F32, nil, T, c.H, c.d)
-				hk, hv := host(t, runtime.F32, kp, P, c.K, c.d), host(t, runtime.F32, vp, P, c.K, c.d)
-				if err := cb.VarlenPrefillAttention(ref, host(t, runtime.F32, q, T, c.H, c.d), hk, hv, qStarts, kv, c.window); err != nil {
-					t.Fatal(err)
-				}
-				gq := gpu(t, runtime.BF16, q, T, c.H, c.d)
-				gk, gv := gpu(t, runtime.BF16, kp, P, c.K, c.d), gpu(t, runtime.BF16, vp, P, c.K, c.d)
-				out := poisoned(t, runtime.BF16, T, c.H, c.d)
-				var err error
-				withFlash(legacy, func() { err = gb.VarlenPrefillAttention(out, gq, gk, gv, qStarts, kv, c.window) })
-				if err != nil {
-					t.Fatal(err)
-				}
-				compare(t, "VarlenPrefillAttention", read(t, out), ref.F32(), 1e-2, 2e-2)
-			})
+		t.Run(c.name, func(t *testing.T) {
+			kv, qStarts, kp, vp, P := pagedLayout(rng, c.seqs, c.K, c.d, c.bs)
+			T := int(qStarts[len(c.seqs)])
+			q := randBF16(rng, T*c.H*c.d, 2)
+			ref := host(t, runtime.F32, nil, T, c.H, c.d)
+			hk, hv := host(t, runtime.F32, kp, P, c.K, c.d), host(t, runtime.F32, vp, P, c.K, c.d)
+			if err := cb.VarlenPrefillAttention(ref, host(t, runtime.F32, q, T, c.H, c.d), hk, hv, qStarts, kv, c.window); err != nil {
+				t.Fatal(err)
+			}
+			gq := gpu(t, runtime.BF16, q, T, c.H, c.d)
+			gk, gv := gpu(t, runtime.BF16, kp, P, c.K, c.d), gpu(t, runtime.BF16, vp, P, c.K, c.d)
+			for _, mode := range prefillModes(c.d) {
+				t.Run(mode, func(t *testing.T) {
+					out := poisoned(t, runtime.BF16, T, c.H, c.d)
+					var err error
+					withPrefill(mode, func() { err = gb.VarlenPrefillAttention(out, gq, gk, gv, qStarts, kv, c.window) })
+					if err != nil {
+						t.Fatal(err)
+					}
+					compare(t, "VarlenPrefillAttention", read(t, out), ref.F32(), 1e-2, 2e-2)
+				})
+			}
+		})
+	}
+}
+
+// TestPrefillVariantOccupancy: every prefill kernel of head width 128 runs
+// as many blocks per SM as its variant is built for (registers within its
+// launch bounds, shared memory allowed), and logs the numbers.
+func TestPrefillVariantOccupancy(t *testing.T) {
+	needGPU(t)
+	for _, v := range prefillVariants {
+		for _, varlen := range []bool{false, true} {
+			f := gb.prefillKernel(v, 128, varlen)
+			if f == nil {
+				t.Fatalf("%s: no kernel %s", v.name, v.kernel(128, varlen))
+			}
+			n, err := f.MaxActiveBlocksPerSM(v.threads, v.smem(128))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d blocks of %d threads and %d B per SM", f.Name(), n, v.threads, v.smem(128))
+			if n < v.perSM {
+				t.Errorf("%s: %d blocks per SM, built for %d", f.Name(), n, v.perSM)
+			}
 		}
 	}
 }
@@ -197,8 +250,8 @@ func TestRoPEStoreV8MatchesLegacy(t *testing.T) {
 
 // BenchmarkPrefillAttention times Llama-3-8B's prefill attention (32 heads,
 // 8 KV heads, d 128): one sequence of 8,192 tokens over a contiguous cache
-// and 64 sequences × 512 tokens packed over a paged pool, with prefill.cu's
-// kernels and the legacy ones (TFLOP/s counts the causal half of Q·Kᵀ and
+// and 64 sequences × 512 tokens packed over a paged pool, with the legacy
+// kernels, the automatic choice and every prefill variant (TFLOP/s counts the causal half of Q·Kᵀ and
 // P·V); and the RoPE + KV store of 8,192 tokens (GB/s of q, k, v read and
 // q, k and both cache rows written).
 //
@@ -252,12 +305,12 @@ func BenchmarkPrefillAttention(b *testing.B) {
 		}
 	}
 	causal := func(n int) float64 { return 4 * float64(n) * float64(n+1) / 2 * H * d }
-	for _, legacy := range []bool{false, true} {
-		name := flashName(legacy)
+	for _, mode := range prefillModes(d) {
+		name := mode
 		b.Run(name+"/8192", func(b *testing.B) {
 			const T = 8192
 			q, out, kc, vc := tensor(T, H, d), tensor(T, H, d), tensor(T, K, d), tensor(T, K, d)
-			withFlash(legacy, func() {
+			withPrefill(mode, func() {
 				timeOp(b, causal(T), 0, func() error { return gb.Attention(out, q, kc, vc, 0) })
 			})
 		})
@@ -274,10 +327,13 @@ func BenchmarkPrefillAttention(b *testing.B) {
 					kv.BlockTable = append(kv.BlockTable, int32(s*L/bs+j))
 				}
 			}
-			withFlash(legacy, func() {
+			withPrefill(mode, func() {
 				timeOp(b, N*causal(L), 0, func() error { return gb.VarlenPrefillAttention(out, q, kp, vp, qStarts, kv, 0) })
 			})
 		})
+		if mode != "legacy" && mode != "auto" { // the RoPE + store kernels do not depend on the variant
+			continue
+		}
 		b.Run(name+"/rope-store-8192", func(b *testing.B) {
 			const T = 8192
 			q, k, v, kc, vc := tensor(T, H, d), tensor(T, K, d), tensor(T, K, d), tensor(T, K, d), tensor(T, K, d)
@@ -286,7 +342,7 @@ func BenchmarkPrefillAttention(b *testing.B) {
 				b.Fatal(err)
 			}
 			bytes := float64(T) * 2 * (2*H*d + 2*K*d + K*d + 2*K*d)
-			withFlash(legacy, func() {
+			withPrefill(mode, func() {
 				timeOp(b, 0, bytes, func() error { return gb.RoPEStoreKV(q, k, v, kc, vc, 0, inv) })
 			})
 		})

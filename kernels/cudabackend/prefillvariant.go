@@ -1,0 +1,111 @@
+package cudabackend
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Configurations of the tensor-core prefill attention (FT_PREFILL_VARIANT,
+// Backend.PrefillVariant): prefill.cu's kernel ("base") and the layouts of
+// prefill_variants.cu, which exist for head width 128 only. This file has
+// no build tag so that the choice is tested without a GPU.
+
+// prefillVariant is one configuration of the prefill kernel.
+type prefillVariant struct {
+	name      string // the FT_PREFILL_VARIANT value
+	rows      int    // query rows per block (a query tile)
+	threads   int    // threads per block
+	qSmem     bool   // the query tile is staged in shared memory
+	perSM     int    // blocks per SM the kernel is built for at head width 128 (__launch_bounds__)
+	allWidths bool   // built for head widths 32, 64 and 128; else 128 only
+}
+
+// prefillVariants lists the configurations; the first is the default.
+var prefillVariants = []prefillVariant{
+	// 8 warps × 16 rows, queries in registers (prefill.cu).
+	{name: "base", rows: 128, threads: 256, perSM: 1, allWidths: true},
+	// 4 warps × 32 rows, queries in shared memory: each key/value fragment
+	// feeds two m16 tiles.
+	{name: "w4m32", rows: 128, threads: 128, qSmem: true, perSM: 2},
+	// 8 warps × 16 rows, queries in shared memory, ≤ 128 registers.
+	{name: "w8q", rows: 128, threads: 256, qSmem: true, perSM: 2},
+	// 4 warps × 16 rows (64-row tiles), queries in registers.
+	{name: "m64", rows: 64, threads: 128, perSM: 3},
+}
+
+// shortVarlenQueries is the most queries of one sequence for which the
+// automatic choice runs a packed batch through shortVarlenVariant.
+const shortVarlenQueries = 1024
+
+// shortVarlenVariant is the automatic choice for packed batches of short
+// sequences: shorter query tiles idle less on the causal diagonal, and a
+// block's start-up is a larger share of a short sequence's work.
+const shortVarlenVariant = "m64"
+
+// prefillVariantNames lists the values FT_PREFILL_VARIANT takes ("" and
+// "auto" choose per call).
+func prefillVariantNames() []string {
+	names := []string{"auto"}
+	for _, v := range prefillVariants {
+		names = append(names, v.name)
+	}
+	return names
+}
+
+// smem is the dynamic shared memory of the variant at head width d: two
+// stages of a 64-position key and a value tile, and the query tile when it
+// is staged, rows of d+8 bf16 values (PREFILL_VSMEM in prefill_variants.cu).
+func (v prefillVariant) smem(d int) int {
+	n := 2 * 2 * 64 * (d + 8) * 2
+	if v.qSmem {
+		n += v.rows * (d + 8) * 2
+	}
+	return n
+}
+
+// kernel is the name of the variant's kernel of head width d, contiguous
+// or varlen.
+func (v prefillVariant) kernel(d int, varlen bool) string {
+	kind := "attn_prefill_"
+	if varlen {
+		kind = "attn_varlen_prefill_"
+	}
+	if v.name == "base" {
+		return fmt.Sprintf("%sd%d_bf16", kind, d)
+	}
+	return fmt.Sprintf("%s%s_d%d_bf16", kind, v.name, d)
+}
+
+// hasWidth reports whether the variant is built for head width d.
+func (v prefillVariant) hasWidth(d int) bool {
+	if v.allWidths {
+		return d == 32 || d == 64 || d == 128
+	}
+	return d == 128
+}
+
+// choosePrefillVariant picks the configuration for a prefill of head width
+// d: setting (FT_PREFILL_VARIANT) names one, or with "" or "auto" the
+// choice is base, except for packed sequences (varlen) whose longest has at
+// most shortVarlenQueries queries, which take shortVarlenVariant. A variant
+// not built for d, or one staging the queries when aligned is false (rows
+// not 16-byte aligned), falls back to base.
+func choosePrefillVariant(setting string, d int, varlen bool, maxQueries int, aligned bool) (prefillVariant, error) {
+	name := setting
+	if name == "" || name == "auto" {
+		name = "base"
+		if varlen && maxQueries <= shortVarlenQueries {
+			name = shortVarlenVariant
+		}
+	}
+	for _, v := range prefillVariants {
+		if v.name != name {
+			continue
+		}
+		if !v.hasWidth(d) || (v.qSmem && !aligned) {
+			return prefillVariants[0], nil
+		}
+		return v, nil
+	}
+	return prefillVariant{}, fmt.Errorf("FT_PREFILL_VARIANT=%q: want one of %s", setting, strings.Join(prefillVariantNames(), ", "))
+}

@@ -1,0 +1,71 @@
+package cudabackend
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestChoosePrefillVariant: the automatic choice (base, the short-sequence
+// variant for packed batches of short sequences), forced variants, the
+// fallbacks to base (head width without the variant, unaligned rows), and
+// an unknown setting's error.
+func TestChoosePrefillVariant(t *testing.T) {
+	for _, c := range []struct {
+		setting           string
+		d                 int
+		varlen            bool
+		maxQ              int
+		aligned           bool
+		want, wantKernel  string
+		wantRows, threads int
+	}{
+		{"", 128, false, 8192, true, "base", "attn_prefill_d128_bf16", 128, 256},
+		{"auto", 128, false, 300, true, "base", "attn_prefill_d128_bf16", 128, 256},
+		{"", 128, true, 512, true, "m64", "attn_varlen_prefill_m64_d128_bf16", 64, 128},
+		{"", 128, true, 1024, true, "m64", "attn_varlen_prefill_m64_d128_bf16", 64, 128},
+		{"", 128, true, 1025, true, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
+		{"", 64, true, 512, true, "base", "attn_varlen_prefill_d64_bf16", 128, 256},
+		{"w4m32", 128, false, 8192, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
+		{"w4m32", 128, true, 100, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
+		{"w4m32", 128, false, 8192, false, "base", "attn_prefill_d128_bf16", 128, 256},
+		{"w8q", 32, false, 8192, true, "base", "attn_prefill_d32_bf16", 128, 256},
+		{"w8q", 128, true, 8192, true, "w8q", "attn_varlen_prefill_w8q_d128_bf16", 128, 256},
+		{"m64", 128, false, 8192, false, "m64", "attn_prefill_m64_d128_bf16", 64, 128},
+		{"base", 128, true, 512, true, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
+	} {
+		v, err := choosePrefillVariant(c.setting, c.d, c.varlen, c.maxQ, c.aligned)
+		if err != nil {
+			t.Errorf("%+v: %v", c, err)
+			continue
+		}
+		if v.name != c.want || v.kernel(c.d, c.varlen) != c.wantKernel || v.rows != c.wantRows || v.threads != c.threads {
+			t.Errorf("%q d%d varlen %v maxQ %d aligned %v: %s (%s, %d rows, %d threads), want %s (%s, %d rows, %d threads)",
+				c.setting, c.d, c.varlen, c.maxQ, c.aligned, v.name, v.kernel(c.d, c.varlen), v.rows, v.threads,
+				c.want, c.wantKernel, c.wantRows, c.threads)
+		}
+	}
+	_, err := choosePrefillVariant("w4m16", 128, false, 10, true)
+	if err == nil || !strings.Contains(err.Error(), `FT_PREFILL_VARIANT="w4m16"`) || !strings.Contains(err.Error(), "w4m32") {
+		t.Errorf("unknown variant: error %v, want one naming the setting and the choices", err)
+	}
+}
+
+// TestPrefillVariantSmem: the dynamic shared memory of each variant at head
+// width 128 (two key/value stages, plus the query tile when staged) fits
+// the blocks per SM it is built for within the H100/H200's 227 KiB per SM
+// (each block also reserves 1 KiB), and one block fits the 227 KiB limit.
+func TestPrefillVariantSmem(t *testing.T) {
+	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632}
+	for _, v := range prefillVariants {
+		n := v.smem(128)
+		if n != want[v.name] {
+			t.Errorf("%s: %d bytes, want %d", v.name, n, want[v.name])
+		}
+		if v.perSM*(n+1024) > 228<<10 {
+			t.Errorf("%s: %d blocks of %d bytes do not fit an SM", v.name, v.perSM, n)
+		}
+		if v.rows%(v.threads/32*16) != 0 {
+			t.Errorf("%s: %d rows do not split into m16 tiles over %d warps", v.name, v.rows, v.threads/32)
+		}
+	}
+}
