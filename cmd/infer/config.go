@@ -30,25 +30,27 @@ import (
 // extraEnv are FT_ variables that are not flags, with the values each
 // takes (nil: any value).
 var extraEnv = map[string][]string{
-	"FT_CONFIG":              nil,                              // the config file
-	"FT_FORCE_PROGRESS":      {"", "0", "1"},                   // draw progress bars even when stderr is not a terminal (tests)
-	"FT_SOAK":                nil,                              // forwards in the offload soak test
-	"FT_TRACE":               {"", "0", "1"},                   // print set-up step durations to stderr
-	"FT_PINNED":              {"", "register", "alloc"},        // "alloc": pin host blocks with cuMemHostAlloc instead of cuMemHostRegister (cuda builds)
-	"FT_KERNEL_CACHE":        nil,                              // the kernel cache directory, or "off"
-	"FT_TEST_STALL":          {"", "open", "load"},             // tests: block at a phase until a signal (see stallForTest)
-	"FT_NCCL_LIB":            nil,                              // the libnccl to load for several GPUs (cuda builds)
-	"FT_DECODE_ATTN":         {"", "legacy"},                   // "legacy": the staged decode attention + combine launch (A/B runs, cuda builds)
-	"FT_FUSE_ADDNORM":        {"", "0", "1"},                   // "0": residual add and RMSNorm as two launches (A/B runs, cuda builds)
-	"FT_GEMV":                {"", "rowblocks"},                // "rowblocks": one-token products by the row-block GEMV kernels (A/B runs, cuda builds)
-	"FT_DECODE_SPLIT":        {"", "16", "32", "64"},           // cache positions per block of the staged one-sequence decode attention (A/B runs, cuda builds)
-	"FT_FLASH":               {"", "legacy"},                   // "legacy": the 64-row prefill flash kernels and scalar RoPE + KV store (A/B runs, cuda builds)
-	"FT_DECODE_PIPE":         {"", "0", "1"},                   // "0": the single-buffered tensor-core decode attention, not the pipelined one (A/B runs, cuda builds)
-	"FT_DECODE_CHUNK":        {"", "64", "128", "256"},         // fewest positions per split of the pipelined decode attention (A/B runs, cuda builds)
-	"FT_PDL":                 {"", "0", "1"},                   // "0": no programmatic dependent launch of the decode kernels on sm_90 (A/B runs, cuda builds)
-	"FT_FP8_GEMV":            {"", "legacy"},                   // "legacy": FP8 weights through the first FP8 kernels, one GEMV launch per projection (A/B runs, cuda builds)
-	"FT_FP8_GEMM":            {"", "lt", "lt-fast", "dequant"}, // multi-token matmuls by per-channel FP8 weights: cuBLASLt FP8 GEMM (W8A8, default), the same with fast accumulation, or dequantize to BF16 (cuda builds)
-	"FT_FP8_GEMM_MIN_TOKENS": nil,                              // the fewest tokens that take the FP8 GEMM (default 16; cuda builds)
+	"FT_CONFIG":              nil,                                                                                                                // the config file
+	"FT_FORCE_PROGRESS":      {"", "0", "1"},                                                                                                     // draw progress bars even when stderr is not a terminal (tests)
+	"FT_SOAK":                nil,                                                                                                                // forwards in the offload soak test
+	"FT_TRACE":               {"", "0", "1"},                                                                                                     // print set-up step durations to stderr
+	"FT_PINNED":              {"", "register", "alloc"},                                                                                          // "alloc": pin host blocks with cuMemHostAlloc instead of cuMemHostRegister (cuda builds)
+	"FT_KERNEL_CACHE":        nil,                                                                                                                // the kernel cache directory, or "off"
+	"FT_TEST_STALL":          {"", "open", "load"},                                                                                               // tests: block at a phase until a signal (see stallForTest)
+	"FT_NCCL_LIB":            nil,                                                                                                                // the libnccl to load for several GPUs (cuda builds)
+	"FT_DECODE_ATTN":         {"", "legacy"},                                                                                                     // "legacy": the staged decode attention + combine launch (A/B runs, cuda builds)
+	"FT_FUSE_ADDNORM":        {"", "0", "1"},                                                                                                     // "0": residual add and RMSNorm as two launches (A/B runs, cuda builds)
+	"FT_GEMV":                {"", "rowblocks"},                                                                                                  // "rowblocks": one-token products by the row-block GEMV kernels (A/B runs, cuda builds)
+	"FT_DECODE_SPLIT":        {"", "16", "32", "64"},                                                                                             // cache positions per block of the staged one-sequence decode attention (A/B runs, cuda builds)
+	"FT_FLASH":               {"", "legacy"},                                                                                                     // "legacy": the 64-row prefill flash kernels and scalar RoPE + KV store (A/B runs, cuda builds)
+	"FT_DECODE_PIPE":         {"", "0", "1"},                                                                                                     // "0": the single-buffered tensor-core decode attention, not the pipelined one (A/B runs, cuda builds)
+	"FT_DECODE_CHUNK":        {"", "64", "128", "256"},                                                                                           // fewest positions per split of the pipelined decode attention (A/B runs, cuda builds)
+	"FT_DECODE_VARIANT":      {"", "s3w4h1r", "s3w4h1o", "s2w4h1o", "s2w4h1r", "s4w4h1r", "s3w8h1r", "s2w4h4r", "s3w4h4r", "s2w8h8r", "s3w8h8r"}, // compiled variant of the pipelined decode attention at head width 128 (kernels/cudabackend/decode.go pipeVariants; A/B runs, cuda builds)
+	"FT_DECODE_SPLITS":       nil,                                                                                                                // splits per (row, KV head block) of the pipelined decode attention's grid (A/B runs, cuda builds)
+	"FT_PDL":                 {"", "0", "1"},                                                                                                     // "0": no programmatic dependent launch of the decode kernels on sm_90 (A/B runs, cuda builds)
+	"FT_FP8_GEMV":            {"", "legacy"},                                                                                                     // "legacy": FP8 weights through the first FP8 kernels, one GEMV launch per projection (A/B runs, cuda builds)
+	"FT_FP8_GEMM":            {"", "lt", "lt-fast", "dequant"},                                                                                   // multi-token matmuls by per-channel FP8 weights: cuBLASLt FP8 GEMM (W8A8, default), the same with fast accumulation, or dequantize to BF16 (cuda builds)
+	"FT_FP8_GEMM_MIN_TOKENS": nil,                                                                                                                // the fewest tokens that take the FP8 GEMM (default 16; cuda builds)
 }
 
 // envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.
