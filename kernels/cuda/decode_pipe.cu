@@ -25,13 +25,28 @@
 //     splits' loads in flight per thread (decode_mma.cu walks the splits one
 //     after another per output element).
 //
-// Dynamic shared memory: NW·S·SLOTS·512 bytes (the ring; reused after the
-// loop for the warps' partial outputs and the merge's scratch). The Go side
-// (decode.go: pipeStages, pipeSmem) launches with exactly that.
+// Tuning (template arguments, one compiled kernel per variant; decode.go's
+// pipeVariants lists them and FT_DECODE_VARIANT picks one at run time):
+//   - S ring stages per warp (S−1 groups in flight while a warp multiplies);
+//   - NW warps per block;
+//   - KPB KV heads per block: warp w takes head blockIdx.x·KPB + w%KPB and,
+//     with the other NW/KPB warps of that head, every (NW/KPB)-th group of
+//     the split, so a block reads KPB·256 contiguous bytes of each cache
+//     row (d128) instead of one 256-byte piece;
+//   - KROW: the key copies cover whole 256-byte rows, two rows per warp
+//     instruction (four full 128-byte lines, half the requests of the
+//     reader's own pieces, eight half lines); a lane then reads pieces other
+//     lanes copied, so the warp meets at __syncwarp after the wait and
+//     before overwriting a stage.
+//
+// Dynamic shared memory: the larger of the ring, NW·S·SLOTS·512 bytes, and
+// the scratch after the loop (the warps' partial outputs and the merge's
+// factors and sums, which grow with the splits); decode.go's pipeSmem
+// computes it.
 
-// FT_PIPE_MAXSPLIT is the most splits the merge scratch holds; a grid with
-// more uses only the first FT_PIPE_MAXSPLIT.
-#define FT_PIPE_MAXSPLIT 64
+// FT_PIPE_MAXSPLIT is the most splits a (row, head block) pair uses; a grid
+// with more uses only the first FT_PIPE_MAXSPLIT (decode.go caps it too).
+#define FT_PIPE_MAXSPLIT 256
 
 // cp_async_wait_n waits until at most N of this thread's cp.async groups are
 // still pending.
@@ -47,29 +62,34 @@ __device__ __forceinline__ float4 ld_cg_f4(const float* p) {
 	return v;
 }
 
-// decode_pipe_body: block (kvh, split, t) = blockIdx (x, y, z), 128 threads,
-// S ring stages, query row t and KV head kvh; rows, table, posp as in
-// decode_mma_body. The pair uses ns = clamp(ceil(span/minChunk), 1, nsplit)
-// splits of span = the visible positions (blocks with split ≥ ns return);
-// split i takes positions lo + i·chunk .. +chunk, chunk = ceil(span/ns)
-// rounded up to 16. One split writes out itself; else each writes its
-// partials po[t, split, h, :], pml[t, split, h] and the last of the ns to
-// finish (cnt[t·K+kvh], zero between launches and left zero) merges them.
-template <int HD, int S, bool PAGED>
+// decode_pipe_body: block (kb, split, t) = blockIdx (x, y, z), NW·32
+// threads, S ring stages, query row t and KV heads kb·KPB .. +KPB; rows,
+// table, posp as in decode_mma_body. The pair uses ns = clamp(ceil(span /
+// minChunk), 1, nsplit) splits of span = the visible positions (blocks
+// with split ≥ ns return); split i takes positions lo + i·chunk .. +chunk,
+// chunk = ceil(span/ns) rounded up to 16. One split writes out itself; else
+// each writes its partials po[t, split, h, :], pml[t, split, h] and the
+// last of the ns to finish (cnt[t·(K/KPB)+kb], zero between launches and
+// left zero) merges them.
+template <int HD, int S, int NW, int KPB, bool KROW, bool PAGED>
 __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table, int maxBlocks, int bs,
 		const int* posp, int pos0, float scale_log2, int window) {
-	constexpr int NW = 4;                   // warps
+	constexpr int WPH = NW / KPB;           // warps per KV head
 	constexpr int KJ = HD / 32;             // 16-byte key pieces per key and thread
 	constexpr int VU = HD / 64;             // 16-byte value pieces per key and thread
 	constexpr int ND = HD / 8;              // 8-column blocks of the output
 	constexpr int SLOTS = 2 * KJ + 4 * VU;  // 16-byte pieces per thread and stage
+	constexpr int RP = HD / 8;              // 16-byte pieces of one key row (KROW)
+	static_assert(NW % KPB == 0, "decode_pipe_body: NW must be a multiple of KPB");
 	extern __shared__ uint4 pipe_smem[];
 	__shared__ float sm_m[NW][8], sm_l[NW][8];
 	__shared__ int isLast;
 	ft_pdl_wait();
-	const int kvh = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+	const int split = blockIdx.y, t = blockIdx.z;
 	const int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int hi = warp % KPB, wi = warp / KPB;  // this warp's head in the block, its place among the head's warps
+	const int kvh = blockIdx.x * KPB + hi;
 	const int g = lane >> 2, tg = lane & 3;
 	const int* tab = nullptr;
 	int n;
@@ -108,25 +128,38 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 		if (p >= end) p = beg;
 		return PAGED ? tab[p / bs] * bs + p % bs : p;
 	};
-	// This warp's groups: the split's 16-key groups warp, warp+NW, ...
+	// This warp's groups: the split's 16-key groups wi, wi+WPH, ...
 	const int ng = end > beg ? (end - beg + 15) >> 4 : 0;
-	const int myg = ng > warp ? (ng - warp + NW - 1) / NW : 0;  // warp-uniform
-	auto first = [&](int i) -> int { return beg + (warp + NW * i) * 16; };
+	const int myg = ng > wi ? (ng - wi + WPH - 1) / WPH : 0;  // warp-uniform
+	auto first = [&](int i) -> int { return beg + (wi + WPH * i) * 16; };
 	uint4* ring = pipe_smem + warp * (S * SLOTS * 32) + lane;
 	// issue starts the copies of group i into stage i%S; row is this lane's
 	// row of key lane&15 of the group. The whole warp calls it.
 	auto issue = [&](int i, int row) {
-		const int kr0 = __shfl_sync(FT_FULL, row, g), kr1 = __shfl_sync(FT_FULL, row, 8 + g);
+		uint4* st = ring + (i % S) * (SLOTS * 32);
+		if (KROW) {
+			// Instruction x copies keys 2x and 2x+1 whole: lane L piece c = L%RP
+			// of key 2x + L/RP, into the slot its reader (key k, piece c) takes:
+			// lane 4(k%8) + c%4 of slot (k/8)·KJ + c/4.
+			uint4* base = st - lane;
+#pragma unroll
+			for (int x = 0; x < 16 * RP / 32; x++) {
+				const int key = (32 * x + lane) / RP, c = lane % RP;
+				const int kr = __shfl_sync(FT_FULL, row, key);
+				cp_async16(base + ((key / 8) * KJ + c / 4) * 32 + 4 * (key % 8) + c % 4, kb + (usize)kr * rs + 8 * c);
+			}
+		} else {
+			const int kr0 = __shfl_sync(FT_FULL, row, g), kr1 = __shfl_sync(FT_FULL, row, 8 + g);
+			const bf16_t* k0 = kb + (usize)kr0 * rs + 8 * tg;
+			const bf16_t* k1 = kb + (usize)kr1 * rs + 8 * tg;
+#pragma unroll
+			for (int j = 0; j < KJ; j++) {
+				cp_async16(st + j * 32, k0 + 32 * j);
+				cp_async16(st + (KJ + j) * 32, k1 + 32 * j);
+			}
+		}
 		const int vr[4] = {__shfl_sync(FT_FULL, row, 2 * tg), __shfl_sync(FT_FULL, row, 2 * tg + 1),
 				__shfl_sync(FT_FULL, row, 8 + 2 * tg), __shfl_sync(FT_FULL, row, 9 + 2 * tg)};
-		uint4* st = ring + (i % S) * (SLOTS * 32);
-		const bf16_t* k0 = kb + (usize)kr0 * rs + 8 * tg;
-		const bf16_t* k1 = kb + (usize)kr1 * rs + 8 * tg;
-#pragma unroll
-		for (int j = 0; j < KJ; j++) {
-			cp_async16(st + j * 32, k0 + 32 * j);
-			cp_async16(st + (KJ + j) * 32, k1 + 32 * j);
-		}
 #pragma unroll
 		for (int r = 0; r < 4; r++) {
 			const bf16_t* v = vb + (usize)vr[r] * rs + 8 * g;
@@ -149,13 +182,16 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 	int nrow = pr[S - 1];  // the row of group i+S−1 at the top of iteration i
 	for (int i = 0; i < myg; i++) {
 		const int nx = i + S - 1;
-		// Stage nx%S = (i−1)%S: this thread read it last iteration, and those
-		// reads were consumed by its products, so they are done.
+		// Stage nx%S = (i−1)%S: this warp read it last iteration, and those
+		// reads were consumed by its products, so they are done (KROW: in
+		// every lane, which the __syncwarp makes sure of).
+		if (KROW) __syncwarp();
 		if (nx < myg) issue(nx, nrow);
 		cp_async_commit();
 		if (nx + 1 < myg) nrow = rowOf(first(nx + 1) + (lane & 15));
 		// S+i groups committed; at most S−1 pending: groups 0..i are in.
 		cp_async_wait_n<S - 1>();
+		if (KROW) __syncwarp();  // the other lanes' key copies are in too
 		const uint4* st = ring + (i % S) * (SLOTS * 32);
 		uint4 kw0[KJ], kw1[KJ], vw[4][VU];
 #pragma unroll
@@ -243,82 +279,81 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 		}
 	}
 	__syncthreads();
-	const usize hb = (usize)kvh * G;
+	// The block's heads: GK = KPB·G consecutive query heads from hb; head
+	// gq = hh·G + gg is head gg of block head hh, whose warps are hh,
+	// hh+KPB, ...
+	const int GK = KPB * G;
+	const usize hb = (usize)blockIdx.x * GK;
 	const usize base = ((usize)t * nsplit + split) * H + hb;
-	for (int j = tid; j < G * HD; j += NW * 32) {
-		const int gg = j / HD, dd = j - gg * HD;
+	for (int j = tid; j < GK * HD; j += NW * 32) {
+		const int gq = j / HD, dd = j - gq * HD;
+		const int hh = gq / G, gg = gq - hh * G;
 		float M = -FT_INF;
 #pragma unroll
-		for (int w = 0; w < NW; w++) M = fmaxf(M, sm_m[w][gg]);
+		for (int x = 0; x < WPH; x++) M = fmaxf(M, sm_m[hh + KPB * x][gg]);
 		float O = 0.f, L = 0.f;
 		if (M != -FT_INF) {
 #pragma unroll
-			for (int w = 0; w < NW; w++) {
+			for (int x = 0; x < WPH; x++) {
+				const int w = hh + KPB * x;
 				const float f = exp2f(sm_m[w][gg] - M);
 				O += f * so[(w * 8 + gg) * HD + dd];
 				L += f * sm_l[w][gg];
 			}
 		}
 		if (ns == 1) {
-			out[((usize)t * H + hb + gg) * HD + dd] = f2bf(O / L);
+			out[((usize)t * H + hb + gq) * HD + dd] = f2bf(O / L);
 		} else {
-			po[(base + gg) * HD + dd] = O;
+			po[(base + gq) * HD + dd] = O;
 			if (dd == 0) {
-				pml[(base + gg) * 2] = M;
-				pml[(base + gg) * 2 + 1] = L;
+				pml[(base + gq) * 2] = M;
+				pml[(base + gq) * 2 + 1] = L;
 			}
 		}
 	}
 	if (ns == 1) return;
-	// The last block of (t, kvh) to finish merges the ns splits.
+	// The last block of (t, kb) to finish merges the ns splits.
 	__threadfence();
 	__syncthreads();
-	if (tid == 0) isLast = atomicAdd(cnt + (usize)t * K + kvh, 1) == ns - 1;
+	const usize ci = (usize)t * gridDim.x + blockIdx.x;
+	if (tid == 0) isLast = atomicAdd(cnt + ci, 1) == ns - 1;
 	__syncthreads();
 	if (!isLast) return;
 	__threadfence();
-	// Scratch after so (dead now): fs[sp][8] (each split's max, then its
-	// factor 2^(m−M)), fl[sp][8] (its sum), finv[8] (1/Σ), red (per-phase
-	// sums, 256 float4 at most; 16-byte aligned for HD 64 and 128).
+	// Scratch after so (dead now): fs[sp·GK + gq] (each split's factor
+	// 2^(m−M)), finv[GK] (1/Σ), red (per-phase sums, max(GK·HD/4, NW·32)
+	// float4; 16-byte aligned: GK rounded up to 4).
 	float* fs = so + NW * 8 * HD;
-	float* fl = fs + FT_PIPE_MAXSPLIT * 8;
-	float* finv = fl + FT_PIPE_MAXSPLIT * 8;
-	float4* red = (float4*)(finv + 16);
-	for (int j = tid; j < ns * G; j += NW * 32) {
-		const int sp = j / G, gg = j - sp * G;
-		const usize i = (((usize)t * nsplit + sp) * H + hb + gg) * 2;
-		fs[sp * 8 + gg] = ld_cg_f32(pml + i);
-		fl[sp * 8 + gg] = ld_cg_f32(pml + i + 1);
-	}
-	__syncthreads();
-	for (int gg = warp; gg < G; gg += NW) {
+	float* finv = fs + ns * GK;
+	float4* red = (float4*)(finv + ((GK + 3) & ~3) + ((ns * GK) & 3 ? 4 - ((ns * GK) & 3) : 0));
+	for (int gq = warp; gq < GK; gq += NW) {
 		float M = -FT_INF;
-		for (int sp = lane; sp < ns; sp += 32) M = fmaxf(M, fs[sp * 8 + gg]);
+		for (int sp = lane; sp < ns; sp += 32) M = fmaxf(M, ld_cg_f32(pml + (((usize)t * nsplit + sp) * H + hb + gq) * 2));
 #pragma unroll
 		for (int x = 16; x > 0; x >>= 1) M = fmaxf(M, __shfl_xor_sync(FT_FULL, M, x));
 		// M is finite: split 0 holds position lo.
 		float L = 0.f;
 		for (int sp = lane; sp < ns; sp += 32) {
-			const float f = exp2f(fs[sp * 8 + gg] - M);  // an empty split: m = −∞, f = 0
-			fs[sp * 8 + gg] = f;
-			L += f * fl[sp * 8 + gg];
+			const float* ml = pml + (((usize)t * nsplit + sp) * H + hb + gq) * 2;
+			const float f = exp2f(ld_cg_f32(ml) - M);  // an empty split: m = −∞, f = 0
+			fs[sp * GK + gq] = f;
+			L += f * ld_cg_f32(ml + 1);
 		}
 		L = warp_sum(L);
-		if (lane == 0) finv[gg] = 1.f / L;
+		if (lane == 0) finv[gq] = 1.f / L;
 	}
 	__syncthreads();
-	// Outputs: items = G·HD/4 column slices of 4; P phases of threads share
+	// Outputs: items = GK·HD/4 column slices of 4; P phases of threads share
 	// the splits (phase ph takes splits ph, ph+P, ...), U splits' loads in
-	// flight per thread; a thread takes slices it0 and it0+128 (G·HD/4 ≤
-	// 256), one after the other.
+	// flight per thread; a thread takes slices it0, it0+NW·32, ...
 	constexpr int QH = HD / 4;  // slices per head
 	constexpr int U = 16;       // splits in flight per thread
-	const int items = G * QH;
+	const int items = GK * QH;
 	const int P = items >= NW * 32 ? 1 : (NW * 32) / items;
 	const int ph = items >= NW * 32 ? 0 : tid / items;
 	const int it0 = items >= NW * 32 ? tid : tid - ph * items;
 	for (int it = it0; ph < P && it < items; it += NW * 32) {
-		const int gg = it / QH;
+		const int gq = it / QH;
 		float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 		for (int sp0 = ph; sp0 < ns; sp0 += P * U) {
 			float4 v[U];
@@ -330,7 +365,7 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 #pragma unroll
 			for (int u = 0; u < U; u++) {
 				const int sp = sp0 + P * u;
-				const float f = sp < ns ? fs[sp * 8 + gg] : 0.f;
+				const float f = sp < ns ? fs[sp * GK + gq] : 0.f;
 				acc.x += f * v[u].x;
 				acc.y += f * v[u].y;
 				acc.z += f * v[u].z;
@@ -349,52 +384,60 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 			r.z += x.z;
 			r.w += x.w;
 		}
-		const int gg = it / QH, d0 = (it - gg * QH) * 4;
-		const float inv = finv[gg];
-		bf16_t* op = out + ((usize)t * H + hb + gg) * HD + d0;
+		const int gq = it / QH, d0 = (it - gq * QH) * 4;
+		const float inv = finv[gq];
+		bf16_t* op = out + ((usize)t * H + hb + gq) * HD + d0;
 		op[0] = f2bf(r.x * inv);
 		op[1] = f2bf(r.y * inv);
 		op[2] = f2bf(r.z * inv);
 		op[3] = f2bf(r.w * inv);
 	}
-	if (tid == 0) cnt[(usize)t * K + kvh] = 0;
+	if (tid == 0) cnt[ci] = 0;
 }
 
-// attn_decode_pipe_d64_bf16: decode_pipe_body over a contiguous cache
-// [C,K,64] (queries at positions ft_pos(posp,pos0)+t), 4 ring stages; grid
-// (K, nsplit, T), 128 threads, 65,536 bytes of dynamic shared memory.
-extern "C" __global__ void __launch_bounds__(128) attn_decode_pipe_d64_bf16(bf16_t* out, float* po, float* pml, int* cnt,
-		const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* posp, int pos0,
-		float scale_log2, int window) {
-	decode_pipe_body<64, 4, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1, posp, pos0,
-			scale_log2, window);
-}
+// FT_PIPE_MINB is the blocks per SM the ring of a variant leaves room for
+// (228 KiB an SM, 1 KiB reserved a block; at most 4): the register bound
+// of __launch_bounds__.
+#define FT_PIPE_MINB(HD, S, NW) \
+	((233472 / ((NW) * (S) * (HD) * 64 + 1024)) > 4 ? 4 : (233472 / ((NW) * (S) * (HD) * 64 + 1024)) < 1 ? 1 : (233472 / ((NW) * (S) * (HD) * 64 + 1024)))
 
-// attn_decode_pipe_d128_bf16 is attn_decode_pipe_d64_bf16 for head width
-// 128: 3 ring stages, 98,304 bytes of dynamic shared memory.
-extern "C" __global__ void __launch_bounds__(128) attn_decode_pipe_d128_bf16(bf16_t* out, float* po, float* pml, int* cnt,
-		const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* posp, int pos0,
-		float scale_log2, int window) {
-	decode_pipe_body<128, 3, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1, posp, pos0,
-			scale_log2, window);
-}
+// FT_PIPE_VARIANT defines the two kernels of one variant, named by head
+// width HD, stages S, warps NW, KV heads per block KPB and key copy (r:
+// whole rows, KROW; o: own pieces):
+//
+// attn_decode_pipe_d{HD}_s{S}_w{NW}_h{KPB}{r|o}_bf16 is decode_pipe_body over
+// a contiguous cache [C,K,HD] (queries at positions ft_pos(posp,pos0)+t);
+// grid (K/KPB, nsplit, T), NW·32 threads, decode.go's pipeSmem bytes of
+// dynamic shared memory.
+//
+// attn_paged_decode_pipe_d{HD}_... is the same over paged pools [P,K,HD]
+// with the query rows and block table of attn_paged_decode_mma_d*_bf16;
+// grid (K/KPB, nsplit, rows).
+#define FT_PIPE_VARIANT(HD, S, NW, KPB, KR, KROW)                                                                                     \
+	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
+			attn_decode_pipe_d##HD##_s##S##_w##NW##_h##KPB##KR##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,     \
+					const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* posp, int pos0,                 \
+					float scale_log2, int window) {                                                                                        \
+		decode_pipe_body<HD, S, NW, KPB, KROW, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1,  \
+				posp, pos0, scale_log2, window);                                                                                           \
+	}                                                                                                                                  \
+	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
+			attn_paged_decode_pipe_d##HD##_s##S##_w##NW##_h##KPB##KR##_bf16(bf16_t* out, float* po, float* pml, int* cnt,               \
+					const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows,          \
+					const int* table, int maxBlocks, int bs, float scale_log2, int window) {                                               \
+		decode_pipe_body<HD, S, NW, KPB, KROW, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks,  \
+				bs, nullptr, 0, scale_log2, window);                                                                                       \
+	}
 
-// attn_paged_decode_pipe_d64_bf16: decode_pipe_body over paged pools
-// [P,K,64] with the query rows and block table of
-// attn_paged_decode_mma_d64_bf16; grid (K, nsplit, rows), 128 threads,
-// 65,536 bytes of dynamic shared memory.
-extern "C" __global__ void __launch_bounds__(128) attn_paged_decode_pipe_d64_bf16(bf16_t* out, float* po, float* pml, int* cnt,
-		const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows,
-		const int* table, int maxBlocks, int bs, float scale_log2, int window) {
-	decode_pipe_body<64, 4, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks, bs, nullptr, 0,
-			scale_log2, window);
-}
-
-// attn_paged_decode_pipe_d128_bf16 is attn_paged_decode_pipe_d64_bf16 for
-// head width 128: 98,304 bytes of dynamic shared memory.
-extern "C" __global__ void __launch_bounds__(128) attn_paged_decode_pipe_d128_bf16(bf16_t* out, float* po, float* pml, int* cnt,
-		const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows,
-		const int* table, int maxBlocks, int bs, float scale_log2, int window) {
-	decode_pipe_body<128, 3, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks, bs, nullptr, 0,
-			scale_log2, window);
-}
+// The variants; decode.go's pipeVariants must list the same.
+FT_PIPE_VARIANT(64, 4, 4, 1, o, false)
+FT_PIPE_VARIANT(128, 3, 4, 1, o, false)
+FT_PIPE_VARIANT(128, 3, 4, 1, r, true)
+FT_PIPE_VARIANT(128, 2, 4, 1, o, false)
+FT_PIPE_VARIANT(128, 2, 4, 1, r, true)
+FT_PIPE_VARIANT(128, 4, 4, 1, r, true)
+FT_PIPE_VARIANT(128, 3, 8, 1, r, true)
+FT_PIPE_VARIANT(128, 2, 4, 4, r, true)
+FT_PIPE_VARIANT(128, 3, 4, 4, r, true)
+FT_PIPE_VARIANT(128, 2, 8, 8, r, true)
+FT_PIPE_VARIANT(128, 3, 8, 8, r, true)

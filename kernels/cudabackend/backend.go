@@ -88,7 +88,16 @@ type Backend struct {
 	// pipelined decode attention (0: 128); FT_DECODE_CHUNK sets it when the
 	// backend is made (A/B runs).
 	DecodePipeChunk int
-	counters        *runtime.DeviceBuffer // the decode kernels' last-block counters (decode.go)
+	// DecodePipeVariant names the compiled variant of the pipelined decode
+	// attention at head width 128 (decode.go's pipeVariants, e.g. "s3w4h1r";
+	// "" = the default); FT_DECODE_VARIANT sets it when the backend is made
+	// (A/B runs).
+	DecodePipeVariant string
+	// DecodePipeSplits fixes the grid's splits per (query row, KV head
+	// block) of the pipelined decode attention (0: chosen from the shape);
+	// FT_DECODE_SPLITS sets it when the backend is made (A/B runs).
+	DecodePipeSplits int
+	counters         *runtime.DeviceBuffer // the decode kernels' last-block counters (decode.go)
 
 	// NoFusedAddNorm makes AddRMSNorm run Add then RMSNorm (two launches)
 	// instead of add_rmsnorm_f32_bf16. New sets it when FT_FUSE_ADDNORM=0.
@@ -254,6 +263,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		LegacyFP8GEMV: legacyFP8FromEnv(), PrefillVariant: prefillVariantFromEnv(),
 		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT"),
 		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK"),
+		DecodePipeVariant: os.Getenv("FT_DECODE_VARIANT"), DecodePipeSplits: envInt("FT_DECODE_SPLITS"),
 		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok}
 	cd.AtClose(b.Close)
 	return b, nil

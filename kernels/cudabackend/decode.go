@@ -15,6 +15,11 @@ import (
 // widths 64 and 128, at most 8 query heads per KV head, the split partials
 // merged by the last block to finish instead of a combine launch.
 //
+// Tuning (A/B runs, bench/h200-decsweep.sh): Backend.DecodePipeVariant
+// (FT_DECODE_VARIANT) picks a compiled variant of the pipelined kernels
+// (pipeVariants) and Backend.DecodePipeSplits (FT_DECODE_SPLITS) fixes the
+// grid's splits per (row, head block).
+//
 // Switches: Backend.LegacyDecodeAttention (FT_DECODE_ATTN=legacy in the
 // environment when the backend is made) runs the staged decode kernels and
 // attn_combine_bf16 instead, for A/B runs. The tensor-core kernels are the
@@ -29,57 +34,127 @@ type decodeMMAKernels struct {
 	// wave is how many blocks of 128 threads of the d128 kernel the whole
 	// GPU holds at once.
 	wave int
-	// pipeContig and pipePaged are the pipelined kernels (decode_pipe.cu);
-	// pipeWave is how many blocks of each (by head width, with its dynamic
-	// shared memory) the whole GPU holds at once.
-	pipeContig, pipePaged map[int]*cuda.Function
-	pipeWave              map[int]int
+	// pipe are the pipelined kernels (decode_pipe.cu) by variant.
+	pipe map[pipeVariant]*pipeKernels
 }
+
+// pipeKernels are the two kernels of one pipelined variant and how many
+// of its blocks (with the ring's shared memory) the whole GPU holds.
+type pipeKernels struct {
+	contig, paged *cuda.Function
+	wave          int
+}
+
+// pipeVariant is one compiled tuning of decode_pipe.cu's decode_pipe_body:
+// head width D, ring stages S, warps per block W, KV heads per block H and
+// whole-row key copies (Rows).
+type pipeVariant struct {
+	D, S, W, H int
+	Rows       bool
+}
+
+// Name is the variant's part of its kernel names and its FT_DECODE_VARIANT
+// value: s3w4h1r is 3 stages, 4 warps, 1 KV head a block, whole-row key
+// copies ("o": each lane copies the key pieces it reads).
+func (v pipeVariant) Name() string {
+	c := "o"
+	if v.Rows {
+		c = "r"
+	}
+	return fmt.Sprintf("s%dw%dh%d%s", v.S, v.W, v.H, c)
+}
+
+// kernel is the name of the variant's contiguous ("") or paged ("paged_")
+// kernel.
+func (v pipeVariant) kernel(prefix string) string {
+	return fmt.Sprintf("attn_%sdecode_pipe_d%d_%s_bf16", prefix, v.D, v.Name())
+}
+
+// ring is the variant's cp.async ring in bytes: W warps × S stages × SLOTS
+// 16-byte pieces × 32 lanes, SLOTS = 2·D/32 (keys) + 4·D/64 (values).
+func (v pipeVariant) ring() int { return v.W * v.S * (2*(v.D/32) + 4*(v.D/64)) * 32 * 16 }
+
+// smem is the dynamic shared memory of a launch with nsplit splits and G
+// query heads per KV head: the ring or, where larger, the scratch after
+// the loop as decode_pipe_body lays it out (so[W][8][D], fs[nsplit·GK],
+// alignment, finv[GK rounded to 4], red[max(GK·D/4, W·32)] float4).
+func (v pipeVariant) smem(nsplit, G int) int {
+	gk := v.H * G
+	floats := v.W*8*v.D + nsplit*gk + 3 + (gk+3)&^3 + 4*max(gk*v.D/4, v.W*32)
+	return max(v.ring(), 4*floats)
+}
+
+// pipeVariants are the compiled variants (decode_pipe.cu's FT_PIPE_VARIANT
+// lines); the first of each head width is its default.
+var pipeVariants = []pipeVariant{
+	{64, 4, 4, 1, false},
+	{128, 3, 4, 1, true},
+	{128, 3, 4, 1, false},
+	{128, 2, 4, 1, false},
+	{128, 2, 4, 1, true},
+	{128, 4, 4, 1, true},
+	{128, 3, 8, 1, true},
+	{128, 2, 4, 4, true},
+	{128, 3, 4, 4, true},
+	{128, 2, 8, 8, true},
+	{128, 3, 8, 8, true},
+}
+
+// PipeVariantNames are the FT_DECODE_VARIANT values (head width 128; head
+// width 64 has only its default).
+func PipeVariantNames() []string {
+	var names []string
+	for _, v := range pipeVariants {
+		if v.D == 128 {
+			names = append(names, v.Name())
+		}
+	}
+	return names
+}
+
+// pipeMaxShared is the most dynamic shared memory one block may take.
+const pipeMaxShared = 232448
 
 // loadDecodeMMA looks the kernels up in the compiled module.
 func loadDecodeMMA(get func(string) *cuda.Function) decodeMMAKernels {
-	return decodeMMAKernels{
-		contig:     map[int]*cuda.Function{64: get("attn_decode_mma_d64_bf16"), 128: get("attn_decode_mma_d128_bf16")},
-		paged:      map[int]*cuda.Function{64: get("attn_paged_decode_mma_d64_bf16"), 128: get("attn_paged_decode_mma_d128_bf16")},
-		pipeContig: map[int]*cuda.Function{64: get("attn_decode_pipe_d64_bf16"), 128: get("attn_decode_pipe_d128_bf16")},
-		pipePaged:  map[int]*cuda.Function{64: get("attn_paged_decode_pipe_d64_bf16"), 128: get("attn_paged_decode_pipe_d128_bf16")},
+	k := decodeMMAKernels{
+		contig: map[int]*cuda.Function{64: get("attn_decode_mma_d64_bf16"), 128: get("attn_decode_mma_d128_bf16")},
+		paged:  map[int]*cuda.Function{64: get("attn_paged_decode_mma_d64_bf16"), 128: get("attn_paged_decode_mma_d128_bf16")},
+		pipe:   map[pipeVariant]*pipeKernels{},
 	}
+	for _, v := range pipeVariants {
+		k.pipe[v] = &pipeKernels{contig: get(v.kernel("")), paged: get(v.kernel("paged_"))}
+	}
+	return k
 }
 
-// pipeStages is the number of cp.async ring stages of the pipelined
-// kernels by head width: decode_pipe.cu's template argument S.
-var pipeStages = map[int]int{64: 4, 128: 3}
-
-// pipeSmem is the dynamic shared memory of the pipelined kernel of head
-// width d: 4 warps × S stages × SLOTS 16-byte pieces × 32 lanes, SLOTS =
-// 2·d/32 (keys) + 4·d/64 (values), as decode_pipe_body lays out its ring.
-func pipeSmem(d int) int { return 4 * pipeStages[d] * (2*(d/32) + 4*(d/64)) * 32 * 16 }
-
-// pipeMaxSplit is FT_PIPE_MAXSPLIT of decode_pipe.cu: the most splits its
-// merge holds.
-const pipeMaxSplit = 64
+// pipeMaxSplit is FT_PIPE_MAXSPLIT of decode_pipe.cu: the most splits a
+// (row, head block) pair uses.
+const pipeMaxSplit = 256
 
 // sizeWave sets wave from the d128 kernel's occupancy, lets the pipelined
-// kernels take their dynamic shared memory and sets pipeWave.
+// kernels take up to pipeMaxShared bytes of dynamic shared memory and
+// sets each variant's wave from its ring.
 func (k *decodeMMAKernels) sizeWave(sms int) error {
 	n, err := k.paged[128].MaxActiveBlocksPerSM(128, 0)
 	if err != nil {
 		return err
 	}
 	k.wave = max(1, n) * sms
-	k.pipeWave = map[int]int{}
-	for d, f := range k.pipePaged {
-		smem := pipeSmem(d)
-		for _, g := range []*cuda.Function{f, k.pipeContig[d]} {
-			if err := g.SetMaxDynamicSharedMemory(smem); err != nil {
-				return err
+	for v, pk := range k.pipe {
+		if pk.contig == nil || pk.paged == nil {
+			continue
+		}
+		for _, g := range []*cuda.Function{pk.contig, pk.paged} {
+			if err := g.SetMaxDynamicSharedMemory(pipeMaxShared); err != nil {
+				return fmt.Errorf("%s: %w", v.kernel(""), err)
 			}
 		}
-		n, err := f.MaxActiveBlocksPerSM(128, smem)
+		n, err := pk.paged.MaxActiveBlocksPerSM(32*v.W, v.ring())
 		if err != nil {
 			return err
 		}
-		k.pipeWave[d] = max(1, n) * sms
+		pk.wave = max(1, n) * sms
 	}
 	return nil
 }
@@ -175,28 +250,79 @@ func (b *Backend) pipeChunk() int {
 	return 128
 }
 
-// pipeSplits is the grid's split count of the pipelined kernels for R
-// query rows (pairs = R·K blocks a split) whose longest visible span is
-// limit: about one wave of blocks where the pairs alone do not make two,
-// at most one split per 64 positions of limit and pipeMaxSplit. The
-// kernel takes fewer where a row's own span is short (pipeChunk positions
-// a split at least), so for one sequence limit is the capacity: the
-// captured step graph then holds at every position.
-func (b *Backend) pipeSplits(limit, pairs, d int) int {
-	wave := b.k.decodeMMA.pipeWave[d]
-	n := (wave + pairs - 1) / pairs
-	if pairs >= wave {
-		n = (2*wave + pairs - 1) / pairs // at most 2: a split of each row when that evens the waves out
+// pipeFor is the pipelined variant for head width d and K KV heads:
+// Backend.DecodePipeVariant (FT_DECODE_VARIANT) by name at head width 128,
+// else the head width's default (the first in pipeVariants). A variant of
+// more KV heads a block than K divides falls back to one head a block
+// with the same stages, warps and key copy where compiled, else to the
+// default. pk is nil where no variant has head width d.
+func (b *Backend) pipeFor(d, K int) (pipeVariant, *pipeKernels, error) {
+	var v pipeVariant
+	found := false
+	for _, c := range pipeVariants {
+		if c.D == d && (!found || d == 128 && c.Name() == b.DecodePipeVariant) {
+			v, found = c, true
+		}
 	}
-	return max(1, min(splitsFor(limit), n, pipeMaxSplit))
+	if !found {
+		return v, nil, nil
+	}
+	if d == 128 && b.DecodePipeVariant != "" && v.Name() != b.DecodePipeVariant {
+		return v, nil, fmt.Errorf("cudabackend: decode attention variant %q (FT_DECODE_VARIANT) is not compiled; have %v", b.DecodePipeVariant, PipeVariantNames())
+	}
+	if K%v.H != 0 {
+		one := v
+		one.H = 1
+		if _, ok := b.k.decodeMMA.pipe[one]; ok {
+			v = one
+		} else {
+			for _, c := range pipeVariants {
+				if c.D == d {
+					v = c
+					break
+				}
+			}
+		}
+	}
+	return v, b.k.decodeMMA.pipe[v], nil
+}
+
+// pipeSplits is the grid's split count of variant v for blocks (query
+// rows × KV head blocks) blocks a split whose longest visible span is
+// limit, G query heads per KV head: Backend.DecodePipeSplits
+// (FT_DECODE_SPLITS) where set; one where the blocks alone fill a wave of
+// the GPU (the batched decode: no partials, no merge; two splits each
+// measured 2.41 against 2.11 ms for the single-buffered kernel at batch 64
+// × 519 positions, Llama-3-8B, H200); else about one wave, at most one
+// split per 64 positions of limit. At most pipeMaxSplit, and no more than
+// the merge's scratch fits in a block's shared memory. The kernel takes
+// fewer where a row's own span is short (pipeChunk positions a split at
+// least), so for one sequence limit is the capacity: the captured step
+// graph then holds at every position.
+func (b *Backend) pipeSplits(v pipeVariant, pk *pipeKernels, limit, blocks, G int) int {
+	var n int
+	switch {
+	case b.DecodePipeSplits > 0:
+		n = b.DecodePipeSplits
+	case blocks >= pk.wave:
+		n = 1
+	default:
+		n = min((pk.wave+blocks-1)/blocks, (limit+63)/64)
+	}
+	n = max(1, min(n, pipeMaxSplit))
+	for n > 1 && v.smem(n, G) > pipeMaxShared {
+		n--
+	}
+	return n
 }
 
 // attentionPipe is the one-token (or T-token, each at pos0+t) decode over
-// a contiguous cache [C,K,d] through attn_decode_pipe_*: one launch.
-func (b *Backend) attentionPipe(f *cuda.Function, outP, qP, kP, vP uintptr, T, H, K, d, C, pos0, window int, kvBytes int64) error {
+// a contiguous cache [C,K,d] through variant v's attn_decode_pipe_*: one
+// launch.
+func (b *Backend) attentionPipe(v pipeVariant, pk *pipeKernels, outP, qP, kP, vP uintptr, T, H, K, d, C, pos0, window int, kvBytes int64) error {
 	nsplit := 1
 	if T == 1 {
-		nsplit = b.pipeSplits(C, K, d)
+		nsplit = b.pipeSplits(v, pk, C, K/v.H, H/K)
 	}
 	po, pml, cnt, err := b.mmaPartials(T, nsplit, H, K, d)
 	if err != nil {
@@ -204,7 +330,7 @@ func (b *Backend) attentionPipe(f *cuda.Function, outP, qP, kP, vP uintptr, T, H
 	}
 	scale := float32(math.Log2E / math.Sqrt(float64(d)))
 	posp, p0 := b.posArgs(pos0)
-	return f.LaunchBytes(b.s, kvBytes, cuda.Dim3{X: K, Y: nsplit, Z: T}, cuda.Dim3{X: 128}, pipeSmem(d),
+	return pk.contig.LaunchBytes(b.s, kvBytes, cuda.Dim3{X: K / v.H, Y: nsplit, Z: T}, cuda.Dim3{X: 32 * v.W}, v.smem(nsplit, H/K),
 		cuda.Ptr(outP), cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(cnt), cuda.Ptr(qP), cuda.Ptr(kP), cuda.Ptr(vP),
 		cuda.I32(H), cuda.I32(K), cuda.I32(nsplit), cuda.I32(b.pipeChunk()), posp, p0, cuda.F32(scale), cuda.I32(window))
 }
@@ -216,8 +342,14 @@ func (b *Backend) attentionMMA(f *cuda.Function, outP, qP, kP, vP uintptr, T, H,
 	if T > 65535 {
 		return fmt.Errorf("cudabackend.Attention: %d query rows through the decode kernel, at most 65535", T)
 	}
-	if pf := b.k.decodeMMA.pipeContig[d]; pf != nil && !b.NoDecodePipe {
-		return b.attentionPipe(pf, outP, qP, kP, vP, T, H, K, d, C, pos0, window, kvBytes)
+	if !b.NoDecodePipe {
+		v, pk, err := b.pipeFor(d, K)
+		if err != nil {
+			return err
+		}
+		if pk != nil {
+			return b.attentionPipe(v, pk, outP, qP, kP, vP, T, H, K, d, C, pos0, window, kvBytes)
+		}
 	}
 	nsplit := 1
 	if T == 1 {
@@ -239,14 +371,18 @@ func (b *Backend) attentionMMA(f *cuda.Function, outP, qP, kP, vP uintptr, T, H,
 // attn_paged_decode_pipe_* (attn_paged_decode_mma_* with NoDecodePipe):
 // one launch.
 func (b *Backend) pagedMMA(f *cuda.Function, outP, qP, kP, vP, rowsP, tableP uintptr, R, H, K, d, span, maxBlocks, bs, window int, kvBytes int64) error {
-	if pf := b.k.decodeMMA.pipePaged[d]; pf != nil && !b.NoDecodePipe {
-		nsplit := b.pipeSplits(span, R*K, d)
+	v, pk, err := b.pipeFor(d, K)
+	if err != nil && !b.NoDecodePipe {
+		return err
+	}
+	if pk != nil && !b.NoDecodePipe {
+		nsplit := b.pipeSplits(v, pk, span, R*K/v.H, H/K)
 		po, pml, cnt, err := b.mmaPartials(R, nsplit, H, K, d)
 		if err != nil {
 			return err
 		}
 		scale := float32(math.Log2E / math.Sqrt(float64(d)))
-		return pf.LaunchBytes(b.s, kvBytes, cuda.Dim3{X: K, Y: nsplit, Z: R}, cuda.Dim3{X: 128}, pipeSmem(d),
+		return pk.paged.LaunchBytes(b.s, kvBytes, cuda.Dim3{X: K / v.H, Y: nsplit, Z: R}, cuda.Dim3{X: 32 * v.W}, v.smem(nsplit, H/K),
 			cuda.Ptr(outP), cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(cnt), cuda.Ptr(qP), cuda.Ptr(kP), cuda.Ptr(vP),
 			cuda.I32(H), cuda.I32(K), cuda.I32(nsplit), cuda.I32(b.pipeChunk()), cuda.Ptr(rowsP), cuda.Ptr(tableP),
 			cuda.I32(maxBlocks), cuda.I32(bs), cuda.F32(scale), cuda.I32(window))

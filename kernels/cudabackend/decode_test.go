@@ -13,24 +13,50 @@ import (
 // decodeMode is one way through one-query decode attention: the pipelined
 // tensor-core kernels (decode_pipe.cu) at the default or a given minimum
 // of positions per split, the single-buffered ones (decode_mma.cu) or the
-// staged legacy kernels and their combine launch.
+// staged legacy kernels and their combine launch; pipelined ones also by
+// variant (Backend.DecodePipeVariant) and fixed grid splits.
 type decodeMode struct {
 	name           string
 	legacy, noPipe bool
-	chunk          int
+	chunk, splits  int
+	variant        string
 }
 
 // decodeModes: the pipelined kernels (also with 16 positions a split, so
 // that short contexts take many splits, some empty, merged by the last
-// block), the single-buffered tensor-core ones and the legacy ones.
-var decodeModes = []decodeMode{{name: "pipe"}, {name: "pipe chunk 16", chunk: 16}, {name: "mma", noPipe: true}, {name: "legacy", legacy: true}}
+// block; with the grid's splits fixed at 1 and 3; and every other
+// compiled variant), the single-buffered tensor-core ones and the legacy
+// ones.
+var decodeModes = append(append([]decodeMode{{name: "pipe"}, {name: "pipe chunk 16", chunk: 16},
+	{name: "pipe splits 1", splits: 1}, {name: "pipe splits 3", splits: 3}}, variantModes(0)...),
+	decodeMode{name: "mma", noPipe: true}, decodeMode{name: "legacy", legacy: true})
+
+// pipeModes are the pipelined modes of decodeModes and every variant at 16
+// positions a split too (many splits, some empty).
+var pipeModes = append(append([]decodeMode(nil), decodeModes[:len(decodeModes)-2]...), variantModes(16)...)
+
+// variantModes is a mode for each compiled variant but the default, at
+// chunk positions a split at least (0: the default).
+func variantModes(chunk int) []decodeMode {
+	var m []decodeMode
+	for _, v := range PipeVariantNames()[1:] {
+		name := "pipe " + v
+		if chunk > 0 {
+			name += fmt.Sprintf(" chunk %d", chunk)
+		}
+		m = append(m, decodeMode{name: name, variant: v, chunk: chunk})
+	}
+	return m
+}
 
 // set switches gb to m (ForceMMADecode: G = 8 too on the tensor cores) and
 // returns the function that switches it back.
 func (m decodeMode) set() func() {
 	gb.LegacyDecodeAttention, gb.NoDecodePipe, gb.DecodePipeChunk, gb.ForceMMADecode = m.legacy, m.noPipe, m.chunk, !m.legacy
+	gb.DecodePipeSplits, gb.DecodePipeVariant = m.splits, m.variant
 	return func() {
 		gb.LegacyDecodeAttention, gb.NoDecodePipe, gb.DecodePipeChunk, gb.ForceMMADecode = legacyDecodeFromEnv(), false, 0, false
+		gb.DecodePipeSplits, gb.DecodePipeVariant = 0, ""
 	}
 }
 
@@ -130,7 +156,7 @@ func TestDecodePipePositions(t *testing.T) {
 	n := C
 	gkc, gvc, kc, vc, q := contigDecode(t, rng, n, C, H, K, d)
 	gq := gpu(t, runtime.BF16, q, 1, H, d)
-	for _, mode := range decodeModes[:2] {
+	for _, mode := range pipeModes {
 		restore := mode.set()
 		for _, pos := range []int{0, 8191, 130, 63, 4000, 127, 128, 2047, 1} {
 			ref := contigRef(t, q, kc, vc, pos, C, H, K, d, 0)

@@ -25,11 +25,13 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 		ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemv3, ks.gateUp,
 		ks.sample, ks.prefill.ropeStore, ks.prefill.ropeStorePaged,
 	}
-	for _, m := range []map[int]*cuda.Function{ks.gemv, ks.gemvF32, ks.decodeMMA.contig, ks.decodeMMA.paged,
-		ks.decodeMMA.pipeContig, ks.decodeMMA.pipePaged} {
+	for _, m := range []map[int]*cuda.Function{ks.gemv, ks.gemvF32, ks.decodeMMA.contig, ks.decodeMMA.paged} {
 		for _, f := range m {
 			fs = append(fs, f)
 		}
+	}
+	for _, pk := range ks.decodeMMA.pipe {
+		fs = append(fs, pk.contig, pk.paged)
 	}
 	return fs
 }
