@@ -34,14 +34,14 @@ for v in s3w4h1r s3w4h1o s2w4h1r s4w4h1r s3w8h1r s3w4h4r s3w8h8r; do
   one "dec32k-$v" FT_DECODE_VARIANT=$v -- --mode decode --context 32000 --iters 10 --warmup 2 --kernel-profile
 done
 one dec32k-old FT_DECODE_PIPE=0 -- --mode decode --context 32000 --iters 10 --warmup 2 --kernel-profile
-one dec8k FT_X= -- --mode decode --context 8192 --iters 10 --warmup 2 --kernel-profile
-one dec512 FT_X= -- --mode decode --context 512 --iters 20 --warmup 2 --kernel-profile
+one dec8k NOOP=1 -- --mode decode --context 8192 --iters 10 --warmup 2 --kernel-profile
+one dec512 NOOP=1 -- --mode decode --context 512 --iters 20 --warmup 2 --kernel-profile
 log batch
-one b64-split1 FT_X= -- --batch 64 --context 512 --iters 5 --warmup 2 --kernel-profile
+one b64-split1 NOOP=1 -- --batch 64 --context 512 --iters 5 --warmup 2 --kernel-profile
 one b64-split2 FT_DECODE_SPLITS=2 -- --batch 64 --context 512 --iters 5 --warmup 2 --kernel-profile
 one b64-old FT_DECODE_PIPE=0 -- --batch 64 --context 512 --iters 5 --warmup 2 --kernel-profile
 one b64-s3w4h4r FT_DECODE_VARIANT=s3w4h4r -- --batch 64 --context 512 --iters 5 --warmup 2 --kernel-profile
-one b256 FT_X= -- --batch 256 --context 512 --iters 5 --warmup 2
+one b256 NOOP=1 -- --batch 256 --context 512 --iters 5 --warmup 2
 one b256-old FT_DECODE_PIPE=0 -- --batch 256 --context 512 --iters 5 --warmup 2
 log prefill variants
 for v in base w4m32 w8q; do one "pre8k-$v" FT_PREFILL_VARIANT=$v -- --mode prefill --tokens 8192 --iters 2 --warmup 1 --kernel-profile; done
