@@ -405,7 +405,7 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 // width HD, stages S, warps NW, KV heads per block KPB and key copy (r:
 // whole rows, KROW; o: own pieces):
 //
-// attn_decode_pipe_d{HD}_s{S}_w{NW}_h{KPB}{r|o}_bf16 is decode_pipe_body over
+// attn_decode_pipe_d{HD}_s{S}w{NW}h{KPB}{r|o}_bf16 is decode_pipe_body over
 // a contiguous cache [C,K,HD] (queries at positions ft_pos(posp,pos0)+t);
 // grid (K/KPB, nsplit, T), NW·32 threads, decode.go's pipeSmem bytes of
 // dynamic shared memory.
@@ -415,14 +415,14 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 // grid (K/KPB, nsplit, rows).
 #define FT_PIPE_VARIANT(HD, S, NW, KPB, KR, KROW)                                                                                     \
 	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
-			attn_decode_pipe_d##HD##_s##S##_w##NW##_h##KPB##KR##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,     \
+			attn_decode_pipe_d##HD##_s##S##w##NW##h##KPB##KR##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,     \
 					const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* posp, int pos0,                 \
 					float scale_log2, int window) {                                                                                        \
 		decode_pipe_body<HD, S, NW, KPB, KROW, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1,  \
 				posp, pos0, scale_log2, window);                                                                                           \
 	}                                                                                                                                  \
 	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
-			attn_paged_decode_pipe_d##HD##_s##S##_w##NW##_h##KPB##KR##_bf16(bf16_t* out, float* po, float* pml, int* cnt,               \
+			attn_paged_decode_pipe_d##HD##_s##S##w##NW##h##KPB##KR##_bf16(bf16_t* out, float* po, float* pml, int* cnt,               \
 					const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows,          \
 					const int* table, int maxBlocks, int bs, float scale_log2, int window) {                                               \
 		decode_pipe_body<HD, S, NW, KPB, KROW, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks,  \
