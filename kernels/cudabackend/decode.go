@@ -43,6 +43,9 @@ type decodeMMAKernels struct {
 type pipeKernels struct {
 	contig, paged *cuda.Function
 	wave          int
+	// maxSmem is the dynamic shared memory both kernels accept: the
+	// block's limit less their static shared memory (the merge's).
+	maxSmem int
 }
 
 // pipeVariant is one compiled tuning of decode_pipe.cu's decode_pipe_body:
@@ -145,10 +148,23 @@ func (k *decodeMMAKernels) sizeWave(sms int) error {
 		if pk.contig == nil || pk.paged == nil {
 			continue
 		}
+		pk.maxSmem = pipeMaxShared
 		for _, g := range []*cuda.Function{pk.contig, pk.paged} {
-			if err := g.SetMaxDynamicSharedMemory(pipeMaxShared); err != nil {
+			// The limit counts the kernel's static shared memory too:
+			// step down until the driver takes it (at most 32 KiB less).
+			var err error
+			for s := pk.maxSmem; s >= pipeMaxShared-32<<10; s -= 256 {
+				if err = g.SetMaxDynamicSharedMemory(s); err == nil {
+					pk.maxSmem = s
+					break
+				}
+			}
+			if err != nil {
 				return fmt.Errorf("%s: %w", v.kernel(""), err)
 			}
+		}
+		if v.ring() > pk.maxSmem {
+			return fmt.Errorf("%s: its ring takes %d bytes of shared memory, the device allows %d", v.kernel(""), v.ring(), pk.maxSmem)
 		}
 		n, err := pk.paged.MaxActiveBlocksPerSM(32*v.W, v.ring())
 		if err != nil {
@@ -310,7 +326,7 @@ func (b *Backend) pipeSplits(v pipeVariant, pk *pipeKernels, limit, blocks, G in
 		n = min((pk.wave+blocks-1)/blocks, (limit+63)/64)
 	}
 	n = max(1, min(n, pipeMaxSplit))
-	for n > 1 && v.smem(n, G) > pipeMaxShared {
+	for n > 1 && v.smem(n, G) > pk.maxSmem {
 		n--
 	}
 	return n
