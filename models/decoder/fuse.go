@@ -77,18 +77,6 @@ func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error
 	if err := a.Q.Forward(b, q, h); err != nil {
 		return err
 	}
-	// Several tokens: k and v (one shape under grouped-query attention) in
-	// one launch where the backend pairs them (kernels.PairMatMuler).
-	if f, ok := b.(kernels.PairMatMuler); ok && h.Dim(0) > 1 && nn.Unwatched(a.K, a.V) && plain(a.K, a.V) &&
-		a.K.In == a.V.In && a.K.Out == a.V.Out {
-		if err := f.MatMulPair(k, v, h, a.K.Weight.Tensor(), a.V.Weight.Tensor()); err != nil {
-			return err
-		}
-		if err := a.K.AddBias(b, k); err != nil {
-			return err
-		}
-		return a.V.AddBias(b, v)
-	}
 	if err := a.K.Forward(b, k, h); err != nil {
 		return err
 	}
