@@ -115,6 +115,11 @@ func PipeVariantNames() []string {
 	return names
 }
 
+// pagedPipeMaxRows is the fewest rows of a paged batch that take the
+// single-buffered tensor-core kernel instead of the pipelined one (see
+// pagedMMA).
+const pagedPipeMaxRows = 128
+
 // pipeMaxShared is the most dynamic shared memory one block may take.
 const pipeMaxShared = 232448
 
@@ -391,7 +396,12 @@ func (b *Backend) pagedMMA(f *cuda.Function, outP, qP, kP, vP, rowsP, tableP uin
 	if err != nil && !b.NoDecodePipe {
 		return err
 	}
-	if pk != nil && !b.NoDecodePipe {
+	// Many rows: the single-buffered kernel. Measured on the H200
+	// (2026-12-01, bench/h200-sweep3.sh), Llama-3-8B at context 512: 256
+	// rows took 13.06 ms a step with it against 15.12 pipelined, 64 rows
+	// 7.98 against 7.86. DecodePipeSplits (a sweep) still forces the pipe.
+	manyRows := R >= pagedPipeMaxRows && b.DecodePipeSplits == 0
+	if pk != nil && !b.NoDecodePipe && !manyRows {
 		nsplit := b.pipeSplits(v, pk, span, R*K/v.H, H/K)
 		po, pml, cnt, err := b.mmaPartials(R, nsplit, H, K, d)
 		if err != nil {

@@ -33,14 +33,11 @@ var prefillVariants = []prefillVariant{
 	{name: "m64", rows: 64, threads: 128, perSM: 3},
 }
 
-// shortVarlenQueries is the most queries of one sequence for which the
-// automatic choice runs a packed batch through shortVarlenVariant.
-const shortVarlenQueries = 1024
-
-// shortVarlenVariant is the automatic choice for packed batches of short
-// sequences: shorter query tiles idle less on the causal diagonal, and a
-// block's start-up is a larger share of a short sequence's work.
-const shortVarlenVariant = "m64"
+// autoPrefillVariant is the choice for "" and "auto". Measured on the H200
+// (2026-12-01, bench/h200-sweep3.sh), attention of 32 layers: w4m32 82.3 ms
+// against base 90.2 at 8,192 tokens, and 41.3 against base 48.6 and m64
+// 51.1 for 64 × 512 packed; so one choice serves long and short sequences.
+const autoPrefillVariant = "w4m32"
 
 // prefillVariantNames lists the values FT_PREFILL_VARIANT takes ("" and
 // "auto" choose per call).
@@ -85,18 +82,15 @@ func (v prefillVariant) hasWidth(d int) bool {
 }
 
 // choosePrefillVariant picks the configuration for a prefill of head width
-// d: setting (FT_PREFILL_VARIANT) names one, or with "" or "auto" the
-// choice is base, except for packed sequences (varlen) whose longest has at
-// most shortVarlenQueries queries, which take shortVarlenVariant. A variant
+// d: setting (FT_PREFILL_VARIANT) names one, or with "" or "auto" it is
+// autoPrefillVariant (maxQueries, the longest sequence's queries, is kept
+// for choices by length; none is made today). A variant
 // not built for d, or one staging the queries when aligned is false (rows
 // not 16-byte aligned), falls back to base.
 func choosePrefillVariant(setting string, d int, varlen bool, maxQueries int, aligned bool) (prefillVariant, error) {
 	name := setting
 	if name == "" || name == "auto" {
-		name = "base"
-		if varlen && maxQueries <= shortVarlenQueries {
-			name = shortVarlenVariant
-		}
+		name = autoPrefillVariant
 	}
 	for _, v := range prefillVariants {
 		if v.name != name {

@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// TestChoosePrefillVariant: the automatic choice (base, the short-sequence
-// variant for packed batches of short sequences), forced variants, the
+// TestChoosePrefillVariant: the automatic choice (w4m32 where built, base
+// elsewhere), forced variants, the
 // fallbacks to base (head width without the variant, unaligned rows), and
 // an unknown setting's error.
 func TestChoosePrefillVariant(t *testing.T) {
@@ -19,11 +19,11 @@ func TestChoosePrefillVariant(t *testing.T) {
 		want, wantKernel  string
 		wantRows, threads int
 	}{
-		{"", 128, false, 8192, true, "base", "attn_prefill_d128_bf16", 128, 256},
-		{"auto", 128, false, 300, true, "base", "attn_prefill_d128_bf16", 128, 256},
-		{"", 128, true, 512, true, "m64", "attn_varlen_prefill_m64_d128_bf16", 64, 128},
-		{"", 128, true, 1024, true, "m64", "attn_varlen_prefill_m64_d128_bf16", 64, 128},
-		{"", 128, true, 1025, true, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
+		{"", 128, false, 8192, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
+		{"auto", 128, false, 300, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
+		{"", 128, true, 512, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
+		{"", 128, true, 1025, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
+		{"", 128, false, 8192, false, "base", "attn_prefill_d128_bf16", 128, 256},
 		{"", 64, true, 512, true, "base", "attn_varlen_prefill_d64_bf16", 128, 256},
 		{"w4m32", 128, false, 8192, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
 		{"w4m32", 128, true, 100, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
