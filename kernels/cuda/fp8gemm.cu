@@ -2,11 +2,15 @@
 // quant_rows_e4m3 quantizes the activations per token (one scale per row),
 // cuBLASLt multiplies the E4M3 codes of activations and weights with fp32
 // accumulation (runtime/cuda BLAS.GemmFP8, no scales), and fp8_rescale
-// multiplies each result by its token's and its output channel's scale.
+// multiplies each result by its token's and its output channel's scale —
+// or, on sm_90 with cuBLASLt 12.9+, cuBLASLt applies both scales itself
+// (BLAS.GemmFP8Scaled; quant_rows_e4m3 then also converts the weights'
+// scales to fp32).
 
 // f2e4m3 narrows to E4M3 with round-to-nearest-even, saturating at ±448
 // (code 0x7e); NaN becomes 0x7f. Bit for bit runtime.F32ToF8E4M3 (written
-// out, not the sm_89 cvt, so that the two agree by construction).
+// out: the path before sm_89 and for NaN, and the reference the hardware
+// conversion of f2e4m3x8 equals).
 __device__ __forceinline__ unsigned f2e4m3(float f) {
 	const unsigned u = __float_as_uint(f);
 	const unsigned sign = (u >> 24) & 0x80u;
@@ -19,24 +23,86 @@ __device__ __forceinline__ unsigned f2e4m3(float f) {
 	return sign | min(r - (120u << 3), 0x7eu);
 }
 
-// quant_rows_e4m3: per-token quantization of x[rows,K] (bf16, K % 8 == 0, x
+// f2e4m3x8 narrows 8 floats (already divided by the scale) to 8 E4M3 codes
+// in memory order, as f2e4m3 does each: on sm_89+ with the hardware
+// cvt.rn.satfinite.e4m3x2.f32 (round to nearest even, finite values beyond
+// ±448 and infinities saturate to ±448, as f2e4m3 does); a NaN, whose sign
+// the hardware does not keep, takes f2e4m3 for the group.
+__device__ __forceinline__ uint2 f2e4m3x8(const float* f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+	bool nan = false;
+#pragma unroll
+	for (int j = 0; j < 8; j++) nan |= f[j] != f[j];
+	if (!nan) {
+		unsigned short h[4];
+#pragma unroll
+		for (int j = 0; j < 4; j++) // the first operand lands in the upper byte
+			asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h[j]) : "f"(f[2 * j + 1]), "f"(f[2 * j]));
+		return make_uint2((unsigned)h[0] | ((unsigned)h[1] << 16), (unsigned)h[2] | ((unsigned)h[3] << 16));
+	}
+#endif
+	unsigned lo = 0, hi = 0;
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		lo |= f2e4m3(f[j]) << (8 * j);
+		hi |= f2e4m3(f[j + 4]) << (8 * j);
+	}
+	return make_uint2(lo, hi);
+}
+
+// QUANT_HELD is how many 16-byte groups of a row each thread of
+// quant_rows_e4m3 keeps in registers between the two passes (rows up to
+// 256·8·8 = 16384 values are read once; longer ones re-read the rest).
+#define QUANT_HELD 8
+
+// quant_rows_e4m3: per-token quantization of x[T,K] (bf16, K % 8 == 0, x
 // and q 16-byte aligned): s = max|x[r,:]|/448 (1 when that is 0 or not
-// finite), q[r,c] = E4M3(x[r,c]/s), scales[r] = s — kernels.QuantizeRowFP8
-// bit for bit. One block of 256 threads per row; the second pass re-reads
-// the row from L1/L2.
+// finite), q[r,c] = E4M3(x[r,c]/s) (an exact division), scales[r] = s —
+// kernels.QuantizeRowFP8 bit for bit. Blocks 0..T-1 take a row each (256
+// threads, 16-byte loads kept in registers, the maximum by warp shuffles).
+//
+// The blocks after the first T convert up to three weights' per-channel
+// scales (n0, n1, n2 values of code sdt, as load_as_f32 reads them; a count
+// of 0 skips that weight) to fp32 into wsf (n0 + n1 + n2 floats, weight i
+// at offset n0 + … + n(i-1)), for a GEMM that applies the scales itself:
+// a grid-stride loop over them, so any number of extra blocks works.
 extern "C" __global__ void __launch_bounds__(256) quant_rows_e4m3(unsigned char* __restrict__ q, float* __restrict__ scales,
-		const bf16_t* __restrict__ x, int K) {
+		const bf16_t* __restrict__ x, int T, int K, float* __restrict__ wsf, const void* ws0, const void* ws1, const void* ws2,
+		int sdt, int n0, int n1, int n2) {
+	if ((int)blockIdx.x >= T) {
+		const int total = n0 + n1 + n2;
+		for (int e = ((int)blockIdx.x - T) * blockDim.x + threadIdx.x; e < total; e += (gridDim.x - T) * blockDim.x) {
+			float v;
+			if (e < n0) v = load_as_f32(ws0, sdt, (usize)e);
+			else if (e < n0 + n1) v = load_as_f32(ws1, sdt, (usize)(e - n0));
+			else v = load_as_f32(ws2, sdt, (usize)(e - n0 - n1));
+			wsf[e] = v;
+		}
+		return;
+	}
 	__shared__ float sh[32];
 	const usize row = blockIdx.x;
 	const uint4* xr = reinterpret_cast<const uint4*>(x + row * K);
 	uint2* qr = reinterpret_cast<uint2*>(q + row * K);
 	const int nv = K >> 3;
+	uint4 held[QUANT_HELD];
 	float m = 0.f;
-	for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+#pragma unroll
+	for (int j = 0; j < QUANT_HELD; j++) {
+		const int i = threadIdx.x + j * blockDim.x;
+		if (i < nv) {
+			held[j] = xr[i];
+			float f[8];
+			unpack8(held[j], f);
+#pragma unroll
+			for (int k = 0; k < 8; k++) m = fmaxf(m, fabsf(f[k])); // fmaxf drops NaN, as the Go loop does
+		}
+	}
+	for (int i = threadIdx.x + QUANT_HELD * blockDim.x; i < nv; i += blockDim.x) {
 		float f[8];
 		unpack8(xr[i], f);
 #pragma unroll
-		for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(f[j])); // fmaxf drops NaN, as the Go loop does
+		for (int k = 0; k < 8; k++) m = fmaxf(m, fabsf(f[k]));
 	}
 	m = warp_max(m);
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -47,16 +113,23 @@ extern "C" __global__ void __launch_bounds__(256) quant_rows_e4m3(unsigned char*
 	float s = __fdiv_rn(m, 448.f);
 	if (!(s > 0.f) || s > 3e38f) s = 1.f;
 	if (threadIdx.x == 0) scales[row] = s;
-	for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+#pragma unroll
+	for (int j = 0; j < QUANT_HELD; j++) {
+		const int i = threadIdx.x + j * blockDim.x;
+		if (i < nv) {
+			float f[8];
+			unpack8(held[j], f);
+#pragma unroll
+			for (int k = 0; k < 8; k++) f[k] = __fdiv_rn(f[k], s);
+			qr[i] = f2e4m3x8(f);
+		}
+	}
+	for (int i = threadIdx.x + QUANT_HELD * blockDim.x; i < nv; i += blockDim.x) {
 		float f[8];
 		unpack8(xr[i], f);
-		unsigned lo = 0, hi = 0;
 #pragma unroll
-		for (int j = 0; j < 4; j++) {
-			lo |= f2e4m3(__fdiv_rn(f[j], s)) << (8 * j);
-			hi |= f2e4m3(__fdiv_rn(f[j + 4], s)) << (8 * j);
-		}
-		qr[i] = make_uint2(lo, hi);
+		for (int k = 0; k < 8; k++) f[k] = __fdiv_rn(f[k], s);
+		qr[i] = f2e4m3x8(f);
 	}
 }
 

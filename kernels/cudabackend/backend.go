@@ -128,7 +128,12 @@ type Backend struct {
 	// FT_FP8_GEMM_MIN_TOKENS.
 	FP8GEMM          FP8GEMMMode
 	FP8GEMMMinTokens int
-	fp8lt            fp8Lt
+	// FP8LtRescale applies the FP8 GEMM's token and channel scales with
+	// the fp8_rescale kernel even where cuBLASLt could apply them itself
+	// (outer-vector scales: sm_90, cuBLASLt 12.9+). New sets it when
+	// FT_FP8_GEMM_SCALES=rescale (A/B runs; tests).
+	FP8LtRescale bool
+	fp8lt        fp8Lt
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -264,7 +269,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT"),
 		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK"),
 		DecodePipeVariant: os.Getenv("FT_DECODE_VARIANT"), DecodePipeSplits: envInt("FT_DECODE_SPLITS"),
-		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok}
+		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok, FP8LtRescale: os.Getenv("FT_FP8_GEMM_SCALES") == "rescale"}
 	cd.AtClose(b.Close)
 	return b, nil
 }

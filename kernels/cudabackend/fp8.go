@@ -86,6 +86,14 @@ func (b *Backend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout kernels.FP8
 	if ran, err := b.matMulFP8Lt(out, x, w, scale, layout, T, N, D); ran || err != nil {
 		return err
 	}
+	return b.matMulFP8Dequant(out, x, w, scale, layout, T, N, D)
+}
+
+// matMulFP8Dequant is MatMulFP8's path for several tokens without the FP8
+// GEMM: the weight dequantized to BF16 into a scratch buffer, then cuBLAS.
+// Arguments are checked by the callers.
+func (b *Backend) matMulFP8Dequant(out, x, w, scale *runtime.Tensor, layout kernels.FP8Layout, T, N, D int) error {
+	f32 := out.DType() == runtime.F32
 	need := int64(N) * int64(D) * 2
 	if b.deq == nil || b.deq.Size() < need {
 		if b.deq != nil {

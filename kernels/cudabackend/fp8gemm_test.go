@@ -5,6 +5,7 @@ package cudabackend
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -27,58 +28,87 @@ func needFP8TensorCores(t *testing.T) {
 // TestQuantRowsE4M3: the per-token quantization kernel gives, bit for bit,
 // kernels.QuantizeRowFP8's codes and scales: random rows of several
 // magnitudes, a zero row (scale 1), a row of subnormal-range values next to
-// one large one, and rows whose values round up to the ±448 saturation.
+// one large one, rows whose values round up to the ±448 saturation and a
+// row with NaNs of both signs (the hardware conversion's NaN goes through
+// the software one); rows of 4144 values (held in registers) and of 20488
+// (beyond the 16384 held: the rest re-read). The blocks after the rows
+// convert three BF16 scale vectors to fp32 exactly.
 func TestQuantRowsE4M3(t *testing.T) {
 	needGPU(t)
 	rng := newRNG(t)
-	const T, D = 7, 4096 + 48
-	x := make([]float32, T*D)
-	for r := 0; r < T; r++ {
-		row := x[r*D : (r+1)*D]
-		switch r {
-		case 0: // zero row
-		case 1: // tiny values (E4M3 subnormals after scaling) and one large one
-			copy(row, randBF16(rng, D, 1e-3))
-			row[17] = 7
-		case 2: // values just below the maximum: some round to 448
-			for i := range row {
-				row[i] = runtime.BF16ToF32(runtime.F32ToBF16(float32(447+rng.Float64()) * float32(1-2*(i%2))))
-			}
-		default:
-			copy(row, randBF16(rng, D, float32(math.Pow(10, float64(r-4)))))
-		}
-	}
-	gx := gpu(t, runtime.BF16, x, T, D)
-	q := gpu(t, runtime.F8E4M3, nil, T, D)
-	s := gpu(t, runtime.F32, nil, T)
-	if err := gb.k.fp8gemm.quant.Launch(gb.s, cuda.Dim3{X: T}, cuda.Dim3{X: 256}, 0,
-		cuda.Ptr(q.Ptr()), cuda.Ptr(s.Ptr()), cuda.Ptr(gx.Ptr()), cuda.I32(D)); err != nil {
-		t.Fatal(err)
-	}
-	gotQ := make([]byte, T*D)
-	if err := gb.ReadBytes(gotQ, q); err != nil {
-		t.Fatal(err)
-	}
-	gotS := read(t, s)
-	wantQ := make([]byte, D)
-	for r := 0; r < T; r++ {
-		var ws float32
-		kernels.QuantizeRowFP8(wantQ, x[r*D:(r+1)*D], &ws)
-		if math.Float32bits(gotS[r]) != math.Float32bits(ws) {
-			t.Errorf("row %d: scale %v, want %v", r, gotS[r], ws)
-		}
-		bad := 0
-		for c, w := range wantQ {
-			if g := gotQ[r*D+c]; g != w {
-				if bad < 3 {
-					t.Errorf("row %d col %d: x %v → code %#02x, want %#02x", r, c, x[r*D+c], g, w)
+	for _, D := range []int{4096 + 48, 20480 + 8} {
+		t.Run(fmt.Sprintf("D%d", D), func(t *testing.T) {
+			const T = 8
+			x := make([]float32, T*D)
+			for r := 0; r < T; r++ {
+				row := x[r*D : (r+1)*D]
+				switch r {
+				case 0: // zero row
+				case 1: // tiny values (E4M3 subnormals after scaling) and one large one
+					copy(row, randBF16(rng, D, 1e-3))
+					row[17] = 7
+				case 2: // values just below the maximum: some round to 448
+					for i := range row {
+						row[i] = runtime.BF16ToF32(runtime.F32ToBF16(float32(447+rng.Float64()) * float32(1-2*(i%2))))
+					}
+				case 3: // NaNs of both signs among ordinary values
+					copy(row, randBF16(rng, D, 3))
+					row[5] = runtime.BF16ToF32(runtime.F32ToBF16(float32(math.NaN())))
+					row[D-3] = runtime.BF16ToF32(runtime.F32ToBF16(math.Float32frombits(0xffc00000)))
+				default:
+					copy(row, randBF16(rng, D, float32(math.Pow(10, float64(r-5)))))
 				}
-				bad++
 			}
-		}
-		if bad > 0 {
-			t.Errorf("row %d: %d of %d codes differ", r, bad, D)
-		}
+			ns := [3]int{1024, 48, 4096}
+			var sv [3][]float32
+			var sg [3]*runtime.Tensor
+			for i, n := range ns {
+				sv[i] = randBF16(rng, n, 1e-3)
+				sg[i] = gpu(t, runtime.BF16, sv[i], n, 1)
+			}
+			gx := gpu(t, runtime.BF16, x, T, D)
+			q := gpu(t, runtime.F8E4M3, nil, T, D)
+			s := gpu(t, runtime.F32, nil, T)
+			wsf := poisoned(t, runtime.F32, ns[0]+ns[1]+ns[2])
+			if err := gb.k.fp8gemm.quant.Launch(gb.s, cuda.Dim3{X: T + 5}, cuda.Dim3{X: 256}, 0,
+				cuda.Ptr(q.Ptr()), cuda.Ptr(s.Ptr()), cuda.Ptr(gx.Ptr()), cuda.I32(T), cuda.I32(D), cuda.Ptr(wsf.Ptr()),
+				cuda.Ptr(sg[0].Ptr()), cuda.Ptr(sg[1].Ptr()), cuda.Ptr(sg[2].Ptr()), cuda.I32(int(runtime.BF16)),
+				cuda.I32(ns[0]), cuda.I32(ns[1]), cuda.I32(ns[2])); err != nil {
+				t.Fatal(err)
+			}
+			gotQ := make([]byte, T*D)
+			if err := gb.ReadBytes(gotQ, q); err != nil {
+				t.Fatal(err)
+			}
+			gotS := read(t, s)
+			wantQ := make([]byte, D)
+			for r := 0; r < T; r++ {
+				var ws float32
+				kernels.QuantizeRowFP8(wantQ, x[r*D:(r+1)*D], &ws)
+				if math.Float32bits(gotS[r]) != math.Float32bits(ws) {
+					t.Errorf("row %d: scale %v, want %v", r, gotS[r], ws)
+				}
+				bad := 0
+				for c, w := range wantQ {
+					if g := gotQ[r*D+c]; g != w {
+						if bad < 3 {
+							t.Errorf("row %d col %d: x %v → code %#02x, want %#02x", r, c, x[r*D+c], g, w)
+						}
+						bad++
+					}
+				}
+				if bad > 0 {
+					t.Errorf("row %d: %d of %d codes differ", r, bad, D)
+				}
+			}
+			got := read(t, wsf)
+			want := append(append(slices.Clone(sv[0]), sv[1]...), sv[2]...)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("converted scale %d = %v, want %v", i, got[i], want[i])
+				}
+			}
+		})
 	}
 }
 
@@ -87,7 +117,12 @@ func TestQuantRowsE4M3(t *testing.T) {
 // sdt.
 func fp8Case(t *testing.T, N, D int, sdt runtime.DType) (gw, gs, hw, hs *runtime.Tensor, qm kernels.QMat) {
 	t.Helper()
-	rng := newRNG(t)
+	return fp8CaseRNG(t, newRNG(t), N, D, sdt)
+}
+
+// fp8CaseRNG is fp8Case drawing from rng (distinct weights in one test).
+func fp8CaseRNG(t *testing.T, rng *rand.Rand, N, D int, sdt runtime.DType) (gw, gs, hw, hs *runtime.Tensor, qm kernels.QMat) {
+	t.Helper()
 	q := randFP8(rng, N*D)
 	sv := make([]float32, N)
 	for i := range sv {
@@ -124,8 +159,11 @@ func profiled(t *testing.T, fn func() error) []string {
 }
 
 // TestMatMulFP8Lt: MatMulFP8 with per-channel scales and at least
-// FP8GEMMMinTokens tokens runs the FP8 tensor-core path (quant_rows_e4m3,
-// cublasLtMatmul fp8, fp8_rescale: checked in a kernel profile) and equals
+// FP8GEMMMinTokens tokens runs the FP8 tensor-core path (checked in a
+// kernel profile: quant_rows_e4m3 then, where cuBLASLt applies the scales —
+// sm_90, cuBLASLt 12.9+ — "cublasLtMatmul fp8 scaled", else, and always
+// with FP8LtRescale, cublasLtMatmul fp8 and fp8_rescale) and, on both
+// paths, equals
 // the CPU's W8A8 emulation (kernels.CPUBackend with FP8Activations: the
 // activations quantized per token, times the dequantized weight, fp32 sums)
 // on m ∈ {16, 17, 300}, n ∈ {1024, 4160}, k ∈ {4096, 14336}, BF16 and F32
@@ -158,81 +196,90 @@ func TestMatMulFP8Lt(t *testing.T) {
 	if gb.FP8GEMM != FP8GEMMLt {
 		t.Fatalf("the backend's FP8GEMM is %v (FT_FP8_GEMM set?); this test needs lt", gb.FP8GEMM)
 	}
-	for _, n := range []int{1024, 4096 + 64} {
-		for _, k := range []int{4096, 14336} {
-			sdt := runtime.F32
-			if n == 1024 {
-				sdt = runtime.BF16
-			}
-			gw, gs, hw, hs, qm := fp8Case(t, n, k, sdt)
-			absW := qm
-			absW.Q = slices.Clone(qm.Q)
-			for i := range absW.Q {
-				absW.Q[i] &^= 0x80
-			}
-			for _, m := range []int{16, 17, 300} {
-				odt := runtime.BF16
-				if m == 17 {
-					odt = runtime.F32
+	outerErr := gb.blas.FP8OuterScales()
+	t.Logf("outer-vector scales in cuBLASLt: %v", outerErr)
+	defer func(r bool) { gb.FP8LtRescale = r }(gb.FP8LtRescale)
+	for _, rescale := range []bool{false, true} {
+		gb.FP8LtRescale = rescale
+		for _, n := range []int{1024, 4096 + 64} {
+			for _, k := range []int{4096, 14336} {
+				sdt := runtime.F32
+				if n == 1024 {
+					sdt = runtime.BF16
 				}
-				t.Run(fmt.Sprintf("m%d_n%d_k%d_out%v_scale%v", m, n, k, odt, sdt), func(t *testing.T) {
-					rng := newRNG(t)
-					x := randBF16(rng, m*k, 2)
-					for i := 0; i < m; i++ { // rows of different magnitudes
-						for j := range k {
-							x[i*k+j] = runtime.BF16ToF32(runtime.F32ToBF16(x[i*k+j] * float32(math.Pow(2, float64(i%7-3)))))
-						}
+				gw, gs, hw, hs, qm := fp8Case(t, n, k, sdt)
+				absW := qm
+				absW.Q = slices.Clone(qm.Q)
+				for i := range absW.Q {
+					absW.Q[i] &^= 0x80
+				}
+				for _, m := range []int{16, 17, 300} {
+					odt := runtime.BF16
+					if m == 17 {
+						odt = runtime.F32
 					}
-					out := poisoned(t, odt, m, n)
-					gx := gpu(t, runtime.BF16, x, m, k)
-					names := profiled(t, func() error { return gb.MatMulFP8(out, gx, gw, gs, kernels.FP8Layout{}) })
-					want := []string{"quant_rows_e4m3", fmt.Sprintf("cublasLtMatmul fp8[m=%d,n=%d,k=%d]", m, n, k), "fp8_rescale"}
-					if !slices.Equal(names, want) {
-						t.Fatalf("kernels %v, want %v (fallback: %v)", names, want, gb.FP8GEMMFallback())
-					}
-					ref := host(t, runtime.F32, nil, m, n)
-					if err := w8a8.MatMulFP8(ref, host(t, runtime.F32, x, m, k), hw, hs, kernels.FP8Layout{}); err != nil {
-						t.Fatal(err)
-					}
-					xq := make([]float32, len(x))
-					kernels.QuantizeRowsF32(xq, x, k)
-					for i := range xq {
-						xq[i] = float32(math.Abs(float64(xq[i])))
-					}
-					abs := make([]float32, m*n)
-					if err := kernels.MatMulQ(abs, xq, m, absW); err != nil {
-						t.Fatal(err)
-					}
-					rel := math.Pow(2, -7)
-					if odt == runtime.F32 {
-						rel = math.Pow(2, -20)
-					}
-					got, r := read(t, out), ref.F32()
-					bad := 0
-					var se, sr, worst float64
-					for i := range got {
-						g, w := float64(got[i]), float64(r[i])
-						d := math.Abs(g - w)
-						tol := rel*math.Abs(w) + math.Pow(2, -10)*float64(abs[i])
-						if !(d <= tol) {
-							if bad < 5 {
-								t.Errorf("element [%d,%d] = %v, want %v (|diff| %.3g > %.3g; Σ|terms| %.3g)", i/n, i%n, g, w, d, tol, abs[i])
+					t.Run(fmt.Sprintf("rescale%v_m%d_n%d_k%d_out%v_scale%v", rescale, m, n, k, odt, sdt), func(t *testing.T) {
+						rng := newRNG(t)
+						x := randBF16(rng, m*k, 2)
+						for i := 0; i < m; i++ { // rows of different magnitudes
+							for j := range k {
+								x[i*k+j] = runtime.BF16ToF32(runtime.F32ToBF16(x[i*k+j] * float32(math.Pow(2, float64(i%7-3)))))
 							}
-							bad++
 						}
-						se += d * d
-						sr += w * w
-						worst = max(worst, d/max(float64(abs[i]), 1e-30))
-					}
-					if bad > 0 {
-						t.Errorf("%d of %d elements out of tolerance", bad, len(got))
-					}
-					rms := math.Sqrt(se / max(sr, 1e-30))
-					if !(rms <= math.Pow(2, -8)) {
-						t.Errorf("RMS error %.3g of the RMS value, want ≤ 2⁻⁸", rms)
-					}
-					t.Logf("%d elements, RMS error %.3g of the RMS value, worst |diff|/Σ|terms| %.3g", len(got), rms, worst)
-				})
+						out := poisoned(t, odt, m, n)
+						gx := gpu(t, runtime.BF16, x, m, k)
+						names := profiled(t, func() error { return gb.MatMulFP8(out, gx, gw, gs, kernels.FP8Layout{}) })
+						want := []string{"quant_rows_e4m3", fmt.Sprintf("cublasLtMatmul fp8[m=%d,n=%d,k=%d]", m, n, k), "fp8_rescale"}
+						if !rescale && outerErr == nil {
+							want = []string{"quant_rows_e4m3", fmt.Sprintf("cublasLtMatmul fp8 scaled[m=%d,n=%d,k=%d]", m, n, k)}
+						}
+						if !slices.Equal(names, want) {
+							t.Fatalf("kernels %v, want %v (fallback: %v; rescale reason: %v)", names, want, gb.FP8GEMMFallback(), gb.FP8GEMMRescaleReason())
+						}
+						ref := host(t, runtime.F32, nil, m, n)
+						if err := w8a8.MatMulFP8(ref, host(t, runtime.F32, x, m, k), hw, hs, kernels.FP8Layout{}); err != nil {
+							t.Fatal(err)
+						}
+						xq := make([]float32, len(x))
+						kernels.QuantizeRowsF32(xq, x, k)
+						for i := range xq {
+							xq[i] = float32(math.Abs(float64(xq[i])))
+						}
+						abs := make([]float32, m*n)
+						if err := kernels.MatMulQ(abs, xq, m, absW); err != nil {
+							t.Fatal(err)
+						}
+						rel := math.Pow(2, -7)
+						if odt == runtime.F32 {
+							rel = math.Pow(2, -20)
+						}
+						got, r := read(t, out), ref.F32()
+						bad := 0
+						var se, sr, worst float64
+						for i := range got {
+							g, w := float64(got[i]), float64(r[i])
+							d := math.Abs(g - w)
+							tol := rel*math.Abs(w) + math.Pow(2, -10)*float64(abs[i])
+							if !(d <= tol) {
+								if bad < 5 {
+									t.Errorf("element [%d,%d] = %v, want %v (|diff| %.3g > %.3g; Σ|terms| %.3g)", i/n, i%n, g, w, d, tol, abs[i])
+								}
+								bad++
+							}
+							se += d * d
+							sr += w * w
+							worst = max(worst, d/max(float64(abs[i]), 1e-30))
+						}
+						if bad > 0 {
+							t.Errorf("%d of %d elements out of tolerance", bad, len(got))
+						}
+						rms := math.Sqrt(se / max(sr, 1e-30))
+						if !(rms <= math.Pow(2, -8)) {
+							t.Errorf("RMS error %.3g of the RMS value, want ≤ 2⁻⁸", rms)
+						}
+						t.Logf("%d elements, RMS error %.3g of the RMS value, worst |diff|/Σ|terms| %.3g", len(got), rms, worst)
+					})
+				}
 			}
 		}
 	}
@@ -257,7 +304,7 @@ func TestMatMulFP8LtFast(t *testing.T) {
 	out := poisoned(t, runtime.BF16, m, n)
 	gx := gpu(t, runtime.BF16, x, m, k)
 	names := profiled(t, func() error { return gb.MatMulFP8(out, gx, gw, gs, kernels.FP8Layout{}) })
-	if !slices.Contains(names, fmt.Sprintf("cublasLtMatmul fp8[m=%d,n=%d,k=%d]", m, n, k)) {
+	if !slices.ContainsFunc(names, func(s string) bool { return strings.HasPrefix(s, "cublasLtMatmul fp8") }) {
 		t.Fatalf("kernels %v: no cuBLASLt FP8 GEMM (fallback: %v)", names, gb.FP8GEMMFallback())
 	}
 	ref := host(t, runtime.F32, nil, m, n)
@@ -317,7 +364,7 @@ func TestMatMulFP8LtChoice(t *testing.T) {
 			out := poisoned(t, runtime.BF16, c.T, N)
 			gx := gpu(t, runtime.BF16, x, c.T, c.D)
 			names := profiled(t, func() error { return gb.MatMulFP8(out, gx, gw, gs, layout) })
-			if lt := slices.Contains(names, "fp8_rescale"); lt != c.lt {
+			if lt := slices.ContainsFunc(names, func(s string) bool { return strings.HasPrefix(s, "cublasLtMatmul fp8") }); lt != c.lt {
 				t.Fatalf("kernels %v: FP8 GEMM ran %v, want %v (fallback: %v)", names, lt, c.lt, gb.FP8GEMMFallback())
 			}
 			ref := host(t, runtime.F32, nil, c.T, N)

@@ -182,11 +182,40 @@ func (b *Backend) checkFP8Weight(op string, w, scale *runtime.Tensor, layout ker
 var (
 	_ kernels.FP8MultiMatMuler = (*Backend)(nil)
 	_ kernels.FP8GateUpSiLUer  = (*Backend)(nil)
+	_ kernels.FP8RowsFuser     = (*Backend)(nil)
 )
+
+// matMulFP8LtRows runs outs[i] = x·dequant(ws[i])ᵀ for x of several rows
+// through matMulFP8LtN (x quantized once) when every product has the shape
+// MatMulFP8 accepts and BF16 or F32 outputs; ran is false, with nothing
+// enqueued, otherwise (one token, a mismatch MatMulFP8 will report, a
+// path the FP8 GEMM does not take). The weights are checked by the
+// caller.
+func (b *Backend) matMulFP8LtRows(op string, outs []*runtime.Tensor, x *runtime.Tensor, ws, scales []*runtime.Tensor, layout kernels.FP8Layout) (bool, error) {
+	D := x.Dim(-1)
+	if D == 0 || x.NumElements()%D != 0 {
+		return false, nil
+	}
+	T := x.NumElements() / D
+	if T < 2 {
+		return false, nil
+	}
+	for i, w := range ws {
+		if err := b.onDevice(op, "out", outs[i]); err != nil {
+			return false, err
+		}
+		if w.Dim(1) != D || outs[i].NumElements() != T*w.Dim(0) || (outs[i].DType() != runtime.BF16 && outs[i].DType() != runtime.F32) {
+			return false, nil
+		}
+	}
+	return b.matMulFP8LtN(outs, x, ws, scales, layout, T, D)
+}
 
 // MatMulNFP8 is kernels.FP8MultiMatMuler on the GPU: three FP8 projections
 // of one token (q, k, v) with BF16 outputs and scales of one dtype run as
-// one gemv3_fp8 launch; anything else runs as MatMulFP8s.
+// one gemv3_fp8 launch; several tokens that take the FP8 tensor cores
+// quantize x once for all the GEMMs (matMulFP8LtRows); anything else runs
+// as MatMulFP8s.
 func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scales []*runtime.Tensor, layout kernels.FP8Layout) error {
 	if len(outs) != len(ws) || len(scales) != len(ws) {
 		return fmt.Errorf("cudabackend.MatMulNFP8: %d outputs and %d scales for %d weights", len(outs), len(scales), len(ws))
@@ -219,6 +248,9 @@ func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scal
 		}
 	}
 	if !fused {
+		if ran, err := b.matMulFP8LtRows("MatMulNFP8", outs, x, ws, scales, layout); ran || err != nil {
+			return err
+		}
 		for i := range ws {
 			if err := b.MatMulFP8(outs[i], x, ws[i], scales[i], layout); err != nil {
 				return err
@@ -236,8 +268,9 @@ func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scal
 }
 
 // GateUpSiLUFP8 is kernels.FP8GateUpSiLUer on the GPU: one
-// gemv_gateup_silu_fp8 launch where it applies, else gate into out, up into
-// up and SiLUMul.
+// gemv_gateup_silu_fp8 launch where it applies; for several tokens on the
+// FP8 tensor cores, x quantized once for both GEMMs (matMulFP8LtRows), then
+// SiLUMul; else gate into out, up into up and SiLUMul.
 func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layout kernels.FP8Layout) error {
 	if err := b.act("GateUpSiLUFP8", "x", x); err != nil {
 		return err
@@ -270,6 +303,13 @@ func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layo
 		}
 	}
 	if !fused {
+		ran, err := b.matMulFP8LtRows("GateUpSiLUFP8", []*runtime.Tensor{out, up}, x, []*runtime.Tensor{wg, wu}, []*runtime.Tensor{sg, su}, layout)
+		if err != nil {
+			return err
+		}
+		if ran {
+			return b.SiLUMul(out, out, up)
+		}
 		if err := b.MatMulFP8(out, x, wg, sg, layout); err != nil {
 			return err
 		}

@@ -34,6 +34,17 @@ func allFP8(ls ...*nn.Linear) bool {
 	return true
 }
 
+// fp8Rows reports whether the fused FP8 ops take h's rows: one token, or
+// several where the backend gains from it (kernels.FusesFP8Rows: the GPU
+// quantizes the shared activations once), the Linears unwatched.
+func fp8Rows(b kernels.Backend, h *runtime.Tensor, ls ...*nn.Linear) bool {
+	ms := make([]nn.Module, len(ls))
+	for i, l := range ls {
+		ms[i] = l
+	}
+	return nn.Unwatched(ms...) && kernels.FusesFP8Rows(b, h.Dim(0))
+}
+
 // fp8Parts are the weights and scales of FP8 Linears.
 func fp8Parts(ls ...*nn.Linear) (ws, scales []*runtime.Tensor) {
 	for _, l := range ls {
@@ -54,7 +65,7 @@ func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error
 	if f, ok := b.(kernels.MultiMatMuler); ok && one && plain(a.Q, a.K, a.V) {
 		err = f.MatMulN([]*runtime.Tensor{q, k, v}, h,
 			[]*runtime.Tensor{a.Q.Weight.Tensor(), a.K.Weight.Tensor(), a.V.Weight.Tensor()})
-	} else if f, ok := b.(kernels.FP8MultiMatMuler); ok && one && allFP8(a.Q, a.K, a.V) {
+	} else if f, ok := b.(kernels.FP8MultiMatMuler); ok && fp8Rows(b, h, a.Q, a.K, a.V) && allFP8(a.Q, a.K, a.V) {
 		ws, scales := fp8Parts(a.Q, a.K, a.V)
 		err = f.MatMulNFP8([]*runtime.Tensor{q, k, v}, h, ws, scales, a.Q.FP8)
 	} else {
@@ -91,7 +102,7 @@ func (p *MLP) gateUp(b kernels.Backend, g, u, h *runtime.Tensor) error {
 	if f, ok := b.(kernels.GateUpSiLUer); ok && one && plain(p.Gate, p.Up) {
 		return f.GateUpSiLU(g, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor())
 	}
-	if f, ok := b.(kernels.FP8GateUpSiLUer); ok && one && allFP8(p.Gate, p.Up) {
+	if f, ok := b.(kernels.FP8GateUpSiLUer); ok && fp8Rows(b, h, p.Gate, p.Up) && allFP8(p.Gate, p.Up) {
 		return f.GateUpSiLUFP8(g, u, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor(), p.Gate.Scale.Tensor(), p.Up.Scale.Tensor(), p.Gate.FP8)
 	}
 	if err := p.Gate.Forward(b, g, h); err != nil {

@@ -29,6 +29,11 @@ enum {
 	FT_LT_STATUS_INVALID_VALUE = 7, FT_LT_STATUS_NOT_SUPPORTED = 15,        // cublasStatus_t
 	// cublasLtMatmulDescAttributes_t
 	FT_LT_DESC_TRANSA = 3, FT_LT_DESC_TRANSB = 4, FT_LT_DESC_FAST_ACCUM = 25,
+	FT_LT_DESC_A_SCALE_POINTER = 17, FT_LT_DESC_B_SCALE_POINTER = 18,
+	FT_LT_DESC_A_SCALE_MODE = 31, FT_LT_DESC_B_SCALE_MODE = 32, // cuBLAS 12.9+
+	// cublasLtMatmulMatrixScale_t (cuBLAS 12.9+): one fp32 scale per row of
+	// op(A) and per column of op(B).
+	FT_LT_SCALE_OUTER_VEC_32F = 3,
 	// cublasLtMatmulPreferenceAttributes_t
 	FT_LT_PREF_MAX_WORKSPACE_BYTES = 1,
 	FT_LT_PREF_MIN_ALIGNMENT_A_BYTES = 5, FT_LT_PREF_MIN_ALIGNMENT_B_BYTES = 6,
@@ -131,6 +136,7 @@ typedef struct {
 	void *desc, *la, *lb, *ld;
 	ft_lt_algo algo;
 	size_t ws;
+	int outer; // the scale modes are OUTER_VEC_32F: ft_lt_run sets the scale pointers
 } ft_lt_plan;
 
 static void ft_lt_plan_free(ft_lt_plan* p) {
@@ -146,9 +152,11 @@ static void ft_lt_plan_free(ft_lt_plan* p) {
 // row-major product out[M,N] = x[M,K]·w[N,K]ᵀ (see BLAS.GemmFP8) and asks
 // the heuristic for an algorithm: A = w's memory, column-major [K,N] (ld
 // K), transposed; B = x's memory, column-major [K,M] (ld K), as it is;
-// D = C = out's memory, column-major [N,M] (ld N), in dtype. On failure
-// *what names the call that failed.
-static int ft_lt_make_plan(CUcontext ctx, void* h, int M, int N, int K, int dtype, int fast,
+// D = C = out's memory, column-major [N,M] (ld N), in dtype. With outer,
+// A's and B's scale modes are OUTER_VEC_32F: D[n,m] = sw[n]·sx[m]·Σ, the
+// scale vectors given to ft_lt_run. On failure *what names the call that
+// failed.
+static int ft_lt_make_plan(CUcontext ctx, void* h, int M, int N, int K, int dtype, int fast, int outer,
 		uint32_t alignX, uint32_t alignW, uint32_t alignOut, uint64_t wsMax, ft_lt_plan** out, const char** what) {
 	*out = NULL;
 	*what = "cuCtxSetCurrent";
@@ -166,6 +174,12 @@ static int ft_lt_make_plan(CUcontext ctx, void* h, int M, int N, int K, int dtyp
 	FT_LT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_TRANSA, &opT, sizeof opT), "cublasLtMatmulDescSetAttribute(TRANSA)");
 	FT_LT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_TRANSB, &opN, sizeof opN), "cublasLtMatmulDescSetAttribute(TRANSB)");
 	FT_LT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_FAST_ACCUM, &fa, sizeof fa), "cublasLtMatmulDescSetAttribute(FAST_ACCUM)");
+	if (outer) {
+		const int32_t mode = FT_LT_SCALE_OUTER_VEC_32F;
+		FT_LT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_A_SCALE_MODE, &mode, sizeof mode), "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
+		FT_LT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_B_SCALE_MODE, &mode, sizeof mode), "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
+		p->outer = 1;
+	}
 	FT_LT_TRY(ft_lt.layout_create(&p->la, FT_LT_CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, (int64_t)K), "cublasLtMatrixLayoutCreate(w)");
 	FT_LT_TRY(ft_lt.layout_create(&p->lb, FT_LT_CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)M, (int64_t)K), "cublasLtMatrixLayoutCreate(x)");
 	FT_LT_TRY(ft_lt.layout_create(&p->ld, dtype, (uint64_t)N, (uint64_t)M, (int64_t)N), "cublasLtMatrixLayoutCreate(out)");
@@ -196,11 +210,20 @@ fail:
 static size_t ft_lt_plan_ws(ft_lt_plan* p) { return p->ws; }
 
 // ft_lt_run enqueues the planned product on s: out = x·wᵀ (row-major),
-// alpha 1, beta 0 (C is D, never read).
+// alpha 1, beta 0 (C is D, never read); for an outer plan, scaled by sw
+// (one fp32 per output channel) and sx (one per token), which are written
+// into the descriptor first (cublasLtMatmul reads them at the call).
 static int ft_lt_run(CUcontext ctx, void* h, ft_lt_plan* p, CUdeviceptr out, CUdeviceptr x, CUdeviceptr w,
-		CUdeviceptr ws, size_t wsBytes, CUstream s) {
+		CUdeviceptr sx, CUdeviceptr sw, CUdeviceptr ws, size_t wsBytes, CUstream s) {
 	if (ft_lt_ctx(ctx) != CUDA_SUCCESS) return -1;
 	const float alpha = 1.0f, beta = 0.0f;
+	if (p->outer) {
+		const void* pa = (const void*)sw;
+		const void* pb = (const void*)sx;
+		int st = ft_lt.desc_set(p->desc, FT_LT_DESC_A_SCALE_POINTER, &pa, sizeof pa);
+		if (st == 0) st = ft_lt.desc_set(p->desc, FT_LT_DESC_B_SCALE_POINTER, &pb, sizeof pb);
+		if (st != 0) return st;
+	}
 	return ft_lt.matmul(h, p->desc, &alpha, (const void*)w, p->la, (const void*)x, p->lb, &beta,
 		(const void*)out, p->ld, (void*)out, p->ld, &p->algo, (void*)ws, wsBytes, s);
 }
@@ -286,10 +309,11 @@ type blasLt struct {
 }
 
 // ltKey is what a plan depends on: the shape, the output type, fast
-// accumulation and the operands' alignments (the heuristic's minimums).
+// accumulation, outer-vector scales and the operands' alignments (the
+// heuristic's minimums).
 type ltKey struct {
 	m, n, k                int
-	bf16, fast             bool
+	bf16, fast, outer      bool
 	alignX, alignW, alignC uint32
 }
 
@@ -377,17 +401,20 @@ func (b *BLAS) ltPlan(key ltKey) (*C.ft_lt_plan, error) {
 	if key.bf16 {
 		dt = C.FT_LT_CUDA_R_16BF
 	}
-	fast := C.int(0)
+	fast, outer := C.int(0), C.int(0)
 	if key.fast {
 		fast = 1
 	}
+	if key.outer {
+		outer = 1
+	}
 	var p *C.ft_lt_plan
 	var what *C.char
-	st := C.ft_lt_make_plan(b.dev.ctx, l.h, C.int(key.m), C.int(key.n), C.int(key.k), dt, fast,
+	st := C.ft_lt_make_plan(b.dev.ctx, l.h, C.int(key.m), C.int(key.n), C.int(key.k), dt, fast, outer,
 		C.uint32_t(key.alignX), C.uint32_t(key.alignW), C.uint32_t(key.alignC), C.uint64_t(blasWorkspace), &p, &what)
 	if st != 0 {
-		err := fmt.Errorf("%w: cuBLASLt FP8 GEMM [%d,%d]x[%d,%d]T: %s: %s (status %d)", ErrFP8Unsupported,
-			key.m, key.k, key.n, key.k, C.GoString(what), C.GoString(C.ft_lt_status(st)), int(st))
+		err := fmt.Errorf("%w: cuBLASLt FP8 GEMM [%d,%d]x[%d,%d]T%s: %s: %s (status %d)", ErrFP8Unsupported,
+			key.m, key.k, key.n, key.k, key.scaled(), C.GoString(what), C.GoString(C.ft_lt_status(st)), int(st))
 		l.bad[key] = err
 		return nil, err
 	}
@@ -400,6 +427,14 @@ func (b *BLAS) ltPlan(key ltKey) (*C.ft_lt_plan, error) {
 	}
 	l.plans[key] = p
 	return p, nil
+}
+
+// scaled names an outer-scaled key in messages.
+func (k ltKey) scaled() string {
+	if k.outer {
+		return " with outer-vector scales"
+	}
+	return ""
 }
 
 func fp8Key(c uintptr, cBF16 bool, a, w uintptr, m, n, k int, fastAccum bool) (ltKey, error) {
@@ -446,6 +481,12 @@ func (b *BLAS) GemmFP8(s *Stream, c uintptr, cBF16 bool, a, w uintptr, m, n, k i
 	if err != nil {
 		return err
 	}
+	return b.gemmFP8(s, key, c, a, w, 0, 0)
+}
+
+// gemmFP8 runs key's plan; sx and sw are the scale vectors of an outer key.
+func (b *BLAS) gemmFP8(s *Stream, key ltKey, c, a, w, sx, sw uintptr) error {
+	m, n, k, cBF16 := key.m, key.n, key.k, key.bf16
 	p, err := b.ltPlan(key)
 	if err != nil {
 		return err
@@ -455,13 +496,18 @@ func (b *BLAS) GemmFP8(s *Stream, c uintptr, cBF16 bool, a, w uintptr, m, n, k i
 		cBytes = 4
 	}
 	bytes := int64(m)*int64(k) + int64(n)*int64(k) + cBytes*int64(m)*int64(n)
-	return b.dev.timed(s, fmt.Sprintf("cublasLtMatmul fp8[m=%d,n=%d,k=%d]", m, n, k), bytes, func() error {
+	name := fmt.Sprintf("cublasLtMatmul fp8[m=%d,n=%d,k=%d]", m, n, k)
+	if key.outer {
+		bytes += 4 * int64(m+n)
+		name = fmt.Sprintf("cublasLtMatmul fp8 scaled[m=%d,n=%d,k=%d]", m, n, k)
+	}
+	return b.dev.timed(s, name, bytes, func() error {
 		st := C.ft_lt_run(b.dev.ctx, b.lt.h, p, C.CUdeviceptr(c), C.CUdeviceptr(a), C.CUdeviceptr(w),
-			C.CUdeviceptr(b.ws.Ptr()), C.size_t(blasWorkspace), s.s)
+			C.CUdeviceptr(sx), C.CUdeviceptr(sw), C.CUdeviceptr(b.ws.Ptr()), C.size_t(blasWorkspace), s.s)
 		if st == 0 {
 			return nil
 		}
-		err := fmt.Errorf("%s: cublasLtMatmul fp8 [%d,%d]x[%d,%d]T: %s (cuBLAS status %d)", b.dev.Name(), m, k, n, k, C.GoString(C.ft_lt_status(st)), int(st))
+		err := fmt.Errorf("%s: cublasLtMatmul fp8 [%d,%d]x[%d,%d]T%s: %s (cuBLAS status %d)", b.dev.Name(), m, k, n, k, key.scaled(), C.GoString(C.ft_lt_status(st)), int(st))
 		if st == C.FT_LT_STATUS_NOT_SUPPORTED || st == C.FT_LT_STATUS_INVALID_VALUE {
 			// Refused before launching anything: this shape falls back from
 			// now on.
@@ -470,6 +516,78 @@ func (b *BLAS) GemmFP8(s *Stream, c uintptr, cBF16 bool, a, w uintptr, m, n, k i
 		}
 		return err
 	})
+}
+
+// CublasLtOuterScaleVersion is the first cuBLASLt version (12.9) with
+// outer-vector scaling (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F).
+const CublasLtOuterScaleVersion = 120900
+
+// FP8OuterScales reports whether GemmFP8Scaled can run on this device: nil,
+// or an error wrapping ErrFP8Unsupported that says why not. Outer-vector
+// FP8 scaling needs cuBLASLt 12.9 or newer and, as NVIDIA documents it
+// (cuBLAS's table of scaling modes), an sm_90 GPU (Hopper); Ada (sm_89)
+// and Blackwell take per-tensor or block scales only. A shape the
+// heuristic still refuses is reported by FP8ScaledReady.
+func (b *BLAS) FP8OuterScales() error {
+	if err := b.lt.init(b.dev); err != nil {
+		return err
+	}
+	lib, err := loadLtOnce()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrFP8Unsupported, err)
+	}
+	if lib.version < CublasLtOuterScaleVersion {
+		return fmt.Errorf("%w: cuBLASLt %d (%s) predates outer-vector FP8 scales (%d)", ErrFP8Unsupported, lib.version, lib.path, CublasLtOuterScaleVersion)
+	}
+	if b.dev.cc != 90 {
+		return fmt.Errorf("%w: %s is sm_%d; cuBLASLt's outer-vector FP8 scales run on sm_90 only", ErrFP8Unsupported, b.dev.Name(), b.dev.cc)
+	}
+	return nil
+}
+
+func fp8ScaledKey(c uintptr, cBF16 bool, a, w, sx, sw uintptr, m, n, k int, fastAccum bool) (ltKey, error) {
+	key, err := fp8Key(c, cBF16, a, w, m, n, k, fastAccum)
+	if err != nil {
+		return key, err
+	}
+	if sx == 0 || sw == 0 || sx%16 != 0 || sw%16 != 0 {
+		return key, fmt.Errorf("%w: cuBLASLt FP8 GEMM: scale vectors must be 16-byte aligned (x's %#x, w's %#x)", ErrFP8Unsupported, sx, sw)
+	}
+	key.outer = true
+	return key, nil
+}
+
+// FP8ScaledReady is FP8Ready for GemmFP8Scaled: it also checks
+// FP8OuterScales and that the heuristic has an algorithm with outer-vector
+// scales for this shape.
+func (b *BLAS) FP8ScaledReady(c uintptr, cBF16 bool, a, w, sx, sw uintptr, m, n, k int, fastAccum bool) error {
+	if err := b.FP8OuterScales(); err != nil {
+		return err
+	}
+	key, err := fp8ScaledKey(c, cBF16, a, w, sx, sw, m, n, k, fastAccum)
+	if err != nil {
+		return err
+	}
+	_, err = b.ltPlan(key)
+	return err
+}
+
+// GemmFP8Scaled is GemmFP8 with the scales applied by cuBLASLt (outer-vector
+// scaling): c[i,j] = sx[i]·sw[j]·Σ_k a[i,k]·w[j,k], with sx m fp32 scales
+// (one per row of a: the tokens) and sw n fp32 scales (one per row of w:
+// the output channels), both 16-byte aligned device addresses. Where
+// FP8OuterScales or the heuristic says no, it returns an error wrapping
+// ErrFP8Unsupported before enqueuing anything (the caller then runs
+// GemmFP8 and applies the scales itself).
+func (b *BLAS) GemmFP8Scaled(s *Stream, c uintptr, cBF16 bool, a, w, sx, sw uintptr, m, n, k int, fastAccum bool) error {
+	if err := b.FP8OuterScales(); err != nil {
+		return err
+	}
+	key, err := fp8ScaledKey(c, cBF16, a, w, sx, sw, m, n, k, fastAccum)
+	if err != nil {
+		return err
+	}
+	return b.gemmFP8(s, key, c, a, w, sx, sw)
 }
 
 // CublasLtVersion loads cuBLASLt (once) and reports its version code and
