@@ -321,9 +321,9 @@ func TestFP8Legacy(t *testing.T) {
 	compare(t, "legacy gate·up·SiLU", read(t, out), want, 3e-3, 2e-2)
 }
 
-// TestFP8GEMVBandwidth prints the achieved bandwidth of the new and the
-// legacy FP8 GEMVs on Llama-3-8B's projections (a report, run with -v; it
-// fails only if a launch does).
+// TestFP8GEMVBandwidth prints the achieved bandwidth of the legacy FP8
+// GEMV and of every variant of the new one on Llama-3-8B's projections (a
+// report, run with -v; it fails only if a launch does).
 func TestFP8GEMVBandwidth(t *testing.T) {
 	needGPU(t)
 	if testing.Short() {
@@ -331,6 +331,7 @@ func TestFP8GEMVBandwidth(t *testing.T) {
 	}
 	rng := newRNG(t)
 	const iters = 50
+	defer func() { gb.LegacyFP8GEMV, gb.FP8Variant = false, fp8DefaultVariant }()
 	for _, block := range []int{0, 128} {
 		layout := kernels.FP8Layout{Block: block}
 		for _, s := range []struct {
@@ -340,8 +341,8 @@ func TestFP8GEMVBandwidth(t *testing.T) {
 			w := newFP8Weight(t, rng, s.N, s.D, layout, runtime.F32)
 			gx := gpu(t, runtime.BF16, randBF16(rng, s.D, 1), 1, s.D)
 			out := gpu(t, runtime.BF16, nil, 1, s.N)
-			for _, legacy := range []bool{false, true} {
-				gb.LegacyFP8GEMV = legacy
+			for _, cfg := range append([]string{"legacy"}, FP8VariantNames()...) {
+				gb.LegacyFP8GEMV, gb.FP8Variant = cfg == "legacy", cfg
 				run := func() {
 					if err := gb.MatMulFP8(out, gx, w.g, w.gs, layout); err != nil {
 						t.Fatal(err)
@@ -359,9 +360,8 @@ func TestFP8GEMVBandwidth(t *testing.T) {
 					t.Fatal(err)
 				}
 				dt := time.Since(t0).Seconds() / iters
-				t.Logf("%-8s %v %5dx%-5d legacy=%-5v %7.1f µs %6.0f GB/s of FP8 weights", s.name, layout, s.N, s.D, legacy, dt*1e6, float64(s.N*s.D)/dt/1e9)
+				t.Logf("%-8s %v %5dx%-5d %-7s %7.1f µs %6.0f GB/s of FP8 weights", s.name, layout, s.N, s.D, cfg, dt*1e6, float64(s.N*s.D)/dt/1e9)
 			}
-			gb.LegacyFP8GEMV = false
 		}
 	}
 }
