@@ -9,11 +9,10 @@
 // for per-channel scales, which are applied once per row after the sum.
 //
 // How the GEMVs keep up with HBM: each lane streams 16 weight bytes per
-// load, U = 8 loads in flight; E4M3 pairs widen to f16x2 with the sm_89+
-// cvt.rn.f16x2.e4m3x2 (exact; one instruction per two values) and then to
-// fp32; x is widened to fp32 once per block, into shared memory, so a
-// 16-byte chunk of weights costs four shared 16-byte loads of x and 16
-// fp32 FMAs. The E4M3 NaN code converts to NaN here (checkpoints hold none).
+// load, U loads per row in flight; E4M3 pairs widen to f16x2 with the
+// sm_89+ cvt.rn.f16x2.e4m3x2 (exact; one instruction per two values) and
+// then to fp32; x comes as fp32 from shared memory or as bf16 from L1
+// (the variants further down), 16 fp32 FMAs per 16-byte chunk. The E4M3 NaN code converts to NaN here (checkpoints hold none).
 
 // fp8x4_f16x2 widens the four E4M3 bytes of w (low byte first) to two
 // f16x2 words: lo holds bytes 0, 1 and hi bytes 2, 3 (exact).
@@ -85,16 +84,34 @@ __device__ __forceinline__ void fp8_load_x(float4* xs, const bf16_t* __restrict_
 	__syncthreads();
 }
 
-// fp8_chunk adds chunk c (loaded: a[r]) of R rows to acc: x's 16 values
-// from shared memory, each row's chunk sum times its block's scale when
-// bshift >= 0 (scale index srow[r] + (c >> bshift)).
-template <int R>
-__device__ __forceinline__ void fp8_chunk(float* acc, const uint4* a, const float4* xs, int c,
-		const void* const* scale, int sdt, const usize* srow, int bshift) {
-	const int sw = (c >> 1) & 3;
-	float4 xv[4];
+// fp8_x16 is x's 16 values of chunk c (elements 16c..16c+15) as fp32:
+// from shared memory (X 0: xs, fp8_xs_slot's swizzle) or read as bf16
+// from global memory and widened in registers (X 1: xg, 16-byte aligned;
+// x is small and stays in L1 after the first warps of a block touch it).
+template <int X>
+__device__ __forceinline__ void fp8_x16(float4* xv, const float4* xs, const uint4* __restrict__ xg, int c) {
+	if (X == 0) {
+		const int sw = (c >> 1) & 3;
 #pragma unroll
-	for (int j = 0; j < 4; j++) xv[j] = xs[(c << 2) | (j ^ sw)];
+		for (int j = 0; j < 4; j++) xv[j] = xs[(c << 2) | (j ^ sw)];
+	} else {
+		const uint4 b0 = __ldg(xg + 2 * c), b1 = __ldg(xg + 2 * c + 1);
+		const unsigned b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			xv[j] = make_float4(__uint_as_float(b[2 * j] << 16), __uint_as_float(b[2 * j] & 0xffff0000u),
+					__uint_as_float(b[2 * j + 1] << 16), __uint_as_float(b[2 * j + 1] & 0xffff0000u));
+	}
+}
+
+// fp8_chunk adds chunk c (loaded: a[r]) of R rows to acc: x's 16 values
+// (fp8_x16), each row's chunk sum times its block's scale when bshift >= 0
+// (scale index srow[r] + (c >> bshift)).
+template <int R, int X>
+__device__ __forceinline__ void fp8_chunk(float* acc, const uint4* a, const float4* xs, const uint4* __restrict__ xg, int c,
+		const void* const* scale, int sdt, const usize* srow, int bshift) {
+	float4 xv[4];
+	fp8_x16<X>(xv, xs, xg, c);
 #pragma unroll
 	for (int r = 0; r < R; r++) {
 		const float d = fp8_dot16(a[r], xv);
@@ -102,12 +119,12 @@ __device__ __forceinline__ void fp8_chunk(float* acc, const uint4* a, const floa
 	}
 }
 
-// fp8_rows is one lane's part of R weight rows' dot products with x (in xs):
+// fp8_rows is one lane's part of R weight rows' dot products with x:
 // acc[r] += Σ over the lane's 16-byte chunks c (lane, lane + 32, …) of
 // row r (nv chunks) of q·x (fp8_chunk). U loads per row in flight: whole
 // batches unpredicated, then one partial batch.
-template <int R, int U>
-__device__ __forceinline__ void fp8_rows(float* acc, const uint4* const* wr, const float4* xs, int nv,
+template <int R, int U, int X>
+__device__ __forceinline__ void fp8_rows(float* acc, const uint4* const* wr, const float4* xs, const uint4* __restrict__ xg, int nv,
 		const void* const* scale, int sdt, const usize* srow, int bshift) {
 	int c0 = threadIdx.x & 31;
 	for (; c0 + 32 * (U - 1) < nv; c0 += 32 * U) {
@@ -117,7 +134,7 @@ __device__ __forceinline__ void fp8_rows(float* acc, const uint4* const* wr, con
 #pragma unroll
 			for (int r = 0; r < R; r++) a[u][r] = __ldg(wr[r] + c0 + 32 * u);
 #pragma unroll
-		for (int u = 0; u < U; u++) fp8_chunk<R>(acc, a[u], xs, c0 + 32 * u, scale, sdt, srow, bshift);
+		for (int u = 0; u < U; u++) fp8_chunk<R, X>(acc, a[u], xs, xg, c0 + 32 * u, scale, sdt, srow, bshift);
 	}
 	if (c0 < nv) {
 		uint4 a[U][R];
@@ -129,7 +146,7 @@ __device__ __forceinline__ void fp8_rows(float* acc, const uint4* const* wr, con
 		}
 #pragma unroll
 		for (int u = 0; u < U; u++)
-			if (c0 + 32 * u < nv) fp8_chunk<R>(acc, a[u], xs, c0 + 32 * u, scale, sdt, srow, bshift);
+			if (c0 + 32 * u < nv) fp8_chunk<R, X>(acc, a[u], xs, xg, c0 + 32 * u, scale, sdt, srow, bshift);
 	}
 }
 
@@ -139,48 +156,77 @@ __device__ __forceinline__ float fp8_row_scale(const void* scale, int sdt, int r
 	return bshift >= 0 ? 1.f : load_as_f32(scale, sdt, row);
 }
 
-#define FP8V_U 8
-
-// fp8_prefetch asks L2 for the first batch of loads of a warp's first row
-// (its first 32·U 16-byte chunks), issued before the block widens x, so
-// the weights stream while x is staged.
-__device__ __forceinline__ void fp8_prefetch(const unsigned char* row, int nv) {
-	const int lane = threadIdx.x & 31;
-	for (int c = lane; c < nv && c < 32 * FP8V_U; c += 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + 16 * (usize)c));
+// fp8_srow is the scale index of row's first block (0 per channel).
+__device__ __forceinline__ usize fp8_srow(int row, int bshift, int sstride) {
+	return bshift >= 0 ? (usize)(row >> (bshift + 4)) * sstride : 0;
 }
 
-// gemv_fp8_v: y[n] = Σ_k x[k]·q[n,k]·s(n,k) for one input row x[K] (bf16),
-// y bf16 (out_f32 0) or fp32 (out_f32 1). K % 16 == 0, x 8-byte and w
-// 16-byte aligned, K·4 bytes of dynamic shared memory. Persistent warps,
-// one row each at a time.
-extern "C" __global__ void __launch_bounds__(256) gemv_fp8_v(void* y, int out_f32, const bf16_t* __restrict__ x,
+// Tuning variants (fp8gemv.go's fp8Variants; FT_FP8_VARIANT picks one at
+// run time, so that one GPU run can compare them). Each kernel below is a
+// template over
+//   U: 16-byte loads in flight per lane and weight row (4, 8, 16);
+//   R: rows per warp at a time (1, or 2 adjacent rows whose loads are
+//      interleaved: twice the independent loads of a lane);
+//   X: where x comes from: 0, widened to fp32 once per block into shared
+//      memory (K·4 bytes; four 16-byte shared loads per 16 weight bytes);
+//      1, read as bf16 straight from global memory (L1) and widened in
+//      registers (two 16-byte loads per 16 weight bytes, no shared memory,
+//      no block barrier: a warp starts streaming weights right after
+//      ft_pdl_wait).
+// gemv_gateup_silu_fp8 streams two matrices per row, so it keeps at most
+// 32 loads per lane in flight: U·2R ≤ 32 (U 16 with R 2 runs U 8).
+//
+// Every kernel calls ft_pdl_wait before it reads x or writes y (and reads
+// no weight before: an L2 prefetch of the first rows before the wait made
+// the BF16 GEMVs 6–20% slower on the H200), so all are launched as
+// programmatic dependents (pdl.go).
+
+// gemv_fp8_v_body: y[n] = Σ_k x[k]·q[n,k]·s(n,k) for one input row x[K]
+// (bf16), y bf16 (out_f32 0) or fp32 (out_f32 1). K % 16 == 0, x and w
+// 16-byte aligned, K·4 bytes of dynamic shared memory when X is 0.
+// Persistent warps, R rows each at a time.
+template <int U, int R, int X>
+__device__ __forceinline__ void gemv_fp8_v_body(void* y, int out_f32, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
 	extern __shared__ float4 fp8_xs[];
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 4;
-	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-	if (row0 < N) fp8_prefetch(w + (usize)row0 * K, nv);
-	fp8_load_x(fp8_xs, x, K);
-	for (int row = row0; row < N; row += nw) {
-		const uint4* wr[1] = {reinterpret_cast<const uint4*>(w + (usize)row * K)};
-		const void* sc[1] = {scale};
-		const usize srow[1] = {bshift >= 0 ? (usize)(row >> (bshift + 4)) * sstride : 0};
-		float acc[1] = {0.f};
-		fp8_rows<1, FP8V_U>(acc, wr, fp8_xs, nv, sc, sdt, srow, bshift);
-		const float s = warp_sum(acc[0]) * fp8_row_scale(scale, sdt, row, bshift);
-		if (lane == 0) {
-			if (out_f32) ((float*)y)[row] = s;
-			else ((bf16_t*)y)[row] = f2bf(s);
+	const uint4* xg = reinterpret_cast<const uint4*>(x);
+	ft_pdl_wait();
+	if (X == 0) fp8_load_x(fp8_xs, x, K);
+	for (int g = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; g * R < N; g += nw) {
+		const uint4* wr[R];
+		const void* sc[R];
+		usize srow[R];
+		float acc[R];
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			const int row = min(g * R + r, N - 1); // a pair past the end reads the last row twice
+			wr[r] = reinterpret_cast<const uint4*>(w + (usize)row * K);
+			sc[r] = scale;
+			srow[r] = fp8_srow(row, bshift, sstride);
+			acc[r] = 0.f;
+		}
+		fp8_rows<R, U, X>(acc, wr, fp8_xs, xg, nv, sc, sdt, srow, bshift);
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			const int row = g * R + r;
+			const float s = warp_sum(acc[r]) * fp8_row_scale(scale, sdt, min(row, N - 1), bshift);
+			if (lane == 0 && row < N) {
+				if (out_f32) ((float*)y)[row] = s;
+				else ((bf16_t*)y)[row] = f2bf(s);
+			}
 		}
 	}
 }
 
-// gemv3_fp8 is three gemv_fp8_v of one input in one launch (a decode step's
-// q, k and v projections), bf16 outputs y_j[n] for n < N_j; the weights
-// share K, the scale layout and dtype. Persistent warps over the
-// N0+N1+N2 rows.
-extern "C" __global__ void __launch_bounds__(256) gemv3_fp8(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
+// gemv3_fp8_body is three gemv_fp8_v of one input in one launch (a decode
+// step's q, k and v projections), bf16 outputs y_j[n] for n < N_j; the
+// weights share K, the scale layout and dtype. Persistent warps over the
+// N0+N1+N2 rows, R at a time (a pair may straddle two matrices).
+template <int U, int R, int X>
+__device__ __forceinline__ void gemv3_fp8_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
 		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
 		int N0, int N1, int N2, int K, int bshift, int sstride) {
@@ -188,61 +234,114 @@ extern "C" __global__ void __launch_bounds__(256) gemv3_fp8(bf16_t* y0, bf16_t* 
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 4;
-	const int r0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-	if (r0 < N0) fp8_prefetch(w0 + (usize)r0 * K, nv);
-	else if (r0 < N0 + N1) fp8_prefetch(w1 + (usize)(r0 - N0) * K, nv);
-	else if (r0 < N0 + N1 + N2) fp8_prefetch(w2 + (usize)(r0 - N0 - N1) * K, nv);
-	fp8_load_x(fp8_xs, x, K);
-	for (int r = r0; r < N0 + N1 + N2; r += nw) {
-		const unsigned char* w;
-		const void* s;
-		int row;
-		if (r < N0) {
-			w = w0, s = s0, row = r;
-		} else if (r < N0 + N1) {
-			w = w1, s = s1, row = r - N0;
-		} else {
-			w = w2, s = s2, row = r - N0 - N1;
+	const int T = N0 + N1 + N2;
+	const uint4* xg = reinterpret_cast<const uint4*>(x);
+	ft_pdl_wait();
+	if (X == 0) fp8_load_x(fp8_xs, x, K);
+	for (int g = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; g * R < T; g += nw) {
+		const uint4* wr[R];
+		const void* sc[R];
+		usize srow[R];
+		int rows[R];
+		bf16_t* ys[R];
+		float acc[R];
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			const int t = min(g * R + r, T - 1);
+			const unsigned char* w;
+			if (t < N0) {
+				w = w0, sc[r] = s0, ys[r] = y0, rows[r] = t;
+			} else if (t < N0 + N1) {
+				w = w1, sc[r] = s1, ys[r] = y1, rows[r] = t - N0;
+			} else {
+				w = w2, sc[r] = s2, ys[r] = y2, rows[r] = t - N0 - N1;
+			}
+			wr[r] = reinterpret_cast<const uint4*>(w + (usize)rows[r] * K);
+			srow[r] = fp8_srow(rows[r], bshift, sstride);
+			acc[r] = 0.f;
 		}
-		const uint4* wr[1] = {reinterpret_cast<const uint4*>(w + (usize)row * K)};
-		const void* sc[1] = {s};
-		const usize srow[1] = {bshift >= 0 ? (usize)(row >> (bshift + 4)) * sstride : 0};
-		float acc[1] = {0.f};
-		fp8_rows<1, FP8V_U>(acc, wr, fp8_xs, nv, sc, sdt, srow, bshift);
-		const float v = warp_sum(acc[0]) * fp8_row_scale(s, sdt, row, bshift);
-		if (lane == 0) (r < N0 ? y0 : r < N0 + N1 ? y1 : y2)[row] = f2bf(v);
+		fp8_rows<R, U, X>(acc, wr, fp8_xs, xg, nv, sc, sdt, srow, bshift);
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			const float v = warp_sum(acc[r]) * fp8_row_scale(sc[r], sdt, rows[r], bshift);
+			if (lane == 0 && g * R + r < T) ys[r][rows[r]] = f2bf(v);
+		}
 	}
 }
 
-// gemv_gateup_silu_fp8 is Llama's MLP up to the down projection for one
-// token with FP8 gate and up weights: act[n] = silu(g)·u, g and u the
+// gemv_gateup_silu_fp8_body is Llama's MLP up to the down projection for
+// one token with FP8 gate and up weights: act[n] = silu(g)·u, g and u the
 // gemv_fp8_v sums of row n of wg and wu (fp32, rounded once). Each warp
-// streams row n of both matrices together (2·U loads in flight).
-extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_fp8(bf16_t* act, const bf16_t* __restrict__ x,
+// streams R rows of both matrices together (2R·U loads in flight).
+template <int U, int R, int X>
+__device__ __forceinline__ void gemv_gateup_silu_fp8_body(bf16_t* act, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
 		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
 	extern __shared__ float4 fp8_xs[];
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 4;
-	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-	if (row0 < N) {
-		fp8_prefetch(wg + (usize)row0 * K, nv);
-		fp8_prefetch(wu + (usize)row0 * K, nv);
-	}
-	fp8_load_x(fp8_xs, x, K);
-	for (int row = row0; row < N; row += nw) {
-		const uint4* wr[2] = {reinterpret_cast<const uint4*>(wg + (usize)row * K), reinterpret_cast<const uint4*>(wu + (usize)row * K)};
-		const void* sc[2] = {sg, su};
-		const usize sr = bshift >= 0 ? (usize)(row >> (bshift + 4)) * sstride : 0;
-		const usize srow[2] = {sr, sr};
-		float acc[2] = {0.f, 0.f};
-		fp8_rows<2, FP8V_U>(acc, wr, fp8_xs, nv, sc, sdt, srow, bshift);
-		const float g = warp_sum(acc[0]) * fp8_row_scale(sg, sdt, row, bshift);
-		const float u = warp_sum(acc[1]) * fp8_row_scale(su, sdt, row, bshift);
-		if (lane == 0) act[row] = f2bf(g / (1.f + expf(-g)) * u);
+	const uint4* xg = reinterpret_cast<const uint4*>(x);
+	ft_pdl_wait();
+	if (X == 0) fp8_load_x(fp8_xs, x, K);
+	for (int g = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; g * R < N; g += nw) {
+		const uint4* wr[2 * R];
+		const void* sc[2 * R];
+		usize srow[2 * R];
+		float acc[2 * R];
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			const int row = min(g * R + r, N - 1);
+			wr[2 * r] = reinterpret_cast<const uint4*>(wg + (usize)row * K);
+			wr[2 * r + 1] = reinterpret_cast<const uint4*>(wu + (usize)row * K);
+			sc[2 * r] = sg, sc[2 * r + 1] = su;
+			srow[2 * r] = srow[2 * r + 1] = fp8_srow(row, bshift, sstride);
+			acc[2 * r] = acc[2 * r + 1] = 0.f;
+		}
+		fp8_rows<2 * R, (U * 2 * R > 32 ? 16 / R : U), X>(acc, wr, fp8_xs, xg, nv, sc, sdt, srow, bshift);
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			const int row = g * R + r;
+			const int rc = min(row, N - 1);
+			const float gv = warp_sum(acc[2 * r]) * fp8_row_scale(sg, sdt, rc, bshift);
+			const float uv = warp_sum(acc[2 * r + 1]) * fp8_row_scale(su, sdt, rc, bshift);
+			if (lane == 0 && row < N) act[row] = f2bf(gv / (1.f + expf(-gv)) * uv);
+		}
 	}
 }
+
+// FP8V_VARIANT instantiates the three GEMVs for one variant: kernels
+// gemv_fp8_v_<name>, gemv3_fp8_<name> and gemv_gateup_silu_fp8_<name>,
+// name u<U>r<R><s|g> (s: x in shared memory, X 0; g: x from global, X 1).
+#define FP8V_VARIANT(NAME, U, R, X) \
+	extern "C" __global__ void __launch_bounds__(256) gemv_fp8_v_##NAME(void* y, int out_f32, const bf16_t* __restrict__ x, \
+			const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) { \
+		gemv_fp8_v_body<U, R, X>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride); \
+	} \
+	extern "C" __global__ void __launch_bounds__(256) gemv3_fp8_##NAME(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x, \
+			const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2, \
+			const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt, \
+			int N0, int N1, int N2, int K, int bshift, int sstride) { \
+		gemv3_fp8_body<U, R, X>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride); \
+	} \
+	extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_fp8_##NAME(bf16_t* act, const bf16_t* __restrict__ x, \
+			const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu, \
+			const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) { \
+		gemv_gateup_silu_fp8_body<U, R, X>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride); \
+	}
+
+FP8V_VARIANT(u4r1s, 4, 1, 0)
+FP8V_VARIANT(u8r1s, 8, 1, 0)
+FP8V_VARIANT(u16r1s, 16, 1, 0)
+FP8V_VARIANT(u4r2s, 4, 2, 0)
+FP8V_VARIANT(u8r2s, 8, 2, 0)
+FP8V_VARIANT(u16r2s, 16, 2, 0)
+FP8V_VARIANT(u4r1g, 4, 1, 1)
+FP8V_VARIANT(u8r1g, 8, 1, 1)
+FP8V_VARIANT(u16r1g, 16, 1, 1)
+FP8V_VARIANT(u4r2g, 4, 2, 1)
+FP8V_VARIANT(u8r2g, 8, 2, 1)
+FP8V_VARIANT(u16r2g, 16, 2, 1)
 
 // dequant_fp8_bf16_v16: out[n,k] = bf16(q[n,k]·s(n,k)) for an N×K weight
 // with K % 16 == 0 and block 0 or a multiple of 16 (a 16-byte chunk of a

@@ -121,6 +121,11 @@ type Backend struct {
 	// it when FT_FP8_GEMV=legacy (A/B runs).
 	LegacyFP8GEMV bool
 
+	// FP8Variant names the tuning of the FP8 GEMVs (fp8gemv.go's
+	// fp8Variants; an unknown name runs the default). New sets it from
+	// FT_FP8_VARIANT (A/B runs).
+	FP8Variant string
+
 	// FP8GEMM is how MatMulFP8 multiplies FP8 weights with per-channel
 	// scales for FP8GEMMMinTokens tokens or more (0: 16): on the FP8
 	// tensor cores with cuBLASLt (the default) or dequantized to BF16
@@ -251,6 +256,10 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	fp8Variant, err := fp8VariantFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
 	ks, err := kernelsFor(cd)
 	if err != nil {
 		return nil, err
@@ -265,7 +274,7 @@ func New(dev runtime.Device) (*Backend, error) {
 	}
 	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
 		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(), LegacyFlash: legacyFlashFromEnv(),
-		LegacyFP8GEMV: legacyFP8FromEnv(), PrefillVariant: prefillVariantFromEnv(),
+		LegacyFP8GEMV: legacyFP8FromEnv(), PrefillVariant: prefillVariantFromEnv(), FP8Variant: fp8Variant,
 		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT"),
 		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK"),
 		DecodePipeVariant: os.Getenv("FT_DECODE_VARIANT"), DecodePipeSplits: envInt("FT_DECODE_SPLITS"),

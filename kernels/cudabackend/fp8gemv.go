@@ -16,21 +16,24 @@ import (
 // FP8 W8A16 GEMVs at HBM speed and the vectorized dequantization
 // (kernels/cuda/fp8gemv.cu): gemv_fp8_v (one weight, bf16 or f32 out),
 // gemv3_fp8 (q, k, v in one launch) and gemv_gateup_silu_fp8 (gate·up·SiLU
-// in one launch) hold x in shared memory as fp32 and stream the FP8 rows
-// with 16-byte loads; dequant_fp8_bf16_v16 feeds the cuBLAS prefill.
+// in one launch) stream the FP8 rows with 16-byte loads, in one of several
+// tunings (fp8Variants, picked by FT_FP8_VARIANT: kernel names end in the
+// variant's name); dequant_fp8_bf16_v16 feeds the cuBLAS prefill.
 //
 // They take per-channel scales and block scales with a power-of-two block
 // of at least 16 (128 in the published checkpoints); other block sizes,
 // widths that are not a multiple of 16 and misaligned tensors run the
 // fp8.cu kernels (gemv_fp8, dequant_fp8_bf16).
 //
-// Switch: Backend.LegacyFP8GEMV (FT_FP8_GEMV=legacy when the backend is
-// made) runs the fp8.cu kernels, one launch per projection, for A/B runs.
+// Switches: Backend.LegacyFP8GEMV (FT_FP8_GEMV=legacy when the backend is
+// made) runs the fp8.cu kernels, one launch per projection, for A/B runs;
+// Backend.FP8Variant (FT_FP8_VARIANT) picks the tuning.
 
 // fp8Kernels are fp8gemv.cu's kernels and their launch geometry.
 type fp8Kernels struct {
-	gemv, gemv3, gateUp, dequant *cuda.Function
-	sms                          int
+	variants map[string]*fp8GEMVs // the GEMVs of each tuning variant (fp8Variants)
+	dequant  *cuda.Function
+	sms      int
 
 	mu   sync.Mutex
 	smem map[*cuda.Function]int      // the dynamic shared memory each kernel may take (set so far)
@@ -43,11 +46,42 @@ type fp8WaveKey struct {
 	smem int
 }
 
+// fp8GEMVs are the three one-token FP8 GEMVs of one tuning variant.
+type fp8GEMVs struct {
+	gemv, gemv3, gateUp *cuda.Function
+	rows                int  // rows per warp at a time (R)
+	smemX               bool // x in shared memory as fp32 (K·4 bytes), else read from global memory
+}
+
 // loadFP8 looks fp8gemv.cu's kernels up in the compiled module.
 func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
-	return &fp8Kernels{gemv: get("gemv_fp8_v"), gemv3: get("gemv3_fp8"), gateUp: get("gemv_gateup_silu_fp8"),
-		dequant: get("dequant_fp8_bf16_v16"),
-		smem:    map[*cuda.Function]int{}, wave: map[fp8WaveKey]int{}, bad: map[*cuda.Function]struct{}{}}
+	k := &fp8Kernels{variants: map[string]*fp8GEMVs{}, dequant: get("dequant_fp8_bf16_v16"),
+		smem: map[*cuda.Function]int{}, wave: map[fp8WaveKey]int{}, bad: map[*cuda.Function]struct{}{}}
+	for _, v := range fp8Variants {
+		k.variants[v.Name] = &fp8GEMVs{gemv: get("gemv_fp8_v_" + v.Name), gemv3: get("gemv3_fp8_" + v.Name),
+			gateUp: get("gemv_gateup_silu_fp8_" + v.Name), rows: v.R, smemX: v.SmemX}
+	}
+	return k
+}
+
+// functions are the GEMV kernels of every variant (all call ft_pdl_wait
+// first: pdl.go).
+func (k *fp8Kernels) functions() []*cuda.Function {
+	var fs []*cuda.Function
+	for _, v := range fp8Variants {
+		g := k.variants[v.Name]
+		fs = append(fs, g.gemv, g.gemv3, g.gateUp)
+	}
+	return fs
+}
+
+// fp8GEMVs is the variant of the FP8 GEMVs that b runs (b.FP8Variant, the
+// default where it names none).
+func (b *Backend) fp8GEMVs() *fp8GEMVs {
+	if g, ok := b.k.fp8.variants[b.FP8Variant]; ok {
+		return g
+	}
+	return b.k.fp8.variants[fp8DefaultVariant]
 }
 
 // legacyFP8FromEnv is the default of Backend.LegacyFP8GEMV.
@@ -65,12 +99,15 @@ func fp8Shift(block int) (shift int, ok bool) {
 	return 0, false
 }
 
-// fp8Grid is the launch of f over rows one-warp rows with x of K columns in
-// shared memory: the dynamic shared memory and a grid in which every warp
-// takes the same number of rows (at most one wave of resident blocks). ok
-// is false when the device cannot give f that much shared memory.
-func (k *fp8Kernels) fp8Grid(f *cuda.Function, rows, K int) (grid, smem int, ok bool, err error) {
-	smem = 4 * K
+// fp8Grid is the launch of f (a kernel of v) over rows rows with x of K
+// columns: the dynamic shared memory (K·4 bytes where v holds x in shared
+// memory, else 0) and a grid in which every warp takes the same number of
+// groups of v.rows rows (at most one wave of resident blocks). ok is false
+// when the device cannot give f that much shared memory.
+func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, smem int, ok bool, err error) {
+	if v.smemX {
+		smem = 4 * K
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if smem > 48<<10 && k.smem[f] < smem {
@@ -97,8 +134,9 @@ func (k *fp8Kernels) fp8Grid(f *cuda.Function, rows, K int) (grid, smem int, ok 
 		wave = n * k.sms
 		k.wave[key] = wave
 	}
-	perWarp := (rows + 8*wave - 1) / (8 * wave)
-	warps := (rows + perWarp - 1) / perWarp
+	groups := (rows + v.rows - 1) / v.rows
+	perWarp := (groups + 8*wave - 1) / (8 * wave)
+	warps := (groups + perWarp - 1) / perWarp
 	return (warps + 7) / 8, smem, true, nil
 }
 
@@ -130,8 +168,9 @@ func (b *Backend) gemvFP8V(out, x, w, scale *runtime.Tensor, layout kernels.FP8L
 	if !ok {
 		return false, nil
 	}
-	f := b.k.fp8.gemv
-	grid, smem, ok, err := b.k.fp8.fp8Grid(f, N, D)
+	v := b.fp8GEMVs()
+	f := v.gemv
+	grid, smem, ok, err := b.k.fp8.fp8Grid(v, f, N, D)
 	if !ok || err != nil {
 		return false, err
 	}
@@ -238,12 +277,13 @@ func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scal
 		ptrs = append(ptrs, ws[i].Ptr())
 	}
 	var shift, grid, smem int
+	v := b.fp8GEMVs()
 	if fused {
 		shift, fused = b.fp8Fast(D, layout, ptrs...)
 	}
 	if fused {
 		var err error
-		if grid, smem, fused, err = b.k.fp8.fp8Grid(b.k.fp8.gemv3, ws[0].Dim(0)+ws[1].Dim(0)+ws[2].Dim(0), D); err != nil {
+		if grid, smem, fused, err = b.k.fp8.fp8Grid(v, v.gemv3, ws[0].Dim(0)+ws[1].Dim(0)+ws[2].Dim(0), D); err != nil {
 			return err
 		}
 	}
@@ -260,7 +300,7 @@ func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scal
 	}
 	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
 	bytes := int64(N0+N1+N2)*int64(D+2) + scales[0].NumBytes() + scales[1].NumBytes() + scales[2].NumBytes() + int64(D)*2
-	return b.k.fp8.gemv3.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
+	return v.gemv3.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
 		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
 		cuda.Ptr(ws[0].Ptr()), cuda.Ptr(ws[1].Ptr()), cuda.Ptr(ws[2].Ptr()),
 		cuda.Ptr(scales[0].Ptr()), cuda.Ptr(scales[1].Ptr()), cuda.Ptr(scales[2].Ptr()), cuda.I32(int(scales[0].DType())),
@@ -293,12 +333,13 @@ func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layo
 	N := wg.Dim(0)
 	fused := x.NumElements() == D && sg.DType() == su.DType()
 	var shift, grid, smem int
+	v := b.fp8GEMVs()
 	if fused {
 		shift, fused = b.fp8Fast(D, layout, x.Ptr(), wg.Ptr(), wu.Ptr())
 	}
 	if fused {
 		var err error
-		if grid, smem, fused, err = b.k.fp8.fp8Grid(b.k.fp8.gateUp, N, D); err != nil {
+		if grid, smem, fused, err = b.k.fp8.fp8Grid(v, v.gateUp, N, D); err != nil {
 			return err
 		}
 	}
@@ -319,7 +360,7 @@ func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layo
 		return b.SiLUMul(out, out, up)
 	}
 	bytes := 2*int64(N)*int64(D) + sg.NumBytes() + su.NumBytes() + int64(D)*2 + int64(N)*2
-	return b.k.fp8.gateUp.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
+	return v.gateUp.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.Ptr(sg.Ptr()), cuda.Ptr(su.Ptr()),
 		cuda.I32(int(sg.DType())), cuda.I32(N), cuda.I32(D), cuda.I32(shift), cuda.I32(fp8Stride(D, layout)))
 }

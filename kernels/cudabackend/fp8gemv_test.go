@@ -55,17 +55,35 @@ func fp8Ref(t *testing.T, x []float32, w fp8Weight, layout kernels.FP8Layout) []
 	return ref.F32()
 }
 
-// mustFast fails t unless the fp8gemv.cu kernels take this shape (so that
-// the test checks them, not a fallback).
-func mustFast(t *testing.T, f *cuda.Function, D int, layout kernels.FP8Layout, rows int, ptrs ...uintptr) {
+// mustFast fails t unless the fp8gemv.cu kernels (f of the variant gb
+// runs) take this shape (so that the test checks them, not a fallback).
+func mustFast(t *testing.T, f func(*fp8GEMVs) *cuda.Function, D int, layout kernels.FP8Layout, rows int, ptrs ...uintptr) {
 	t.Helper()
 	if _, ok := gb.fp8Fast(D, layout, ptrs...); !ok {
 		t.Fatalf("the fp8gemv.cu kernels do not take D %d, %v", D, layout)
 	}
-	if _, _, ok, err := gb.k.fp8.fp8Grid(f, rows, D); err != nil || !ok {
-		t.Fatalf("%s: no grid for %d rows of %d (%v)", f.Name(), rows, D, err)
+	v := gb.fp8GEMVs()
+	if _, _, ok, err := gb.k.fp8.fp8Grid(v, f(v), rows, D); err != nil || !ok {
+		t.Fatalf("%s: no grid for %d rows of %d (%v)", f(v).Name(), rows, D, err)
 	}
 }
+
+// eachFP8Variant runs fn as a subtest per FP8 GEMV variant (fp8Variants),
+// with gb running that variant.
+func eachFP8Variant(t *testing.T, fn func(t *testing.T)) {
+	t.Helper()
+	for _, v := range fp8Variants {
+		t.Run(v.Name, func(t *testing.T) {
+			gb.FP8Variant = v.Name
+			defer func() { gb.FP8Variant = fp8DefaultVariant }()
+			fn(t)
+		})
+	}
+}
+
+func fp8Gemv(v *fp8GEMVs) *cuda.Function   { return v.gemv }
+func fp8Gemv3(v *fp8GEMVs) *cuda.Function  { return v.gemv3 }
+func fp8GateUp(v *fp8GEMVs) *cuda.Function { return v.gateUp }
 
 // fp8Cases are the shapes of the GEMV tests: Llama-3-8B's projections and
 // odd ones (D not a multiple of 16·32, N not a multiple of 8 rows per
@@ -89,35 +107,39 @@ var fp8Cases = []struct {
 	{129, 512 + 48, 16, runtime.F32}, // 16-blocks, 35 chunks
 }
 
-// TestFP8GEMVv: gemv_fp8_v (MatMulFP8 at one token) against the CPU
-// reference, BF16 and F32 outputs, both layouts.
+// TestFP8GEMVv: gemv_fp8_v (MatMulFP8 at one token) of every variant
+// against the CPU reference, BF16 and F32 outputs, both layouts.
 func TestFP8GEMVv(t *testing.T) {
 	needGPU(t)
 	rng := newRNG(t)
 	for _, c := range fp8Cases {
 		layout := kernels.FP8Layout{Block: c.block}
-		for _, od := range []runtime.DType{runtime.BF16, runtime.F32} {
-			t.Run(fmt.Sprintf("%dx%d_%v_scale%v_%v", c.N, c.D, layout, c.sdt, od), func(t *testing.T) {
-				w := newFP8Weight(t, rng, c.N, c.D, layout, c.sdt)
-				x := randBF16(rng, c.D, 1)
-				gx := gpu(t, runtime.BF16, x, 1, c.D)
-				mustFast(t, gb.k.fp8.gemv, c.D, layout, c.N, gx.Ptr(), w.g.Ptr())
-				out := poisoned(t, od, 1, c.N)
-				if err := gb.MatMulFP8(out, gx, w.g, w.gs, layout); err != nil {
-					t.Fatal(err)
+		t.Run(fmt.Sprintf("%dx%d_%v_scale%v", c.N, c.D, layout, c.sdt), func(t *testing.T) {
+			w := newFP8Weight(t, rng, c.N, c.D, layout, c.sdt)
+			x := randBF16(rng, c.D, 1)
+			gx := gpu(t, runtime.BF16, x, 1, c.D)
+			ref := fp8Ref(t, x, w, layout)
+			eachFP8Variant(t, func(t *testing.T) {
+				mustFast(t, fp8Gemv, c.D, layout, c.N, gx.Ptr(), w.g.Ptr())
+				for _, od := range []runtime.DType{runtime.BF16, runtime.F32} {
+					out := poisoned(t, od, 1, c.N)
+					if err := gb.MatMulFP8(out, gx, w.g, w.gs, layout); err != nil {
+						t.Fatal(err)
+					}
+					atol, rtol := 2e-4, 1e-4
+					if od == runtime.BF16 {
+						atol, rtol = 1e-3, 8e-3
+					}
+					compare(t, fmt.Sprintf("gemv_fp8_v %v out", od), read(t, out), ref, atol, rtol)
 				}
-				atol, rtol := 2e-4, 1e-4
-				if od == runtime.BF16 {
-					atol, rtol = 1e-3, 8e-3
-				}
-				compare(t, "gemv_fp8_v", read(t, out), fp8Ref(t, x, w, layout), atol, rtol)
 			})
-		}
+		})
 	}
 }
 
-// TestMatMulNFP8: gemv3_fp8 (q, k and v in one launch) against the CPU
-// reference, both layouts, real and odd shapes; and the per-weight
+// TestMatMulNFP8: gemv3_fp8 (q, k and v in one launch) of every variant
+// against the CPU reference, both layouts, real and odd shapes (odd row
+// counts: a two-row group straddles two matrices); and the per-weight
 // fallback for a width the kernel does not take.
 func TestMatMulNFP8(t *testing.T) {
 	needGPU(t)
@@ -133,6 +155,7 @@ func TestMatMulNFP8(t *testing.T) {
 		{[3]int{4096, 1024, 1024}, 4096, 128, runtime.F32, true}, // 128-blocks
 		{[3]int{100, 37, 37}, 528, 0, runtime.F32, true},         // odd
 		{[3]int{130, 66, 65}, 320, 64, runtime.BF16, true},       // partial edge blocks
+		{[3]int{7, 3, 5}, 4096, 0, runtime.BF16, true},           // odd counts, fewer rows than warps
 		{[3]int{64, 32, 32}, 100, 0, runtime.F32, false},         // D % 16 != 0: three MatMulFP8s
 		{[3]int{64, 32, 32}, 96, 48, runtime.F32, false},         // block not a power of two
 	} {
@@ -140,27 +163,34 @@ func TestMatMulNFP8(t *testing.T) {
 		t.Run(fmt.Sprintf("%v_%d_%v_scale%v", c.N, c.D, layout, c.sdt), func(t *testing.T) {
 			x := randBF16(rng, c.D, 1)
 			gx := gpu(t, runtime.BF16, x, 1, c.D)
-			var ws, ss, outs []*runtime.Tensor
+			var ws, ss []*runtime.Tensor
 			var w3 [3]fp8Weight
+			var refs [3][]float32
 			for i, n := range c.N {
 				w3[i] = newFP8Weight(t, rng, n, c.D, layout, c.sdt)
 				ws, ss = append(ws, w3[i].g), append(ss, w3[i].gs)
-				outs = append(outs, poisoned(t, runtime.BF16, 1, n))
+				refs[i] = fp8Ref(t, x, w3[i], layout)
 			}
-			if c.fused {
-				mustFast(t, gb.k.fp8.gemv3, c.D, layout, c.N[0]+c.N[1]+c.N[2], gx.Ptr(), ws[0].Ptr(), ws[1].Ptr(), ws[2].Ptr())
-			}
-			if err := gb.MatMulNFP8(outs, gx, ws, ss, layout); err != nil {
-				t.Fatal(err)
-			}
-			for i := range outs {
-				compare(t, fmt.Sprintf("output %d", i), read(t, outs[i]), fp8Ref(t, x, w3[i], layout), 1e-3, 8e-3)
-			}
+			eachFP8Variant(t, func(t *testing.T) {
+				if c.fused {
+					mustFast(t, fp8Gemv3, c.D, layout, c.N[0]+c.N[1]+c.N[2], gx.Ptr(), ws[0].Ptr(), ws[1].Ptr(), ws[2].Ptr())
+				}
+				var outs []*runtime.Tensor
+				for _, n := range c.N {
+					outs = append(outs, poisoned(t, runtime.BF16, 1, n))
+				}
+				if err := gb.MatMulNFP8(outs, gx, ws, ss, layout); err != nil {
+					t.Fatal(err)
+				}
+				for i := range outs {
+					compare(t, fmt.Sprintf("output %d", i), read(t, outs[i]), refs[i], 1e-3, 8e-3)
+				}
+			})
 		})
 	}
 }
 
-// TestGateUpSiLUFP8: gemv_gateup_silu_fp8 against the CPU reference
+// TestGateUpSiLUFP8: gemv_gateup_silu_fp8 of every variant against the CPU reference
 // (kernels.CPUBackend.GateUpSiLUFP8: gate, up, SiLUMul in float32), both
 // layouts, Llama-3-8B's and odd shapes, and the unfused fallback.
 func TestGateUpSiLUFP8(t *testing.T) {
@@ -176,6 +206,7 @@ func TestGateUpSiLUFP8(t *testing.T) {
 		{1001, 528, 0, runtime.F32, true},
 		{320, 128, 64, runtime.BF16, true}, // the tiny fixtures' MLP
 		{1000, 320, 64, runtime.F32, true},
+		{77, 528, 16, runtime.F32, true}, // an odd row count: the last two-row group has one row
 		{100, 40, 0, runtime.F32, false}, // D % 16 != 0: gate, up, SiLUMul
 	} {
 		layout := kernels.FP8Layout{Block: c.block}
@@ -185,13 +216,6 @@ func TestGateUpSiLUFP8(t *testing.T) {
 			gx := gpu(t, runtime.BF16, x, 1, c.D)
 			wg := newFP8Weight(t, rng, c.N, c.D, layout, c.sdt)
 			wu := newFP8Weight(t, rng, c.N, c.D, layout, c.sdt)
-			if c.fused {
-				mustFast(t, gb.k.fp8.gateUp, c.D, layout, c.N, gx.Ptr(), wg.g.Ptr(), wu.g.Ptr())
-			}
-			out, up := poisoned(t, runtime.BF16, 1, c.N), poisoned(t, runtime.BF16, 1, c.N)
-			if err := gb.GateUpSiLUFP8(out, up, gx, wg.g, wu.g, wg.gs, wu.gs, layout); err != nil {
-				t.Fatal(err)
-			}
 			ref, refUp := host(t, runtime.F32, nil, 1, c.N), host(t, runtime.F32, nil, 1, c.N)
 			if err := cb.GateUpSiLUFP8(ref, refUp, host(t, runtime.F32, x, 1, c.D), wg.h, wu.h, wg.hs, wu.hs, layout); err != nil {
 				t.Fatal(err)
@@ -201,7 +225,16 @@ func TestGateUpSiLUFP8(t *testing.T) {
 			if !c.fused {
 				atol, rtol = 3e-3, 2e-2
 			}
-			compare(t, "GateUpSiLUFP8", read(t, out), ref.F32(), atol, rtol)
+			eachFP8Variant(t, func(t *testing.T) {
+				if c.fused {
+					mustFast(t, fp8GateUp, c.D, layout, c.N, gx.Ptr(), wg.g.Ptr(), wu.g.Ptr())
+				}
+				out, up := poisoned(t, runtime.BF16, 1, c.N), poisoned(t, runtime.BF16, 1, c.N)
+				if err := gb.GateUpSiLUFP8(out, up, gx, wg.g, wu.g, wg.gs, wu.gs, layout); err != nil {
+					t.Fatal(err)
+				}
+				compare(t, "GateUpSiLUFP8", read(t, out), ref.F32(), atol, rtol)
+			})
 		})
 	}
 }
@@ -288,9 +321,9 @@ func TestFP8Legacy(t *testing.T) {
 	compare(t, "legacy gate·up·SiLU", read(t, out), want, 3e-3, 2e-2)
 }
 
-// TestFP8GEMVBandwidth prints the achieved bandwidth of the new and the
-// legacy FP8 GEMVs on Llama-3-8B's projections (a report, run with -v; it
-// fails only if a launch does).
+// TestFP8GEMVBandwidth prints the achieved bandwidth of the legacy FP8
+// GEMV and of every variant of the new one on Llama-3-8B's projections (a
+// report, run with -v; it fails only if a launch does).
 func TestFP8GEMVBandwidth(t *testing.T) {
 	needGPU(t)
 	if testing.Short() {
@@ -298,6 +331,7 @@ func TestFP8GEMVBandwidth(t *testing.T) {
 	}
 	rng := newRNG(t)
 	const iters = 50
+	defer func() { gb.LegacyFP8GEMV, gb.FP8Variant = false, fp8DefaultVariant }()
 	for _, block := range []int{0, 128} {
 		layout := kernels.FP8Layout{Block: block}
 		for _, s := range []struct {
@@ -307,8 +341,8 @@ func TestFP8GEMVBandwidth(t *testing.T) {
 			w := newFP8Weight(t, rng, s.N, s.D, layout, runtime.F32)
 			gx := gpu(t, runtime.BF16, randBF16(rng, s.D, 1), 1, s.D)
 			out := gpu(t, runtime.BF16, nil, 1, s.N)
-			for _, legacy := range []bool{false, true} {
-				gb.LegacyFP8GEMV = legacy
+			for _, cfg := range append([]string{"legacy"}, FP8VariantNames()...) {
+				gb.LegacyFP8GEMV, gb.FP8Variant = cfg == "legacy", cfg
 				run := func() {
 					if err := gb.MatMulFP8(out, gx, w.g, w.gs, layout); err != nil {
 						t.Fatal(err)
@@ -326,9 +360,8 @@ func TestFP8GEMVBandwidth(t *testing.T) {
 					t.Fatal(err)
 				}
 				dt := time.Since(t0).Seconds() / iters
-				t.Logf("%-8s %v %5dx%-5d legacy=%-5v %7.1f µs %6.0f GB/s of FP8 weights", s.name, layout, s.N, s.D, legacy, dt*1e6, float64(s.N*s.D)/dt/1e9)
+				t.Logf("%-8s %v %5dx%-5d %-7s %7.1f µs %6.0f GB/s of FP8 weights", s.name, layout, s.N, s.D, cfg, dt*1e6, float64(s.N*s.D)/dt/1e9)
 			}
-			gb.LegacyFP8GEMV = false
 		}
 	}
 }

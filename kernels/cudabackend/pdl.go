@@ -7,12 +7,12 @@ import "github.com/flextensor-go/flextensor/runtime/cuda"
 // Programmatic dependent launch (runtime/cuda/pdl.go): on sm_90 the kernels
 // below are launched so that their blocks start while the kernel before
 // them finishes. Each of them calls ft_pdl_wait (kernels/cuda/common.cuh)
-// before it touches memory an earlier kernel reads or writes — the GEMVs
-// first ask L2 for their first weight chunks, which nothing writes — and
-// only kernels that do are listed: one without the wait would race with the
+// before it touches memory an earlier kernel reads or writes, and only
+// kernels that do are listed: one without the wait would race with the
 // kernel before it. These are the kernels of a resident decode step (the
-// one-token GEMVs, norms, RoPE with the KV store, tensor-core decode
-// attention, residual adds, embedding, argmax and sampling). The device
+// one-token GEMVs, BF16 and FP8 in every tuning variant, norms, RoPE with
+// the KV store, tensor-core decode attention, residual adds, embedding,
+// argmax and sampling). The device
 // decides whether the attribute is used (SetDependentLaunch; FT_PDL=0 turns
 // it off); the kernel profiler's events between launches serialise them.
 
@@ -33,7 +33,7 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 	for _, pk := range ks.decodeMMA.pipe {
 		fs = append(fs, pk.contig, pk.paged)
 	}
-	return fs
+	return append(fs, ks.fp8.functions()...)
 }
 
 // allowDependentLaunch declares dependentLaunchKernels safe for
