@@ -3,6 +3,7 @@
 package cudabackend
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -90,7 +91,9 @@ func TestQuantRowsE4M3(t *testing.T) {
 				}
 				bad := 0
 				for c, w := range wantQ {
-					if g := gotQ[r*D+c]; g != w {
+					// E4M3 NaN is 0x7f or 0xff; a NaN's sign carries nothing
+					// (the H200 gave 0x7f for a negative NaN, 2026-12-01).
+					if g := gotQ[r*D+c]; g != w && !(g&0x7f == 0x7f && w&0x7f == 0x7f) {
 						if bad < 3 {
 							t.Errorf("row %d col %d: x %v → code %#02x, want %#02x", r, c, x[r*D+c], g, w)
 						}
@@ -231,7 +234,15 @@ func TestMatMulFP8Lt(t *testing.T) {
 						names := profiled(t, func() error { return gb.MatMulFP8(out, gx, gw, gs, kernels.FP8Layout{}) })
 						want := []string{"quant_rows_e4m3", fmt.Sprintf("cublasLtMatmul fp8[m=%d,n=%d,k=%d]", m, n, k), "fp8_rescale"}
 						if !rescale && outerErr == nil {
-							want = []string{"quant_rows_e4m3", fmt.Sprintf("cublasLtMatmul fp8 scaled[m=%d,n=%d,k=%d]", m, n, k)}
+							scaled := []string{"quant_rows_e4m3", fmt.Sprintf("cublasLtMatmul fp8 scaled[m=%d,n=%d,k=%d]", m, n, k)}
+							// cuBLASLt may refuse the outer-vector scales for a
+							// shape (13.1 on the H200 refused every one, status
+							// 7): then the rescale kernel must run.
+							if r := gb.FP8GEMMRescaleReason(); slices.Equal(names, want) && errors.Is(r, cuda.ErrFP8Unsupported) {
+								t.Logf("cuBLASLt refused the outer-vector scales: %v", r)
+							} else {
+								want = scaled
+							}
 						}
 						if !slices.Equal(names, want) {
 							t.Fatalf("kernels %v, want %v (fallback: %v; rescale reason: %v)", names, want, gb.FP8GEMMFallback(), gb.FP8GEMMRescaleReason())

@@ -27,13 +27,13 @@ var fp8Variants = []fp8Variant{
 	{"u4r2g", 4, 2, false}, {"u8r2g", 8, 2, false}, {"u16r2g", 16, 2, false},
 }
 
-// fp8DefaultVariant is the FP8 GEMV tuning without FT_FP8_VARIANT: x read
-// as bf16 from global memory (L1), so that no block stages x into shared
-// memory behind a barrier after ft_pdl_wait and the down projection's
-// 56 KiB of fp32 x no longer limits the blocks per SM; eight loads per row
-// in flight, as in the BF16 GEMVs that stream at 3.4–3.9 TB/s. Not yet
-// measured against the others: bench/h200-fp8sweep.sh compares them.
-const fp8DefaultVariant = "u8r1g"
+// fp8DefaultVariant is the FP8 GEMV tuning without FT_FP8_VARIANT: x
+// widened to fp32 in shared memory, eight 16-byte loads per row in flight.
+// Measured on the H200 (2026-12-01, Llama-3-8B FP8 resident decode at 512,
+// graph replay): u8r1s 3.20 ms a step against 3.31 for u8r1g (x read as
+// bf16 from global memory); the other variants were not swept for lack of
+// device time (bench/h200-fp8sweep.sh compares them all).
+const fp8DefaultVariant = "u8r1s"
 
 // FP8VariantNames are the names FT_FP8_VARIANT takes, the default first.
 func FP8VariantNames() []string {
