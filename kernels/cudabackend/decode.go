@@ -25,8 +25,9 @@ import (
 // attn_combine_bf16 instead, for A/B runs. The tensor-core kernels are the
 // pipelined ones of decode_pipe.cu (a cp.async ring of keys and values per
 // warp, the split count chosen on the device from the visible span, a wide
-// merge); Backend.NoDecodePipe (FT_DECODE_PIPE=0) takes the
-// single-buffered ones of decode_mma.cu instead.
+// merge), except for paged batches of pagedPipeMaxRows rows or more;
+// Backend.NoDecodePipe (FT_DECODE_PIPE=0) takes the single-buffered ones of
+// decode_mma.cu everywhere.
 
 // decodeMMAKernels are the tensor-core decode kernels by head width.
 type decodeMMAKernels struct {
@@ -153,23 +154,20 @@ func (k *decodeMMAKernels) sizeWave(sms int) error {
 		if pk.contig == nil || pk.paged == nil {
 			continue
 		}
-		pk.maxSmem = pipeMaxShared
-		for _, g := range []*cuda.Function{pk.contig, pk.paged} {
-			// The limit counts the kernel's static shared memory too:
-			// step down until the driver takes it (at most 32 KiB less).
-			var err error
-			for s := pk.maxSmem; s >= pipeMaxShared-32<<10; s -= 256 {
-				if err = g.SetMaxDynamicSharedMemory(s); err == nil {
-					pk.maxSmem = s
-					break
-				}
-			}
-			if err != nil {
-				return fmt.Errorf("%s: %w", v.kernel(""), err)
+		// The limit counts the kernel's static shared memory too, and
+		// smaller GPUs allow less (sm_80 163 KiB a block, sm_86/89 99 KiB):
+		// step down until the driver takes it. A variant whose ring does
+		// not fit is dropped; pipeFor then finds no kernels for it, and the
+		// decode takes the single-buffered kernel.
+		pk.maxSmem = 0
+		for s := pipeMaxShared; s >= v.ring() && pk.maxSmem == 0; s -= 1024 {
+			if pk.contig.SetMaxDynamicSharedMemory(s) == nil && pk.paged.SetMaxDynamicSharedMemory(s) == nil {
+				pk.maxSmem = s
 			}
 		}
-		if v.ring() > pk.maxSmem {
-			return fmt.Errorf("%s: its ring takes %d bytes of shared memory, the device allows %d", v.kernel(""), v.ring(), pk.maxSmem)
+		if pk.maxSmem == 0 {
+			delete(k.pipe, v)
+			continue
 		}
 		n, err := pk.paged.MaxActiveBlocksPerSM(32*v.W, v.ring())
 		if err != nil {

@@ -135,6 +135,9 @@ func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, 
 		k.wave[key] = wave
 	}
 	groups := (rows + v.rows - 1) / v.rows
+	if groups <= 0 { // nothing to compute: the unfused path returns at once
+		return 0, 0, false, nil
+	}
 	perWarp := (groups + 8*wave - 1) / (8 * wave)
 	warps := (groups + perWarp - 1) / perWarp
 	return (warps + 7) / 8, smem, true, nil
@@ -326,7 +329,7 @@ func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layo
 		}
 	}
 	D := x.Dim(-1)
-	if !wg.Shape().Equal(wu.Shape()) || wg.Dim(1) != D || x.NumElements()%D != 0 || out.NumElements() != x.NumElements()/D*wg.Dim(0) {
+	if D <= 0 || !wg.Shape().Equal(wu.Shape()) || wg.Dim(1) != D || x.NumElements()%D != 0 || out.NumElements() != x.NumElements()/D*wg.Dim(0) {
 		return fmt.Errorf("cudabackend.GateUpSiLUFP8: x %v, weights %v / %v, out %v: want rows of width D, [I,D] weights and out [T,I]",
 			x.Shape(), wg.Shape(), wu.Shape(), out.Shape())
 	}

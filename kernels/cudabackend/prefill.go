@@ -55,23 +55,31 @@ func loadPrefill(get func(string) *cuda.Function) prefillKernels {
 
 // allowSmem lets the kernels that need more than 48 KiB of dynamic shared
 // memory (head width 128: 68 KiB, 102 KiB with the query tile staged) ask
-// for it.
-func (k *prefillKernels) allowSmem() error {
+// for it. A kernel the device cannot give that much (sm_86 and sm_89 allow
+// 99 KiB a block) is dropped from fns: its variant falls back to base, and
+// without base the prefill takes the legacy kernels.
+func (k *prefillKernels) allowSmem() {
 	for _, v := range prefillVariants {
 		for _, d := range []int{32, 64, 128} {
 			if !v.hasWidth(d) || v.smem(d) <= 48<<10 {
 				continue
 			}
 			for _, varlen := range []bool{false, true} {
-				if f := k.fns[v.kernel(d, varlen)]; f != nil {
-					if err := f.SetMaxDynamicSharedMemory(v.smem(d)); err != nil {
-						return err
-					}
+				name := v.kernel(d, varlen)
+				if f := k.fns[name]; f != nil && f.SetMaxDynamicSharedMemory(v.smem(d)) != nil {
+					delete(k.fns, name)
 				}
 			}
 		}
 	}
-	return nil
+}
+
+// availablePrefill is v, or base where the device could not take v's kernel.
+func (b *Backend) availablePrefill(v prefillVariant, d int, varlen bool) prefillVariant {
+	if b.prefillKernel(v, d, varlen) == nil {
+		return prefillVariants[0]
+	}
+	return v
 }
 
 // prefillVariantFromEnv is the default of Backend.PrefillVariant.
@@ -105,6 +113,7 @@ func (b *Backend) flashAttention(out, q, kc, vc uintptr, T, H, K, d int, posp, p
 	if err != nil {
 		return true, fmt.Errorf("cudabackend: %w", err)
 	}
+	v = b.availablePrefill(v, d, false)
 	f := b.prefillKernel(v, d, false)
 	if f == nil {
 		return false, nil
@@ -152,6 +161,7 @@ func (b *Backend) varlenFlash(out, q, kPool, vPool uintptr, qStarts []int32, kv 
 	if err != nil {
 		return true, fmt.Errorf("cudabackend: %w", err)
 	}
+	v = b.availablePrefill(v, d, true)
 	tiles := varlenTiles(qStarts, kv, int32(v.rows))
 	if len(tiles)/2 > 65535 { // past the grid's y extent: the legacy kernel has the tiles in x
 		legacy = true

@@ -23,7 +23,8 @@
 // Work is split by output rows over a persistent worker pool (Pool) of
 // Options.Threads goroutines, in chunks of at most 512 KiB of weights
 // claimed dynamically (so a GEMV's threads finish within tens of µs of each
-// other); idle workers spin briefly for the next job before parking (a
+// other); idle workers spin briefly for the next job before parking when
+// the pool leaves a core free, and park at once when it takes every core (a
 // decode layer issues five jobs: fused q/k/v, attention — split over the
 // cached positions when there are fewer (token, KV head) units than
 // threads —, o, gate·up with SiLU applied per chunk, down). Options and the

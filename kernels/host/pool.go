@@ -34,8 +34,7 @@ type Pool struct {
 
 	job     atomic.Pointer[poolJob] // the latest published job
 	workers []poolWorker            // index 0 unused (the caller)
-	waiting atomic.Int32            // 1 while the caller is parked on done
-	done    chan struct{}
+	done    chan struct{}           // a job's last helper wakes its parked caller
 }
 
 // poolTile is a worker's buffer for the GEMV tiles' outputs, a cache line
@@ -61,6 +60,10 @@ type poolJob struct {
 	quit    bool // Close's job: the helpers return
 	next    atomic.Int64
 	done    atomic.Int64 // items finished
+	// waiting is 1 while this job's caller is parked on the pool's done
+	// channel. It is the job's own: a helper that finishes an earlier
+	// job's last chunk late cannot wake the caller of a later one.
+	waiting atomic.Int32
 }
 
 // SpinWait is how long an idle pool helper (or a Run waiting for its
@@ -153,6 +156,9 @@ func (p *Pool) awaitJob(pw *poolWorker, seen *poolJob) *poolJob {
 // spinFor spins until cond holds or p.spin has passed, yielding the P
 // every few dozen checks; it reports whether cond held.
 func (p *Pool) spinFor(cond func() bool) bool {
+	if p.spin <= 0 {
+		return cond()
+	}
 	var start time.Time
 	for i := 1; ; i++ {
 		if cond() {
@@ -182,7 +188,7 @@ func (p *Pool) runChunks(j *poolJob, worker int) {
 		}
 		hi = min(hi, j.n)
 		j.fn(worker, int(lo), int(hi))
-		if j.done.Add(hi-lo) == j.n && worker != 0 && p.waiting.Load() == 1 && p.waiting.CompareAndSwap(1, 0) {
+		if j.done.Add(hi-lo) == j.n && worker != 0 && j.waiting.Load() == 1 && j.waiting.CompareAndSwap(1, 0) {
 			p.done <- struct{}{}
 		}
 	}
@@ -209,9 +215,9 @@ func (p *Pool) Run(n, chunk int, fn func(worker, lo, hi int)) {
 	p.runChunks(j, 0)
 	finished := func() bool { return j.done.Load() == j.n }
 	if !p.spinFor(finished) {
-		p.waiting.Store(1)
+		j.waiting.Store(1)
 		if finished() {
-			if !p.waiting.CompareAndSwap(1, 0) {
+			if !j.waiting.CompareAndSwap(1, 0) {
 				<-p.done // a helper took the flag: its token is on the way
 			}
 		} else {

@@ -589,13 +589,3 @@ func (b *BLAS) GemmFP8Scaled(s *Stream, c uintptr, cBF16 bool, a, w, sx, sw uint
 	}
 	return b.gemmFP8(s, key, c, a, w, sx, sw)
 }
-
-// CublasLtVersion loads cuBLASLt (once) and reports its version code and
-// path; the error says where it was looked for when it is absent.
-func CublasLtVersion() (int, string, error) {
-	lib, err := loadLtOnce()
-	if err != nil {
-		return 0, "", err
-	}
-	return lib.version, lib.path, nil
-}
