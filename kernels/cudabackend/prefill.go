@@ -109,7 +109,7 @@ func (b *Backend) flashAttention(out, q, kc, vc uintptr, T, H, K, d int, posp, p
 	if d != 32 && d != 64 && d != 128 {
 		return false, nil
 	}
-	v, err := choosePrefillVariant(b.PrefillVariant, d, false, T, aligned16(q, kc, vc))
+	v, err := choosePrefillVariant(b.PrefillVariant, d, false, aligned16(q, kc, vc))
 	if err != nil {
 		return true, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -153,11 +153,7 @@ func (b *Backend) varlenFlash(out, q, kPool, vPool uintptr, qStarts []int32, kv 
 	if d != 32 && d != 64 && d != 128 {
 		return false, nil
 	}
-	maxQ := 0
-	for s := range kv.SeqLens {
-		maxQ = max(maxQ, int(qStarts[s+1]-qStarts[s]))
-	}
-	v, err := choosePrefillVariant(b.PrefillVariant, d, true, maxQ, aligned16(q, kPool, vPool))
+	v, err := choosePrefillVariant(b.PrefillVariant, d, true, aligned16(q, kPool, vPool))
 	if err != nil {
 		return true, fmt.Errorf("cudabackend: %w", err)
 	}

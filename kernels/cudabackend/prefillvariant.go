@@ -83,11 +83,10 @@ func (v prefillVariant) hasWidth(d int) bool {
 
 // choosePrefillVariant picks the configuration for a prefill of head width
 // d: setting (FT_PREFILL_VARIANT) names one, or with "" or "auto" it is
-// autoPrefillVariant (maxQueries, the longest sequence's queries, is kept
-// for choices by length; none is made today). A variant
-// not built for d, or one staging the queries when aligned is false (rows
+// autoPrefillVariant, long or short sequences alike. A variant not built
+// for d, or one staging the queries when aligned is false (rows
 // not 16-byte aligned), falls back to base.
-func choosePrefillVariant(setting string, d int, varlen bool, maxQueries int, aligned bool) (prefillVariant, error) {
+func choosePrefillVariant(setting string, d int, varlen bool, aligned bool) (prefillVariant, error) {
 	name := setting
 	if name == "" || name == "auto" {
 		name = autoPrefillVariant

@@ -14,37 +14,36 @@ func TestChoosePrefillVariant(t *testing.T) {
 		setting           string
 		d                 int
 		varlen            bool
-		maxQ              int
 		aligned           bool
 		want, wantKernel  string
 		wantRows, threads int
 	}{
-		{"", 128, false, 8192, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
-		{"auto", 128, false, 300, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
-		{"", 128, true, 512, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
-		{"", 128, true, 1025, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
-		{"", 128, false, 8192, false, "base", "attn_prefill_d128_bf16", 128, 256},
-		{"", 64, true, 512, true, "base", "attn_varlen_prefill_d64_bf16", 128, 256},
-		{"w4m32", 128, false, 8192, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
-		{"w4m32", 128, true, 100, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
-		{"w4m32", 128, false, 8192, false, "base", "attn_prefill_d128_bf16", 128, 256},
-		{"w8q", 32, false, 8192, true, "base", "attn_prefill_d32_bf16", 128, 256},
-		{"w8q", 128, true, 8192, true, "w8q", "attn_varlen_prefill_w8q_d128_bf16", 128, 256},
-		{"m64", 128, false, 8192, false, "m64", "attn_prefill_m64_d128_bf16", 64, 128},
-		{"base", 128, true, 512, true, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
+		{"", 128, false, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
+		{"auto", 128, false, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
+		{"", 128, true, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
+		{"", 128, true, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
+		{"", 128, false, false, "base", "attn_prefill_d128_bf16", 128, 256},
+		{"", 64, true, true, "base", "attn_varlen_prefill_d64_bf16", 128, 256},
+		{"w4m32", 128, false, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
+		{"w4m32", 128, true, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
+		{"w4m32", 128, false, false, "base", "attn_prefill_d128_bf16", 128, 256},
+		{"w8q", 32, false, true, "base", "attn_prefill_d32_bf16", 128, 256},
+		{"w8q", 128, true, true, "w8q", "attn_varlen_prefill_w8q_d128_bf16", 128, 256},
+		{"m64", 128, false, false, "m64", "attn_prefill_m64_d128_bf16", 64, 128},
+		{"base", 128, true, true, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
 	} {
-		v, err := choosePrefillVariant(c.setting, c.d, c.varlen, c.maxQ, c.aligned)
+		v, err := choosePrefillVariant(c.setting, c.d, c.varlen, c.aligned)
 		if err != nil {
 			t.Errorf("%+v: %v", c, err)
 			continue
 		}
 		if v.name != c.want || v.kernel(c.d, c.varlen) != c.wantKernel || v.rows != c.wantRows || v.threads != c.threads {
-			t.Errorf("%q d%d varlen %v maxQ %d aligned %v: %s (%s, %d rows, %d threads), want %s (%s, %d rows, %d threads)",
-				c.setting, c.d, c.varlen, c.maxQ, c.aligned, v.name, v.kernel(c.d, c.varlen), v.rows, v.threads,
+			t.Errorf("%q d%d varlen %v aligned %v: %s (%s, %d rows, %d threads), want %s (%s, %d rows, %d threads)",
+				c.setting, c.d, c.varlen, c.aligned, v.name, v.kernel(c.d, c.varlen), v.rows, v.threads,
 				c.want, c.wantKernel, c.wantRows, c.threads)
 		}
 	}
-	_, err := choosePrefillVariant("w4m16", 128, false, 10, true)
+	_, err := choosePrefillVariant("w4m16", 128, false, true)
 	if err == nil || !strings.Contains(err.Error(), `FT_PREFILL_VARIANT="w4m16"`) || !strings.Contains(err.Error(), "w4m32") {
 		t.Errorf("unknown variant: error %v, want one naming the setting and the choices", err)
 	}
