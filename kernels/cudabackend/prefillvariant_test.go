@@ -21,7 +21,6 @@ func TestChoosePrefillVariant(t *testing.T) {
 		{"", 128, false, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
 		{"auto", 128, false, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
 		{"", 128, true, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
-		{"", 128, true, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
 		{"", 128, false, false, "base", "attn_prefill_d128_bf16", 128, 256},
 		{"", 64, true, true, "base", "attn_varlen_prefill_d64_bf16", 128, 256},
 		{"w4m32", 128, false, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
