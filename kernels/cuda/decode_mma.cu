@@ -49,6 +49,73 @@ __device__ __forceinline__ float ld_cg_f32(const float* p) {
 	return v;
 }
 
+// decode_group is one 16-key group of the tensor-core decode attention
+// (decode_mma_body here, decode_pipe_body in decode_pipe.cu): S = q·Kᵀ for
+// keys p0 … p0+15 (those at or past end masked) from the thread's two keys'
+// loads kw0 and kw1, the online softmax's update of m and l (this thread's
+// share of the row sum), and O = O·a + P·V from four keys' value loads vw.
+template <int HD>
+__device__ __forceinline__ void decode_group(float (&o)[HD / 8][4], float& m, float& l, const uint4 (&qa)[HD / 32],
+		const uint4 (&kw0)[HD / 32], const uint4 (&kw1)[HD / 32], const uint4 (&vw)[4][HD / 64], int p0, int end, int tg,
+		float scale_log2) {
+	constexpr int KJ = HD / 32, ND = HD / 8;
+	// S[g][key] for the group's keys p0+nb·8+col: thread holds columns
+	// 2tg, 2tg+1 of each 8-key block nb.
+	float s[2][4];
+#pragma unroll
+	for (int nb = 0; nb < 2; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
+#pragma unroll
+	for (int j = 0; j < KJ; j++) {
+		const unsigned a0[4] = {qa[j].x, 0u, qa[j].y, 0u};
+		const unsigned a1[4] = {qa[j].z, 0u, qa[j].w, 0u};
+		mma_bf16(s[0], a0, kw0[j].x, kw0[j].y);
+		mma_bf16(s[0], a1, kw0[j].z, kw0[j].w);
+		mma_bf16(s[1], a0, kw1[j].x, kw1[j].y);
+		mma_bf16(s[1], a1, kw1[j].z, kw1[j].w);
+	}
+	float mx = -FT_INF;
+#pragma unroll
+	for (int nb = 0; nb < 2; nb++) {
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const int key = p0 + nb * 8 + 2 * tg + e;
+			s[nb][e] = key < end ? s[nb][e] * scale_log2 : -FT_INF;
+			mx = fmaxf(mx, s[nb][e]);
+		}
+	}
+	mx = fmaxf(mx, __shfl_xor_sync(FT_FULL, mx, 1));
+	mx = fmaxf(mx, __shfl_xor_sync(FT_FULL, mx, 2));
+	const float mn = fmaxf(m, mx);  // finite: key p0 < end is visible
+	const float a = exp2f(m - mn);
+	m = mn;
+	float rsum = 0.f;
+#pragma unroll
+	for (int nb = 0; nb < 2; nb++) {
+		s[nb][0] = exp2f(s[nb][0] - mn);
+		s[nb][1] = exp2f(s[nb][1] - mn);
+		rsum += s[nb][0] + s[nb][1];
+	}
+	l = l * a + rsum;  // this thread's share; reduced over tg at the end
+	const unsigned pa[4] = {pack_bf16(s[0][0], s[0][1]), 0u, pack_bf16(s[1][0], s[1][1]), 0u};
+#pragma unroll
+	for (int nd = 0; nd < ND; nd++) {
+		o[nd][0] *= a;
+		o[nd][1] *= a;
+		// Column g of block nd is dimension 64(nd/8) + 8g + nd%8: element
+		// nd%8 of each key's load u = nd/8.
+		const int u = nd / 8, e = nd % 8, w = e / 2;
+		unsigned b0, b1;
+		if (e % 2 == 0) {
+			b0 = prmt_lo(u4word(vw[0][u], w), u4word(vw[1][u], w));
+			b1 = prmt_lo(u4word(vw[2][u], w), u4word(vw[3][u], w));
+		} else {
+			b0 = prmt_hi(u4word(vw[0][u], w), u4word(vw[1][u], w));
+			b1 = prmt_hi(u4word(vw[2][u], w), u4word(vw[3][u], w));
+		}
+		mma_bf16(o[nd], pa, b0, b1);
+	}
+}
+
 // decode_mma_body: block (kvh, split, t) = blockIdx (x, y, z), 128 threads,
 // takes split `split` of query row t's visible positions for KV head kvh.
 // PAGED: query row t is sequence rows[2t] at position rows[2t+1], position p
@@ -131,61 +198,7 @@ __device__ __forceinline__ void decode_mma_body(bf16_t* out, float* po, float* p
 		// The next group's rows, while this group's loads are in flight.
 		if (p0 + NW * 16 < end) myrow = rowOf(p0 + NW * 16 + (lane & 15));
 
-		// S[g][key] for the group's keys p0+nb·8+col: thread holds columns
-		// 2tg, 2tg+1 of each 8-key block nb.
-		float s[2][4];
-#pragma unroll
-		for (int nb = 0; nb < 2; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
-#pragma unroll
-		for (int j = 0; j < KJ; j++) {
-			const unsigned a0[4] = {qa[j].x, 0u, qa[j].y, 0u};
-			const unsigned a1[4] = {qa[j].z, 0u, qa[j].w, 0u};
-			mma_bf16(s[0], a0, kw0[j].x, kw0[j].y);
-			mma_bf16(s[0], a1, kw0[j].z, kw0[j].w);
-			mma_bf16(s[1], a0, kw1[j].x, kw1[j].y);
-			mma_bf16(s[1], a1, kw1[j].z, kw1[j].w);
-		}
-		float mx = -FT_INF;
-#pragma unroll
-		for (int nb = 0; nb < 2; nb++) {
-#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				const int key = p0 + nb * 8 + 2 * tg + e;
-				s[nb][e] = key < end ? s[nb][e] * scale_log2 : -FT_INF;
-				mx = fmaxf(mx, s[nb][e]);
-			}
-		}
-		mx = fmaxf(mx, __shfl_xor_sync(FT_FULL, mx, 1));
-		mx = fmaxf(mx, __shfl_xor_sync(FT_FULL, mx, 2));
-		const float mn = fmaxf(m, mx);  // finite: key p0 < end is visible
-		const float a = exp2f(m - mn);
-		m = mn;
-		float rsum = 0.f;
-#pragma unroll
-		for (int nb = 0; nb < 2; nb++) {
-			s[nb][0] = exp2f(s[nb][0] - mn);
-			s[nb][1] = exp2f(s[nb][1] - mn);
-			rsum += s[nb][0] + s[nb][1];
-		}
-		l = l * a + rsum;  // this thread's share; reduced over tg at the end
-		const unsigned pa[4] = {pack_bf16(s[0][0], s[0][1]), 0u, pack_bf16(s[1][0], s[1][1]), 0u};
-#pragma unroll
-		for (int nd = 0; nd < ND; nd++) {
-			o[nd][0] *= a;
-			o[nd][1] *= a;
-			// Column g of block nd is dimension 64(nd/8) + 8g + nd%8: element
-			// nd%8 of each key's load u = nd/8.
-			const int u = nd / 8, e = nd % 8, w = e / 2;
-			unsigned b0, b1;
-			if (e % 2 == 0) {
-				b0 = prmt_lo(u4word(vw[0][u], w), u4word(vw[1][u], w));
-				b1 = prmt_lo(u4word(vw[2][u], w), u4word(vw[3][u], w));
-			} else {
-				b0 = prmt_hi(u4word(vw[0][u], w), u4word(vw[1][u], w));
-				b1 = prmt_hi(u4word(vw[2][u], w), u4word(vw[3][u], w));
-			}
-			mma_bf16(o[nd], pa, b0, b1);
-		}
+		decode_group<HD>(o, m, l, qa, kw0, kw1, vw, p0, end, tg, scale_log2);
 	}
 	l += __shfl_xor_sync(FT_FULL, l, 1);
 	l += __shfl_xor_sync(FT_FULL, l, 2);

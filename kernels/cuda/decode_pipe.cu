@@ -206,59 +206,7 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 		}
 		const int p0 = first(i);
 
-		// S[g][key] for keys p0+nb·8+col: thread holds columns 2tg, 2tg+1.
-		float s[2][4];
-#pragma unroll
-		for (int nb = 0; nb < 2; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
-#pragma unroll
-		for (int j = 0; j < KJ; j++) {
-			const unsigned a0[4] = {qa[j].x, 0u, qa[j].y, 0u};
-			const unsigned a1[4] = {qa[j].z, 0u, qa[j].w, 0u};
-			mma_bf16(s[0], a0, kw0[j].x, kw0[j].y);
-			mma_bf16(s[0], a1, kw0[j].z, kw0[j].w);
-			mma_bf16(s[1], a0, kw1[j].x, kw1[j].y);
-			mma_bf16(s[1], a1, kw1[j].z, kw1[j].w);
-		}
-		float mx = -FT_INF;
-#pragma unroll
-		for (int nb = 0; nb < 2; nb++) {
-#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				const int key = p0 + nb * 8 + 2 * tg + e;
-				s[nb][e] = key < end ? s[nb][e] * scale_log2 : -FT_INF;
-				mx = fmaxf(mx, s[nb][e]);
-			}
-		}
-		mx = fmaxf(mx, __shfl_xor_sync(FT_FULL, mx, 1));
-		mx = fmaxf(mx, __shfl_xor_sync(FT_FULL, mx, 2));
-		const float mn = fmaxf(m, mx);  // finite: key p0 < end is visible
-		const float a = exp2f(m - mn);
-		m = mn;
-		float rsum = 0.f;
-#pragma unroll
-		for (int nb = 0; nb < 2; nb++) {
-			s[nb][0] = exp2f(s[nb][0] - mn);
-			s[nb][1] = exp2f(s[nb][1] - mn);
-			rsum += s[nb][0] + s[nb][1];
-		}
-		l = l * a + rsum;  // this thread's share; reduced over tg at the end
-		const unsigned pa[4] = {pack_bf16(s[0][0], s[0][1]), 0u, pack_bf16(s[1][0], s[1][1]), 0u};
-#pragma unroll
-		for (int nd = 0; nd < ND; nd++) {
-			o[nd][0] *= a;
-			o[nd][1] *= a;
-			// Column g of block nd is dimension 64(nd/8) + 8g + nd%8.
-			const int u = nd / 8, e = nd % 8, w = e / 2;
-			unsigned b0, b1;
-			if (e % 2 == 0) {
-				b0 = prmt_lo(u4word(vw[0][u], w), u4word(vw[1][u], w));
-				b1 = prmt_lo(u4word(vw[2][u], w), u4word(vw[3][u], w));
-			} else {
-				b0 = prmt_hi(u4word(vw[0][u], w), u4word(vw[1][u], w));
-				b1 = prmt_hi(u4word(vw[2][u], w), u4word(vw[3][u], w));
-			}
-			mma_bf16(o[nd], pa, b0, b1);
-		}
+		decode_group<HD>(o, m, l, qa, kw0, kw1, vw, p0, end, tg, scale_log2);
 	}
 	cp_async_wait0();  // nothing non-empty is pending; make it explicit
 	l += __shfl_xor_sync(FT_FULL, l, 1);
