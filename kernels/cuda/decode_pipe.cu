@@ -38,6 +38,16 @@
 //     reader's own pieces, eight half lines); a lane then reads pieces other
 //     lanes copied, so the warp meets at __syncwarp after the wait and
 //     before overwriting a stage.
+//   - FAST: aimed at the fixed cost of a launch (at context 512 a layer's
+//     attention is ~11 µs for 2 MB): each warp's first S groups of keys
+//     and values are prefetched into L2 before ft_pdl_wait (so their DRAM
+//     latency overlaps the kernel before, which writes only the newest
+//     rows; a prefetch reads nothing into the thread, so a row it writes
+//     is still read after the wait, from L2), the query is loaded after
+//     the first copies are issued, and the last block's merge reads each
+//     split's (max, sum) once, all at once, with the first 16 splits' partial
+//     outputs already in flight (two round trips to L2 where the plain
+//     merge takes four or more).
 //
 // Dynamic shared memory: the larger of the ring, NW·S·SLOTS·512 bytes, and
 // the scratch after the loop (the warps' partial outputs and the merge's
@@ -62,6 +72,17 @@ __device__ __forceinline__ float4 ld_cg_f4(const float* p) {
 	return v;
 }
 
+// ld_cg_f2 reads 8 bytes through L2: a split's (max, sum) pair.
+__device__ __forceinline__ float2 ld_cg_f2(const float* p) {
+	float2 v;
+	asm volatile("ld.global.cg.v2.f32 {%0,%1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p));
+	return v;
+}
+
+// prefetch_l2 asks for the 128-byte line at p in L2 (a hint: nothing is
+// read into the thread, so it may come before ft_pdl_wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // decode_pipe_body: block (kb, split, t) = blockIdx (x, y, z), NW·32
 // threads, S ring stages, query row t and KV heads kb·KPB .. +KPB; rows,
 // table, posp as in decode_mma_body. The pair uses ns = clamp(ceil(span /
@@ -71,7 +92,7 @@ __device__ __forceinline__ float4 ld_cg_f4(const float* p) {
 // each writes its partials po[t, split, h, :], pml[t, split, h] and the
 // last of the ns to finish (cnt[t·(K/KPB)+kb], zero between launches and
 // left zero) merges them.
-template <int HD, int S, int NW, int KPB, bool KROW, bool PAGED>
+template <int HD, int S, int NW, int KPB, bool KROW, bool FAST, bool PAGED>
 __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table, int maxBlocks, int bs,
 		const int* posp, int pos0, float scale_log2, int window) {
@@ -85,7 +106,9 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 	extern __shared__ uint4 pipe_smem[];
 	__shared__ float sm_m[NW][8], sm_l[NW][8];
 	__shared__ int isLast;
-	ft_pdl_wait();
+	// FAST: the wait comes after the L2 prefetch below (the position, rows
+	// and block table it reads are written by copies, not kernels).
+	if (!FAST) ft_pdl_wait();
 	const int split = blockIdx.y, t = blockIdx.z;
 	const int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int hi = warp % KPB, wi = warp / KPB;  // this warp's head in the block, its place among the head's warps
@@ -110,13 +133,15 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 	const bf16_t* kb = kc + (usize)kvh * HD;
 	const bf16_t* vb = vc + (usize)kvh * HD;
 
-	// Query fragments: Q[g][32j+8tg .. +7] for row g < G (zero otherwise).
+	// Query fragments: Q[g][32j+8tg .. +7] for row g < G (zero otherwise);
+	// FAST loads them after the prologue's copies are issued.
 	uint4 qa[KJ];
-	{
+	auto loadQ = [&]() {
 		const bf16_t* qr = q + ((usize)t * H + (usize)kvh * G + (g < G ? g : 0)) * HD + 8 * tg;
 #pragma unroll
 		for (int j = 0; j < KJ; j++) qa[j] = g < G ? *(const uint4*)(qr + 32 * j) : make_uint4(0u, 0u, 0u, 0u);
-	}
+	};
+	if (!FAST) loadQ();
 	float o[ND][4];
 #pragma unroll
 	for (int nd = 0; nd < ND; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
@@ -174,11 +199,27 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 	int pr[S];
 #pragma unroll
 	for (int s = 0; s < S; s++) pr[s] = s < myg ? rowOf(first(s) + (lane & 15)) : 0;
+	if (FAST) {
+		// The first S groups' key (lanes 0-15) and value (16-31) rows into
+		// L2 while the kernel before may still run: only a hint, safe even
+		// for the rows that kernel writes (L2 is where they land).
+		const char* pb = (const char*)(lane < 16 ? kb : vb);
+#pragma unroll
+		for (int s = 0; s < S; s++) {
+			if (s < myg) {
+				const char* p = pb + (usize)pr[s] * rs * 2;
+#pragma unroll
+				for (int x = 0; x < HD * 2; x += 128) prefetch_l2(p + x);
+			}
+		}
+		ft_pdl_wait();
+	}
 #pragma unroll
 	for (int s = 0; s < S - 1; s++) {
 		if (s < myg) issue(s, pr[s]);
 		cp_async_commit();
 	}
+	if (FAST) loadQ();
 	int nrow = pr[S - 1];  // the row of group i+S−1 at the top of iteration i
 	for (int i = 0; i < myg; i++) {
 		const int nx = i + S - 1;
@@ -274,51 +315,91 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 	float* fs = so + NW * 8 * HD;
 	float* finv = fs + ns * GK;
 	float4* red = (float4*)(finv + ((GK + 3) & ~3) + ((ns * GK) & 3 ? 4 - ((ns * GK) & 3) : 0));
-	for (int gq = warp; gq < GK; gq += NW) {
-		float M = -FT_INF;
-		for (int sp = lane; sp < ns; sp += 32) M = fmaxf(M, ld_cg_f32(pml + (((usize)t * nsplit + sp) * H + hb + gq) * 2));
+	// Outputs: items = GK·HD/4 column slices of 4; P phases of threads share
+	// the splits (phase ph takes splits ph, ph+P, ...), U splits' loads in
+	// flight per thread; a thread takes slices it0, it0+NW·32, ...
+	constexpr int QH = HD / 4;       // slices per head
+	constexpr int U = 16;            // splits in flight per thread
+	const int items = GK * QH;
+	const int P = items >= NW * 32 ? 1 : (NW * 32) / items;
+	const int ph = items >= NW * 32 ? 0 : tid / items;
+	const int it0 = items >= NW * 32 ? tid : tid - ph * items;
+	const bool mine = ph < P && it0 < items;  // the thread has a first slice
+	// load fetches the U splits sp0, sp0+P, ... of slice it (zero past ns).
+	auto load = [&](float4 (&v)[U], int it, int sp0) {
 #pragma unroll
-		for (int x = 16; x > 0; x >>= 1) M = fmaxf(M, __shfl_xor_sync(FT_FULL, M, x));
-		// M is finite: split 0 holds position lo.
-		float L = 0.f;
-		for (int sp = lane; sp < ns; sp += 32) {
-			const float* ml = pml + (((usize)t * nsplit + sp) * H + hb + gq) * 2;
-			const float f = exp2f(ld_cg_f32(ml) - M);  // an empty split: m = −∞, f = 0
-			fs[sp * GK + gq] = f;
-			L += f * ld_cg_f32(ml + 1);
+		for (int u = 0; u < U; u++) {
+			const int sp = sp0 + P * u;
+			v[u] = sp < ns ? ld_cg_f4(po + (((usize)t * nsplit + sp) * H + hb) * HD + 4 * it) : make_float4(0.f, 0.f, 0.f, 0.f);
+		}
+	};
+	// fold adds the loads v of splits sp0, sp0+P, ... of head gq to acc.
+	auto fold = [&](float4& acc, const float4 (&v)[U], int gq, int sp0) {
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const int sp = sp0 + P * u;
+			const float f = sp < ns ? fs[sp * GK + gq] : 0.f;
+			acc.x += f * v[u].x;
+			acc.y += f * v[u].y;
+			acc.z += f * v[u].z;
+			acc.w += f * v[u].w;
+		}
+	};
+	// FAST: the first U splits of the first slice are loaded before the
+	// factors, so the two round trips to L2 overlap.
+	float4 v0[U];
+	if (FAST && mine) load(v0, it0, ph);
+	for (int gq = warp; gq < GK; gq += NW) {
+		const usize mlb = ((usize)t * nsplit * H + hb + gq) * 2;  // split sp at mlb + sp·H·2
+		float M = -FT_INF, L = 0.f;
+		if (FAST) {
+			// Each (m, l) read once, all of a lane's at once (ns ≤ 256).
+			float2 ml[FT_PIPE_MAXSPLIT / 32];
+#pragma unroll
+			for (int k = 0; k < FT_PIPE_MAXSPLIT / 32; k++) {
+				const int sp = lane + 32 * k;
+				ml[k] = sp < ns ? ld_cg_f2(pml + mlb + (usize)sp * H * 2) : make_float2(-FT_INF, 0.f);
+				M = fmaxf(M, ml[k].x);
+			}
+#pragma unroll
+			for (int x = 16; x > 0; x >>= 1) M = fmaxf(M, __shfl_xor_sync(FT_FULL, M, x));
+#pragma unroll
+			for (int k = 0; k < FT_PIPE_MAXSPLIT / 32; k++) {
+				const int sp = lane + 32 * k;
+				if (sp < ns) {
+					const float f = exp2f(ml[k].x - M);  // an empty split: m = −∞, f = 0
+					fs[sp * GK + gq] = f;
+					L += f * ml[k].y;
+				}
+			}
+		} else {
+			for (int sp = lane; sp < ns; sp += 32) M = fmaxf(M, ld_cg_f32(pml + mlb + (usize)sp * H * 2));
+#pragma unroll
+			for (int x = 16; x > 0; x >>= 1) M = fmaxf(M, __shfl_xor_sync(FT_FULL, M, x));
+			// M is finite: split 0 holds position lo.
+			for (int sp = lane; sp < ns; sp += 32) {
+				const float* ml = pml + mlb + (usize)sp * H * 2;
+				const float f = exp2f(ld_cg_f32(ml) - M);  // an empty split: m = −∞, f = 0
+				fs[sp * GK + gq] = f;
+				L += f * ld_cg_f32(ml + 1);
+			}
 		}
 		L = warp_sum(L);
 		if (lane == 0) finv[gq] = 1.f / L;
 	}
 	__syncthreads();
-	// Outputs: items = GK·HD/4 column slices of 4; P phases of threads share
-	// the splits (phase ph takes splits ph, ph+P, ...), U splits' loads in
-	// flight per thread; a thread takes slices it0, it0+NW·32, ...
-	constexpr int QH = HD / 4;  // slices per head
-	constexpr int U = 16;       // splits in flight per thread
-	const int items = GK * QH;
-	const int P = items >= NW * 32 ? 1 : (NW * 32) / items;
-	const int ph = items >= NW * 32 ? 0 : tid / items;
-	const int it0 = items >= NW * 32 ? tid : tid - ph * items;
-	for (int it = it0; ph < P && it < items; it += NW * 32) {
+	for (int it = it0; mine && it < items; it += NW * 32) {
 		const int gq = it / QH;
 		float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-		for (int sp0 = ph; sp0 < ns; sp0 += P * U) {
+		int sp0 = ph;
+		if (FAST && it == it0) {
+			fold(acc, v0, gq, sp0);
+			sp0 += P * U;
+		}
+		for (; sp0 < ns; sp0 += P * U) {
 			float4 v[U];
-#pragma unroll
-			for (int u = 0; u < U; u++) {
-				const int sp = sp0 + P * u;
-				v[u] = sp < ns ? ld_cg_f4(po + (((usize)t * nsplit + sp) * H + hb) * HD + 4 * it) : make_float4(0.f, 0.f, 0.f, 0.f);
-			}
-#pragma unroll
-			for (int u = 0; u < U; u++) {
-				const int sp = sp0 + P * u;
-				const float f = sp < ns ? fs[sp * GK + gq] : 0.f;
-				acc.x += f * v[u].x;
-				acc.y += f * v[u].y;
-				acc.z += f * v[u].z;
-				acc.w += f * v[u].w;
-			}
+			load(v, it, sp0);
+			fold(acc, v, gq, sp0);
 		}
 		red[ph * items + it] = acc;
 	}
@@ -350,10 +431,10 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 	((233472 / ((NW) * (S) * (HD) * 64 + 1024)) > 4 ? 4 : (233472 / ((NW) * (S) * (HD) * 64 + 1024)) < 1 ? 1 : (233472 / ((NW) * (S) * (HD) * 64 + 1024)))
 
 // FT_PIPE_VARIANT defines the two kernels of one variant, named by head
-// width HD, stages S, warps NW, KV heads per block KPB and key copy (r:
-// whole rows, KROW; o: own pieces):
+// width HD, stages S, warps NW, KV heads per block KPB, key copy (r:
+// whole rows, KROW; o: own pieces) and F (f: the FAST path, else empty):
 //
-// attn_decode_pipe_d{HD}_s{S}w{NW}h{KPB}{r|o}_bf16 is decode_pipe_body over
+// attn_decode_pipe_d{HD}_s{S}w{NW}h{KPB}{r|o}{f}_bf16 is decode_pipe_body over
 // a contiguous cache [C,K,HD] (queries at positions ft_pos(posp,pos0)+t);
 // grid (K/KPB, nsplit, T), NW·32 threads, decode.go's pipeSmem bytes of
 // dynamic shared memory.
@@ -361,31 +442,39 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 // attn_paged_decode_pipe_d{HD}_... is the same over paged pools [P,K,HD]
 // with the query rows and block table of attn_paged_decode_mma_d*_bf16;
 // grid (K/KPB, nsplit, rows).
-#define FT_PIPE_VARIANT(HD, S, NW, KPB, KR, KROW)                                                                                     \
+#define FT_PIPE_VARIANT(HD, S, NW, KPB, KR, KROW, F, FAST)                                                                                   \
 	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
-			attn_decode_pipe_d##HD##_s##S##w##NW##h##KPB##KR##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,     \
+			attn_decode_pipe_d##HD##_s##S##w##NW##h##KPB##KR##F##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,     \
 					const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* posp, int pos0,                 \
 					float scale_log2, int window) {                                                                                        \
-		decode_pipe_body<HD, S, NW, KPB, KROW, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1,  \
+		decode_pipe_body<HD, S, NW, KPB, KROW, FAST, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1,  \
 				posp, pos0, scale_log2, window);                                                                                           \
 	}                                                                                                                                  \
 	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
-			attn_paged_decode_pipe_d##HD##_s##S##w##NW##h##KPB##KR##_bf16(bf16_t* out, float* po, float* pml, int* cnt,               \
+			attn_paged_decode_pipe_d##HD##_s##S##w##NW##h##KPB##KR##F##_bf16(bf16_t* out, float* po, float* pml, int* cnt,               \
 					const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows,          \
 					const int* table, int maxBlocks, int bs, float scale_log2, int window) {                                               \
-		decode_pipe_body<HD, S, NW, KPB, KROW, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks,  \
+		decode_pipe_body<HD, S, NW, KPB, KROW, FAST, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks,  \
 				bs, nullptr, 0, scale_log2, window);                                                                                       \
 	}
 
 // The variants; decode.go's pipeVariants must list the same.
-FT_PIPE_VARIANT(64, 4, 4, 1, o, false)
-FT_PIPE_VARIANT(128, 3, 4, 1, o, false)
-FT_PIPE_VARIANT(128, 3, 4, 1, r, true)
-FT_PIPE_VARIANT(128, 2, 4, 1, o, false)
-FT_PIPE_VARIANT(128, 2, 4, 1, r, true)
-FT_PIPE_VARIANT(128, 4, 4, 1, r, true)
-FT_PIPE_VARIANT(128, 3, 8, 1, r, true)
-FT_PIPE_VARIANT(128, 2, 4, 4, r, true)
-FT_PIPE_VARIANT(128, 3, 4, 4, r, true)
-FT_PIPE_VARIANT(128, 2, 8, 8, r, true)
-FT_PIPE_VARIANT(128, 3, 8, 8, r, true)
+FT_PIPE_VARIANT(64, 4, 4, 1, o, false, , false)
+FT_PIPE_VARIANT(128, 3, 4, 1, o, false, , false)
+FT_PIPE_VARIANT(128, 3, 4, 1, r, true, , false)
+FT_PIPE_VARIANT(128, 2, 4, 1, o, false, , false)
+FT_PIPE_VARIANT(128, 2, 4, 1, r, true, , false)
+FT_PIPE_VARIANT(128, 4, 4, 1, r, true, , false)
+FT_PIPE_VARIANT(128, 3, 8, 1, r, true, , false)
+FT_PIPE_VARIANT(128, 2, 4, 4, r, true, , false)
+FT_PIPE_VARIANT(128, 3, 4, 4, r, true, , false)
+FT_PIPE_VARIANT(128, 2, 8, 8, r, true, , false)
+FT_PIPE_VARIANT(128, 3, 8, 8, r, true, , false)
+// FAST ("f"): L2 prefetch of the first groups before ft_pdl_wait, the query
+// loaded after the first copies, the merge's loads in one round trip; with
+// 4, 2 and 1 warps a block (the batch: small blocks fill the SMs evenly).
+FT_PIPE_VARIANT(128, 3, 4, 1, r, true, f, true)
+FT_PIPE_VARIANT(128, 3, 2, 1, r, true, f, true)
+FT_PIPE_VARIANT(128, 4, 2, 1, r, true, f, true)
+FT_PIPE_VARIANT(128, 4, 1, 1, r, true, f, true)
+FT_PIPE_VARIANT(128, 6, 1, 1, r, true, f, true)

@@ -50,20 +50,26 @@ type pipeKernels struct {
 }
 
 // pipeVariant is one compiled tuning of decode_pipe.cu's decode_pipe_body:
-// head width D, ring stages S, warps per block W, KV heads per block H and
-// whole-row key copies (Rows).
+// head width D, ring stages S, warps per block W, KV heads per block H,
+// whole-row key copies (Rows) and the FAST path (Fast: L2 prefetch before
+// the dependent-launch wait, the query after the first copies, a merge in
+// one round trip).
 type pipeVariant struct {
 	D, S, W, H int
-	Rows       bool
+	Rows, Fast bool
 }
 
 // Name is the variant's part of its kernel names and its FT_DECODE_VARIANT
 // value: s3w4h1r is 3 stages, 4 warps, 1 KV head a block, whole-row key
-// copies ("o": each lane copies the key pieces it reads).
+// copies ("o": each lane copies the key pieces it reads); a trailing "f"
+// is the FAST path (s3w4h1rf).
 func (v pipeVariant) Name() string {
 	c := "o"
 	if v.Rows {
 		c = "r"
+	}
+	if v.Fast {
+		c += "f"
 	}
 	return fmt.Sprintf("s%dw%dh%d%s", v.S, v.W, v.H, c)
 }
@@ -91,17 +97,25 @@ func (v pipeVariant) smem(nsplit, G int) int {
 // pipeVariants are the compiled variants (decode_pipe.cu's FT_PIPE_VARIANT
 // lines); the first of each head width is its default.
 var pipeVariants = []pipeVariant{
-	{64, 4, 4, 1, false},
-	{128, 3, 4, 1, true},
-	{128, 3, 4, 1, false},
-	{128, 2, 4, 1, false},
-	{128, 2, 4, 1, true},
-	{128, 4, 4, 1, true},
-	{128, 3, 8, 1, true},
-	{128, 2, 4, 4, true},
-	{128, 3, 4, 4, true},
-	{128, 2, 8, 8, true},
-	{128, 3, 8, 8, true},
+	{64, 4, 4, 1, false, false},
+	{128, 3, 4, 1, true, false},
+	{128, 3, 4, 1, false, false},
+	{128, 2, 4, 1, false, false},
+	{128, 2, 4, 1, true, false},
+	{128, 4, 4, 1, true, false},
+	{128, 3, 8, 1, true, false},
+	{128, 2, 4, 4, true, false},
+	{128, 3, 4, 4, true, false},
+	{128, 2, 8, 8, true, false},
+	{128, 3, 8, 8, true, false},
+	// The FAST path (issues 15, 21): the default's shape, then smaller
+	// blocks (2 and 1 warps: the batch's (row, KV head) items spread over
+	// every SM in one wave, no block-wide merge of warps for W = 1).
+	{128, 3, 4, 1, true, true},
+	{128, 3, 2, 1, true, true},
+	{128, 4, 2, 1, true, true},
+	{128, 4, 1, 1, true, true},
+	{128, 6, 1, 1, true, true},
 }
 
 // PipeVariantNames are the FT_DECODE_VARIANT values (head width 128; head

@@ -229,3 +229,54 @@ func TestPagedDecodeMMA(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodePipeCapturedStep: every pipelined variant in a captured graph of
+// RoPEStoreKV and Attention (with dependent launch where the GPU has it:
+// the FAST variants prefetch into L2 before their wait while the store
+// kernel before them may still write the newest row), replayed at
+// positions that take one, some and all of the grid's splits, against the
+// CPU reference over the query and caches the replay left behind.
+func TestDecodePipeCapturedStep(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	const C, H, K, d = 4096, 32, 8, 128
+	inv := ropeTables(t, d)["default"]
+	modes := []decodeMode{{name: "pipe"}}
+	for _, v := range PipeVariantNames()[1:] {
+		modes = append(modes, decodeMode{name: "pipe " + v, variant: v})
+	}
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			defer mode.set()()
+			gkc, gvc, _, _, q := contigDecode(t, rng, C, C, H, K, d)
+			gq := gpu(t, runtime.BF16, q, 1, H, d)
+			gk := gpu(t, runtime.BF16, randBF16(rng, K*d, 2), 1, K, d)
+			gv := gpu(t, runtime.BF16, randBF16(rng, K*d, 2), 1, K, d)
+			out := poisoned(t, runtime.BF16, 1, H, d)
+			graph, err := gb.CaptureStep(func() error {
+				if err := gb.RoPEStoreKV(gq, gk, gv, gkc, gvc, 3, inv); err != nil {
+					return err
+				}
+				return gb.Attention(out, gq, gkc, gvc, 3)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer graph.Close()
+			for _, pos := range []int{100, 4095, 7, 2047, 129, 0} {
+				if err := gb.SetStep([]int32{0}, pos); err != nil {
+					t.Fatal(err)
+				}
+				if err := graph.Replay(); err != nil {
+					t.Fatal(err)
+				}
+				ref := host(t, runtime.F32, nil, 1, H, d)
+				if err := cb.AttentionWindow(ref, host(t, runtime.F32, read(t, gq), 1, H, d), host(t, runtime.F32, read(t, gkc), C, K, d),
+					host(t, runtime.F32, read(t, gvc), C, K, d), pos, 0); err != nil {
+					t.Fatal(err)
+				}
+				compare(t, fmt.Sprintf("replay at %d", pos), read(t, out), ref.F32(), 1e-2, 2e-2)
+			}
+		})
+	}
+}
