@@ -271,6 +271,7 @@ __device__ __forceinline__ void prefill_fa2_body(bf16_t* out, const bf16_t* q, c
 		}
 	}
 	cp_async_wait0();
+	__syncwarp();  // every lane's last ldmatrix of the query rows is done
 	// The normalised rows go to the warp's own query rows of shared memory
 	// (no other warp reads them), then out in 16-byte stores.
 #pragma unroll
