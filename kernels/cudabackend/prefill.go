@@ -16,8 +16,8 @@ import (
 // query rows per block and double-buffered keys and values, for a
 // contiguous cache (Attention with more than one token) and for packed
 // sequences over a paged pool (VarlenPrefillAttention), head widths 32, 64
-// and 128; and RoPE + store with 16-byte accesses and one cos/sin per
-// (token, frequency).
+// and 128 (prefill_fa2.cu's variant fa2: 64 and 128); and RoPE + store with
+// 16-byte accesses and one cos/sin per (token, frequency).
 //
 // Switches: Backend.LegacyFlash (FT_FLASH=legacy in the environment when
 // the backend is made) runs the earlier 64-row kernels (attn_flash_*,
@@ -109,7 +109,7 @@ func (b *Backend) flashAttention(out, q, kc, vc uintptr, T, H, K, d int, posp, p
 	if d != 32 && d != 64 && d != 128 {
 		return false, nil
 	}
-	v, err := choosePrefillVariant(b.PrefillVariant, d, false, aligned16(q, kc, vc))
+	v, err := choosePrefillVariant(b.PrefillVariant, d, false, aligned16(out, q, kc, vc))
 	if err != nil {
 		return true, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -153,7 +153,7 @@ func (b *Backend) varlenFlash(out, q, kPool, vPool uintptr, qStarts []int32, kv 
 	if d != 32 && d != 64 && d != 128 {
 		return false, nil
 	}
-	v, err := choosePrefillVariant(b.PrefillVariant, d, true, aligned16(q, kPool, vPool))
+	v, err := choosePrefillVariant(b.PrefillVariant, d, true, aligned16(out, q, kPool, vPool))
 	if err != nil {
 		return true, fmt.Errorf("cudabackend: %w", err)
 	}

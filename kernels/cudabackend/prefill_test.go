@@ -46,7 +46,8 @@ func prefillModes(d int) []string {
 
 // TestPrefillAttentionKernels: prefill attention over a contiguous cache
 // through prefill.cu's kernels, every variant of prefill_variants.cu (head
-// width 128; FT_PREFILL_VARIANT), the automatic choice and the legacy
+// width 128; FT_PREFILL_VARIANT) and prefill_fa2.cu (fa2: head widths 64
+// and 128; other widths fall back to base), the automatic choice and the legacy
 // kernels, against the CPU reference: T not a multiple of 64 or 128, a
 // prefix already in the cache (chunked prefill), sliding windows (narrower
 // than a tile, as wide as the context, one and three positions), 1, 2, 4 and
@@ -73,6 +74,13 @@ func TestPrefillAttentionKernels(t *testing.T) {
 		{190, 10, 200, 8, 2, 128, 1000},
 		{150, 20, 170, 4, 2, 128, 1},
 		{97, 40, 140, 4, 4, 128, 3},
+		// Several 64-key tiles per query tile (fa2 at both widths): windows
+		// of a tile's width and wider than a tile, eight query heads a KV
+		// head, a cached prefix.
+		{333, 0, 333, 8, 2, 64, 0},
+		{1000, 0, 1000, 8, 1, 64, 300},
+		{700, 0, 700, 16, 2, 128, 100},
+		{640, 90, 800, 8, 8, 128, 64},
 	} {
 		// The data, the cache and the CPU reference once per case; the
 		// kernels in turn.
@@ -118,9 +126,9 @@ func TestPrefillAttentionKernels(t *testing.T) {
 // TestVarlenPrefillKernels: packed sequences of unequal lengths (1 query
 // among them, tiles of exactly 128, a prefix already cached) over a paged
 // pool with shuffled block tables, through prefill.cu's varlen kernel,
-// every variant (head width 128), the automatic choice (the 64-row variant
-// for these short sequences) and the legacy kernel, against the CPU
-// reference.
+// every variant (head width 128; fa2 also 64), the automatic choice and the
+// legacy kernel, against the CPU reference; windows narrower and wider than
+// a 64-key tile, 1 to 8 query heads a KV head.
 func TestVarlenPrefillKernels(t *testing.T) {
 	needGPU(t)
 	rng := newRNG(t)
@@ -135,6 +143,8 @@ func TestVarlenPrefillKernels(t *testing.T) {
 		{"d64 G1 window 40", 4, 4, 64, 16, 40, []pagedSeq{{130, 167}, {65, 65}, {3, 500}, {1, 1}}},
 		{"d64 G8", 8, 1, 64, 8, 0, []pagedSeq{{255, 255}, {2, 2}, {129, 400}}},
 		{"d32 G8 window 3", 8, 1, 32, 4, 3, []pagedSeq{{23, 23}, {12, 30}, {1, 1}, {140, 140}}},
+		{"d128 G8 window 70", 8, 1, 128, 16, 70, []pagedSeq{{383, 383}, {5, 260}, {129, 129}, {64, 64}, {1, 1000}}},
+		{"d64 G2", 8, 4, 64, 32, 0, []pagedSeq{{700, 700}, {1, 1}, {256, 300}, {65, 65}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			kv, qStarts, kp, vp, P := pagedLayout(rng, c.seqs, c.K, c.d, c.bs)
@@ -162,24 +172,30 @@ func TestVarlenPrefillKernels(t *testing.T) {
 	}
 }
 
-// TestPrefillVariantOccupancy: every prefill kernel of head width 128 runs
-// as many blocks per SM as its variant is built for (registers within its
-// launch bounds, shared memory allowed), and logs the numbers.
+// TestPrefillVariantOccupancy: every prefill kernel of head width 128 (and
+// 64 where a variant other than base has it: fa2) runs as many blocks per
+// SM as its variant is built for (registers within its launch bounds,
+// shared memory allowed), and logs the numbers.
 func TestPrefillVariantOccupancy(t *testing.T) {
 	needGPU(t)
 	for _, v := range prefillVariants {
-		for _, varlen := range []bool{false, true} {
-			f := gb.prefillKernel(v, 128, varlen)
-			if f == nil {
-				t.Fatalf("%s: no kernel %s", v.name, v.kernel(128, varlen))
+		for _, d := range []int{64, 128} {
+			if !v.hasWidth(d) || (d != 128 && v.allWidths) {
+				continue
 			}
-			n, err := f.MaxActiveBlocksPerSM(v.threads, v.smem(128))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s: %d blocks of %d threads and %d B per SM", f.Name(), n, v.threads, v.smem(128))
-			if n < v.perSM {
-				t.Errorf("%s: %d blocks per SM, built for %d", f.Name(), n, v.perSM)
+			for _, varlen := range []bool{false, true} {
+				f := gb.prefillKernel(v, d, varlen)
+				if f == nil {
+					t.Fatalf("%s: no kernel %s", v.name, v.kernel(d, varlen))
+				}
+				n, err := f.MaxActiveBlocksPerSM(v.threads, v.smem(d))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%s: %d blocks of %d threads and %d B per SM", f.Name(), n, v.threads, v.smem(d))
+				if n < v.perSM {
+					t.Errorf("%s: %d blocks per SM, built for %d", f.Name(), n, v.perSM)
+				}
 			}
 		}
 	}

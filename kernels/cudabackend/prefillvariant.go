@@ -6,9 +6,10 @@ import (
 )
 
 // Configurations of the tensor-core prefill attention (FT_PREFILL_VARIANT,
-// Backend.PrefillVariant): prefill.cu's kernel ("base") and the layouts of
-// prefill_variants.cu, which exist for head width 128 only. This file has
-// no build tag so that the choice is tested without a GPU.
+// Backend.PrefillVariant): prefill.cu's kernel ("base"), the layouts of
+// prefill_variants.cu, which exist for head width 128 only, and
+// prefill_fa2.cu's ("fa2", head widths 64 and 128). This file has no build
+// tag so that the choice is tested without a GPU.
 
 // prefillVariant is one configuration of the prefill kernel.
 type prefillVariant struct {
@@ -18,6 +19,7 @@ type prefillVariant struct {
 	qSmem     bool   // the query tile is staged in shared memory
 	perSM     int    // blocks per SM the kernel is built for at head width 128 (__launch_bounds__)
 	allWidths bool   // built for head widths 32, 64 and 128; else 128 only
+	width64   bool   // also built for head width 64
 }
 
 // prefillVariants lists the configurations; the first is the default.
@@ -31,6 +33,10 @@ var prefillVariants = []prefillVariant{
 	{name: "w8q", rows: 128, threads: 256, qSmem: true, perSM: 2},
 	// 4 warps × 16 rows (64-row tiles), queries in registers.
 	{name: "m64", rows: 64, threads: 128, perSM: 3},
+	// w4m32's layout with FlashAttention-2's inner loop (prefill_fa2.cu):
+	// constant-offset ldmatrix addressing, fragments loaded a step ahead,
+	// queries in registers at head width 64, 16-byte output stores.
+	{name: "fa2", rows: 128, threads: 128, qSmem: true, perSM: 2, width64: true},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200
@@ -51,7 +57,8 @@ func prefillVariantNames() []string {
 
 // smem is the dynamic shared memory of the variant at head width d: two
 // stages of a 64-position key and a value tile, and the query tile when it
-// is staged, rows of d+8 bf16 values (PREFILL_VSMEM in prefill_variants.cu).
+// is staged, rows of d+8 bf16 values (PREFILL_VSMEM in prefill_variants.cu,
+// PREFILL_FA2_SMEM in prefill_fa2.cu).
 func (v prefillVariant) smem(d int) int {
 	n := 2 * 2 * 64 * (d + 8) * 2
 	if v.qSmem {
@@ -78,14 +85,14 @@ func (v prefillVariant) hasWidth(d int) bool {
 	if v.allWidths {
 		return d == 32 || d == 64 || d == 128
 	}
-	return d == 128
+	return d == 128 || (v.width64 && d == 64)
 }
 
 // choosePrefillVariant picks the configuration for a prefill of head width
 // d: setting (FT_PREFILL_VARIANT) names one, or with "" or "auto" it is
 // autoPrefillVariant, long or short sequences alike. A variant not built
-// for d, or one staging the queries when aligned is false (rows
-// not 16-byte aligned), falls back to base.
+// for d, or one staging the queries when aligned is false (rows of q, out
+// or the cache not 16-byte aligned), falls back to base.
 func choosePrefillVariant(setting string, d int, varlen bool, aligned bool) (prefillVariant, error) {
 	name := setting
 	if name == "" || name == "auto" {

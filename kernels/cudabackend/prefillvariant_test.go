@@ -30,6 +30,13 @@ func TestChoosePrefillVariant(t *testing.T) {
 		{"w8q", 128, true, true, "w8q", "attn_varlen_prefill_w8q_d128_bf16", 128, 256},
 		{"m64", 128, false, false, "m64", "attn_prefill_m64_d128_bf16", 64, 128},
 		{"base", 128, true, true, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
+		{"fa2", 128, false, true, "fa2", "attn_prefill_fa2_d128_bf16", 128, 128},
+		{"fa2", 128, true, true, "fa2", "attn_varlen_prefill_fa2_d128_bf16", 128, 128},
+		{"fa2", 64, false, true, "fa2", "attn_prefill_fa2_d64_bf16", 128, 128},
+		{"fa2", 64, true, true, "fa2", "attn_varlen_prefill_fa2_d64_bf16", 128, 128},
+		{"fa2", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
+		{"fa2", 128, true, false, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
+		{"w4m32", 64, false, true, "base", "attn_prefill_d64_bf16", 128, 256},
 	} {
 		v, err := choosePrefillVariant(c.setting, c.d, c.varlen, c.aligned)
 		if err != nil {
@@ -53,7 +60,7 @@ func TestChoosePrefillVariant(t *testing.T) {
 // the blocks per SM it is built for within the H100/H200's 227 KiB per SM
 // (each block also reserves 1 KiB), and one block fits the 227 KiB limit.
 func TestPrefillVariantSmem(t *testing.T) {
-	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632}
+	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448}
 	for _, v := range prefillVariants {
 		n := v.smem(128)
 		if n != want[v.name] {
@@ -61,6 +68,9 @@ func TestPrefillVariantSmem(t *testing.T) {
 		}
 		if v.perSM*(n+1024) > 228<<10 {
 			t.Errorf("%s: %d blocks of %d bytes do not fit an SM", v.name, v.perSM, n)
+		}
+		if v.hasWidth(64) && v.perSM*(v.smem(64)+1024) > 228<<10 {
+			t.Errorf("%s: %d blocks of %d bytes (head width 64) do not fit an SM", v.name, v.perSM, v.smem(64))
 		}
 		if v.rows%(v.threads/32*16) != 0 {
 			t.Errorf("%s: %d rows do not split into m16 tiles over %d warps", v.name, v.rows, v.threads/32)
