@@ -97,7 +97,7 @@ func TestFP8SiLUQuantRows(t *testing.T) {
 				g, u := randBF16(rng, T*I, 3e4), randBF16(rng, T*I, 3e4)
 				for c := range I {
 					g[c], u[c] = 0, 0 // row 0: h = 0
-					g[I+c], u[I+c] = runtime.BF16ToF32(runtime.F32ToBF16(g[I+c]*1e-6)), u[I+c]*1e-3
+					g[I+c], u[I+c] = runtime.BF16ToF32(runtime.F32ToBF16(g[I+c]*1e-6)), runtime.BF16ToF32(runtime.F32ToBF16(u[I+c]*1e-3))
 				}
 				xs := make([]float32, T)
 				for r := range xs {
