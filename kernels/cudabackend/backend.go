@@ -138,7 +138,12 @@ type Backend struct {
 	// (outer-vector scales: sm_90, cuBLASLt 12.9+). New sets it when
 	// FT_FP8_GEMM_SCALES=rescale (A/B runs; tests).
 	FP8LtRescale bool
-	fp8lt        fp8Lt
+	// NoFP8Fuse turns the fused FP8 MLP of a prefill off (FusesFP8MLP
+	// says no: gate and up rescaled, SiLUMul, the down projection's input
+	// quantized apart, as before fp8mlp.go). New sets it when
+	// FT_FP8_FUSE=0 (A/B runs).
+	NoFP8Fuse bool
+	fp8lt     fp8Lt
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -276,7 +281,8 @@ func New(dev runtime.Device) (*Backend, error) {
 		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT"),
 		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK"),
 		DecodePipeVariant: os.Getenv("FT_DECODE_VARIANT"), DecodePipeSplits: envInt("FT_DECODE_SPLITS"),
-		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok, FP8LtRescale: os.Getenv("FT_FP8_GEMM_SCALES") == "rescale"}
+		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok, FP8LtRescale: os.Getenv("FT_FP8_GEMM_SCALES") == "rescale",
+		NoFP8Fuse: os.Getenv("FT_FP8_FUSE") == "0"}
 	cd.AtClose(b.Close)
 	return b, nil
 }

@@ -90,13 +90,16 @@ func fp8GemmFromEnv() (FP8GEMMMode, int, error) {
 	return mode, minTok, nil
 }
 
-// fp8GemmKernels are the kernels of fp8gemm.cu.
+// fp8GemmKernels are the kernels of fp8gemm.cu and fp8mlp.cu.
 type fp8GemmKernels struct {
 	quant, rescale *cuda.Function
+	// siluQuant and rescaleAdd are the fused FP8 MLP's (fp8mlp.go).
+	siluQuant, rescaleAdd *cuda.Function
 }
 
 func loadFP8Gemm(get func(string) *cuda.Function) fp8GemmKernels {
-	return fp8GemmKernels{quant: get("quant_rows_e4m3"), rescale: get("fp8_rescale")}
+	return fp8GemmKernels{quant: get("quant_rows_e4m3"), rescale: get("fp8_rescale"),
+		siluQuant: get("fp8_silu_quant_rows"), rescaleAdd: get("fp8_rescale_add")}
 }
 
 // fp8Lt is the FP8 GEMM path's scratch (the quantized activations, their

@@ -236,6 +236,9 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	if accMLP != nil {
 		return l.MLP.forward(b, w, x, h, accMLP) // down_proj adds into the residual stream
 	}
+	if f := l.fp8Accumulator(b, m, T); f != nil {
+		return l.MLP.forwardFP8Add(b, f, w, x, h, o) // the fused FP8 MLP adds into the residual stream (fp8mlp.go)
+	}
 	if err := l.ffn(b, w, o, h); err != nil {
 		return err
 	}
@@ -333,6 +336,9 @@ func (p *MLP) forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor, a
 	T := h.Dim(0)
 	return nn.Call(p, func() error {
 		g, u := rows(w.gate, T), rows(w.up, T) // [T,I]
+		if f := p.fp8Fused(b, T); f != nil && acc == nil {
+			return f.MLPFP8(out, h, g, u, nil, p.fp8Weights(), false) // fp8mlp.go
+		}
 		if err := p.gateUp(b, g, u, h); err != nil {
 			return err
 		}
