@@ -271,11 +271,12 @@ func (k gemmKey) String() string {
 // gemmChoice is a shape's kept algorithm: cublasGemmEx (plan nil) or a
 // cuBLASLt plan.
 type gemmChoice struct {
-	plan *C.ft_bt_plan
-	name string // the profiler row's prefix: "cublasGemmEx" or "cublasLt <algo>"
-	algo string // the cuBLASLt algorithm's configuration, "" for cublasGemmEx
-	ms   float64
-	why  string // how it was chosen (traces)
+	plan  *C.ft_bt_plan
+	name  string // the profiler row's prefix: "cublasGemmEx" or "cublasLt <algo>"
+	label string // the profiler row: gemmLabel(name, key)
+	algo  string // the cuBLASLt algorithm's configuration, "" for cublasGemmEx
+	ms    float64
+	why   string // how it was chosen (traces)
 }
 
 // gemmTuner is a BLAS's tuned BF16 GEMM choices. Goroutine-safe: mu guards
@@ -433,18 +434,26 @@ func gemmBytes(key gemmKey) int64 {
 	return 2*int64(key.m)*int64(key.k) + 2*int64(key.n)*int64(key.k) + cBytes*int64(key.m)*int64(key.n)
 }
 
-// runChoice enqueues key's product by ch (nil: cublasGemmEx), timed under
-// the choice's name when a kernel profile runs.
-func (b *BLAS) runChoice(s *Stream, key gemmKey, ch *gemmChoice, c, a, w uintptr) error {
-	name := "cublasGemmEx"
-	if ch != nil {
-		name = ch.name
-	}
+// gemmLabel is the kernel profiler's name of key's product run by name:
+// "cublasGemmEx[m=…,n=…,k=…]", "cublasLt a66.t23.s35+=[…]" (beta 1).
+func gemmLabel(name string, key gemmKey) string {
 	acc := ""
 	if key.acc {
 		acc = "+="
 	}
-	label := fmt.Sprintf("%s%s[m=%d,n=%d,k=%d]", name, acc, key.m, key.n, key.k)
+	return fmt.Sprintf("%s%s[m=%d,n=%d,k=%d]", name, acc, key.m, key.n, key.k)
+}
+
+// runChoice enqueues key's product by ch (nil: cublasGemmEx), timed under
+// the choice's name when a kernel profile runs.
+func (b *BLAS) runChoice(s *Stream, key gemmKey, ch *gemmChoice, c, a, w uintptr) error {
+	name := "cublasGemmEx"
+	var label string
+	if ch != nil {
+		name, label = ch.name, ch.label
+	} else {
+		label = gemmLabel(name, key) // a capture's unmeasured shape: rare
+	}
 	return b.dev.timed(s, label, gemmBytes(key), func() error {
 		var st C.int
 		if ch == nil || ch.plan == nil {
@@ -519,6 +528,7 @@ func (b *BLAS) tuneShape(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, 
 	if err != nil {
 		return nil, err
 	}
+	ch.label = gemmLabel(ch.name, key)
 	t.mu.Lock()
 	t.choices[key] = ch
 	t.tunings++
@@ -534,6 +544,10 @@ func (b *BLAS) measure(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, er
 	gemmEx := &gemmChoice{name: "cublasGemmEx"}
 	if err := b.tune.init(b.dev); err != nil {
 		gemmEx.why = "cublasGemmEx (cuBLASLt unavailable: " + err.Error() + ")"
+		return gemmEx, nil
+	}
+	if b.tune.h == nil {
+		gemmEx.why = "cublasGemmEx (the cuBLASLt handle is closed)"
 		return gemmEx, nil
 	}
 	dt := C.int(C.FT_BT_CUDA_R_32F)
