@@ -13,12 +13,13 @@ import (
 	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
 
-// tuning returns the tuned choice of a shape, if any, and how many shapes
-// the backend's BLAS has measured.
+// tuning returns the measured choice that serves a shape, if any (the
+// bucket of m it falls in: m itself up to 64, at most 1.5× m above), and
+// how many buckets the backend's BLAS has measured.
 func tuning(m, n, k int, bf16, acc bool) (*cuda.GemmTuning, int) {
 	all, count := gb.blas.GemmBF16Tunings()
 	for i, t := range all {
-		if t.M == m && t.N == n && t.K == k && t.CBF16 == bf16 && t.Acc == acc {
+		if t.N == n && t.K == k && t.CBF16 == bf16 && t.Acc == acc && m <= t.MaxM && (t.MaxM == m || (m > 64 && 2*t.MaxM <= 3*m)) {
 			return &all[i], count
 		}
 	}
@@ -125,7 +126,8 @@ func TestTunedGEMM(t *testing.T) {
 // names the kept algorithm); a graph captured after the tuning replays the
 // kept algorithm correctly; a shape first met inside a capture is not
 // measured there (cublasGemmEx runs), replays correctly, and is measured
-// at its first eager call; FT_GEMM=cublas measures nothing.
+// at its first eager call; another m of a measured bucket takes its
+// choice unmeasured; FT_GEMM=cublas measures nothing.
 func TestTunedGEMMReuseAndCapture(t *testing.T) {
 	needGPU(t)
 	useGEMM(t, GEMMTuned)
@@ -231,6 +233,34 @@ func TestTunedGEMMReuseAndCapture(t *testing.T) {
 		t.Errorf("eager call after the capture: choice %v, %d shapes measured, want %d", tu2, n, after+1)
 	}
 	check("eager after the capture", out2, x2, w2, M2, N2, K2)
+
+	// Another m of a measured bucket: its choice, nothing measured.
+	const M4a, M4b = 200, 230 // both in (192, 256]
+	x4a, x4b := randBF16(rng, M4a*K, 1), randBF16(rng, M4b*K, 1)
+	out4a, out4b := poisoned(t, runtime.BF16, M4a, N), poisoned(t, runtime.BF16, M4b, N)
+	if err := gb.MatMul(out4a, gpu(t, runtime.BF16, x4a, M4a, K), gw); err != nil {
+		t.Fatal(err)
+	}
+	tu4, n4 := tuning(M4a, N, K, true, false)
+	if tu4 == nil || tu4.M != M4a || tu4.MaxM != 256 {
+		t.Fatalf("m=%d: choice %+v, want one measured at m=%d for m ≤ 256", M4a, tu4, M4a)
+	}
+	if err := gdev.StartKernelProfile(); err != nil {
+		t.Fatal(err)
+	}
+	err = gb.MatMul(out4b, gpu(t, runtime.BF16, x4b, M4b, K), gw)
+	recs, perr = gdev.StopKernelProfile()
+	if err != nil || perr != nil {
+		t.Fatal(err, perr)
+	}
+	if _, n := tuning(M4b, N, K, true, false); n != n4 {
+		t.Errorf("m=%d in m=%d's bucket measured again: %d → %d", M4b, M4a, n4, n)
+	}
+	if want := fmt.Sprintf("%s[m=%d,n=%d,k=%d]", tu4.Name, M4b, N, K); len(recs) != 1 || (recs[0].Name != want && !strings.HasPrefix(recs[0].Name, "cublasGemmEx[")) {
+		t.Errorf("m=%d profiled %v, want one row named %q (or cublasGemmEx, where cuBLASLt refuses the algorithm at this m)", M4b, recs, want)
+	}
+	check(fmt.Sprintf("m=%d, measured", M4a), out4a, x4a, w, M4a, N, K)
+	check(fmt.Sprintf("m=%d, the bucket's choice", M4b), out4b, x4b, w, M4b, N, K)
 
 	// FT_GEMM=cublas: cublasGemmEx, nothing measured.
 	useGEMM(t, GEMMCublas)

@@ -152,7 +152,8 @@ static void ft_bt_plan_free(ft_bt_plan* p) {
 // ft_bt_make_plan makes the descriptors of a shape and asks the heuristic
 // for up to want (≤ FT_BT_MAX_CANDIDATES) algorithms that fit wsMax bytes
 // of workspace and the operands' alignments, written to res (*nres of
-// them). On failure *what names the call that failed.
+// them); want 0 makes the descriptors only. On failure *what names the
+// call that failed.
 static int ft_bt_make_plan(CUcontext ctx, void* h, int M, int N, int K, int dtype, int acc,
 		uint32_t alignX, uint32_t alignW, uint32_t alignOut, uint64_t wsMax, int want,
 		ft_bt_plan** out, ft_bt_heur* res, int* nres, const char** what) {
@@ -174,6 +175,10 @@ static int ft_bt_make_plan(CUcontext ctx, void* h, int M, int N, int K, int dtyp
 	FT_BT_TRY(ft_bt.layout_create(&p->la, FT_BT_CUDA_R_16BF, (uint64_t)K, (uint64_t)N, (int64_t)K), "cublasLtMatrixLayoutCreate(w)");
 	FT_BT_TRY(ft_bt.layout_create(&p->lb, FT_BT_CUDA_R_16BF, (uint64_t)K, (uint64_t)M, (int64_t)K), "cublasLtMatrixLayoutCreate(x)");
 	FT_BT_TRY(ft_bt.layout_create(&p->ld, dtype, (uint64_t)N, (uint64_t)M, (int64_t)N), "cublasLtMatrixLayoutCreate(out)");
+	if (want <= 0) { // descriptors only: the caller sets the algorithm
+		*out = p;
+		return 0;
+	}
 	FT_BT_TRY(ft_bt.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
 	FT_BT_TRY(ft_bt.pref_set(pref, FT_BT_PREF_MAX_WORKSPACE_BYTES, &wsMax, sizeof wsMax), "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
 	FT_BT_TRY(ft_bt.pref_set(pref, FT_BT_PREF_MIN_ALIGNMENT_A_BYTES, &alignW, sizeof alignW), "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)");
@@ -191,9 +196,9 @@ fail:
 	return st;
 }
 
-static void ft_bt_plan_set(ft_bt_plan* p, const ft_bt_heur* r) {
-	p->algo = r->algo;
-	p->ws = r->workspaceSize;
+static void ft_bt_plan_set(ft_bt_plan* p, const ft_bt_algo* algo, size_t ws) {
+	p->algo = *algo;
+	p->ws = ws;
 }
 
 // ft_bt_run enqueues out = x·wᵀ (+ out, for beta 1) with algo on s.
@@ -250,6 +255,8 @@ const gemmTuneCandidates = 8
 // beta (acc: 1, accumulating into an fp32 output) and the operands'
 // alignments (an algorithm may need 16-byte aligned operands; capped at 16,
 // the most any asks for, so that buffers at different offsets share keys).
+// Choices are measured per bucket of m (gemmBucket: the key with m its
+// bucket) and run per exact key.
 type gemmKey struct {
 	m, n, k                int
 	cBF16, acc             bool
@@ -268,27 +275,36 @@ func (k gemmKey) String() string {
 	return fmt.Sprintf("[m=%d,n=%d,k=%d] %s out%s", k.m, k.n, k.k, out, acc)
 }
 
-// gemmChoice is a shape's kept algorithm: cublasGemmEx (plan nil) or a
-// cuBLASLt plan.
+// gemmChoice is the algorithm measured fastest for a bucket of shapes.
 type gemmChoice struct {
+	lt   bool         // a cuBLASLt algorithm (else cublasGemmEx)
+	algo C.ft_bt_algo // the algorithm, when lt
+	ws   uint64       // its workspace
+	name string       // "cublasGemmEx" or "cublasLt <configuration>"
+	m    int          // the m it was measured at
+	ms   float64      // its time per call there
+	why  string       // the measurements (traces)
+}
+
+// gemmRun is how one exact shape runs: a cuBLASLt plan of the bucket's
+// algorithm, or cublasGemmEx (plan nil).
+type gemmRun struct {
 	plan  *C.ft_bt_plan
-	name  string // the profiler row's prefix: "cublasGemmEx" or "cublasLt <algo>"
+	name  string
 	label string // the profiler row: gemmLabel(name, key)
-	algo  string // the cuBLASLt algorithm's configuration, "" for cublasGemmEx
-	ms    float64
-	why   string // how it was chosen (traces)
 }
 
 // gemmTuner is a BLAS's tuned BF16 GEMM choices. Goroutine-safe: mu guards
-// the maps; tuneMu serialises tunings (one measures at a time).
+// the maps and the count; tuneMu serialises measurements.
 type gemmTuner struct {
 	once    sync.Once
 	err     error          // why cuBLASLt cannot be used (every shape runs cublasGemmEx)
 	h       unsafe.Pointer // the cuBLASLt handle
 	tuneMu  sync.Mutex
 	mu      sync.Mutex
-	choices map[gemmKey]*gemmChoice
-	tunings int // shapes measured so far
+	choices map[gemmKey]*gemmChoice // by bucket key
+	runs    map[gemmKey]*gemmRun    // by exact key
+	tunings int                     // buckets measured so far
 }
 
 var bindBTOnce = sync.OnceValue(func() error {
@@ -306,7 +322,6 @@ var bindBTOnce = sync.OnceValue(func() error {
 
 func (t *gemmTuner) init(d *Device) error {
 	t.once.Do(func() {
-		t.choices = map[gemmKey]*gemmChoice{}
 		if err := bindBTOnce(); err != nil {
 			t.err = err
 			return
@@ -326,12 +341,13 @@ func (t *gemmTuner) close(d *Device) error {
 	defer t.tuneMu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for k, c := range t.choices {
-		if c.plan != nil {
-			C.ft_bt_plan_free(c.plan)
+	for k, r := range t.runs {
+		if r.plan != nil {
+			C.ft_bt_plan_free(r.plan)
 		}
-		delete(t.choices, k)
+		delete(t.runs, k)
 	}
+	clear(t.choices)
 	if t.h == nil {
 		return nil
 	}
@@ -343,33 +359,42 @@ func (t *gemmTuner) close(d *Device) error {
 	return nil
 }
 
-func (t *gemmTuner) lookup(key gemmKey) *gemmChoice {
+func (t *gemmTuner) run(key gemmKey) *gemmRun {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.runs[key]
+}
+
+func (t *gemmTuner) choice(key gemmKey) *gemmChoice {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.choices[key]
 }
 
-// GemmTuning is one tuned shape as GemmBF16Tunings reports it.
+// GemmTuning is one measured bucket of shapes as GemmBF16Tunings reports
+// it.
 type GemmTuning struct {
-	M, N, K int
-	CBF16   bool // bf16 output (else fp32)
-	Acc     bool // beta 1: accumulating into the fp32 output
+	M     int // the m the candidates were measured at
+	MaxM  int // the bucket's largest m: m's that share the choice are in (the bucket below, MaxM]
+	N, K  int
+	CBF16 bool // bf16 output (else fp32)
+	Acc   bool // beta 1: accumulating into the fp32 output
 	// Name is what the kernel profiler calls the kept algorithm:
 	// "cublasGemmEx" or "cublasLt " and its configuration.
 	Name string
 	Ms   float64 // its measured time per call (0: not measured)
 }
 
-// GemmBF16Tunings returns the shapes GemmBF16Tuned has chosen an algorithm
-// for, in no particular order, and how many shapes it has measured (each
-// shape is measured once; tests check that).
+// GemmBF16Tunings returns the buckets GemmBF16Tuned has chosen an algorithm
+// for, in no particular order, and how many it has measured (each bucket
+// once; tests check that).
 func (b *BLAS) GemmBF16Tunings() ([]GemmTuning, int) {
 	t := &b.tune
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]GemmTuning, 0, len(t.choices))
 	for k, c := range t.choices {
-		out = append(out, GemmTuning{M: k.m, N: k.n, K: k.k, CBF16: k.cBF16, Acc: k.acc, Name: c.name, Ms: c.ms})
+		out = append(out, GemmTuning{M: c.m, MaxM: k.m, N: k.n, K: k.k, CBF16: k.cBF16, Acc: k.acc, Name: c.name, Ms: c.ms})
 	}
 	return out, t.tunings
 }
@@ -379,16 +404,23 @@ func gemmAlign(p uintptr) uint32 { return min(align(p), 16) }
 // GemmBF16Tuned enqueues on s what GemmBF16 (acc false: c[m,n] =
 // a[m,k]·w[n,k]ᵀ into bf16 or fp32 c) or GemmBF16Acc (acc true: c += a·wᵀ,
 // c fp32) do — bf16 a and w, fp32 accumulation — by the fastest of
-// cublasGemmEx and up to 8 cuBLASLt algorithms for this shape. The first
-// eager call of a shape measures them on its own operands (a few runs of
-// each between events; the stream is synchronised) and keeps the fastest;
-// c then holds the product of the kept algorithm, as after any call. A
-// beta-1 shape is measured on a scratch output of c's size (when it cannot
-// be allocated, the shape keeps cublasGemmEx). While s is being captured an
-// unmeasured shape runs cublasGemmEx and stays unmeasured. cuBLASLt uses the
-// handle's 32 MiB workspace in stream order. FT_TRACE=1 prints each shape's
-// measurements and choice to stderr; the kernel profiler names the call
-// "cublasLt <algorithm>[m=…,n=…,k=…]" or "cublasGemmEx[…]" by what ran.
+// cublasGemmEx and up to 8 cuBLASLt algorithms for the shape.
+//
+// The first eager call of a shape measures them on its own operands (a few
+// runs of each between events; the stream is synchronised) and keeps the
+// fastest; c then holds the product of the kept algorithm, as after any
+// call. A beta-1 shape is measured on a scratch output of c's size (when it
+// cannot be allocated, the shape keeps cublasGemmEx). The choice serves
+// every m of the shape's bucket (gemmBucket: each m up to 64, then buckets
+// of at most 1.5× from 65 on), so that varying prompt lengths do not each
+// pay a measurement; an m whose bucket's algorithm cuBLASLt refuses runs
+// cublasGemmEx. While s is being captured, a shape of an unmeasured bucket
+// runs cublasGemmEx and stays unmeasured (its first eager call measures).
+// cuBLASLt uses the handle's 32 MiB workspace in stream order.
+//
+// FT_TRACE=1 prints each bucket's measurements and choice to stderr; the
+// kernel profiler names the call "cublasLt <algorithm>[m=…,n=…,k=…]" or
+// "cublasGemmEx[…]" by what ran ("+=" before the bracket for beta 1).
 func (b *BLAS) GemmBF16Tuned(s *Stream, c uintptr, cBF16 bool, a, w uintptr, m, n, k int, acc bool) error {
 	if m <= 0 || n <= 0 || k <= 0 {
 		return fmt.Errorf("cuBLAS GEMM %dx%dx%d: sizes must be positive", m, n, k)
@@ -397,20 +429,27 @@ func (b *BLAS) GemmBF16Tuned(s *Stream, c uintptr, cBF16 bool, a, w uintptr, m, 
 		return fmt.Errorf("cuBLAS GEMM %dx%dx%d: accumulating (beta 1) takes an fp32 output", m, n, k)
 	}
 	key := gemmKey{m: m, n: n, k: k, cBF16: cBF16, acc: acc, alignX: gemmAlign(a), alignW: gemmAlign(w), alignC: gemmAlign(c)}
-	ch := b.tune.lookup(key)
+	if r := b.tune.run(key); r != nil {
+		return b.runGemm(s, key, r, c, a, w)
+	}
+	bkey := key
+	bkey.m = gemmBucket(m)
+	ch := b.tune.choice(bkey)
 	if ch == nil {
 		capturing, err := b.capturing(s)
 		if err != nil {
 			return err
 		}
 		if capturing {
-			return b.runChoice(s, key, nil, c, a, w)
+			return b.runGemm(s, key, nil, c, a, w)
 		}
-		if ch, err = b.tuneShape(s, key, c, a, w); err != nil {
+		r, err := b.tuneShape(s, bkey, key, c, a, w)
+		if err != nil {
 			return err
 		}
+		return b.runGemm(s, key, r, c, a, w)
 	}
-	return b.runChoice(s, key, ch, c, a, w)
+	return b.runGemm(s, key, b.planFrom(key, ch), c, a, w)
 }
 
 // capturing reports whether s is being captured into a graph.
@@ -444,29 +483,90 @@ func gemmLabel(name string, key gemmKey) string {
 	return fmt.Sprintf("%s%s[m=%d,n=%d,k=%d]", name, acc, key.m, key.n, key.k)
 }
 
-// runChoice enqueues key's product by ch (nil: cublasGemmEx), timed under
-// the choice's name when a kernel profile runs.
-func (b *BLAS) runChoice(s *Stream, key gemmKey, ch *gemmChoice, c, a, w uintptr) error {
-	name := "cublasGemmEx"
-	var label string
-	if ch != nil {
-		name, label = ch.name, ch.label
-	} else {
-		label = gemmLabel(name, key) // a capture's unmeasured shape: rare
+// planFrom makes (once) key's run from its bucket's choice ch: the
+// descriptors for key's exact sizes with ch's algorithm, measuring nothing
+// (legal while capturing); cublasGemmEx when ch is, or when the
+// descriptors cannot be made.
+func (b *BLAS) planFrom(key gemmKey, ch *gemmChoice) *gemmRun {
+	t := &b.tune
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r := t.runs[key]; r != nil {
+		return r
 	}
-	return b.dev.timed(s, label, gemmBytes(key), func() error {
+	r := &gemmRun{name: "cublasGemmEx"}
+	why := ""
+	if ch.lt && t.h != nil {
+		dt := C.int(C.FT_BT_CUDA_R_32F)
+		if key.cBF16 {
+			dt = C.FT_BT_CUDA_R_16BF
+		}
+		accI := C.int(0)
+		if key.acc {
+			accI = 1
+		}
+		var plan *C.ft_bt_plan
+		var nres C.int
+		var what *C.char
+		st := C.ft_bt_make_plan(b.dev.ctx, t.h, C.int(key.m), C.int(key.n), C.int(key.k), dt, accI,
+			C.uint32_t(key.alignX), C.uint32_t(key.alignW), C.uint32_t(key.alignC), C.uint64_t(blasWorkspace),
+			0, &plan, nil, &nres, &what)
+		if st == 0 {
+			C.ft_bt_plan_set(plan, &ch.algo, C.size_t(ch.ws))
+			r = &gemmRun{plan: plan, name: ch.name}
+		} else {
+			why = fmt.Sprintf(" (cuBLASLt: %s: %s, status %d)", C.GoString(what), C.GoString(C.ft_bt_status(st)), int(st))
+		}
+	}
+	r.label = gemmLabel(r.name, key)
+	t.runs[key] = r
+	if os.Getenv("FT_TRACE") == "1" {
+		fmt.Fprintf(os.Stderr, "trace: %s: BF16 GEMM %s: %s%s, the choice measured at m=%d for m ≤ %d\n",
+			b.dev.Name(), key, r.name, why, ch.m, gemmBucket(key.m))
+	}
+	return r
+}
+
+// runGemm enqueues key's product by r (nil: cublasGemmEx), timed under its
+// name when a kernel profile runs. A cuBLASLt plan the library refuses at
+// the call (nothing launched) is replaced by cublasGemmEx for good.
+func (b *BLAS) runGemm(s *Stream, key gemmKey, r *gemmRun, c, a, w uintptr) error {
+	if r == nil {
+		r = &gemmRun{name: "cublasGemmEx", label: gemmLabel("cublasGemmEx", key)} // a capture's unmeasured shape: rare
+	}
+	return b.dev.timed(s, r.label, gemmBytes(key), func() error {
+		name := r.name
 		var st C.int
-		if ch == nil || ch.plan == nil {
+		if r.plan == nil {
 			st = b.gemmEx(s, key, c, a, w)
 		} else {
-			st = C.ft_bt_run(b.dev.ctx, b.tune.h, ch.plan, nil, C.CUdeviceptr(c), C.CUdeviceptr(a), C.CUdeviceptr(w),
+			st = C.ft_bt_run(b.dev.ctx, b.tune.h, r.plan, nil, C.CUdeviceptr(c), C.CUdeviceptr(a), C.CUdeviceptr(w),
 				C.CUdeviceptr(b.ws.Ptr()), C.size_t(blasWorkspace), s.s)
+			if st == C.FT_BT_STATUS_NOT_SUPPORTED || st == C.FT_BT_STATUS_INVALID_VALUE {
+				b.dropPlan(key, r)
+				name = "cublasGemmEx"
+				st = b.gemmEx(s, key, c, a, w)
+			}
 		}
 		if st != 0 {
 			return fmt.Errorf("%s: %s bf16 %s: %s (cuBLAS status %d)", b.dev.Name(), name, key, C.GoString(C.ft_bt_status(st)), int(st))
 		}
 		return nil
 	})
+}
+
+// dropPlan makes key run cublasGemmEx from now on (its plan r was refused).
+func (b *BLAS) dropPlan(key gemmKey, r *gemmRun) {
+	t := &b.tune
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.runs[key] == r {
+		t.runs[key] = &gemmRun{name: "cublasGemmEx", label: gemmLabel("cublasGemmEx", key)}
+		C.ft_bt_plan_free(r.plan)
+	}
+	if os.Getenv("FT_TRACE") == "1" {
+		fmt.Fprintf(os.Stderr, "trace: %s: BF16 GEMM %s: cuBLASLt refused %s; cublasGemmEx from now on\n", b.dev.Name(), key, r.name)
+	}
 }
 
 func (b *BLAS) gemmEx(s *Stream, key gemmKey, c, a, w uintptr) C.int {
@@ -509,46 +609,51 @@ func ltAlgoName(algo *C.ft_bt_algo) string {
 // gemmCandidate is one algorithm being measured.
 type gemmCandidate struct {
 	name  string
-	algo  *C.ft_bt_algo // nil: cublasGemmEx
-	ws    uint64
+	res   *C.ft_bt_heur // nil: cublasGemmEx
 	err   error
 	marks []*Event // len samples+1, around each sample's runs
 	ms    float64  // median per run
 }
 
-// tuneShape measures key's candidates on s and caches the fastest.
-func (b *BLAS) tuneShape(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, error) {
+// tuneShape measures key's candidates on s, keeps the fastest as bkey's
+// choice and key's run, and returns the run.
+func (b *BLAS) tuneShape(s *Stream, bkey, key gemmKey, c, a, w uintptr) (*gemmRun, error) {
 	t := &b.tune
 	t.tuneMu.Lock()
 	defer t.tuneMu.Unlock()
-	if ch := t.lookup(key); ch != nil {
-		return ch, nil // another goroutine measured it meanwhile
+	if ch := t.choice(bkey); ch != nil {
+		return b.planFrom(key, ch), nil // another goroutine measured it meanwhile
 	}
-	ch, err := b.measure(s, key, c, a, w)
+	ch, plan, err := b.measure(s, key, c, a, w)
 	if err != nil {
 		return nil, err
 	}
-	ch.label = gemmLabel(ch.name, key)
+	r := &gemmRun{plan: plan, name: ch.name, label: gemmLabel(ch.name, key)}
 	t.mu.Lock()
-	t.choices[key] = ch
+	if t.choices == nil {
+		t.choices, t.runs = map[gemmKey]*gemmChoice{}, map[gemmKey]*gemmRun{}
+	}
+	t.choices[bkey] = ch
+	t.runs[key] = r
 	t.tunings++
 	t.mu.Unlock()
 	if os.Getenv("FT_TRACE") == "1" {
-		fmt.Fprintf(os.Stderr, "trace: %s: BF16 GEMM %s: %s\n", b.dev.Name(), key, ch.why)
+		fmt.Fprintf(os.Stderr, "trace: %s: BF16 GEMM %s (m ≤ %d): %s\n", b.dev.Name(), key, bkey.m, ch.why)
 	}
-	return ch, nil
+	return r, nil
 }
 
-// measure runs the measurement of tuneShape (tuneMu held).
-func (b *BLAS) measure(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, error) {
-	gemmEx := &gemmChoice{name: "cublasGemmEx"}
+// measure times key's candidates (tuneMu held) and returns the choice and,
+// for a cuBLASLt one, key's plan with its algorithm.
+func (b *BLAS) measure(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, *C.ft_bt_plan, error) {
+	gemmEx := &gemmChoice{name: "cublasGemmEx", m: key.m}
 	if err := b.tune.init(b.dev); err != nil {
 		gemmEx.why = "cublasGemmEx (cuBLASLt unavailable: " + err.Error() + ")"
-		return gemmEx, nil
+		return gemmEx, nil, nil
 	}
 	if b.tune.h == nil {
 		gemmEx.why = "cublasGemmEx (the cuBLASLt handle is closed)"
-		return gemmEx, nil
+		return gemmEx, nil, nil
 	}
 	dt := C.int(C.FT_BT_CUDA_R_32F)
 	if key.cBF16 {
@@ -567,7 +672,7 @@ func (b *BLAS) measure(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, er
 		C.int(gemmTuneCandidates), &plan, &res[0], &nres, &what)
 	if st != 0 {
 		gemmEx.why = fmt.Sprintf("cublasGemmEx (cuBLASLt: %s: %s, status %d)", C.GoString(what), C.GoString(C.ft_bt_status(st)), int(st))
-		return gemmEx, nil
+		return gemmEx, nil, nil
 	}
 	keep := false
 	defer func() {
@@ -581,11 +686,11 @@ func (b *BLAS) measure(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, er
 		if r.state != 0 || uint64(r.workspaceSize) > blasWorkspace {
 			continue
 		}
-		cands = append(cands, &gemmCandidate{name: "cublasLt " + ltAlgoName(&r.algo), algo: &r.algo, ws: uint64(r.workspaceSize)})
+		cands = append(cands, &gemmCandidate{name: "cublasLt " + ltAlgoName(&r.algo), res: r})
 	}
 	if len(cands) == 1 {
 		gemmEx.why = "cublasGemmEx (the cuBLASLt heuristic has no algorithm for this shape and alignment)"
-		return gemmEx, nil
+		return gemmEx, nil, nil
 	}
 
 	// The runs write out; with beta 1 into a zeroed scratch of c's size,
@@ -595,85 +700,88 @@ func (b *BLAS) measure(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, er
 		scratch, err := b.dev.Alloc(4*int64(key.m)*int64(key.n), "BF16 GEMM tuning output")
 		if err != nil {
 			gemmEx.why = "cublasGemmEx (no scratch output to measure a beta-1 shape: " + err.Error() + ")"
-			return gemmEx, nil
+			return gemmEx, nil, nil
 		}
 		defer scratch.Free() // after the synchronisation below
 		if err := s.MemsetD32(scratch.Ptr(), 0, int64(key.m)*int64(key.n)); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = scratch.Ptr()
 	}
-	run := func(cd *gemmCandidate) C.int {
-		if cd.algo == nil {
-			return b.gemmEx(s, key, out, a, w)
+	run := func(cd *gemmCandidate) error {
+		var st C.int
+		if cd.res == nil {
+			st = b.gemmEx(s, key, out, a, w)
+		} else {
+			st = C.ft_bt_run(b.dev.ctx, b.tune.h, plan, &cd.res.algo, C.CUdeviceptr(out), C.CUdeviceptr(a), C.CUdeviceptr(w),
+				C.CUdeviceptr(b.ws.Ptr()), C.size_t(blasWorkspace), s.s)
 		}
-		return C.ft_bt_run(b.dev.ctx, b.tune.h, plan, cd.algo, C.CUdeviceptr(out), C.CUdeviceptr(a), C.CUdeviceptr(w),
-			C.CUdeviceptr(b.ws.Ptr()), C.size_t(blasWorkspace), s.s)
-	}
-	fail := func(cd *gemmCandidate, st C.int) error {
-		return fmt.Errorf("%s: tuning %s bf16 %s: %s (cuBLAS status %d)", b.dev.Name(), cd.name, key, C.GoString(C.ft_bt_status(st)), int(st))
+		if st != 0 {
+			return fmt.Errorf("%s: tuning %s bf16 %s: %s (cuBLAS status %d)", b.dev.Name(), cd.name, key, C.GoString(C.ft_bt_status(st)), int(st))
+		}
+		return nil
 	}
 
-	// cublasGemmEx once to warm up and once timed: how many runs make a
+	// cublasGemmEx twice to warm up and once timed: how many runs make a
 	// sample of about gemmSampleTarget.
 	ref := cands[0]
 	for range 2 {
-		if st := run(ref); st != 0 {
-			return nil, fail(ref, st)
+		if err := run(ref); err != nil {
+			return nil, nil, err
 		}
 	}
 	e0, err := s.RecordEvent()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if st := run(ref); st != 0 {
-		return nil, fail(ref, st)
+	if err := run(ref); err != nil {
+		return nil, nil, err
 	}
 	e1, err := s.RecordEvent()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := e1.Synchronize(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	once, err := e1.ElapsedSince(e0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	runs, samples := gemmSamplePlan(once)
 
 	// Every candidate: a warm-up run, then samples of runs between events,
-	// all enqueued before one synchronisation so the GPU never waits on the
-	// host between them.
+	// all enqueued before one synchronisation so that the GPU does not wait
+	// on the host between them. A cuBLASLt candidate that fails to launch
+	// is dropped (cuBLASLt refuses before launching anything); cublasGemmEx
+	// failing is an error.
 	for _, cd := range cands {
-		if st := run(cd); st != 0 {
-			if cd.algo == nil {
-				return nil, fail(cd, st)
-			}
-			cd.err = fail(cd, st)
-			continue
-		}
 		for i := 0; i <= samples && cd.err == nil; i++ {
-			if i > 0 {
-				for range runs {
-					if st := run(cd); st != 0 {
-						if cd.algo == nil {
-							return nil, fail(cd, st)
-						}
-						cd.err = fail(cd, st)
-						break
+			n := runs
+			if i == 0 {
+				n = 1 // the warm-up, before the first mark
+			}
+			for range n {
+				if err := run(cd); err != nil {
+					if cd.res == nil {
+						return nil, nil, err
 					}
+					cd.err = err
+					break
 				}
+			}
+			if cd.err != nil {
+				break
 			}
 			e, err := s.RecordEvent()
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			cd.marks = append(cd.marks, e)
 		}
 	}
 	if err := s.Synchronize(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, cd := range cands {
 		if cd.err != nil {
@@ -683,41 +791,30 @@ func (b *BLAS) measure(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, er
 		for i := 1; i < len(cd.marks); i++ {
 			d, err := cd.marks[i].ElapsedSince(cd.marks[i-1])
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			per = append(per, d/time.Duration(runs))
 		}
 		cd.ms = float64(medianDuration(per).Nanoseconds()) / 1e6
 	}
 
-	best := pickGemmCandidate(candTimes(cands))
-	win := cands[best]
+	win := cands[pickGemmCandidate(candTimes(cands))]
 	var parts []string
 	for _, cd := range cands {
 		if cd.err != nil {
-			parts = append(parts, fmt.Sprintf("%s failed", cd.name))
+			parts = append(parts, cd.name+" failed")
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s %.4f", cd.name, cd.ms))
 	}
 	why := fmt.Sprintf("%s %.4f ms (cublasGemmEx %.4f ms; median of %d samples of %d runs; ms: %s)",
 		win.name, win.ms, cands[0].ms, samples, runs, strings.Join(parts, ", "))
-	if win.algo == nil {
-		return &gemmChoice{name: "cublasGemmEx", ms: win.ms, why: why}, nil
+	if win.res == nil {
+		return &gemmChoice{name: "cublasGemmEx", m: key.m, ms: win.ms, why: why}, nil, nil
 	}
-	C.ft_bt_plan_set(plan, &res[indexOfAlgo(res, win.algo)])
+	C.ft_bt_plan_set(plan, &win.res.algo, win.res.workspaceSize)
 	keep = true
-	return &gemmChoice{plan: plan, name: win.name, algo: strings.TrimPrefix(win.name, "cublasLt "), ms: win.ms, why: why}, nil
-}
-
-// indexOfAlgo finds which heuristic result algo points into.
-func indexOfAlgo(res []C.ft_bt_heur, algo *C.ft_bt_algo) int {
-	for i := range res {
-		if &res[i].algo == algo {
-			return i
-		}
-	}
-	return 0
+	return &gemmChoice{lt: true, algo: win.res.algo, ws: uint64(win.res.workspaceSize), name: win.name, m: key.m, ms: win.ms, why: why}, plan, nil
 }
 
 // candTimes lists the candidates' times, negative for a failed one.

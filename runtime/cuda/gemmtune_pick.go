@@ -58,3 +58,22 @@ func pickGemmCandidate(ms []float64) int {
 	}
 	return best
 }
+
+// gemmBucket is the bucket of m whose measured choice a BF16 GEMM shape
+// shares (GemmBF16Tuned): m itself up to 64 (decode batches, each its own
+// measurement), then the smallest of 96, 128, 192, 256, 384, 512, … (64 and
+// 96 times powers of two) not below m, so that shapes sharing a choice
+// differ by at most 1.5× in m.
+func gemmBucket(m int) int {
+	if m <= 64 {
+		return m
+	}
+	for b := 64; ; b *= 2 {
+		if m <= b {
+			return b
+		}
+		if m <= b*3/2 {
+			return b * 3 / 2
+		}
+	}
+}

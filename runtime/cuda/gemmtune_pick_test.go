@@ -58,3 +58,17 @@ func TestPickGemmCandidate(t *testing.T) {
 		}
 	}
 }
+
+func TestGemmBucket(t *testing.T) {
+	for m, want := range map[int]int{1: 1, 7: 7, 64: 64, 65: 96, 96: 96, 97: 128, 128: 128, 129: 192, 256: 256, 300: 384,
+		384: 384, 385: 512, 2048: 2048, 2049: 3072, 8192: 8192, 32768: 32768, 40000: 49152} {
+		if got := gemmBucket(m); got != want {
+			t.Errorf("gemmBucket(%d) = %d, want %d", m, got, want)
+		}
+	}
+	for m := 65; m < 100000; m++ {
+		if b := gemmBucket(m); b < m || 2*b > 3*m {
+			t.Fatalf("gemmBucket(%d) = %d: below m or above 1.5·m", m, b)
+		}
+	}
+}
