@@ -144,6 +144,12 @@ type Backend struct {
 	// FT_FP8_FUSE=0 (A/B runs).
 	NoFP8Fuse bool
 	fp8lt     fp8Lt
+
+	// GEMM is how MatMul and MatMulAdd of several tokens (and the
+	// dequantized FP8 prefill) run their BF16 GEMMs: tuned per shape over
+	// cuBLASLt's algorithms and cublasGemmEx (the default) or cublasGemmEx
+	// alone (gemm.go). New sets it from FT_GEMM.
+	GEMM GEMMMode
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -263,6 +269,10 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	gemmMode, err := gemmModeFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
 	ks, err := kernelsFor(cd)
 	if err != nil {
 		return nil, err
@@ -282,7 +292,8 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK"),
 		DecodePipeVariant: os.Getenv("FT_DECODE_VARIANT"), DecodePipeSplits: envInt("FT_DECODE_SPLITS"),
 		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok, FP8LtRescale: os.Getenv("FT_FP8_GEMM_SCALES") == "rescale",
-		NoFP8Fuse: os.Getenv("FT_FP8_FUSE") == "0"}
+		NoFP8Fuse: os.Getenv("FT_FP8_FUSE") == "0",
+		GEMM:      gemmMode}
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -447,7 +458,7 @@ func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: (N + rpb - 1) / rpb}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D), cuda.I32(wpr))
 	}
-	return b.blas.GemmBF16(b.s, out.Ptr(), !f32, x.Ptr(), w.Ptr(), T, N, D)
+	return b.gemm(out.Ptr(), !f32, x.Ptr(), w.Ptr(), T, N, D, false)
 }
 
 // RMSNorm: out[t,:] = x[t,:] / sqrt(mean(x[t,:]²) + eps) · w.

@@ -109,5 +109,5 @@ func (b *Backend) matMulFP8Dequant(out, x, w, scale *runtime.Tensor, layout kern
 	if err := b.dequantFP8(b.deq.Ptr(), w, scale, layout); err != nil {
 		return err
 	}
-	return b.blas.GemmBF16(b.s, out.Ptr(), !f32, x.Ptr(), b.deq.Ptr(), T, N, D)
+	return b.gemm(out.Ptr(), !f32, x.Ptr(), b.deq.Ptr(), T, N, D, false)
 }

@@ -13,7 +13,7 @@ import (
 // MatMulAdd: y[T,N] += x[T,D]·w[N,D]ᵀ, y F32 (the residual stream), bf16 x
 // and w, fp32 accumulation (kernels.MatMulAdder). One token: the persistent
 // GEMV adding each row's sum to y (gemv_persist_f32acc), bit for bit what
-// MatMul into F32 then Add give; more tokens: cuBLAS with beta = 1.
+// MatMul into F32 then Add give; more tokens: a GEMM with beta = 1 (tuned cuBLASLt or cuBLAS, gemm.go).
 func (b *Backend) MatMulAdd(y, x, w *runtime.Tensor) error {
 	if err := b.weight("MatMulAdd", "w", w); err != nil {
 		return err
@@ -47,7 +47,7 @@ func (b *Backend) MatMulAdd(y, x, w *runtime.Tensor) error {
 		return f.LaunchBytes(b.s, gemvBytes(N, D, y)+int64(N)*4, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(y.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D))
 	}
-	return b.blas.GemmBF16Acc(b.s, y.Ptr(), x.Ptr(), w.Ptr(), T, N, D)
+	return b.gemm(y.Ptr(), false, x.Ptr(), w.Ptr(), T, N, D, true)
 }
 
 var _ kernels.MatMulAdder = (*Backend)(nil)

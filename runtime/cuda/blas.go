@@ -20,6 +20,9 @@ type BLAS struct {
 	h   cBLAS
 	ws  *runtime.DeviceBuffer
 	lt  blasLt // the cuBLASLt handle of GemmFP8 (blaslt.go), made on first use
+	// tune is GemmBF16Tuned's cuBLASLt handle and per-shape choices
+	// (gemmtune.go), made on first use.
+	tune gemmTuner
 }
 
 // NewBLAS creates a cuBLAS handle on this device.
@@ -41,7 +44,7 @@ func (d *Device) NewBLAS() (*BLAS, error) {
 }
 
 func (b *BLAS) close() error {
-	err := errors.Join(b.lt.close(b.dev), cBLASDestroy(b.dev.ctx, b.h))
+	err := errors.Join(b.lt.close(b.dev), b.tune.close(b.dev), cBLASDestroy(b.dev.ctx, b.h))
 	b.ws.Free()
 	return err
 }

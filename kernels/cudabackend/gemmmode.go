@@ -1,0 +1,47 @@
+package cudabackend
+
+import (
+	"fmt"
+	"os"
+)
+
+// This file has no build tag so that FT_GEMM's values are checked (and
+// tested) in every build; gemm.go is the CUDA side.
+
+// GEMMMode is how the backend runs its BF16 GEMMs (MatMul and MatMulAdd of
+// more than one token, the dequantized FP8 prefill): FT_GEMM.
+type GEMMMode int
+
+const (
+	// GEMMTuned (the default, FT_GEMM=lt) runs each shape by the fastest of
+	// cublasGemmEx and up to 8 cuBLASLt algorithms, measured at its first
+	// eager use (cuda.BLAS.GemmBF16Tuned).
+	GEMMTuned GEMMMode = iota
+	// GEMMCublas (FT_GEMM=cublas) runs every shape through cublasGemmEx
+	// with cuBLAS's default algorithm, as before the tuning existed.
+	GEMMCublas
+)
+
+func (m GEMMMode) String() string {
+	switch m {
+	case GEMMTuned:
+		return "lt"
+	case GEMMCublas:
+		return "cublas"
+	}
+	return fmt.Sprintf("GEMMMode(%d)", int(m))
+}
+
+// ParseGEMMMode reads an FT_GEMM value: "" or "lt" (tuned), "cublas".
+func ParseGEMMMode(s string) (GEMMMode, error) {
+	switch s {
+	case "", "lt":
+		return GEMMTuned, nil
+	case "cublas":
+		return GEMMCublas, nil
+	}
+	return 0, fmt.Errorf("FT_GEMM=%q: want lt (tuned cuBLASLt, the default) or cublas", s)
+}
+
+// gemmModeFromEnv reads FT_GEMM.
+func gemmModeFromEnv() (GEMMMode, error) { return ParseGEMMMode(os.Getenv("FT_GEMM")) }
