@@ -1,18 +1,50 @@
 // Matrix-vector products for one token (decode): memory-bound, so each warp
 // streams weight rows with 16-byte loads, eight in flight per lane.
 
-// Each GEMV calls ft_pdl_wait before its first load. An L2 prefetch of each
-// warp's first weight row before the wait was measured on the H200
+// Each GEMV calls ft_pdl_wait before it reads x or writes y. An L2 prefetch
+// of each warp's first weight row before the wait was measured on the H200
 // (2026-12-01): the GEMVs ran 6–20% slower (gate·up·SiLU 2.13 against 1.95 ms
-// a step, q/k/v 0.68 against 0.56), with or without dependent launch, so the
-// kernels only wait.
+// a step, q/k/v 0.68 against 0.56), with or without dependent launch, and
+// was removed.
+//
+// Early weight loads (the EARLY template parameter; kernels named *_early,
+// picked by the backend unless FT_GEMV_PREFETCH=0): the lane's first batch
+// of 16-byte loads of its first row goes into the very registers the loop
+// consumes first, before ft_pdl_wait, so the GEMV's ramp (the first HBM
+// round trip of every warp) hides under the tail of the kernel before it.
+// No duplicate traffic: the loop skips those loads.
+//
+// Why reading the weight before the wait is safe (see also ft_pdl_wait in
+// common.cuh and runtime/cuda/pdl.go). A kernel launched with programmatic
+// stream serialization may overlap only the kernel immediately before it in
+// the stream (in a captured graph: only a kernel node joined to it by a
+// programmatic edge, which stream capture makes only from that kernel):
+//   - every earlier kernel had completed, its writes visible, before that
+//     kernel's own ft_pdl_wait returned, and ft_pdl_wait is where that
+//     kernel lets ours begin launching (or, without the wait, it completes
+//     first);
+//   - copies, memsets and event waits are never programmatic predecessors:
+//     the offload ring's weight copies run on the copy stream and the
+//     compute stream waits on their event (cuStreamWaitEvent: captured as a
+//     full graph edge from a copy node) before a streamed unit's first
+//     kernel, so a streamed slot is complete before any kernel reading it
+//     can start; the slot is overwritten only after the release event
+//     recorded after the unit's last kernel.
+// So an early load can only observe a write in flight by the one kernel
+// before it. Weights are parameters: written by copies (place.Bind, the
+// offload stager and ring), never by a kernel of a forward. The backend's
+// own ops that write tensors by kernel and might produce a weight (Fill16,
+// FillUniform, Cast) fence what they wrote: a GEMV over it runs the plain
+// kernel (kernels/cudabackend/earlyload.go); the Backend's GEMV entry
+// points document that w must not be written by the kernel enqueued just
+// before them.
 
 // gemv_body computes y[n] = Σ_k x[k]·w[n,k] (fp32 accumulation) for one
 // input row x[K] and weights w[N,K] (K % 8 == 0, 16-byte aligned rows), U
 // 16-byte loads of w in flight per lane. wpr
 // warps share a row (each takes every wpr-th 512-byte stretch of it) and sum
 // through shared memory; a block of W warps covers W/wpr rows.
-template <bool OUT_BF16, int U>
+template <bool OUT_BF16, int U, bool EARLY = false>
 __device__ __forceinline__ void gemv_body(void* y, const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int N, int K, int wpr) {
 	__shared__ float red[32];
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
@@ -20,20 +52,29 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16_t* __restrict__ x,
 	const int row = blockIdx.x * rpb + wid / wpr;
 	const int part = wid % wpr;
 	const int nv = K >> 3;
+	const int stride = 32 * wpr;
+	const uint4* wr = reinterpret_cast<const uint4*>(w + (usize)min(row, N - 1) * K);
+	uint4 a[U];
+	// Early loads: the loop's first batch of this lane (the same condition).
+	bool have = EARLY && row < N && part * 32 + lane + (U - 1) * stride < nv;
+	if (have) {
+#pragma unroll
+		for (int u = 0; u < U; u++) a[u] = __ldg(wr + part * 32 + lane + u * stride);
+	}
 	ft_pdl_wait();
 	float acc = 0.f;
 	if (row < N) {
-		const uint4* wr = reinterpret_cast<const uint4*>(w + (usize)row * K);
 		const uint4* xv = reinterpret_cast<const uint4*>(x);
-		const int stride = 32 * wpr;
 		int i = part * 32 + lane;
 		for (; i + (U - 1) * stride < nv; i += U * stride) {
-			uint4 a[U], b[U];
+			uint4 b[U];
+			if (!have) {
 #pragma unroll
-			for (int u = 0; u < U; u++) {
-				a[u] = __ldg(wr + i + u * stride);
-				b[u] = __ldg(xv + i + u * stride);
+				for (int u = 0; u < U; u++) a[u] = __ldg(wr + i + u * stride);
 			}
+			have = false;
+#pragma unroll
+			for (int u = 0; u < U; u++) b[u] = __ldg(xv + i + u * stride);
 #pragma unroll
 			for (int u = 0; u < U; u++) acc += dot8(a[u], b[u]);
 		}
@@ -75,28 +116,55 @@ extern "C" __global__ void __launch_bounds__(256) gemv_f32out_u16(float* y, cons
 	gemv_body<false, 16>(y, x, w, N, K, wpr);
 }
 
+// The *_early kernels are the ones above with early weight loads (see the
+// top of this file).
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_early(bf16_t* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
+	gemv_body<true, 8, true>(y, x, w, N, K, wpr);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_f32out_early(float* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
+	gemv_body<false, 8, true>(y, x, w, N, K, wpr);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_u4_early(bf16_t* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
+	gemv_body<true, 4, true>(y, x, w, N, K, wpr);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_u16_early(bf16_t* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
+	gemv_body<true, 16, true>(y, x, w, N, K, wpr);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_f32out_u16_early(float* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
+	gemv_body<false, 16, true>(y, x, w, N, K, wpr);
+}
+
 // gemv_persist_body is the persistent form of gemv_body with one warp per
 // row: every warp of the grid takes rows warp, warp + W, … (W warps in all),
 // streaming each row with U 16-byte loads in flight per lane. No block-level
 // reduction, no block turnover: the tail is one row. ACC (fp32 y only)
 // adds the product to y instead: y[row] = y[row] + Σ, the value an fp32
-// product then add_f32 give.
-template <bool OUT_BF16, int U, bool ACC = false>
+// product then add_f32 give. EARLY: early weight loads (top of the file).
+template <bool OUT_BF16, int U, bool ACC = false, bool EARLY = false>
 __device__ __forceinline__ void gemv_persist_body(void* y, const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int N, int K) {
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 3;
 	const uint4* xv = reinterpret_cast<const uint4*>(x);
 	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	uint4 a[U];
+	bool have = EARLY && row0 < N && lane + 32 * (U - 1) < nv;
+	if (have) {
+		const uint4* wr = reinterpret_cast<const uint4*>(w + (usize)row0 * K);
+#pragma unroll
+		for (int u = 0; u < U; u++) a[u] = __ldg(wr + lane + 32 * u);
+	}
 	ft_pdl_wait();
 	for (int row = row0; row < N; row += nw) {
 		const uint4* wr = reinterpret_cast<const uint4*>(w + (usize)row * K);
 		float acc = 0.f;
 		int i = lane;
 		for (; i + 32 * (U - 1) < nv; i += 32 * U) {
-			uint4 a[U];
+			if (!have) {
 #pragma unroll
-			for (int u = 0; u < U; u++) a[u] = __ldg(wr + i + 32 * u);
+				for (int u = 0; u < U; u++) a[u] = __ldg(wr + i + 32 * u);
+			}
+			have = false;
 #pragma unroll
 			for (int u = 0; u < U; u++) acc += dot8(a[u], __ldg(xv + i + 32 * u));
 		}
@@ -127,55 +195,105 @@ extern "C" __global__ void __launch_bounds__(256) gemv_persist_f32acc(float* y, 
 	gemv_persist_body<false, 16, true>(y, x, w, N, K);
 }
 
-// gemv3_bf16 runs three GEMVs of one input in one launch (the q, k and v
+// The persistent GEMVs with early weight loads.
+extern "C" __global__ void __launch_bounds__(256) gemv_persist_bf16_early(bf16_t* y, const bf16_t* x, const bf16_t* w, int N, int K) {
+	gemv_persist_body<true, 16, false, true>(y, x, w, N, K);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_persist_f32out_early(float* y, const bf16_t* x, const bf16_t* w, int N, int K) {
+	gemv_persist_body<false, 16, false, true>(y, x, w, N, K);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_persist_f32acc_early(float* y, const bf16_t* x, const bf16_t* w, int N, int K) {
+	gemv_persist_body<false, 16, true, true>(y, x, w, N, K);
+}
+
+// gemv3_row is row r of the q/k/v stack: its weight row and output slot.
+__device__ __forceinline__ void gemv3_row(int r, bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* w0, const bf16_t* w1,
+		const bf16_t* w2, int N0, int N1, int K, const uint4*& wr, bf16_t*& yp) {
+	if (r < N0) {
+		wr = reinterpret_cast<const uint4*>(w0 + (usize)r * K), yp = y0 + r;
+	} else if (r < N0 + N1) {
+		wr = reinterpret_cast<const uint4*>(w1 + (usize)(r - N0) * K), yp = y1 + (r - N0);
+	} else {
+		wr = reinterpret_cast<const uint4*>(w2 + (usize)(r - N0 - N1) * K), yp = y2 + (r - N0 - N1);
+	}
+}
+
+// gemv3_body runs three GEMVs of one input in one launch (the q, k and v
 // projections of a decode step): y_j[n] = Σ_k x[k]·w_j[n,k] for j < 3, rows
-// n < N_j, bf16 outputs; persistent warps over the N0+N1+N2 rows.
-extern "C" __global__ void __launch_bounds__(256) gemv3_bf16(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* x,
+// n < N_j, bf16 outputs; persistent warps over the N0+N1+N2 rows. EARLY:
+// early weight loads.
+template <bool EARLY>
+__device__ __forceinline__ void gemv3_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
 		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 3;
 	const uint4* xv = reinterpret_cast<const uint4*>(x);
 	const int r0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	uint4 a[16];
+	bool have = EARLY && r0 < N0 + N1 + N2 && lane + 32 * 15 < nv;
+	if (have) {
+		const uint4* wr;
+		bf16_t* yp;
+		gemv3_row(r0, y0, y1, y2, w0, w1, w2, N0, N1, K, wr, yp);
+#pragma unroll
+		for (int u = 0; u < 16; u++) a[u] = __ldg(wr + lane + 32 * u);
+	}
 	ft_pdl_wait();
 	for (int r = r0; r < N0 + N1 + N2; r += nw) {
-		const bf16_t* w;
-		bf16_t* y;
-		int row;
-		if (r < N0) {
-			w = w0, y = y0, row = r;
-		} else if (r < N0 + N1) {
-			w = w1, y = y1, row = r - N0;
-		} else {
-			w = w2, y = y2, row = r - N0 - N1;
-		}
-		const uint4* wr = reinterpret_cast<const uint4*>(w + (usize)row * K);
+		const uint4* wr;
+		bf16_t* yp;
+		gemv3_row(r, y0, y1, y2, w0, w1, w2, N0, N1, K, wr, yp);
 		float acc = 0.f;
 		int i = lane;
 		for (; i + 32 * 15 < nv; i += 32 * 16) {
-			uint4 a[16];
+			if (!have) {
 #pragma unroll
-			for (int u = 0; u < 16; u++) a[u] = __ldg(wr + i + 32 * u);
+				for (int u = 0; u < 16; u++) a[u] = __ldg(wr + i + 32 * u);
+			}
+			have = false;
 #pragma unroll
 			for (int u = 0; u < 16; u++) acc += dot8(a[u], __ldg(xv + i + 32 * u));
 		}
 		for (; i < nv; i += 32) acc += dot8(__ldg(wr + i), __ldg(xv + i));
 		acc = warp_sum(acc);
-		if (lane == 0) y[row] = f2bf(acc);
+		if (lane == 0) *yp = f2bf(acc);
 	}
 }
 
-// gemv_gateup_silu_bf16 is Llama's MLP up to the down projection for one
+// gemv3_bf16 is gemv3_body; gemv3_bf16_early with early weight loads.
+extern "C" __global__ void __launch_bounds__(256) gemv3_bf16(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* x,
+		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
+	gemv3_body<false>(y0, y1, y2, x, w0, w1, w2, N0, N1, N2, K);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv3_bf16_early(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* x,
+		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
+	gemv3_body<true>(y0, y1, y2, x, w0, w1, w2, N0, N1, N2, K);
+}
+
+// gemv_gateup_body is Llama's MLP up to the down projection for one
 // token: act[n] = silu(g)·u with g = Σ_k x[k]·wg[n,k], u = Σ_k x[k]·wu[n,k]
 // (fp32, rounded once), silu(g) = g/(1+e^−g); persistent warps, each row of
-// both matrices streamed together.
-extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_bf16(bf16_t* act, const bf16_t* x,
-		const bf16_t* wg, const bf16_t* wu, int N, int K) {
+// both matrices streamed together. EARLY: early weight loads.
+template <bool EARLY>
+__device__ __forceinline__ void gemv_gateup_body(bf16_t* act, const bf16_t* __restrict__ x,
+		const bf16_t* __restrict__ wg, const bf16_t* __restrict__ wu, int N, int K) {
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 3;
 	const uint4* xv = reinterpret_cast<const uint4*>(x);
 	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	uint4 a[8], b[8];
+	bool have = EARLY && row0 < N && lane + 32 * 7 < nv;
+	if (have) {
+		const uint4* gr = reinterpret_cast<const uint4*>(wg + (usize)row0 * K);
+		const uint4* ur = reinterpret_cast<const uint4*>(wu + (usize)row0 * K);
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			a[j] = __ldg(gr + lane + 32 * j);
+			b[j] = __ldg(ur + lane + 32 * j);
+		}
+	}
 	ft_pdl_wait();
 	for (int row = row0; row < N; row += nw) {
 		const uint4* gr = reinterpret_cast<const uint4*>(wg + (usize)row * K);
@@ -183,12 +301,14 @@ extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_bf16(bf16_t* 
 		float g = 0.f, u = 0.f;
 		int i = lane;
 		for (; i + 32 * 7 < nv; i += 32 * 8) {
-			uint4 a[8], b[8];
+			if (!have) {
 #pragma unroll
-			for (int j = 0; j < 8; j++) {
-				a[j] = __ldg(gr + i + 32 * j);
-				b[j] = __ldg(ur + i + 32 * j);
+				for (int j = 0; j < 8; j++) {
+					a[j] = __ldg(gr + i + 32 * j);
+					b[j] = __ldg(ur + i + 32 * j);
+				}
 			}
+			have = false;
 #pragma unroll
 			for (int j = 0; j < 8; j++) {
 				const uint4 xx = __ldg(xv + i + 32 * j);
@@ -205,4 +325,15 @@ extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_bf16(bf16_t* 
 		u = warp_sum(u);
 		if (lane == 0) act[row] = f2bf(g / (1.f + expf(-g)) * u);
 	}
+}
+
+// gemv_gateup_silu_bf16 is gemv_gateup_body; gemv_gateup_silu_bf16_early
+// with early weight loads.
+extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_bf16(bf16_t* act, const bf16_t* x,
+		const bf16_t* wg, const bf16_t* wu, int N, int K) {
+	gemv_gateup_body<false>(act, x, wg, wu, N, K);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_bf16_early(bf16_t* act, const bf16_t* x,
+		const bf16_t* wg, const bf16_t* wu, int N, int K) {
+	gemv_gateup_body<true>(act, x, wg, wu, N, K);
 }

@@ -33,6 +33,7 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 	for _, pk := range ks.decodeMMA.pipe {
 		fs = append(fs, pk.contig, pk.paged)
 	}
+	fs = append(fs, ks.earlyFunctions()...)
 	return append(fs, ks.fp8.functions()...)
 }
 
