@@ -121,15 +121,19 @@ extern "C" __global__ void __launch_bounds__(256) gemv_f32out_u16(float* y, cons
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_early(bf16_t* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
 	gemv_body<true, 8, true>(y, x, w, N, K, wpr);
 }
+// gemv_bf16_f32out_early is gemv_bf16_f32out with early weight loads.
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_f32out_early(float* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
 	gemv_body<false, 8, true>(y, x, w, N, K, wpr);
 }
+// gemv_bf16_u4_early is gemv_bf16_u4 with early weight loads.
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_u4_early(bf16_t* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
 	gemv_body<true, 4, true>(y, x, w, N, K, wpr);
 }
+// gemv_bf16_u16_early is gemv_bf16_u16 with early weight loads.
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_u16_early(bf16_t* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
 	gemv_body<true, 16, true>(y, x, w, N, K, wpr);
 }
+// gemv_f32out_u16_early is gemv_f32out_u16 with early weight loads.
 extern "C" __global__ void __launch_bounds__(256) gemv_f32out_u16_early(float* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
 	gemv_body<false, 16, true>(y, x, w, N, K, wpr);
 }
@@ -199,9 +203,11 @@ extern "C" __global__ void __launch_bounds__(256) gemv_persist_f32acc(float* y, 
 extern "C" __global__ void __launch_bounds__(256) gemv_persist_bf16_early(bf16_t* y, const bf16_t* x, const bf16_t* w, int N, int K) {
 	gemv_persist_body<true, 16, false, true>(y, x, w, N, K);
 }
+// gemv_persist_f32out_early is gemv_persist_f32out with early weight loads.
 extern "C" __global__ void __launch_bounds__(256) gemv_persist_f32out_early(float* y, const bf16_t* x, const bf16_t* w, int N, int K) {
 	gemv_persist_body<false, 16, false, true>(y, x, w, N, K);
 }
+// gemv_persist_f32acc_early is gemv_persist_f32acc with early weight loads.
 extern "C" __global__ void __launch_bounds__(256) gemv_persist_f32acc_early(float* y, const bf16_t* x, const bf16_t* w, int N, int K) {
 	gemv_persist_body<false, 16, true, true>(y, x, w, N, K);
 }
@@ -266,6 +272,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv3_bf16(bf16_t* y0, bf16_t*
 		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
 	gemv3_body<false>(y0, y1, y2, x, w0, w1, w2, N0, N1, N2, K);
 }
+// gemv3_bf16_early is gemv3_bf16 with early weight loads.
 extern "C" __global__ void __launch_bounds__(256) gemv3_bf16_early(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* x,
 		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
 	gemv3_body<true>(y0, y1, y2, x, w0, w1, w2, N0, N1, N2, K);
@@ -333,6 +340,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_bf16(bf16_t* 
 		const bf16_t* wg, const bf16_t* wu, int N, int K) {
 	gemv_gateup_body<false>(act, x, wg, wu, N, K);
 }
+// gemv_gateup_silu_bf16_early is gemv_gateup_silu_bf16 with early weight loads.
 extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_bf16_early(bf16_t* act, const bf16_t* x,
 		const bf16_t* wg, const bf16_t* wu, int N, int K) {
 	gemv_gateup_body<true>(act, x, wg, wu, N, K);
