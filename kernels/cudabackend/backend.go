@@ -149,6 +149,11 @@ type Backend struct {
 	// (earlyload.go).
 	fenced   [][2]uintptr
 	fenceAll bool
+
+	// NoFusedNorm makes the kernels.NormProjector ops decline, so that
+	// callers run RMSNorm and the plain GEMVs (normgemv.go). New sets it
+	// when FT_FUSE_NORM=0 (A/B runs).
+	NoFusedNorm bool
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -179,6 +184,7 @@ type kernelSet struct {
 	gemvAcc       *cuda.Function // gemv_persist_f32acc (matmuladd.go)
 	fp8gemm       fp8GemmKernels // per-token quantization and rescaling (fp8gemm.go)
 	early         earlyTwins     // each BF16 GEMV's twin with early weight loads (earlyload.go)
+	norm          *normKernels   // GEMVs with the RMSNorm folded in (normgemv.go)
 }
 
 var (
@@ -231,6 +237,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	ks.loadEarly(get)
+	ks.norm = loadNorm(get, ks.early)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -293,7 +300,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK"),
 		DecodePipeVariant: os.Getenv("FT_DECODE_VARIANT"), DecodePipeSplits: envInt("FT_DECODE_SPLITS"),
 		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok, FP8LtRescale: os.Getenv("FT_FP8_GEMM_SCALES") == "rescale",
-		NoEarlyWeights: noEarlyWeightsFromEnv()}
+		NoEarlyWeights: noEarlyWeightsFromEnv(), NoFusedNorm: noFusedNormFromEnv()}
 	cd.AtClose(b.Close)
 	return b, nil
 }
