@@ -91,6 +91,24 @@ __device__ __forceinline__ float block_sum(float v, float* sh) {
 	return warp_sum(v);
 }
 
+// RMSNorm of the fp32 residual stream, in the one order and rounding that
+// every kernel computing it uses (rmsnorm_f32in_bf16, add_rmsnorm_f32_bf16
+// and the GEMVs that fold the norm in, gemv.cu), so that all give the same
+// bits: rms_sq4 adds the squares of v's four values to s (explicit fp32
+// roundings, no contraction left to the compiler), rms_scale is
+// 1/sqrt(s/dim + eps) and rms_out the normalised value x·scale·w.
+__device__ __forceinline__ float rms_sq4(float s, float4 v) {
+	float q = __fmul_rn(v.x, v.x);
+	q = __fmaf_rn(v.y, v.y, q);
+	q = __fmaf_rn(v.z, v.z, q);
+	q = __fmaf_rn(v.w, v.w, q);
+	return __fadd_rn(s, q);
+}
+
+__device__ __forceinline__ float rms_scale(float s, int dim, float eps) { return rsqrtf(__fadd_rn(__fdiv_rn(s, (float)dim), eps)); }
+
+__device__ __forceinline__ float rms_out(float x, float scale, float w) { return __fmul_rn(__fmul_rn(x, scale), w); }
+
 // dot8 is the fp32 dot product of two vectors of 8 bf16 values.
 __device__ __forceinline__ float dot8(uint4 a, uint4 b) {
 	float s = 0.f;

@@ -8,7 +8,8 @@
 // was removed.
 //
 // Early weight loads (the EARLY template parameter; kernels named *_early,
-// picked by the backend unless FT_GEMV_PREFETCH=0): the lane's first batch
+// picked by the backend only with FT_GEMV_PREFETCH=1: measured slower on
+// the H200, 4.76 against 4.34 ms a graph step at context 512): the lane's first batch
 // of 16-byte loads of its first row goes into the very registers the loop
 // consumes first, before ft_pdl_wait, so the GEMV's ramp (the first HBM
 // round trip of every warp) hides under the tail of the kernel before it.
@@ -138,18 +139,68 @@ extern "C" __global__ void __launch_bounds__(256) gemv_f32out_u16_early(float* y
 	gemv_body<false, 16, true>(y, x, w, N, K, wpr);
 }
 
+// Folded RMSNorm (the NORM template parameter; kernels *_norm): a
+// projection of the normalised fp32 residual stream takes the residual
+// res[K], the norm weight nw[K] (bf16) and eps instead of x. Every block
+// computes the row's inverse RMS itself (no atomics, no second pass: the
+// residual is 4·K bytes from L2) and writes x = bf16(res·scale·nw) once into
+// its shared memory (K·2 bytes of dynamic shared memory), where the GEMV
+// reads it. The sums are those of rmsnorm_f32in_bf16 launched with vt
+// threads (the backend passes the same count): virtual thread t sums
+// float4s t, t + vt, … (rms_sq4), each virtual warp's 32 sums go through
+// warp_sum, and the vt/32 warp sums through warp_sum again, as block_sum
+// does; rms_scale and rms_out round as it does. So x holds the bits the
+// separate norm would write.
+
+// norm_x_smem computes x into the block's dynamic shared memory as said
+// above and returns it (every thread of the block calls it, after
+// ft_pdl_wait). K % 4 == 0, vt a multiple of 32 up to 1024.
+__device__ __forceinline__ const uint4* norm_x_smem(const float* __restrict__ res, const bf16_t* __restrict__ nw, int K, float eps, int vt) {
+	extern __shared__ uint4 gemv_xs[];
+	__shared__ float red[32];
+	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nwr = blockDim.x >> 5;
+	const int nvw = vt >> 5, n4 = K >> 2;
+	const float4* xr = reinterpret_cast<const float4*>(res);
+	for (int vw = wid; vw < nvw; vw += nwr) {
+		float s = 0.f;
+		for (int c = vw * 32 + lane; c < n4; c += vt) s = rms_sq4(s, xr[c]);
+		s = warp_sum(s);
+		if (lane == 0) red[vw] = s;
+	}
+	__syncthreads();
+	const float scale = rms_scale(warp_sum(lane < nvw ? red[lane] : 0.f), K, eps);
+	const unsigned* wv = reinterpret_cast<const unsigned*>(nw);
+	unsigned* xs = reinterpret_cast<unsigned*>(gemv_xs);
+	for (int c = threadIdx.x; c < n4; c += blockDim.x) {
+		const float4 v = xr[c];
+		const unsigned w0 = wv[2 * c], w1 = wv[2 * c + 1];
+		xs[2 * c] = pack_bf16(rms_out(v.x, scale, __uint_as_float(w0 << 16)), rms_out(v.y, scale, __uint_as_float(w0 & 0xffff0000u)));
+		xs[2 * c + 1] = pack_bf16(rms_out(v.z, scale, __uint_as_float(w1 << 16)), rms_out(v.w, scale, __uint_as_float(w1 & 0xffff0000u)));
+	}
+	__syncthreads();
+	return gemv_xs;
+}
+
+// ldx is x's 16-byte chunk i: from shared memory (XS, norm_x_smem) or
+// global memory.
+template <bool XS>
+__device__ __forceinline__ uint4 ldx(const uint4* xv, int i) {
+	if (XS) return xv[i];
+	return __ldg(xv + i);
+}
+
 // gemv_persist_body is the persistent form of gemv_body with one warp per
 // row: every warp of the grid takes rows warp, warp + W, … (W warps in all),
 // streaming each row with U 16-byte loads in flight per lane. No block-level
 // reduction, no block turnover: the tail is one row. ACC (fp32 y only)
 // adds the product to y instead: y[row] = y[row] + Σ, the value an fp32
 // product then add_f32 give. EARLY: early weight loads (top of the file).
-template <bool OUT_BF16, int U, bool ACC = false, bool EARLY = false>
-__device__ __forceinline__ void gemv_persist_body(void* y, const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int N, int K) {
+template <bool OUT_BF16, int U, bool ACC = false, bool EARLY = false, bool NORM = false>
+__device__ __forceinline__ void gemv_persist_body(void* y, const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int N, int K,
+		const float* __restrict__ res = nullptr, const bf16_t* __restrict__ nrm = nullptr, float eps = 0.f, int vt = 0) {
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 3;
-	const uint4* xv = reinterpret_cast<const uint4*>(x);
 	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 	uint4 a[U];
 	bool have = EARLY && row0 < N && lane + 32 * (U - 1) < nv;
@@ -159,6 +210,7 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16_t* __restr
 		for (int u = 0; u < U; u++) a[u] = __ldg(wr + lane + 32 * u);
 	}
 	ft_pdl_wait();
+	const uint4* xv = NORM ? norm_x_smem(res, nrm, K, eps, vt) : reinterpret_cast<const uint4*>(x);
 	for (int row = row0; row < N; row += nw) {
 		const uint4* wr = reinterpret_cast<const uint4*>(w + (usize)row * K);
 		float acc = 0.f;
@@ -170,9 +222,9 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16_t* __restr
 			}
 			have = false;
 #pragma unroll
-			for (int u = 0; u < U; u++) acc += dot8(a[u], __ldg(xv + i + 32 * u));
+			for (int u = 0; u < U; u++) acc += dot8(a[u], ldx<NORM>(xv, i + 32 * u));
 		}
-		for (; i < nv; i += 32) acc += dot8(__ldg(wr + i), __ldg(xv + i));
+		for (; i < nv; i += 32) acc += dot8(__ldg(wr + i), ldx<NORM>(xv, i));
 		acc = warp_sum(acc);
 		if (lane == 0) {
 			if (OUT_BF16) ((bf16_t*)y)[row] = f2bf(acc);
@@ -228,13 +280,13 @@ __device__ __forceinline__ void gemv3_row(int r, bf16_t* y0, bf16_t* y1, bf16_t*
 // projections of a decode step): y_j[n] = Σ_k x[k]·w_j[n,k] for j < 3, rows
 // n < N_j, bf16 outputs; persistent warps over the N0+N1+N2 rows. EARLY:
 // early weight loads.
-template <bool EARLY>
+template <bool EARLY, bool NORM = false>
 __device__ __forceinline__ void gemv3_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
-		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
+		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K,
+		const float* __restrict__ res = nullptr, const bf16_t* __restrict__ nrm = nullptr, float eps = 0.f, int vt = 0) {
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 3;
-	const uint4* xv = reinterpret_cast<const uint4*>(x);
 	const int r0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 	uint4 a[16];
 	bool have = EARLY && r0 < N0 + N1 + N2 && lane + 32 * 15 < nv;
@@ -246,6 +298,7 @@ __device__ __forceinline__ void gemv3_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, c
 		for (int u = 0; u < 16; u++) a[u] = __ldg(wr + lane + 32 * u);
 	}
 	ft_pdl_wait();
+	const uint4* xv = NORM ? norm_x_smem(res, nrm, K, eps, vt) : reinterpret_cast<const uint4*>(x);
 	for (int r = r0; r < N0 + N1 + N2; r += nw) {
 		const uint4* wr;
 		bf16_t* yp;
@@ -259,9 +312,9 @@ __device__ __forceinline__ void gemv3_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, c
 			}
 			have = false;
 #pragma unroll
-			for (int u = 0; u < 16; u++) acc += dot8(a[u], __ldg(xv + i + 32 * u));
+			for (int u = 0; u < 16; u++) acc += dot8(a[u], ldx<NORM>(xv, i + 32 * u));
 		}
-		for (; i < nv; i += 32) acc += dot8(__ldg(wr + i), __ldg(xv + i));
+		for (; i < nv; i += 32) acc += dot8(__ldg(wr + i), ldx<NORM>(xv, i));
 		acc = warp_sum(acc);
 		if (lane == 0) *yp = f2bf(acc);
 	}
@@ -282,13 +335,13 @@ extern "C" __global__ void __launch_bounds__(256) gemv3_bf16_early(bf16_t* y0, b
 // token: act[n] = silu(g)·u with g = Σ_k x[k]·wg[n,k], u = Σ_k x[k]·wu[n,k]
 // (fp32, rounded once), silu(g) = g/(1+e^−g); persistent warps, each row of
 // both matrices streamed together. EARLY: early weight loads.
-template <bool EARLY>
+template <bool EARLY, bool NORM = false>
 __device__ __forceinline__ void gemv_gateup_body(bf16_t* act, const bf16_t* __restrict__ x,
-		const bf16_t* __restrict__ wg, const bf16_t* __restrict__ wu, int N, int K) {
+		const bf16_t* __restrict__ wg, const bf16_t* __restrict__ wu, int N, int K,
+		const float* __restrict__ res = nullptr, const bf16_t* __restrict__ nrm = nullptr, float eps = 0.f, int vt = 0) {
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
 	const int nv = K >> 3;
-	const uint4* xv = reinterpret_cast<const uint4*>(x);
 	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 	uint4 a[8], b[8];
 	bool have = EARLY && row0 < N && lane + 32 * 7 < nv;
@@ -302,6 +355,7 @@ __device__ __forceinline__ void gemv_gateup_body(bf16_t* act, const bf16_t* __re
 		}
 	}
 	ft_pdl_wait();
+	const uint4* xv = NORM ? norm_x_smem(res, nrm, K, eps, vt) : reinterpret_cast<const uint4*>(x);
 	for (int row = row0; row < N; row += nw) {
 		const uint4* gr = reinterpret_cast<const uint4*>(wg + (usize)row * K);
 		const uint4* ur = reinterpret_cast<const uint4*>(wu + (usize)row * K);
@@ -318,13 +372,13 @@ __device__ __forceinline__ void gemv_gateup_body(bf16_t* act, const bf16_t* __re
 			have = false;
 #pragma unroll
 			for (int j = 0; j < 8; j++) {
-				const uint4 xx = __ldg(xv + i + 32 * j);
+				const uint4 xx = ldx<NORM>(xv, i + 32 * j);
 				g += dot8(a[j], xx);
 				u += dot8(b[j], xx);
 			}
 		}
 		for (; i < nv; i += 32) {
-			const uint4 xx = __ldg(xv + i);
+			const uint4 xx = ldx<NORM>(xv, i);
 			g += dot8(__ldg(gr + i), xx);
 			u += dot8(__ldg(ur + i), xx);
 		}
@@ -344,4 +398,39 @@ extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_bf16(bf16_t* 
 extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_bf16_early(bf16_t* act, const bf16_t* x,
 		const bf16_t* wg, const bf16_t* wu, int N, int K) {
 	gemv_gateup_body<true>(act, x, wg, wu, N, K);
+}
+
+// The folded-RMSNorm GEMVs (see norm_x_smem): q/k/v, gate·up·SiLU and the
+// fp32-output persistent GEMV (the LM head) of x = RMSNorm(res)·nrm, each
+// plain and with early weight loads (*_early). K·2 bytes of dynamic shared
+// memory; vt is the thread count of rmsnorm_f32in_bf16 at width K.
+// gemv3_norm_bf16 is gemv3_bf16 of x = RMSNorm(res)·nrm.
+extern "C" __global__ void __launch_bounds__(256) gemv3_norm_bf16(bf16_t* y0, bf16_t* y1, bf16_t* y2, const float* res,
+		const bf16_t* nrm, float eps, int vt, const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
+	gemv3_body<false, true>(y0, y1, y2, nullptr, w0, w1, w2, N0, N1, N2, K, res, nrm, eps, vt);
+}
+// gemv3_norm_bf16_early is gemv3_norm_bf16 with early weight loads.
+extern "C" __global__ void __launch_bounds__(256) gemv3_norm_bf16_early(bf16_t* y0, bf16_t* y1, bf16_t* y2, const float* res,
+		const bf16_t* nrm, float eps, int vt, const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
+	gemv3_body<true, true>(y0, y1, y2, nullptr, w0, w1, w2, N0, N1, N2, K, res, nrm, eps, vt);
+}
+// gemv_gateup_silu_norm_bf16 is gemv_gateup_silu_bf16 of x = RMSNorm(res)·nrm.
+extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_norm_bf16(bf16_t* act, const float* res,
+		const bf16_t* nrm, float eps, int vt, const bf16_t* wg, const bf16_t* wu, int N, int K) {
+	gemv_gateup_body<false, true>(act, nullptr, wg, wu, N, K, res, nrm, eps, vt);
+}
+// gemv_gateup_silu_norm_bf16_early is gemv_gateup_silu_norm_bf16 with early weight loads.
+extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_norm_bf16_early(bf16_t* act, const float* res,
+		const bf16_t* nrm, float eps, int vt, const bf16_t* wg, const bf16_t* wu, int N, int K) {
+	gemv_gateup_body<true, true>(act, nullptr, wg, wu, N, K, res, nrm, eps, vt);
+}
+// gemv_persist_norm_f32out is gemv_persist_f32out of x = RMSNorm(res)·nrm.
+extern "C" __global__ void __launch_bounds__(256) gemv_persist_norm_f32out(float* y, const float* res,
+		const bf16_t* nrm, float eps, int vt, const bf16_t* w, int N, int K) {
+	gemv_persist_body<false, 16, false, false, true>(y, nullptr, w, N, K, res, nrm, eps, vt);
+}
+// gemv_persist_norm_f32out_early is gemv_persist_norm_f32out with early weight loads.
+extern "C" __global__ void __launch_bounds__(256) gemv_persist_norm_f32out_early(float* y, const float* res,
+		const bf16_t* nrm, float eps, int vt, const bf16_t* w, int N, int K) {
+	gemv_persist_body<false, 16, false, true, true>(y, nullptr, w, N, K, res, nrm, eps, vt);
 }

@@ -57,7 +57,9 @@ extern "C" __global__ void rmsnorm_bf16_v8(bf16_t* out, const bf16_t* x, const b
 
 // rmsnorm_f32in_bf16 is rmsnorm_bf16 reading an fp32 x (the residual stream)
 // and writing bf16: out[r,c] = bf16(x[r,c] / sqrt(mean_c(x[r,c]²) + eps) · w[c]).
-// dim % 4 == 0 and x rows 16-byte aligned.
+// dim % 4 == 0 and x rows 16-byte aligned. The sums, their order and the
+// roundings (rms_sq4, rms_scale, rms_out) are those of the GEMVs that fold
+// this norm in (gemv.cu's norm_x_smem) at the same block size.
 extern "C" __global__ void rmsnorm_f32in_bf16(bf16_t* out, const float* x, const bf16_t* w, int dim, float eps) {
 	__shared__ float sh[32];
 	ft_pdl_wait();
@@ -66,17 +68,14 @@ extern "C" __global__ void rmsnorm_f32in_bf16(bf16_t* out, const float* x, const
 	const unsigned* wv = (const unsigned*)w;
 	const int n4 = dim >> 2;
 	float s = 0.f;
-	for (int c = threadIdx.x; c < n4; c += blockDim.x) {
-		const float4 v = xr[c];
-		s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-	}
+	for (int c = threadIdx.x; c < n4; c += blockDim.x) s = rms_sq4(s, xr[c]);
 	s = block_sum(s, sh);
-	const float scale = rsqrtf(s / (float)dim + eps);
+	const float scale = rms_scale(s, dim, eps);
 	for (int c = threadIdx.x; c < n4; c += blockDim.x) {
 		const float4 v = xr[c];
 		const unsigned w0 = wv[2 * c], w1 = wv[2 * c + 1];
-		orow[2 * c] = pack_bf16(v.x * scale * __uint_as_float(w0 << 16), v.y * scale * __uint_as_float(w0 & 0xffff0000u));
-		orow[2 * c + 1] = pack_bf16(v.z * scale * __uint_as_float(w1 << 16), v.w * scale * __uint_as_float(w1 & 0xffff0000u));
+		orow[2 * c] = pack_bf16(rms_out(v.x, scale, __uint_as_float(w0 << 16)), rms_out(v.y, scale, __uint_as_float(w0 & 0xffff0000u)));
+		orow[2 * c + 1] = pack_bf16(rms_out(v.z, scale, __uint_as_float(w1 << 16)), rms_out(v.w, scale, __uint_as_float(w1 & 0xffff0000u)));
 	}
 }
 
@@ -102,15 +101,15 @@ extern "C" __global__ void add_rmsnorm_f32_bf16(bf16_t* out, float* x, const flo
 		v.z += u.z;
 		v.w += u.w;
 		xr[c] = v;
-		s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+		s = rms_sq4(s, v);
 	}
 	s = block_sum(s, sh);
-	const float scale = rsqrtf(s / (float)dim + eps);
+	const float scale = rms_scale(s, dim, eps);
 	for (int c = threadIdx.x; c < n4; c += blockDim.x) {
 		const float4 v = xr[c];  // this thread's own write above
 		const unsigned w0 = wv[2 * c], w1 = wv[2 * c + 1];
-		orow[2 * c] = pack_bf16(v.x * scale * __uint_as_float(w0 << 16), v.y * scale * __uint_as_float(w0 & 0xffff0000u));
-		orow[2 * c + 1] = pack_bf16(v.z * scale * __uint_as_float(w1 << 16), v.w * scale * __uint_as_float(w1 & 0xffff0000u));
+		orow[2 * c] = pack_bf16(rms_out(v.x, scale, __uint_as_float(w0 << 16)), rms_out(v.y, scale, __uint_as_float(w0 & 0xffff0000u)));
+		orow[2 * c + 1] = pack_bf16(rms_out(v.z, scale, __uint_as_float(w1 << 16)), rms_out(v.w, scale, __uint_as_float(w1 & 0xffff0000u)));
 	}
 }
 

@@ -151,7 +151,8 @@ type Backend struct {
 	// alone (gemm.go). New sets it from FT_GEMM.
 	GEMM GEMMMode
 	// NoEarlyWeights runs the one-token GEMVs without early weight loads
-	// (earlyload.go). New sets it when FT_GEMV_PREFETCH=0 (A/B runs).
+	// (earlyload.go). New sets it unless FT_GEMV_PREFETCH=1: the early
+	// loads measured slower on the H200 (A/B runs).
 	NoEarlyWeights bool
 	// fenced are the tensors (byte ranges) that the ops that write by
 	// kernel and may make a weight wrote since the last GEMV launch; a GEMV
@@ -159,6 +160,11 @@ type Backend struct {
 	// (earlyload.go).
 	fenced   [][2]uintptr
 	fenceAll bool
+
+	// NoFusedNorm makes the kernels.NormProjector ops decline, so that
+	// callers run RMSNorm and the plain GEMVs (normgemv.go). New sets it
+	// when FT_FUSE_NORM=0 (A/B runs).
+	NoFusedNorm bool
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -189,6 +195,7 @@ type kernelSet struct {
 	gemvAcc       *cuda.Function // gemv_persist_f32acc (matmuladd.go)
 	fp8gemm       fp8GemmKernels // per-token quantization and rescaling (fp8gemm.go)
 	early         earlyTwins     // each BF16 GEMV's twin with early weight loads (earlyload.go)
+	norm          *normKernels   // GEMVs with the RMSNorm folded in (normgemv.go)
 }
 
 var (
@@ -241,6 +248,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	ks.loadEarly(get)
+	ks.norm = loadNorm(get, ks.early)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -309,7 +317,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok, FP8LtRescale: os.Getenv("FT_FP8_GEMM_SCALES") == "rescale",
 		NoFP8Fuse:      os.Getenv("FT_FP8_FUSE") == "0",
 		GEMM:           gemmMode,
-		NoEarlyWeights: noEarlyWeightsFromEnv()}
+		NoEarlyWeights: noEarlyWeightsFromEnv(), NoFusedNorm: noFusedNormFromEnv()}
 	cd.AtClose(b.Close)
 	return b, nil
 }

@@ -13,7 +13,7 @@ import (
 // GEMV, BF16 and FP8, has a twin named *_early that issues its first batch
 // of 16-byte weight loads into registers before ft_pdl_wait, so that the
 // GEMV's ramp hides under the tail of the kernel before it. The backend
-// runs the twins unless Backend.NoEarlyWeights (FT_GEMV_PREFETCH=0).
+// runs the twins unless Backend.NoEarlyWeights (set unless FT_GEMV_PREFETCH=1).
 //
 // A weight read before the wait may be read while the kernel launched just
 // before the GEMV still runs (and only that kernel: see gemv.cu). Weights
@@ -26,7 +26,12 @@ import (
 type earlyTwins map[*cuda.Function]*cuda.Function
 
 // noEarlyWeightsFromEnv is the default of Backend.NoEarlyWeights.
-func noEarlyWeightsFromEnv() bool { return os.Getenv("FT_GEMV_PREFETCH") == "0" }
+// Off unless FT_GEMV_PREFETCH=1: measured on the H200 (2026-12-01, fourth
+// session, bench/h200-s4a.sh) the early loads made the resident decode step
+// slower (graph step at context 512: 4.76 ms with them, 4.34 ms without;
+// 8,192: 5.30 against 4.85 the session before), as the L2 prefetch before
+// them did.
+func noEarlyWeightsFromEnv() bool { return os.Getenv("FT_GEMV_PREFETCH") != "1" }
 
 // loadEarly looks up the *_early twins of the BF16 GEMVs of ks.
 func (ks *kernelSet) loadEarly(get func(string) *cuda.Function) {

@@ -34,6 +34,7 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 		fs = append(fs, pk.contig, pk.paged)
 	}
 	fs = append(fs, ks.earlyFunctions()...)
+	fs = append(fs, ks.norm.functions()...)
 	return append(fs, ks.fp8.functions()...)
 }
 

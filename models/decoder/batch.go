@@ -230,7 +230,7 @@ func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtim
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {
 		q, k, v := rows(w.q, T), rows(w.k, T), rows(w.v, T) // [T,H,d], [T,K,d], [T,K,d]
-		if err := a.project(b, h, q, k, v); err != nil {
+		if err := a.project(b, normed{h: h}, q, k, v); err != nil {
 			return err
 		}
 		if err := a.qkNorm(b, q, k); err != nil {

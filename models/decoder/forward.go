@@ -168,12 +168,8 @@ func (m *Model) localForward(b kernels.Backend, cache Cache, ids []int32, allLog
 		if !allLogits {
 			x = lastRow(x)
 		}
-		h := rows(w.h, x.Dim(0))
-		if err := m.Norm.Forward(b, h, x); err != nil {
-			return err
-		}
 		logits = rows(w.logits, x.Dim(0))
-		return m.Head.Forward(b, logits, h)
+		return m.head(b, logits, rows(w.h, x.Dim(0)), x)
 	})
 	if err != nil {
 		return nil, err
@@ -205,11 +201,17 @@ func (l *Layer) body(b kernels.Backend, w *workspace, x *runtime.Tensor, cache C
 func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Cache, bs *batchState) error {
 	T := x.Dim(0)
 	h, o := rows(w.h, T), rows(w.o, T)
-	if err := l.InputNorm.Forward(b, h, x); err != nil {
-		return err
-	}
 	m := l.Node().Tree().Root().(*Model)
 	accAttn, accMLP := l.accumulators(b, m)
+	in := normed{h: h}
+	if bs == nil {
+		var err error
+		if in, err = normInput(b, h, x, l.InputNorm, l.Attn, l.Attn.Q, l.Attn.K, l.Attn.V); err != nil {
+			return err
+		}
+	} else if err := l.InputNorm.Forward(b, h, x); err != nil {
+		return err
+	}
 	attnOut := o
 	if accAttn != nil {
 		attnOut = x // o_proj adds into the residual stream
@@ -218,10 +220,16 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 		if err := l.Attn.forwardBatch(b, w, attnOut, h, bs, accAttn); err != nil {
 			return err
 		}
-	} else if err := l.Attn.forward(b, w, attnOut, h, cache, accAttn); err != nil {
+	} else if err := l.Attn.forward(b, w, attnOut, in, cache, accAttn); err != nil {
 		return err
 	}
-	if accAttn != nil {
+	mlpIn := normed{h: h}
+	if accAttn != nil && accMLP != nil {
+		var err error
+		if mlpIn, err = normInput(b, h, x, l.PostNorm, l.MLP, l.MLP.Gate, l.MLP.Up); err != nil {
+			return err
+		}
+	} else if accAttn != nil {
 		if err := l.PostNorm.Forward(b, h, x); err != nil {
 			return err
 		}
@@ -234,7 +242,7 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 		}
 	}
 	if accMLP != nil {
-		return l.MLP.forward(b, w, x, h, accMLP) // down_proj adds into the residual stream
+		return l.MLP.forward(b, w, x, mlpIn, accMLP) // down_proj adds into the residual stream
 	}
 	if f := l.fp8Accumulator(b, m, T); f != nil {
 		return l.MLP.forwardFP8Add(b, f, w, x, h, o) // the fused FP8 MLP adds into the residual stream (fp8mlp.go)
@@ -253,17 +261,18 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 // window), with q, k, v = Q h, K h, V h of h[T,D] (plus biases), q and k
 // normalised per head when the layer has q/k norms.
 func (a *Attention) Forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor, cache Cache) error {
-	return a.forward(b, w, out, h, cache, nil)
+	return a.forward(b, w, out, normed{h: h}, cache, nil)
 }
 
-// forward is Forward; with acc set, the output projection adds into out
-// (out += O·att, see Layer.accumulators) instead of writing it.
-func (a *Attention) forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor, cache Cache, acc kernels.MatMulAdder) error {
-	T := h.Dim(0)
+// forward is Forward of the input in (normfuse.go: h, or the residual with
+// its norm still to apply); with acc set, the output projection adds into
+// out (out += O·att, see Layer.accumulators) instead of writing it.
+func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor, in normed, cache Cache, acc kernels.MatMulAdder) error {
+	T := in.h.Dim(0)
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {
 		q, k, v := rows(w.q, T), rows(w.k, T), rows(w.v, T) // [T,H,d], [T,K,d], [T,K,d]
-		if err := a.project(b, h, q, k, v); err != nil {
+		if err := a.project(b, in, q, k, v); err != nil {
 			return err
 		}
 		if err := a.qkNorm(b, q, k); err != nil {
@@ -327,19 +336,24 @@ func (a *Attention) qkNorm(b kernels.Backend, q, k *runtime.Tensor) error {
 
 // Forward of the MLP: out[T,D] = down(silu(gate(h))·up(h)).
 func (p *MLP) Forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor) error {
-	return p.forward(b, w, out, h, nil)
+	return p.forward(b, w, out, normed{h: h}, nil)
 }
 
-// forward is Forward; with acc set, the down projection adds into out
-// (out += Down·act, see Layer.accumulators) instead of writing it.
-func (p *MLP) forward(b kernels.Backend, w *workspace, out, h *runtime.Tensor, acc kernels.MatMulAdder) error {
-	T := h.Dim(0)
+// forward is Forward of the input in (normfuse.go); with acc set, the down
+// projection adds into out (out += Down·act, see Layer.accumulators)
+// instead of writing it.
+func (p *MLP) forward(b kernels.Backend, w *workspace, out *runtime.Tensor, in normed, acc kernels.MatMulAdder) error {
+	T := in.h.Dim(0)
 	return nn.Call(p, func() error {
 		g, u := rows(w.gate, T), rows(w.up, T) // [T,I]
 		if f := p.fp8Fused(b, T); f != nil && acc == nil {
+			h, err := in.ready(b) // a pending norm folds only into plain weights' GEMVs
+			if err != nil {
+				return err
+			}
 			return f.MLPFP8(out, h, g, u, nil, p.fp8Weights(), false) // fp8mlp.go
 		}
-		if err := p.gateUp(b, g, u, h); err != nil {
+		if err := p.gateUp(b, g, u, in); err != nil {
 			return err
 		}
 		if acc != nil {

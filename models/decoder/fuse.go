@@ -54,13 +54,28 @@ func fp8Parts(ls ...*nn.Linear) (ws, scales []*runtime.Tensor) {
 	return ws, scales
 }
 
-// project computes q, k and v from h[T,D]: for one token in one op where the
-// backend fuses them (kernels.MultiMatMuler for plain weights,
+// project computes q, k and v from the input in (h[T,D], or the residual
+// and its pending norm: normfuse.go): with the norm folded in where the
+// backend takes it (kernels.NormProjector); for one token in one op where
+// the backend fuses them (kernels.MultiMatMuler for plain weights,
 // kernels.FP8MultiMatMuler for FP8 ones; the biases, if any, are added
 // after it), else as three Linear forwards.
-func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error {
+func (a *Attention) project(b kernels.Backend, in normed, q, k, v *runtime.Tensor) error {
+	if in.norm != nil {
+		ran, err := b.(kernels.NormProjector).NormMatMulN([]*runtime.Tensor{q, k, v}, in.x, in.norm.Weight.Tensor(), in.norm.Eps,
+			weights(a.Q, a.K, a.V))
+		if err != nil {
+			return err
+		}
+		if ran {
+			return a.addBiases(b, q, k, v)
+		}
+	}
+	h, err := in.ready(b)
+	if err != nil {
+		return err
+	}
 	one := h.Dim(0) == 1 && nn.Unwatched(a.Q, a.K, a.V)
-	var err error
 	fused := true
 	if f, ok := b.(kernels.MultiMatMuler); ok && one && plain(a.Q, a.K, a.V) {
 		err = f.MatMulN([]*runtime.Tensor{q, k, v}, h,
@@ -75,15 +90,7 @@ func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error
 		if err != nil {
 			return err
 		}
-		for _, p := range []struct {
-			l   *nn.Linear
-			out *runtime.Tensor
-		}{{a.Q, q}, {a.K, k}, {a.V, v}} {
-			if err := p.l.AddBias(b, p.out); err != nil {
-				return err
-			}
-		}
-		return nil
+		return a.addBiases(b, q, k, v)
 	}
 	if err := a.Q.Forward(b, q, h); err != nil {
 		return err
@@ -94,10 +101,37 @@ func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error
 	return a.V.Forward(b, v, h)
 }
 
-// gateUp leaves silu(gate(h))·up(h) in g (u is scratch): for one token in one
-// op where the backend fuses it (kernels.GateUpSiLUer for plain weights,
-// kernels.FP8GateUpSiLUer for FP8 ones), else gate, up, SiLUMul.
-func (p *MLP) gateUp(b kernels.Backend, g, u, h *runtime.Tensor) error {
+// addBiases adds the q, k and v biases, where there are any, after a fused
+// projection.
+func (a *Attention) addBiases(b kernels.Backend, q, k, v *runtime.Tensor) error {
+	for _, p := range []struct {
+		l   *nn.Linear
+		out *runtime.Tensor
+	}{{a.Q, q}, {a.K, k}, {a.V, v}} {
+		if err := p.l.AddBias(b, p.out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gateUp leaves silu(gate(h))·up(h) in g (u is scratch) for the input in
+// (h, or the residual and its pending norm: normfuse.go): with the norm
+// folded in where the backend takes it (kernels.NormProjector); for one
+// token in one op where the backend fuses it (kernels.GateUpSiLUer for
+// plain weights, kernels.FP8GateUpSiLUer for FP8 ones), else gate, up,
+// SiLUMul.
+func (p *MLP) gateUp(b kernels.Backend, g, u *runtime.Tensor, in normed) error {
+	if in.norm != nil {
+		ran, err := b.(kernels.NormProjector).NormGateUpSiLU(g, in.x, in.norm.Weight.Tensor(), in.norm.Eps, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor())
+		if err != nil || ran {
+			return err
+		}
+	}
+	h, err := in.ready(b)
+	if err != nil {
+		return err
+	}
 	one := h.Dim(0) == 1 && nn.Unwatched(p.Gate, p.Up)
 	if f, ok := b.(kernels.GateUpSiLUer); ok && one && plain(p.Gate, p.Up) {
 		return f.GateUpSiLU(g, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor())

@@ -365,7 +365,7 @@ func (p *MoEBlock) held(e int) *MLP {
 // its scratch, inside its own nn.Call: out = down(silu(gate(x))·up(x)).
 func (p *MLP) run(b kernels.Backend, out, x, g, u *runtime.Tensor) error {
 	return nn.Call(p, func() error {
-		if err := p.gateUp(b, g, u, x); err != nil {
+		if err := p.gateUp(b, g, u, normed{h: x}); err != nil {
 			return err
 		}
 		return p.Down.Forward(b, out, g)
