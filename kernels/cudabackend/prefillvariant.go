@@ -43,7 +43,10 @@ var prefillVariants = []prefillVariant{
 // (2026-12-01, bench/h200-sweep3.sh), attention of 32 layers: w4m32 82.3 ms
 // against base 90.2 at 8,192 tokens, and 41.3 against base 48.6 and m64
 // 51.1 for 64 × 512 packed; so one choice serves long and short sequences.
-const autoPrefillVariant = "w4m32"
+// fa2 then measured faster again (fourth session, bench/h200-s4a.sh): 66.8
+// against w4m32's 81.2 ms at 8,192 tokens (forward 230.6 against 238.6),
+// and 64 × 512 packed 725.8 against 743.0 ms a forward.
+const autoPrefillVariant = "fa2"
 
 // prefillVariantNames lists the values FT_PREFILL_VARIANT takes ("" and
 // "auto" choose per call).

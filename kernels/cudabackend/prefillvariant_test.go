@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestChoosePrefillVariant: the automatic choice (w4m32 where built, base
+// TestChoosePrefillVariant: the automatic choice (fa2 where built, base
 // elsewhere), forced variants, the
 // fallbacks to base (head width without the variant, unaligned rows), and
 // an unknown setting's error.
@@ -18,11 +18,12 @@ func TestChoosePrefillVariant(t *testing.T) {
 		want, wantKernel  string
 		wantRows, threads int
 	}{
-		{"", 128, false, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
-		{"auto", 128, false, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
-		{"", 128, true, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
+		{"", 128, false, true, "fa2", "attn_prefill_fa2_d128_bf16", 128, 128},
+		{"auto", 128, false, true, "fa2", "attn_prefill_fa2_d128_bf16", 128, 128},
+		{"", 128, true, true, "fa2", "attn_varlen_prefill_fa2_d128_bf16", 128, 128},
 		{"", 128, false, false, "base", "attn_prefill_d128_bf16", 128, 256},
-		{"", 64, true, true, "base", "attn_varlen_prefill_d64_bf16", 128, 256},
+		{"", 64, true, true, "fa2", "attn_varlen_prefill_fa2_d64_bf16", 128, 128},
+		{"", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
 		{"w4m32", 128, false, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
 		{"w4m32", 128, true, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
 		{"w4m32", 128, false, false, "base", "attn_prefill_d128_bf16", 128, 256},
