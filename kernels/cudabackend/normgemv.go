@@ -16,11 +16,15 @@ import (
 // normalises the F32 residual itself into shared memory, with the sums and
 // roundings of rmsnorm_f32in_bf16 at that kernel's block size, so the
 // projections see the bits RMSNorm would write. Backend.NoFusedNorm
-// (FT_FUSE_NORM=0) turns them off: the decoder then runs RMSNorm and the
-// plain GEMVs.
+// turns them off, the default: the decoder then runs RMSNorm and the plain
+// GEMVs.
 
-// noFusedNormFromEnv is the default of Backend.NoFusedNorm.
-func noFusedNormFromEnv() bool { return os.Getenv("FT_FUSE_NORM") == "0" }
+// noFusedNormFromEnv is the default of Backend.NoFusedNorm: set unless
+// FT_FUSE_NORM=1. Measured on the H200 (2026-12-01, bench/h200-s4b.sh),
+// folding made the resident decode slower: run-model 4.51 against 4.32 ms a
+// token, graph step at context 512 4.56 against 4.35 ms (every block's own
+// reduction of the residual costs more than the launch it saves).
+func noFusedNormFromEnv() bool { return os.Getenv("FT_FUSE_NORM") != "1" }
 
 // normKernels are the folded-norm GEMVs, each with its early-load twin.
 type normKernels struct {
