@@ -159,6 +159,12 @@ type Backend struct {
 	// (earlyload.go).
 	fenced   [][2]uintptr
 	fenceAll bool
+	// NoMergedGEMM turns MatMulMerged and GateUpSiLUMerged off (they then
+	// say they did not run): q, k, v and gate, up of a several-token
+	// forward run as separate GEMMs. New sets it when FT_MERGED_GEMM=0
+	// (A/B runs; merged.go).
+	NoMergedGEMM bool
+	merged       *runtime.DeviceBuffer // the merged GEMMs' scratch (merged.go)
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -189,6 +195,7 @@ type kernelSet struct {
 	gemvAcc       *cuda.Function // gemv_persist_f32acc (matmuladd.go)
 	fp8gemm       fp8GemmKernels // per-token quantization and rescaling (fp8gemm.go)
 	early         earlyTwins     // each BF16 GEMV's twin with early weight loads (earlyload.go)
+	merged        mergedKernels  // column splits after a merged GEMM (merged.go)
 }
 
 var (
@@ -236,6 +243,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		gemvAcc: get("gemv_persist_f32acc"),
 		fp8:     loadFP8(get),
 		fp8gemm: loadFP8Gemm(get),
+		merged:  loadMerged(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -309,7 +317,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok, FP8LtRescale: os.Getenv("FT_FP8_GEMM_SCALES") == "rescale",
 		NoFP8Fuse:      os.Getenv("FT_FP8_FUSE") == "0",
 		GEMM:           gemmMode,
-		NoEarlyWeights: noEarlyWeightsFromEnv()}
+		NoEarlyWeights: noEarlyWeightsFromEnv(), NoMergedGEMM: noMergedFromEnv()}
 	cd.AtClose(b.Close)
 	return b, nil
 }

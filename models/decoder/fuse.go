@@ -57,7 +57,9 @@ func fp8Parts(ls ...*nn.Linear) (ws, scales []*runtime.Tensor) {
 // project computes q, k and v from h[T,D]: for one token in one op where the
 // backend fuses them (kernels.MultiMatMuler for plain weights,
 // kernels.FP8MultiMatMuler for FP8 ones; the biases, if any, are added
-// after it), else as three Linear forwards.
+// after it); for 2..MergedMaxTokens tokens of plain weights as one GEMM
+// where the backend merges them (kernels.MergedMatMuler: the weights lie
+// back to back, merged.go); else as three Linear forwards.
 func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error {
 	one := h.Dim(0) == 1 && nn.Unwatched(a.Q, a.K, a.V)
 	var err error
@@ -68,6 +70,14 @@ func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error
 	} else if f, ok := b.(kernels.FP8MultiMatMuler); ok && fp8Rows(b, h, a.Q, a.K, a.V) && allFP8(a.Q, a.K, a.V) {
 		ws, scales := fp8Parts(a.Q, a.K, a.V)
 		err = f.MatMulNFP8([]*runtime.Tensor{q, k, v}, h, ws, scales, a.Q.FP8)
+	} else if f, ok := b.(kernels.MergedMatMuler); ok && merges(h, a.Q, a.K, a.V) {
+		var ran bool
+		ran, err = f.MatMulMerged([]*runtime.Tensor{q, k, v}, h,
+			[]*runtime.Tensor{a.Q.Weight.Tensor(), a.K.Weight.Tensor(), a.V.Weight.Tensor()})
+		fused = ran || err != nil
+		if err == nil {
+			noteMerged(a, ran)
+		}
 	} else {
 		fused = false
 	}
@@ -96,7 +106,10 @@ func (a *Attention) project(b kernels.Backend, h, q, k, v *runtime.Tensor) error
 
 // gateUp leaves silu(gate(h))·up(h) in g (u is scratch): for one token in one
 // op where the backend fuses it (kernels.GateUpSiLUer for plain weights,
-// kernels.FP8GateUpSiLUer for FP8 ones), else gate, up, SiLUMul.
+// kernels.FP8GateUpSiLUer for FP8 ones); for 2..MergedMaxTokens tokens of
+// plain weights as one GEMM and a silu·mul where the backend merges them
+// (kernels.MergedGateUpSiLUer: the weights lie back to back); else gate,
+// up, SiLUMul.
 func (p *MLP) gateUp(b kernels.Backend, g, u, h *runtime.Tensor) error {
 	one := h.Dim(0) == 1 && nn.Unwatched(p.Gate, p.Up)
 	if f, ok := b.(kernels.GateUpSiLUer); ok && one && plain(p.Gate, p.Up) {
@@ -104,6 +117,16 @@ func (p *MLP) gateUp(b kernels.Backend, g, u, h *runtime.Tensor) error {
 	}
 	if f, ok := b.(kernels.FP8GateUpSiLUer); ok && fp8Rows(b, h, p.Gate, p.Up) && allFP8(p.Gate, p.Up) {
 		return f.GateUpSiLUFP8(g, u, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor(), p.Gate.Scale.Tensor(), p.Up.Scale.Tensor(), p.Gate.FP8)
+	}
+	if f, ok := b.(kernels.MergedGateUpSiLUer); ok && merges(h, p.Gate, p.Up) {
+		ran, err := f.GateUpSiLUMerged(g, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor())
+		if err != nil {
+			return err
+		}
+		noteMerged(p, ran)
+		if ran {
+			return nil
+		}
 	}
 	if err := p.Gate.Forward(b, g, h); err != nil {
 		return err
