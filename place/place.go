@@ -106,7 +106,9 @@ type Weights struct {
 	bytes int64
 }
 
-// Buffers are the device buffers, one per bound tensor, in binding order.
+// Buffers are the device buffers in binding order: one per tensor on
+// host-memory devices, one per run of sibling parameters (packGroups) on
+// the others.
 func (w *Weights) Buffers() []*runtime.DeviceBuffer { return w.bufs }
 
 // Bytes is the device bytes the buffers account for.
@@ -131,6 +133,7 @@ type binding struct {
 	shape runtime.Shape
 	size  int64
 	buf   *runtime.DeviceBuffer
+	off   int64 // the tensor's offset in buf (packed siblings, see packGroups)
 	t     *runtime.Tensor
 }
 
@@ -174,7 +177,7 @@ func Bind(root nn.Module, src Source, dev runtime.Device, opts ...Option) (_ *We
 		return nil, err
 	}
 	for _, b := range bs {
-		if b.t, err = runtime.TensorOn(b.buf, 0, b.dtype, b.shape); err != nil {
+		if b.t, err = runtime.TensorOn(b.buf, b.off, b.dtype, b.shape); err != nil {
 			return nil, fmt.Errorf("%s: tensor %s: %w", where, b.name, err)
 		}
 	}
@@ -264,13 +267,30 @@ func fill(bs []*binding, src Source, dev runtime.Device, o *options, w *Weights)
 		}
 		return nil
 	}
+	for _, g := range packGroups(bs) {
+		var total int64
+		for _, b := range g {
+			b.off = total
+			total += b.size
+		}
+		label := g[0].name
+		if len(g) > 1 {
+			label = fmt.Sprintf("%s and %d packed siblings", g[0].name, len(g)-1)
+		}
+		buf, err := dev.Alloc(total, label)
+		if err != nil {
+			return fmt.Errorf("loading %s onto %s: %w", label, dev.Name(), err)
+		}
+		w.bufs = append(w.bufs, buf)
+		w.bytes += buf.Size()
+		for _, b := range g {
+			b.buf = buf
+		}
+	}
 	pieces := make([]Piece, len(bs))
 	for i, b := range bs {
-		if err := alloc(b); err != nil {
-			return err
-		}
 		name := b.name
-		pieces[i] = Piece{Dst: b.buf, Size: b.size, Name: name,
+		pieces[i] = Piece{Dst: b.buf, Off: b.off, Size: b.size, Name: name,
 			Read: func(p []byte, off int64) error { return src.ReadAt(name, p, off) }}
 	}
 	stream := dev.Compute()
@@ -283,6 +303,44 @@ func fill(bs []*binding, src Source, dev runtime.Device, o *options, w *Weights)
 		return fmt.Errorf("loading weights onto %s: %w", dev.Name(), err)
 	}
 	return nil
+}
+
+// packAlign is the alignment of each tensor in a packed device buffer.
+const packAlign = 256
+
+// packGroups splits bs (in parameter order) into runs of siblings: the
+// parameters of the modules under one parent module (by qualified name:
+// "model.layers.0.self_attn.q_proj.weight" belongs to
+// "model.layers.0.self_attn"), consecutive in bs. Each run gets one device
+// buffer, its tensors back to back without padding: a tensor joins the run
+// before it only while that run's bytes are a multiple of packAlign, so
+// every tensor starts packAlign-aligned and the device holds exactly the
+// tensors' bytes. A layer's q, k and v (and gate and up) projections are
+// then adjacent in device memory where no bias lies between them, and a
+// backend can run them as one GEMM (kernels.MergedMatMuler).
+func packGroups(bs []*binding) [][]*binding {
+	parent := func(name string) string {
+		for range 2 {
+			i := strings.LastIndexByte(name, '.')
+			if i < 0 {
+				return ""
+			}
+			name = name[:i]
+		}
+		return name
+	}
+	var out [][]*binding
+	var end int64 // the bytes of the last run
+	for i, b := range bs {
+		if i > 0 && end%packAlign == 0 && parent(b.name) != "" && parent(b.name) == parent(bs[i-1].name) {
+			out[len(out)-1] = append(out[len(out)-1], b)
+			end += b.size
+			continue
+		}
+		out = append(out, []*binding{b})
+		end = b.size
+	}
+	return out
 }
 
 // fillHost places one tensor on a host-memory device: wrapped in place when

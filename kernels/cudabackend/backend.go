@@ -165,6 +165,13 @@ type Backend struct {
 	// callers run RMSNorm and the plain GEMVs (normgemv.go). New sets it
 	// unless FT_FUSE_NORM=1: folding measured slower on the H200.
 	NoFusedNorm bool
+
+	// NoMergedGEMM turns MatMulMerged and GateUpSiLUMerged off (they then
+	// say they did not run): q, k, v and gate, up of a several-token
+	// forward run as separate GEMMs. New sets it when FT_MERGED_GEMM=0
+	// (A/B runs; merged.go).
+	NoMergedGEMM bool
+	merged       *runtime.DeviceBuffer // the merged GEMMs' scratch (merged.go)
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -196,6 +203,7 @@ type kernelSet struct {
 	fp8gemm       fp8GemmKernels // per-token quantization and rescaling (fp8gemm.go)
 	early         earlyTwins     // each BF16 GEMV's twin with early weight loads (earlyload.go)
 	norm          *normKernels   // GEMVs with the RMSNorm folded in (normgemv.go)
+	merged        mergedKernels  // column splits after a merged GEMM (merged.go)
 }
 
 var (
@@ -243,6 +251,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		gemvAcc: get("gemv_persist_f32acc"),
 		fp8:     loadFP8(get),
 		fp8gemm: loadFP8Gemm(get),
+		merged:  loadMerged(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -317,7 +326,8 @@ func New(dev runtime.Device) (*Backend, error) {
 		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok, FP8LtRescale: os.Getenv("FT_FP8_GEMM_SCALES") == "rescale",
 		NoFP8Fuse:      os.Getenv("FT_FP8_FUSE") == "0",
 		GEMM:           gemmMode,
-		NoEarlyWeights: noEarlyWeightsFromEnv(), NoFusedNorm: noFusedNormFromEnv()}
+		NoEarlyWeights: noEarlyWeightsFromEnv(), NoFusedNorm: noFusedNormFromEnv(),
+		NoMergedGEMM: noMergedFromEnv()}
 	cd.AtClose(b.Close)
 	return b, nil
 }

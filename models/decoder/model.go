@@ -95,6 +95,8 @@ type Model struct {
 	// that a separate add puts into the residual stream, also on backends
 	// that can add the product in place (accumulate.go; A/B runs, tests).
 	NoResidualAccumulate bool
+	// mergeTrace counts the layers that ran merged GEMMs (merged.go).
+	mergeTrace mergeTrace
 }
 
 // PassTokens is the number of tokens the forward in progress carries (or
