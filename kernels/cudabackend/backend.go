@@ -346,7 +346,7 @@ func (b *Backend) Close() error {
 	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf) {
 		buf.Free()
 	}
-	b.fp8lt.buf = nil
+	b.fp8lt.buf, b.merged = nil, nil // b.merged is on b.retired
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
 	b.moe.free()

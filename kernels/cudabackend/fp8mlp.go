@@ -34,7 +34,9 @@ func (b *Backend) FusesFP8MLP(rows int, layout kernels.FP8Layout) bool {
 //     y += tmp·(hs·sd) (one fp32 rounding of the product, one of the sum).
 //
 // So the bf16 roundings are those of the gate and up products before
-// their scales, the E4M3 ones of x and h, and the output's; the unfused
+// their scales, the E4M3 ones of x and h, and the output's (twice for a
+// bf16 y without add: the unscaled product, then the rescaled value; the
+// decoder passes an fp32 y); the unfused
 // path also rounds the rescaled gate and up, and silu·up, to bf16. The
 // scales are never folded into cuBLASLt here (its outer-vector scales, where
 // it has them, would still leave the SiLU and quantization passes).

@@ -305,6 +305,9 @@ type gemmTuner struct {
 	choices map[gemmKey]*gemmChoice // by bucket key
 	runs    map[gemmKey]*gemmRun    // by exact key
 	tunings int                     // buckets measured so far
+	// dead are plans dropped after a refusal: another goroutine may still
+	// be running one, so they are freed only at close.
+	dead []*C.ft_bt_plan
 }
 
 var bindBTOnce = sync.OnceValue(func() error {
@@ -347,6 +350,10 @@ func (t *gemmTuner) close(d *Device) error {
 		}
 		delete(t.runs, k)
 	}
+	for _, p := range t.dead {
+		C.ft_bt_plan_free(p)
+	}
+	t.dead = nil
 	clear(t.choices)
 	if t.h == nil {
 		return nil
@@ -562,7 +569,7 @@ func (b *BLAS) dropPlan(key gemmKey, r *gemmRun) {
 	defer t.mu.Unlock()
 	if t.runs[key] == r {
 		t.runs[key] = &gemmRun{name: "cublasGemmEx", label: gemmLabel("cublasGemmEx", key)}
-		C.ft_bt_plan_free(r.plan)
+		t.dead = append(t.dead, r.plan) // freed at close: a call may still hold r
 	}
 	if os.Getenv("FT_TRACE") == "1" {
 		fmt.Fprintf(os.Stderr, "trace: %s: BF16 GEMM %s: cuBLASLt refused %s; cublasGemmEx from now on\n", b.dev.Name(), key, r.name)
