@@ -184,9 +184,8 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b
 // free them, and run up to their own ft_pdl_wait). Every such kernel calls
 // it, on every path, before it reads or writes memory that an earlier
 // kernel reads or writes; before sm_90 it is empty. Work that needs no such
-// memory may come first: the GEMVs' early weight loads (gemv.cu's top
-// comment says why weights qualify; an L2 prefetch there instead was
-// measured slower on the H200 and removed).
+// memory may come first (the GEMVs load no weights before it: gemv.cu's
+// top comment says why).
 __device__ __forceinline__ void ft_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	asm volatile("griddepcontrol.wait;" ::: "memory");

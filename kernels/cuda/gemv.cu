@@ -1,51 +1,24 @@
 // Matrix-vector products for one token (decode): memory-bound, so each warp
 // streams weight rows with 16-byte loads, eight in flight per lane.
 
-// Each GEMV calls ft_pdl_wait before it reads x or writes y. An L2 prefetch
-// of each warp's first weight row before the wait was measured on the H200
-// (2026-12-01): the GEMVs ran 6–20% slower (gate·up·SiLU 2.13 against 1.95 ms
-// a step, q/k/v 0.68 against 0.56), with or without dependent launch, and
-// was removed.
-//
-// Early weight loads (the EARLY template parameter; kernels named *_early,
-// picked by the backend only with FT_GEMV_PREFETCH=1: measured slower on
-// the H200, 4.76 against 4.34 ms a graph step at context 512): the lane's first batch
-// of 16-byte loads of its first row goes into the very registers the loop
-// consumes first, before ft_pdl_wait, so the GEMV's ramp (the first HBM
-// round trip of every warp) hides under the tail of the kernel before it.
-// No duplicate traffic: the loop skips those loads.
-//
-// Why reading the weight before the wait is safe (see also ft_pdl_wait in
-// common.cuh and runtime/cuda/pdl.go). A kernel launched with programmatic
-// stream serialization may overlap only the kernel immediately before it in
-// the stream (in a captured graph: only a kernel node joined to it by a
-// programmatic edge, which stream capture makes only from that kernel):
-//   - every earlier kernel had completed, its writes visible, before that
-//     kernel's own ft_pdl_wait returned, and ft_pdl_wait is where that
-//     kernel lets ours begin launching (or, without the wait, it completes
-//     first);
-//   - copies, memsets and event waits are never programmatic predecessors:
-//     the offload ring's weight copies run on the copy stream and the
-//     compute stream waits on their event (cuStreamWaitEvent: captured as a
-//     full graph edge from a copy node) before a streamed unit's first
-//     kernel, so a streamed slot is complete before any kernel reading it
-//     can start; the slot is overwritten only after the release event
-//     recorded after the unit's last kernel.
-// So an early load can only observe a write in flight by the one kernel
-// before it. Weights are parameters: written by copies (place.Bind, the
-// offload stager and ring), never by a kernel of a forward. The backend's
-// own ops that write tensors by kernel and might produce a weight (Fill16,
-// FillUniform, Cast) fence what they wrote: a GEMV over it runs the plain
-// kernel (kernels/cudabackend/earlyload.go); the Backend's GEMV entry
-// points document that w must not be written by the kernel enqueued just
-// before them.
+// Each GEMV calls ft_pdl_wait before it reads x or writes y, and loads
+// nothing before it. Two ways of starting on the weights before the wait
+// were measured on the H200 (2026-12-01) and removed; do not re-try them
+// without new evidence:
+//   - an L2 prefetch of each warp's first weight row: the GEMVs ran 6–20%
+//     slower (gate·up·SiLU 2.13 against 1.95 ms a step, q/k/v 0.68 against
+//     0.56), with or without dependent launch;
+//   - early weight loads (each lane's first batch of 16-byte loads into the
+//     registers the loop consumes first, twins of every BF16, FP8 and
+//     folded-norm GEMV): the resident decode step at context 512 (CUDA
+//     graph) took 4.76 ms against 4.34 ms without.
 
 // gemv_body computes y[n] = Σ_k x[k]·w[n,k] (fp32 accumulation) for one
 // input row x[K] and weights w[N,K] (K % 8 == 0, 16-byte aligned rows), U
 // 16-byte loads of w in flight per lane. wpr
 // warps share a row (each takes every wpr-th 512-byte stretch of it) and sum
 // through shared memory; a block of W warps covers W/wpr rows.
-template <bool OUT_BF16, int U, bool EARLY = false>
+template <bool OUT_BF16, int U>
 __device__ __forceinline__ void gemv_body(void* y, const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int N, int K, int wpr) {
 	__shared__ float red[32];
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
@@ -56,12 +29,6 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16_t* __restrict__ x,
 	const int stride = 32 * wpr;
 	const uint4* wr = reinterpret_cast<const uint4*>(w + (usize)min(row, N - 1) * K);
 	uint4 a[U];
-	// Early loads: the loop's first batch of this lane (the same condition).
-	bool have = EARLY && row < N && part * 32 + lane + (U - 1) * stride < nv;
-	if (have) {
-#pragma unroll
-		for (int u = 0; u < U; u++) a[u] = __ldg(wr + part * 32 + lane + u * stride);
-	}
 	ft_pdl_wait();
 	float acc = 0.f;
 	if (row < N) {
@@ -69,11 +36,8 @@ __device__ __forceinline__ void gemv_body(void* y, const bf16_t* __restrict__ x,
 		int i = part * 32 + lane;
 		for (; i + (U - 1) * stride < nv; i += U * stride) {
 			uint4 b[U];
-			if (!have) {
 #pragma unroll
-				for (int u = 0; u < U; u++) a[u] = __ldg(wr + i + u * stride);
-			}
-			have = false;
+			for (int u = 0; u < U; u++) a[u] = __ldg(wr + i + u * stride);
 #pragma unroll
 			for (int u = 0; u < U; u++) b[u] = __ldg(xv + i + u * stride);
 #pragma unroll
@@ -115,28 +79,6 @@ extern "C" __global__ void __launch_bounds__(256) gemv_bf16_u16(bf16_t* y, const
 // gemv_f32out_u16 is gemv_bf16_f32out with 16 loads in flight per lane.
 extern "C" __global__ void __launch_bounds__(256) gemv_f32out_u16(float* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
 	gemv_body<false, 16>(y, x, w, N, K, wpr);
-}
-
-// The *_early kernels are the ones above with early weight loads (see the
-// top of this file).
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_early(bf16_t* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
-	gemv_body<true, 8, true>(y, x, w, N, K, wpr);
-}
-// gemv_bf16_f32out_early is gemv_bf16_f32out with early weight loads.
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_f32out_early(float* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
-	gemv_body<false, 8, true>(y, x, w, N, K, wpr);
-}
-// gemv_bf16_u4_early is gemv_bf16_u4 with early weight loads.
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_u4_early(bf16_t* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
-	gemv_body<true, 4, true>(y, x, w, N, K, wpr);
-}
-// gemv_bf16_u16_early is gemv_bf16_u16 with early weight loads.
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_u16_early(bf16_t* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
-	gemv_body<true, 16, true>(y, x, w, N, K, wpr);
-}
-// gemv_f32out_u16_early is gemv_f32out_u16 with early weight loads.
-extern "C" __global__ void __launch_bounds__(256) gemv_f32out_u16_early(float* y, const bf16_t* x, const bf16_t* w, int N, int K, int wpr) {
-	gemv_body<false, 16, true>(y, x, w, N, K, wpr);
 }
 
 // Folded RMSNorm (the NORM template parameter; kernels *_norm): a
@@ -194,8 +136,8 @@ __device__ __forceinline__ uint4 ldx(const uint4* xv, int i) {
 // streaming each row with U 16-byte loads in flight per lane. No block-level
 // reduction, no block turnover: the tail is one row. ACC (fp32 y only)
 // adds the product to y instead: y[row] = y[row] + Σ, the value an fp32
-// product then add_f32 give. EARLY: early weight loads (top of the file).
-template <bool OUT_BF16, int U, bool ACC = false, bool EARLY = false, bool NORM = false>
+// product then add_f32 give. NORM: x is RMSNorm(res)·nrm (norm_x_smem).
+template <bool OUT_BF16, int U, bool ACC = false, bool NORM = false>
 __device__ __forceinline__ void gemv_persist_body(void* y, const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int N, int K,
 		const float* __restrict__ res = nullptr, const bf16_t* __restrict__ nrm = nullptr, float eps = 0.f, int vt = 0) {
 	const int lane = threadIdx.x & 31;
@@ -203,12 +145,6 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16_t* __restr
 	const int nv = K >> 3;
 	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 	uint4 a[U];
-	bool have = EARLY && row0 < N && lane + 32 * (U - 1) < nv;
-	if (have) {
-		const uint4* wr = reinterpret_cast<const uint4*>(w + (usize)row0 * K);
-#pragma unroll
-		for (int u = 0; u < U; u++) a[u] = __ldg(wr + lane + 32 * u);
-	}
 	ft_pdl_wait();
 	const uint4* xv = NORM ? norm_x_smem(res, nrm, K, eps, vt) : reinterpret_cast<const uint4*>(x);
 	for (int row = row0; row < N; row += nw) {
@@ -216,11 +152,8 @@ __device__ __forceinline__ void gemv_persist_body(void* y, const bf16_t* __restr
 		float acc = 0.f;
 		int i = lane;
 		for (; i + 32 * (U - 1) < nv; i += 32 * U) {
-			if (!have) {
 #pragma unroll
-				for (int u = 0; u < U; u++) a[u] = __ldg(wr + i + 32 * u);
-			}
-			have = false;
+			for (int u = 0; u < U; u++) a[u] = __ldg(wr + i + 32 * u);
 #pragma unroll
 			for (int u = 0; u < U; u++) acc += dot8(a[u], ldx<NORM>(xv, i + 32 * u));
 		}
@@ -251,19 +184,6 @@ extern "C" __global__ void __launch_bounds__(256) gemv_persist_f32acc(float* y, 
 	gemv_persist_body<false, 16, true>(y, x, w, N, K);
 }
 
-// The persistent GEMVs with early weight loads.
-extern "C" __global__ void __launch_bounds__(256) gemv_persist_bf16_early(bf16_t* y, const bf16_t* x, const bf16_t* w, int N, int K) {
-	gemv_persist_body<true, 16, false, true>(y, x, w, N, K);
-}
-// gemv_persist_f32out_early is gemv_persist_f32out with early weight loads.
-extern "C" __global__ void __launch_bounds__(256) gemv_persist_f32out_early(float* y, const bf16_t* x, const bf16_t* w, int N, int K) {
-	gemv_persist_body<false, 16, false, true>(y, x, w, N, K);
-}
-// gemv_persist_f32acc_early is gemv_persist_f32acc with early weight loads.
-extern "C" __global__ void __launch_bounds__(256) gemv_persist_f32acc_early(float* y, const bf16_t* x, const bf16_t* w, int N, int K) {
-	gemv_persist_body<false, 16, true, true>(y, x, w, N, K);
-}
-
 // gemv3_row is row r of the q/k/v stack: its weight row and output slot.
 __device__ __forceinline__ void gemv3_row(int r, bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* w0, const bf16_t* w1,
 		const bf16_t* w2, int N0, int N1, int K, const uint4*& wr, bf16_t*& yp) {
@@ -278,9 +198,9 @@ __device__ __forceinline__ void gemv3_row(int r, bf16_t* y0, bf16_t* y1, bf16_t*
 
 // gemv3_body runs three GEMVs of one input in one launch (the q, k and v
 // projections of a decode step): y_j[n] = Σ_k x[k]·w_j[n,k] for j < 3, rows
-// n < N_j, bf16 outputs; persistent warps over the N0+N1+N2 rows. EARLY:
-// early weight loads.
-template <bool EARLY, bool NORM = false>
+// n < N_j, bf16 outputs; persistent warps over the N0+N1+N2 rows. NORM:
+// x is RMSNorm(res)·nrm (norm_x_smem).
+template <bool NORM = false>
 __device__ __forceinline__ void gemv3_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
 		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K,
 		const float* __restrict__ res = nullptr, const bf16_t* __restrict__ nrm = nullptr, float eps = 0.f, int vt = 0) {
@@ -289,14 +209,6 @@ __device__ __forceinline__ void gemv3_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, c
 	const int nv = K >> 3;
 	const int r0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 	uint4 a[16];
-	bool have = EARLY && r0 < N0 + N1 + N2 && lane + 32 * 15 < nv;
-	if (have) {
-		const uint4* wr;
-		bf16_t* yp;
-		gemv3_row(r0, y0, y1, y2, w0, w1, w2, N0, N1, K, wr, yp);
-#pragma unroll
-		for (int u = 0; u < 16; u++) a[u] = __ldg(wr + lane + 32 * u);
-	}
 	ft_pdl_wait();
 	const uint4* xv = NORM ? norm_x_smem(res, nrm, K, eps, vt) : reinterpret_cast<const uint4*>(x);
 	for (int r = r0; r < N0 + N1 + N2; r += nw) {
@@ -306,11 +218,8 @@ __device__ __forceinline__ void gemv3_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, c
 		float acc = 0.f;
 		int i = lane;
 		for (; i + 32 * 15 < nv; i += 32 * 16) {
-			if (!have) {
 #pragma unroll
-				for (int u = 0; u < 16; u++) a[u] = __ldg(wr + i + 32 * u);
-			}
-			have = false;
+			for (int u = 0; u < 16; u++) a[u] = __ldg(wr + i + 32 * u);
 #pragma unroll
 			for (int u = 0; u < 16; u++) acc += dot8(a[u], ldx<NORM>(xv, i + 32 * u));
 		}
@@ -320,22 +229,18 @@ __device__ __forceinline__ void gemv3_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, c
 	}
 }
 
-// gemv3_bf16 is gemv3_body; gemv3_bf16_early with early weight loads.
+// gemv3_bf16 is gemv3_body: the q, k and v projections of one token.
 extern "C" __global__ void __launch_bounds__(256) gemv3_bf16(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* x,
 		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
 	gemv3_body<false>(y0, y1, y2, x, w0, w1, w2, N0, N1, N2, K);
-}
-// gemv3_bf16_early is gemv3_bf16 with early weight loads.
-extern "C" __global__ void __launch_bounds__(256) gemv3_bf16_early(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* x,
-		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
-	gemv3_body<true>(y0, y1, y2, x, w0, w1, w2, N0, N1, N2, K);
 }
 
 // gemv_gateup_body is Llama's MLP up to the down projection for one
 // token: act[n] = silu(g)·u with g = Σ_k x[k]·wg[n,k], u = Σ_k x[k]·wu[n,k]
 // (fp32, rounded once), silu(g) = g/(1+e^−g); persistent warps, each row of
-// both matrices streamed together. EARLY: early weight loads.
-template <bool EARLY, bool NORM = false>
+// both matrices streamed together. NORM: x is RMSNorm(res)·nrm
+// (norm_x_smem).
+template <bool NORM = false>
 __device__ __forceinline__ void gemv_gateup_body(bf16_t* act, const bf16_t* __restrict__ x,
 		const bf16_t* __restrict__ wg, const bf16_t* __restrict__ wu, int N, int K,
 		const float* __restrict__ res = nullptr, const bf16_t* __restrict__ nrm = nullptr, float eps = 0.f, int vt = 0) {
@@ -344,16 +249,6 @@ __device__ __forceinline__ void gemv_gateup_body(bf16_t* act, const bf16_t* __re
 	const int nv = K >> 3;
 	const int row0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 	uint4 a[8], b[8];
-	bool have = EARLY && row0 < N && lane + 32 * 7 < nv;
-	if (have) {
-		const uint4* gr = reinterpret_cast<const uint4*>(wg + (usize)row0 * K);
-		const uint4* ur = reinterpret_cast<const uint4*>(wu + (usize)row0 * K);
-#pragma unroll
-		for (int j = 0; j < 8; j++) {
-			a[j] = __ldg(gr + lane + 32 * j);
-			b[j] = __ldg(ur + lane + 32 * j);
-		}
-	}
 	ft_pdl_wait();
 	const uint4* xv = NORM ? norm_x_smem(res, nrm, K, eps, vt) : reinterpret_cast<const uint4*>(x);
 	for (int row = row0; row < N; row += nw) {
@@ -362,14 +257,11 @@ __device__ __forceinline__ void gemv_gateup_body(bf16_t* act, const bf16_t* __re
 		float g = 0.f, u = 0.f;
 		int i = lane;
 		for (; i + 32 * 7 < nv; i += 32 * 8) {
-			if (!have) {
 #pragma unroll
-				for (int j = 0; j < 8; j++) {
-					a[j] = __ldg(gr + i + 32 * j);
-					b[j] = __ldg(ur + i + 32 * j);
-				}
+			for (int j = 0; j < 8; j++) {
+				a[j] = __ldg(gr + i + 32 * j);
+				b[j] = __ldg(ur + i + 32 * j);
 			}
-			have = false;
 #pragma unroll
 			for (int j = 0; j < 8; j++) {
 				const uint4 xx = ldx<NORM>(xv, i + 32 * j);
@@ -388,49 +280,28 @@ __device__ __forceinline__ void gemv_gateup_body(bf16_t* act, const bf16_t* __re
 	}
 }
 
-// gemv_gateup_silu_bf16 is gemv_gateup_body; gemv_gateup_silu_bf16_early
-// with early weight loads.
+// gemv_gateup_silu_bf16 is gemv_gateup_body: act = silu(x·wgᵀ)·(x·wuᵀ).
 extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_bf16(bf16_t* act, const bf16_t* x,
 		const bf16_t* wg, const bf16_t* wu, int N, int K) {
 	gemv_gateup_body<false>(act, x, wg, wu, N, K);
 }
-// gemv_gateup_silu_bf16_early is gemv_gateup_silu_bf16 with early weight loads.
-extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_bf16_early(bf16_t* act, const bf16_t* x,
-		const bf16_t* wg, const bf16_t* wu, int N, int K) {
-	gemv_gateup_body<true>(act, x, wg, wu, N, K);
-}
 
 // The folded-RMSNorm GEMVs (see norm_x_smem): q/k/v, gate·up·SiLU and the
-// fp32-output persistent GEMV (the LM head) of x = RMSNorm(res)·nrm, each
-// plain and with early weight loads (*_early). K·2 bytes of dynamic shared
-// memory; vt is the thread count of rmsnorm_f32in_bf16 at width K.
+// fp32-output persistent GEMV (the LM head) of x = RMSNorm(res)·nrm. K·2
+// bytes of dynamic shared memory; vt is the thread count of
+// rmsnorm_f32in_bf16 at width K.
 // gemv3_norm_bf16 is gemv3_bf16 of x = RMSNorm(res)·nrm.
 extern "C" __global__ void __launch_bounds__(256) gemv3_norm_bf16(bf16_t* y0, bf16_t* y1, bf16_t* y2, const float* res,
 		const bf16_t* nrm, float eps, int vt, const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
-	gemv3_body<false, true>(y0, y1, y2, nullptr, w0, w1, w2, N0, N1, N2, K, res, nrm, eps, vt);
-}
-// gemv3_norm_bf16_early is gemv3_norm_bf16 with early weight loads.
-extern "C" __global__ void __launch_bounds__(256) gemv3_norm_bf16_early(bf16_t* y0, bf16_t* y1, bf16_t* y2, const float* res,
-		const bf16_t* nrm, float eps, int vt, const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
-	gemv3_body<true, true>(y0, y1, y2, nullptr, w0, w1, w2, N0, N1, N2, K, res, nrm, eps, vt);
+	gemv3_body<true>(y0, y1, y2, nullptr, w0, w1, w2, N0, N1, N2, K, res, nrm, eps, vt);
 }
 // gemv_gateup_silu_norm_bf16 is gemv_gateup_silu_bf16 of x = RMSNorm(res)·nrm.
 extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_norm_bf16(bf16_t* act, const float* res,
 		const bf16_t* nrm, float eps, int vt, const bf16_t* wg, const bf16_t* wu, int N, int K) {
-	gemv_gateup_body<false, true>(act, nullptr, wg, wu, N, K, res, nrm, eps, vt);
-}
-// gemv_gateup_silu_norm_bf16_early is gemv_gateup_silu_norm_bf16 with early weight loads.
-extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_norm_bf16_early(bf16_t* act, const float* res,
-		const bf16_t* nrm, float eps, int vt, const bf16_t* wg, const bf16_t* wu, int N, int K) {
-	gemv_gateup_body<true, true>(act, nullptr, wg, wu, N, K, res, nrm, eps, vt);
+	gemv_gateup_body<true>(act, nullptr, wg, wu, N, K, res, nrm, eps, vt);
 }
 // gemv_persist_norm_f32out is gemv_persist_f32out of x = RMSNorm(res)·nrm.
 extern "C" __global__ void __launch_bounds__(256) gemv_persist_norm_f32out(float* y, const float* res,
 		const bf16_t* nrm, float eps, int vt, const bf16_t* w, int N, int K) {
-	gemv_persist_body<false, 16, false, false, true>(y, nullptr, w, N, K, res, nrm, eps, vt);
-}
-// gemv_persist_norm_f32out_early is gemv_persist_norm_f32out with early weight loads.
-extern "C" __global__ void __launch_bounds__(256) gemv_persist_norm_f32out_early(float* y, const float* res,
-		const bf16_t* nrm, float eps, int vt, const bf16_t* w, int N, int K) {
-	gemv_persist_body<false, 16, false, true, true>(y, nullptr, w, N, K, res, nrm, eps, vt);
+	gemv_persist_body<false, 16, false, true>(y, nullptr, w, N, K, res, nrm, eps, vt);
 }

@@ -150,17 +150,6 @@ type Backend struct {
 	// cuBLASLt's algorithms and cublasGemmEx (the default) or cublasGemmEx
 	// alone (gemm.go). New sets it from FT_GEMM.
 	GEMM GEMMMode
-	// NoEarlyWeights runs the one-token GEMVs without early weight loads
-	// (earlyload.go). New sets it unless FT_GEMV_PREFETCH=1: the early
-	// loads measured slower on the H200 (A/B runs).
-	NoEarlyWeights bool
-	// fenced are the tensors (byte ranges) that the ops that write by
-	// kernel and may make a weight wrote since the last GEMV launch; a GEMV
-	// over one runs without early weight loads. fenceAll: too many to list
-	// (earlyload.go).
-	fenced   [][2]uintptr
-	fenceAll bool
-
 	// NoFusedNorm makes the kernels.NormProjector ops decline, so that
 	// callers run RMSNorm and the plain GEMVs (normgemv.go). New sets it
 	// unless FT_FUSE_NORM=1: folding measured slower on the H200.
@@ -201,7 +190,6 @@ type kernelSet struct {
 	prefill       prefillKernels // prefill attention and vectorised RoPE + store (prefill.go)
 	gemvAcc       *cuda.Function // gemv_persist_f32acc (matmuladd.go)
 	fp8gemm       fp8GemmKernels // per-token quantization and rescaling (fp8gemm.go)
-	early         earlyTwins     // each BF16 GEMV's twin with early weight loads (earlyload.go)
 	norm          *normKernels   // GEMVs with the RMSNorm folded in (normgemv.go)
 	merged        mergedKernels  // column splits after a merged GEMM (merged.go)
 }
@@ -256,16 +244,14 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
-	ks.loadEarly(get)
-	ks.norm = loadNorm(get, ks.early)
+	ks.norm = loadNorm(get)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	ks.allowDependentLaunch()
 	ks.fp8.sms = dev.Multiprocessors()
 	ks.persistBlocks = map[*cuda.Function]int{}
-	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down,
-		ks.early[ks.gemvPersist], ks.early[ks.gemvPersistF32], ks.early[ks.gemvAcc], ks.early[ks.gemv3], ks.early[ks.gateUp]} {
+	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down} {
 		n, err := f.MaxActiveBlocksPerSM(256, 0)
 		if err != nil {
 			return nil, fmt.Errorf("cudabackend: %w", err)
@@ -324,9 +310,9 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK"),
 		DecodePipeVariant: os.Getenv("FT_DECODE_VARIANT"), DecodePipeSplits: envInt("FT_DECODE_SPLITS"),
 		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok, FP8LtRescale: os.Getenv("FT_FP8_GEMM_SCALES") == "rescale",
-		NoFP8Fuse:      os.Getenv("FT_FP8_FUSE") == "0",
-		GEMM:           gemmMode,
-		NoEarlyWeights: noEarlyWeightsFromEnv(), NoFusedNorm: noFusedNormFromEnv(),
+		NoFP8Fuse:    os.Getenv("FT_FP8_FUSE") == "0",
+		GEMM:         gemmMode,
+		NoFusedNorm:  noFusedNormFromEnv(),
 		NoMergedGEMM: noMergedFromEnv()}
 	cd.AtClose(b.Close)
 	return b, nil
@@ -425,11 +411,6 @@ func (b *Backend) posArgs(pos0 int) (uint64, uint64) {
 }
 
 // MatMul: out[T,N] = x[T,D]·w[N,D]ᵀ, fp32 accumulation, out BF16 or F32.
-// w is read as a constant: one token's GEMV may read it before the kernel
-// enqueued just before it has finished (earlyload.go), so w must not be
-// that kernel's output (this backend's Fill16, FillUniform and Cast are
-// fenced: their outputs may be weights). The same holds for MatMulN, MatMulAdd,
-// GateUpSiLU and the FP8 GEMVs.
 func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 	if err := b.weight("MatMul", "w", w); err != nil {
 		return err
@@ -464,7 +445,6 @@ func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 		if f32 {
 			f = b.k.gemvPersistF32
 		}
-		f = b.gemvKernel(f, w)
 		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D))
 	}
@@ -495,7 +475,6 @@ func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 		if !ok {
 			return fmt.Errorf("cudabackend.MatMul: no GEMV kernel with unroll %d for %v output", u, out.DType())
 		}
-		f = b.gemvKernel(f, w)
 		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: (N + rpb - 1) / rpb}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D), cuda.I32(wpr))
 	}
@@ -1002,7 +981,6 @@ func (b *Backend) Fill16(dst *runtime.Tensor, bits uint16) error {
 	if dst.NumBytes()%2 != 0 {
 		return fmt.Errorf("cudabackend.Fill16: %v is not a whole number of 16-bit words", dst)
 	}
-	b.fence(dst) // the driver may fill by a kernel
 	return b.s.MemsetD16(dst.Ptr(), bits, dst.NumBytes()/2)
 }
 
@@ -1025,7 +1003,6 @@ func (b *Backend) Cast(out, in *runtime.Tensor) error {
 	if n == 0 {
 		return nil
 	}
-	b.fence(out)
 	return b.k.cast.Launch(b.s, cuda.Dim3{X: b.gridFor(n)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(out.Ptr()), cuda.I32(int(out.DType())), cuda.Ptr(in.Ptr()), cuda.I32(int(in.DType())), cuda.I64(n))
 }
@@ -1040,7 +1017,6 @@ func (b *Backend) FillUniform(t *runtime.Tensor, seed uint64, lo, hi float32) er
 	if n == 0 {
 		return nil
 	}
-	b.fence(t)
 	return b.k.fill.Launch(b.s, cuda.Dim3{X: b.gridFor(n)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(t.Ptr()), cuda.I64(n), seed, cuda.F32(lo), cuda.F32(hi))
 }
@@ -1183,7 +1159,7 @@ func (b *Backend) MatMulN(outs []*runtime.Tensor, x *runtime.Tensor, ws []*runti
 		return nil
 	}
 	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
-	f := b.gemvKernel(b.k.gemv3, ws...)
+	f := b.k.gemv3
 	return f.LaunchBytes(b.s, gemvBytes(N0+N1+N2, x.Dim(-1), outs[0]), cuda.Dim3{X: min(b.k.persistBlocks[f], (N0+N1+N2+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
 		cuda.Ptr(ws[0].Ptr()), cuda.Ptr(ws[1].Ptr()), cuda.Ptr(ws[2].Ptr()), cuda.I32(N0), cuda.I32(N1), cuda.I32(N2), cuda.I32(x.Dim(-1)))
@@ -1212,7 +1188,7 @@ func (b *Backend) GateUpSiLU(out, x, wg, wu *runtime.Tensor) error {
 		return fmt.Errorf("cudabackend.GateUpSiLU: width %d (want a multiple of 8) or unaligned tensors", D)
 	}
 	N := wg.Dim(0)
-	f := b.gemvKernel(b.k.gateUp, wg, wu)
+	f := b.k.gateUp
 	return f.LaunchBytes(b.s, gemvBytes(2*N, D, out)-int64(N)*2, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.I32(N), cuda.I32(D))
 }

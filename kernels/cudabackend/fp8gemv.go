@@ -32,7 +32,6 @@ import (
 // fp8Kernels are fp8gemv.cu's kernels and their launch geometry.
 type fp8Kernels struct {
 	variants map[string]*fp8GEMVs // the GEMVs of each tuning variant (fp8Variants)
-	early    map[string]*fp8GEMVs // the same with early weight loads (earlyload.go)
 	dequant  *cuda.Function
 	sms      int
 
@@ -56,14 +55,11 @@ type fp8GEMVs struct {
 
 // loadFP8 looks fp8gemv.cu's kernels up in the compiled module.
 func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
-	k := &fp8Kernels{variants: map[string]*fp8GEMVs{}, early: map[string]*fp8GEMVs{}, dequant: get("dequant_fp8_bf16_v16"),
+	k := &fp8Kernels{variants: map[string]*fp8GEMVs{}, dequant: get("dequant_fp8_bf16_v16"),
 		smem: map[*cuda.Function]int{}, wave: map[fp8WaveKey]int{}, bad: map[*cuda.Function]struct{}{}}
 	for _, v := range fp8Variants {
 		k.variants[v.Name] = &fp8GEMVs{gemv: get("gemv_fp8_v_" + v.Name), gemv3: get("gemv3_fp8_" + v.Name),
 			gateUp: get("gemv_gateup_silu_fp8_" + v.Name), rows: v.R, smemX: v.SmemX}
-		e := v.Name + "_early"
-		k.early[v.Name] = &fp8GEMVs{gemv: get("gemv_fp8_v_" + e), gemv3: get("gemv3_fp8_" + e),
-			gateUp: get("gemv_gateup_silu_fp8_" + e), rows: v.R, smemX: v.SmemX}
 	}
 	return k
 }
@@ -73,21 +69,16 @@ func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
 func (k *fp8Kernels) functions() []*cuda.Function {
 	var fs []*cuda.Function
 	for _, v := range fp8Variants {
-		g, e := k.variants[v.Name], k.early[v.Name]
-		fs = append(fs, g.gemv, g.gemv3, g.gateUp, e.gemv, e.gemv3, e.gateUp)
+		g := k.variants[v.Name]
+		fs = append(fs, g.gemv, g.gemv3, g.gateUp)
 	}
 	return fs
 }
 
 // fp8GEMVs is the variant of the FP8 GEMVs that b runs (b.FP8Variant, the
-// default where it names none), with early weight loads where
-// b.earlyLoads(ws...) allows. The caller calls b.launchedGEMV when it
-// launches one.
-func (b *Backend) fp8GEMVs(ws ...*runtime.Tensor) *fp8GEMVs {
+// default where it names none).
+func (b *Backend) fp8GEMVs() *fp8GEMVs {
 	vs := b.k.fp8.variants
-	if b.earlyLoads(ws...) {
-		vs = b.k.fp8.early
-	}
 	if g, ok := vs[b.FP8Variant]; ok {
 		return g
 	}
@@ -181,7 +172,7 @@ func (b *Backend) gemvFP8V(out, x, w, scale *runtime.Tensor, layout kernels.FP8L
 	if !ok {
 		return false, nil
 	}
-	v := b.fp8GEMVs(w)
+	v := b.fp8GEMVs()
 	f := v.gemv
 	grid, smem, ok, err := b.k.fp8.fp8Grid(v, f, N, D)
 	if !ok || err != nil {
@@ -192,7 +183,6 @@ func (b *Backend) gemvFP8V(out, x, w, scale *runtime.Tensor, layout kernels.FP8L
 		outF32 = 1
 	}
 	bytes := int64(N)*int64(D) + scale.NumBytes() + int64(D)*2 + int64(N)*int64(out.DType().Size())
-	b.launchedGEMV()
 	return true, f.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
 		cuda.Ptr(out.Ptr()), cuda.I32(outF32), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.Ptr(scale.Ptr()), cuda.I32(int(scale.DType())),
 		cuda.I32(N), cuda.I32(D), cuda.I32(shift), cuda.I32(fp8Stride(D, layout)))
@@ -291,7 +281,7 @@ func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scal
 		ptrs = append(ptrs, ws[i].Ptr())
 	}
 	var shift, grid, smem int
-	v := b.fp8GEMVs(ws...)
+	v := b.fp8GEMVs()
 	if fused {
 		shift, fused = b.fp8Fast(D, layout, ptrs...)
 	}
@@ -314,7 +304,6 @@ func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scal
 	}
 	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
 	bytes := int64(N0+N1+N2)*int64(D+2) + scales[0].NumBytes() + scales[1].NumBytes() + scales[2].NumBytes() + int64(D)*2
-	b.launchedGEMV()
 	return v.gemv3.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
 		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
 		cuda.Ptr(ws[0].Ptr()), cuda.Ptr(ws[1].Ptr()), cuda.Ptr(ws[2].Ptr()),
@@ -348,7 +337,7 @@ func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layo
 	N := wg.Dim(0)
 	fused := x.NumElements() == D && sg.DType() == su.DType()
 	var shift, grid, smem int
-	v := b.fp8GEMVs(wg, wu)
+	v := b.fp8GEMVs()
 	if fused {
 		shift, fused = b.fp8Fast(D, layout, x.Ptr(), wg.Ptr(), wu.Ptr())
 	}
@@ -375,7 +364,6 @@ func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layo
 		return b.SiLUMul(out, out, up)
 	}
 	bytes := 2*int64(N)*int64(D) + sg.NumBytes() + su.NumBytes() + int64(D)*2 + int64(N)*2
-	b.launchedGEMV()
 	return v.gateUp.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.Ptr(sg.Ptr()), cuda.Ptr(su.Ptr()),
 		cuda.I32(int(sg.DType())), cuda.I32(N), cuda.I32(D), cuda.I32(shift), cuda.I32(fp8Stride(D, layout)))

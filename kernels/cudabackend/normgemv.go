@@ -26,7 +26,7 @@ import (
 // reduction of the residual costs more than the launch it saves).
 func noFusedNormFromEnv() bool { return os.Getenv("FT_FUSE_NORM") != "1" }
 
-// normKernels are the folded-norm GEMVs, each with its early-load twin.
+// normKernels are the folded-norm GEMVs.
 type normKernels struct {
 	gemv3, gateUp, f32out *cuda.Function
 
@@ -39,17 +39,13 @@ type normWaveKey struct {
 	smem int
 }
 
-// loadNorm looks up the folded-norm GEMVs and records their twins in early.
-func loadNorm(get func(string) *cuda.Function, early earlyTwins) *normKernels {
-	k := &normKernels{gemv3: get("gemv3_norm_bf16"), gateUp: get("gemv_gateup_silu_norm_bf16"), f32out: get("gemv_persist_norm_f32out"),
+// loadNorm looks up the folded-norm GEMVs.
+func loadNorm(get func(string) *cuda.Function) *normKernels {
+	return &normKernels{gemv3: get("gemv3_norm_bf16"), gateUp: get("gemv_gateup_silu_norm_bf16"), f32out: get("gemv_persist_norm_f32out"),
 		wave: map[normWaveKey]int{}}
-	early[k.gemv3] = get("gemv3_norm_bf16_early")
-	early[k.gateUp] = get("gemv_gateup_silu_norm_bf16_early")
-	early[k.f32out] = get("gemv_persist_norm_f32out_early")
-	return k
 }
 
-// functions are the folded-norm GEMVs (their twins are in early).
+// functions are the folded-norm GEMVs.
 func (k *normKernels) functions() []*cuda.Function {
 	return []*cuda.Function{k.gemv3, k.gateUp, k.f32out}
 }
@@ -120,7 +116,7 @@ func (b *Backend) NormMatMulN(outs []*runtime.Tensor, x, nw *runtime.Tensor, eps
 		}
 	}
 	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
-	f := b.gemvKernel(b.k.norm.gemv3, ws...)
+	f := b.k.norm.gemv3
 	grid, err := b.normWave(f, 2*D, N0+N1+N2)
 	if err != nil {
 		return false, err
@@ -140,7 +136,7 @@ func (b *Backend) NormGateUpSiLU(out, x, nw *runtime.Tensor, eps float32, wg, wu
 		return false, nil
 	}
 	N := wg.Dim(0)
-	f := b.gemvKernel(b.k.norm.gateUp, wg, wu)
+	f := b.k.norm.gateUp
 	grid, err := b.normWave(f, 2*D, N)
 	if err != nil {
 		return false, err
@@ -159,7 +155,7 @@ func (b *Backend) NormMatMul(out, x, nw *runtime.Tensor, eps float32, w *runtime
 		return false, nil
 	}
 	N := w.Dim(0)
-	f := b.gemvKernel(b.k.norm.f32out, w)
+	f := b.k.norm.f32out
 	grid, err := b.normWave(f, 2*D, N)
 	if err != nil {
 		return false, err

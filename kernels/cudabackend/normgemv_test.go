@@ -13,13 +13,15 @@ import (
 
 // TestNormProjectorGPU: the GEMVs with the RMSNorm folded in (NormMatMulN,
 // NormGateUpSiLU, NormMatMul) give bit for bit what RMSNorm of the F32
-// residual and then the plain op give on the GPU, with early weight loads
-// and without, and the CPU reference's values; widths where the norm's
-// block has one float4 a thread (4096), several (5120), fewer threads than
-// the fused block (136, 64); a width the kernels do not take (4100) and
-// NoFusedNorm decline, enqueueing nothing.
+// residual and then the plain op give on the GPU, and the CPU reference's
+// values; widths where the norm's block has one float4 a thread (4096),
+// several (5120), fewer threads than the fused block (136, 64); a width the
+// kernels do not take (4100) and NoFusedNorm decline, enqueueing nothing.
+// The folding is off by default (FT_FUSE_NORM): the test turns it on.
 func TestNormProjectorGPU(t *testing.T) {
 	needGPU(t)
+	gb.NoFusedNorm = false
+	defer func() { gb.NoFusedNorm = noFusedNormFromEnv() }()
 	rng := newRNG(t)
 	const eps = 1e-5
 	for _, c := range []struct{ D, Nq, Nkv, I, V int }{{4096, 4096, 1024, 14336, 32000}, {5120, 640, 128, 1000, 777}, {136, 64, 16, 96, 100}, {64, 32, 32, 40, 50}} {
@@ -66,31 +68,27 @@ func TestNormProjectorGPU(t *testing.T) {
 				return r.F32()
 			}
 
-			for _, early := range []bool{true, false} {
-				withEarly(t, early, true, func() {
-					f3 := []*runtime.Tensor{poisoned(t, runtime.BF16, 1, c.Nq), poisoned(t, runtime.BF16, 1, c.Nkv), poisoned(t, runtime.BF16, 1, c.Nkv)}
-					fact := poisoned(t, runtime.BF16, 1, c.I)
-					flog := poisoned(t, runtime.F32, 1, c.V)
-					for name, run := range map[string]func() (bool, error){
-						"NormMatMulN":    func() (bool, error) { return gb.NormMatMulN(f3, gx, gn, eps, gws) },
-						"NormGateUpSiLU": func() (bool, error) { return gb.NormGateUpSiLU(fact, gx, gn, eps, gg, gu) },
-						"NormMatMul":     func() (bool, error) { return gb.NormMatMul(flog, gx, gn, eps, gh) },
-					} {
-						if ran, err := run(); err != nil || !ran {
-							t.Fatalf("%s: ran %v, %v", name, ran, err)
-						}
-					}
-					got := map[string][]float32{"q": read(t, f3[0]), "k": read(t, f3[1]), "v": read(t, f3[2]), "act": read(t, fact), "logits": read(t, flog)}
-					for name, g := range got {
-						if !slices.Equal(g, want[name]) {
-							t.Errorf("early=%v: %s with the norm folded in differs from RMSNorm then the plain GEMV", early, name)
-						}
-					}
-					compare(t, "q", got["q"], ref(wq, c.Nq), 2e-3, 8e-3)
-					compare(t, "v", got["v"], ref(wv, c.Nkv), 2e-3, 8e-3)
-					compare(t, "logits", got["logits"], ref(wh, c.V), 1e-4, 1e-4)
-				})
+			f3 := []*runtime.Tensor{poisoned(t, runtime.BF16, 1, c.Nq), poisoned(t, runtime.BF16, 1, c.Nkv), poisoned(t, runtime.BF16, 1, c.Nkv)}
+			fact := poisoned(t, runtime.BF16, 1, c.I)
+			flog := poisoned(t, runtime.F32, 1, c.V)
+			for name, run := range map[string]func() (bool, error){
+				"NormMatMulN":    func() (bool, error) { return gb.NormMatMulN(f3, gx, gn, eps, gws) },
+				"NormGateUpSiLU": func() (bool, error) { return gb.NormGateUpSiLU(fact, gx, gn, eps, gg, gu) },
+				"NormMatMul":     func() (bool, error) { return gb.NormMatMul(flog, gx, gn, eps, gh) },
+			} {
+				if ran, err := run(); err != nil || !ran {
+					t.Fatalf("%s: ran %v, %v", name, ran, err)
+				}
 			}
+			got := map[string][]float32{"q": read(t, f3[0]), "k": read(t, f3[1]), "v": read(t, f3[2]), "act": read(t, fact), "logits": read(t, flog)}
+			for name, g := range got {
+				if !slices.Equal(g, want[name]) {
+					t.Errorf("%s with the norm folded in differs from RMSNorm then the plain GEMV", name)
+				}
+			}
+			compare(t, "q", got["q"], ref(wq, c.Nq), 2e-3, 8e-3)
+			compare(t, "v", got["v"], ref(wv, c.Nkv), 2e-3, 8e-3)
+			compare(t, "logits", got["logits"], ref(wh, c.V), 1e-4, 1e-4)
 		})
 	}
 

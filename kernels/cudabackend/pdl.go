@@ -33,7 +33,6 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 	for _, pk := range ks.decodeMMA.pipe {
 		fs = append(fs, pk.contig, pk.paged)
 	}
-	fs = append(fs, ks.earlyFunctions()...)
 	fs = append(fs, ks.norm.functions()...)
 	return append(fs, ks.fp8.functions()...)
 }

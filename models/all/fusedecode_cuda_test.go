@@ -12,14 +12,13 @@ import (
 	"github.com/flextensor-go/flextensor/models/decoder"
 )
 
-// decodeSwitches turns the CUDA backend's decode fusions all on (the
-// defaults) or all off: early weight loads (FT_GEMV_PREFETCH), RMSNorm
-// folded into the GEMVs (FT_FUSE_NORM); it returns a function restoring
-// them.
+// decodeSwitches turns the CUDA backend's decode fusions all on or all
+// off: RMSNorm folded into the GEMVs (FT_FUSE_NORM, off by default); it
+// returns a function restoring them.
 func decodeSwitches(gb *cudabackend.Backend, on bool) (restore func()) {
-	early, norm := gb.NoEarlyWeights, gb.NoFusedNorm
-	gb.NoEarlyWeights, gb.NoFusedNorm = !on, !on
-	return func() { gb.NoEarlyWeights, gb.NoFusedNorm = early, norm }
+	norm := gb.NoFusedNorm
+	gb.NoFusedNorm = !on
+	return func() { gb.NoFusedNorm = norm }
 }
 
 // TestFusedDecodeSwitchesGPU: on every family fixture, 20 greedy tokens
