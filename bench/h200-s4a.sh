@@ -4,6 +4,8 @@
 # fa2 prefill variant, the fused FP8 MLP, the tuned cuBLASLt GEMMs, the
 # early-load GEMVs), then their A/B runs, one line each in summary.txt.
 # Runs stop being started once the call's 9-minute mark is near.
+# FT_GEMV_PREFETCH (the early weight loads) was removed after this run
+# (9deac36): infer now rejects it, so the two runs that set it fail.
 # Usage (repo root, GPU machine): bench/h200-s4a.sh OUTDIR
 set -uo pipefail
 source .devtools/env.sh
