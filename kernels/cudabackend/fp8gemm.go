@@ -123,17 +123,20 @@ func fp8WScaleOffset(T, D int) int64 { return (fp8ScaleOffset(T, D) + 4*int64(T)
 
 // fp8Scratch returns the scratch buffer for T rows of D codes, T scales
 // and nw weight scales, growing it (the old one retired: a captured graph
-// may still use it).
+// may still use it) to at least twice its size, so that prompts growing a
+// little at a time retire less than the final buffer in all.
 func (b *Backend) fp8Scratch(T, D, nw int) (*runtime.DeviceBuffer, error) {
 	need := fp8WScaleOffset(T, D) + 4*int64(nw)
 	if b.fp8lt.buf != nil && b.fp8lt.buf.Size() >= need {
 		return b.fp8lt.buf, nil
 	}
+	size := need
 	if b.fp8lt.buf != nil {
+		size = max(size, 2*b.fp8lt.buf.Size())
 		b.retired = append(b.retired, b.fp8lt.buf)
 		b.fp8lt.buf = nil
 	}
-	buf, err := b.dev.Alloc(need, "fp8 activations quantized per token")
+	buf, err := b.dev.Alloc(size, "fp8 activations quantized per token")
 	if err != nil {
 		return nil, err
 	}

@@ -44,13 +44,17 @@ func loadMerged(get func(string) *cuda.Function) mergedKernels {
 // 0 when it would have to grow while a graph is being captured (no
 // allocation then: the caller runs the separate GEMMs). A grown scratch's
 // old buffer is retired (a captured graph may read it); every buffer is
-// kept on b.retired, which Close frees.
+// kept on b.retired, which Close frees. It grows to at least twice its
+// size, so the retired buffers add up to less than the newest.
 func (b *Backend) mergedScratch(n int64) (uintptr, error) {
 	if b.merged != nil && b.merged.Size() >= n {
 		return b.merged.Ptr(), nil
 	}
 	if b.capturing {
 		return 0, nil
+	}
+	if b.merged != nil {
+		n = max(n, 2*b.merged.Size())
 	}
 	buf, err := b.dev.Alloc(n, "merged GEMM scratch")
 	if err != nil {
