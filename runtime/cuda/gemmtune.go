@@ -13,115 +13,40 @@ package cuda
 // at its first eager call.
 //
 // cuBLASLt is the library blaslt.go finds and loads (loadLtOnce); this file
-// binds its own few entry points from the same file (dlopen of a loaded
-// library returns it), so the FP8 path's bindings stay as they are.
+// binds its own copy of cublaslt_api.h's table from the same file (dlopen
+// of a loaded library returns it).
 
 /*
 #cgo LDFLAGS: -ldl
-#include <cuda.h>
 #include <cublas_v2.h>
-#include <dlfcn.h>
-#include <stddef.h>
-#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include "cublaslt_api.h"
 
+// The values only the tuner uses (the rest are in cublaslt_api.h).
 enum {
-	FT_BT_CUDA_R_32F = 0, FT_BT_CUDA_R_16BF = 14,     // cudaDataType_t
-	FT_BT_COMPUTE_32F = 68,                            // cublasComputeType_t
-	FT_BT_OP_N = 0, FT_BT_OP_T = 1,                    // cublasOperation_t
-	FT_BT_STATUS_INVALID_VALUE = 7, FT_BT_STATUS_NOT_SUPPORTED = 15, // cublasStatus_t
-	FT_BT_DESC_TRANSA = 3, FT_BT_DESC_TRANSB = 4,      // cublasLtMatmulDescAttributes_t
-	FT_BT_PREF_MAX_WORKSPACE_BYTES = 1,                // cublasLtMatmulPreferenceAttributes_t
-	FT_BT_PREF_MIN_ALIGNMENT_A_BYTES = 5, FT_BT_PREF_MIN_ALIGNMENT_B_BYTES = 6,
-	FT_BT_PREF_MIN_ALIGNMENT_C_BYTES = 7, FT_BT_PREF_MIN_ALIGNMENT_D_BYTES = 8,
 	// cublasLtMatmulAlgoConfigAttributes_t
 	FT_BT_ALGO_ID = 0, FT_BT_ALGO_TILE = 1, FT_BT_ALGO_SPLITK = 2, FT_BT_ALGO_REDUCTION = 3,
 	FT_BT_ALGO_SWIZZLE = 4, FT_BT_ALGO_CUSTOM = 5, FT_BT_ALGO_STAGES = 6,
 	FT_BT_MAX_CANDIDATES = 16,
 };
 
-// cublasLtMatmulAlgo_t and cublasLtMatmulHeuristicResult_t.
-typedef struct { uint64_t data[8]; } ft_bt_algo;
-typedef struct {
-	ft_bt_algo algo;
-	size_t workspaceSize;
-	int state;
-	float wavesCount;
-	int reserved[4];
-} ft_bt_heur;
-
-typedef struct {
-	int (*create)(void**);
-	int (*destroy)(void*);
-	const char* (*status_string)(int); // may be NULL
-	int (*desc_create)(void**, int, int);
-	int (*desc_set)(void*, int, const void*, size_t);
-	int (*desc_destroy)(void*);
-	int (*layout_create)(void**, int, uint64_t, uint64_t, int64_t);
-	int (*layout_destroy)(void*);
-	int (*pref_create)(void**);
-	int (*pref_set)(void*, int, const void*, size_t);
-	int (*pref_destroy)(void*);
-	int (*heuristic)(void*, void*, void*, void*, void*, void*, void*, int, ft_bt_heur*, int*);
-	int (*matmul)(void*, void*, const void*, const void*, void*, const void*, void*, const void*,
-		const void*, void*, void*, void*, const ft_bt_algo*, void*, size_t, CUstream);
-	int (*algo_get)(const ft_bt_algo*, int, void*, size_t, size_t*); // may be NULL
-} ft_bt_api_t;
-
-static ft_bt_api_t ft_bt;
-
-// ft_bt_bind fills ft_bt from the library at path (already loaded by
-// blaslt.go); it returns NULL or what went wrong.
+// ft_bt_bind fills ft_lt (cublaslt_api.h) from the library at path
+// (already loaded by blaslt.go); it returns NULL or what went wrong.
 static const char* ft_bt_bind(const char* path) {
+	static char msg[160];
 	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h) { const char* e = dlerror(); return e ? e : "dlopen failed"; }
-#define FT_BT_SYM(field, name) do { *(void**)(&ft_bt.field) = dlsym(h, name); if (!ft_bt.field) return "missing " name; } while (0)
-	FT_BT_SYM(create, "cublasLtCreate");
-	FT_BT_SYM(destroy, "cublasLtDestroy");
-	FT_BT_SYM(desc_create, "cublasLtMatmulDescCreate");
-	FT_BT_SYM(desc_set, "cublasLtMatmulDescSetAttribute");
-	FT_BT_SYM(desc_destroy, "cublasLtMatmulDescDestroy");
-	FT_BT_SYM(layout_create, "cublasLtMatrixLayoutCreate");
-	FT_BT_SYM(layout_destroy, "cublasLtMatrixLayoutDestroy");
-	FT_BT_SYM(pref_create, "cublasLtMatmulPreferenceCreate");
-	FT_BT_SYM(pref_set, "cublasLtMatmulPreferenceSetAttribute");
-	FT_BT_SYM(pref_destroy, "cublasLtMatmulPreferenceDestroy");
-	FT_BT_SYM(heuristic, "cublasLtMatmulAlgoGetHeuristic");
-	FT_BT_SYM(matmul, "cublasLtMatmul");
-#undef FT_BT_SYM
-	*(void**)(&ft_bt.status_string) = dlsym(h, "cublasLtGetStatusString");
-	*(void**)(&ft_bt.algo_get) = dlsym(h, "cublasLtMatmulAlgoConfigGetAttribute");
-	return NULL;
-}
-
-static const char* ft_bt_status(int st) {
-	if (st < 0) return "could not make the CUDA context current";
-	if (ft_bt.status_string) return ft_bt.status_string(st);
-	return "cuBLAS status";
-}
-
-static CUresult ft_bt_ctx(CUcontext ctx) {
-	CUcontext cur = NULL;
-	CUresult r = cuCtxGetCurrent(&cur);
-	if (r != CUDA_SUCCESS) return r;
-	if (cur == ctx) return CUDA_SUCCESS;
-	return cuCtxSetCurrent(ctx);
-}
-
-static int ft_bt_create(CUcontext ctx, void** h) {
-	if (ft_bt_ctx(ctx) != CUDA_SUCCESS) return -1;
-	return ft_bt.create(h);
-}
-
-static int ft_bt_destroy(CUcontext ctx, void* h) {
-	if (ft_bt_ctx(ctx) != CUDA_SUCCESS) return -1;
-	return ft_bt.destroy(h);
+	const char* missing = ft_lt_bind(h);
+	if (!missing) return NULL;
+	snprintf(msg, sizeof msg, "missing %s", missing);
+	return msg;
 }
 
 // ft_bt_capturing is 1 while s is being captured into a graph, 0 when not,
 // and a negative CUresult when the query fails.
 static int ft_bt_capturing(CUcontext ctx, CUstream s) {
-	CUresult r = ft_bt_ctx(ctx);
+	CUresult r = ft_lt_ctx(ctx);
 	if (r != CUDA_SUCCESS) return -(int)r;
 	CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
 	r = cuStreamIsCapturing(s, &st);
@@ -135,17 +60,17 @@ static int ft_bt_capturing(CUcontext ctx, CUstream s) {
 // ld N) and its algorithm.
 typedef struct {
 	void *desc, *la, *lb, *ld;
-	ft_bt_algo algo;
+	ft_lt_algo algo;
 	size_t ws;
 	float beta;
 } ft_bt_plan;
 
 static void ft_bt_plan_free(ft_bt_plan* p) {
 	if (!p) return;
-	if (p->ld) ft_bt.layout_destroy(p->ld);
-	if (p->lb) ft_bt.layout_destroy(p->lb);
-	if (p->la) ft_bt.layout_destroy(p->la);
-	if (p->desc) ft_bt.desc_destroy(p->desc);
+	if (p->ld) ft_lt.layout_destroy(p->ld);
+	if (p->lb) ft_lt.layout_destroy(p->lb);
+	if (p->la) ft_lt.layout_destroy(p->la);
+	if (p->desc) ft_lt.desc_destroy(p->desc);
 	free(p);
 }
 
@@ -156,57 +81,57 @@ static void ft_bt_plan_free(ft_bt_plan* p) {
 // call that failed.
 static int ft_bt_make_plan(CUcontext ctx, void* h, int M, int N, int K, int dtype, int acc,
 		uint32_t alignX, uint32_t alignW, uint32_t alignOut, uint64_t wsMax, int want,
-		ft_bt_plan** out, ft_bt_heur* res, int* nres, const char** what) {
+		ft_bt_plan** out, ft_lt_heur* res, int* nres, const char** what) {
 	*out = NULL;
 	*nres = 0;
 	*what = "cuCtxSetCurrent";
-	if (ft_bt_ctx(ctx) != CUDA_SUCCESS) return -1;
+	if (ft_lt_ctx(ctx) != CUDA_SUCCESS) return -1;
 	if (want > FT_BT_MAX_CANDIDATES) want = FT_BT_MAX_CANDIDATES;
 	ft_bt_plan* p = (ft_bt_plan*)calloc(1, sizeof(ft_bt_plan));
 	void* pref = NULL;
 	int st = 0;
-	const int32_t opT = FT_BT_OP_T, opN = FT_BT_OP_N;
-	if (!p) { *what = "calloc"; return FT_BT_STATUS_NOT_SUPPORTED; }
+	const int32_t opT = FT_LT_OP_T, opN = FT_LT_OP_N;
+	if (!p) { *what = "calloc"; return FT_LT_STATUS_NOT_SUPPORTED; }
 	p->beta = acc ? 1.0f : 0.0f;
 #define FT_BT_TRY(call, name) do { *what = name; st = (call); if (st != 0) goto fail; } while (0)
-	FT_BT_TRY(ft_bt.desc_create(&p->desc, FT_BT_COMPUTE_32F, FT_BT_CUDA_R_32F), "cublasLtMatmulDescCreate");
-	FT_BT_TRY(ft_bt.desc_set(p->desc, FT_BT_DESC_TRANSA, &opT, sizeof opT), "cublasLtMatmulDescSetAttribute(TRANSA)");
-	FT_BT_TRY(ft_bt.desc_set(p->desc, FT_BT_DESC_TRANSB, &opN, sizeof opN), "cublasLtMatmulDescSetAttribute(TRANSB)");
-	FT_BT_TRY(ft_bt.layout_create(&p->la, FT_BT_CUDA_R_16BF, (uint64_t)K, (uint64_t)N, (int64_t)K), "cublasLtMatrixLayoutCreate(w)");
-	FT_BT_TRY(ft_bt.layout_create(&p->lb, FT_BT_CUDA_R_16BF, (uint64_t)K, (uint64_t)M, (int64_t)K), "cublasLtMatrixLayoutCreate(x)");
-	FT_BT_TRY(ft_bt.layout_create(&p->ld, dtype, (uint64_t)N, (uint64_t)M, (int64_t)N), "cublasLtMatrixLayoutCreate(out)");
+	FT_BT_TRY(ft_lt.desc_create(&p->desc, FT_LT_COMPUTE_32F, FT_LT_CUDA_R_32F), "cublasLtMatmulDescCreate");
+	FT_BT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_TRANSA, &opT, sizeof opT), "cublasLtMatmulDescSetAttribute(TRANSA)");
+	FT_BT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_TRANSB, &opN, sizeof opN), "cublasLtMatmulDescSetAttribute(TRANSB)");
+	FT_BT_TRY(ft_lt.layout_create(&p->la, FT_LT_CUDA_R_16BF, (uint64_t)K, (uint64_t)N, (int64_t)K), "cublasLtMatrixLayoutCreate(w)");
+	FT_BT_TRY(ft_lt.layout_create(&p->lb, FT_LT_CUDA_R_16BF, (uint64_t)K, (uint64_t)M, (int64_t)K), "cublasLtMatrixLayoutCreate(x)");
+	FT_BT_TRY(ft_lt.layout_create(&p->ld, dtype, (uint64_t)N, (uint64_t)M, (int64_t)N), "cublasLtMatrixLayoutCreate(out)");
 	if (want <= 0) { // descriptors only: the caller sets the algorithm
 		*out = p;
 		return 0;
 	}
-	FT_BT_TRY(ft_bt.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
-	FT_BT_TRY(ft_bt.pref_set(pref, FT_BT_PREF_MAX_WORKSPACE_BYTES, &wsMax, sizeof wsMax), "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
-	FT_BT_TRY(ft_bt.pref_set(pref, FT_BT_PREF_MIN_ALIGNMENT_A_BYTES, &alignW, sizeof alignW), "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)");
-	FT_BT_TRY(ft_bt.pref_set(pref, FT_BT_PREF_MIN_ALIGNMENT_B_BYTES, &alignX, sizeof alignX), "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)");
-	FT_BT_TRY(ft_bt.pref_set(pref, FT_BT_PREF_MIN_ALIGNMENT_C_BYTES, &alignOut, sizeof alignOut), "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)");
-	FT_BT_TRY(ft_bt.pref_set(pref, FT_BT_PREF_MIN_ALIGNMENT_D_BYTES, &alignOut, sizeof alignOut), "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)");
-	FT_BT_TRY(ft_bt.heuristic(h, p->desc, p->la, p->lb, p->ld, p->ld, pref, want, res, nres), "cublasLtMatmulAlgoGetHeuristic");
+	FT_BT_TRY(ft_lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
+	FT_BT_TRY(ft_lt.pref_set(pref, FT_LT_PREF_MAX_WORKSPACE_BYTES, &wsMax, sizeof wsMax), "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+	FT_BT_TRY(ft_lt.pref_set(pref, FT_LT_PREF_MIN_ALIGNMENT_A_BYTES, &alignW, sizeof alignW), "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)");
+	FT_BT_TRY(ft_lt.pref_set(pref, FT_LT_PREF_MIN_ALIGNMENT_B_BYTES, &alignX, sizeof alignX), "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)");
+	FT_BT_TRY(ft_lt.pref_set(pref, FT_LT_PREF_MIN_ALIGNMENT_C_BYTES, &alignOut, sizeof alignOut), "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)");
+	FT_BT_TRY(ft_lt.pref_set(pref, FT_LT_PREF_MIN_ALIGNMENT_D_BYTES, &alignOut, sizeof alignOut), "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)");
+	FT_BT_TRY(ft_lt.heuristic(h, p->desc, p->la, p->lb, p->ld, p->ld, pref, want, res, nres), "cublasLtMatmulAlgoGetHeuristic");
 #undef FT_BT_TRY
-	ft_bt.pref_destroy(pref);
+	ft_lt.pref_destroy(pref);
 	*out = p;
 	return 0;
 fail:
-	if (pref) ft_bt.pref_destroy(pref);
+	if (pref) ft_lt.pref_destroy(pref);
 	ft_bt_plan_free(p);
 	return st;
 }
 
-static void ft_bt_plan_set(ft_bt_plan* p, const ft_bt_algo* algo, size_t ws) {
+static void ft_bt_plan_set(ft_bt_plan* p, const ft_lt_algo* algo, size_t ws) {
 	p->algo = *algo;
 	p->ws = ws;
 }
 
 // ft_bt_run enqueues out = x·wᵀ (+ out, for beta 1) with algo on s.
-static int ft_bt_run(CUcontext ctx, void* h, ft_bt_plan* p, const ft_bt_algo* algo, CUdeviceptr out,
+static int ft_bt_run(CUcontext ctx, void* h, ft_bt_plan* p, const ft_lt_algo* algo, CUdeviceptr out,
 		CUdeviceptr x, CUdeviceptr w, CUdeviceptr ws, size_t wsBytes, CUstream s) {
-	if (ft_bt_ctx(ctx) != CUDA_SUCCESS) return -1;
+	if (ft_lt_ctx(ctx) != CUDA_SUCCESS) return -1;
 	const float alpha = 1.0f;
-	return ft_bt.matmul(h, p->desc, &alpha, (const void*)w, p->la, (const void*)x, p->lb, &p->beta,
+	return ft_lt.matmul(h, p->desc, &alpha, (const void*)w, p->la, (const void*)x, p->lb, &p->beta,
 		(const void*)out, p->ld, (void*)out, p->ld, algo ? algo : &p->algo, (void*)ws, wsBytes, s);
 }
 
@@ -214,7 +139,7 @@ static int ft_bt_run(CUcontext ctx, void* h, ft_bt_plan* p, const ft_bt_algo* al
 // as GemmBF16 and GemmBF16Acc run it.
 static int ft_bt_gemmex(CUcontext ctx, cublasHandle_t h, CUstream s, CUdeviceptr c, int cBF16,
 		CUdeviceptr a, CUdeviceptr w, int M, int N, int K, int acc) {
-	if (ft_bt_ctx(ctx) != CUDA_SUCCESS) return -1;
+	if (ft_lt_ctx(ctx) != CUDA_SUCCESS) return -1;
 	cublasStatus_t st = cublasSetStream(h, (cudaStream_t)s);
 	if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
 	const float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
@@ -228,11 +153,11 @@ static int ft_bt_gemmex(CUcontext ctx, cublasHandle_t h, CUstream s, CUdeviceptr
 
 // ft_bt_algo_attr reads one 4-byte configuration attribute of algo; -1 when
 // it cannot.
-static long ft_bt_algo_attr(const ft_bt_algo* algo, int attr) {
-	if (!ft_bt.algo_get) return -1;
+static long ft_bt_algo_attr(const ft_lt_algo* algo, int attr) {
+	if (!ft_lt.algo_get) return -1;
 	uint32_t v = 0;
 	size_t n = 0;
-	if (ft_bt.algo_get(algo, attr, &v, sizeof v, &n) != 0 || n != sizeof v) return -1;
+	if (ft_lt.algo_get(algo, attr, &v, sizeof v, &n) != 0 || n != sizeof v) return -1;
 	return (long)v;
 }
 */
@@ -278,7 +203,7 @@ func (k gemmKey) String() string {
 // gemmChoice is the algorithm measured fastest for a bucket of shapes.
 type gemmChoice struct {
 	lt   bool         // a cuBLASLt algorithm (else cublasGemmEx)
-	algo C.ft_bt_algo // the algorithm, when lt
+	algo C.ft_lt_algo // the algorithm, when lt
 	ws   uint64       // its workspace
 	name string       // "cublasGemmEx" or "cublasLt <configuration>"
 	m    int          // the m it was measured at
@@ -330,8 +255,8 @@ func (t *gemmTuner) init(d *Device) error {
 			return
 		}
 		var h unsafe.Pointer
-		if st := C.ft_bt_create(d.ctx, &h); st != 0 {
-			t.err = fmt.Errorf("cublasLtCreate: %s (status %d)", C.GoString(C.ft_bt_status(st)), int(st))
+		if st := C.ft_lt_create(d.ctx, &h); st != 0 {
+			t.err = fmt.Errorf("cublasLtCreate: %s (status %d)", C.GoString(C.ft_lt_status(st)), int(st))
 			return
 		}
 		t.h = h
@@ -358,10 +283,10 @@ func (t *gemmTuner) close(d *Device) error {
 	if t.h == nil {
 		return nil
 	}
-	st := C.ft_bt_destroy(d.ctx, t.h)
+	st := C.ft_lt_destroy(d.ctx, t.h)
 	t.h = nil
 	if st != 0 {
-		return &Error{Op: "cublasLtDestroy", Lib: "cuBLAS", Code: int(st), Msg: C.GoString(C.ft_bt_status(st))}
+		return &Error{Op: "cublasLtDestroy", Lib: "cuBLAS", Code: int(st), Msg: C.GoString(C.ft_lt_status(st))}
 	}
 	return nil
 }
@@ -504,9 +429,9 @@ func (b *BLAS) planFrom(key gemmKey, ch *gemmChoice) *gemmRun {
 	r := &gemmRun{name: "cublasGemmEx"}
 	why := ""
 	if ch.lt && t.h != nil {
-		dt := C.int(C.FT_BT_CUDA_R_32F)
+		dt := C.int(C.FT_LT_CUDA_R_32F)
 		if key.cBF16 {
-			dt = C.FT_BT_CUDA_R_16BF
+			dt = C.FT_LT_CUDA_R_16BF
 		}
 		accI := C.int(0)
 		if key.acc {
@@ -522,7 +447,7 @@ func (b *BLAS) planFrom(key gemmKey, ch *gemmChoice) *gemmRun {
 			C.ft_bt_plan_set(plan, &ch.algo, C.size_t(ch.ws))
 			r = &gemmRun{plan: plan, name: ch.name}
 		} else {
-			why = fmt.Sprintf(" (cuBLASLt: %s: %s, status %d)", C.GoString(what), C.GoString(C.ft_bt_status(st)), int(st))
+			why = fmt.Sprintf(" (cuBLASLt: %s: %s, status %d)", C.GoString(what), C.GoString(C.ft_lt_status(st)), int(st))
 		}
 	}
 	r.label = gemmLabel(r.name, key)
@@ -549,14 +474,14 @@ func (b *BLAS) runGemm(s *Stream, key gemmKey, r *gemmRun, c, a, w uintptr) erro
 		} else {
 			st = C.ft_bt_run(b.dev.ctx, b.tune.h, r.plan, nil, C.CUdeviceptr(c), C.CUdeviceptr(a), C.CUdeviceptr(w),
 				C.CUdeviceptr(b.ws.Ptr()), C.size_t(blasWorkspace), s.s)
-			if st == C.FT_BT_STATUS_NOT_SUPPORTED || st == C.FT_BT_STATUS_INVALID_VALUE {
+			if st == C.FT_LT_STATUS_NOT_SUPPORTED || st == C.FT_LT_STATUS_INVALID_VALUE {
 				b.dropPlan(key, r)
 				name = "cublasGemmEx"
 				st = b.gemmEx(s, key, c, a, w)
 			}
 		}
 		if st != 0 {
-			return fmt.Errorf("%s: %s bf16 %s: %s (cuBLAS status %d)", b.dev.Name(), name, key, C.GoString(C.ft_bt_status(st)), int(st))
+			return fmt.Errorf("%s: %s bf16 %s: %s (cuBLAS status %d)", b.dev.Name(), name, key, C.GoString(C.ft_lt_status(st)), int(st))
 		}
 		return nil
 	})
@@ -591,7 +516,7 @@ func (b *BLAS) gemmEx(s *Stream, key gemmKey, c, a, w uintptr) C.int {
 // ltAlgoName describes a cuBLASLt algorithm by its configuration: a<id>,
 // t<tile>, s<stages>, and k<splits>, r<reduction>, w (CTA swizzling),
 // c<custom option> where not the default.
-func ltAlgoName(algo *C.ft_bt_algo) string {
+func ltAlgoName(algo *C.ft_lt_algo) string {
 	get := func(attr C.int) int64 { return int64(C.ft_bt_algo_attr(algo, attr)) }
 	id := get(C.FT_BT_ALGO_ID)
 	if id < 0 {
@@ -620,7 +545,7 @@ func ltAlgoName(algo *C.ft_bt_algo) string {
 // N=1000, K=1001: 0.0024 off the CPU's sum where one rounding allows
 // 0.0022), so those are not candidates for a BF16 output, nor is an
 // algorithm whose configuration cannot be read.
-func reducesInF32(algo *C.ft_bt_algo) bool {
+func reducesInF32(algo *C.ft_lt_algo) bool {
 	switch k := int64(C.ft_bt_algo_attr(algo, C.FT_BT_ALGO_SPLITK)); {
 	case k < 0:
 		return false // unreadable: not known to be safe
@@ -633,7 +558,7 @@ func reducesInF32(algo *C.ft_bt_algo) bool {
 // gemmCandidate is one algorithm being measured.
 type gemmCandidate struct {
 	name  string
-	res   *C.ft_bt_heur // nil: cublasGemmEx
+	res   *C.ft_lt_heur // nil: cublasGemmEx
 	err   error
 	marks []*Event // len samples+1, around each sample's runs
 	ms    float64  // median per run
@@ -679,23 +604,23 @@ func (b *BLAS) measure(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, *C
 		gemmEx.why = "cublasGemmEx (the cuBLASLt handle is closed)"
 		return gemmEx, nil, nil
 	}
-	dt := C.int(C.FT_BT_CUDA_R_32F)
+	dt := C.int(C.FT_LT_CUDA_R_32F)
 	if key.cBF16 {
-		dt = C.FT_BT_CUDA_R_16BF
+		dt = C.FT_LT_CUDA_R_16BF
 	}
 	accI := C.int(0)
 	if key.acc {
 		accI = 1
 	}
 	var plan *C.ft_bt_plan
-	res := make([]C.ft_bt_heur, C.FT_BT_MAX_CANDIDATES)
+	res := make([]C.ft_lt_heur, C.FT_BT_MAX_CANDIDATES)
 	var nres C.int
 	var what *C.char
 	st := C.ft_bt_make_plan(b.dev.ctx, b.tune.h, C.int(key.m), C.int(key.n), C.int(key.k), dt, accI,
 		C.uint32_t(key.alignX), C.uint32_t(key.alignW), C.uint32_t(key.alignC), C.uint64_t(blasWorkspace),
 		C.int(gemmTuneCandidates), &plan, &res[0], &nres, &what)
 	if st != 0 {
-		gemmEx.why = fmt.Sprintf("cublasGemmEx (cuBLASLt: %s: %s, status %d)", C.GoString(what), C.GoString(C.ft_bt_status(st)), int(st))
+		gemmEx.why = fmt.Sprintf("cublasGemmEx (cuBLASLt: %s: %s, status %d)", C.GoString(what), C.GoString(C.ft_lt_status(st)), int(st))
 		return gemmEx, nil, nil
 	}
 	keep := false
@@ -741,7 +666,7 @@ func (b *BLAS) measure(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, *C
 				C.CUdeviceptr(b.ws.Ptr()), C.size_t(blasWorkspace), s.s)
 		}
 		if st != 0 {
-			return fmt.Errorf("%s: tuning %s bf16 %s: %s (cuBLAS status %d)", b.dev.Name(), cd.name, key, C.GoString(C.ft_bt_status(st)), int(st))
+			return fmt.Errorf("%s: tuning %s bf16 %s: %s (cuBLAS status %d)", b.dev.Name(), cd.name, key, C.GoString(C.ft_lt_status(st)), int(st))
 		}
 		return nil
 	}
