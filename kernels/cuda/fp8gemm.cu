@@ -55,6 +55,22 @@ __device__ __forceinline__ uint2 f2e4m3x8(const float* f) {
 // 256·8·8 = 16384 values are read once; longer ones re-read the rest).
 #define QUANT_HELD 8
 
+// e4m3_row_scale is a row's E4M3 scale from each thread's running |max| m
+// of it: the block's maximum over 448, or 1 where that is 0, NaN or
+// infinite (the Go reference's rule); sh holds a float per warp. Every
+// thread of the block calls it and gets the scale.
+__device__ __forceinline__ float e4m3_row_scale(float m, float* sh) {
+	m = warp_max(m);
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+	if (lane == 0) sh[w] = m;
+	__syncthreads();
+	m = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.f;
+	m = warp_max(m);
+	float s = __fdiv_rn(m, 448.f);
+	if (!(s > 0.f) || s > 3e38f) s = 1.f;
+	return s;
+}
+
 // quant_rows_e4m3: per-token quantization of x[T,K] (bf16, K % 8 == 0, x
 // and q 16-byte aligned): s = max|x[r,:]|/448 (1 when that is 0 or not
 // finite), q[r,c] = E4M3(x[r,c]/s) (an exact division), scales[r] = s —
@@ -104,14 +120,7 @@ extern "C" __global__ void __launch_bounds__(256) quant_rows_e4m3(unsigned char*
 #pragma unroll
 		for (int k = 0; k < 8; k++) m = fmaxf(m, fabsf(f[k]));
 	}
-	m = warp_max(m);
-	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-	if (lane == 0) sh[w] = m;
-	__syncthreads();
-	m = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.f;
-	m = warp_max(m);
-	float s = __fdiv_rn(m, 448.f);
-	if (!(s > 0.f) || s > 3e38f) s = 1.f;
+	const float s = e4m3_row_scale(m, sh);
 	if (threadIdx.x == 0) scales[row] = s;
 #pragma unroll
 	for (int j = 0; j < QUANT_HELD; j++) {

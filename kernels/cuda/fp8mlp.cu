@@ -80,14 +80,7 @@ extern "C" __global__ void __launch_bounds__(256) fp8_silu_quant_rows(unsigned c
 #pragma unroll
 		for (int k = 0; k < 8; k++) m = fmaxf(m, fabsf(f[k]));
 	}
-	m = warp_max(m);
-	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-	if (lane == 0) sh[w] = m;
-	__syncthreads();
-	m = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.f;
-	m = warp_max(m);
-	float s = __fdiv_rn(m, 448.f);
-	if (!(s > 0.f) || s > 3e38f) s = 1.f;
+	const float s = e4m3_row_scale(m, sh);
 	if (threadIdx.x == 0) hs[row] = s;
 #pragma unroll
 	for (int j = 0; j < QUANT_HELD; j++) {
