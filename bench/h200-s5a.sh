@@ -29,7 +29,7 @@ log ncu
 # decode at 512: skip the first step's launches, then one layer's kernels plus the LM head's neighbours
 nc dec512 'gemv|attn_decode|rope|rmsnorm|argmax|add_' 400 24 -- --model $m --mode decode --context 512 --iters 2 --warmup 1
 nc dec32k 'attn_decode' 40 3 -- --model $m --mode decode --context 32000 --iters 1 --warmup 1
-nc pre8k 'prefill|fa2|flash|gemm|Kernel|silu|rope' 20 12 -- --model $m --mode prefill --tokens 8192 --iters 1 --warmup 0
+nc pre8k 'prefill|fa2|flash|gemm|nvjet|Kernel|silu|rope' 20 12 -- --model $m --mode prefill --tokens 8192 --iters 1 --warmup 0
 one() { # tag env... -- bench args
   left || { echo "$1: skipped (time)" | tee -a "$out/summary.txt"; return; }
   local tag=$1; shift; local envs=()
