@@ -83,6 +83,175 @@ __device__ __forceinline__ float2 ld_cg_f2(const float* p) {
 // read into the thread, so it may come before ft_pdl_wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// decode_pipe_merge is the end of a pipelined decode block (decode_pipe_body
+// here, decode_tr_body in decode_tr.cu) once its NW warps have left their
+// partial outputs in so[NW][8][HD] (so = the block's dynamic shared
+// memory, head gg of warp w at row w·8+gg) and their running maxima and
+// sums in sm_m, sm_l, after a block barrier: the warps' partials are
+// combined per head; one split (ns == 1) writes out, else the block
+// writes its split's partials and the last of the ns blocks of (t,
+// blockIdx.x) to finish merges them (isLast: the block's shared flag).
+template <int HD, int NW, int KPB, bool FAST>
+__device__ __forceinline__ void decode_pipe_merge(bf16_t* out, float* po, float* pml, int* cnt, float* so, const float (*sm_m)[8],
+		const float (*sm_l)[8], int& isLast, int H, int G, int nsplit, int ns, int split, int t) {
+	constexpr int WPH = NW / KPB;  // warps per KV head
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	// The block's heads: GK = KPB·G consecutive query heads from hb; head
+	// gq = hh·G + gg is head gg of block head hh, whose warps are hh,
+	// hh+KPB, ...
+	const int GK = KPB * G;
+	const usize hb = (usize)blockIdx.x * GK;
+	const usize base = ((usize)t * nsplit + split) * H + hb;
+	for (int j = tid; j < GK * HD; j += NW * 32) {
+		const int gq = j / HD, dd = j - gq * HD;
+		const int hh = gq / G, gg = gq - hh * G;
+		float M = -FT_INF;
+#pragma unroll
+		for (int x = 0; x < WPH; x++) M = fmaxf(M, sm_m[hh + KPB * x][gg]);
+		float O = 0.f, L = 0.f;
+		if (M != -FT_INF) {
+#pragma unroll
+			for (int x = 0; x < WPH; x++) {
+				const int w = hh + KPB * x;
+				const float f = exp2f(sm_m[w][gg] - M);
+				O += f * so[(w * 8 + gg) * HD + dd];
+				L += f * sm_l[w][gg];
+			}
+		}
+		if (ns == 1) {
+			out[((usize)t * H + hb + gq) * HD + dd] = f2bf(O / L);
+		} else {
+			po[(base + gq) * HD + dd] = O;
+			if (dd == 0) {
+				pml[(base + gq) * 2] = M;
+				pml[(base + gq) * 2 + 1] = L;
+			}
+		}
+	}
+	if (ns == 1) return;
+	// The last block of (t, kb) to finish merges the ns splits.
+	__threadfence();
+	__syncthreads();
+	const usize ci = (usize)t * gridDim.x + blockIdx.x;
+	if (tid == 0) isLast = atomicAdd(cnt + ci, 1) == ns - 1;
+	__syncthreads();
+	if (!isLast) return;
+	__threadfence();
+	// Scratch after so (dead now): fs[sp·GK + gq] (each split's factor
+	// 2^(m−M)), finv[GK] (1/Σ), red (per-phase sums, max(GK·HD/4, NW·32)
+	// float4; 16-byte aligned: GK rounded up to 4).
+	float* fs = so + NW * 8 * HD;
+	float* finv = fs + ns * GK;
+	float4* red = (float4*)(finv + ((GK + 3) & ~3) + ((ns * GK) & 3 ? 4 - ((ns * GK) & 3) : 0));
+	// Outputs: items = GK·HD/4 column slices of 4; P phases of threads share
+	// the splits (phase ph takes splits ph, ph+P, ...), U splits' loads in
+	// flight per thread; a thread takes slices it0, it0+NW·32, ...
+	constexpr int QH = HD / 4;       // slices per head
+	constexpr int U = 16;            // splits in flight per thread
+	const int items = GK * QH;
+	const int P = items >= NW * 32 ? 1 : (NW * 32) / items;
+	const int ph = items >= NW * 32 ? 0 : tid / items;
+	const int it0 = items >= NW * 32 ? tid : tid - ph * items;
+	const bool mine = ph < P && it0 < items;  // the thread has a first slice
+	// load fetches the U splits sp0, sp0+P, ... of slice it (zero past ns).
+	auto load = [&](float4 (&v)[U], int it, int sp0) {
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const int sp = sp0 + P * u;
+			v[u] = sp < ns ? ld_cg_f4(po + (((usize)t * nsplit + sp) * H + hb) * HD + 4 * it) : make_float4(0.f, 0.f, 0.f, 0.f);
+		}
+	};
+	// fold adds the loads v of splits sp0, sp0+P, ... of head gq to acc.
+	auto fold = [&](float4& acc, const float4 (&v)[U], int gq, int sp0) {
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const int sp = sp0 + P * u;
+			const float f = sp < ns ? fs[sp * GK + gq] : 0.f;
+			acc.x += f * v[u].x;
+			acc.y += f * v[u].y;
+			acc.z += f * v[u].z;
+			acc.w += f * v[u].w;
+		}
+	};
+	// FAST: the first U splits of the first slice are loaded before the
+	// factors, so the two round trips to L2 overlap.
+	float4 v0[U];
+	if (FAST && mine) load(v0, it0, ph);
+	for (int gq = warp; gq < GK; gq += NW) {
+		const usize mlb = ((usize)t * nsplit * H + hb + gq) * 2;  // split sp at mlb + sp·H·2
+		float M = -FT_INF, L = 0.f;
+		if (FAST) {
+			// Each (m, l) read once, all of a lane's at once (ns ≤ 256).
+			float2 ml[FT_PIPE_MAXSPLIT / 32];
+#pragma unroll
+			for (int k = 0; k < FT_PIPE_MAXSPLIT / 32; k++) {
+				const int sp = lane + 32 * k;
+				ml[k] = sp < ns ? ld_cg_f2(pml + mlb + (usize)sp * H * 2) : make_float2(-FT_INF, 0.f);
+				M = fmaxf(M, ml[k].x);
+			}
+#pragma unroll
+			for (int x = 16; x > 0; x >>= 1) M = fmaxf(M, __shfl_xor_sync(FT_FULL, M, x));
+#pragma unroll
+			for (int k = 0; k < FT_PIPE_MAXSPLIT / 32; k++) {
+				const int sp = lane + 32 * k;
+				if (sp < ns) {
+					const float f = exp2f(ml[k].x - M);  // an empty split: m = −∞, f = 0
+					fs[sp * GK + gq] = f;
+					L += f * ml[k].y;
+				}
+			}
+		} else {
+			for (int sp = lane; sp < ns; sp += 32) M = fmaxf(M, ld_cg_f32(pml + mlb + (usize)sp * H * 2));
+#pragma unroll
+			for (int x = 16; x > 0; x >>= 1) M = fmaxf(M, __shfl_xor_sync(FT_FULL, M, x));
+			// M is finite: split 0 holds position lo.
+			for (int sp = lane; sp < ns; sp += 32) {
+				const float* ml = pml + mlb + (usize)sp * H * 2;
+				const float f = exp2f(ld_cg_f32(ml) - M);  // an empty split: m = −∞, f = 0
+				fs[sp * GK + gq] = f;
+				L += f * ld_cg_f32(ml + 1);
+			}
+		}
+		L = warp_sum(L);
+		if (lane == 0) finv[gq] = 1.f / L;
+	}
+	__syncthreads();
+	for (int it = it0; mine && it < items; it += NW * 32) {
+		const int gq = it / QH;
+		float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+		int sp0 = ph;
+		if (FAST && it == it0) {
+			fold(acc, v0, gq, sp0);
+			sp0 += P * U;
+		}
+		for (; sp0 < ns; sp0 += P * U) {
+			float4 v[U];
+			load(v, it, sp0);
+			fold(acc, v, gq, sp0);
+		}
+		red[ph * items + it] = acc;
+	}
+	__syncthreads();
+	for (int it = tid; it < items; it += NW * 32) {
+		float4 r = red[it];
+		for (int p = 1; p < P; p++) {
+			const float4 x = red[p * items + it];
+			r.x += x.x;
+			r.y += x.y;
+			r.z += x.z;
+			r.w += x.w;
+		}
+		const int gq = it / QH, d0 = (it - gq * QH) * 4;
+		const float inv = finv[gq];
+		bf16_t* op = out + ((usize)t * H + hb + gq) * HD + d0;
+		op[0] = f2bf(r.x * inv);
+		op[1] = f2bf(r.y * inv);
+		op[2] = f2bf(r.z * inv);
+		op[3] = f2bf(r.w * inv);
+	}
+	if (tid == 0) cnt[ci] = 0;
+}
+
 // decode_pipe_body: block (kb, split, t) = blockIdx (x, y, z), NW·32
 // threads, S ring stages, query row t and KV heads kb·KPB .. +KPB; rows,
 // table, posp as in decode_mma_body. The pair uses ns = clamp(ceil(span /
@@ -268,160 +437,7 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 		}
 	}
 	__syncthreads();
-	// The block's heads: GK = KPB·G consecutive query heads from hb; head
-	// gq = hh·G + gg is head gg of block head hh, whose warps are hh,
-	// hh+KPB, ...
-	const int GK = KPB * G;
-	const usize hb = (usize)blockIdx.x * GK;
-	const usize base = ((usize)t * nsplit + split) * H + hb;
-	for (int j = tid; j < GK * HD; j += NW * 32) {
-		const int gq = j / HD, dd = j - gq * HD;
-		const int hh = gq / G, gg = gq - hh * G;
-		float M = -FT_INF;
-#pragma unroll
-		for (int x = 0; x < WPH; x++) M = fmaxf(M, sm_m[hh + KPB * x][gg]);
-		float O = 0.f, L = 0.f;
-		if (M != -FT_INF) {
-#pragma unroll
-			for (int x = 0; x < WPH; x++) {
-				const int w = hh + KPB * x;
-				const float f = exp2f(sm_m[w][gg] - M);
-				O += f * so[(w * 8 + gg) * HD + dd];
-				L += f * sm_l[w][gg];
-			}
-		}
-		if (ns == 1) {
-			out[((usize)t * H + hb + gq) * HD + dd] = f2bf(O / L);
-		} else {
-			po[(base + gq) * HD + dd] = O;
-			if (dd == 0) {
-				pml[(base + gq) * 2] = M;
-				pml[(base + gq) * 2 + 1] = L;
-			}
-		}
-	}
-	if (ns == 1) return;
-	// The last block of (t, kb) to finish merges the ns splits.
-	__threadfence();
-	__syncthreads();
-	const usize ci = (usize)t * gridDim.x + blockIdx.x;
-	if (tid == 0) isLast = atomicAdd(cnt + ci, 1) == ns - 1;
-	__syncthreads();
-	if (!isLast) return;
-	__threadfence();
-	// Scratch after so (dead now): fs[sp·GK + gq] (each split's factor
-	// 2^(m−M)), finv[GK] (1/Σ), red (per-phase sums, max(GK·HD/4, NW·32)
-	// float4; 16-byte aligned: GK rounded up to 4).
-	float* fs = so + NW * 8 * HD;
-	float* finv = fs + ns * GK;
-	float4* red = (float4*)(finv + ((GK + 3) & ~3) + ((ns * GK) & 3 ? 4 - ((ns * GK) & 3) : 0));
-	// Outputs: items = GK·HD/4 column slices of 4; P phases of threads share
-	// the splits (phase ph takes splits ph, ph+P, ...), U splits' loads in
-	// flight per thread; a thread takes slices it0, it0+NW·32, ...
-	constexpr int QH = HD / 4;       // slices per head
-	constexpr int U = 16;            // splits in flight per thread
-	const int items = GK * QH;
-	const int P = items >= NW * 32 ? 1 : (NW * 32) / items;
-	const int ph = items >= NW * 32 ? 0 : tid / items;
-	const int it0 = items >= NW * 32 ? tid : tid - ph * items;
-	const bool mine = ph < P && it0 < items;  // the thread has a first slice
-	// load fetches the U splits sp0, sp0+P, ... of slice it (zero past ns).
-	auto load = [&](float4 (&v)[U], int it, int sp0) {
-#pragma unroll
-		for (int u = 0; u < U; u++) {
-			const int sp = sp0 + P * u;
-			v[u] = sp < ns ? ld_cg_f4(po + (((usize)t * nsplit + sp) * H + hb) * HD + 4 * it) : make_float4(0.f, 0.f, 0.f, 0.f);
-		}
-	};
-	// fold adds the loads v of splits sp0, sp0+P, ... of head gq to acc.
-	auto fold = [&](float4& acc, const float4 (&v)[U], int gq, int sp0) {
-#pragma unroll
-		for (int u = 0; u < U; u++) {
-			const int sp = sp0 + P * u;
-			const float f = sp < ns ? fs[sp * GK + gq] : 0.f;
-			acc.x += f * v[u].x;
-			acc.y += f * v[u].y;
-			acc.z += f * v[u].z;
-			acc.w += f * v[u].w;
-		}
-	};
-	// FAST: the first U splits of the first slice are loaded before the
-	// factors, so the two round trips to L2 overlap.
-	float4 v0[U];
-	if (FAST && mine) load(v0, it0, ph);
-	for (int gq = warp; gq < GK; gq += NW) {
-		const usize mlb = ((usize)t * nsplit * H + hb + gq) * 2;  // split sp at mlb + sp·H·2
-		float M = -FT_INF, L = 0.f;
-		if (FAST) {
-			// Each (m, l) read once, all of a lane's at once (ns ≤ 256).
-			float2 ml[FT_PIPE_MAXSPLIT / 32];
-#pragma unroll
-			for (int k = 0; k < FT_PIPE_MAXSPLIT / 32; k++) {
-				const int sp = lane + 32 * k;
-				ml[k] = sp < ns ? ld_cg_f2(pml + mlb + (usize)sp * H * 2) : make_float2(-FT_INF, 0.f);
-				M = fmaxf(M, ml[k].x);
-			}
-#pragma unroll
-			for (int x = 16; x > 0; x >>= 1) M = fmaxf(M, __shfl_xor_sync(FT_FULL, M, x));
-#pragma unroll
-			for (int k = 0; k < FT_PIPE_MAXSPLIT / 32; k++) {
-				const int sp = lane + 32 * k;
-				if (sp < ns) {
-					const float f = exp2f(ml[k].x - M);  // an empty split: m = −∞, f = 0
-					fs[sp * GK + gq] = f;
-					L += f * ml[k].y;
-				}
-			}
-		} else {
-			for (int sp = lane; sp < ns; sp += 32) M = fmaxf(M, ld_cg_f32(pml + mlb + (usize)sp * H * 2));
-#pragma unroll
-			for (int x = 16; x > 0; x >>= 1) M = fmaxf(M, __shfl_xor_sync(FT_FULL, M, x));
-			// M is finite: split 0 holds position lo.
-			for (int sp = lane; sp < ns; sp += 32) {
-				const float* ml = pml + mlb + (usize)sp * H * 2;
-				const float f = exp2f(ld_cg_f32(ml) - M);  // an empty split: m = −∞, f = 0
-				fs[sp * GK + gq] = f;
-				L += f * ld_cg_f32(ml + 1);
-			}
-		}
-		L = warp_sum(L);
-		if (lane == 0) finv[gq] = 1.f / L;
-	}
-	__syncthreads();
-	for (int it = it0; mine && it < items; it += NW * 32) {
-		const int gq = it / QH;
-		float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-		int sp0 = ph;
-		if (FAST && it == it0) {
-			fold(acc, v0, gq, sp0);
-			sp0 += P * U;
-		}
-		for (; sp0 < ns; sp0 += P * U) {
-			float4 v[U];
-			load(v, it, sp0);
-			fold(acc, v, gq, sp0);
-		}
-		red[ph * items + it] = acc;
-	}
-	__syncthreads();
-	for (int it = tid; it < items; it += NW * 32) {
-		float4 r = red[it];
-		for (int p = 1; p < P; p++) {
-			const float4 x = red[p * items + it];
-			r.x += x.x;
-			r.y += x.y;
-			r.z += x.z;
-			r.w += x.w;
-		}
-		const int gq = it / QH, d0 = (it - gq * QH) * 4;
-		const float inv = finv[gq];
-		bf16_t* op = out + ((usize)t * H + hb + gq) * HD + d0;
-		op[0] = f2bf(r.x * inv);
-		op[1] = f2bf(r.y * inv);
-		op[2] = f2bf(r.z * inv);
-		op[3] = f2bf(r.w * inv);
-	}
-	if (tid == 0) cnt[ci] = 0;
+	decode_pipe_merge<HD, NW, KPB, FAST>(out, po, pml, cnt, (float*)pipe_smem, sm_m, sm_l, isLast, H, G, nsplit, ns, split, t);
 }
 
 // FT_PIPE_MINB is the blocks per SM the ring of a variant leaves room for

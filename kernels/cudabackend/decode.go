@@ -53,20 +53,26 @@ type pipeKernels struct {
 // head width D, ring stages S, warps per block W, KV heads per block H,
 // whole-row key copies (Rows) and the FAST path (Fast: L2 prefetch before
 // the dependent-launch wait, the query after the first copies, a merge in
-// one round trip).
+// one round trip) or Tr: the transposed products of decode_tr.cu (keys as
+// the 16 rows of the MMA, Sᵀ = K·Qᵀ and Oᵀ = Vᵀ·Pᵀ, one KV head a block;
+// Rows does not apply).
 type pipeVariant struct {
-	D, S, W, H int
-	Rows, Fast bool
+	D, S, W, H     int
+	Rows, Fast, Tr bool
 }
 
 // Name is the variant's part of its kernel names and its FT_DECODE_VARIANT
 // value: s3w4h1r is 3 stages, 4 warps, 1 KV head a block, whole-row key
-// copies ("o": each lane copies the key pieces it reads); a trailing "f"
-// is the FAST path (s3w4h1rf).
+// copies ("o": each lane copies the key pieces it reads; "t": the
+// transposed kernel of decode_tr.cu); a trailing "f" is the FAST path
+// (s3w4h1rf, s3w4h1tf).
 func (v pipeVariant) Name() string {
 	c := "o"
 	if v.Rows {
 		c = "r"
+	}
+	if v.Tr {
+		c = "t"
 	}
 	if v.Fast {
 		c += "f"
@@ -97,25 +103,34 @@ func (v pipeVariant) smem(nsplit, G int) int {
 // pipeVariants are the compiled variants (decode_pipe.cu's FT_PIPE_VARIANT
 // lines); the first of each head width is its default.
 var pipeVariants = []pipeVariant{
-	{64, 4, 4, 1, false, false},
-	{128, 3, 4, 1, true, false},
-	{128, 3, 4, 1, false, false},
-	{128, 2, 4, 1, false, false},
-	{128, 2, 4, 1, true, false},
-	{128, 4, 4, 1, true, false},
-	{128, 3, 8, 1, true, false},
-	{128, 2, 4, 4, true, false},
-	{128, 3, 4, 4, true, false},
-	{128, 2, 8, 8, true, false},
-	{128, 3, 8, 8, true, false},
+	{64, 4, 4, 1, false, false, false},
+	{128, 3, 4, 1, true, false, false},
+	{128, 3, 4, 1, false, false, false},
+	{128, 2, 4, 1, false, false, false},
+	{128, 2, 4, 1, true, false, false},
+	{128, 4, 4, 1, true, false, false},
+	{128, 3, 8, 1, true, false, false},
+	{128, 2, 4, 4, true, false, false},
+	{128, 3, 4, 4, true, false, false},
+	{128, 2, 8, 8, true, false, false},
+	{128, 3, 8, 8, true, false, false},
 	// The FAST path (issues 15, 21): the default's shape, then smaller
 	// blocks (2 and 1 warps: the batch's (row, KV head) items spread over
 	// every SM in one wave, no block-wide merge of warps for W = 1).
-	{128, 3, 4, 1, true, true},
-	{128, 3, 2, 1, true, true},
-	{128, 4, 2, 1, true, true},
-	{128, 4, 1, 1, true, true},
-	{128, 6, 1, 1, true, true},
+	{128, 3, 4, 1, true, true, false},
+	{128, 3, 2, 1, true, true, false},
+	{128, 4, 2, 1, true, true, false},
+	{128, 4, 1, 1, true, true, false},
+	{128, 6, 1, 1, true, true, false},
+	// The transposed products (decode_tr.cu, issues 15, 21): one KV head a
+	// block, fewer instructions and registers a key group (A/B runs; not a
+	// default until measured).
+	{128, 3, 4, 1, false, false, true},
+	{128, 2, 4, 1, false, false, true},
+	{128, 4, 2, 1, false, false, true},
+	{128, 3, 2, 1, false, false, true},
+	{128, 3, 4, 1, false, true, true},
+	{128, 4, 2, 1, false, true, true},
 }
 
 // PipeVariantNames are the FT_DECODE_VARIANT values (head width 128; head

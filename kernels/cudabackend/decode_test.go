@@ -98,8 +98,8 @@ func contigRef(t *testing.T, q, kc, vc []float32, pos0, C, H, K, d, window int) 
 // TestDecodeMMA: one-token decode attention over a contiguous cache (rows
 // past the position NaN) through the pipelined and single-buffered
 // tensor-core kernels and the legacy kernels, against the CPU reference: at
-// contexts 1, 63, 64, 65, 511, 534, 4097, 8192 and 32,006 (one split, many,
-// partly empty ones), head widths 64 and 128, 1, 2, 4 and 8 query heads per
+// contexts 1, 63, 64, 65, 511, 534, 4097, 8192, 32,006 and 40,000 (one
+// split, many, partly empty ones), head widths 64 and 128, 1, 2, 4 and 8 query heads per
 // KV head, with sliding windows. Each case runs three times so that a
 // counter left non-zero by the last-block merge would show.
 func TestDecodeMMA(t *testing.T) {
@@ -125,11 +125,16 @@ func TestDecodeMMA(t *testing.T) {
 		{77, 300, 8, 8, 64, 0},
 		{1999, 2048, 16, 2, 128, 100},
 		{5000, 6000, 28, 4, 128, 0},
+		// Context 40,000 (Llama 3's shape and 2, 8 query heads a KV head).
+		{39999, 40960, 32, 8, 128, 0},
+		{39999, 40960, 16, 8, 128, 0},
+		{39999, 40960, 64, 8, 128, 5000},
 	} {
+		// The caches and the reference once per case, read by every mode.
+		gkc, gvc, kc, vc, q := contigDecode(t, rng, c.pos0+1, c.C, c.H, c.K, c.d)
+		ref := contigRef(t, q, kc, vc, c.pos0, c.C, c.H, c.K, c.d, c.window)
 		for _, mode := range decodeModes {
 			t.Run(fmt.Sprintf("pos %d cap %d H%d K%d d%d window %d %s", c.pos0, c.C, c.H, c.K, c.d, c.window, mode.name), func(t *testing.T) {
-				gkc, gvc, kc, vc, q := contigDecode(t, rng, c.pos0+1, c.C, c.H, c.K, c.d)
-				ref := contigRef(t, q, kc, vc, c.pos0, c.C, c.H, c.K, c.d, c.window)
 				defer mode.set()()
 				gq := gpu(t, runtime.BF16, q, 1, c.H, c.d)
 				for rep := range 3 {
@@ -156,17 +161,22 @@ func TestDecodePipePositions(t *testing.T) {
 	n := C
 	gkc, gvc, kc, vc, q := contigDecode(t, rng, n, C, H, K, d)
 	gq := gpu(t, runtime.BF16, q, 1, H, d)
+	positions := []int{0, 8191, 130, 63, 4000, 127, 128, 2047, 1}
+	refs := make([][]float32, len(positions))
+	for i, pos := range positions {
+		refs[i] = contigRef(t, q, kc, vc, pos, C, H, K, d, 0)
+	}
 	for _, mode := range pipeModes {
-		restore := mode.set()
-		for _, pos := range []int{0, 8191, 130, 63, 4000, 127, 128, 2047, 1} {
-			ref := contigRef(t, q, kc, vc, pos, C, H, K, d, 0)
-			out := poisoned(t, runtime.BF16, 1, H, d)
-			if err := gb.AttentionWindow(out, gq, gkc, gvc, pos, 0); err != nil {
-				t.Fatal(err)
+		t.Run(mode.name, func(t *testing.T) {
+			defer mode.set()()
+			for i, pos := range positions {
+				out := poisoned(t, runtime.BF16, 1, H, d)
+				if err := gb.AttentionWindow(out, gq, gkc, gvc, pos, 0); err != nil {
+					t.Fatal(err)
+				}
+				compare(t, fmt.Sprintf("%s: decode attention at position %d", mode.name, pos), read(t, out), refs[i], 1e-2, 2e-2)
 			}
-			compare(t, fmt.Sprintf("%s: decode attention at position %d", mode.name, pos), read(t, out), ref, 1e-2, 2e-2)
-		}
-		restore()
+		})
 	}
 }
 

@@ -1,0 +1,331 @@
+// Transposed one-query decode attention on tensor cores (issues 15 and 21):
+// the pipelined kernel of decode_pipe.cu (a cp.async ring per warp, the
+// split count chosen on the device, the last block merging the splits with
+// decode_pipe_merge) with the products turned around so that the keys, not
+// the query heads, fill the 16 rows of mma.m16n8k16:
+//
+//   - Sᵀ = K·Qᵀ: A is a 16-key tile of K, row-major [key][d] in shared
+//     memory, loaded with ldmatrix; B is Qᵀ, the G ≤ 8 query heads of the
+//     KV head as the 8 columns (HD/16 k-steps, two registers each, held for
+//     the whole loop). The Q-as-A layout of decode_pipe.cu fills 4 of 16
+//     rows at G = 4 and needs twice the products.
+//   - Oᵀ = Vᵀ·Pᵀ: A is Vᵀ (d as rows), ldmatrix.trans of the same [key][d]
+//     tile of V; B is Pᵀ, made from the Sᵀ accumulator by one movmatrix
+//     (8×8 transpose) per 8 keys. The accumulator Oᵀ is HD×8 fp32: HD/4
+//     registers a lane (32 at d128, against 64).
+//   - the copies: each lane copies 16-byte chunk lane%(HD/8) of whole
+//     rows, a warp instruction 512 contiguous-row bytes; a row's chunks sit
+//     XOR-swizzled by row%8 (chunk c of row r at c ^ (r&7)), so that
+//     ldmatrix's eight rows of one chunk hit eight different bank groups.
+//     A lane reads what other lanes copied: the warp meets at __syncwarp
+//     after the wait and before a stage is overwritten.
+//   - the online softmax per 16-key tile: the column maxima over the
+//     tile's keys (three shuffles a column), and Oᵀ rescaled only when some
+//     column's maximum grew (a warp vote): at long contexts most tiles skip
+//     the HD/4 multiplies.
+//
+// A lane's columns are the query heads 2(lane%4) and 2(lane%4)+1; its
+// running maxima m0, m1 are the same in the eight lanes of a column, its
+// sums l0, l1 are its own keys' shares (reduced over the column's lanes at
+// the end). Math as decode_mma.cu: base-2 softmax of q·k·scale_log2,
+// probabilities rounded to bf16 for the products, sums in fp32.
+//
+// Dynamic shared memory: the ring, NW·S stages of 16·HD·2 bytes of keys
+// then as many of values (the same bytes as decode_pipe.cu's ring), or the
+// merge's scratch where larger (decode.go's pipeVariant.smem).
+
+// cp_async16_s copies 16 bytes from global memory to the shared-memory
+// address dst (a 32-bit shared address, as smem_u32 gives).
+__device__ __forceinline__ void cp_async16_s(unsigned dst, const void* src) {
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+// ldsm_x4 is ldmatrix_x4 at a 32-bit shared address; ldsm_x4_t its
+// transposed form.
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		: "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], unsigned addr) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		: "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+
+// movmatrix_t transposes an 8×8 b16 matrix held across the warp as
+// ldmatrix leaves it (lane l: row l/4, columns 2(l%4) and 2(l%4)+1).
+__device__ __forceinline__ unsigned movmatrix_t(unsigned a) {
+	unsigned d;
+	asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
+	return d;
+}
+
+// decode_tr_body: block (kvh, split, t) = blockIdx (x, y, z), NW·32
+// threads, S ring stages per warp, query row t and KV head kvh; arguments,
+// splits and outputs as decode_pipe_body's with one KV head a block.
+template <int HD, int S, int NW, bool FAST, bool PAGED>
+__device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, const bf16_t* kc,
+		const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table, int maxBlocks, int bs,
+		const int* posp, int pos0, float scale_log2, int window) {
+	constexpr int CH = HD / 8;          // 16-byte chunks of a row
+	constexpr int KS = HD / 16;         // k-steps of Sᵀ, 16-row tiles of Oᵀ
+	constexpr int ROW = HD * 2;         // bytes of a row
+	constexpr int TILE = 16 * ROW;      // bytes of 16 keys (or values)
+	constexpr int STAGE = 2 * TILE;     // keys, then values
+	constexpr int RPI = 32 / CH;        // rows one warp copy instruction covers
+	constexpr int NI = 16 / RPI;        // copy instructions per tile and operand
+	static_assert(CH >= 8 && CH <= 32, "decode_tr_body: head width 64 or 128 (the swizzle needs 8 chunks a row)");
+	extern __shared__ uint4 pipe_smem[];
+	__shared__ float sm_m[NW][8], sm_l[NW][8];
+	__shared__ int isLast;
+	if (!FAST) ft_pdl_wait();
+	const int split = blockIdx.y, t = blockIdx.z;
+	const int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int kvh = blockIdx.x;
+	const int g = lane >> 2, tg = lane & 3;
+	const int* tab = nullptr;
+	int n;
+	if (PAGED) {
+		tab = table + (usize)rows[2 * t] * maxBlocks;
+		n = rows[2 * t + 1] + 1;
+	} else {
+		n = ft_pos(posp, pos0) + t + 1;
+	}
+	const int lo = window > 0 ? max(0, n - window) : 0;
+	const int span = n - lo;
+	int ns = minChunk > 0 ? (span + minChunk - 1) / minChunk : nsplit;
+	ns = max(1, min(ns, min(nsplit, FT_PIPE_MAXSPLIT)));
+	if (split >= ns) return;  // the whole block
+	const int chunk = ((span + ns - 1) / ns + 15) & ~15;
+	const int beg = lo + split * chunk, end = min(n, beg + chunk);
+	const usize rs = (usize)K * HD;  // elements between cache rows
+	const bf16_t* kb = kc + (usize)kvh * HD;
+	const bf16_t* vb = vc + (usize)kvh * HD;
+
+	// Qᵀ as B: qb[j] = Q[g][16j+2tg, +1] and Q[g][16j+8+2tg, +1] (zero for
+	// g ≥ G: those columns' scores are 0 and never written).
+	unsigned qb[KS][2];
+	auto loadQ = [&]() {
+		const unsigned* qr = (const unsigned*)(q + ((usize)t * H + (usize)kvh * G + (g < G ? g : 0)) * HD) + tg;
+#pragma unroll
+		for (int j = 0; j < KS; j++) {
+			qb[j][0] = g < G ? qr[8 * j] : 0u;
+			qb[j][1] = g < G ? qr[8 * j + 4] : 0u;
+		}
+	};
+	if (!FAST) loadQ();
+	// Oᵀ: o[md] holds rows d = 16md+g, 16md+8+g, columns 2tg, 2tg+1.
+	float o[KS][4];
+#pragma unroll
+	for (int md = 0; md < KS; md++) o[md][0] = o[md][1] = o[md][2] = o[md][3] = 0.f;
+	float m0 = -FT_INF, m1 = -FT_INF, l0 = 0.f, l1 = 0.f;
+
+	// rowOf: the cache row of position p (past end: the split's first row,
+	// whose probability is zero and values finite).
+	auto rowOf = [&](int p) -> int {
+		if (p >= end) p = beg;
+		return PAGED ? tab[p / bs] * bs + p % bs : p;
+	};
+	const int ng = end > beg ? (end - beg + 15) >> 4 : 0;
+	const int myg = ng > warp ? (ng - warp + NW - 1) / NW : 0;  // warp-uniform
+	auto first = [&](int i) -> int { return beg + (warp + NW * i) * 16; };
+	const unsigned ring = smem_u32(pipe_smem) + warp * (S * STAGE);
+	// The copies: lane copies chunk cc of rows kk = kr0 + RPI·x, x < NI, to
+	// dofs[x] in the stage (the swizzle); the same offsets every group.
+	const int cc = lane % CH, kr0 = lane / CH;
+	unsigned dofs[NI];
+#pragma unroll
+	for (int x = 0; x < NI; x++) {
+		const int kk = kr0 + RPI * x;
+		dofs[x] = kk * ROW + ((cc ^ (kk & 7)) << 4);
+	}
+	const long long vdiff = vb - kb;  // elements from a key to its value
+	// issue starts the copies of group i into stage st; row is this lane's
+	// row of key lane&15 (PAGED; the contiguous rows are the positions).
+	auto issue = [&](unsigned st, int i, int row) {
+		const int p0 = first(i);
+		if (!PAGED && p0 + 16 <= end) {
+			// A whole group: rows p0 .. p0+15, RPI·rs elements per step.
+			const bf16_t* src = kb + (usize)(p0 + kr0) * rs + 8 * cc;
+			const usize step = (usize)RPI * rs;
+#pragma unroll
+			for (int x = 0; x < NI; x++) {
+				cp_async16_s(st + dofs[x], src);
+				cp_async16_s(st + TILE + dofs[x], src + vdiff);
+				src += step;
+			}
+			return;
+		}
+#pragma unroll
+		for (int x = 0; x < NI; x++) {
+			const int kk = kr0 + RPI * x;
+			const int r = PAGED ? __shfl_sync(FT_FULL, row, kk) : min(p0 + kk, end - 1);
+			const bf16_t* src = kb + (usize)r * rs + 8 * cc;
+			cp_async16_s(st + dofs[x], src);
+			cp_async16_s(st + TILE + dofs[x], src + vdiff);
+		}
+	};
+
+	int pr[S];
+#pragma unroll
+	for (int s = 0; s < S; s++) pr[s] = s < myg ? rowOf(first(s) + (lane & 15)) : 0;
+	if (FAST) {
+		// The first S groups' key (lanes 0-15) and value (16-31) rows into
+		// L2 before the wait (a hint; decode_pipe.cu's FAST says why it is
+		// safe).
+		const char* pb = (const char*)(lane < 16 ? kb : vb);
+#pragma unroll
+		for (int s = 0; s < S; s++) {
+			if (s < myg) {
+				const char* p = pb + (usize)pr[s] * rs * 2;
+#pragma unroll
+				for (int x = 0; x < ROW; x += 128) prefetch_l2(p + x);
+			}
+		}
+		ft_pdl_wait();
+	}
+#pragma unroll
+	for (int s = 0; s < S - 1; s++) {
+		if (s < myg) issue(ring + s * STAGE, s, pr[s]);
+		cp_async_commit();
+	}
+	if (FAST) loadQ();
+	// ldmatrix lanes: K (A, [key][d]): matrix lane/8 is rows 8((lane/8)&1)..
+	// +7, chunk 2j + lane/16; Vᵀ (A by .trans): keys 8(lane/16) .. +7,
+	// chunk 2md + (lane/8)&1. Both rows are ≡ lane (mod 8): the swizzle.
+	const int sw = lane & 7;
+	const unsigned kaddr = (((lane >> 3) & 1) * 8 + sw) * ROW;
+	const int kh = lane >> 4;
+	const unsigned vaddr = TILE + ((lane >> 4) * 8 + sw) * ROW;
+	const int vh = (lane >> 3) & 1;
+	int nrow = pr[S - 1];
+	// Stages: group i in st (i%S), group i+S−1 copied into wst ((i−1)%S).
+	const unsigned ringEnd = ring + S * STAGE;
+	unsigned st = ring, wst = ring + (S - 1) * STAGE;
+	for (int i = 0; i < myg; i++) {
+		const int nx = i + S - 1;
+		__syncwarp();  // every lane's reads of stage wst (iteration i−1) are done
+		if (nx < myg) issue(wst, nx, nrow);
+		cp_async_commit();
+		if (PAGED && nx + 1 < myg) nrow = rowOf(first(nx + 1) + (lane & 15));
+		wst = st;
+		cp_async_wait_n<S - 1>();
+		__syncwarp();  // the other lanes' copies of group i are in too
+		const int p0 = first(i);
+		// All key fragments first, then the products (ldsm is volatile:
+		// interleaved, each product would wait for its load).
+		unsigned ka[KS][4];
+#pragma unroll
+		for (int j = 0; j < KS; j++) ldsm_x4(ka[j], st + kaddr + (((2 * j + kh) ^ sw) << 4));
+		float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+		for (int j = 0; j < KS; j++) mma_bf16(s, ka[j], qb[j][0], qb[j][1]);
+		// s: keys p0+g (0, 1) and p0+g+8 (2, 3), heads 2tg, 2tg+1.
+#pragma unroll
+		for (int e = 0; e < 4; e++) s[e] *= scale_log2;
+		if (p0 + 16 > end) {
+			if (p0 + g >= end) s[0] = s[1] = -FT_INF;
+			if (p0 + g + 8 >= end) s[2] = s[3] = -FT_INF;
+		}
+		float mx0 = fmaxf(s[0], s[2]), mx1 = fmaxf(s[1], s[3]);
+#pragma unroll
+		for (int x = 4; x < 32; x <<= 1) {
+			mx0 = fmaxf(mx0, __shfl_xor_sync(FT_FULL, mx0, x));
+			mx1 = fmaxf(mx1, __shfl_xor_sync(FT_FULL, mx1, x));
+		}
+		// Finite: key p0 < end is visible in every column.
+		const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+		if (__any_sync(FT_FULL, mn0 > m0 || mn1 > m1)) {
+			const float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);  // m = −∞: 0
+			l0 *= a0;
+			l1 *= a1;
+#pragma unroll
+			for (int md = 0; md < KS; md++) {
+				o[md][0] *= a0;
+				o[md][1] *= a1;
+				o[md][2] *= a0;
+				o[md][3] *= a1;
+			}
+			m0 = mn0;
+			m1 = mn1;
+		}
+		const float e0 = exp2f(s[0] - m0), e1 = exp2f(s[1] - m1), e2 = exp2f(s[2] - m0), e3 = exp2f(s[3] - m1);
+		l0 += e0 + e2;
+		l1 += e1 + e3;
+		// Pᵀ as B: lane holds P[head g][keys 2tg, 2tg+1] (b0) and +8 (b1):
+		// the transposes of the Sᵀ accumulator's two 8×8 halves.
+		const unsigned b0 = movmatrix_t(pack_bf16(e0, e1)), b1 = movmatrix_t(pack_bf16(e2, e3));
+#pragma unroll
+		for (int md = 0; md < KS; md++) {
+			unsigned a[4];
+			ldsm_x4_t(a, st + vaddr + (((2 * md + vh) ^ sw) << 4));
+			mma_bf16(o[md], a, b0, b1);
+		}
+		st += STAGE;
+		if (st == ringEnd) st = ring;
+	}
+	cp_async_wait0();
+#pragma unroll
+	for (int x = 4; x < 32; x <<= 1) {
+		l0 += __shfl_xor_sync(FT_FULL, l0, x);
+		l1 += __shfl_xor_sync(FT_FULL, l1, x);
+	}
+	// The rings are done with (every warp): reuse them as so[NW][8][HD].
+	__syncthreads();
+	float* so = (float*)pipe_smem;
+	const int h0 = 2 * tg, h1 = 2 * tg + 1;
+#pragma unroll
+	for (int md = 0; md < KS; md++) {
+		const int d = 16 * md + g;
+		if (h0 < G) {
+			so[(warp * 8 + h0) * HD + d] = o[md][0];
+			so[(warp * 8 + h0) * HD + d + 8] = o[md][2];
+		}
+		if (h1 < G) {
+			so[(warp * 8 + h1) * HD + d] = o[md][1];
+			so[(warp * 8 + h1) * HD + d + 8] = o[md][3];
+		}
+	}
+	if (g == 0) {
+		if (h0 < G) {
+			sm_m[warp][h0] = m0;
+			sm_l[warp][h0] = l0;
+		}
+		if (h1 < G) {
+			sm_m[warp][h1] = m1;
+			sm_l[warp][h1] = l1;
+		}
+	}
+	__syncthreads();
+	decode_pipe_merge<HD, NW, 1, FAST>(out, po, pml, cnt, so, sm_m, sm_l, isLast, H, G, nsplit, ns, split, t);
+}
+
+// FT_TR_VARIANT defines the two kernels of one transposed variant (head
+// width HD, S stages, NW warps, one KV head a block; F: f for the FAST
+// path of decode_pipe.cu, else empty), with the arguments and grids of
+// decode_pipe.cu's kernels of the same names:
+//
+// attn_decode_pipe_d{HD}_s{S}w{NW}h1t{F}_bf16 over a contiguous cache;
+// attn_paged_decode_pipe_d{HD}_s{S}w{NW}h1t{F}_bf16 over paged pools.
+#define FT_TR_VARIANT(HD, S, NW, F, FAST)                                                                                                   \
+	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
+			attn_decode_pipe_d##HD##_s##S##w##NW##h1t##F##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,            \
+					const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* posp, int pos0,                 \
+					float scale_log2, int window) {                                                                                        \
+		decode_tr_body<HD, S, NW, FAST, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1, posp, pos0, \
+				scale_log2, window);                                                                                                       \
+	}                                                                                                                                  \
+	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
+			attn_paged_decode_pipe_d##HD##_s##S##w##NW##h1t##F##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,      \
+					const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table,         \
+					int maxBlocks, int bs, float scale_log2, int window) {                                                                 \
+		decode_tr_body<HD, S, NW, FAST, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks, bs, nullptr, \
+				0, scale_log2, window);                                                                                                    \
+	}
+
+// The transposed variants; decode.go's pipeVariants lists them (Tr).
+FT_TR_VARIANT(128, 3, 4, , false)
+FT_TR_VARIANT(128, 2, 4, , false)
+FT_TR_VARIANT(128, 4, 2, , false)
+FT_TR_VARIANT(128, 3, 2, , false)
+FT_TR_VARIANT(128, 3, 4, f, true)
+FT_TR_VARIANT(128, 4, 2, f, true)
