@@ -5,7 +5,8 @@
 //
 // Files: common.cuh (helpers, first), elementwise.cu (add, SiLU·up,
 // embedding gather, KV-cache row stores, casts, random fill, argmax),
-// norm.cu (RMSNorm), rope.cu (RoPE, fused RoPE + KV store, also at
+// norm.cu (RMSNorm), normtail.cu (the residual-adding GEMV
+// with the RMSNorm after it done by its last block), rope.cu (RoPE, fused RoPE + KV store, also at
 // per-token positions and pool rows), gemv.cu
 // (one-token matrix-vector products), attention.cu (split-context decode
 // attention and FlashAttention-2-style prefill on tensor cores), paged.cu

@@ -161,6 +161,12 @@ type Backend struct {
 	// (A/B runs; merged.go).
 	NoMergedGEMM bool
 	merged       *runtime.DeviceBuffer // the merged GEMMs' scratch (merged.go)
+
+	// NormTail lets MatMulAddNorm run (normtail.go: the one-token
+	// residual-adding GEMV whose last block writes the RMSNorm after it);
+	// off, it declines. New sets it when FT_NORM_TAIL=1 (A/B runs).
+	NormTail    bool
+	tailCounter *runtime.DeviceBuffer // gemv_persist_f32acc_norm's last-block counter (normtail.go)
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -189,6 +195,7 @@ type kernelSet struct {
 	rmsPair       *cuda.Function // rmsnorm_pair_bf16_v8 (qknorm.go)
 	prefill       prefillKernels // prefill attention and vectorised RoPE + store (prefill.go)
 	gemvAcc       *cuda.Function // gemv_persist_f32acc (matmuladd.go)
+	gemvAccNorm   *cuda.Function // gemv_persist_f32acc_norm (normtail.go)
 	fp8gemm       fp8GemmKernels // per-token quantization and rescaling (fp8gemm.go)
 	norm          *normKernels   // GEMVs with the RMSNorm folded in (normgemv.go)
 	merged        mergedKernels  // column splits after a merged GEMM (merged.go)
@@ -236,7 +243,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		paged:  loadPaged(get), moe: loadMoE(get), moeFused: loadMoEFused(get), decodeMMA: loadDecodeMMA(get),
 		addRMS: get("add_rmsnorm_f32_bf16"), rmsPair: get("rmsnorm_pair_bf16_v8"),
 		prefill: loadPrefill(get),
-		gemvAcc: get("gemv_persist_f32acc"),
+		gemvAcc: get("gemv_persist_f32acc"), gemvAccNorm: get("gemv_persist_f32acc_norm"),
 		fp8:     loadFP8(get),
 		fp8gemm: loadFP8Gemm(get),
 		merged:  loadMerged(get),
@@ -251,7 +258,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	ks.allowDependentLaunch()
 	ks.fp8.sms = dev.Multiprocessors()
 	ks.persistBlocks = map[*cuda.Function]int{}
-	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down} {
+	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemvAccNorm, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down} {
 		n, err := f.MaxActiveBlocksPerSM(256, 0)
 		if err != nil {
 			return nil, fmt.Errorf("cudabackend: %w", err)
@@ -313,7 +320,8 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoFP8Fuse:    os.Getenv("FT_FP8_FUSE") == "0",
 		GEMM:         gemmMode,
 		NoFusedNorm:  noFusedNormFromEnv(),
-		NoMergedGEMM: noMergedFromEnv()}
+		NoMergedGEMM: noMergedFromEnv(),
+		NormTail:     normTailFromEnv()}
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -329,10 +337,10 @@ func (b *Backend) ActDType() runtime.DType { return runtime.BF16 }
 // calls it; calling it earlier is fine too.
 func (b *Backend) Close() error {
 	err := b.s.Synchronize()
-	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf) {
+	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf, b.tailCounter) {
 		buf.Free()
 	}
-	b.fp8lt.buf, b.merged = nil, nil // b.merged is on b.retired
+	b.fp8lt.buf, b.merged, b.tailCounter = nil, nil, nil // b.merged is on b.retired
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
 	b.moe.free()

@@ -22,7 +22,7 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 		ks.addF32, ks.addF32V4, ks.embedF32, ks.argmax, ks.addBias, ks.scale,
 		ks.rms, ks.rmsV8, ks.rmsF32, ks.addRMS, ks.rmsPair,
 		ks.rope, ks.ropeStore, ks.paged.ropeStore,
-		ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemv3, ks.gateUp,
+		ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemvAccNorm, ks.gemv3, ks.gateUp,
 		ks.sample, ks.prefill.ropeStore, ks.prefill.ropeStorePaged,
 	}
 	for _, m := range []map[int]*cuda.Function{ks.gemv, ks.gemvF32, ks.decodeMMA.contig, ks.decodeMMA.paged} {

@@ -19,6 +19,7 @@ type workspace struct {
 	moe                   *moeScratch     // the expert blocks' activations (moe.go), made at the first sparse forward
 	bufs                  []*runtime.DeviceBuffer
 	onHost                bool // the host-placed layers' workspace (hostrun.go)
+	normed                tailNormed
 }
 
 func (w *workspace) free() {
@@ -153,6 +154,7 @@ func (m *Model) localForward(b kernels.Backend, cache Cache, ids []int32, allLog
 	m.passTokens = T
 	err = nn.Call(m, func() error {
 		x := rows(w.x, T) // the residual stream [T,D]
+		w.normed = tailNormed{}
 		if err := m.Embed.Forward(b, x, ids); err != nil {
 			return err
 		}
@@ -169,6 +171,9 @@ func (m *Model) localForward(b kernels.Backend, cache Cache, ids []int32, allLog
 			x = lastRow(x)
 		}
 		logits = rows(w.logits, x.Dim(0))
+		if x.Dim(0) == 1 && w.takeNormed(m.Norm, x) { // the last down_proj's tail left Norm(x) in h (normtail.go)
+			return m.Head.Forward(b, logits, rows(w.h, 1))
+		}
 		return m.head(b, logits, rows(w.h, x.Dim(0)), x)
 	})
 	if err != nil {
@@ -204,27 +209,36 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	m := l.Node().Tree().Root().(*Model)
 	accAttn, accMLP := l.accumulators(b, m)
 	in := normed{h: h}
-	if bs == nil {
+	prenormed := w.takeNormed(l.InputNorm, x) && T == 1 // the previous down_proj's tail left InputNorm(x) in h (normtail.go)
+	if bs == nil && !prenormed {
 		var err error
 		if in, err = normInput(b, h, x, l.InputNorm, l.Attn, l.Attn.Q, l.Attn.K, l.Attn.V); err != nil {
 			return err
 		}
-	} else if err := l.InputNorm.Forward(b, h, x); err != nil {
-		return err
+	} else if bs != nil {
+		if err := l.InputNorm.Forward(b, h, x); err != nil {
+			return err
+		}
 	}
-	attnOut := o
+	attnOut, oAcc := o, accAttn
+	var oTail *tailAdder
 	if accAttn != nil {
 		attnOut = x // o_proj adds into the residual stream
+		if bs == nil {
+			oAcc, oTail = withTail(b, accAttn, T, h, l.PostNorm) // and may leave PostNorm(x) in h
+		}
 	}
 	if bs != nil {
 		if err := l.Attn.forwardBatch(b, w, attnOut, h, bs, accAttn); err != nil {
 			return err
 		}
-	} else if err := l.Attn.forward(b, w, attnOut, in, cache, accAttn); err != nil {
+	} else if err := l.Attn.forward(b, w, attnOut, in, cache, oAcc); err != nil {
 		return err
 	}
 	mlpIn := normed{h: h}
-	if accAttn != nil && accMLP != nil {
+	if oTail != nil && oTail.ran {
+		// h holds PostNorm(x) already.
+	} else if accAttn != nil && accMLP != nil {
 		var err error
 		if mlpIn, err = normInput(b, h, x, l.PostNorm, l.MLP, l.MLP.Gate, l.MLP.Up); err != nil {
 			return err
@@ -242,7 +256,18 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 		}
 	}
 	if accMLP != nil {
-		return l.MLP.forward(b, w, x, mlpIn, accMLP) // down_proj adds into the residual stream
+		downAcc := accMLP
+		var downTail *tailAdder
+		if bs == nil {
+			downAcc, downTail = withTail(b, accMLP, T, h, m.nextNorm(l)) // and may leave the next norm of x in h
+		}
+		if err := l.MLP.forward(b, w, x, mlpIn, downAcc); err != nil { // down_proj adds into the residual stream
+			return err
+		}
+		if downTail != nil && downTail.ran {
+			w.normed = tailNormed{norm: downTail.norm, x: x.Ptr()}
+		}
+		return nil
 	}
 	if f := l.fp8Accumulator(b, m, T); f != nil {
 		return l.MLP.forwardFP8Add(b, f, w, x, h, o) // the fused FP8 MLP adds into the residual stream (fp8mlp.go)
