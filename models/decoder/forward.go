@@ -205,6 +205,9 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	accAttn, accMLP := l.accumulators(b, m)
 	in := normed{h: h}
 	if bs == nil {
+		if err := l.prefetchQKV(b, T); err != nil { // L2, ahead of the norm (l2prefetch.go)
+			return err
+		}
 		var err error
 		if in, err = normInput(b, h, x, l.InputNorm, l.Attn, l.Attn.Q, l.Attn.K, l.Attn.V); err != nil {
 			return err
@@ -276,6 +279,9 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 			return err
 		}
 		if err := a.qkNorm(b, q, k); err != nil {
+			return err
+		}
+		if err := a.prefetchO(b, T); err != nil { // L2, ahead of RoPE and attention (l2prefetch.go)
 			return err
 		}
 		if err := a.ropeAndAppend(b, m.invFreq, q, k, v, cache); err != nil {
