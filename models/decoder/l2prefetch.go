@@ -67,7 +67,18 @@ func prefetchLinears(b kernels.Backend, p kernels.L2Prefetcher, budget int64, ls
 // prefetchO prefetches o_proj's weight for a T-token forward of one
 // sequence (after the q/k/v projection).
 func (a *Attention) prefetchO(b kernels.Backend, T int) error {
-	p := l2Prefetcher(b, kernels.L2PrefetchO, T, a, a.O)
+	if _, ok := b.(kernels.L2Prefetcher); !ok || T != 1 {
+		return nil
+	}
+	ms := []nn.Module{a, a.O}
+	if m, ok := a.Node().Tree().Root().(*Model); ok {
+		for _, l := range m.Layers {
+			if l.Attn == a {
+				ms = append(ms, l) // the layer that runs a
+			}
+		}
+	}
+	p := l2Prefetcher(b, kernels.L2PrefetchO, T, ms...)
 	if p == nil {
 		return nil
 	}
