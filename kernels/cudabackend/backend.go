@@ -167,6 +167,11 @@ type Backend struct {
 	// off, it declines. New sets it when FT_NORM_TAIL=1 (A/B runs).
 	NormTail    bool
 	tailCounter *runtime.DeviceBuffer // gemv_persist_f32acc_norm's last-block counter (normtail.go)
+
+	// L2Plan is the weights a one-token decode step prefetches into L2
+	// (kernels.L2Prefetcher, l2prefetch.go). New sets it from
+	// FT_L2_PREFETCH; off by default.
+	L2Plan kernels.L2PrefetchPlan
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -199,6 +204,7 @@ type kernelSet struct {
 	fp8gemm       fp8GemmKernels // per-token quantization and rescaling (fp8gemm.go)
 	norm          *normKernels   // GEMVs with the RMSNorm folded in (normgemv.go)
 	merged        mergedKernels  // column splits after a merged GEMM (merged.go)
+	l2prefetch    *cuda.Function // l2_prefetch_weights (l2prefetch.go)
 }
 
 var (
@@ -252,6 +258,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	ks.norm = loadNorm(get)
+	ks.l2prefetch = get("l2_prefetch_weights")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -298,6 +305,10 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	l2Plan, err := l2PlanFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
 	ks, err := kernelsFor(cd)
 	if err != nil {
 		return nil, err
@@ -321,7 +332,8 @@ func New(dev runtime.Device) (*Backend, error) {
 		GEMM:         gemmMode,
 		NoFusedNorm:  noFusedNormFromEnv(),
 		NoMergedGEMM: noMergedFromEnv(),
-		NormTail:     normTailFromEnv()}
+		NormTail:     normTailFromEnv(),
+		L2Plan:       l2Plan}
 	cd.AtClose(b.Close)
 	return b, nil
 }

@@ -210,6 +210,11 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	accAttn, accMLP := l.accumulators(b, m)
 	in := normed{h: h}
 	prenormed := w.takeNormed(l.InputNorm, x) && T == 1 // the previous down_proj's tail left InputNorm(x) in h (normtail.go)
+	if bs == nil {
+		if err := l.prefetchQKV(b, T); err != nil { // L2, ahead of the norm (l2prefetch.go)
+			return err
+		}
+	}
 	if bs == nil && !prenormed {
 		var err error
 		if in, err = normInput(b, h, x, l.InputNorm, l.Attn, l.Attn.Q, l.Attn.K, l.Attn.V); err != nil {
@@ -301,6 +306,9 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 			return err
 		}
 		if err := a.qkNorm(b, q, k); err != nil {
+			return err
+		}
+		if err := a.prefetchO(b, T); err != nil { // L2, ahead of RoPE and attention (l2prefetch.go)
 			return err
 		}
 		if err := a.ropeAndAppend(b, m.invFreq, q, k, v, cache); err != nil {
