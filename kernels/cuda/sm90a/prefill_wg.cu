@@ -11,7 +11,7 @@
 // 128 threads, each owning 64 rows (the M of wgmma's m64nNk16). Key and
 // value tiles of WG_BN positions are copied with cp.async (rows past the
 // sequence zero-filled) into shared memory in the 128-byte swizzled layout
-// the wgmma descriptors describe, two stages; the 128-row query tile stays
+// the wgmma descriptors describe, NS stages; the 128-row query tile stays
 // in shared memory for the whole loop. Per tile each warpgroup computes
 // S = Q·Kᵀ (A = queries and B = keys from shared memory, both K-major),
 // masks the tiles that cross its diagonal or window start, runs the online
@@ -19,7 +19,10 @@
 // the probabilities to the bf16 A fragments of O += P·V in registers, and
 // multiplies by the values (B from shared memory, N-major: the transpose
 // bit). Tiles no row of a warpgroup sees are skipped; blocks start with the
-// query tiles that see the most keys.
+// query tiles that see the most keys. With three stages the P·V of a tile
+// is not waited for until the S of the next one is (the load issued at
+// tile j overwrites the stage of tile j−2, whose P·V every thread waited
+// for during tile j−1), so it runs across the block barrier.
 //
 // Shared-memory layout (from a 1024-byte aligned base): the query tile,
 // then per stage a key and a value tile. A tile of R rows of HD bf16 values
@@ -169,16 +172,16 @@ __device__ __forceinline__ void wg_load_kv(unsigned st, const bf16_t* kc, const 
 }
 
 // WG_SMEM is the dynamic shared memory of the wg kernel of head width HD
-// with BN-position tiles: 1024 bytes of alignment slack, the 128-row query
-// tile and two stages of a key and a value tile (prefillVariant.smem on the
-// Go side).
-#define WG_SMEM(HD, BN) (1024 + WG_BM * (HD) * 2 + 2 * 2 * (BN) * (HD) * 2)
+// with BN-position tiles in NS stages: 1024 bytes of alignment slack, the
+// 128-row query tile and NS stages of a key and a value tile
+// (prefillVariant.smem on the Go side).
+#define WG_SMEM(HD, BN, NS) (1024 + WG_BM * (HD) * 2 + (NS) * 2 * (BN) * (HD) * 2)
 
 // prefill_wg_body computes query tile qtile (rows qtile·128.. of q and out,
 // T rows in all, at positions pos..pos+T−1) of head h over KV head kvh, as
 // prefill_fa2_body. q and out point at the sequence's first row; rows are
 // H·HD apart and 16-byte aligned.
-template <int HD, int BN, class KV>
+template <int HD, int BN, int NS, class KV>
 __device__ __forceinline__ void prefill_wg_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
 		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv) {
 	constexpr int BM = WG_BM, NT = WG_NT;
@@ -188,6 +191,7 @@ __device__ __forceinline__ void prefill_wg_body(bf16_t* out, const bf16_t* q, co
 	constexpr int KS = HD / 16;                  // k-steps of S = Q·Kᵀ
 	constexpr int PS = BN / 16;                  // k-steps of O += P·V
 	constexpr int SN = BN / 2, ON = HD / 2;      // accumulators per thread of S and O
+	static_assert(NS == 2 || NS == 3, "two or three stages");
 	extern __shared__ __attribute__((aligned(1024))) unsigned char prefill_wg_sm[];
 	const unsigned sQ = (smem_u32(prefill_wg_sm) + 1023) & ~1023u, sKV = sQ + QT;
 	const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
@@ -226,16 +230,19 @@ __device__ __forceinline__ void prefill_wg_body(bf16_t* out, const bf16_t* q, co
 	float m0 = -FT_INF, m1 = -FT_INF, l0 = 0.f, l1 = 0.f;  // running maxima (scaled) and this thread's share of the row sums
 
 	for (int j = jfirst; j < ntiles; j++) {
-		const unsigned st = sKV + ((j - jfirst) & 1) * (2 * TILE);
+		const unsigned st = sKV + ((j - jfirst) % NS) * (2 * TILE);
 		cp_async_wait0();  // this thread's copies of tile j (and the queries) are done
 		asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to wgmma (the async proxy)
-		__syncthreads();  // everyone's are, and both warpgroups are done with tile j−1's stage
-		if (j + 1 < ntiles) wg_load_kv<HD, BN>(sKV + ((j + 1 - jfirst) & 1) * (2 * TILE), kc, vc, kv, kvh, (j + 1) * BN, kvEnd);
+		__syncthreads();  // everyone's are, and both warpgroups are done with the stage of tile j+1−NS
+		if (j + 1 < ntiles) wg_load_kv<HD, BN>(sKV + ((j + 1 - jfirst) % NS) * (2 * TILE), kc, vc, kv, kvh, (j + 1) * BN, kvEnd);
 		cp_async_commit();
 		const int j0 = j * BN;
 		// Warpgroup-uniform: does any of its queries see a key of the tile,
 		// and does any key need a mask?
-		if (!live || j0 > wq1 || (window > 0 && j0 + BN - 1 < wq0 - window + 1)) continue;
+		if (!live || j0 > wq1 || (window > 0 && j0 + BN - 1 < wq0 - window + 1)) {
+			wg_wait0();  // an earlier tile's P·V (its stage is loaded next)
+			continue;
+		}
 		const bool edge = j0 + BN - 1 > wq0 || (window > 0 && j0 < wq1 - window + 1);
 
 		// S = Q·Kᵀ: K-major A (this warpgroup's 64 query rows) and B (the
@@ -250,8 +257,9 @@ __device__ __forceinline__ void prefill_wg_body(bf16_t* out, const bf16_t* q, co
 			wg_ss<BN>(s, wg_desc(qaddr, 16, 1024), wg_desc(kaddr, 16, 1024), kk > 0);
 		}
 		wg_commit();
-		wg_wait0();
+		wg_wait0();  // S, and the previous tile's P·V
 		wg_pin<SN>(s);
+		wg_pin<ON>(o);
 
 		// s[4i+e]: row qa (e < 2) or qa+8 (e ≥ 2), key j0 + 8i + 2tg + (e & 1).
 		if (edge) {
@@ -313,9 +321,10 @@ __device__ __forceinline__ void prefill_wg_body(bf16_t* out, const bf16_t* q, co
 #pragma unroll
 		for (int kk = 0; kk < PS; kk++) wg_rs<HD>(o, pf[kk], wg_desc(st + TILE + kk * 2048, BN * 128, 1024));
 		wg_commit();
-		wg_wait0();
-		wg_pin<ON>(o);
+		if (NS == 2) wg_wait0();  // else waited for with the next S (module comment)
 	}
+	wg_wait0();
+	wg_pin<ON>(o);
 	cp_async_wait0();
 	// The normalised rows go to the warpgroup's own query rows of shared
 	// memory (its last wgmma that read them is done; the other warpgroup
@@ -346,18 +355,18 @@ __device__ __forceinline__ void prefill_wg_body(bf16_t* out, const bf16_t* q, co
 }
 
 // prefill_wg_contig: grid (H, ceil(T/128)), the last query tile first.
-template <int HD, int BN>
+template <int HD, int BN, int NS>
 __device__ __forceinline__ void prefill_wg_contig(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
 		int K, const int* posp, int pos0, float scale_log2, int window) {
 	const int h = blockIdx.x;
 	const wg_contig kv = {(usize)K * HD};
-	prefill_wg_body<HD, BN>(out, q, kc, vc, T, H, h, h / (H / K), gridDim.y - 1 - blockIdx.y, ft_pos(posp, pos0), scale_log2, window,
+	prefill_wg_body<HD, BN, NS>(out, q, kc, vc, T, H, h, h / (H / K), gridDim.y - 1 - blockIdx.y, ft_pos(posp, pos0), scale_log2, window,
 		kv);
 }
 
 // prefill_wg_varlen: grid (H, tiles), tile blockIdx.y of the (sequence,
 // query tile) list.
-template <int HD, int BN>
+template <int HD, int BN, int NS>
 __device__ __forceinline__ void prefill_wg_varlen(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K,
 		const int* tiles, const int* qStarts, const int* lens, const int* table, int maxBlocks, int bs, float scale_log2, int window) {
 	const int h = blockIdx.x;
@@ -365,36 +374,36 @@ __device__ __forceinline__ void prefill_wg_varlen(bf16_t* out, const bf16_t* q, 
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD;
 	const wg_paged kv = {table + (usize)seq * maxBlocks, bs, (usize)K * HD};
-	prefill_wg_body<HD, BN>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T, scale_log2,
+	prefill_wg_body<HD, BN, NS>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T, scale_log2,
 		window, kv);
 }
 
 // attn_prefill_wg_d128_bf16 is attn_prefill_fa2_d128_bf16 on warpgroup MMA
-// (above): grid (H, ceil(T/128)), 256 threads, WG_SMEM(128, 128) bytes.
+// (above): grid (H, ceil(T/128)), 256 threads, WG_SMEM(128, 128, 3) bytes.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
-	prefill_wg_contig<128, 128>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
+	prefill_wg_contig<128, 128, 3>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
 }
 
 // attn_prefill_wg_d64_bf16 is attn_prefill_wg_d128_bf16 for head width 64,
-// WG_SMEM(64, 128) bytes.
+// WG_SMEM(64, 128, 3) bytes.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg_d64_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
-	prefill_wg_contig<64, 128>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
+	prefill_wg_contig<64, 128, 3>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
 }
 
 // attn_varlen_prefill_wg_d128_bf16 is attn_varlen_prefill_fa2_d128_bf16 on
-// warpgroup MMA: tiles of 128 rows, 256 threads, WG_SMEM(128, 128) bytes.
+// warpgroup MMA: tiles of 128 rows, 256 threads, WG_SMEM(128, 128, 3) bytes.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg_d128_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
 		int maxBlocks, int bs, float scale_log2, int window) {
-	prefill_wg_varlen<128, 128>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
+	prefill_wg_varlen<128, 128, 3>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
 }
 
 // attn_varlen_prefill_wg_d64_bf16 is attn_varlen_prefill_wg_d128_bf16 for
-// head width 64, WG_SMEM(64, 128) bytes.
+// head width 64, WG_SMEM(64, 128, 3) bytes.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg_d64_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
 		int maxBlocks, int bs, float scale_log2, int window) {
-	prefill_wg_varlen<64, 128>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
+	prefill_wg_varlen<64, 128, 3>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
 }
