@@ -1,8 +1,11 @@
 package cudabackend
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	kcuda "github.com/flextensor-go/flextensor/kernels/cuda"
 )
 
 // TestChoosePrefillVariant: the automatic choice (fa2 where built, base
@@ -81,6 +84,29 @@ func TestPrefillVariantSmem(t *testing.T) {
 		}
 		if v.rows%(v.threads/32*16) != 0 {
 			t.Errorf("%s: %d rows do not split into m16 tiles over %d warps", v.name, v.rows, v.threads/32)
+		}
+	}
+}
+
+// TestPrefillVariantKernelNames: every kernel name the backend asks for is
+// declared in the source it looks it up in: the sm90a variants' in
+// SourceSM90a (their own module), the others' in Source.
+func TestPrefillVariantKernelNames(t *testing.T) {
+	plain, sm90a := kcuda.Kernels(), kcuda.KernelsSM90a()
+	for _, v := range prefillVariants {
+		for _, d := range []int{32, 64, 128} {
+			if !v.hasWidth(d) {
+				continue
+			}
+			for _, varlen := range []bool{false, true} {
+				name, in, src := v.kernel(d, varlen), plain, "Source"
+				if v.sm90a {
+					in, src = sm90a, "SourceSM90a"
+				}
+				if !slices.Contains(in, name) {
+					t.Errorf("%s: kernel %s not in %s", v.name, name, src)
+				}
+			}
 		}
 	}
 }
