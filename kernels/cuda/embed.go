@@ -25,7 +25,8 @@
 // legacy path), prefill_variants.cu (other layouts of that kernel at head
 // width 128, chosen by FT_PREFILL_VARIANT), fp8.cu and fp8gemv.cu (FP8 weights: one-token products that
 // widen E4M3 in registers, fused q/k/v and gate·up·SiLU, dequantization to
-// bf16 for cuBLAS). Each kernel's comment
+// bf16 for cuBLAS). sm90a/ holds the kernels that need sm_90a
+// (SourceSM90a). Each kernel's comment
 // gives what it computes.
 package cuda
 
@@ -69,10 +70,54 @@ func Source() string {
 	return b.String()
 }
 
-// Kernels lists the extern "C" kernel names in the sources.
-func Kernels() []string {
+//go:embed sm90a/*.cu
+var sm90aFiles embed.FS
+
+// SourceSM90a is the translation unit of the kernels that need Hopper's
+// architecture-specific features (sm_90a: warpgroup MMA), compiled as a
+// module of their own on compute capability 9.0 only: common.cuh, then the
+// .cu files of sm90a/ in name order (sm90a/prefill_wg.cu: prefill
+// attention on wgmma, FT_PREFILL_VARIANT=wg). They are not part of Source,
+// which is compiled for every device's plain sm_XY.
+func SourceSM90a() string {
+	var b strings.Builder
+	head, err := files.ReadFile("common.cuh")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	b.Write(head)
+	entries, err := sm90aFiles.ReadDir("sm90a")
+	if err != nil {
+		panic(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".cu") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		data, err := sm90aFiles.ReadFile("sm90a/" + n)
+		if err != nil {
+			panic(err)
+		}
+		b.WriteString("\n// ---- sm90a/" + n + " ----\n")
+		b.Write(data)
+	}
+	return b.String()
+}
+
+// Kernels lists the extern "C" kernel names in the sources (Source).
+func Kernels() []string { return kernelsIn(Source()) }
+
+// KernelsSM90a lists the extern "C" kernel names in SourceSM90a.
+func KernelsSM90a() []string { return kernelsIn(SourceSM90a()) }
+
+// kernelsIn lists the extern "C" kernel names declared in src.
+func kernelsIn(src string) []string {
 	var out []string
-	for _, line := range strings.Split(Source(), "\n") {
+	for _, line := range strings.Split(src, "\n") {
 		if !strings.HasPrefix(line, "extern \"C\" __global__ void") {
 			continue
 		}

@@ -34,3 +34,32 @@ func TestSources(t *testing.T) {
 		}
 	}
 }
+
+// TestSourceSM90a: the sm_90a translation unit starts with common.cuh and
+// holds the wgmma prefill kernels (each with a doc comment), and Source,
+// which every device compiles for its plain sm_XY, holds no wgmma.
+func TestSourceSM90a(t *testing.T) {
+	src := SourceSM90a()
+	if !strings.HasPrefix(src, "// Helpers shared") {
+		t.Fatalf("SourceSM90a does not start with common.cuh: %q", src[:40])
+	}
+	names := KernelsSM90a()
+	for _, want := range []string{"attn_prefill_wg_d128_bf16", "attn_prefill_wg_d64_bf16", "attn_varlen_prefill_wg_d128_bf16",
+		"attn_varlen_prefill_wg_d64_bf16"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("kernel %s missing from SourceSM90a (have %v)", want, names)
+		}
+		if slices.Contains(Kernels(), want) {
+			t.Errorf("kernel %s is in Source, which is compiled for plain sm_XY", want)
+		}
+	}
+	if strings.Contains(Source(), "wgmma") {
+		t.Error("Source holds wgmma, which plain sm_90 does not take")
+	}
+	lines := strings.Split(src, "\n")
+	for i, line := range lines {
+		if strings.HasPrefix(line, "extern \"C\" __global__") && (i == 0 || !strings.HasPrefix(lines[i-1], "//")) {
+			t.Errorf("kernel at line %d has no doc comment: %s", i+1, line)
+		}
+	}
+}

@@ -112,7 +112,7 @@ type Backend struct {
 
 	// PrefillVariant picks the layout of the tensor-core prefill attention
 	// (prefillvariant.go): "" or "auto" for the measured default, or one of "base",
-	// "w4m32", "w8q", "m64" for every call it applies to. New sets it from
+	// "w4m32", "w8q", "m64", "fa2", "wg" for every call it applies to. New sets it from
 	// FT_PREFILL_VARIANT (A/B runs); an unknown value fails the launch.
 	PrefillVariant string
 
@@ -273,6 +273,10 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		ks.persistBlocks[f] = max(1, n) * dev.Multiprocessors()
 	}
 	ks.prefill.allowSmem()
+	ks.prefill.wg = &prefillWG{dev: dev}
+	if wantsPrefillWG(prefillVariantFromEnv()) {
+		ks.prefill.wg.load() // now, not inside a later launch (or a graph capture)
+	}
 	if err := ks.decodeMMA.sizeWave(dev.Multiprocessors()); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}

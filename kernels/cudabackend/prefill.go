@@ -34,6 +34,7 @@ const legacyTileRows = 64
 type prefillKernels struct {
 	fns                       map[string]*cuda.Function // attention, by kernel name (prefillVariant.kernel)
 	ropeStore, ropeStorePaged *cuda.Function
+	wg                        *prefillWG // the sm_90a module's kernels (variant wg, prefillwg.go), loaded on first use
 }
 
 // loadPrefill looks the kernels up in the compiled module.
@@ -41,6 +42,9 @@ func loadPrefill(get func(string) *cuda.Function) prefillKernels {
 	k := prefillKernels{fns: map[string]*cuda.Function{},
 		ropeStore: get("rope_store_v8_bf16"), ropeStorePaged: get("rope_store_paged_v8_bf16")}
 	for _, v := range prefillVariants {
+		if v.sm90a { // not in this module (prefillwg.go)
+			continue
+		}
 		for _, d := range []int{32, 64, 128} {
 			if v.hasWidth(d) {
 				for _, varlen := range []bool{false, true} {
@@ -60,6 +64,9 @@ func loadPrefill(get func(string) *cuda.Function) prefillKernels {
 // without base the prefill takes the legacy kernels.
 func (k *prefillKernels) allowSmem() {
 	for _, v := range prefillVariants {
+		if v.sm90a {
+			continue
+		}
 		for _, d := range []int{32, 64, 128} {
 			if !v.hasWidth(d) || v.smem(d) <= 48<<10 {
 				continue
@@ -74,19 +81,33 @@ func (k *prefillKernels) allowSmem() {
 	}
 }
 
-// availablePrefill is v, or base where the device could not take v's kernel.
+// availablePrefill is v, or base where the device could not take v's
+// kernel; wg falls back to fa2 first (its sm_90a module is missing off
+// compute capability 9.0, or where it did not compile or load).
 func (b *Backend) availablePrefill(v prefillVariant, d int, varlen bool) prefillVariant {
-	if b.prefillKernel(v, d, varlen) == nil {
-		return prefillVariants[0]
+	if b.prefillKernel(v, d, varlen) != nil {
+		return v
 	}
-	return v
+	if v.sm90a {
+		for _, f := range prefillVariants {
+			if f.name == "fa2" && f.hasWidth(d) && b.prefillKernel(f, d, varlen) != nil {
+				return f
+			}
+		}
+	}
+	return prefillVariants[0]
 }
 
 // prefillVariantFromEnv is the default of Backend.PrefillVariant.
 func prefillVariantFromEnv() string { return os.Getenv("FT_PREFILL_VARIANT") }
 
-// prefillKernel is the kernel of variant v for head width d, or nil.
+// prefillKernel is the kernel of variant v for head width d, or nil. The
+// sm_90a module (variant wg) is compiled and loaded on the first call that
+// asks for it.
 func (b *Backend) prefillKernel(v prefillVariant, d int, varlen bool) *cuda.Function {
+	if v.sm90a {
+		return b.k.prefill.wg.function(v.kernel(d, varlen))
+	}
 	return b.k.prefill.fns[v.kernel(d, varlen)]
 }
 

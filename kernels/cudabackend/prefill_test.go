@@ -81,6 +81,10 @@ func TestPrefillAttentionKernels(t *testing.T) {
 		{1000, 0, 1000, 8, 1, 64, 300},
 		{700, 0, 700, 16, 2, 128, 100},
 		{640, 90, 800, 8, 8, 128, 64},
+		// Several 128-key tiles per query tile (wg): a long causal prompt
+		// with a cached prefix not a multiple of a tile, and head width 64.
+		{2100, 37, 2200, 8, 4, 128, 0},
+		{1100, 0, 1100, 8, 2, 64, 0},
 	} {
 		// The data, the cache and the CPU reference once per case; the
 		// kernels in turn.
@@ -145,6 +149,7 @@ func TestVarlenPrefillKernels(t *testing.T) {
 		{"d32 G8 window 3", 8, 1, 32, 4, 3, []pagedSeq{{23, 23}, {12, 30}, {1, 1}, {140, 140}}},
 		{"d128 G8 window 70", 8, 1, 128, 16, 70, []pagedSeq{{383, 383}, {5, 260}, {129, 129}, {64, 64}, {1, 1000}}},
 		{"d64 G2", 8, 4, 64, 32, 0, []pagedSeq{{700, 700}, {1, 1}, {256, 300}, {65, 65}}},
+		{"d128 G4 long", 16, 4, 128, 16, 0, []pagedSeq{{1000, 1000}, {513, 900}, {2, 2}, {256, 256}, {127, 127}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			kv, qStarts, kp, vp, P := pagedLayout(rng, c.seqs, c.K, c.d, c.bs)
@@ -180,7 +185,7 @@ func TestPrefillVariantOccupancy(t *testing.T) {
 	needGPU(t)
 	for _, v := range prefillVariants {
 		for _, d := range []int{64, 128} {
-			if !v.hasWidth(d) || (d != 128 && v.allWidths) {
+			if !v.hasWidth(d) || (d != 128 && v.allWidths) || (v.sm90a && gb.dev.ComputeCapability() != 90) {
 				continue
 			}
 			for _, varlen := range []bool{false, true} {
@@ -362,5 +367,44 @@ func BenchmarkPrefillAttention(b *testing.B) {
 				timeOp(b, 0, bytes, func() error { return gb.RoPEStoreKV(q, k, v, kc, vc, 0, inv) })
 			})
 		})
+	}
+}
+
+// TestPrefillWGModule: on compute capability 9.0 the sm_90a module of the
+// wgmma prefill kernels (variant wg) compiles and loads, with every kernel
+// the backend launches (elsewhere the variant falls back to fa2, which
+// this checks too). Run it first: a PTX error shows here in seconds.
+func TestPrefillWGModule(t *testing.T) {
+	needGPU(t)
+	var wg prefillVariant
+	for _, v := range prefillVariants {
+		if v.name == "wg" {
+			wg = v
+		}
+	}
+	for _, d := range []int{64, 128} {
+		for _, varlen := range []bool{false, true} {
+			f := gb.prefillKernel(wg, d, varlen)
+			if gb.dev.ComputeCapability() != 90 {
+				if f != nil {
+					t.Errorf("%s loaded on compute capability %d", wg.kernel(d, varlen), gb.dev.ComputeCapability())
+				}
+				if got := gb.availablePrefill(wg, d, varlen); got.name != "fa2" {
+					t.Errorf("wg d%d varlen %v falls back to %s, want fa2", d, varlen, got.name)
+				}
+				continue
+			}
+			if f == nil {
+				t.Fatalf("%s: sm_90a module not loaded: %v", wg.kernel(d, varlen), gb.k.prefill.wg.err)
+			}
+			n, err := f.MaxActiveBlocksPerSM(wg.threads, wg.smem(d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d blocks of %d threads and %d B per SM", f.Name(), n, wg.threads, wg.smem(d))
+			if n < wg.perSM {
+				t.Errorf("%s: %d blocks per SM, want %d", f.Name(), n, wg.perSM)
+			}
+		}
 	}
 }

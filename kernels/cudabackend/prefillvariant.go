@@ -20,6 +20,9 @@ type prefillVariant struct {
 	perSM     int    // blocks per SM the kernel is built for at head width 128 (__launch_bounds__)
 	allWidths bool   // built for head widths 32, 64 and 128; else 128 only
 	width64   bool   // also built for head width 64
+	sm90a     bool   // in the sm_90a module (kernels/cuda/sm90a: wgmma), compute capability 9.0 only
+	keys      int    // key positions per tile (sm90a variants)
+	stages    int    // key/value stages in shared memory (sm90a variants)
 }
 
 // prefillVariants lists the configurations; the first is the default.
@@ -37,6 +40,12 @@ var prefillVariants = []prefillVariant{
 	// constant-offset ldmatrix addressing, fragments loaded a step ahead,
 	// queries in registers at head width 64, 16-byte output stores.
 	{name: "fa2", rows: 128, threads: 128, qSmem: true, perSM: 2, width64: true},
+	// Two warpgroups × 64 rows on Hopper's warpgroup MMA (wgmma, sm_90a;
+	// kernels/cuda/sm90a/prefill_wg.cu): 128-position key/value tiles in
+	// 128-byte swizzled shared memory, three stages. Where its module is missing (not
+	// compute capability 9.0, or NVRTC/the driver refused it) it falls back
+	// to fa2.
+	{name: "wg", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200
@@ -61,8 +70,13 @@ func prefillVariantNames() []string {
 // smem is the dynamic shared memory of the variant at head width d: two
 // stages of a 64-position key and a value tile, and the query tile when it
 // is staged, rows of d+8 bf16 values (PREFILL_VSMEM in prefill_variants.cu,
-// PREFILL_FA2_SMEM in prefill_fa2.cu).
+// PREFILL_FA2_SMEM in prefill_fa2.cu); for wg 1 KiB of alignment slack,
+// the query tile and its stages of keys and values, unpadded rows (WG_SMEM
+// in sm90a/prefill_wg.cu).
 func (v prefillVariant) smem(d int) int {
+	if v.sm90a {
+		return 1024 + v.rows*d*2 + v.stages*2*v.keys*d*2
+	}
 	n := 2 * 2 * 64 * (d + 8) * 2
 	if v.qSmem {
 		n += v.rows * (d + 8) * 2

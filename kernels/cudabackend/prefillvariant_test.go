@@ -1,8 +1,11 @@
 package cudabackend
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	kcuda "github.com/flextensor-go/flextensor/kernels/cuda"
 )
 
 // TestChoosePrefillVariant: the automatic choice (fa2 where built, base
@@ -38,6 +41,12 @@ func TestChoosePrefillVariant(t *testing.T) {
 		{"fa2", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
 		{"fa2", 128, true, false, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
 		{"w4m32", 64, false, true, "base", "attn_prefill_d64_bf16", 128, 256},
+		{"wg", 128, false, true, "wg", "attn_prefill_wg_d128_bf16", 128, 256},
+		{"wg", 128, true, true, "wg", "attn_varlen_prefill_wg_d128_bf16", 128, 256},
+		{"wg", 64, false, true, "wg", "attn_prefill_wg_d64_bf16", 128, 256},
+		{"wg", 64, true, true, "wg", "attn_varlen_prefill_wg_d64_bf16", 128, 256},
+		{"wg", 32, false, true, "base", "attn_prefill_d32_bf16", 128, 256},
+		{"wg", 128, true, false, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
 	} {
 		v, err := choosePrefillVariant(c.setting, c.d, c.varlen, c.aligned)
 		if err != nil {
@@ -61,7 +70,7 @@ func TestChoosePrefillVariant(t *testing.T) {
 // the blocks per SM it is built for within the H100/H200's 227 KiB per SM
 // (each block also reserves 1 KiB), and one block fits the 227 KiB limit.
 func TestPrefillVariantSmem(t *testing.T) {
-	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448}
+	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400}
 	for _, v := range prefillVariants {
 		n := v.smem(128)
 		if n != want[v.name] {
@@ -75,6 +84,29 @@ func TestPrefillVariantSmem(t *testing.T) {
 		}
 		if v.rows%(v.threads/32*16) != 0 {
 			t.Errorf("%s: %d rows do not split into m16 tiles over %d warps", v.name, v.rows, v.threads/32)
+		}
+	}
+}
+
+// TestPrefillVariantKernelNames: every kernel name the backend asks for is
+// declared in the source it looks it up in: the sm90a variants' in
+// SourceSM90a (their own module), the others' in Source.
+func TestPrefillVariantKernelNames(t *testing.T) {
+	plain, sm90a := kcuda.Kernels(), kcuda.KernelsSM90a()
+	for _, v := range prefillVariants {
+		for _, d := range []int{32, 64, 128} {
+			if !v.hasWidth(d) {
+				continue
+			}
+			for _, varlen := range []bool{false, true} {
+				name, in, src := v.kernel(d, varlen), plain, "Source"
+				if v.sm90a {
+					in, src = sm90a, "SourceSM90a"
+				}
+				if !slices.Contains(in, name) {
+					t.Errorf("%s: kernel %s not in %s", v.name, name, src)
+				}
+			}
 		}
 	}
 }

@@ -48,8 +48,20 @@ func includeDirs() []string {
 // source, options, architecture, driver and NVRTC loads it without
 // compiling; a cached image the driver refuses is compiled again.
 func (d *Device) LoadModule(name, src string, extra ...string) (*Module, error) {
+	return d.LoadModuleArch(name, src, "", extra...)
+}
+
+// LoadModuleArch is LoadModule for the architecture arch ("sm_90a": the
+// architecture-specific features of Hopper, such as wgmma), or for this
+// device's sm_XY where arch is "". An arch the device or NVRTC does not
+// take fails with NVRTC's or the driver's error; the caller decides what
+// runs instead.
+func (d *Device) LoadModuleArch(name, src, arch string, extra ...string) (*Module, error) {
+	if arch == "" {
+		arch = fmt.Sprintf("sm_%d", d.cc)
+	}
 	opts := []string{
-		fmt.Sprintf("--gpu-architecture=sm_%d", d.cc),
+		"--gpu-architecture=" + arch,
 		"--std=c++17",
 		"-default-device",
 	}
