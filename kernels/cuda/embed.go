@@ -6,7 +6,8 @@
 // Files: common.cuh (helpers, first), elementwise.cu (add, SiLU·up,
 // embedding gather, KV-cache row stores, casts, random fill, argmax),
 // norm.cu (RMSNorm), rope.cu (RoPE, fused RoPE + KV store, also at
-// per-token positions and pool rows), gemv.cu
+// per-token positions and pool rows), rope_qkv.cu (a decode step's q/k/v
+// GEMV with the biases, RoPE and the KV store in its epilogue), gemv.cu
 // (one-token matrix-vector products), attention.cu (split-context decode
 // attention and FlashAttention-2-style prefill on tensor cores), paged.cu
 // (the same attentions over a paged KV cache: batched decode and packed
