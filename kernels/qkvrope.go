@@ -54,7 +54,7 @@ func (a QKVRoPE) Check() (H, KV, d int, err error) {
 	}
 	H, KV, d = qs[1], ks[1], qs[2]
 	if d%2 != 0 || len(a.InvFreq) != d/2 {
-		return 0, 0, 0, fmt.Errorf("kernels.ProjectRoPEStoreKV: head width %d with %d frequencies: want an even width and d/2 frequencies", d, len(a.InvFreq))
+		return 0, 0, 0, fmt.Errorf("kernels.ProjectRoPEStoreKV: head width %d with %d frequencies: want an even width and d/2 = %d frequencies", d, len(a.InvFreq), d/2)
 	}
 	D := a.X.Dim(-1)
 	if a.X.NumElements() != D {

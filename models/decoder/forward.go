@@ -272,13 +272,7 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {
 		q, k, v := rows(w.q, T), rows(w.k, T), rows(w.v, T) // [T,H,d], [T,K,d], [T,K,d]
-		if err := a.project(b, in, q, k, v); err != nil {
-			return err
-		}
-		if err := a.qkNorm(b, q, k); err != nil {
-			return err
-		}
-		if err := a.ropeAndAppend(b, m.invFreq, q, k, v, cache); err != nil {
+		if err := a.projectRoPE(b, m.invFreq, in, q, k, v, cache); err != nil { // project, qkNorm, ropeAndAppend (ropefuse.go)
 			return err
 		}
 		if err := a.scaleQ(b, q); err != nil {
