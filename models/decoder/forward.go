@@ -272,7 +272,8 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {
 		q, k, v := rows(w.q, T), rows(w.k, T), rows(w.v, T) // [T,H,d], [T,K,d], [T,K,d]
-		if err := a.projectRoPE(b, m.invFreq, in, q, k, v, cache); err != nil { // project, qkNorm, ropeAndAppend (ropefuse.go)
+		// project, qkNorm, ropeAndAppend, fused for one token (ropefuse.go)
+		if err := a.projectRoPE(b, m.invFreq, in, q, k, v, cache); err != nil {
 			return err
 		}
 		if err := a.scaleQ(b, q); err != nil {
