@@ -8,6 +8,9 @@
 // norm.cu (RMSNorm), normtail.cu (the residual-adding GEMV
 // with the RMSNorm after it done by its last block), rope.cu (RoPE, fused RoPE + KV store, also at
 // per-token positions and pool rows), gemv.cu
+// norm.cu (RMSNorm), rope.cu (RoPE, fused RoPE + KV store, also at
+// per-token positions and pool rows), rope_qkv.cu (a decode step's q/k/v
+// GEMV with the biases, RoPE and the KV store in its epilogue), gemv.cu
 // (one-token matrix-vector products), attention.cu (split-context decode
 // attention and FlashAttention-2-style prefill on tensor cores), paged.cu
 // (the same attentions over a paged KV cache: batched decode and packed

@@ -154,6 +154,10 @@ type Backend struct {
 	// callers run RMSNorm and the plain GEMVs (normgemv.go). New sets it
 	// unless FT_FUSE_NORM=1: folding measured slower on the H200.
 	NoFusedNorm bool
+	// NoFusedRoPE makes ProjectRoPEStoreKV decline (qkvrope.go): the
+	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
+	// when FT_FUSE_ROPE=0.
+	NoFusedRoPE bool
 
 	// NoMergedGEMM turns MatMulMerged and GateUpSiLUMerged off (they then
 	// say they did not run): q, k, v and gate, up of a several-token
@@ -205,6 +209,7 @@ type kernelSet struct {
 	norm          *normKernels   // GEMVs with the RMSNorm folded in (normgemv.go)
 	merged        mergedKernels  // column splits after a merged GEMM (merged.go)
 	l2prefetch    *cuda.Function // l2_prefetch_weights (l2prefetch.go)
+	qkvRoPE       *cuda.Function // gemv3_rope_store_bf16 (qkvrope.go)
 }
 
 var (
@@ -259,6 +264,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	}
 	ks.norm = loadNorm(get)
 	ks.l2prefetch = get("l2_prefetch_weights")
+	ks.loadQKVRoPE(get)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -271,6 +277,9 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 			return nil, fmt.Errorf("cudabackend: %w", err)
 		}
 		ks.persistBlocks[f] = max(1, n) * dev.Multiprocessors()
+	}
+	if err := ks.sizeQKVRoPE(dev.Multiprocessors()); err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	ks.prefill.allowSmem()
 	ks.prefill.wg = &prefillWG{dev: dev}
@@ -313,6 +322,10 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	noFusedRoPE, err := noFusedRoPEFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
 	ks, err := kernelsFor(cd)
 	if err != nil {
 		return nil, err
@@ -338,6 +351,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoMergedGEMM: noMergedFromEnv(),
 		NormTail:     normTailFromEnv(),
 		L2Plan:       l2Plan}
+	b.NoFusedRoPE = noFusedRoPE
 	cd.AtClose(b.Close)
 	return b, nil
 }

@@ -302,16 +302,11 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {
 		q, k, v := rows(w.q, T), rows(w.k, T), rows(w.v, T) // [T,H,d], [T,K,d], [T,K,d]
-		if err := a.project(b, in, q, k, v); err != nil {
+		// project, qkNorm, ropeAndAppend, fused for one token (ropefuse.go)
+		if err := a.projectRoPE(b, m.invFreq, in, q, k, v, cache); err != nil {
 			return err
 		}
-		if err := a.qkNorm(b, q, k); err != nil {
-			return err
-		}
-		if err := a.prefetchO(b, T); err != nil { // L2, ahead of RoPE and attention (l2prefetch.go)
-			return err
-		}
-		if err := a.ropeAndAppend(b, m.invFreq, q, k, v, cache); err != nil {
+		if err := a.prefetchO(b, T); err != nil { // L2, ahead of attention (l2prefetch.go)
 			return err
 		}
 		if err := a.scaleQ(b, q); err != nil {

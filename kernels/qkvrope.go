@@ -1,0 +1,119 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// QKVRoPE are the operands of a one-token decode step's attention input:
+// the q, k and v projections of X, their biases (each may be nil), the
+// rotary embedding of q and k at position Pos and the store of the rotated
+// k and of v into row Pos of the layer's KV cache.
+type QKVRoPE struct {
+	Q, K, V        *runtime.Tensor // outputs: [1,H,d], [1,KV,d], [1,KV,d]
+	X              *runtime.Tensor // the normalised input [1,D]
+	WQ, WK, WV     *runtime.Tensor // [H·d,D], [KV·d,D], [KV·d,D]
+	BQ, BK, BV     *runtime.Tensor // biases [H·d], [KV·d], [KV·d], or nil
+	KCache, VCache *runtime.Tensor // [C,KV,d]
+	Pos            int             // the token's position (the cache row written)
+	InvFreq        []float32       // the d/2 rotary frequencies
+}
+
+// QKVRoPEStorer is implemented by backends that run a one-token step's
+// q/k/v projections, biases, RoPE and KV-cache store as one op (the CUDA
+// backend: the GEMV with the rest in its epilogue).
+type QKVRoPEStorer interface {
+	// ProjectRoPEStoreKV leaves in a.Q, a.K, a.V, a.KCache and a.VCache
+	// the values of ProjectRoPEStoreKVRef (the same bits on a backend whose
+	// fused op is exact). ran false: the backend declines these operands
+	// (or has the fusion switched off) and did nothing; the caller runs
+	// the separate ops.
+	ProjectRoPEStoreKV(a QKVRoPE) (ran bool, err error)
+}
+
+// Check validates a's shapes: one token, q [1,H,d], k and v [1,KV,d],
+// weights [H·d,D] and [KV·d,D] for x [1,D] (or [D]), biases of the
+// projections' widths where set, caches [C,KV,d] with Pos < C, and d/2
+// frequencies. It returns H, KV and d.
+func (a QKVRoPE) Check() (H, KV, d int, err error) {
+	for _, c := range []struct {
+		n string
+		t *runtime.Tensor
+	}{{"q", a.Q}, {"k", a.K}, {"v", a.V}, {"x", a.X}, {"q weight", a.WQ}, {"k weight", a.WK}, {"v weight", a.WV},
+		{"k cache", a.KCache}, {"v cache", a.VCache}} {
+		if c.t == nil {
+			return 0, 0, 0, fmt.Errorf("kernels.ProjectRoPEStoreKV: %s is nil", c.n)
+		}
+	}
+	qs, ks, cs := a.Q.Shape(), a.K.Shape(), a.KCache.Shape()
+	if len(qs) != 3 || len(ks) != 3 || qs[0] != 1 || ks[0] != 1 || qs[2] != ks[2] || !a.V.Shape().Equal(ks) || len(cs) != 3 ||
+		!a.VCache.Shape().Equal(cs) || cs[1] != ks[1] || cs[2] != ks[2] {
+		return 0, 0, 0, fmt.Errorf("kernels.ProjectRoPEStoreKV: q %v, k %v, v %v, caches %v / %v: want [1,H,d], [1,KV,d], [1,KV,d] and [C,KV,d]",
+			qs, ks, a.V.Shape(), cs, a.VCache.Shape())
+	}
+	H, KV, d = qs[1], ks[1], qs[2]
+	if d%2 != 0 || len(a.InvFreq) != d/2 {
+		return 0, 0, 0, fmt.Errorf("kernels.ProjectRoPEStoreKV: head width %d with %d frequencies: want an even width and d/2 = %d frequencies", d, len(a.InvFreq), d/2)
+	}
+	D := a.X.Dim(-1)
+	if a.X.NumElements() != D {
+		return 0, 0, 0, fmt.Errorf("kernels.ProjectRoPEStoreKV: x %v, want one token [1,D]", a.X.Shape())
+	}
+	for _, c := range []struct {
+		n    string
+		w, b *runtime.Tensor
+		N    int
+	}{{"q", a.WQ, a.BQ, H * d}, {"k", a.WK, a.BK, KV * d}, {"v", a.WV, a.BV, KV * d}} {
+		if ws := c.w.Shape(); len(ws) != 2 || ws[0] != c.N || ws[1] != D {
+			return 0, 0, 0, fmt.Errorf("kernels.ProjectRoPEStoreKV: %s weight %v, want [%d,%d]", c.n, ws, c.N, D)
+		}
+		if c.b != nil && c.b.NumElements() != c.N {
+			return 0, 0, 0, fmt.Errorf("kernels.ProjectRoPEStoreKV: %s bias %v, want %d values", c.n, c.b.Shape(), c.N)
+		}
+	}
+	if a.Pos < 0 || a.Pos >= cs[0] {
+		return 0, 0, 0, fmt.Errorf("kernels.ProjectRoPEStoreKV: position %d outside the cache's %d rows", a.Pos, cs[0])
+	}
+	return H, KV, d, nil
+}
+
+// ProjectRoPEStoreKVRef is ProjectRoPEStoreKV by b's separate ops: MatMul
+// for each projection, AddBias for each bias, RoPE of q and k at Pos, and
+// StoreKV of k and v at row Pos.
+func ProjectRoPEStoreKVRef(b Backend, a QKVRoPE) error {
+	if _, _, _, err := a.Check(); err != nil {
+		return err
+	}
+	for _, p := range []struct{ out, w, bias *runtime.Tensor }{{a.Q, a.WQ, a.BQ}, {a.K, a.WK, a.BK}, {a.V, a.WV, a.BV}} {
+		rows, err := p.out.Reshape(1, p.w.Dim(0))
+		if err != nil {
+			return err
+		}
+		if err := b.MatMul(rows, a.X, p.w); err != nil {
+			return err
+		}
+		if p.bias != nil {
+			if err := AddBias(b, rows, p.bias); err != nil {
+				return err
+			}
+		}
+	}
+	if err := b.RoPE(a.Q, a.Pos, a.InvFreq); err != nil {
+		return err
+	}
+	if err := b.RoPE(a.K, a.Pos, a.InvFreq); err != nil {
+		return err
+	}
+	if err := b.StoreKV(a.KCache, a.K, a.Pos); err != nil {
+		return err
+	}
+	return b.StoreKV(a.VCache, a.V, a.Pos)
+}
+
+// ProjectRoPEStoreKV is ProjectRoPEStoreKVRef on the CPU: it always runs.
+func (b *CPUBackend) ProjectRoPEStoreKV(a QKVRoPE) (bool, error) {
+	return true, ProjectRoPEStoreKVRef(b, a)
+}
+
+var _ QKVRoPEStorer = (*CPUBackend)(nil)

@@ -1,0 +1,146 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// TestProjectRoPEStoreKVCPU: the CPU op leaves in q, k, v and the caches
+// the projections (with their biases, where given), q and k rotated at the
+// position (rotate-half pairs (i, i+d/2), checked against float64
+// arithmetic written out here) and the rotated k and v in the cache row of
+// the position, every other cache row untouched; at GQA ratios 1 and 4, a
+// llama3-scaled table, positions 0 and the last row. Bad operands are
+// errors naming what is wrong.
+func TestProjectRoPEStoreKVCPU(t *testing.T) {
+	dev := runtime.NewCPU(0)
+	defer dev.Close()
+	b, err := NewCPUBackend(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(5, 21))
+	tensor := func(v []float32, shape ...int) *runtime.Tensor {
+		tt, err := runtime.NewTensor(dev, runtime.F32, shape, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tt.Buffer().Free)
+		copy(tt.F32(), v)
+		return tt
+	}
+	for _, c := range []struct {
+		H, KV, d, D, C, pos int
+		bias                bool
+		scaling             RopeScaling
+	}{
+		{4, 4, 8, 24, 5, 0, false, RopeScaling{}},
+		{8, 2, 16, 32, 9, 8, true, RopeScaling{}},
+		{4, 1, 8, 16, 40, 37, true, RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 32}},
+	} {
+		t.Run(fmt.Sprintf("H%d_KV%d_d%d_pos%d", c.H, c.KV, c.d, c.pos), func(t *testing.T) {
+			inv, err := RopeInvFreq(c.d, 10000, c.scaling)
+			if err != nil {
+				t.Fatal(err)
+			}
+			Nq, Nkv := c.H*c.d, c.KV*c.d
+			x := randF32(r, c.D)
+			wq, wk, wv := randF32(r, Nq*c.D), randF32(r, Nkv*c.D), randF32(r, Nkv*c.D)
+			bq, bk, bv := randF32(r, Nq), randF32(r, Nkv), randF32(r, Nkv)
+			kc0, vc0 := randF32(r, c.C*Nkv), randF32(r, c.C*Nkv)
+			a := QKVRoPE{Q: tensor(nil, 1, c.H, c.d), K: tensor(nil, 1, c.KV, c.d), V: tensor(nil, 1, c.KV, c.d), X: tensor(x, 1, c.D),
+				WQ: tensor(wq, Nq, c.D), WK: tensor(wk, Nkv, c.D), WV: tensor(wv, Nkv, c.D),
+				KCache: tensor(kc0, c.C, c.KV, c.d), VCache: tensor(vc0, c.C, c.KV, c.d), Pos: c.pos, InvFreq: inv}
+			if c.bias {
+				a.BQ, a.BK, a.BV = tensor(bq, Nq), tensor(bk, Nkv), tensor(bv, Nkv)
+			}
+			if ran, err := b.ProjectRoPEStoreKV(a); err != nil || !ran {
+				t.Fatalf("ran %v, %v", ran, err)
+			}
+			proj := func(w, bias []float32, N int) []float64 {
+				y := make([]float64, N)
+				for n := range y {
+					for j := range c.D {
+						y[n] += float64(x[j]) * float64(w[n*c.D+j])
+					}
+					if c.bias {
+						y[n] += float64(bias[n])
+					}
+				}
+				return y
+			}
+			rotate := func(y []float64, heads int) []float64 {
+				out := slices.Clone(y)
+				half := c.d / 2
+				for h := range heads {
+					for i := range half {
+						th := float64(float32(c.pos) * inv[i])
+						a, b := y[h*c.d+i], y[h*c.d+i+half]
+						out[h*c.d+i] = a*math.Cos(th) - b*math.Sin(th)
+						out[h*c.d+i+half] = b*math.Cos(th) + a*math.Sin(th)
+					}
+				}
+				return out
+			}
+			wantQ, wantK, wantV := rotate(proj(wq, bq, Nq), c.H), rotate(proj(wk, bk, Nkv), c.KV), proj(wv, bv, Nkv)
+			checkClose(t, "q", a.Q.F32(), wantQ, 1e-5, 1e-5)
+			checkClose(t, "k", a.K.F32(), wantK, 1e-5, 1e-5)
+			checkClose(t, "v", a.V.F32(), wantV, 1e-5, 1e-5)
+			kc, vc := a.KCache.F32(), a.VCache.F32()
+			if !slices.Equal(kc[c.pos*Nkv:(c.pos+1)*Nkv], a.K.F32()) || !slices.Equal(vc[c.pos*Nkv:(c.pos+1)*Nkv], a.V.F32()) {
+				t.Errorf("cache row %d is not the rotated k and v", c.pos)
+			}
+			for p := range c.C {
+				if p != c.pos && (!slices.Equal(kc[p*Nkv:(p+1)*Nkv], kc0[p*Nkv:(p+1)*Nkv]) || !slices.Equal(vc[p*Nkv:(p+1)*Nkv], vc0[p*Nkv:(p+1)*Nkv])) {
+					t.Errorf("cache row %d changed (the step writes row %d)", p, c.pos)
+				}
+			}
+		})
+	}
+
+	t.Run("bad operands", func(t *testing.T) {
+		const H, KV, d, D, C = 4, 2, 8, 16, 6
+		inv, err := RopeInvFreq(d, 10000, RopeScaling{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		good := func() QKVRoPE {
+			return QKVRoPE{Q: tensor(nil, 1, H, d), K: tensor(nil, 1, KV, d), V: tensor(nil, 1, KV, d), X: tensor(nil, 1, D),
+				WQ: tensor(nil, H*d, D), WK: tensor(nil, KV*d, D), WV: tensor(nil, KV*d, D),
+				KCache: tensor(nil, C, KV, d), VCache: tensor(nil, C, KV, d), Pos: 2, InvFreq: inv}
+		}
+		if _, err := b.ProjectRoPEStoreKV(good()); err != nil {
+			t.Fatalf("good operands: %v", err)
+		}
+		for _, tc := range []struct {
+			name string
+			edit func(*QKVRoPE)
+			want string
+		}{
+			{"nil v weight", func(a *QKVRoPE) { a.WV = nil }, "v weight is nil"},
+			{"two tokens", func(a *QKVRoPE) {
+				a.Q, a.K, a.V = tensor(nil, 2, H, d), tensor(nil, 2, KV, d), tensor(nil, 2, KV, d)
+			}, "want [1,H,d]"},
+			{"cache heads", func(a *QKVRoPE) { a.KCache, a.VCache = tensor(nil, C, 1, 2*d), tensor(nil, C, 1, 2*d) }, "[C,KV,d]"},
+			{"k weight width", func(a *QKVRoPE) { a.WK = tensor(nil, KV*d, D+8) }, "k weight [16 24], want [16,16]"},
+			{"q bias", func(a *QKVRoPE) { a.BQ = tensor(nil, H*d-1) }, "q bias [31], want 32 values"},
+			{"frequencies", func(a *QKVRoPE) { a.InvFreq = inv[:2] }, "4 frequencies"},
+			{"position past the cache", func(a *QKVRoPE) { a.Pos = C }, "position 6 outside the cache's 6 rows"},
+			{"negative position", func(a *QKVRoPE) { a.Pos = -1 }, "position -1"},
+			{"x of two rows", func(a *QKVRoPE) { a.X = tensor(nil, 2, D) }, "one token"},
+		} {
+			a := good()
+			tc.edit(&a)
+			_, err := b.ProjectRoPEStoreKV(a)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+			}
+		}
+	})
+}

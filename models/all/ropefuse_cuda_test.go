@@ -1,0 +1,99 @@
+//go:build cuda
+
+package all_test
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/internal/testmodel"
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/kernels/cudabackend"
+	"github.com/flextensor-go/flextensor/models/decoder"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// TestFusedRoPEDecodeGPU: on the Llama, Qwen2 (biases), Mistral and Qwen3
+// (q/k norms: never fused) fixtures, 20 greedy tokens after a prompt,
+// eager and replaying the decode graph, are the same with the q/k/v GEMV
+// carrying RoPE and the KV store (FT_FUSE_ROPE) as without, and the logits
+// of a prefill and 6 eager one-token steps are bit for bit the same; the
+// backend takes the fixtures' q/k/v operands (the fused kernel does run).
+func TestFusedRoPEDecodeGPU(t *testing.T) {
+	devtest.Each(t, func(t *testing.T, d devtest.Device) {
+		gb, ok := d.Backend.(*cudabackend.Backend)
+		if !ok {
+			t.Skipf("the fused q/k/v + RoPE kernel is the CUDA backend's; %s has none", d.Name)
+		}
+		saved := gb.NoFusedRoPE
+		defer func() { gb.NoFusedRoPE = saved }()
+		for _, dir := range []string{"../../testdata/tiny-llama", "../../testdata/tiny-qwen2", "../../testdata/tiny-mistral", "../../testdata/tiny-qwen3"} {
+			t.Run(dir[len("../../testdata/"):], func(t *testing.T) {
+				m := load(t, dir, d.Dev)
+				prompt := []int32{5, 17, 42, 3, 9}
+				gen := func(on, eager bool) []int32 {
+					gb.NoFusedRoPE = !on
+					out, err := m.Generate(d.Backend, prompt, decoder.GenerateOptions{MaxNewTokens: 20, IgnoreEOS: true, Eager: eager})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return out
+				}
+				want := gen(false, true)
+				for _, c := range []struct{ on, eager bool }{{true, true}, {true, false}, {false, false}} {
+					if got := gen(c.on, c.eager); !slices.Equal(got, want) {
+						t.Errorf("FT_FUSE_ROPE on %v, eager %v: tokens %v, want %v (off, eager)", c.on, c.eager, got, want)
+					}
+				}
+				steps := func(on bool) [][]float32 {
+					gb.NoFusedRoPE = !on
+					cache, err := m.NewKVCache(d.Backend, 32)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer cache.Free()
+					out, err := testmodel.Steps(m, d.Backend, cache, prompt, 6, func(s int, _ []float32) int32 { return int32(11 + s) })
+					if err != nil {
+						t.Fatal(err)
+					}
+					return out
+				}
+				on, off := steps(true), steps(false)
+				for i := range off {
+					if !slices.Equal(on[i], off[i]) {
+						t.Errorf("forward %d: logits with FT_FUSE_ROPE on differ from off (max |diff| %g)", i, devtest.MaxAbsDiff(on[i], off[i]))
+					}
+				}
+
+				// The fused kernel takes this fixture's operands.
+				gb.NoFusedRoPE = false
+				a := m.Layers[0].Attn
+				cfg := m.Cfg
+				tensor := func(shape ...int) *runtime.Tensor {
+					x, err := runtime.NewTensor(d.Dev, runtime.BF16, shape, "test")
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(x.Buffer().Free)
+					return x
+				}
+				inv := make([]float32, cfg.HeadDim/2)
+				for i := range inv {
+					inv[i] = float32(math.Pow(10000, -float64(2*i)/float64(cfg.HeadDim)))
+				}
+				op := kernels.QKVRoPE{Q: tensor(1, cfg.NumAttentionHeads, cfg.HeadDim), K: tensor(1, cfg.NumKeyValueHeads, cfg.HeadDim),
+					V: tensor(1, cfg.NumKeyValueHeads, cfg.HeadDim), X: tensor(1, cfg.HiddenSize),
+					WQ: a.Q.Weight.Tensor(), WK: a.K.Weight.Tensor(), WV: a.V.Weight.Tensor(),
+					KCache: tensor(4, cfg.NumKeyValueHeads, cfg.HeadDim), VCache: tensor(4, cfg.NumKeyValueHeads, cfg.HeadDim), Pos: 2, InvFreq: inv}
+				if a.Q.Bias != nil {
+					op.BQ, op.BK, op.BV = a.Q.Bias.Tensor(), a.K.Bias.Tensor(), a.V.Bias.Tensor()
+				}
+				if ran, err := gb.ProjectRoPEStoreKV(op); err != nil || !ran {
+					t.Errorf("the fixture's q/k/v operands: ran %v, %v; want the fused kernel", ran, err)
+				}
+			})
+		}
+	})
+}

@@ -1,0 +1,87 @@
+package decoder_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/kernels"
+)
+
+// qkvRoPEFuser is the CPU backend with its kernels.QKVRoPEStorer counted;
+// decline makes it decline every call.
+type qkvRoPEFuser struct {
+	*kernels.CPUBackend
+	calls   int
+	decline bool
+}
+
+func (f *qkvRoPEFuser) ProjectRoPEStoreKV(a kernels.QKVRoPE) (bool, error) {
+	if f.decline {
+		return false, nil
+	}
+	f.calls++
+	return f.CPUBackend.ProjectRoPEStoreKV(a)
+}
+
+// TestFusedQKVRoPE: every one-token step runs each layer's q/k/v
+// projections, RoPE and KV store as one kernels.QKVRoPEStorer op (none for
+// the prefill's layers), with the logits of the separate ops (the op
+// declined, or a backend without it); a hook watching
+// a layer's q projection keeps that layer unfused, and a cache that is not
+// Direct keeps every layer unfused.
+func TestFusedQKVRoPE(t *testing.T) {
+	m, b, _ := loadTiny(t)
+	cb := b.(*kernels.CPUBackend)
+	prompt, ids := []int32{5, 17, 42, 3}, []int32{7, 8, 9, 10}
+	run := func(be kernels.Backend) [][]float32 {
+		cache, err := m.NewKVCache(be, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cache.Free()
+		return steps(t, m, be, cache, prompt, ids)
+	}
+	want := run(&qkvRoPEFuser{CPUBackend: cb, decline: true})
+	same := func(what string, got [][]float32) {
+		t.Helper()
+		for i := range want {
+			if !slices.Equal(want[i], got[i]) {
+				t.Fatalf("%s: forward %d: logits differ from the separate ops", what, i)
+			}
+		}
+	}
+	if _, ok := kernels.Backend(&adder{Backend: b}).(kernels.QKVRoPEStorer); ok {
+		t.Fatal("test set-up: the wrapped backend still has the fused op")
+	}
+	same("no fused op", run(&adder{Backend: b}))
+	L := len(m.Layers)
+	f := &qkvRoPEFuser{CPUBackend: cb}
+	same("fused", run(f))
+	if f.calls != L*len(ids) {
+		t.Fatalf("fused: %d calls, want %d (one a layer a one-token step)", f.calls, L*len(ids))
+	}
+
+	f = &qkvRoPEFuser{CPUBackend: cb, decline: true}
+	same("declined", run(f))
+
+	remove := m.Tree().AddHook(watchModule{m: m.Layers[0].Attn.Q})
+	f = &qkvRoPEFuser{CPUBackend: cb}
+	got := run(f)
+	remove()
+	same("q_proj of layer 0 watched", got)
+	if f.calls != (L-1)*len(ids) {
+		t.Fatalf("q_proj of layer 0 watched: %d calls, want %d", f.calls, (L-1)*len(ids))
+	}
+
+	kv, err := m.NewKVCache(cb, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Free()
+	f = &qkvRoPEFuser{CPUBackend: cb}
+	ao := &appendOnly{kv: kv}
+	same("cache not Direct", steps(t, m, f, ao, prompt, ids))
+	if f.calls != 0 || ao.appends != L*(1+len(ids)) {
+		t.Fatalf("cache not Direct: %d fused calls, %d appends; want 0 and %d", f.calls, ao.appends, L*(1+len(ids)))
+	}
+}
