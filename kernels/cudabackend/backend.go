@@ -161,6 +161,11 @@ type Backend struct {
 	// (A/B runs; merged.go).
 	NoMergedGEMM bool
 	merged       *runtime.DeviceBuffer // the merged GEMMs' scratch (merged.go)
+
+	// NormRows says when RMSNorm and AddRMSNorm of an F32 residual run
+	// normrows.cu's many-rows kernels (same bits, normrows.go). New sets
+	// it from FT_NORM_ROWS.
+	NormRows NormRowsMode
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -192,6 +197,8 @@ type kernelSet struct {
 	fp8gemm       fp8GemmKernels // per-token quantization and rescaling (fp8gemm.go)
 	norm          *normKernels   // GEMVs with the RMSNorm folded in (normgemv.go)
 	merged        mergedKernels  // column splits after a merged GEMM (merged.go)
+
+	normRows normRowsKernels // many-rows RMSNorm (normrows.go)
 }
 
 var (
@@ -245,6 +252,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	ks.norm = loadNorm(get)
+	ks.normRows = loadNormRows(get)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -291,6 +299,10 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	normRows, err := normRowsFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
 	ks, err := kernelsFor(cd)
 	if err != nil {
 		return nil, err
@@ -314,6 +326,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		GEMM:         gemmMode,
 		NoFusedNorm:  noFusedNormFromEnv(),
 		NoMergedGEMM: noMergedFromEnv()}
+	b.NormRows = normRows
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -505,6 +518,11 @@ func (b *Backend) RMSNorm(out, x, w *runtime.Tensor, eps float32) error {
 	case x.DType() == runtime.F32:
 		if dim%4 != 0 || !aligned16(x.Ptr()) || out.Ptr()%4 != 0 || w.Ptr()%4 != 0 {
 			return fmt.Errorf("cudabackend.RMSNorm: an F32 x needs rows of a multiple of 4 values, 16-byte aligned (x %v)", x.Shape())
+		}
+		if ot, threads, j, ok := normRows(b.NormRows, rows, dim); ok && out.Ptr()%8 == 0 && w.Ptr()%8 == 0 {
+			bytes := int64(rows)*int64(dim)*(4+2) + int64(dim)*2
+			return b.k.normRows.rms[j].LaunchBytes(b.s, bytes, cuda.Dim3{X: rows}, cuda.Dim3{X: threads}, 0,
+				cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(dim), cuda.F32(eps), cuda.I32(ot))
 		}
 		f, vec = b.k.rmsF32, 4
 	case dim%8 == 0 && aligned16(out.Ptr(), x.Ptr(), w.Ptr()):

@@ -34,6 +34,7 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 		fs = append(fs, pk.contig, pk.paged)
 	}
 	fs = append(fs, ks.norm.functions()...)
+	fs = append(fs, ks.normRows.functions()...)
 	return append(fs, ks.fp8.functions()...)
 }
 
