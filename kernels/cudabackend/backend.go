@@ -166,6 +166,10 @@ type Backend struct {
 	// normrows.cu's many-rows kernels (same bits, normrows.go). New sets
 	// it from FT_NORM_ROWS.
 	NormRows NormRowsMode
+
+	// MergedAll widens the token range of the merged GEMMs
+	// (MergesAllTokens). New sets it from FT_MERGED_GEMM ("gateup", "all").
+	MergedAll MergedAllMode
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -303,6 +307,10 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	mergedAll, err := mergedAllFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
 	ks, err := kernelsFor(cd)
 	if err != nil {
 		return nil, err
@@ -326,7 +334,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		GEMM:         gemmMode,
 		NoFusedNorm:  noFusedNormFromEnv(),
 		NoMergedGEMM: noMergedFromEnv()}
-	b.NormRows = normRows
+	b.NormRows, b.MergedAll = normRows, mergedAll
 	cd.AtClose(b.Close)
 	return b, nil
 }
