@@ -55,6 +55,7 @@ var extraEnv = map[string][]string{
 	"FT_FP8_FUSE":            {"", "0", "1"},                   // "0": a prefill's FP8 MLP unfused (gate/up rescaled, SiLU·up, down input quantized apart) instead of fp8_silu_quant_rows (A/B runs, cuda builds)
 	"FT_GEMM":                {"", "lt", "cublas"},             // "cublas": BF16 GEMMs by cublasGemmEx, not the per-shape measured choice of cuBLASLt algorithms (A/B runs, cuda builds)
 	"FT_MERGED_GEMM":         {"", "0", "1", "gateup", "all"},  // "0": q/k/v and gate/up of 2..256-token forwards as separate GEMMs, not one GEMM over their adjacent weights; "gateup"/"all": gate/up (and q/k/v) merged at every token count (A/B runs, cuda builds)
+	"FT_PREFILL_RESACC":      {"", "0", "1"},                   // "1": forwards of 256+ tokens write o_proj in bf16 and add it to the residual in the post-attention norm, not in the GEMM's fp32 epilogue (A/B runs, cuda builds)
 	"FT_NORM_ROWS":           {"", "0", "1"},                   // RMSNorm of the F32 residual by the many-rows kernels (same bits): "" for 128 rows or more, "1" for 2 or more, "0" never (A/B runs, cuda builds)
 	"FT_HOST_SPIN":           nil,                              // host kernels: how long an idle pool worker spins before parking, a Go duration (A/B runs; kernels/host checks it)
 	"FT_HOST_CHUNK_KIB":      nil,                              // host kernels: the GEMV pool chunk cap in KiB, negative: none (A/B runs; kernels/host checks it)

@@ -133,19 +133,3 @@ extern "C" __global__ void add_rmsnorm_bf16y_rows_j1(bf16_t* out, float* x, cons
 extern "C" __global__ void add_rmsnorm_bf16y_rows_j2(bf16_t* out, float* x, const bf16_t* y, const bf16_t* w, int dim, float eps, int ot) {
 	rms_rows_f32<2, true, true>(out, x, y, w, dim, eps, ot);
 }
-
-// add_bf16_to_f32_v4 adds a bf16 y to the fp32 x in place: x[i] += y[i],
-// i < n4·4 in chunks of 4 (x 16-byte, y 8-byte aligned); the residual add
-// of a bf16 product where no norm follows (a model's last layer).
-extern "C" __global__ void add_bf16_to_f32_v4(float* x, const bf16_t* y, long long n4) {
-	ft_pdl_wait();
-	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
-		float4 v = ((float4*)x)[i];
-		const uint2 p = ((const uint2*)y)[i];
-		v.x += __uint_as_float(p.x << 16);
-		v.y += __uint_as_float(p.x & 0xffff0000u);
-		v.z += __uint_as_float(p.y << 16);
-		v.w += __uint_as_float(p.y & 0xffff0000u);
-		((float4*)x)[i] = v;
-	}
-}

@@ -170,6 +170,12 @@ type Backend struct {
 	// MergedAll widens the token range of the merged GEMMs
 	// (MergesAllTokens). New sets it from FT_MERGED_GEMM ("gateup", "all").
 	MergedAll MergedAllMode
+
+	// ResidualNorm moves a large forward's attention residual add from the
+	// o_proj GEMM's epilogue into the post-attention norm
+	// (kernels.ResidualNormer, resacc.go). New sets it when
+	// FT_PREFILL_RESACC=1.
+	ResidualNorm bool
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -311,6 +317,10 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	resAcc, err := resAccFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
 	ks, err := kernelsFor(cd)
 	if err != nil {
 		return nil, err
@@ -334,7 +344,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		GEMM:         gemmMode,
 		NoFusedNorm:  noFusedNormFromEnv(),
 		NoMergedGEMM: noMergedFromEnv()}
-	b.NormRows, b.MergedAll = normRows, mergedAll
+	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	cd.AtClose(b.Close)
 	return b, nil
 }

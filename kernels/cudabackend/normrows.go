@@ -18,7 +18,6 @@ import (
 // normRowsKernels are normrows.cu's kernels, by J-1 (chunks per old thread).
 type normRowsKernels struct {
 	rms, add, addB16 [2]*cuda.Function
-	addB16Plain      *cuda.Function // add_bf16_to_f32_v4
 }
 
 func loadNormRows(get func(string) *cuda.Function) normRowsKernels {
@@ -28,11 +27,10 @@ func loadNormRows(get func(string) *cuda.Function) normRowsKernels {
 		k.add[j] = get(fmt.Sprintf("add_rmsnorm_f32_bf16_rows_j%d", j+1))
 		k.addB16[j] = get(fmt.Sprintf("add_rmsnorm_bf16y_rows_j%d", j+1))
 	}
-	k.addB16Plain = get("add_bf16_to_f32_v4")
 	return k
 }
 
 // functions are the kernels (all call ft_pdl_wait first).
 func (k *normRowsKernels) functions() []*cuda.Function {
-	return []*cuda.Function{k.rms[0], k.rms[1], k.add[0], k.add[1], k.addB16[0], k.addB16[1], k.addB16Plain}
+	return []*cuda.Function{k.rms[0], k.rms[1], k.add[0], k.add[1], k.addB16[0], k.addB16[1]}
 }

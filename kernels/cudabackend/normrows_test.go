@@ -69,3 +69,50 @@ func TestNormRowsGPU(t *testing.T) {
 		})
 	}
 }
+
+// TestAddBF16RMSNormGPU: x += y with a BF16 y, out = RMSNorm(x)·w
+// (add_rmsnorm_bf16y_rows, FT_PREFILL_RESACC=1's post-attention norm)
+// against the CPU reference, out written over y as the decoder does; bit
+// for bit against AddRMSNorm of y widened to F32 (the same sums).
+func TestAddBF16RMSNormGPU(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	for _, c := range []struct{ T, D int }{{300, 4096}, {5, 8192}, {3, 2048}} {
+		t.Run(fmt.Sprintf("%dx%d", c.T, c.D), func(t *testing.T) {
+			xv, yv := randBF16(rng, c.T*c.D, 4), randBF16(rng, c.T*c.D, 1)
+			wv := randBF16(rng, c.D, 1)
+			gw := gpu(t, runtime.BF16, wv, c.D)
+			gx, gy := gpu(t, runtime.F32, xv, c.T, c.D), gpu(t, runtime.BF16, yv, c.T, c.D)
+			if err := gb.AddBF16RMSNorm(gy, gx, gy, gw, 1e-5); err != nil {
+				t.Fatal(err)
+			}
+			gotX, gotOut := read(t, gx), read(t, gy)
+			rx, rout := host(t, runtime.F32, xv, c.T, c.D), host(t, runtime.F32, nil, c.T, c.D)
+			if err := cb.AddRMSNorm(rout, rx, host(t, runtime.F32, yv, c.T, c.D), host(t, runtime.F32, wv, c.D), 1e-5); err != nil {
+				t.Fatal(err)
+			}
+			compare(t, "x", gotX, rx.F32(), 1e-6, 1e-6)
+			compare(t, "out", gotOut, rout.F32(), 1e-2, 1e-2)
+
+			fx, out := gpu(t, runtime.F32, xv, c.T, c.D), poisoned(t, runtime.BF16, c.T, c.D)
+			if err := gb.AddRMSNorm(out, fx, gpu(t, runtime.F32, yv, c.T, c.D), gw, 1e-5); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(read(t, fx), gotX) || !slices.Equal(read(t, out), gotOut) {
+				t.Errorf("BF16 y and the same y in F32 give different bits")
+			}
+		})
+	}
+	x, y, w := gpu(t, runtime.F32, make([]float32, 2*64), 2, 64), gpu(t, runtime.BF16, make([]float32, 2*64), 2, 64), gpu(t, runtime.BF16, make([]float32, 64), 64)
+	defer func(on bool) { gb.ResidualNorm = on }(gb.ResidualNorm)
+	gb.ResidualNorm = true
+	if gb.ResidualViaNorm(1024, 64) {
+		t.Error("ResidualViaNorm takes rows of 64 values")
+	}
+	if !gb.ResidualViaNorm(ResidualViaNormMinTokens, 4096) || gb.ResidualViaNorm(ResidualViaNormMinTokens-1, 4096) {
+		t.Errorf("ResidualViaNorm: want it from %d tokens of 4096 values", ResidualViaNormMinTokens)
+	}
+	if err := gb.AddBF16RMSNorm(y, x, y, w, 1e-5); err == nil {
+		t.Error("rows of 64 values: no error")
+	}
+}

@@ -213,7 +213,10 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 		return err
 	}
 	attnOut := o
-	if accAttn != nil {
+	viaNorm := l.residualViaNorm(b, T, accAttn)
+	if viaNorm != nil {
+		attnOut, accAttn = h, nil // o_proj writes bf16 into h (free once q, k, v are made); the add folds into the norm
+	} else if accAttn != nil {
 		attnOut = x // o_proj adds into the residual stream
 	}
 	if bs != nil {
@@ -224,7 +227,11 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 		return err
 	}
 	mlpIn := normed{h: h}
-	if accAttn != nil && accMLP != nil {
+	if viaNorm != nil {
+		if err := viaNorm.AddBF16RMSNorm(h, x, h, l.PostNorm.Weight.Tensor(), l.PostNorm.Eps); err != nil {
+			return err
+		}
+	} else if accAttn != nil && accMLP != nil {
 		var err error
 		if mlpIn, err = normInput(b, h, x, l.PostNorm, l.MLP, l.MLP.Gate, l.MLP.Up); err != nil {
 			return err
