@@ -43,6 +43,11 @@ func (b *Backend) AddRMSNorm(out, x, y, w *runtime.Tensor, eps float32) error {
 	if rows == 0 {
 		return nil
 	}
+	if ot, threads, j, ok := normRows(b.NormRows, rows, dim); ok && out.Ptr()%8 == 0 && w.Ptr()%8 == 0 {
+		bytes := int64(rows) * int64(dim) * (4 + 4 + 4 + 2)
+		return b.k.normRows.add[j].LaunchBytes(b.s, bytes, cuda.Dim3{X: rows}, cuda.Dim3{X: threads}, 0,
+			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(y.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(dim), cuda.F32(eps), cuda.I32(ot))
+	}
 	threads := min(1024, max(32, (dim/4+31)/32*32)) // as RMSNorm picks for an F32 x: the same sums
 	bytes := int64(rows) * int64(dim) * (4 + 4 + 4 + 2)
 	return b.k.addRMS.LaunchBytes(b.s, bytes, cuda.Dim3{X: rows}, cuda.Dim3{X: threads}, 0,

@@ -176,6 +176,20 @@ type Backend struct {
 	// (kernels.L2Prefetcher, l2prefetch.go). New sets it from
 	// FT_L2_PREFETCH; off by default.
 	L2Plan kernels.L2PrefetchPlan
+	// NormRows says when RMSNorm and AddRMSNorm of an F32 residual run
+	// normrows.cu's many-rows kernels (same bits, normrows.go). New sets
+	// it from FT_NORM_ROWS.
+	NormRows NormRowsMode
+
+	// MergedAll widens the token range of the merged GEMMs
+	// (MergesAllTokens). New sets it from FT_MERGED_GEMM ("gateup", "all").
+	MergedAll MergedAllMode
+
+	// ResidualNorm moves a large forward's attention residual add from the
+	// o_proj GEMM's epilogue into the post-attention norm
+	// (kernels.ResidualNormer, resacc.go). New sets it when
+	// FT_PREFILL_RESACC=1.
+	ResidualNorm bool
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -210,6 +224,8 @@ type kernelSet struct {
 	merged        mergedKernels  // column splits after a merged GEMM (merged.go)
 	l2prefetch    *cuda.Function // l2_prefetch_weights (l2prefetch.go)
 	qkvRoPE       *cuda.Function // gemv3_rope_store_bf16 (qkvrope.go)
+
+	normRows normRowsKernels // many-rows RMSNorm (normrows.go)
 }
 
 var (
@@ -265,6 +281,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	ks.norm = loadNorm(get)
 	ks.l2prefetch = get("l2_prefetch_weights")
 	ks.loadQKVRoPE(get)
+	ks.normRows = loadNormRows(get)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -326,6 +343,18 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	normRows, err := normRowsFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
+	mergedAll, err := mergedAllFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
+	resAcc, err := resAccFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
 	ks, err := kernelsFor(cd)
 	if err != nil {
 		return nil, err
@@ -352,6 +381,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		NormTail:     normTailFromEnv(),
 		L2Plan:       l2Plan}
 	b.NoFusedRoPE = noFusedRoPE
+	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -543,6 +573,11 @@ func (b *Backend) RMSNorm(out, x, w *runtime.Tensor, eps float32) error {
 	case x.DType() == runtime.F32:
 		if dim%4 != 0 || !aligned16(x.Ptr()) || out.Ptr()%4 != 0 || w.Ptr()%4 != 0 {
 			return fmt.Errorf("cudabackend.RMSNorm: an F32 x needs rows of a multiple of 4 values, 16-byte aligned (x %v)", x.Shape())
+		}
+		if ot, threads, j, ok := normRows(b.NormRows, rows, dim); ok && out.Ptr()%8 == 0 && w.Ptr()%8 == 0 {
+			bytes := int64(rows)*int64(dim)*(4+2) + int64(dim)*2
+			return b.k.normRows.rms[j].LaunchBytes(b.s, bytes, cuda.Dim3{X: rows}, cuda.Dim3{X: threads}, 0,
+				cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(dim), cuda.F32(eps), cuda.I32(ot))
 		}
 		f, vec = b.k.rmsF32, 4
 	case dim%8 == 0 && aligned16(out.Ptr(), x.Ptr(), w.Ptr()):

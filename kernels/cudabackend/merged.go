@@ -3,6 +3,7 @@
 package cudabackend
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -65,6 +66,47 @@ func (b *Backend) mergedScratch(n int64) (uintptr, error) {
 	return buf.Ptr(), nil
 }
 
+// MergesAllTokens is kernels.MergedAllTokenser: FT_MERGED_GEMM=all asks
+// for both merges at every token count, =gateup for gate/up's alone
+// (MergedAll).
+func (b *Backend) MergesAllTokens(gateUp bool) bool {
+	return !b.NoMergedGEMM && b.MergedAll.mergesAll(gateUp)
+}
+
+var _ kernels.MergedAllTokenser = (*Backend)(nil)
+
+// mergedScratchFor is mergedScratch for a call of T tokens: beyond the
+// decoder's default range (MergedAll) the scratch (470 MB for 8,192
+// tokens of Llama-3-8B's gate/up) is taken only where it fits in half the
+// memory left (mergedRoom: the device's limit, the card's free memory),
+// and running out of memory is no error: 0, the caller runs the separate
+// GEMMs.
+func (b *Backend) mergedScratchFor(T int, n int64) (uintptr, error) {
+	if T <= mergedSmallTokens || b.merged != nil && b.merged.Size() >= n {
+		return b.mergedScratch(n)
+	}
+	need := n
+	if b.merged != nil {
+		need = max(n, 2*b.merged.Size())
+	}
+	free, _, err := b.dev.FreeMemory()
+	if err != nil {
+		return 0, err
+	}
+	room := free
+	if st := b.dev.Memory(); st.Limit > 0 {
+		room = min(room, st.Limit-st.InUse)
+	}
+	if !mergedRoom(need, room) {
+		return 0, nil
+	}
+	p, err := b.mergedScratch(n)
+	if errors.Is(err, runtime.ErrOutOfMemory) {
+		return 0, nil
+	}
+	return p, err
+}
+
 // mergedRows checks a merged call's x and weights: ws BF16 on this device,
 // adjacent, x BF16 with rows of their D columns. It returns T, D and ΣN;
 // ok false when the call is not for this path (not adjacent, not BF16,
@@ -121,7 +163,7 @@ func (b *Backend) MatMulMerged(outs []*runtime.Tensor, x *runtime.Tensor, ws []*
 	if T == 0 || N == 0 {
 		return true, nil
 	}
-	scratch, err := b.mergedScratch(int64(T) * int64(N) * 2)
+	scratch, err := b.mergedScratchFor(T, int64(T)*int64(N)*2)
 	if err != nil || scratch == 0 {
 		return false, err
 	}
@@ -161,7 +203,7 @@ func (b *Backend) GateUpSiLUMerged(out, x, wg, wu *runtime.Tensor) (bool, error)
 	if T == 0 || I == 0 {
 		return true, nil
 	}
-	scratch, err := b.mergedScratch(int64(T) * int64(N) * 2)
+	scratch, err := b.mergedScratchFor(T, int64(T)*int64(N)*2)
 	if err != nil || scratch == 0 {
 		return false, err
 	}

@@ -49,3 +49,18 @@ func (a *Attention) output(b kernels.Backend, out, att *runtime.Tensor, acc kern
 	}
 	return a.O.Forward(b, out, att)
 }
+
+// residualViaNorm returns the backend's kernels.ResidualNormer where a
+// forward of T tokens should write its output projection in bf16 and add
+// it to the residual in the post-attention norm (an A/B path for long
+// prefills: the o_proj GEMM then has no fp32 epilogue): only where the
+// projection may accumulate at all (acc, from accumulators), the layer has
+// an MLP whose input that norm makes, and no hook watches the norm. nil
+// otherwise.
+func (l *Layer) residualViaNorm(b kernels.Backend, T int, acc kernels.MatMulAdder) kernels.ResidualNormer {
+	f, ok := b.(kernels.ResidualNormer)
+	if !ok || acc == nil || l.MLP == nil || l.PostNorm == nil || !nn.Unwatched(l.PostNorm) || !f.ResidualViaNorm(T, l.PostNorm.Dim) {
+		return nil
+	}
+	return f
+}

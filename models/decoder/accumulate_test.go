@@ -85,3 +85,59 @@ func TestResidualAccumulate(t *testing.T) {
 }
 
 var _ kernels.MatMulAdder = (*adder)(nil)
+
+// viaNorm is adder with kernels.ResidualNormer for forwards of minT tokens
+// or more, through the CPU reference (AddRMSNorm of y as it is), counting
+// the calls.
+type viaNorm struct {
+	*adder
+	minT, normCalls int
+}
+
+func (v *viaNorm) ResidualViaNorm(T, dim int) bool { return T >= v.minT }
+
+func (v *viaNorm) AddBF16RMSNorm(out, x, y, w *runtime.Tensor, eps float32) error {
+	v.normCalls++
+	return v.Backend.(kernels.AddRMSNormer).AddRMSNorm(out, x, y, w, eps)
+}
+
+// TestResidualViaNorm: on a kernels.ResidualNormer backend a prefill of
+// at least the backend's token count writes o_proj into h and adds it in
+// the post-attention norm (one AddBF16RMSNorm and one MatMulAdd, the down
+// projection's, a layer) while decode steps keep accumulating in the GEMM;
+// on the CPU, where h is F32, the logits are exactly the reference's. A
+// hook watching the post-attention norm turns it off.
+func TestResidualViaNorm(t *testing.T) {
+	m, b, _ := loadTiny(t)
+	if _, ok := b.(kernels.AddRMSNormer); !ok {
+		t.Fatal("the CPU backend has no AddRMSNorm")
+	}
+	prompt, ids := []int32{5, 17, 42, 3}, []int32{7, 8}
+	run := func(be kernels.Backend) [][]float32 {
+		cache, err := m.NewKVCache(be, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cache.Free()
+		return steps(t, m, be, cache, prompt, ids)
+	}
+	want := run(b)
+	v := &viaNorm{adder: &adder{Backend: b}, minT: 2}
+	got := run(v)
+	L := len(m.Layers)
+	if v.normCalls != L || v.calls != L+2*L*len(ids) {
+		t.Fatalf("%d AddBF16RMSNorm and %d MatMulAdd calls, want %d and %d", v.normCalls, v.calls, L, L+2*L*len(ids))
+	}
+	for i := range want {
+		if !slices.Equal(want[i], got[i]) {
+			t.Fatalf("forward %d: logits with the residual added in the norm differ from the reference", i)
+		}
+	}
+	remove := m.Tree().AddHook(watchO{o: m.Layers[0].PostNorm})
+	v.normCalls = 0
+	run(v)
+	remove()
+	if v.normCalls != L-1 {
+		t.Fatalf("layer 0's post-attention norm watched: %d AddBF16RMSNorm calls, want %d", v.normCalls, L-1)
+	}
+}

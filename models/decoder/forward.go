@@ -227,7 +227,10 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	}
 	attnOut, oAcc := o, accAttn
 	var oTail *tailAdder
-	if accAttn != nil {
+	viaNorm := l.residualViaNorm(b, T, accAttn)
+	if viaNorm != nil {
+		attnOut, accAttn, oAcc = h, nil, nil // o_proj writes bf16 into h (free once q, k, v are made); the add folds into the norm
+	} else if accAttn != nil {
 		attnOut = x // o_proj adds into the residual stream
 		if bs == nil {
 			oAcc, oTail = withTail(b, accAttn, T, h, l.PostNorm) // and may leave PostNorm(x) in h
@@ -241,7 +244,11 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 		return err
 	}
 	mlpIn := normed{h: h}
-	if oTail != nil && oTail.ran {
+	if viaNorm != nil {
+		if err := viaNorm.AddBF16RMSNorm(h, x, h, l.PostNorm.Weight.Tensor(), l.PostNorm.Eps); err != nil {
+			return err
+		}
+	} else if oTail != nil && oTail.ran {
 		// h holds PostNorm(x) already.
 	} else if accAttn != nil && accMLP != nil {
 		var err error

@@ -59,8 +59,8 @@ func fp8Parts(ls ...*nn.Linear) (ws, scales []*runtime.Tensor) {
 // backend takes it (kernels.NormProjector); for one token in one op where
 // the backend fuses them (kernels.MultiMatMuler for plain weights,
 // kernels.FP8MultiMatMuler for FP8 ones; the biases, if any, are added
-// after it); for 2..MergedMaxTokens tokens of plain weights as one GEMM
-// where the backend merges them (kernels.MergedMatMuler: the weights lie
+// after it); for 2..MergedMaxTokens tokens (or more: merges) of plain
+// weights as one GEMM where the backend merges them (kernels.MergedMatMuler: the weights lie
 // back to back, merged.go); else as three Linear forwards.
 func (a *Attention) project(b kernels.Backend, in normed, q, k, v *runtime.Tensor) error {
 	if in.norm != nil {
@@ -85,7 +85,7 @@ func (a *Attention) project(b kernels.Backend, in normed, q, k, v *runtime.Tenso
 	} else if f, ok := b.(kernels.FP8MultiMatMuler); ok && fp8Rows(b, h, a.Q, a.K, a.V) && allFP8(a.Q, a.K, a.V) {
 		ws, scales := fp8Parts(a.Q, a.K, a.V)
 		err = f.MatMulNFP8([]*runtime.Tensor{q, k, v}, h, ws, scales, a.Q.FP8)
-	} else if f, ok := b.(kernels.MergedMatMuler); ok && merges(h, a.Q, a.K, a.V) {
+	} else if f, ok := b.(kernels.MergedMatMuler); ok && merges(b, h, false, a.Q, a.K, a.V) {
 		var ran bool
 		ran, err = f.MatMulMerged([]*runtime.Tensor{q, k, v}, h,
 			[]*runtime.Tensor{a.Q.Weight.Tensor(), a.K.Weight.Tensor(), a.V.Weight.Tensor()})
@@ -130,7 +130,7 @@ func (a *Attention) addBiases(b kernels.Backend, q, k, v *runtime.Tensor) error 
 // folded in where the backend takes it (kernels.NormProjector); for one
 // token in one op where the backend fuses it (kernels.GateUpSiLUer for
 // plain weights, kernels.FP8GateUpSiLUer for FP8 ones); for
-// 2..MergedMaxTokens tokens of plain weights as one GEMM and a silu·mul
+// 2..MergedMaxTokens tokens (or more: merges) of plain weights as one GEMM and a silu·mul
 // where the backend merges them (kernels.MergedGateUpSiLUer: the weights
 // lie back to back); else gate, up, SiLUMul.
 func (p *MLP) gateUp(b kernels.Backend, g, u *runtime.Tensor, in normed) error {
@@ -151,7 +151,7 @@ func (p *MLP) gateUp(b kernels.Backend, g, u *runtime.Tensor, in normed) error {
 	if f, ok := b.(kernels.FP8GateUpSiLUer); ok && fp8Rows(b, h, p.Gate, p.Up) && allFP8(p.Gate, p.Up) {
 		return f.GateUpSiLUFP8(g, u, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor(), p.Gate.Scale.Tensor(), p.Up.Scale.Tensor(), p.Gate.FP8)
 	}
-	if f, ok := b.(kernels.MergedGateUpSiLUer); ok && merges(h, p.Gate, p.Up) {
+	if f, ok := b.(kernels.MergedGateUpSiLUer); ok && merges(b, h, true, p.Gate, p.Up) {
 		ran, err := f.GateUpSiLUMerged(g, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor())
 		if err != nil {
 			return err

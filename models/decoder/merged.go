@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/runtime"
 )
@@ -17,15 +18,24 @@ import (
 const MergedMaxTokens = 256
 
 // merges reports whether the projections ls of h take the merged GEMM:
-// 2..MergedMaxTokens rows, plain weights, no hook watching them. Whether
-// the weights are adjacent the backend checks at the call.
-func merges(h *runtime.Tensor, ls ...*nn.Linear) bool {
+// 2..MergedMaxTokens rows (any count of 2 or more where the backend asks
+// for it: kernels.MergedAllTokenser, gateUp saying which merge this is),
+// plain weights, no hook watching them. Whether the weights are adjacent
+// the backend checks at the call.
+func merges(b kernels.Backend, h *runtime.Tensor, gateUp bool, ls ...*nn.Linear) bool {
 	T := h.Dim(0)
 	ms := make([]nn.Module, len(ls))
 	for i, l := range ls {
 		ms[i] = l
 	}
-	return T >= 2 && T <= MergedMaxTokens && plain(ls...) && nn.Unwatched(ms...)
+	if T < 2 || !plain(ls...) || !nn.Unwatched(ms...) {
+		return false
+	}
+	if T <= MergedMaxTokens {
+		return true
+	}
+	f, ok := b.(kernels.MergedAllTokenser)
+	return ok && f.MergesAllTokens(gateUp)
 }
 
 // traceOut receives the once-per-model count of merged layers (FT_TRACE=1:
