@@ -9,7 +9,7 @@ set -uo pipefail
 source .devtools/env.sh
 out=${1:?}; mkdir -p "$out"; t0=$(date +%s)
 log() { echo "== $(date +%T) +$(( $(date +%s) - t0 ))s $*" | tee -a "$out/steps.log"; }
-left() { [ $(( $(date +%s) - t0 )) -lt ${1:-440} ]; }
+left() { [ $(( $(date +%s) - t0 )) -lt ${1:-500} ]; }
 b=bin/infer-cuda; m=/tmp/llama3-8b
 log build; timeout 170 make build-cuda >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 mkdir -p /tmp/t; R=$PWD; C=/usr/local/cuda
@@ -28,7 +28,7 @@ runt() { # tag binary dir regex
   (cd $3 && timeout ${TT:-150} /tmp/t/$2.test -test.count=1 -test.v -test.run "$4" >"$out/test-$1.log" 2>&1); local rc=$?
   echo "test $1 rc=$rc: $(grep -cE '^\s*--- PASS' "$out/test-$1.log") passed, $(grep -cE '^\s*--- FAIL' "$out/test-$1.log") failed, last: $(grep -E '^=== RUN' "$out/test-$1.log" | tail -1)" >>"$out/tests.txt"
 }
-runt ops cudabackend kernels/cudabackend 'TestPrefillWGModule|TestProjectRoPEStoreKVGPU|TestPrefetchL2GPU|TestMatMulAddNormGPU|TestTunedGEMM$' &
+runt ops cudabackend kernels/cudabackend 'TestPrefillWGModule|TestProjectRoPEStoreKVGPU|TestPrefetchL2GPU|TestMatMulAddNormGPU|TestTunedGEMM$|TestMergedAllTokensGPU|TestNormRowsGPU|TestAddBF16RMSNormGPU' &
 runt wg cudabackend kernels/cudabackend '(TestPrefillAttentionKernels|TestVarlenPrefillKernels)/.*/^wg$' &
 runt models all models/all 'TestFusedRoPEDecodeGPU|TestNormTailDecodeGPU|TestL2PrefetchDecodeGPU' &
 wait
@@ -54,6 +54,15 @@ one d512-tail FT_NORM_TAIL=1 -- $D
 one d512-l2o FT_L2_PREFETCH=o -- $D
 one d512-l2all FT_L2_PREFETCH=all -- $D
 one d512-tail-l2o FT_NORM_TAIL=1 FT_L2_PREFETCH=o -- $D
+P8="--model $m --mode prefill --tokens 8192 --iters 2 --warmup 1"
+PK="--model $m --batch 64 --mode prefill --tokens 512 --iters 2 --warmup 1"
+one pre8k NOOP=1 -- $P8
+one pre8k-norows0 FT_NORM_ROWS=0 -- $P8
+one pre8k-mergedall FT_MERGED_GEMM=all -- $P8
+one pre8k-resacc FT_PREFILL_RESACC=1 -- $P8
+one packed NOOP=1 -- $PK
+one packed-mergedall FT_MERGED_GEMM=all -- $PK
+one packed-resacc FT_PREFILL_RESACC=1 -- $PK
 one pre8k-wg FT_TRACE=1 FT_PREFILL_VARIANT=wg -- --model $m --mode prefill --tokens 8192 --iters 2 --warmup 1 --kernel-profile
 one packed-wg FT_PREFILL_VARIANT=wg -- --model $m --batch 64 --mode prefill --tokens 512 --iters 2 --warmup 1 --kernel-profile
 for v in s3w4h1t s2w4h1t s4w2h1t; do
