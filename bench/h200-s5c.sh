@@ -57,19 +57,20 @@ one d512-tail-l2o FT_NORM_TAIL=1 FT_L2_PREFETCH=o -- $D
 P8="--model $m --mode prefill --tokens 8192 --iters 2 --warmup 1"
 PK="--model $m --batch 64 --mode prefill --tokens 512 --iters 2 --warmup 1"
 one pre8k NOOP=1 -- $P8
-one pre8k-norows0 FT_NORM_ROWS=0 -- $P8
-one pre8k-mergedall FT_MERGED_GEMM=all -- $P8
-one pre8k-resacc FT_PREFILL_RESACC=1 -- $P8
+one pre8k-wg FT_TRACE=1 FT_PREFILL_VARIANT=wg -- $P8
 one packed NOOP=1 -- $PK
-one packed-mergedall FT_MERGED_GEMM=all -- $PK
-one packed-resacc FT_PREFILL_RESACC=1 -- $PK
-one pre8k-wg FT_TRACE=1 FT_PREFILL_VARIANT=wg -- --model $m --mode prefill --tokens 8192 --iters 2 --warmup 1 --kernel-profile
-one packed-wg FT_PREFILL_VARIANT=wg -- --model $m --batch 64 --mode prefill --tokens 512 --iters 2 --warmup 1 --kernel-profile
+one packed-wg FT_PREFILL_VARIANT=wg -- $PK
 for v in s3w4h1t s2w4h1t s4w2h1t; do
   one d32k-$v FT_DECODE_VARIANT=$v -- --model $m --mode decode --context 32000 --iters 5 --warmup 1 --kernel-profile
 done
 one d32k-t-tail-l2o FT_DECODE_VARIANT=s3w4h1t FT_NORM_TAIL=1 FT_L2_PREFETCH=o -- --model $m --mode decode --context 32000 --iters 10 --warmup 2
-one d8k-t-tail-l2o FT_DECODE_VARIANT=s3w4h1t FT_NORM_TAIL=1 FT_L2_PREFETCH=o -- --model $m --mode decode --context 8192 --iters 10 --warmup 2
 one d8k-t FT_DECODE_VARIANT=s3w4h1t -- --model $m --mode decode --context 8192 --iters 10 --warmup 2
+one d8k-t-tail-l2o FT_DECODE_VARIANT=s3w4h1t FT_NORM_TAIL=1 FT_L2_PREFETCH=o -- --model $m --mode decode --context 8192 --iters 10 --warmup 2
+one pre8k-norows0 FT_NORM_ROWS=0 -- $P8
+one pre8k-mergedall FT_MERGED_GEMM=all -- $P8
+one pre8k-resacc FT_PREFILL_RESACC=1 -- $P8
+one packed-mergedall FT_MERGED_GEMM=all -- $PK
+one packed-resacc FT_PREFILL_RESACC=1 -- $PK
+one pre8k-wg-prof FT_PREFILL_VARIANT=wg -- $P8 --kernel-profile
 log done
 cd "$out" && tar czf all.tgz *.txt *.log 2>/dev/null; true
