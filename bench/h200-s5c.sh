@@ -67,9 +67,10 @@ one d32k-t-tail-l2o FT_DECODE_VARIANT=s3w4h1t FT_NORM_TAIL=1 FT_L2_PREFETCH=o --
 one d8k-t FT_DECODE_VARIANT=s3w4h1t -- --model $m --mode decode --context 8192 --iters 10 --warmup 2
 one d8k-t-tail-l2o FT_DECODE_VARIANT=s3w4h1t FT_NORM_TAIL=1 FT_L2_PREFETCH=o -- --model $m --mode decode --context 8192 --iters 10 --warmup 2
 one pre8k-norows0 FT_NORM_ROWS=0 -- $P8
+one pre8k-gateup FT_MERGED_GEMM=gateup -- $P8
 one pre8k-mergedall FT_MERGED_GEMM=all -- $P8
 one pre8k-resacc FT_PREFILL_RESACC=1 -- $P8
-one packed-mergedall FT_MERGED_GEMM=all -- $PK
+one packed-gateup FT_MERGED_GEMM=gateup -- $PK
 one packed-resacc FT_PREFILL_RESACC=1 -- $PK
 one pre8k-wg-prof FT_PREFILL_VARIANT=wg -- $P8 --kernel-profile
 log done
