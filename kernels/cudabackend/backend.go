@@ -156,7 +156,7 @@ type Backend struct {
 	NoFusedNorm bool
 	// NoFusedRoPE makes ProjectRoPEStoreKV decline (qkvrope.go): the
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
-	// when FT_FUSE_ROPE=0.
+	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
 	NoFusedRoPE bool
 
 	// NoMergedGEMM turns MatMulMerged and GateUpSiLUMerged off (they then

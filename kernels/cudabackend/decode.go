@@ -298,17 +298,31 @@ func (b *Backend) pipeChunk() int {
 	return 128
 }
 
+// contigPipeDefault is the variant of a one-sequence decode over a
+// contiguous cache at head width 128 when FT_DECODE_VARIANT is unset: the
+// transposed kernel. Measured on the H200 (2026-12-01, bench/h200-s5c.sh,
+// Llama-3-8B shape, graph-replayed step): context 32,000 5.42 ms
+// (attention 1.458 ms) against 6.02 ms (2.04 ms) with s3w4h1r; context
+// 8,192 4.65 against 4.87 ms. Paged batches keep the first variant of
+// pipeVariants (s3w4h1r), which the batch figures were measured with.
+const contigPipeDefault = "s3w4h1t"
+
 // pipeFor is the pipelined variant for head width d and K KV heads:
 // Backend.DecodePipeVariant (FT_DECODE_VARIANT) by name at head width 128,
-// else the head width's default (the first in pipeVariants). A variant of
+// else contigPipeDefault for a contiguous cache (contig), else the head
+// width's default (the first in pipeVariants). A variant of
 // more KV heads a block than K divides falls back to one head a block
 // with the same stages, warps and key copy where compiled, else to the
 // default. pk is nil where no variant has head width d.
-func (b *Backend) pipeFor(d, K int) (pipeVariant, *pipeKernels, error) {
+func (b *Backend) pipeFor(d, K int, contig bool) (pipeVariant, *pipeKernels, error) {
 	var v pipeVariant
 	found := false
+	want := b.DecodePipeVariant
+	if want == "" && contig {
+		want = contigPipeDefault
+	}
 	for _, c := range pipeVariants {
-		if c.D == d && (!found || d == 128 && c.Name() == b.DecodePipeVariant) {
+		if c.D == d && (!found || d == 128 && c.Name() == want) {
 			v, found = c, true
 		}
 	}
@@ -391,7 +405,7 @@ func (b *Backend) attentionMMA(f *cuda.Function, outP, qP, kP, vP uintptr, T, H,
 		return fmt.Errorf("cudabackend.Attention: %d query rows through the decode kernel, at most 65535", T)
 	}
 	if !b.NoDecodePipe {
-		v, pk, err := b.pipeFor(d, K)
+		v, pk, err := b.pipeFor(d, K, true)
 		if err != nil {
 			return err
 		}
@@ -419,7 +433,7 @@ func (b *Backend) attentionMMA(f *cuda.Function, outP, qP, kP, vP uintptr, T, H,
 // attn_paged_decode_pipe_* (attn_paged_decode_mma_* with NoDecodePipe):
 // one launch.
 func (b *Backend) pagedMMA(f *cuda.Function, outP, qP, kP, vP, rowsP, tableP uintptr, R, H, K, d, span, maxBlocks, bs, window int, kvBytes int64) error {
-	v, pk, err := b.pipeFor(d, K)
+	v, pk, err := b.pipeFor(d, K, false)
 	if err != nil && !b.NoDecodePipe {
 		return err
 	}

@@ -54,8 +54,12 @@ var prefillVariants = []prefillVariant{
 // 51.1 for 64 × 512 packed; so one choice serves long and short sequences.
 // fa2 then measured faster again (fourth session, bench/h200-s4a.sh): 66.8
 // against w4m32's 81.2 ms at 8,192 tokens (forward 230.6 against 238.6),
-// and 64 × 512 packed 725.8 against 743.0 ms a forward.
-const autoPrefillVariant = "fa2"
+// and 64 × 512 packed 725.8 against 743.0 ms a forward. wg (warpgroup
+// MMA) then measured faster on the H200 (fifth session, bench/h200-s5c.sh):
+// attention 50.3 against fa2's 66.7 ms at 8,192 tokens (forward 215.8
+// against 228.1 ms), 64 × 512 packed 728.3 against 733.8 ms. Off compute
+// capability 9.0 wg falls back to fa2 (availablePrefill).
+const autoPrefillVariant = "wg"
 
 // prefillVariantNames lists the values FT_PREFILL_VARIANT takes ("" and
 // "auto" choose per call).
