@@ -105,7 +105,14 @@ func TestTunedGEMM(t *testing.T) {
 					}
 					atol, rtol, exAtol, exRtol := 1e-4, 1e-4, 5e-5, 5e-5
 					if bf {
-						atol, rtol, exAtol, exRtol = 2e-3, 8e-3, 2e-3, 8e-3
+						// Each BF16 result is held to (atol, rtol) of the
+						// CPU's sum, so two of them may differ by twice
+						// that. On the H200 (2026-12-01) M=2048, N=1000,
+						// K=1001 put 165 elements of a tuned algorithm
+						// without split-K (a24.t20.s0) up to 0.0031 from
+						// cublasGemmEx's where one tolerance allows 0.0021,
+						// both within tolerance of the CPU.
+						atol, rtol, exAtol, exRtol = 2e-3, 8e-3, 4e-3, 16e-3
 					}
 					compare(t, "tuned vs CPU", got, cpuRef.F32(), atol, rtol)
 					compare(t, "tuned vs cublasGemmEx", got, read(t, ref), exAtol, exRtol)
