@@ -234,3 +234,14 @@ func (b *Backend) AttentionWindow(out, q, kCache, vCache *runtime.Tensor, pos0, 
 	}
 	return b.e.Attention(ov, qv, kv, vv, qs[0], pos0, qs[1], cs[1], qs[2], window)
 }
+
+// MatMulAddNorm declines (kernels.MatMulAddNormer): the embedded reference
+// would run its product on the reference kernels; declined, the decoder
+// runs this backend's threaded MatMul, the add and RMSNorm apart.
+func (b *Backend) MatMulAddNorm(y, x, w, out, nw *runtime.Tensor, eps float32) (bool, error) {
+	return false, nil
+}
+
+// ProjectRoPEStoreKV declines (kernels.QKVRoPEStorer) for the same reason:
+// the q/k/v products then run on this backend's MultiMatMul.
+func (b *Backend) ProjectRoPEStoreKV(kernels.QKVRoPE) (bool, error) { return false, nil }
