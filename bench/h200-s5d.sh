@@ -30,7 +30,7 @@ runt() { # tag binary dir regex
   (cd $3 && timeout ${TT:-120} /tmp/t/$2.test -test.count=1 -test.v -test.run "$4" >"$out/test-$1.log" 2>&1); local rc=$?
   echo "test $1 rc=$rc: $(grep -cE '^\s*--- PASS' "$out/test-$1.log") passed, $(grep -cE '^\s*--- FAIL' "$out/test-$1.log") failed, last: $(grep -E '^=== RUN' "$out/test-$1.log" | tail -1)" >>"$out/tests.txt"
 }
-runt ops cudabackend kernels/cudabackend 'TestTunedGEMM$|TestPrefillWGModule|TestDecodeMMA|(TestPrefillAttentionKernels|TestVarlenPrefillKernels)/.*/^wg2$' &
+runt ops cudabackend kernels/cudabackend 'TestTunedGEMM$|TestPrefillWGModule|(TestPrefillAttentionKernels|TestVarlenPrefillKernels)/.*/^wg2$|TestDecodeMMA/pipe_s3w4h1t($|_chunk)' &
 runt models all models/all 'TestFusedDecodeSwitchesGPU|TestBatchEveryDevice|TestMergedGEMMBatchGPU' &
 wait
 cat "$out/tests.txt"; grep -h -B2 -A8 -E '^\s*--- FAIL' "$out"/test-*.log | grep -v -- '--- PASS' | head -40
