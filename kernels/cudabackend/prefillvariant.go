@@ -46,6 +46,11 @@ var prefillVariants = []prefillVariant{
 	// compute capability 9.0, or NVRTC/the driver refused it) it falls back
 	// to fa2.
 	{name: "wg", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3},
+	// wg with FlashAttention-3's intra-warpgroup overlap
+	// (kernels/cuda/sm90a/prefill_wg2.cu): the P·V of a tile runs on the
+	// tensor cores during the softmax of the next; same layout and shared
+	// memory, fa2 where the module is missing.
+	{name: "wg2", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200

@@ -25,9 +25,18 @@ type prefillWG struct {
 	err  error                     // why there are none
 }
 
-// wantsPrefillWG reports whether a PrefillVariant setting runs wg.
+// wantsPrefillWG reports whether a PrefillVariant setting runs a variant
+// of the sm_90a module (wg, wg2).
 func wantsPrefillWG(setting string) bool {
-	return setting == "wg" || ((setting == "" || setting == "auto") && autoPrefillVariant == "wg")
+	if setting == "" || setting == "auto" {
+		setting = autoPrefillVariant
+	}
+	for _, v := range prefillVariants {
+		if v.name == setting {
+			return v.sm90a
+		}
+	}
+	return false
 }
 
 // load compiles and loads the module the first time.
