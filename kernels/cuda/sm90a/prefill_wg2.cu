@@ -127,10 +127,8 @@ __device__ __forceinline__ void prefill_wg2_body(bf16_t* out, const bf16_t* q, c
 		} else {
 			wg_wait0();
 		}
-		// S_j into p: the copies are ordered after the wait (volatile), and
-		// s is only read, never redefined, while the P·V is in flight
-		// (ptxas serialises the wgmmas of a function where another
-		// instruction writes a wgmma's registers inside an open stage).
+		// S_j into p: the copies (volatile) stay after the wait, and s is
+		// only read while the P·V is in flight.
 		float p[SN];
 #pragma unroll
 		for (int i = 0; i < SN; i++) asm volatile("mov.b32 %0, %1;\n" : "=f"(p[i]) : "f"(s[i]));
