@@ -135,3 +135,25 @@ func choosePrefillVariant(setting string, d int, varlen bool, aligned bool) (pre
 	}
 	return prefillVariant{}, fmt.Errorf("FT_PREFILL_VARIANT=%q: want one of %s", setting, strings.Join(prefillVariantNames(), ", "))
 }
+
+// sm90aOptional lists the files of kernels/cuda/sm90a that only an
+// experimental variant uses: where the sm_90a module does not compile,
+// prefillwg.go compiles it again without them, so that the default wg
+// keeps its kernels.
+var sm90aOptional = []struct{ file, variant string }{{"prefill_wg2.cu", "wg2"}}
+
+// withoutSM90aFile is src, a SourceSM90a translation unit, without the
+// section of sm90a/file (from its "// ---- sm90a/FILE ----" line to the
+// next file's), or src where it has none.
+func withoutSM90aFile(src, file string) string {
+	const mark = "\n// ---- sm90a/"
+	i := strings.Index(src, mark+file+" ----\n")
+	if i < 0 {
+		return src
+	}
+	rest := src[i+len(mark):]
+	if j := strings.Index(rest, mark); j >= 0 {
+		return src[:i] + rest[j:]
+	}
+	return src[:i]
+}

@@ -116,3 +116,35 @@ func TestPrefillVariantKernelNames(t *testing.T) {
 		}
 	}
 }
+
+// TestWithoutSM90aFile: the sm_90a source without an optional variant's
+// file keeps wg's kernels and loses exactly that file's, and a file not in
+// the source leaves it unchanged.
+func TestWithoutSM90aFile(t *testing.T) {
+	src := kcuda.SourceSM90a()
+	for _, o := range sm90aOptional {
+		cut := withoutSM90aFile(src, o.file)
+		if len(cut) >= len(src) {
+			t.Fatalf("%s: nothing cut", o.file)
+		}
+		for _, v := range prefillVariants {
+			if !v.sm90a {
+				continue
+			}
+			for _, d := range []int{64, 128} {
+				for _, varlen := range []bool{false, true} {
+					name := v.kernel(d, varlen)
+					if has := strings.Contains(cut, " "+name+"("); has != (v.name != o.variant) {
+						t.Errorf("without %s: %s present %v", o.file, name, has)
+					}
+				}
+			}
+		}
+		if !strings.HasPrefix(cut, src[:strings.Index(src, "// ---- sm90a/")]) {
+			t.Errorf("without %s: common.cuh changed", o.file)
+		}
+	}
+	if withoutSM90aFile(src, "nonexistent.cu") != src {
+		t.Error("a file not in the source changed it")
+	}
+}
