@@ -8,7 +8,8 @@
 // for S_j only (wgmma.wait_group 1), masks and exponentiates S_j in place
 // while the tensor cores work on P_{j−1}·V_{j−1}, then waits for that
 // product, rescales O by the change of the running maxima and packs S_j
-// into the bf16 A fragments of P_j. The last P·V follows the loop. The
+// into the bf16 A fragments of P_j. The copies of tile j+1 are issued
+// after those wgmmas, not before them. The last P·V follows the loop. The
 // registers this costs are S_j's fp32 accumulators next to the P_{j−1}
 // fragments and O the in-flight product holds (FlashAttention-3's
 // intra-warpgroup overlap).
@@ -90,12 +91,17 @@ __device__ __forceinline__ void prefill_wg2_body(bf16_t* out, const bf16_t* q, c
 		cp_async_wait0();  // this thread's copies of tile j (and the queries) are done
 		asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to wgmma (the async proxy)
 		__syncthreads();  // everyone's are, and every P·V of the stage of tile j+1−NS is done
-		if (j + 1 < ntiles) wg_load_kv<HD, BN>(sKV + ((j + 1 - jfirst) % NS) * (2 * TILE), kc, vc, kv, kvh, (j + 1) * BN, kvEnd);
-		cp_async_commit();
+		// The copies of tile j+1 into that stage: issued after this tile's
+		// wgmmas where there are any, so that the tensor cores start first.
+		const auto loadNext = [&]() {
+			if (j + 1 < ntiles) wg_load_kv<HD, BN>(sKV + ((j + 1 - jfirst) % NS) * (2 * TILE), kc, vc, kv, kvh, (j + 1) * BN, kvEnd);
+			cp_async_commit();
+		};
 		const int j0 = j * BN;
 		// Warpgroup-uniform: does any of its queries see a key of the tile,
 		// and does any key need a mask?
 		if (!live || j0 > wq1 || (window > 0 && j0 + BN - 1 < wq0 - window + 1)) {
+			loadNext();
 			if (pending) {  // the visible range ended: the last P·V, before its stage is loaded again
 				wg_pin<ON>(o);
 				wg_fence();
@@ -123,8 +129,10 @@ __device__ __forceinline__ void prefill_wg2_body(bf16_t* out, const bf16_t* q, c
 		if (pending) {
 			prefill_wg2_pv<HD, BN>(o, pf, pst);
 			wg_commit();
+			loadNext();
 			asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // S_j; P·V runs on
 		} else {
+			loadNext();
 			wg_wait0();
 		}
 		// S_j into p: the copies (volatile) stay after the wait, and s is
