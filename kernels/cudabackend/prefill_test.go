@@ -371,17 +371,20 @@ func BenchmarkPrefillAttention(b *testing.B) {
 }
 
 // TestPrefillWGModule: on compute capability 9.0 the sm_90a module of the
-// wgmma prefill kernels (variant wg) compiles and loads, with every kernel
-// the backend launches (elsewhere the variant falls back to fa2, which
-// this checks too). Run it first: a PTX error shows here in seconds.
+// wgmma prefill kernels (variants wg, wg2) compiles and loads, with every
+// kernel the backend launches (elsewhere the variants fall back to fa2,
+// which this checks too). Run it first: a PTX error shows here in seconds.
 func TestPrefillWGModule(t *testing.T) {
 	needGPU(t)
-	var wg prefillVariant
-	for _, v := range prefillVariants {
-		if v.name == "wg" {
-			wg = v
+	for _, wg := range prefillVariants {
+		if wg.sm90a {
+			t.Run(wg.name, func(t *testing.T) { testPrefillWGModule(t, wg) })
 		}
 	}
+}
+
+// testPrefillWGModule is TestPrefillWGModule for the sm90a variant wg.
+func testPrefillWGModule(t *testing.T, wg prefillVariant) {
 	for _, d := range []int{64, 128} {
 		for _, varlen := range []bool{false, true} {
 			f := gb.prefillKernel(wg, d, varlen)
@@ -390,7 +393,7 @@ func TestPrefillWGModule(t *testing.T) {
 					t.Errorf("%s loaded on compute capability %d", wg.kernel(d, varlen), gb.dev.ComputeCapability())
 				}
 				if got := gb.availablePrefill(wg, d, varlen); got.name != "fa2" {
-					t.Errorf("wg d%d varlen %v falls back to %s, want fa2", d, varlen, got.name)
+					t.Errorf("%s d%d varlen %v falls back to %s, want fa2", wg.name, d, varlen, got.name)
 				}
 				continue
 			}

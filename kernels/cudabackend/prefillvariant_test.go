@@ -47,6 +47,12 @@ func TestChoosePrefillVariant(t *testing.T) {
 		{"wg", 64, true, true, "wg", "attn_varlen_prefill_wg_d64_bf16", 128, 256},
 		{"wg", 32, false, true, "base", "attn_prefill_d32_bf16", 128, 256},
 		{"wg", 128, true, false, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
+		{"wg2", 128, false, true, "wg2", "attn_prefill_wg2_d128_bf16", 128, 256},
+		{"wg2", 128, true, true, "wg2", "attn_varlen_prefill_wg2_d128_bf16", 128, 256},
+		{"wg2", 64, false, true, "wg2", "attn_prefill_wg2_d64_bf16", 128, 256},
+		{"wg2", 64, true, true, "wg2", "attn_varlen_prefill_wg2_d64_bf16", 128, 256},
+		{"wg2", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
+		{"wg2", 64, false, false, "base", "attn_prefill_d64_bf16", 128, 256},
 	} {
 		v, err := choosePrefillVariant(c.setting, c.d, c.varlen, c.aligned)
 		if err != nil {
@@ -70,7 +76,7 @@ func TestChoosePrefillVariant(t *testing.T) {
 // the blocks per SM it is built for within the H100/H200's 227 KiB per SM
 // (each block also reserves 1 KiB), and one block fits the 227 KiB limit.
 func TestPrefillVariantSmem(t *testing.T) {
-	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400}
+	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg2": 230400}
 	for _, v := range prefillVariants {
 		n := v.smem(128)
 		if n != want[v.name] {
@@ -108,5 +114,37 @@ func TestPrefillVariantKernelNames(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestWithoutSM90aFile: the sm_90a source without an optional variant's
+// file keeps wg's kernels and loses exactly that file's, and a file not in
+// the source leaves it unchanged.
+func TestWithoutSM90aFile(t *testing.T) {
+	src := kcuda.SourceSM90a()
+	for _, o := range sm90aOptional {
+		cut := withoutSM90aFile(src, o.file)
+		if len(cut) >= len(src) {
+			t.Fatalf("%s: nothing cut", o.file)
+		}
+		for _, v := range prefillVariants {
+			if !v.sm90a {
+				continue
+			}
+			for _, d := range []int{64, 128} {
+				for _, varlen := range []bool{false, true} {
+					name := v.kernel(d, varlen)
+					if has := strings.Contains(cut, " "+name+"("); has != (v.name != o.variant) {
+						t.Errorf("without %s: %s present %v", o.file, name, has)
+					}
+				}
+			}
+		}
+		if !strings.HasPrefix(cut, src[:strings.Index(src, "// ---- sm90a/")]) {
+			t.Errorf("without %s: common.cuh changed", o.file)
+		}
+	}
+	if withoutSM90aFile(src, "nonexistent.cu") != src {
+		t.Error("a file not in the source changed it")
 	}
 }

@@ -25,9 +25,18 @@ type prefillWG struct {
 	err  error                     // why there are none
 }
 
-// wantsPrefillWG reports whether a PrefillVariant setting runs wg.
+// wantsPrefillWG reports whether a PrefillVariant setting runs a variant
+// of the sm_90a module (wg, wg2).
 func wantsPrefillWG(setting string) bool {
-	return setting == "wg" || ((setting == "" || setting == "auto") && autoPrefillVariant == "wg")
+	if setting == "" || setting == "auto" {
+		setting = autoPrefillVariant
+	}
+	for _, v := range prefillVariants {
+		if v.name == setting {
+			return v.sm90a
+		}
+	}
+	return false
 }
 
 // load compiles and loads the module the first time.
@@ -35,7 +44,7 @@ func (w *prefillWG) load() {
 	w.once.Do(func() {
 		w.fns, w.err = loadPrefillWG(w.dev)
 		if w.err != nil && os.Getenv("FT_TRACE") == "1" {
-			fmt.Fprintf(os.Stderr, "trace: prefill variant wg unavailable, fa2 runs instead: %v\n", w.err)
+			fmt.Fprintf(os.Stderr, "trace: sm_90a prefill kernels (%d loaded) incomplete, fa2 runs instead of the others: %v\n", len(w.fns), w.err)
 		}
 	})
 }
@@ -51,18 +60,33 @@ func (w *prefillWG) function(name string) *cuda.Function {
 }
 
 // loadPrefillWG compiles kcuda.SourceSM90a for sm_90a and looks up the
-// kernels of the sm90a variants, letting each use its shared memory.
+// kernels of the sm90a variants, letting each use its shared memory. Where
+// the whole source does not compile it compiles it again without the
+// experimental variants' files (sm90aOptional), so that wg still loads,
+// and returns its kernels with the first error; their variants then fall
+// back to fa2.
 func loadPrefillWG(dev *cuda.Device) (map[string]*cuda.Function, error) {
 	if cc := dev.ComputeCapability(); cc != 90 {
 		return nil, fmt.Errorf("wgmma needs compute capability 9.0 (sm_90a); %s is %d.%d", dev.Name(), cc/10, cc%10)
 	}
-	mod, err := dev.LoadModuleArch("flextensor_sm90a.cu", kcuda.SourceSM90a(), "sm_90a")
+	src := kcuda.SourceSM90a()
+	mod, err := dev.LoadModuleArch("flextensor_sm90a.cu", src, "sm_90a")
+	var dropped error
+	skip := map[string]bool{}
 	if err != nil {
-		return nil, err
+		for _, o := range sm90aOptional {
+			src = withoutSM90aFile(src, o.file)
+			skip[o.variant] = true
+		}
+		var err2 error
+		if mod, err2 = dev.LoadModuleArch("flextensor_sm90a.cu", src, "sm_90a"); err2 != nil {
+			return nil, err
+		}
+		dropped = fmt.Errorf("sm_90a module without the optional variants: %w", err)
 	}
 	fns := map[string]*cuda.Function{}
 	for _, v := range prefillVariants {
-		if !v.sm90a {
+		if !v.sm90a || skip[v.name] {
 			continue
 		}
 		for _, d := range []int{64, 128} {
@@ -82,5 +106,5 @@ func loadPrefillWG(dev *cuda.Device) (map[string]*cuda.Function, error) {
 			}
 		}
 	}
-	return fns, nil
+	return fns, dropped
 }
