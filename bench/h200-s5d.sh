@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# The fifth 2026-12-01 session's closing GPU call (about 11 minutes): GPU
+# The fifth 2026-12-01 session's closing GPU call (about 9 minutes): GPU
 # tests of the new defaults (wg prefill attention, the transposed decode
 # attention for one sequence), then issue 15's figures with the committed
 # defaults (resident batches, everything streamed and 8 GiB batches, decode
-# at 512 / 8,192 / 32,000, prefill 8,192 and 64 × 512 packed, run-model),
-# ../shared/peers/peer_batch.py in the same call (carried in .peer/), and
-# the FP8 prefill ratio again (the BF16 prefill it is compared with changed).
+# at 512 / 8,192 / 32,000, prefill 8,192 and 64 × 512 packed, run-model)
+# and the wg2 prefill attention against the default; bench/h200-s5e.sh
+# follows with the peers and the FP8 prefill ratio.
 # Usage (repo root, GPU machine): bash bench/h200-s5d.sh OUTDIR
 set -uo pipefail
 source .devtools/env.sh
 out=${1:?}; mkdir -p "$out"; t0=$(date +%s)
 log() { echo "== $(date +%T) +$(( $(date +%s) - t0 ))s $*" | tee -a "$out/steps.log"; }
-left() { [ $(( $(date +%s) - t0 )) -lt ${1:-560} ]; }
+left() { [ $(( $(date +%s) - t0 )) -lt ${1:-500} ]; }
 b=bin/infer-cuda; m=/tmp/llama3-8b; ids=37,235,396,72,255,393,203,133,335,448,144,129
 log build; timeout 170 make build-cuda >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 mkdir -p /tmp/t; R=$PWD; C=/usr/local/cuda
@@ -62,12 +62,5 @@ one pre8k-wg2 FT_PREFILL_VARIANT=wg2 -- $R $P8
 one packed NOOP=1 -- $R $PK
 one packed-wg2 FT_PREFILL_VARIANT=wg2 -- $R $PK
 one pre8k-b NOOP=1 -- $R $P8
-one pre2k NOOP=1 -- $R --model $m --mode prefill --tokens 2048 --iters 3 --warmup 1
-log peer
-left 600 && (timeout 300 python3 .peer/peer_batch.py 64,256 >"$out/peer_batch.txt" 2>&1; echo "peer_batch rc=$?" >>"$out/summary.txt")
-grep -E "B=" "$out/peer_batch.txt" | sed 's/^/peer: /' | tee -a "$out/summary.txt"
-rm -rf $m; f8=/tmp/llama3-8b-fp8
-left 720 && { log make-fp8; timeout 90 $b make-model --shape llama3-8b --dtype fp8-channel --out $f8 >"$out/make-fp8.txt" 2>&1; }
-left 760 && one fp8pre NOOP=1 -- $R --model $f8 --mode prefill --tokens 2048 --iters 3 --warmup 1
 log done
 cd "$out" && tar czf all.tgz *.txt *.log 2>/dev/null; true
