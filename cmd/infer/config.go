@@ -47,7 +47,7 @@ var extraEnv = map[string][]string{
 	"FT_DECODE_CHUNK":        {"", "64", "128", "256"},         // fewest positions per split of the pipelined decode attention (A/B runs, cuda builds)
 	"FT_PDL":                 {"", "0", "1"},                   // "0": no programmatic dependent launch of the decode kernels on sm_90 (A/B runs, cuda builds)
 	"FT_FUSE_NORM":           {"", "0", "1"},                   // "1": RMSNorm folded into the one-token q/k/v, gate·up and LM head GEMVs (measured slower, off by default; A/B runs, cuda builds)
-	"FT_NORM_TAIL":           {"", "0", "1"},                   // "1": the one-token o_proj/down_proj GEMVs' last block writes the RMSNorm after them (off until measured; A/B runs, cuda builds)
+	"FT_NORM_TAIL":           {"", "0", "1"},                   // "1": the one-token o_proj/down_proj GEMVs' last block writes the RMSNorm after them (measured slower, off by default; A/B runs, cuda builds)
 	"FT_FUSE_ROPE":           {"", "0", "1"},                   // "1": a decode step's RoPE and KV store in the q/k/v GEMV's epilogue, not their own launch (measured slower, off by default; A/B runs, cuda builds)
 	"FT_FP8_GEMV":            {"", "legacy"},                   // "legacy": FP8 weights through the first FP8 kernels, one GEMV launch per projection (A/B runs, cuda builds)
 	"FT_FP8_VARIANT":         fp8VariantValues,                 // the tuning of the one-token FP8 GEMVs, e.g. u8r1g (A/B sweeps, cuda builds; bench/h200-fp8sweep.sh)
@@ -59,7 +59,7 @@ var extraEnv = map[string][]string{
 	"FT_MERGED_GEMM":         {"", "0", "1", "gateup", "all"},  // "0": q/k/v and gate/up of 2..256-token forwards as separate GEMMs, not one GEMM over their adjacent weights; "gateup"/"all": gate/up (and q/k/v) merged at every token count (A/B runs, cuda builds)
 	"FT_PREFILL_RESACC":      {"", "0", "1"},                   // "1": forwards of 256+ tokens write o_proj in bf16 and add it to the residual in the post-attention norm, not in the GEMM's fp32 epilogue (A/B runs, cuda builds)
 	"FT_NORM_ROWS":           {"", "0", "1"},                   // RMSNorm of the F32 residual by the many-rows kernels (same bits): "" for 128 rows or more, "1" for 2 or more, "0" never (A/B runs, cuda builds)
-	"FT_L2_PREFETCH":         {"", "0", "o", "all"},            // one-token resident decode: prefetch o_proj ("o"), and also the first 16 MiB of q/k/v ("all"), into L2 ahead of the kernels in front of them (off by default; A/B runs, cuda builds)
+	"FT_L2_PREFETCH":         {"", "0", "o", "all"},            // one-token resident decode: prefetch o_proj ("o"), and also the first 16 MiB of q/k/v ("all"), into L2 ahead of the kernels in front of them (measured slower, off by default; A/B runs, cuda builds)
 	"FT_HOST_SPIN":           nil,                              // host kernels: how long an idle pool worker spins before parking, a Go duration (A/B runs; kernels/host checks it)
 	"FT_HOST_CHUNK_KIB":      nil,                              // host kernels: the GEMV pool chunk cap in KiB, negative: none (A/B runs; kernels/host checks it)
 	// layout of the tensor-core prefill attention: auto (per call) or one

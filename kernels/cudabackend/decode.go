@@ -123,8 +123,8 @@ var pipeVariants = []pipeVariant{
 	{128, 4, 1, 1, true, true, false},
 	{128, 6, 1, 1, true, true, false},
 	// The transposed products (decode_tr.cu, issues 15, 21): one KV head a
-	// block, fewer instructions and registers a key group (A/B runs; not a
-	// default until measured).
+	// block, fewer instructions and registers a key group; s3w4h1t is the
+	// default over a contiguous cache (contigPipeDefault).
 	{128, 3, 4, 1, false, false, true},
 	{128, 2, 4, 1, false, false, true},
 	{128, 4, 2, 1, false, false, true},

@@ -17,8 +17,11 @@ import (
 // instead of two. Backend.NormTail turns it on (FT_NORM_TAIL=1); off, the
 // op declines and the decoder runs MatMulAdd and RMSNorm.
 
-// normTailFromEnv is the default of Backend.NormTail: FT_NORM_TAIL=1 (off
-// until measured on the H200; "" and "0" leave it off).
+// normTailFromEnv is the default of Backend.NormTail: FT_NORM_TAIL=1; ""
+// and "0" leave it off. Measured slower on the H200 (2026-12-01,
+// bench/h200-s5c.sh, Llama-3-8B shape, context 512): a graph-replayed step
+// of 4.76 ms against 4.33 ms, the last block's serial norm (about 6.7 µs a
+// tail) costing more than the 3.6 µs launch it saves.
 func normTailFromEnv() bool { return os.Getenv("FT_NORM_TAIL") == "1" }
 
 // ensureTailCounter returns the device word gemv_persist_f32acc_norm counts
