@@ -21,10 +21,10 @@ import (
 // l2PlanFromEnv is Backend.L2Plan's default: FT_L2_PREFETCH ("", "0", "o"
 // or "all"; off unless set). Measured slower on the H200 (2026-12-01,
 // bench/h200-s5c.sh, Llama-3-8B shape, context 512): graph-replayed steps
-// of 4.53 ms ("o") and 4.64 ms ("all") against 4.33 ms. The kernel after
-// the prefetch waits for it through the dependent-launch chain, so its
-// bulk prefetches land on the critical path; a prefetch on a second
-// stream (a graph branch) is what would overlap.
+// of 4.53 ms ("o") and 4.64 ms ("all") against 4.33 ms. The likely cause
+// (not profiled): the kernel after the prefetch waits for it through the
+// dependent-launch chain, so its bulk prefetches land on the critical
+// path; a prefetch on a second stream (a graph branch) would overlap.
 func l2PlanFromEnv() (kernels.L2PrefetchPlan, error) {
 	return kernels.ParseL2PrefetchPlan(os.Getenv("FT_L2_PREFETCH"))
 }
