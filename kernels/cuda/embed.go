@@ -45,34 +45,7 @@ var files embed.FS
 
 // Source is the one translation unit NVRTC compiles: common.cuh, then the
 // .cu files in name order.
-func Source() string {
-	var b strings.Builder
-	head, err := files.ReadFile("common.cuh")
-	if err != nil {
-		panic(err) // embedded at build time
-	}
-	b.Write(head)
-	entries, err := files.ReadDir(".")
-	if err != nil {
-		panic(err)
-	}
-	var names []string
-	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".cu") {
-			names = append(names, e.Name())
-		}
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		data, err := files.ReadFile(n)
-		if err != nil {
-			panic(err)
-		}
-		b.WriteString("\n// ---- " + n + " ----\n")
-		b.Write(data)
-	}
-	return b.String()
-}
+func Source() string { return unit(files, ".") }
 
 //go:embed sm90a/*.cu
 var sm90aFiles embed.FS
@@ -83,14 +56,18 @@ var sm90aFiles embed.FS
 // .cu files of sm90a/ in name order (sm90a/prefill_wg.cu: prefill
 // attention on wgmma, FT_PREFILL_VARIANT=wg). They are not part of Source,
 // which is compiled for every device's plain sm_XY.
-func SourceSM90a() string {
+func SourceSM90a() string { return unit(sm90aFiles, "sm90a") }
+
+// unit is common.cuh followed by the .cu files of dir in fsys in name
+// order, each after a "// ---- path ----" line.
+func unit(fsys embed.FS, dir string) string {
 	var b strings.Builder
 	head, err := files.ReadFile("common.cuh")
 	if err != nil {
 		panic(err) // embedded at build time
 	}
 	b.Write(head)
-	entries, err := sm90aFiles.ReadDir("sm90a")
+	entries, err := fsys.ReadDir(dir)
 	if err != nil {
 		panic(err)
 	}
@@ -102,11 +79,15 @@ func SourceSM90a() string {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		data, err := sm90aFiles.ReadFile("sm90a/" + n)
+		path := n
+		if dir != "." {
+			path = dir + "/" + n
+		}
+		data, err := fsys.ReadFile(path)
 		if err != nil {
 			panic(err)
 		}
-		b.WriteString("\n// ---- sm90a/" + n + " ----\n")
+		b.WriteString("\n// ---- " + path + " ----\n")
 		b.Write(data)
 	}
 	return b.String()
