@@ -83,6 +83,33 @@ __device__ __forceinline__ float2 ld_cg_f2(const float* p) {
 // read into the thread, so it may come before ft_pdl_wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// pipe_split is where split `split` of query row t reads in a pipelined
+// decode: the row sees positions lo .. n-1 (n its length, lo after the
+// window); it uses ns = clamp(ceil(span / minChunk), 1, nsplit) splits (or
+// nsplit with minChunk 0) of chunk positions each, a multiple of 16, and
+// this split takes beg .. end-1. tab is the row's block table (paged), or
+// nullptr. False: this split has nothing to read (split >= ns).
+template <bool PAGED>
+__device__ __forceinline__ bool pipe_split(const int* rows, const int* table, int maxBlocks, const int* posp, int pos0, int t,
+		int window, int minChunk, int nsplit, int split, const int*& tab, int& n, int& lo, int& ns, int& beg, int& end) {
+	tab = nullptr;
+	if (PAGED) {
+		tab = table + (usize)rows[2 * t] * maxBlocks;
+		n = rows[2 * t + 1] + 1;
+	} else {
+		n = ft_pos(posp, pos0) + t + 1;
+	}
+	lo = window > 0 ? max(0, n - window) : 0;
+	const int span = n - lo;
+	ns = minChunk > 0 ? (span + minChunk - 1) / minChunk : nsplit;
+	ns = max(1, min(ns, min(nsplit, FT_PIPE_MAXSPLIT)));
+	if (split >= ns) return false;
+	const int chunk = ((span + ns - 1) / ns + 15) & ~15;
+	beg = lo + split * chunk;
+	end = min(n, beg + chunk);
+	return true;
+}
+
 // decode_pipe_merge is the end of a pipelined decode block (decode_pipe_body
 // here, decode_tr_body in decode_tr.cu) once its NW warps have left their
 // partial outputs in so[NW][8][HD] (so = the block's dynamic shared
@@ -283,21 +310,10 @@ __device__ __forceinline__ void decode_pipe_body(bf16_t* out, float* po, float* 
 	const int hi = warp % KPB, wi = warp / KPB;  // this warp's head in the block, its place among the head's warps
 	const int kvh = blockIdx.x * KPB + hi;
 	const int g = lane >> 2, tg = lane & 3;
-	const int* tab = nullptr;
-	int n;
-	if (PAGED) {
-		tab = table + (usize)rows[2 * t] * maxBlocks;
-		n = rows[2 * t + 1] + 1;
-	} else {
-		n = ft_pos(posp, pos0) + t + 1;
-	}
-	const int lo = window > 0 ? max(0, n - window) : 0;
-	const int span = n - lo;
-	int ns = minChunk > 0 ? (span + minChunk - 1) / minChunk : nsplit;
-	ns = max(1, min(ns, min(nsplit, FT_PIPE_MAXSPLIT)));
-	if (split >= ns) return;  // the whole block: no barrier is skipped by part of it
-	const int chunk = ((span + ns - 1) / ns + 15) & ~15;
-	const int beg = lo + split * chunk, end = min(n, beg + chunk);
+	const int* tab;
+	int n, lo, ns, beg, end;
+	if (!pipe_split<PAGED>(rows, table, maxBlocks, posp, pos0, t, window, minChunk, nsplit, split, tab, n, lo, ns, beg, end))
+		return;  // the whole block: no barrier is skipped by part of it
 	const usize rs = (usize)K * HD;  // elements between cache rows
 	const bf16_t* kb = kc + (usize)kvh * HD;
 	const bf16_t* vb = vc + (usize)kvh * HD;

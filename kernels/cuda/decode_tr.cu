@@ -82,21 +82,10 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	const int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int kvh = blockIdx.x;
 	const int g = lane >> 2, tg = lane & 3;
-	const int* tab = nullptr;
-	int n;
-	if (PAGED) {
-		tab = table + (usize)rows[2 * t] * maxBlocks;
-		n = rows[2 * t + 1] + 1;
-	} else {
-		n = ft_pos(posp, pos0) + t + 1;
-	}
-	const int lo = window > 0 ? max(0, n - window) : 0;
-	const int span = n - lo;
-	int ns = minChunk > 0 ? (span + minChunk - 1) / minChunk : nsplit;
-	ns = max(1, min(ns, min(nsplit, FT_PIPE_MAXSPLIT)));
-	if (split >= ns) return;  // the whole block
-	const int chunk = ((span + ns - 1) / ns + 15) & ~15;
-	const int beg = lo + split * chunk, end = min(n, beg + chunk);
+	const int* tab;
+	int n, lo, ns, beg, end;
+	if (!pipe_split<PAGED>(rows, table, maxBlocks, posp, pos0, t, window, minChunk, nsplit, split, tab, n, lo, ns, beg, end))
+		return;  // the whole block
 	const usize rs = (usize)K * HD;  // elements between cache rows
 	const bf16_t* kb = kc + (usize)kvh * HD;
 	const bf16_t* vb = vc + (usize)kvh * HD;
