@@ -51,12 +51,6 @@ var prefillVariants = []prefillVariant{
 	// tensor cores during the softmax of the next; same layout and shared
 	// memory, fa2 where the module is missing.
 	{name: "wg2", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3},
-	// wg with FlashAttention-3's ping-pong scheduling between the two
-	// warpgroups (kernels/cuda/sm90a/prefill_wg3.cu): named barriers give
-	// the tensor cores to one warpgroup's S and deferred P·V while the
-	// other runs its softmax; same layout and shared memory, fa2 where the
-	// module is missing.
-	{name: "wg3", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200
@@ -146,7 +140,7 @@ func choosePrefillVariant(setting string, d int, varlen bool, aligned bool) (pre
 // experimental variant uses: where the sm_90a module does not compile,
 // prefillwg.go compiles it again without them, so that the default wg
 // keeps its kernels.
-var sm90aOptional = []struct{ file, variant string }{{"prefill_wg2.cu", "wg2"}, {"prefill_wg3.cu", "wg3"}}
+var sm90aOptional = []struct{ file, variant string }{{"prefill_wg2.cu", "wg2"}}
 
 // withoutSM90aFile is src, a SourceSM90a translation unit, without the
 // section of sm90a/file (from its "// ---- sm90a/FILE ----" line to the

@@ -53,12 +53,6 @@ func TestChoosePrefillVariant(t *testing.T) {
 		{"wg2", 64, true, true, "wg2", "attn_varlen_prefill_wg2_d64_bf16", 128, 256},
 		{"wg2", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
 		{"wg2", 64, false, false, "base", "attn_prefill_d64_bf16", 128, 256},
-		{"wg3", 128, false, true, "wg3", "attn_prefill_wg3_d128_bf16", 128, 256},
-		{"wg3", 128, true, true, "wg3", "attn_varlen_prefill_wg3_d128_bf16", 128, 256},
-		{"wg3", 64, false, true, "wg3", "attn_prefill_wg3_d64_bf16", 128, 256},
-		{"wg3", 64, true, true, "wg3", "attn_varlen_prefill_wg3_d64_bf16", 128, 256},
-		{"wg3", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
-		{"wg3", 128, false, false, "base", "attn_prefill_d128_bf16", 128, 256},
 	} {
 		v, err := choosePrefillVariant(c.setting, c.d, c.varlen, c.aligned)
 		if err != nil {
@@ -82,7 +76,7 @@ func TestChoosePrefillVariant(t *testing.T) {
 // the blocks per SM it is built for within the H100/H200's 227 KiB per SM
 // (each block also reserves 1 KiB), and one block fits the 227 KiB limit.
 func TestPrefillVariantSmem(t *testing.T) {
-	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg2": 230400, "wg3": 230400}
+	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg2": 230400}
 	for _, v := range prefillVariants {
 		n := v.smem(128)
 		if n != want[v.name] {

@@ -26,7 +26,7 @@ type prefillWG struct {
 }
 
 // wantsPrefillWG reports whether a PrefillVariant setting runs a variant
-// of the sm_90a module (wg, wg2, wg3).
+// of the sm_90a module (wg, wg2).
 func wantsPrefillWG(setting string) bool {
 	if setting == "" || setting == "auto" {
 		setting = autoPrefillVariant
