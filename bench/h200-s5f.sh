@@ -8,7 +8,7 @@
 # Ran once at 570dace: the wg3 test binary printed nothing within 90 s (its
 # backend compiles the sm_90a module at start) and the decode test was cut
 # by its 60 s limit with every subtest so far within tolerance; wg3 was then
-# reverted (a98f221 and the commit after it).
+# reverted (1f72dfb).
 # Usage (repo root, GPU machine): bash bench/h200-s5f.sh OUTDIR
 set -uo pipefail
 source .devtools/env.sh
