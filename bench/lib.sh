@@ -1,0 +1,57 @@
+# Shared helpers of the GPU-call scripts (bench/h200-*.sh), sourced after
+# `out` is set. The earlier scripts carry their own copies: each is the
+# record of a call that ran at a given commit, so they stay as they ran.
+#
+#   log MSG                       a timestamped step line (steps.log)
+#   left [SECONDS]                true while the call is under SECONDS (default $BUDGET or 500)
+#   build_cuda                    make build-cuda, or the log's tail and exit
+#   test_env                      cgo flags to compile cuda-tagged test binaries
+#   compile_tests PKG...          go test -c each package to /tmp/t/<base>.test (background; wait)
+#   make_models                   /tmp/llama3-8b (context raised to 40,960) if missing
+#   runt TAG BIN DIR REGEX        one test binary run; a line in tests.txt (TT: timeout, default 120 s)
+#   one TAG ENV... -- ARGS        one `infer bench` run; its rows in summary.txt
+#   finish                        tar the call's outputs into all.tgz
+t0=$(date +%s)
+b=bin/infer-cuda
+m=/tmp/llama3-8b
+log() { echo "== $(date +%T) +$(( $(date +%s) - t0 ))s $*" | tee -a "$out/steps.log"; }
+left() { [ $(( $(date +%s) - t0 )) -lt ${1:-${BUDGET:-500}} ]; }
+build_cuda() {
+  log build
+  timeout 170 make build-cuda >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+}
+test_env() {
+  local R=$PWD C=/usr/local/cuda
+  export CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -I$R/runtime/cuda/compat -I$C/include" \
+    CGO_LDFLAGS="-L$C/lib64 -L$C/lib64/stubs -Wl,--disable-new-dtags,-rpath,$C/lib64:/usr/local/nvidia/lib64" \
+    LD_LIBRARY_PATH="$C/lib64:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}"
+}
+compile_tests() {
+  mkdir -p /tmp/t; test_env
+  local p
+  for p in "$@"; do
+    (timeout 170 go test -tags cuda -c -o /tmp/t/$(basename $p).test ./$p >"$out/compile-$(basename $p).log" 2>&1) &
+  done
+}
+make_models() {
+  [ -d $m ] && return
+  timeout 120 $b make-model --shape llama3-8b --out $m >"$out/make-model.txt" 2>&1
+  sed -i 's/"max_position_embeddings": 8192/"max_position_embeddings": 40960/' $m/config.json
+}
+runt() { # tag binary dir regex
+  (cd $3 && timeout ${TT:-120} /tmp/t/$2.test -test.count=1 -test.v -test.run "$4" >"$out/test-$1.log" 2>&1); local rc=$?
+  echo "test $1 rc=$rc: $(grep -cE '^\s*--- PASS' "$out/test-$1.log") passed, $(grep -cE '^\s*--- FAIL' "$out/test-$1.log") failed, last: $(grep -E '^=== RUN' "$out/test-$1.log" | tail -1)" >>"$out/tests.txt"
+}
+one() { # tag env... -- bench args
+  left || { echo "$1: skipped (time)" | tee -a "$out/summary.txt"; return; }
+  local tag=$1; shift; local envs=()
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+  local f="$out/$tag.txt"
+  env "${envs[@]}" timeout ${BT:-90} $b bench --device cuda:0 "$@" >"$f" 2>&1
+  local r g k
+  r=$(grep -E '^(resident|0 |8GiB|budget)' "$f" | awk '{printf "row: %s | ", $0}' | tr -s ' ')
+  g=$(grep replayed "$f" | sed 's/.*device: /graph /')
+  k=$(grep -E '^attn_' "$f" | awk '{printf "%s %s ms; ", $1, $3}')
+  echo "$tag: $r $g $k" | tee -a "$out/summary.txt"
+}
+finish() { log done; (cd "$out" && tar czf all.tgz *.txt *.log 2>/dev/null); true; }
