@@ -36,6 +36,7 @@ package cuda
 
 import (
 	"embed"
+	"fmt"
 	"sort"
 	"strings"
 )
@@ -57,6 +58,41 @@ var sm90aFiles embed.FS
 // attention on wgmma, FT_PREFILL_VARIANT=wg). They are not part of Source,
 // which is compiled for every device's plain sm_XY.
 func SourceSM90a() string { return unit(sm90aFiles, "sm90a") }
+
+//go:embed sm90a/extra/*.cu
+var sm90aExtraFiles embed.FS
+
+// SM90aExtras lists the files of sm90a/extra/: experimental sm_90a
+// variants (sm90a/extra/prefill_wg3.cu: FT_PREFILL_VARIANT=wg3), each
+// compiled as a module of its own only when its variant is asked for, so
+// that neither its compile time nor a compile error of it reaches the
+// default's module.
+func SM90aExtras() []string {
+	entries, err := sm90aExtraFiles.ReadDir("sm90a/extra")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".cu") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// SourceSM90aExtra is the translation unit of the experimental sm_90a file
+// sm90a/extra/name: SourceSM90a (whose helpers it uses), then the file
+// after a "// ---- sm90a/extra/NAME ----" line. A name not in SM90aExtras
+// is an error naming it.
+func SourceSM90aExtra(name string) (string, error) {
+	data, err := sm90aExtraFiles.ReadFile("sm90a/extra/" + name)
+	if err != nil || !strings.HasSuffix(name, ".cu") {
+		return "", fmt.Errorf("kernels/cuda: no sm_90a extra source %q (have %v)", name, SM90aExtras())
+	}
+	return SourceSM90a() + "\n// ---- sm90a/extra/" + name + " ----\n" + string(data), nil
+}
 
 // unit is common.cuh followed by the .cu files of dir in fsys in name
 // order, each after a "// ---- path ----" line.
@@ -98,6 +134,16 @@ func Kernels() []string { return kernelsIn(Source()) }
 
 // KernelsSM90a lists the extern "C" kernel names in SourceSM90a.
 func KernelsSM90a() []string { return kernelsIn(SourceSM90a()) }
+
+// KernelsSM90aExtra lists the extern "C" kernel names that
+// sm90a/extra/name adds to SourceSM90a (nil for an unknown name).
+func KernelsSM90aExtra(name string) []string {
+	data, err := sm90aExtraFiles.ReadFile("sm90a/extra/" + name)
+	if err != nil {
+		return nil
+	}
+	return kernelsIn(string(data))
+}
 
 // kernelsIn lists the extern "C" kernel names declared in src.
 func kernelsIn(src string) []string {

@@ -63,3 +63,37 @@ func TestSourceSM90a(t *testing.T) {
 		}
 	}
 }
+
+// TestSourceSM90aExtra: each experimental sm_90a file's unit is
+// SourceSM90a followed by the file, with its kernels; they are not in
+// SourceSM90a; an unknown name is an error naming it.
+func TestSourceSM90aExtra(t *testing.T) {
+	extras := SM90aExtras()
+	if !slices.Contains(extras, "prefill_wg3.cu") {
+		t.Fatalf("SM90aExtras %v lacks prefill_wg3.cu", extras)
+	}
+	for _, name := range extras {
+		src, err := SourceSM90aExtra(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(src, SourceSM90a()) {
+			t.Errorf("%s: unit does not start with SourceSM90a", name)
+		}
+		ks := KernelsSM90aExtra(name)
+		if len(ks) == 0 {
+			t.Errorf("%s: no kernels", name)
+		}
+		for _, k := range ks {
+			if !slices.Contains(kernelsIn(src), k) || slices.Contains(KernelsSM90a(), k) {
+				t.Errorf("%s: kernel %s not only in its own unit", name, k)
+			}
+		}
+	}
+	if _, err := SourceSM90aExtra("nope.cu"); err == nil || !strings.Contains(err.Error(), `"nope.cu"`) {
+		t.Errorf("unknown file: error %v, want one naming it", err)
+	}
+	if KernelsSM90aExtra("nope.cu") != nil {
+		t.Error("unknown file has kernels")
+	}
+}

@@ -299,9 +299,9 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	ks.prefill.allowSmem()
-	ks.prefill.wg = &prefillWG{dev: dev}
-	if wantsPrefillWG(prefillVariantFromEnv()) {
-		ks.prefill.wg.load() // now, not inside a later launch (or a graph capture)
+	ks.prefill.wg = newPrefillWGs(dev)
+	if extra, ok := wantsPrefillWG(prefillVariantFromEnv()); ok {
+		ks.prefill.wg[extra].load() // now, not inside a later launch (or a graph capture)
 	}
 	if err := ks.decodeMMA.sizeWave(dev.Multiprocessors()); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)

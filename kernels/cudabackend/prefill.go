@@ -34,7 +34,7 @@ const legacyTileRows = 64
 type prefillKernels struct {
 	fns                       map[string]*cuda.Function // attention, by kernel name (prefillVariant.kernel)
 	ropeStore, ropeStorePaged *cuda.Function
-	wg                        *prefillWG // the sm_90a module's kernels (variant wg, prefillwg.go), loaded on first use
+	wg                        map[string]*prefillWG // the sm_90a modules' kernels by extra file ("": variant wg; prefillwg.go), each loaded on first use
 }
 
 // loadPrefill looks the kernels up in the compiled module.
@@ -102,11 +102,11 @@ func (b *Backend) availablePrefill(v prefillVariant, d int, varlen bool) prefill
 func prefillVariantFromEnv() string { return os.Getenv("FT_PREFILL_VARIANT") }
 
 // prefillKernel is the kernel of variant v for head width d, or nil. The
-// sm_90a module (variant wg) is compiled and loaded on the first call that
-// asks for it.
+// sm_90a module of the variant (wg's, or wg3's own) is compiled and loaded on
+// the first call that asks for it.
 func (b *Backend) prefillKernel(v prefillVariant, d int, varlen bool) *cuda.Function {
 	if v.sm90a {
-		return b.k.prefill.wg.function(v.kernel(d, varlen))
+		return b.k.prefill.wg[v.extra].function(v.kernel(d, varlen))
 	}
 	return b.k.prefill.fns[v.kernel(d, varlen)]
 }

@@ -371,7 +371,7 @@ func BenchmarkPrefillAttention(b *testing.B) {
 }
 
 // TestPrefillWGModule: on compute capability 9.0 the sm_90a module of the
-// wgmma prefill kernels (variants wg, wg2) compiles and loads, with every
+// wgmma prefill kernels (variant wg; wg3 in its own module) compiles and loads, with every
 // kernel the backend launches (elsewhere the variants fall back to fa2,
 // which this checks too). Run it first: a PTX error shows here in seconds.
 func TestPrefillWGModule(t *testing.T) {
@@ -398,7 +398,7 @@ func testPrefillWGModule(t *testing.T, wg prefillVariant) {
 				continue
 			}
 			if f == nil {
-				t.Fatalf("%s: sm_90a module not loaded: %v", wg.kernel(d, varlen), gb.k.prefill.wg.err)
+				t.Fatalf("%s: sm_90a module not loaded: %v", wg.kernel(d, varlen), gb.k.prefill.wg[wg.extra].err)
 			}
 			n, err := f.MaxActiveBlocksPerSM(wg.threads, wg.smem(d))
 			if err != nil {

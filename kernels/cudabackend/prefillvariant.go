@@ -23,6 +23,7 @@ type prefillVariant struct {
 	sm90a     bool   // in the sm_90a module (kernels/cuda/sm90a: wgmma), compute capability 9.0 only
 	keys      int    // key positions per tile (sm90a variants)
 	stages    int    // key/value stages in shared memory (sm90a variants)
+	extra     string // sm90a variants: the file of kernels/cuda/sm90a/extra compiled in a module of its own ("": SourceSM90a's module)
 }
 
 // prefillVariants lists the configurations; the first is the default.
@@ -46,11 +47,13 @@ var prefillVariants = []prefillVariant{
 	// compute capability 9.0, or NVRTC/the driver refused it) it falls back
 	// to fa2.
 	{name: "wg", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3},
-	// wg with FlashAttention-3's intra-warpgroup overlap
-	// (kernels/cuda/sm90a/prefill_wg2.cu): the P·V of a tile runs on the
-	// tensor cores during the softmax of the next; same layout and shared
-	// memory, fa2 where the module is missing.
-	{name: "wg2", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3},
+	// wg with FlashAttention-3's ping-pong between the two warpgroups
+	// (kernels/cuda/sm90a/extra/prefill_wg3.cu): one warpgroup's softmax
+	// runs while the other's wgmmas (S of its tile, P·V of its previous
+	// one) are on the tensor cores, ordered by two named barriers; same
+	// layout and shared memory. Its module is compiled only when it is
+	// asked for; fa2 where it is missing.
+	{name: "wg3", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, extra: "prefill_wg3.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200
@@ -134,26 +137,4 @@ func choosePrefillVariant(setting string, d int, varlen bool, aligned bool) (pre
 		return v, nil
 	}
 	return prefillVariant{}, fmt.Errorf("FT_PREFILL_VARIANT=%q: want one of %s", setting, strings.Join(prefillVariantNames(), ", "))
-}
-
-// sm90aOptional lists the files of kernels/cuda/sm90a that only an
-// experimental variant uses: where the sm_90a module does not compile,
-// prefillwg.go compiles it again without them, so that the default wg
-// keeps its kernels.
-var sm90aOptional = []struct{ file, variant string }{{"prefill_wg2.cu", "wg2"}}
-
-// withoutSM90aFile is src, a SourceSM90a translation unit, without the
-// section of sm90a/file (from its "// ---- sm90a/FILE ----" line to the
-// next file's), or src where it has none.
-func withoutSM90aFile(src, file string) string {
-	const mark = "\n// ---- sm90a/"
-	i := strings.Index(src, mark+file+" ----\n")
-	if i < 0 {
-		return src
-	}
-	rest := src[i+len(mark):]
-	if j := strings.Index(rest, mark); j >= 0 {
-		return src[:i] + rest[j:]
-	}
-	return src[:i]
 }

@@ -47,12 +47,12 @@ func TestChoosePrefillVariant(t *testing.T) {
 		{"wg", 64, true, true, "wg", "attn_varlen_prefill_wg_d64_bf16", 128, 256},
 		{"wg", 32, false, true, "base", "attn_prefill_d32_bf16", 128, 256},
 		{"wg", 128, true, false, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
-		{"wg2", 128, false, true, "wg2", "attn_prefill_wg2_d128_bf16", 128, 256},
-		{"wg2", 128, true, true, "wg2", "attn_varlen_prefill_wg2_d128_bf16", 128, 256},
-		{"wg2", 64, false, true, "wg2", "attn_prefill_wg2_d64_bf16", 128, 256},
-		{"wg2", 64, true, true, "wg2", "attn_varlen_prefill_wg2_d64_bf16", 128, 256},
-		{"wg2", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
-		{"wg2", 64, false, false, "base", "attn_prefill_d64_bf16", 128, 256},
+		{"wg3", 128, false, true, "wg3", "attn_prefill_wg3_d128_bf16", 128, 256},
+		{"wg3", 128, true, true, "wg3", "attn_varlen_prefill_wg3_d128_bf16", 128, 256},
+		{"wg3", 64, false, true, "wg3", "attn_prefill_wg3_d64_bf16", 128, 256},
+		{"wg3", 64, true, true, "wg3", "attn_varlen_prefill_wg3_d64_bf16", 128, 256},
+		{"wg3", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
+		{"wg3", 64, false, false, "base", "attn_prefill_d64_bf16", 128, 256},
 	} {
 		v, err := choosePrefillVariant(c.setting, c.d, c.varlen, c.aligned)
 		if err != nil {
@@ -76,7 +76,7 @@ func TestChoosePrefillVariant(t *testing.T) {
 // the blocks per SM it is built for within the H100/H200's 227 KiB per SM
 // (each block also reserves 1 KiB), and one block fits the 227 KiB limit.
 func TestPrefillVariantSmem(t *testing.T) {
-	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg2": 230400}
+	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg3": 230400}
 	for _, v := range prefillVariants {
 		n := v.smem(128)
 		if n != want[v.name] {
@@ -96,7 +96,9 @@ func TestPrefillVariantSmem(t *testing.T) {
 
 // TestPrefillVariantKernelNames: every kernel name the backend asks for is
 // declared in the source it looks it up in: the sm90a variants' in
-// SourceSM90a (their own module), the others' in Source.
+// SourceSM90a (wg) or in their own file of sm90a/extra (wg3, compiled as
+// SourceSM90aExtra), the others' in Source; no extra file's kernel is in
+// SourceSM90a (it would be compiled with the default's module).
 func TestPrefillVariantKernelNames(t *testing.T) {
 	plain, sm90a := kcuda.Kernels(), kcuda.KernelsSM90a()
 	for _, v := range prefillVariants {
@@ -109,6 +111,12 @@ func TestPrefillVariantKernelNames(t *testing.T) {
 				if v.sm90a {
 					in, src = sm90a, "SourceSM90a"
 				}
+				if v.extra != "" {
+					in, src = kcuda.KernelsSM90aExtra(v.extra), "sm90a/extra/"+v.extra
+					if slices.Contains(sm90a, name) {
+						t.Errorf("%s: kernel %s is in SourceSM90a, the default's module", v.name, name)
+					}
+				}
 				if !slices.Contains(in, name) {
 					t.Errorf("%s: kernel %s not in %s", v.name, name, src)
 				}
@@ -117,34 +125,30 @@ func TestPrefillVariantKernelNames(t *testing.T) {
 	}
 }
 
-// TestWithoutSM90aFile: the sm_90a source without an optional variant's
-// file keeps wg's kernels and loses exactly that file's, and a file not in
-// the source leaves it unchanged.
-func TestWithoutSM90aFile(t *testing.T) {
-	src := kcuda.SourceSM90a()
-	for _, o := range sm90aOptional {
-		cut := withoutSM90aFile(src, o.file)
-		if len(cut) >= len(src) {
-			t.Fatalf("%s: nothing cut", o.file)
+// TestSM90aExtraVariants: every file of kernels/cuda/sm90a/extra is some
+// sm90a variant's, only sm90a variants have one, and its unit is
+// SourceSM90a followed by the file.
+func TestSM90aExtraVariants(t *testing.T) {
+	used := map[string]bool{}
+	for _, v := range prefillVariants {
+		if v.extra == "" {
+			continue
 		}
-		for _, v := range prefillVariants {
-			if !v.sm90a {
-				continue
-			}
-			for _, d := range []int{64, 128} {
-				for _, varlen := range []bool{false, true} {
-					name := v.kernel(d, varlen)
-					if has := strings.Contains(cut, " "+name+"("); has != (v.name != o.variant) {
-						t.Errorf("without %s: %s present %v", o.file, name, has)
-					}
-				}
-			}
+		if !v.sm90a {
+			t.Errorf("%s: extra file %s but not an sm90a variant", v.name, v.extra)
 		}
-		if !strings.HasPrefix(cut, src[:strings.Index(src, "// ---- sm90a/")]) {
-			t.Errorf("without %s: common.cuh changed", o.file)
+		used[v.extra] = true
+		src, err := kcuda.SourceSM90aExtra(v.extra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(src, kcuda.SourceSM90a()) || !strings.Contains(src, "\n// ---- sm90a/extra/"+v.extra+" ----\n") {
+			t.Errorf("%s: SourceSM90aExtra(%s) is not SourceSM90a then the file", v.name, v.extra)
 		}
 	}
-	if withoutSM90aFile(src, "nonexistent.cu") != src {
-		t.Error("a file not in the source changed it")
+	for _, f := range kcuda.SM90aExtras() {
+		if !used[f] {
+			t.Errorf("sm90a/extra/%s: no variant compiles it", f)
+		}
 	}
 }

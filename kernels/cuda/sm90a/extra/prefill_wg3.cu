@@ -1,0 +1,361 @@
+// Prefill attention on warpgroup MMA with ping-pong scheduling between the
+// two warpgroups (variant wg3, FT_PREFILL_VARIANT=wg3). An experimental
+// variant: it lives in sm90a/extra/ and is compiled as a module of its own
+// (SourceSM90aExtra: SourceSM90a, whose helpers it uses, then this file)
+// only when wg3 is asked for, so that the default wg's module neither
+// waits for it nor fails with it. Same arguments and results as wg.
+//
+// prefill_wg.cu's layout (two warpgroups × 64 query rows, 128-position
+// key/value tiles by cp.async into 128-byte swizzled shared memory, three
+// stages, the same helpers and shared-memory layout, WG_SMEM) with the
+// tensor cores taken in turns: while one warpgroup runs its softmax the
+// other's wgmmas run (FlashAttention-3's inter-warpgroup ping-pong).
+//
+// A warpgroup's work on tile t is G(t), its wgmmas: S_t = Q·K_tᵀ and the
+// P·V of its previous visible tile (deferred so that both products of a
+// turn go to the tensor cores together), waited for at once; then X(t),
+// the masking and online softmax of S_t into the P fragments of the next
+// turn. Warpgroup 1 runs half a tile behind warpgroup 0. Per block tile j
+// (copies waited for, one block barrier, tile j+1's copies issued: B(j))
+// warpgroup 0 does B(j), G(j), X(j); warpgroup 1 does G(j−1), B(j),
+// X(j−1), and after the last block tile G and X of the last. So warpgroup
+// 0's G(j) runs during warpgroup 1's X(j−1), and warpgroup 1's G(j) during
+// warpgroup 0's X(j); the block barrier B(j+1) waits for warpgroup 1's G(j)
+// to be done. Two named barriers of 256 threads order the turns: id 1,
+// warpgroup 0 may issue (warpgroup 1 arrives after issuing G(t), t not the
+// last tile; warpgroup 0 waits before G(t), t not the first), id 2,
+// warpgroup 1 may issue (warpgroup 0 arrives after issuing every G(t);
+// warpgroup 1 waits before every G(t)). Id 0 is the block barrier
+// (__syncthreads); the epilogue's per-warpgroup barriers are ids 3 and 4.
+//
+// Why this cannot deadlock (there are no spin loops, only hardware
+// barriers, so the argument is by counting):
+//  1. Every barrier operation is warpgroup-uniform or block-uniform: the
+//     loop bounds jfirst and ntiles depend on the block's query tile only,
+//     and the branches around the barriers (wg, t, visible(t), pending) are
+//     the same for the 128 threads of a warpgroup, so each barrier is
+//     reached by whole warpgroups (bar.sync/bar.arrive count threads in
+//     whole warps).
+//  2. Both warpgroups run G(t) for every t in [jfirst, ntiles), whether or
+//     not they see tile t (a warpgroup with no rows left, a tile before its
+//     window or past its diagonal issues nothing but still arrives), so per
+//     block: id 2 gets ntiles−jfirst arrivals from warpgroup 0 and as many
+//     waits from warpgroup 1; id 1 gets ntiles−1−jfirst arrivals from
+//     warpgroup 1 (t < ntiles−1) and as many waits from warpgroup 0
+//     (t > jfirst). No arrival is left over at exit and no wait is unmatched.
+//  3. No generation of a named barrier can be completed by one side alone
+//     (two arrivals of warpgroup 0 on id 2 would make 256): between two
+//     arrivals of a warpgroup on a barrier lies the other's matching wait.
+//     Id 2: warpgroup 0 arrives in step j, before B(j+1); warpgroup 1 waits
+//     in step j+1 before B(j+1), and warpgroup 0's next arrival is after
+//     B(j+1). Id 1: warpgroup 1 arrives in step j+1 (its G(j)) after its
+//     wait on id 2 for warpgroup 0's G(j), whose arrival on id 2 comes
+//     after warpgroup 0's wait on id 1 for warpgroup 1's arrival of step j.
+//  4. No cycle of waits: in step j warpgroup 1's wait on id 2 needs
+//     warpgroup 0's arrival in G(j−1), which warpgroup 0 made in step j−1
+//     after B(j−1) and its own wait on id 1, itself matched by warpgroup
+//     1's arrival in step j−1 before B(j−1); warpgroup 0's wait on id 1
+//     after B(j) needs warpgroup 1's arrival in step j before B(j), made
+//     already. Each wait depends only on work the other warpgroup does
+//     before the last block barrier both have passed, or between it and
+//     the next one without waiting back.
+//
+// Stages: the copies issued at B(j) overwrite the stage of tile j−2, whose
+// last reader (the P·V of tile j−2, issued in G(j−1) at the latest) every
+// thread has waited for before B(j) in either order.
+
+// wg3_bar_sync and wg3_bar_arrive are bar.sync and bar.arrive of named
+// barrier id with 256 threads (both warpgroups).
+__device__ __forceinline__ void wg3_bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void wg3_bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+
+// wg3_flag<B> is a compile-time bool argument of a generic lambda.
+template <bool B>
+struct wg3_flag {
+	static constexpr bool value = B;
+};
+
+// prefill_wg3_body is prefill_wg_body (same arguments and results) with the
+// ping-pong schedule (file comment).
+template <int HD, int BN, int NS, class KV>
+__device__ __forceinline__ void prefill_wg3_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
+		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv) {
+	constexpr int BM = WG_BM, NT = WG_NT;
+	constexpr int CPR = HD / 8, RPP = NT / CPR;  // 16-byte chunks per row; rows per copy pass
+	constexpr int QT = BM * HD * 2;              // bytes of the query tile
+	constexpr int TILE = BN * HD * 2;            // bytes of a key or value tile
+	constexpr int KS = HD / 16;                  // k-steps of S = Q·Kᵀ
+	constexpr int PS = BN / 16;                  // k-steps of O += P·V
+	constexpr int SN = BN / 2, ON = HD / 2;      // accumulators per thread of S and O
+	static_assert(NS == 3, "three stages (the stage of tile j−1 is read after tile j+1's copies are issued)");
+	extern __shared__ __attribute__((aligned(1024))) unsigned char prefill_wg3_sm[];
+	const unsigned sQ = (smem_u32(prefill_wg3_sm) + 1023) & ~1023u, sKV = sQ + QT;
+	const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+	const int g = lane >> 2, tg = lane & 3;
+	const int b0 = qtile * BM;       // the block's first row
+	const int w0 = b0 + wg * 64;     // the warpgroup's first row
+	const usize qs = (usize)H * HD;  // elements between tokens of q and out
+
+	const int lastRow = min(T, b0 + BM) - 1;
+	const int kvEnd = pos + lastRow + 1;
+	const int ntiles = (kvEnd + BN - 1) / BN;
+	const int jfirst = window > 0 ? max(0, pos + b0 - window + 1) / BN : 0;
+	const bool live = w0 < T;
+	const int wq0 = pos + w0, wq1 = pos + min(T, w0 + 64) - 1;  // the warpgroup's query positions
+	const int qa = pos + w0 + warp * 16 + g;                     // position of this thread's first row (the second is +8)
+	const int wm = window > 0 ? window - 1 : 1 << 30;            // a key at kp is visible to qp when qp−wm ≤ kp ≤ qp
+
+	{  // the query tile (its own group), rows past T zero
+		const int cr = tid / CPR, cc = tid % CPR;
+		const bf16_t* qh = q + (usize)h * HD + cc * 8;
+		const unsigned d = sQ + wg_swz<BM>(cr, cc);
+#pragma unroll
+		for (int i = 0; i < BM / RPP; i++) {
+			const int r = cr + i * RPP;
+			const bool ok = b0 + r < T;
+			wg_cp16(d + i * RPP * 128, ok ? qh + (usize)(b0 + r) * qs : q, ok);
+		}
+	}
+	cp_async_commit();
+	wg_load_kv<HD, BN>(sKV, kc, vc, kv, kvh, jfirst * BN, kvEnd);
+	cp_async_commit();
+
+	float o[ON];
+#pragma unroll
+	for (int i = 0; i < ON; i++) o[i] = 0.f;
+	float m0 = -FT_INF, m1 = -FT_INF, l0 = 0.f, l1 = 0.f;  // running maxima (scaled) and this thread's share of the row sums
+	// S of the tile between G and X, and P of the previous visible tile (A
+	// fragments of its P·V). Defined before the loop: ptxas serialises every
+	// wgmma of a function where a wgmma's register operand may be undefined
+	// on entry to its loop.
+	float s[SN];
+#pragma unroll
+	for (int i = 0; i < SN; i++) s[i] = 0.f;
+	unsigned pf[PS][4];
+#pragma unroll
+	for (int i = 0; i < PS; i++) pf[i][0] = pf[i][1] = pf[i][2] = pf[i][3] = 0;
+	bool pending = false;  // that P·V is yet to be issued
+	unsigned pst = 0;      // its stage
+
+	// visible: does any query of the warpgroup see a key of tile t
+	// (warpgroup-uniform)?
+	const auto visible = [&](int t) {
+		const int j0 = t * BN;
+		return live && j0 <= wq1 && !(window > 0 && j0 + BN - 1 < wq0 - window + 1);
+	};
+	const auto stage = [&](int t) { return sKV + (unsigned)((t - jfirst) % NS) * (2 * TILE); };
+
+	// G(t): the warpgroup's turn on the tensor cores (file comment). Each
+	// combination of the two products has its own fence, commit, arrival
+	// and wait: ptxas serialises every wgmma of the function where
+	// accumulators merge from an optional wgmma between issue and wait.
+	const auto arrive = [&](int t) {
+		if (wg == 0) {
+			wg3_bar_arrive(2);
+		} else if (t < ntiles - 1) {
+			wg3_bar_arrive(1);
+		}
+	};
+	const auto turn = [&](int t, auto doS, auto doPV) {
+		wg_pin<ON>(o);
+		wg_fence();
+		if constexpr (decltype(doS)::value) {
+			const unsigned st = stage(t);
+#pragma unroll
+			for (int kk = 0; kk < KS; kk++) {
+				const unsigned qaddr = sQ + (kk >> 2) * (BM * 128) + wg * (64 * 128) + (kk & 3) * 32;
+				const unsigned kaddr = st + (kk >> 2) * (BN * 128) + (kk & 3) * 32;
+				wg_ss<BN>(s, wg_desc(qaddr, 16, 1024), wg_desc(kaddr, 16, 1024), kk > 0);
+			}
+		}
+		if constexpr (decltype(doPV)::value) {
+#pragma unroll
+			for (int kk = 0; kk < PS; kk++) wg_rs<HD>(o, pf[kk], wg_desc(pst + TILE + kk * 2048, BN * 128, 1024));
+		}
+		wg_commit();
+		arrive(t);
+		wg_wait0();
+		wg_pin<SN>(s);
+		wg_pin<ON>(o);
+	};
+	const auto gemms = [&](int t) {
+		if (wg == 0) {
+			if (t > jfirst) wg3_bar_sync(1);
+		} else {
+			wg3_bar_sync(2);
+		}
+		const bool vis = visible(t);
+		if (vis && pending) {
+			turn(t, wg3_flag<true>(), wg3_flag<true>());
+		} else if (vis) {
+			turn(t, wg3_flag<true>(), wg3_flag<false>());
+		} else if (pending) {
+			turn(t, wg3_flag<false>(), wg3_flag<true>());
+		} else {
+			arrive(t);
+		}
+		pending = false;
+	};
+
+	// X(t): masking and online softmax of S_t into pf (file comment).
+	const auto softmax = [&](int t) {
+		if (!visible(t)) return;
+		const int j0 = t * BN;
+		const bool edge = j0 + BN - 1 > wq0 || (window > 0 && j0 < wq1 - window + 1);
+		// s[4i+e]: row qa (e < 2) or qa+8 (e ≥ 2), key j0 + 8i + 2tg + (e & 1).
+		if (edge) {
+#pragma unroll
+			for (int i = 0; i < BN / 8; i++) {
+				const int kp = j0 + i * 8 + 2 * tg, qb = qa + 8;
+				if (kp > qa || kp < qa - wm) s[4 * i + 0] = -FT_INF;
+				if (kp + 1 > qa || kp + 1 < qa - wm) s[4 * i + 1] = -FT_INF;
+				if (kp > qb || kp < qb - wm) s[4 * i + 2] = -FT_INF;
+				if (kp + 1 > qb || kp + 1 < qb - wm) s[4 * i + 3] = -FT_INF;
+			}
+		}
+		float mx0 = -FT_INF, mx1 = -FT_INF;
+#pragma unroll
+		for (int i = 0; i < BN / 8; i++) {
+			mx0 = fmaxf(mx0, fmaxf(s[4 * i + 0], s[4 * i + 1]));
+			mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+		}
+		mx0 = fmaxf(mx0, __shfl_xor_sync(FT_FULL, mx0, 1));
+		mx0 = fmaxf(mx0, __shfl_xor_sync(FT_FULL, mx0, 2));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(FT_FULL, mx1, 1));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(FT_FULL, mx1, 2));
+		const float mn0 = fmaxf(m0, mx0 * scale_log2), mn1 = fmaxf(m1, mx1 * scale_log2);
+		// A row that has seen no visible key yet stays at zero, not NaN.
+		const float ms0 = mn0 == -FT_INF ? 0.f : mn0, ms1 = mn1 == -FT_INF ? 0.f : mn1;
+		const float a0 = wg_ex2(m0 - ms0), a1 = wg_ex2(m1 - ms1);
+		m0 = mn0;
+		m1 = mn1;
+		float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+		for (int i = 0; i < BN / 8; i++) {
+			const float p0 = wg_ex2(fmaf(s[4 * i + 0], scale_log2, -ms0));
+			const float p1 = wg_ex2(fmaf(s[4 * i + 1], scale_log2, -ms0));
+			const float p2 = wg_ex2(fmaf(s[4 * i + 2], scale_log2, -ms1));
+			const float p3 = wg_ex2(fmaf(s[4 * i + 3], scale_log2, -ms1));
+			rs0 += p0 + p1;
+			rs1 += p2 + p3;
+			pf[i >> 1][(i & 1) * 2 + 0] = pack_bf16(p0, p1);
+			pf[i >> 1][(i & 1) * 2 + 1] = pack_bf16(p2, p3);
+		}
+		l0 = l0 * a0 + rs0;
+		l1 = l1 * a1 + rs1;
+		// O holds every P·V up to the previous visible tile (G waited for
+		// it): it takes the new maxima.
+#pragma unroll
+		for (int i = 0; i < HD / 8; i++) {
+			o[4 * i + 0] *= a0;
+			o[4 * i + 1] *= a0;
+			o[4 * i + 2] *= a1;
+			o[4 * i + 3] *= a1;
+		}
+		pending = true;
+		pst = stage(t);
+	};
+
+	// Block tile j: warpgroup 1 finishes tile j−1 around B(j), warpgroup 0
+	// takes tile j after it; the extra step j = ntiles is warpgroup 1's
+	// last tile.
+	for (int j = jfirst; j <= ntiles; j++) {
+		const int t = j - wg;                      // the warpgroup's tile of this step
+		const bool mine = t >= jfirst && t < ntiles;  // warpgroup 0: j < ntiles; 1: j > jfirst
+		if (wg == 1 && mine) gemms(t);
+		if (j < ntiles) {  // B(j)
+			cp_async_wait0();  // this thread's copies of tile j (and the queries) are done
+			asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to wgmma (the async proxy)
+			__syncthreads();  // everyone's are, and every read of the stage of tile j−2 is done
+			if (j + 1 < ntiles) wg_load_kv<HD, BN>(stage(j + 1), kc, vc, kv, kvh, (j + 1) * BN, kvEnd);
+			cp_async_commit();
+		}
+		if (wg == 0 && mine) gemms(t);
+		if (mine) softmax(t);
+	}
+	if (pending) {  // the last P·V
+		wg_pin<ON>(o);
+		wg_fence();
+#pragma unroll
+		for (int kk = 0; kk < PS; kk++) wg_rs<HD>(o, pf[kk], wg_desc(pst + TILE + kk * 2048, BN * 128, 1024));
+		wg_commit();
+		wg_wait0();
+		wg_pin<ON>(o);
+	}
+	cp_async_wait0();
+	// The normalised rows go to the warpgroup's own query rows of shared
+	// memory (its last wgmma that read them is done; the other warpgroup
+	// never reads them), then out in 16-byte stores.
+	l0 += __shfl_xor_sync(FT_FULL, l0, 1);
+	l0 += __shfl_xor_sync(FT_FULL, l0, 2);
+	l1 += __shfl_xor_sync(FT_FULL, l1, 1);
+	l1 += __shfl_xor_sync(FT_FULL, l1, 2);
+	const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+	const int ra = wg * 64 + warp * 16 + g;  // this thread's first row in the tile
+#pragma unroll
+	for (int i = 0; i < HD / 8; i++) {
+		asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + wg_swz<BM>(ra, i) + tg * 4), "r"(pack_bf16(o[4 * i] * i0, o[4 * i + 1] * i0))
+			: "memory");
+		asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + wg_swz<BM>(ra + 8, i) + tg * 4),
+			"r"(pack_bf16(o[4 * i + 2] * i1, o[4 * i + 3] * i1))
+			: "memory");
+	}
+	asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");  // the warpgroup's rows are all written
+#pragma unroll
+	for (int i = 0; i < 64 * CPR / 128; i++) {
+		const int c = i * 128 + wtid, r = c / CPR, cc = c % CPR;
+		uint4 v;
+		asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+			: "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(sQ + wg_swz<BM>(wg * 64 + r, cc)) : "memory");
+		if (w0 + r < T) *(uint4*)(out + (usize)(w0 + r) * qs + (usize)h * HD + cc * 8) = v;
+	}
+}
+
+// attn_prefill_wg3_d128_bf16 is attn_prefill_wg_d128_bf16 with the
+// ping-pong schedule (file comment): grid (H, ceil(T/128)), the last query
+// tile first, 256 threads, WG_SMEM(128, 128, 3) bytes.
+extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg3_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
+		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
+	const wg_contig kv = {(usize)K * 128};
+	prefill_wg3_body<128, 128, 3>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y, ft_pos(posp, pos0),
+		scale_log2, window, kv);
+}
+
+// attn_prefill_wg3_d64_bf16 is attn_prefill_wg3_d128_bf16 for head width
+// 64, WG_SMEM(64, 128, 3) bytes.
+extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg3_d64_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
+		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
+	const wg_contig kv = {(usize)K * 64};
+	prefill_wg3_body<64, 128, 3>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y, ft_pos(posp, pos0),
+		scale_log2, window, kv);
+}
+
+// prefill_wg3_varlen is prefill_wg_varlen with the ping-pong schedule.
+template <int HD>
+__device__ __forceinline__ void prefill_wg3_varlen(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K,
+		const int* tiles, const int* qStarts, const int* lens, const int* table, int maxBlocks, int bs, float scale_log2, int window) {
+	const int h = blockIdx.x;
+	const int seq = tiles[2 * blockIdx.y], qtile = tiles[2 * blockIdx.y + 1];
+	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
+	const usize qs = (usize)H * HD;
+	const wg_paged kv = {table + (usize)seq * maxBlocks, bs, (usize)K * HD};
+	prefill_wg3_body<HD, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
+		scale_log2, window, kv);
+}
+
+// attn_varlen_prefill_wg3_d128_bf16 is attn_varlen_prefill_wg_d128_bf16
+// with the ping-pong schedule: tiles of 128 rows, 256 threads,
+// WG_SMEM(128, 128, 3) bytes.
+extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg3_d128_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
+		int maxBlocks, int bs, float scale_log2, int window) {
+	prefill_wg3_varlen<128>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
+}
+
+// attn_varlen_prefill_wg3_d64_bf16 is attn_varlen_prefill_wg3_d128_bf16
+// for head width 64, WG_SMEM(64, 128, 3) bytes.
+extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg3_d64_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
+		int maxBlocks, int bs, float scale_log2, int window) {
+	prefill_wg3_varlen<64>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
+}

@@ -1,0 +1,97 @@
+//go:build cuda
+
+package cudabackend
+
+import (
+	"testing"
+
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// TestPrefillWG3Quick is the first, seconds-long check of the ping-pong
+// variant wg3 (kernels/cuda/sm90a/extra/prefill_wg3.cu): it loads wg3's
+// own sm_90a module (logging its kernels' occupancy), then runs one small
+// contiguous prefill (T = 300 at position 37, so three query tiles, the
+// last one partial, and the two warpgroups of a block doing different
+// numbers of tiles; GQA with two query heads a KV head) and one packed
+// varlen batch (a one-token sequence, one of 65 rows whose second
+// warpgroup has a single row, one with a cached prefix) against the CPU
+// reference. It also reports how many outputs differ from wg's, which
+// computes the same sums in the same order. Off compute capability 9.0 wg3
+// falls back to fa2 and the comparison still holds.
+func TestPrefillWG3Quick(t *testing.T) {
+	needGPU(t)
+	wg3, err := choosePrefillVariant("wg3", 128, false, true)
+	if err != nil || wg3.name != "wg3" {
+		t.Fatalf("wg3: %v (%s)", err, wg3.name)
+	}
+	if gb.dev.ComputeCapability() == 90 {
+		testPrefillWGModule(t, wg3)
+	}
+	rng := newRNG(t)
+	const H, K, d = 4, 2, 128
+	run := func(t *testing.T, mode string, f func(out *runtime.Tensor) error, T int) []float32 {
+		out := poisoned(t, runtime.BF16, T, H, d)
+		var err error
+		withPrefill(mode, func() { err = f(out) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return read(t, out)
+	}
+	differ := func(a, b []float32) int {
+		n := 0
+		for i := range a {
+			if a[i] != b[i] {
+				n++
+			}
+		}
+		return n
+	}
+	t.Run("contiguous T300 at 37", func(t *testing.T) {
+		const T, pos0, C = 300, 37, 340
+		n := pos0 + T
+		q := randBF16(rng, T*H*d, 2)
+		kv := randBF16(rng, 2*C*K*d, 2)
+		kc, vc := kv[:C*K*d], kv[C*K*d:]
+		gkc, gvc := poisoned(t, runtime.BF16, C, K, d), poisoned(t, runtime.BF16, C, K, d)
+		gkcFill, err := gkc.Slice(0, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gvcFill, _ := gvc.Slice(0, n)
+		if err := gb.WriteBytes(gkcFill, bf16Bytes(kc[:n*K*d])); err != nil {
+			t.Fatal(err)
+		}
+		if err := gb.WriteBytes(gvcFill, bf16Bytes(vc[:n*K*d])); err != nil {
+			t.Fatal(err)
+		}
+		gq := gpu(t, runtime.BF16, q, T, H, d)
+		ref := host(t, runtime.F32, nil, T, H, d)
+		if err := cb.AttentionWindow(ref, host(t, runtime.F32, q, T, H, d), host(t, runtime.F32, kc, C, K, d),
+			host(t, runtime.F32, vc, C, K, d), pos0, 0); err != nil {
+			t.Fatal(err)
+		}
+		f := func(out *runtime.Tensor) error { return gb.AttentionWindow(out, gq, gkc, gvc, pos0, 0) }
+		got := run(t, "wg3", f, T)
+		compare(t, "wg3 Attention", got, ref.F32(), 1e-2, 2e-2)
+		t.Logf("%d of %d outputs differ from wg's", differ(got, run(t, "wg", f, T)), len(got))
+	})
+	t.Run("varlen", func(t *testing.T) {
+		seqs := []pagedSeq{{1, 1}, {65, 65}, {200, 290}}
+		kv, qStarts, kp, vp, P := pagedLayout(rng, seqs, K, d, 16)
+		T := int(qStarts[len(seqs)])
+		q := randBF16(rng, T*H*d, 2)
+		ref := host(t, runtime.F32, nil, T, H, d)
+		if err := cb.VarlenPrefillAttention(ref, host(t, runtime.F32, q, T, H, d), host(t, runtime.F32, kp, P, K, d),
+			host(t, runtime.F32, vp, P, K, d), qStarts, kv, 0); err != nil {
+			t.Fatal(err)
+		}
+		gq := gpu(t, runtime.BF16, q, T, H, d)
+		gk, gv := gpu(t, runtime.BF16, kp, P, K, d), gpu(t, runtime.BF16, vp, P, K, d)
+		f := func(out *runtime.Tensor) error { return gb.VarlenPrefillAttention(out, gq, gk, gv, qStarts, kv, 0) }
+		got := run(t, "wg3", f, T)
+		compare(t, "wg3 VarlenPrefillAttention", got, ref.F32(), 1e-2, 2e-2)
+		t.Logf("%d of %d outputs differ from wg's", differ(got, run(t, "wg", f, T)), len(got))
+	})
+}
