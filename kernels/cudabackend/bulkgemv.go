@@ -32,6 +32,10 @@ const (
 	bulkStageDefault = 32 << 10
 	bulkThreads      = 288 // 8 consumer warps and the producer warp
 	bulkMaxStages    = 8   // FT_BULK_MAXS
+	// bulkSmemMax is the most dynamic shared memory a launch asks for: the
+	// 227 KiB a block may opt into, less the kernels' 128 bytes of static
+	// barriers, rounded down.
+	bulkSmemMax = 220 << 10
 )
 
 // bulkGEMV is the compiled module, loaded once.
@@ -54,7 +58,7 @@ func bulkSizesFromEnv() (smem, stage int, err error) {
 		name string
 		dst  *int
 		max  int
-	}{{"FT_GEMV_BULK_SMEM", &smem, 227}, {"FT_GEMV_BULK_STAGE", &stage, 200}} {
+	}{{"FT_GEMV_BULK_SMEM", &smem, bulkSmemMax >> 10}, {"FT_GEMV_BULK_STAGE", &stage, 200}} {
 		s := os.Getenv(v.name)
 		if s == "" {
 			continue
@@ -100,7 +104,7 @@ func (k *bulkGEMV) loadModule() error {
 			return err
 		}
 		if name != "bw_read_vec" {
-			if err := f.SetMaxDynamicSharedMemory(227 << 10); err != nil {
+			if err := f.SetMaxDynamicSharedMemory(bulkSmemMax); err != nil {
 				return err
 			}
 		}
@@ -226,7 +230,7 @@ func (b *Backend) BulkReadRate(bytes int64, iters, stage, smem int) (vec, bulk f
 	if err := b.k.bulk.load(); err != nil {
 		return 0, 0, fmt.Errorf("cudabackend.BulkReadRate: %w", err)
 	}
-	if bytes%16 != 0 || bytes < 16<<10 || iters < 1 || stage%16 != 0 || stage < 1024 || smem > 227<<10 || smem/stage < 1 {
+	if bytes%16 != 0 || bytes < 16<<10 || iters < 1 || stage%16 != 0 || stage < 1024 || smem > bulkSmemMax || smem/stage < 1 {
 		return 0, 0, fmt.Errorf("cudabackend.BulkReadRate: %d bytes (want a multiple of 16, ≥ 16 KiB), %d iterations, stage %d (a multiple of 16, ≥ 1 KiB), smem %d", bytes, iters, stage, smem)
 	}
 	buf, err := b.dev.Alloc(bytes+16, "read-rate buffer")
