@@ -47,6 +47,7 @@ var extraEnv = map[string][]string{
 	"FT_FLASH":               {"", "legacy"},                   // "legacy": the 64-row prefill flash kernels and scalar RoPE + KV store (A/B runs, cuda builds)
 	"FT_DECODE_PIPE":         {"", "0", "1"},                   // "0": the single-buffered tensor-core decode attention, not the pipelined one (A/B runs, cuda builds)
 	"FT_DECODE_CHUNK":        {"", "64", "128", "256"},         // fewest positions per split of the pipelined decode attention (A/B runs, cuda builds)
+	"FT_SKIP_KERNELS":        nil,                              // timing diagnostic: kernel-name prefixes whose launches are dropped (results wrong; cuda builds)
 	"FT_PDL":                 {"", "0", "1"},                   // "0": no programmatic dependent launch of the decode kernels on sm_90 (A/B runs, cuda builds)
 	"FT_FUSE_NORM":           {"", "0", "1"},                   // "1": RMSNorm folded into the one-token q/k/v, gate·up and LM head GEMVs (measured slower, off by default; A/B runs, cuda builds)
 	"FT_NORM_TAIL":           {"", "0", "1"},                   // "1": the one-token o_proj/down_proj GEMVs' last block writes the RMSNorm after them (measured slower, off by default; A/B runs, cuda builds)

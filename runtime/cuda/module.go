@@ -130,6 +130,7 @@ type Function struct {
 	name string
 	f    cFunction
 	pdl  bool // may be launched with programmatic stream serialization (pdl.go)
+	skip bool // FT_SKIP_KERNELS names it: launches are dropped (skip.go)
 }
 
 // Function looks up an extern "C" kernel by name.
@@ -138,7 +139,7 @@ func (m *Module) Function(name string) (*Function, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: module %s: %w", m.dev.Name(), m.name, err)
 	}
-	return &Function{dev: m.dev, name: name, f: f}, nil
+	return &Function{dev: m.dev, name: name, f: f, skip: skipped(name)}, nil
 }
 
 // Name is the kernel's name.
@@ -195,6 +196,9 @@ func (f *Function) LaunchBytes(s *Stream, bytes int64, grid, block Dim3, smem in
 }
 
 func (f *Function) launch(s *Stream, grid, block Dim3, smem int, args []uint64) error {
+	if f.skip {
+		return nil
+	}
 	if len(args) > maxLaunchArgs {
 		return fmt.Errorf("kernel %s: %d arguments, at most %d", f.name, len(args), maxLaunchArgs)
 	}
