@@ -31,6 +31,11 @@ type Options struct {
 	// 0 means the environment's FT_HOST_CHUNK_KIB or else 512; negative
 	// means no cap (about four chunks per thread whatever the matrix).
 	MaxChunkKiB int
+	// FusedLayer is whether Backend.DecodeLayer runs a one-token decoder
+	// layer as one op (kernels.DecodeLayerer): 1 on, −1 off (the decoder
+	// then runs the layer's separate ops), 0 the environment's
+	// FT_HOST_LAYER ("0" off, "1" on) or else on.
+	FusedLayer int
 }
 
 // Engine runs the host kernels: the SIMD GEMVs of this package over a
@@ -133,6 +138,7 @@ type segment struct {
 	w   weight
 	out []float32
 	ldo int
+	acc bool // add into out (out += x·wᵀ) instead of writing it
 }
 
 // MatMul computes out[t,j] = Σ_c x[t,c]·w[j,c] for t < T (x [T,K], out
@@ -222,7 +228,7 @@ func (e *Engine) multi(x []float32, T int, segs []segment) {
 	var bytes, align int
 	for i := range segs {
 		s := &segs[i]
-		if s.w.cols == 0 {
+		if s.w.cols == 0 && !s.acc {
 			for t := range T {
 				clear(s.out[t*s.ldo : t*s.ldo+s.w.rows])
 			}
@@ -262,16 +268,16 @@ func (e *Engine) rows(worker int, s *segment, x []float32, T, j0, j1 int) {
 	w := &s.w
 	switch w.dt {
 	case runtime.BF16:
-		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1, s.acc)
 	case runtime.F16:
-		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1, s.acc)
 	case runtime.F32:
-		dense(e.pool.tile(worker), e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1, s.acc)
 	case runtime.F8E4M3:
 		k := w.cols
 		if w.block == 0 {
 			// out = s_j·256·Σ (q/256)·x
-			dense(e.pool.tile(worker), e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, x, T, k, s.out, s.ldo, j0, j1, w.scale, 256)
+			dense(e.pool.tile(worker), e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, x, T, k, s.out, s.ldo, j0, j1, w.scale, 256, s.acc)
 			return
 		}
 		// Block scales: rows of one block-row share a scale row, so each
@@ -294,7 +300,7 @@ func (e *Engine) rows(worker int, s *segment, x []float32, T, j0, j1 int) {
 					}
 				}
 			}
-			dense(e.pool.tile(worker), e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, xs, T, k, s.out, s.ldo, a, b, nil, 1)
+			dense(e.pool.tile(worker), e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, xs, T, k, s.out, s.ldo, a, b, nil, 1, s.acc)
 			a = b
 		}
 	}
@@ -321,7 +327,7 @@ func dense[E uint8 | uint16 | float32](tile *[12]float32, L int, w []E,
 	t4 func(*E, *float32, *float32, *float32, *float32, int, *[4]float32),
 	r2t4 func(*E, uintptr, *float32, *float32, *float32, *float32, int, *[8]float32),
 	val func(E) float32,
-	w0 int, ldw int, x []float32, T, k int, out []float32, ldo, j0, j1 int, rs []float32, mul float32) {
+	w0 int, ldw int, x []float32, T, k int, out []float32, ldo, j0, j1 int, rs []float32, mul float32, acc bool) {
 	nv := k / L
 	kv := nv * L
 	var esz uintptr
@@ -350,6 +356,13 @@ func dense[E uint8 | uint16 | float32](tile *[12]float32, L int, w []E,
 		}
 		return v
 	}
+	put := func(i, j int, v float32) {
+		if acc {
+			out[i] += fin(j, v)
+		} else {
+			out[i] = fin(j, v)
+		}
+	}
 	o := (*[4]float32)(tile[0:4])
 	o8 := (*[8]float32)(tile[4:12])
 	if T == 1 {
@@ -357,12 +370,12 @@ func dense[E uint8 | uint16 | float32](tile *[12]float32, L int, w []E,
 		for ; j+4 <= j1; j += 4 {
 			r4(&w[j*ldw], ld, &x[0], nv, o)
 			for r := range 4 {
-				out[j+r] = fin(j+r, o[r]+tail(j+r, 0))
+				put(j+r, j+r, o[r]+tail(j+r, 0))
 			}
 		}
 		for ; j < j1; j++ {
 			t4(&w[j*ldw], &x[0], &x[0], &x[0], &x[0], nv, o)
-			out[j] = fin(j, o[0]+tail(j, 0))
+			put(j, j, o[0]+tail(j, 0))
 		}
 		return
 	}
@@ -377,15 +390,15 @@ func dense[E uint8 | uint16 | float32](tile *[12]float32, L int, w []E,
 			r2t4(&w[j*ldw], ld, xp[0], xp[1], xp[2], xp[3], nv, o8)
 			for i := range nt {
 				t := tg + i
-				out[t*ldo+j] = fin(j, o8[i]+tail(j, t))
-				out[t*ldo+j+1] = fin(j+1, o8[4+i]+tail(j+1, t))
+				put(t*ldo+j, j, o8[i]+tail(j, t))
+				put(t*ldo+j+1, j+1, o8[4+i]+tail(j+1, t))
 			}
 		}
 		for ; j < j1; j++ {
 			t4(&w[j*ldw], xp[0], xp[1], xp[2], xp[3], nv, o)
 			for i := range nt {
 				t := tg + i
-				out[t*ldo+j] = fin(j, o[i]+tail(j, t))
+				put(t*ldo+j, j, o[i]+tail(j, t))
 			}
 		}
 	}

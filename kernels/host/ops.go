@@ -119,11 +119,11 @@ func (e *Engine) denseRows(worker int, w *weight, x []float32, T, j0, j1 int, ou
 	m, k := j1-j0, w.cols
 	switch w.dt {
 	case runtime.BF16:
-		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1, false)
 	case runtime.F16:
-		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1, false)
 	case runtime.F32:
-		dense(e.pool.tile(worker), e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1, false)
 	default:
 		panic(fmt.Sprintf("host: denseRows of a %v weight", w.dt))
 	}
@@ -176,7 +176,7 @@ func (e *Engine) Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads,
 			m := n - lo
 			h0 := t*nHeads + kvh*G // first query head row of the group
 			qg := q[h0*d : (h0+G)*d]
-			dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, lo*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale)
+			dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, lo*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale, false)
 			for g := range G {
 				s := sc[g*m : (g+1)*m]
 				mx := float32(math.Inf(-1))
@@ -285,7 +285,7 @@ func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nH
 			} else {
 				m := b - a
 				qg := q[h0*d : (h0+G)*d]
-				dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, a*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale)
+				dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, a*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale, false)
 				for g := range G {
 					sg := sc[g*m : (g+1)*m]
 					mx := float32(math.Inf(-1))
