@@ -17,8 +17,8 @@ import (
 // Level Generic it is the reference throughout.
 type Backend struct {
 	*kernels.CPUBackend
-	e     *Engine
-	fused bool // DecodeLayer runs (Options.FusedLayer, FT_HOST_LAYER)
+	e         *Engine
+	layerMode int // how DecodeLayer runs (Options.FusedLayer, FT_HOST_LAYER)
 
 	ropeMu sync.Mutex
 	rope   ropeCache // guarded by ropeMu
@@ -39,7 +39,7 @@ func New(dev runtime.Device, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
-	fused, err := fusedLayerFrom(o.FusedLayer)
+	mode, err := layerModeFrom(o.FusedLayer)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +47,7 @@ func New(dev runtime.Device, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{CPUBackend: cb, e: e, fused: fused, rope: ropeCache{pos: -1}}, nil
+	return &Backend{CPUBackend: cb, e: e, layerMode: mode, rope: ropeCache{pos: -1}}, nil
 }
 
 // Engine is the backend's kernel engine (its level, threads and pool).

@@ -12,45 +12,54 @@ import (
 
 var _ kernels.DecodeLayerer = (*Backend)(nil)
 
-// fusedLayerDefault is whether DecodeLayer runs when neither Options nor
-// the environment says.
-const fusedLayerDefault = true
+// How DecodeLayer runs (Options.FusedLayer, FT_HOST_LAYER).
+const (
+	layerOff    = iota // declines: the decoder runs the separate ops
+	layerPhased        // one pool job of five phases (the default)
+	layerJobs          // five pool jobs
+)
 
-// fusedLayerFrom resolves Options.FusedLayer (1 on, −1 off, 0: the
-// environment's FT_HOST_LAYER, "0" off and "1" on, else the default).
-func fusedLayerFrom(o int) (bool, error) {
+// layerModeFrom resolves Options.FusedLayer (1 one job, 2 five jobs, −1
+// off, 0: the environment's FT_HOST_LAYER — "0" off, "jobs" five jobs,
+// "1" or unset one job).
+func layerModeFrom(o int) (int, error) {
 	switch {
-	case o > 0:
-		return true, nil
 	case o < 0:
-		return false, nil
+		return layerOff, nil
+	case o == 1:
+		return layerPhased, nil
+	case o == 2:
+		return layerJobs, nil
+	case o > 2:
+		return 0, fmt.Errorf("host: Options.FusedLayer %d: want -1, 0, 1 or 2", o)
 	}
 	switch v := os.Getenv("FT_HOST_LAYER"); v {
-	case "":
-		return fusedLayerDefault, nil
+	case "", "1":
+		return layerPhased, nil
 	case "0":
-		return false, nil
-	case "1":
-		return true, nil
+		return layerOff, nil
+	case "jobs":
+		return layerJobs, nil
 	default:
-		return false, fmt.Errorf("host: FT_HOST_LAYER=%q: want 0 (separate ops) or 1 (one op per decode layer)", v)
+		return 0, fmt.Errorf("host: FT_HOST_LAYER=%q: want 0 (separate ops), jobs (one op of five pool jobs) or 1 (one op, one pool job)", v)
 	}
 }
 
 // DecodeLayer runs one token's plain decoder layer (kernels.DecodeLayer)
-// as five pool jobs — fused q/k/v, attention, o_proj adding into the
+// as one pool job of five phases (decodePhased; FT_HOST_LAYER=jobs: five
+// pool jobs, decodeJobs) — fused q/k/v, attention, o_proj adding into the
 // residual, gate·up·SiLU, down_proj adding into the residual — with the
 // norms, RoPE (cos/sin computed once per position and reused by every
-// layer of the token) and the cache append on the calling thread between
-// them. The values are those of the separate ops: the same GEMV tiles
-// (same bits for each product), the reference RMSNorm and RoPE formulas,
-// and the residual adds rounded once as kernels.MatMulAdder specifies. It
-// declines (ran false) at Level Generic, with the fused layer switched
-// off, for weights other than BF16, F16 or F32, and for activations or
-// caches other than F32.
+// layer of the token) and the cache append between them. The values are
+// those of the separate ops: the same GEMV tiles (same bits for each
+// product), the reference RMSNorm and RoPE formulas, and the residual adds
+// rounded once as kernels.MatMulAdder specifies. It declines (ran false)
+// at Level Generic, with the op switched off (FT_HOST_LAYER=0), for
+// weights other than BF16, F16 or F32, and for activations or caches
+// other than F32.
 func (b *Backend) DecodeLayer(a kernels.DecodeLayer) (bool, error) {
 	e := b.e
-	if !b.fused || e.k == nil {
+	if b.layerMode == layerOff || e.k == nil {
 		return false, nil
 	}
 	var ms [7]kernels.Mat
@@ -114,23 +123,42 @@ func (b *Backend) DecodeLayer(a kernels.DecodeLayer) (bool, error) {
 		return false, fmt.Errorf("host.DecodeLayer: sliding window %d is negative (0 means none)", a.Window)
 	}
 
-	st := a.Stages
-	t0 := time.Now()
-	mark := func(s kernels.DecodeStage) {
-		if st == nil {
-			return
-		}
-		t := time.Now()
-		st.Time[s] += t.Sub(t0)
-		t0 = t
+	if b.layerMode == layerJobs {
+		return true, b.decodeJobs(a, x, h, q, k, v, att, gate, kc, vc, inN, postN, wq, wk, wv, wo, wg, wu, wd, H, KV, d)
 	}
-	// Attention input.
-	if err := kernels.RMSNorm(h, x, 1, inN, a.InEps); err != nil {
-		return false, err
+	return true, b.decodePhased(a, x, h, q, k, v, att, gate, kc, vc, inN, postN, wq, wk, wv, wo, wg, wu, wd, H, KV, d)
+}
+
+// stageClock adds each stage's wall time to a DecodeStages.
+type stageClock struct {
+	st *kernels.DecodeStages
+	t0 time.Time
+}
+
+func newStageClock(st *kernels.DecodeStages) stageClock {
+	if st == nil {
+		return stageClock{}
 	}
-	mark(kernels.StageNorm)
-	e.multi(h, 1, []segment{{w: fromMat(wq), out: q, ldo: wq.Rows}, {w: fromMat(wk), out: k, ldo: wk.Rows}, {w: fromMat(wv), out: v, ldo: wv.Rows}})
-	mark(kernels.StageQKV)
+	return stageClock{st: st, t0: time.Now()}
+}
+
+func (c *stageClock) mark(s kernels.DecodeStage) {
+	if c.st == nil {
+		return
+	}
+	t := time.Now()
+	c.st.Time[s] += t.Sub(c.t0)
+	c.t0 = t
+}
+
+func (c *stageClock) step() {
+	if c.st != nil {
+		c.st.Steps++
+	}
+}
+
+// ropeKV rotates q and k at a.Pos and appends k and v to the caches.
+func (b *Backend) ropeKV(a *kernels.DecodeLayer, q, k, v, kc, vc []float32, H, KV, d int) {
 	b.ropeMu.Lock()
 	cos, sin := b.ropeTable(a.Pos, a.InvFreq)
 	rotate(q, H, d, cos, sin)
@@ -139,28 +167,84 @@ func (b *Backend) DecodeLayer(a kernels.DecodeLayer) (bool, error) {
 	row := KV * d
 	copy(kc[a.Pos*row:(a.Pos+1)*row], k)
 	copy(vc[a.Pos*row:(a.Pos+1)*row], v)
-	mark(kernels.StageRoPEKV)
+}
+
+// decodeJobs is DecodeLayer as five pool jobs (FT_HOST_LAYER=jobs) with
+// the serial steps on the caller between them.
+func (b *Backend) decodeJobs(a kernels.DecodeLayer, x, h, q, k, v, att, gate, kc, vc []float32, inN, postN, wq, wk, wv, wo, wg, wu, wd kernels.Mat, H, KV, d int) error {
+	e := b.e
+	D := len(x)
+	clk := newStageClock(a.Stages)
+	if err := kernels.RMSNorm(h, x, 1, inN, a.InEps); err != nil {
+		return err
+	}
+	clk.mark(kernels.StageNorm)
+	e.multi(h, 1, []segment{{w: fromMat(wq), out: q, ldo: wq.Rows}, {w: fromMat(wk), out: k, ldo: wk.Rows}, {w: fromMat(wv), out: v, ldo: wv.Rows}})
+	clk.mark(kernels.StageQKV)
+	b.ropeKV(&a, q, k, v, kc, vc, H, KV, d)
+	clk.mark(kernels.StageRoPEKV)
+	row := KV * d
 	if err := e.Attention(att, q, kc[:(a.Pos+1)*row], vc[:(a.Pos+1)*row], 1, a.Pos, H, KV, d, a.Window); err != nil {
-		return false, err
+		return err
 	}
-	mark(kernels.StageAttention)
+	clk.mark(kernels.StageAttention)
 	e.multi(att, 1, []segment{{w: fromMat(wo), out: x, ldo: D, acc: true}})
-	mark(kernels.StageO)
-	// MLP.
+	clk.mark(kernels.StageO)
 	if err := kernels.RMSNorm(h, x, 1, postN, a.PostEps); err != nil {
-		return false, err
+		return err
 	}
-	mark(kernels.StagePostNorm)
+	clk.mark(kernels.StagePostNorm)
 	if err := e.GateUpSiLU(gate, h, 1, wg, wu); err != nil {
-		return false, err
+		return err
 	}
-	mark(kernels.StageGateUp)
+	clk.mark(kernels.StageGateUp)
 	e.multi(gate, 1, []segment{{w: fromMat(wd), out: x, ldo: D, acc: true}})
-	mark(kernels.StageDown)
-	if st != nil {
-		st.Steps++
+	clk.mark(kernels.StageDown)
+	clk.step()
+	return nil
+}
+
+// decodePhased is DecodeLayer as one pool job of five phases (the
+// default): q/k/v (then RoPE and the cache append by the worker that
+// finished it), attention, o adding into the residual (then the
+// post-attention norm), gate·up·SiLU, down adding into the residual. The
+// workers are handed the layer once and cross each phase boundary by a
+// spin barrier.
+func (b *Backend) decodePhased(a kernels.DecodeLayer, x, h, q, k, v, att, gate, kc, vc []float32, inN, postN, wq, wk, wv, wo, wg, wu, wd kernels.Mat, H, KV, d int) error {
+	e := b.e
+	D := len(x)
+	clk := newStageClock(a.Stages)
+	if err := kernels.RMSNorm(h, x, 1, inN, a.InEps); err != nil {
+		return err
 	}
-	return true, nil
+	clk.mark(kernels.StageNorm)
+	row := KV * d
+	if err := checkAttention(att, q, kc[:(a.Pos+1)*row], vc[:(a.Pos+1)*row], 1, a.Pos, H, KV, d, a.Window); err != nil {
+		return err
+	}
+	var normErr error
+	qkv := e.multiPhase(h, 1, []segment{{w: fromMat(wq), out: q, ldo: wq.Rows}, {w: fromMat(wk), out: k, ldo: wk.Rows}, {w: fromMat(wv), out: v, ldo: wv.Rows}})
+	qkv.After = func() {
+		clk.mark(kernels.StageQKV)
+		b.ropeKV(&a, q, k, v, kc, vc, H, KV, d)
+		clk.mark(kernels.StageRoPEKV)
+	}
+	attn, release := e.attnPhase(att, q, kc[:(a.Pos+1)*row], vc[:(a.Pos+1)*row], 1, a.Pos, H, KV, d, a.Window)
+	defer release()
+	attn.After = func() { clk.mark(kernels.StageAttention) }
+	o := e.multiPhase(att, 1, []segment{{w: fromMat(wo), out: x, ldo: D, acc: true}})
+	o.After = func() {
+		clk.mark(kernels.StageO)
+		normErr = kernels.RMSNorm(h, x, 1, postN, a.PostEps)
+		clk.mark(kernels.StagePostNorm)
+	}
+	gu := e.gateUpPhase(gate, h, 1, wg, wu)
+	gu.After = func() { clk.mark(kernels.StageGateUp) }
+	down := e.multiPhase(gate, 1, []segment{{w: fromMat(wd), out: x, ldo: D, acc: true}})
+	down.After = func() { clk.mark(kernels.StageDown) }
+	e.pool.RunPhases([]Phase{qkv, attn, o, gu, down})
+	clk.step()
+	return normErr
 }
 
 // ropeTable returns the cos and sin of position pos times each frequency,

@@ -50,11 +50,16 @@ func TestDecodeLayerEqualsSeparateOps(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(20, 4))
 	type shape struct{ D, I, H, KV, d, pos, window int }
-	for _, lv := range Levels() {
-		if lv == Generic {
+	for _, mode := range []struct {
+		lv   Level
+		opt  int
+		name string
+	}{{AVX2, 1, "one-job"}, {AVX512, 1, "one-job"}, {AVX512, 2, "five-jobs"}, {AVX2, 2, "five-jobs"}} {
+		lv := mode.lv
+		if !hasLevel(lv) {
 			continue
 		}
-		hb, err := New(dev, Options{Threads: 3, Level: lv, FusedLayer: 1})
+		hb, err := New(dev, Options{Threads: 3, Level: lv, FusedLayer: mode.opt})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +69,7 @@ func TestDecodeLayerEqualsSeparateOps(t *testing.T) {
 			{128, 344, 8, 8, 16, 300, 0}, {256, 512, 4, 2, 64, 200, 64}, {96, 200, 6, 3, 32, 130, 0},
 		} {
 			for _, dt := range []runtime.DType{runtime.BF16, runtime.F16, runtime.F32} {
-				t.Run(fmt.Sprintf("%v/%+v/%v", lv, sh, dt), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%v/%s/%+v/%v", lv, mode.name, sh, dt), func(t *testing.T) {
 					D, I, H, KV, d := sh.D, sh.I, sh.H, sh.KV, sh.d
 					C := sh.pos + 2
 					scale := func(v []float32, f float32) []float32 {
@@ -194,5 +199,8 @@ func TestDecodeLayerDeclines(t *testing.T) {
 	t.Setenv("FT_HOST_LAYER", "2")
 	if _, err := New(dev, Options{}); err == nil {
 		t.Fatal("FT_HOST_LAYER=2: no error")
+	}
+	if _, err := New(dev, Options{FusedLayer: 3}); err == nil {
+		t.Fatal("FusedLayer 3: no error")
 	}
 }

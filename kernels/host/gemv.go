@@ -31,10 +31,11 @@ type Options struct {
 	// 0 means the environment's FT_HOST_CHUNK_KIB or else 512; negative
 	// means no cap (about four chunks per thread whatever the matrix).
 	MaxChunkKiB int
-	// FusedLayer is whether Backend.DecodeLayer runs a one-token decoder
-	// layer as one op (kernels.DecodeLayerer): 1 on, −1 off (the decoder
-	// then runs the layer's separate ops), 0 the environment's
-	// FT_HOST_LAYER ("0" off, "1" on) or else on.
+	// FusedLayer is how Backend.DecodeLayer runs a one-token decoder
+	// layer as one op (kernels.DecodeLayerer): 1 as one pool job of five
+	// phases, 2 as five pool jobs, −1 not at all (the decoder then runs
+	// the layer's separate ops), 0 as the environment's FT_HOST_LAYER says
+	// ("1" or unset: one job, "jobs": five, "0": off).
 	FusedLayer int
 }
 
@@ -221,8 +222,15 @@ func (e *Engine) gemvChunk(nq, bytes int) int {
 // multi runs the GEMVs of segs over one x in one pool job: the quads (4-row
 // groups) of every segment form one index range split over the workers.
 func (e *Engine) multi(x []float32, T int, segs []segment) {
+	ph := e.multiPhase(x, T, segs)
+	e.pool.Run(ph.N, ph.Chunk, ph.Fn)
+}
+
+// multiPhase is multi's pool job as a Phase (N 0: nothing to do; a zero-
+// width weight's outputs are cleared at once).
+func (e *Engine) multiPhase(x []float32, T int, segs []segment) Phase {
 	if T == 0 {
-		return
+		return Phase{}
 	}
 	starts := make([]int, len(segs)+1) // first quad of each segment
 	var bytes, align int
@@ -241,13 +249,13 @@ func (e *Engine) multi(x []float32, T int, segs []segment) {
 	}
 	nq := starts[len(segs)]
 	if nq == 0 || bytes == 0 {
-		return
+		return Phase{}
 	}
 	chunk := e.gemvChunk(nq, bytes)
 	if align > 0 {
 		chunk = (chunk + align - 1) / align * align
 	}
-	e.pool.Run(nq, chunk, func(worker, lo, hi int) {
+	return Phase{N: nq, Chunk: chunk, Fn: func(worker, lo, hi int) {
 		for i := range segs {
 			a, b := max(lo, starts[i]), min(hi, starts[i+1])
 			if a >= b {
@@ -260,7 +268,7 @@ func (e *Engine) multi(x []float32, T int, segs []segment) {
 			j0, j1 := 4*(a-starts[i]), min(4*(b-starts[i]), s.w.rows)
 			e.rows(worker, s, x, T, j0, j1)
 		}
-	})
+	}}
 }
 
 // rows computes rows [j0,j1) of segment s for all T tokens.

@@ -94,11 +94,20 @@ func (e *Engine) GateUpSiLU(out, x []float32, T int, wg, wu kernels.Mat) error {
 		clear(out) // silu(0)·0
 		return nil
 	}
+	ph := e.gateUpPhase(out, x, T, wg, wu)
+	e.pool.Run(ph.N, ph.Chunk, ph.Fn)
+	return nil
+}
+
+// gateUpPhase is GateUpSiLU's pool job for checked operands with T, rows
+// and columns non-zero.
+func (e *Engine) gateUpPhase(out, x []float32, T int, wg, wu kernels.Mat) Phase {
+	n := wg.Rows
 	g, u := fromMat(wg), fromMat(wu)
 	nq := (n + 3) / 4
-	bytes := 2 * n * k * g.elemSize()
+	bytes := 2 * n * wg.Cols * g.elemSize()
 	chunk := e.gemvChunk(nq, bytes)
-	e.pool.Run(nq, chunk, func(worker, lo, hi int) {
+	return Phase{N: nq, Chunk: chunk, Fn: func(worker, lo, hi int) {
 		j0, j1 := 4*lo, min(4*hi, n)
 		m := j1 - j0
 		up := e.pool.Scratch(worker, T*m)
@@ -108,8 +117,7 @@ func (e *Engine) GateUpSiLU(out, x []float32, T int, wg, wu kernels.Mat) error {
 			o := out[t*n+j0 : t*n+j1]
 			siluMul(o, o, up[t*m:(t+1)*m])
 		}
-	})
-	return nil
+	}}
 }
 
 // denseRows computes rows [j0,j1) of the BF16, F16 or F32 weight w for T
@@ -139,32 +147,27 @@ func (e *Engine) Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads,
 	if e.k == nil {
 		return kernels.AttentionWindow(out, q, kCache, vCache, nTok, pos0, nHeads, nKV, d, window, nil)
 	}
-	if window < 0 {
-		return fmt.Errorf("host.Attention: sliding window %d is negative (0 means none)", window)
+	if err := checkAttention(out, q, kCache, vCache, nTok, pos0, nHeads, nKV, d, window); err != nil {
+		return err
 	}
-	if nTok < 0 || pos0 < 0 || nHeads <= 0 || nKV <= 0 || d <= 0 || nHeads%nKV != 0 {
-		return fmt.Errorf("host.Attention: nTok %d, pos0 %d, nHeads %d, nKV %d, d %d: want non-negative nTok, pos0, positive sizes and nHeads a multiple of nKV",
-			nTok, pos0, nHeads, nKV, d)
-	}
-	if want := nTok * nHeads * d; len(q) != want || len(out) != want {
-		return fmt.Errorf("host.Attention: q has %d and out %d values, want nTok·nHeads·d = %d", len(q), len(out), want)
-	}
-	stride := nKV * d
-	if len(kCache)%stride != 0 || len(vCache) != len(kCache) {
-		return fmt.Errorf("host.Attention: caches hold %d (k) and %d (v) values, want equal multiples of nKV·d = %d", len(kCache), len(vCache), stride)
-	}
-	ctx := pos0 + nTok
-	if capacity := len(kCache) / stride; ctx > capacity {
-		return fmt.Errorf("host.Attention: positions up to %d exceed the cache capacity %d", ctx, capacity)
-	}
+	ph, release := e.attnPhase(out, q, kCache, vCache, nTok, pos0, nHeads, nKV, d, window)
+	e.pool.Run(ph.N, ph.Chunk, ph.Fn)
+	release()
+	return nil
+}
+
+// attnPhase is Attention's pool job for checked operands; release returns
+// its scratch once the job is done.
+func (e *Engine) attnPhase(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, d, window int) (ph Phase, release func()) {
 	G := nHeads / nKV
 	L := e.k.lanes
+	stride := nKV * d
+	ctx := pos0 + nTok
 	scale := float32(1 / math.Sqrt(float64(d)))
 	if S := e.attnSplits(nTok*nKV, ctx); S > 1 {
-		e.attentionSplit(out, q, kCache, vCache, nTok, pos0, nHeads, nKV, d, window, S)
-		return nil
+		return e.attentionSplit(out, q, kCache, vCache, nTok, pos0, nHeads, nKV, d, window, S)
 	}
-	e.pool.Run(nTok*nKV, 1, func(worker, u0, u1 int) {
+	return Phase{N: nTok * nKV, Chunk: 1, Fn: func(worker, u0, u1 int) {
 		sc := e.pool.Scratch(worker, G*ctx)
 		for u := u0; u < u1; u++ {
 			t, kvh := u/nKV, u%nKV
@@ -206,8 +209,7 @@ func (e *Engine) Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads,
 				}
 			}
 		}
-	})
-	return nil
+	}}, func() {}
 }
 
 // attnMinSplit is the fewest cached positions a split of one (token, KV
@@ -242,7 +244,7 @@ var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
 // weighted sum of V rows, and the split that finishes a unit last merges
 // its S partials into out. It keeps every thread busy when there are fewer
 // units than threads (one decode token, 8 KV heads, 16 threads).
-func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, d, window, S int) {
+func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, d, window, S int) (Phase, func()) {
 	G := nHeads / nKV
 	L := e.k.lanes
 	stride := nKV * d
@@ -250,7 +252,6 @@ func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nH
 	units := nTok * nKV
 	per := d + 2 // a head's partial: max, sum, o[d]
 	st := attnScratchPool.Get().(*attnScratch)
-	defer attnScratchPool.Put(st)
 	if need := units * S * G * per; cap(st.part) < need {
 		st.part = make([]float32, need)
 	}
@@ -262,7 +263,7 @@ func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nH
 		cnt[i].Store(0)
 	}
 	ctx := pos0 + nTok
-	e.pool.Run(units*S, 1, func(worker, i0, i1 int) {
+	return Phase{N: units * S, Chunk: 1, Fn: func(worker, i0, i1 int) {
 		sc := e.pool.Scratch(worker, G*((ctx+S-1)/S+1))
 		for i := i0; i < i1; i++ {
 			u, sp := i/S, i%S
@@ -334,7 +335,7 @@ func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nH
 				}
 			}
 		}
-	})
+	}}, func() { attnScratchPool.Put(st) }
 }
 
 // axpyRows sets o += Σ_i a[i]·v[off+i·stride : off+i·stride+d].
@@ -350,4 +351,27 @@ func (e *Engine) axpyRows(o, v, a []float32, off, stride, d int) {
 			o[c] += ai * vr[c]
 		}
 	}
+}
+
+// checkAttention validates Attention's operands.
+func checkAttention(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, d, window int) error {
+	if window < 0 {
+		return fmt.Errorf("host.Attention: sliding window %d is negative (0 means none)", window)
+	}
+	if nTok < 0 || pos0 < 0 || nHeads <= 0 || nKV <= 0 || d <= 0 || nHeads%nKV != 0 {
+		return fmt.Errorf("host.Attention: nTok %d, pos0 %d, nHeads %d, nKV %d, d %d: want non-negative nTok, pos0, positive sizes and nHeads a multiple of nKV",
+			nTok, pos0, nHeads, nKV, d)
+	}
+	if want := nTok * nHeads * d; len(q) != want || len(out) != want {
+		return fmt.Errorf("host.Attention: q has %d and out %d values, want nTok·nHeads·d = %d", len(q), len(out), want)
+	}
+	stride := nKV * d
+	if len(kCache)%stride != 0 || len(vCache) != len(kCache) {
+		return fmt.Errorf("host.Attention: caches hold %d (k) and %d (v) values, want equal multiples of nKV·d = %d", len(kCache), len(vCache), stride)
+	}
+	ctx := pos0 + nTok
+	if capacity := len(kCache) / stride; ctx > capacity {
+		return fmt.Errorf("host.Attention: positions up to %d exceed the cache capacity %d", ctx, capacity)
+	}
+	return nil
 }

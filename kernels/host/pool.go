@@ -56,8 +56,9 @@ type poolJob struct {
 	fn      func(worker, lo, hi int)
 	n       int64
 	chunk   int64
-	helpers int  // workers 1..helpers take part
-	quit    bool // Close's job: the helpers return
+	helpers int        // workers 1..helpers take part
+	quit    bool       // Close's job: the helpers return
+	phased  *phasedJob // a RunPhases job (fn, n, chunk unused)
 	next    atomic.Int64
 	done    atomic.Int64 // items finished
 	// waiting is 1 while this job's caller is parked on the pool's done
@@ -127,6 +128,10 @@ func (p *Pool) helper(w int) {
 		}
 		if j.quit {
 			return
+		}
+		if j.phased != nil {
+			p.runPhased(j.phased, w)
+			continue
 		}
 		p.runChunks(j, w)
 	}
