@@ -31,13 +31,14 @@ Usage:
 Examples:
   infer bench-host --read-mib 16 --reps 1 --shapes o --kinds bf16 --tokens 1
   infer bench-host --threads 4 --shapes qkv,down --kinds fp8-block128 --tokens 1,4 --read-mib 16 --reps 1
-  infer bench-host --layer --threads 16          (one host layer, stage by stage)
+  infer bench-host --layer --layer-scale 8 --layer-iters 3 --threads 2
 
-With --layer it builds one decoder layer of the Llama-3-8B shape (436 MB of
+With --layer (on the H200 machine: --layer --threads 16) it builds one decoder layer of the Llama-3-8B shape (436 MB of
 BF16 weights, a host KV cache of --context positions) on the host backend
 and prints the median step of the layer as a host-placed layer runs it, of
 its separate ops (the path FT_HOST_LAYER=0 selects), of its GEMVs alone
-(the floor), and the mean time of each stage of the one-op path. No GPU.
+(the floor), and the mean time of each stage of the one-op path. No GPU;
+--layer-scale divides the widths (8: 7 MB, seconds on a small machine).
 `
 
 type benchHostOptions struct {
