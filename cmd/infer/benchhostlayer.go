@@ -54,16 +54,20 @@ func benchHostLayer(o *benchHostOptions, level host.Level, stdout io.Writer) err
 		fmt.Fprintln(stdout, "\nno stage table: the one-op layer is off (FT_HOST_LAYER=0) or the level is generic")
 		return nil
 	}
-	n := time.Duration(r.Stages.Steps)
 	var total time.Duration
 	for _, t := range r.Stages.Time {
 		total += t
 	}
-	fmt.Fprintf(stdout, "\none-op layer by stage (mean of %d steps; %.3f ms in all):\n", r.Stages.Steps, ms(total/n))
-	fmt.Fprintf(stdout, "%-14s %9s %6s\n", "stage", "µs", "share")
+	fmt.Fprintf(stdout, "\none-op layer by stage (medians of %d steps; %.3f ms in all):\n", r.Stages.Steps, ms(total))
+	fmt.Fprintf(stdout, "%-14s %9s %6s %8s\n", "stage", "µs", "share", "GB/s")
+	byStage := map[kernels.DecodeStage]int64{kernels.StageQKV: r.QKVBytes, kernels.StageO: r.OBytes, kernels.StageGateUp: r.GateUpBytes, kernels.StageDown: r.DownBytes}
 	for s := range kernels.NumDecodeStages {
-		t := r.Stages.Time[s] / n
-		fmt.Fprintf(stdout, "%-14s %9.1f %5.1f%%\n", s, t.Seconds()*1e6, 100*float64(r.Stages.Time[s])/float64(total))
+		t := r.Stages.Time[s]
+		bw := ""
+		if b := byStage[s]; b > 0 && t > 0 {
+			bw = fmt.Sprintf("%8.1f", float64(b)/t.Seconds()/1e9)
+		}
+		fmt.Fprintf(stdout, "%-14s %9.1f %5.1f%% %s\n", s, t.Seconds()*1e6, 100*float64(t)/float64(total), bw)
 	}
 	return nil
 }

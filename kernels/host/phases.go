@@ -1,9 +1,16 @@
 package host
 
 import (
-	"runtime"
+	"sync"
 	"sync/atomic"
+	"time"
 )
+
+// phaseSpin is how long a worker waiting at a RunPhases barrier spins
+// before it parks until the phase opens (whatever the pool's SpinWait: the
+// wait is a phase's tail, a chunk or two, when every worker is running; a
+// worker the OS took away can make it long, and then the others sleep).
+const phaseSpin = 50 * time.Microsecond
 
 // Phase is one step of a RunPhases job: Fn over [0,N) in chunks of Chunk
 // (claimed dynamically, as Run does), then After, called once by the
@@ -18,9 +25,38 @@ type Phase struct {
 
 // phasedJob is a RunPhases job: cur is the open phase (len: all done).
 type phasedJob struct {
-	phases []Phase
-	cur    atomic.Int32
-	st     []phaseState
+	phases  []Phase
+	cur     atomic.Int32
+	st      []phaseState
+	mu      sync.Mutex
+	opened  *sync.Cond   // broadcast when cur moves and someone waits
+	waiters atomic.Int32 // workers parked (or parking) on opened
+}
+
+// open moves the job to phase i and wakes the parked workers.
+func (pj *phasedJob) open(i int) {
+	pj.cur.Store(int32(i))
+	if pj.waiters.Load() > 0 {
+		pj.mu.Lock()
+		pj.opened.Broadcast()
+		pj.mu.Unlock()
+	}
+}
+
+// await returns once phase c is closed: spinning for up to phaseSpin,
+// then parked.
+func (p *Pool) await(pj *phasedJob, c int) {
+	closed := func() bool { return int(pj.cur.Load()) != c }
+	if p.spinUpTo(phaseSpin, closed) {
+		return
+	}
+	pj.mu.Lock()
+	pj.waiters.Add(1)
+	for !closed() {
+		pj.opened.Wait()
+	}
+	pj.waiters.Add(-1)
+	pj.mu.Unlock()
 }
 
 type phaseState struct {
@@ -31,7 +67,7 @@ type phaseState struct {
 // RunPhases runs the phases in order as one pool job: the helpers are
 // handed the job once and go from one phase to the next by spinning on
 // the phase counter (a barrier of a few hundred nanoseconds between
-// phases, where a Run per phase would publish, wake and join each), so a
+// phases when every worker runs, where a Run per phase would publish, wake and join each), so a
 // sequence of dependent steps — a decode layer's q/k/v, attention, o,
 // gate·up and down GEMVs with the small serial work between them in the
 // phases' After — costs one hand-off. Like Run it is serialised with the
@@ -41,6 +77,7 @@ func (p *Pool) RunPhases(phases []Phase) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pj := &phasedJob{phases: phases, st: make([]phaseState, len(phases))}
+	pj.opened = sync.NewCond(&pj.mu)
 	for i := range phases {
 		phases[i].Chunk = max(phases[i].Chunk, 1)
 	}
@@ -92,18 +129,12 @@ func (p *Pool) runPhased(pj *phasedJob, worker int) {
 				if ph.After != nil {
 					ph.After()
 				}
-				pj.cur.Store(int32(pj.skipEmpty(c + 1)))
+				pj.open(pj.skipEmpty(c + 1))
 				break
 			}
 		}
 		// Wait for phase c to close (its last chunks may be in flight on
 		// other workers).
-		for i := 1; int(pj.cur.Load()) == c; i++ {
-			if i%32 == 0 {
-				runtime.Gosched()
-			} else {
-				spinPause()
-			}
-		}
+		p.await(pj, c)
 	}
 }

@@ -160,8 +160,11 @@ func (p *Pool) awaitJob(pw *poolWorker, seen *poolJob) *poolJob {
 
 // spinFor spins until cond holds or p.spin has passed, yielding the P
 // every few dozen checks; it reports whether cond held.
-func (p *Pool) spinFor(cond func() bool) bool {
-	if p.spin <= 0 {
+func (p *Pool) spinFor(cond func() bool) bool { return p.spinUpTo(p.spin, cond) }
+
+// spinUpTo is spinFor for up to spin.
+func (p *Pool) spinUpTo(spin time.Duration, cond func() bool) bool {
+	if spin <= 0 {
 		return cond()
 	}
 	var start time.Time
@@ -172,7 +175,7 @@ func (p *Pool) spinFor(cond func() bool) bool {
 		if i%32 == 0 {
 			if start.IsZero() {
 				start = time.Now()
-			} else if time.Since(start) > p.spin {
+			} else if time.Since(start) > spin {
 				return false
 			}
 			runtime.Gosched()

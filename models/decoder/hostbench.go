@@ -229,13 +229,15 @@ func (h *HostLayerBench) WeightBytes() int64 {
 
 // HostLayerTimes are a host layer benchmark's figures: per step, the
 // median over the timed steps of the layer as it runs (Layer), of its
-// separate ops (Separate), of its GEMVs alone (GEMVs), and the mean time
-// of each stage of the one-op path (Stages; Steps 0 when the backend has
-// none).
+// separate ops (Separate), of its GEMVs alone (GEMVs), and each stage's
+// median over the one-op path's steps (Stages, Steps the steps timed; 0
+// when the backend runs no one-op layer).
 type HostLayerTimes struct {
 	Layer, Separate, GEMVs time.Duration
 	Stages                 kernels.DecodeStages
-	Bytes                  int64
+	Bytes                  int64 // the layer's matrix bytes
+	// The bytes of each GEMV stage's weights (q/k/v, o, gate·up, down).
+	QKVBytes, OBytes, GateUpBytes, DownBytes int64
 }
 
 // Measure times iters steps of each kind (after one untimed step each),
@@ -246,15 +248,21 @@ func (h *HostLayerBench) Measure(iters int) (HostLayerTimes, error) {
 	}
 	_, staged := h.b.(kernels.DecodeLayerer)
 	kinds := []func() error{h.Step, h.StepSeparate, h.StepGEMVs}
-	var st kernels.DecodeStages
+	var stages [kernels.NumDecodeStages][]time.Duration
 	if staged {
 		kinds = append(kinds, func() error {
-			err := h.StepStages(&st)
-			if err != nil && st.Steps == 0 {
-				staged = false // declined (switched off): no stage table
-				return nil
+			var st kernels.DecodeStages
+			if err := h.StepStages(&st); err != nil {
+				if st.Steps == 0 && len(stages[0]) == 0 {
+					staged = false // declined (switched off): no stage table
+					return nil
+				}
+				return err
 			}
-			return err
+			for s, t := range st.Time {
+				stages[s] = append(stages[s], t)
+			}
+			return nil
 		})
 	}
 	samples := make([][]time.Duration, len(kinds))
@@ -269,16 +277,28 @@ func (h *HostLayerBench) Measure(iters int) (HostLayerTimes, error) {
 			}
 		}
 		if it == -1 {
-			st = kernels.DecodeStages{}
+			stages = [kernels.NumDecodeStages][]time.Duration{}
 		}
 	}
 	med := func(s []time.Duration) time.Duration {
 		slices.Sort(s)
 		return s[len(s)/2]
 	}
-	r := HostLayerTimes{Layer: med(samples[0]), Separate: med(samples[1]), GEMVs: med(samples[2]), Bytes: h.WeightBytes()}
-	if staged && st.Steps > 0 {
-		r.Stages = st
+	l := h.m.Layers[0]
+	nb := func(ls ...*nn.Linear) int64 {
+		var n int64
+		for _, li := range ls {
+			n += li.Weight.Tensor().NumBytes()
+		}
+		return n
+	}
+	r := HostLayerTimes{Layer: med(samples[0]), Separate: med(samples[1]), GEMVs: med(samples[2]), Bytes: h.WeightBytes(),
+		QKVBytes: nb(l.Attn.Q, l.Attn.K, l.Attn.V), OBytes: nb(l.Attn.O), GateUpBytes: nb(l.MLP.Gate, l.MLP.Up), DownBytes: nb(l.MLP.Down)}
+	if staged && len(stages[0]) > 0 {
+		r.Stages.Steps = len(stages[0])
+		for s := range stages {
+			r.Stages.Time[s] = med(stages[s])
+		}
 	}
 	return r, nil
 }
