@@ -3,6 +3,7 @@ package host
 import (
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -195,6 +196,12 @@ func (e *Engine) attnPhase(out, q, kCache, vCache []float32, nTok, pos0, nHeads,
 				inv := 1 / sum
 				o := out[(h0+g)*d : (h0+g+1)*d]
 				clear(o)
+				if attnOnePass {
+					for i := range s {
+						s[i] *= inv
+					}
+					continue
+				}
 				nv := d / L
 				for i, a := range s {
 					off := (lo+i)*stride + kvh*d
@@ -207,6 +214,9 @@ func (e *Engine) attnPhase(out, q, kCache, vCache []float32, nTok, pos0, nHeads,
 						o[c] += a * vr[c]
 					}
 				}
+			}
+			if attnOnePass {
+				e.axpyHeads(out[h0*d:], d, vCache, sc, m, G, lo*stride+kvh*d, stride, d)
 			}
 		}
 	}}, func() {}
@@ -301,8 +311,13 @@ func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nH
 					}
 					o := pp[g*per+2 : (g+1)*per]
 					clear(o)
-					e.axpyRows(o, vCache, sg, a*stride+kvh*d, stride, d)
+					if !attnOnePass {
+						e.axpyRows(o, vCache, sg, a*stride+kvh*d, stride, d)
+					}
 					pp[g*per], pp[g*per+1] = mx, sum
+				}
+				if attnOnePass {
+					e.axpyHeads(pp[2:], per, vCache, sc, m, G, a*stride+kvh*d, stride, d)
 				}
 			}
 			if cnt[u].Add(1) != int32(S) {
@@ -374,4 +389,49 @@ func checkAttention(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, d
 		return fmt.Errorf("host.Attention: positions up to %d exceed the cache capacity %d", ctx, capacity)
 	}
 	return nil
+}
+
+// attnOnePass is whether attention applies each V row to all of its
+// group's query heads while the row is in L1 (axpyHeads: one pass over the
+// V cache) rather than one pass per head (FT_HOST_ATTN=legacy); the sums
+// run in the same order either way (the same bits).
+var attnOnePass = os.Getenv("FT_HOST_ATTN") != "legacy"
+
+// axpyHeads sets o_g += Σ_i a[g·m+i]·v[off+i·stride : off+i·stride+d] for
+// g < G, o_g = o[g·ostride : g·ostride+d], in one pass over the m rows of
+// v: each row is added into every head's output while it is in cache.
+func (e *Engine) axpyHeads(o []float32, ostride int, v, a []float32, m, G, off, stride, d int) {
+	if m == 0 {
+		return
+	}
+	g0 := 0
+	if C := e.k.wsumCols; e.k.wsum4 != nil && d%C == 0 {
+		// Four heads at a time, C columns at a time, in registers.
+		_ = v[off+(m-1)*stride+d-1]
+		_ = a[G*m-1]
+		for ; g0+4 <= G; g0 += 4 {
+			for c := 0; c < d; c += C {
+				e.k.wsum4(&o[g0*ostride+c], &o[(g0+1)*ostride+c], &o[(g0+2)*ostride+c], &o[(g0+3)*ostride+c],
+					&a[g0*m], uintptr(4*m), &v[off+c], uintptr(4*stride), m)
+			}
+		}
+		if g0 == G {
+			return
+		}
+	}
+	L := e.k.lanes
+	nv := d / L
+	for i := range m {
+		vr := v[off+i*stride : off+i*stride+d]
+		for g := g0; g < G; g++ {
+			og := o[g*ostride : g*ostride+d]
+			ai := a[g*m+i]
+			if nv > 0 {
+				e.k.axpy(&og[0], &vr[0], ai, nv)
+			}
+			for c := nv * L; c < d; c++ {
+				og[c] += ai * vr[c]
+			}
+		}
+	}
 }
