@@ -87,4 +87,7 @@ type simd struct {
 	// columns: o_h[0:wsumCols] += Σ_i a[h·as/4 + i]·v[i·ld/4 : …].
 	wsum4    func(o0, o1, o2, o3 *float32, a *float32, as uintptr, v *float32, ld uintptr, m int)
 	wsumCols int
+	// r4pfBF16 is r4BF16 prefetching each row pf bytes ahead
+	// (FT_HOST_PREFETCH).
+	r4pfBF16 func(w *uint16, ld uintptr, x *float32, n int, out *[4]float32, pf uintptr)
 }

@@ -37,6 +37,11 @@ type Options struct {
 	// the layer's separate ops), 0 as the environment's FT_HOST_LAYER says
 	// ("1" or unset: one job, "jobs": five, "0": off).
 	FusedLayer int
+	// PrefetchBytes, when positive, makes the one-token BF16 GEMV tile
+	// prefetch each of its four rows that many bytes ahead of its loads
+	// (software prefetch on top of the hardware's); 0 means the
+	// environment's FT_HOST_PREFETCH or else none; negative none.
+	PrefetchBytes int
 }
 
 // Engine runs the host kernels: the SIMD GEMVs of this package over a
@@ -91,7 +96,24 @@ func NewEngine(o Options) (*Engine, error) {
 			kib = n
 		}
 	}
-	return &Engine{pool: newPool(o.Threads, max(spin, 0)), level: l, k: simdSets[l], maxChunk: max(kib, 0) << 10}, nil
+	k := simdSets[l]
+	pf := o.PrefetchBytes
+	if pf == 0 {
+		if v := os.Getenv("FT_HOST_PREFETCH"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("host: FT_HOST_PREFETCH=%q: want a non-negative byte distance (0: none)", v)
+			}
+			pf = n
+		}
+	}
+	if k != nil && pf > 0 && k.r4pfBF16 != nil {
+		kk := *k
+		dist, f := uintptr(pf), k.r4pfBF16
+		kk.r4BF16 = func(w *uint16, ld uintptr, x *float32, n int, out *[4]float32) { f(w, ld, x, n, out, dist) }
+		k = &kk
+	}
+	return &Engine{pool: newPool(o.Threads, max(spin, 0)), level: l, k: k, maxChunk: max(kib, 0) << 10}, nil
 }
 
 // Level is the instruction set the Engine runs.
