@@ -25,7 +25,9 @@ type Options struct {
 	// parks (see Pool); 0 means the environment's FT_HOST_SPIN (a Go
 	// duration, e.g. 20us; 0 never spins) or else the package's SpinWait
 	// when the workers leave a core free (none when they take every core);
-	// negative never spins.
+	// negative never spins. After a one-op decode layer (Pool.RunPhases)
+	// the workers spin 50 µs for the next layer whatever the default, but
+	// as set when it is set here or in FT_HOST_SPIN.
 	SpinWait time.Duration
 	// MaxChunkKiB caps the weight bytes one GEMV pool chunk covers, in KiB;
 	// 0 means the environment's FT_HOST_CHUNK_KIB or else 512; negative
@@ -68,6 +70,7 @@ func NewEngine(o Options) (*Engine, error) {
 		return nil, fmt.Errorf("host: level %v is not supported by this CPU (it supports %v)", l, Levels())
 	}
 	spin := o.SpinWait
+	explicitSpin := spin != 0 || os.Getenv("FT_HOST_SPIN") != ""
 	if spin == 0 {
 		spin = SpinWait
 		// Workers on every core: spinning takes the cores the rest of the
@@ -113,7 +116,11 @@ func NewEngine(o Options) (*Engine, error) {
 		kk.r4BF16 = func(w *uint16, ld uintptr, x *float32, n int, out *[4]float32) { f(w, ld, x, n, out, dist) }
 		k = &kk
 	}
-	return &Engine{pool: newPool(o.Threads, max(spin, 0)), level: l, k: k, maxChunk: max(kib, 0) << 10}, nil
+	pool := newPool(o.Threads, max(spin, 0))
+	if explicitSpin {
+		pool.afterPhases = max(spin, 0)
+	}
+	return &Engine{pool: pool, level: l, k: k, maxChunk: max(kib, 0) << 10}, nil
 }
 
 // Level is the instruction set the Engine runs.

@@ -26,6 +26,11 @@ import (
 type Pool struct {
 	threads int
 	spin    time.Duration
+	// phaseSpin is how long a helper spins for the next job after a
+	// RunPhases job (a host stretch's next layer comes within
+	// microseconds) before it parks: phaseSpin unless the spin was set
+	// explicitly (Options.SpinWait, FT_HOST_SPIN), then spin.
+	afterPhases time.Duration
 
 	mu      sync.Mutex // one Run at a time
 	closed  bool
@@ -80,7 +85,7 @@ func newPool(threads int, spin time.Duration) *Pool {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	p := &Pool{threads: threads, spin: spin, scratch: make([][]float32, threads),
+	p := &Pool{threads: threads, spin: spin, afterPhases: max(spin, phaseSpin), scratch: make([][]float32, threads),
 		workers: make([]poolWorker, threads), tiles: make([]poolTile, threads), done: make(chan struct{}, 1)}
 	p.job.Store(&poolJob{}) // generation 0: nothing to do
 	for w := 1; w < threads; w++ {
@@ -120,9 +125,10 @@ func (p *Pool) publish(j *poolJob) {
 func (p *Pool) helper(w int) {
 	pw := &p.workers[w]
 	seen := p.job.Load()
+	spin := p.spin
 	for {
-		j := p.awaitJob(pw, seen)
-		seen = j
+		j := p.awaitJob(pw, seen, spin)
+		seen, spin = j, p.spin
 		if w > j.helpers {
 			continue
 		}
@@ -131,6 +137,7 @@ func (p *Pool) helper(w int) {
 		}
 		if j.phased != nil {
 			p.runPhased(j.phased, w)
+			spin = p.afterPhases
 			continue
 		}
 		p.runChunks(j, w)
@@ -138,9 +145,9 @@ func (p *Pool) helper(w int) {
 }
 
 // awaitJob returns the current job once it is not seen: spinning for up
-// to p.spin, then parked on pw.wake.
-func (p *Pool) awaitJob(pw *poolWorker, seen *poolJob) *poolJob {
-	if p.spinFor(func() bool { return p.job.Load() != seen }) {
+// to spin, then parked on pw.wake.
+func (p *Pool) awaitJob(pw *poolWorker, seen *poolJob, spin time.Duration) *poolJob {
+	if p.spinUpTo(spin, func() bool { return p.job.Load() != seen }) {
 		return p.job.Load()
 	}
 	for {
