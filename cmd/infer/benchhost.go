@@ -31,9 +31,19 @@ Usage:
 Examples:
   infer bench-host --read-mib 16 --reps 1 --shapes o --kinds bf16 --tokens 1
   infer bench-host --threads 4 --shapes qkv,down --kinds fp8-block128 --tokens 1,4 --read-mib 16 --reps 1
+  infer bench-host --layer --layer-scale 8 --layer-iters 3 --threads 2
+
+With --layer (on the H200 machine: --layer --threads 16) it builds one decoder layer of the Llama-3-8B shape (436 MB of
+BF16 weights, a host KV cache of --context positions) on the host backend
+and prints the median step of the layer as a host-placed layer runs it, of
+its separate ops (the path FT_HOST_LAYER=0 selects), of its GEMVs alone
+(the floor), and the mean time of each stage of the one-op path. No GPU;
+--layer-scale divides the widths (8: 7 MB, seconds on a small machine).
 `
 
 type benchHostOptions struct {
+	layer                  bool
+	context, scale, iters  int
 	threads, reps, readMiB int
 	level                  string
 	tokens                 []int
@@ -48,6 +58,10 @@ func benchHostFlags(fs *pflag.FlagSet) *benchHostOptions {
 	fs.IntVar(&o.readMiB, "read-mib", 1024, "size of the read-bandwidth buffer in MiB (several times the last-level cache)")
 	fs.IntSliceVar(&o.tokens, "tokens", []int{1, 4}, "token counts (rows of x) to time")
 	fs.StringSliceVar(&o.kinds, "kinds", host.Kinds, "weight formats: bf16, fp8-channel, fp8-block128")
+	fs.BoolVar(&o.layer, "layer", false, "time one host-placed decoder layer (Llama-3-8B shape, one token) stage by stage instead of the GEMV table")
+	fs.IntVar(&o.context, "context", 512, "--layer: cached positions the layer's attention reads")
+	fs.IntVar(&o.scale, "layer-scale", 1, "--layer: divide the layer's widths by this (1: Llama-3-8B)")
+	fs.IntVar(&o.iters, "layer-iters", 50, "--layer: timed steps of each kind (medians are reported)")
 	fs.StringSliceVar(&o.shapes, "shapes", []string{"qkv", "o", "gateup", "down", "lmhead"}, "Llama-3-8B GEMVs to time: qkv, o, gateup, down, lmhead")
 	return &o
 }
@@ -74,6 +88,9 @@ func benchHostCmd(args []string, stdout, stderr io.Writer) error {
 		if !slices.Contains(host.Kinds, k) {
 			return usagef("--kinds: %q: want some of %v", k, host.Kinds)
 		}
+	}
+	if o.layer {
+		return benchHostLayer(o, level, stdout)
 	}
 	var shapes []host.Shape
 	for _, key := range o.shapes {

@@ -65,6 +65,9 @@ var extraEnv = map[string][]string{
 	"FT_L2_PREFETCH":         {"", "0", "o", "all"},            // one-token resident decode: prefetch o_proj ("o"), and also the first 16 MiB of q/k/v ("all"), into L2 ahead of the kernels in front of them (measured slower, off by default; A/B runs, cuda builds)
 	"FT_HOST_SPIN":           nil,                              // host kernels: how long an idle pool worker spins before parking, a Go duration (A/B runs; kernels/host checks it)
 	"FT_HOST_CHUNK_KIB":      nil,                              // host kernels: the GEMV pool chunk cap in KiB, negative: none (A/B runs; kernels/host checks it)
+	"FT_HOST_ATTN":           {"", "legacy"},                   // "legacy": host attention's weighted sum one pass over V per query head, not one pass for the group in registers (A/B runs; kernels/host)
+	"FT_HOST_PREFETCH":       nil,                              // host kernels: bytes ahead the one-token BF16 GEMV tile prefetches each row (0/unset: none; A/B runs; kernels/host checks it)
+	"FT_HOST_LAYER":          {"", "0", "1", "jobs"},           // a host-placed layer's decode step: "0" separate ops, "jobs" one op of five pool jobs, "1"/unset one op, one pool job (A/B runs; kernels/host)
 	// layout of the tensor-core prefill attention: auto (per call) or one
 	// for every call (A/B runs, cuda builds; kernels/cudabackend/prefillvariant.go)
 	"FT_PREFILL_VARIANT": {"", "auto", "base", "w4m32", "w8q", "m64", "fa2", "wg", "wg3"},

@@ -16,7 +16,8 @@ import "golang.org/x/sys/cpu"
 // with L = 8 lanes (AVX2) or 16 (AVX-512), each lane accumulating its own
 // FMA chain and the lanes reduced by the same tree in every tile, so one
 // (row, token) gets the same bits from either. sumISA returns Σ p[i] over
-// n·4·L values; axpyISA computes y[i] += a·x[i] over n·L values.
+// n·4·L values; axpyISA computes y[i] += a·x[i] over n·L values; wsum4ISA
+// adds four heads' weighted sums of m rows (see gen_asm.go's wsum4).
 
 //go:noescape
 func dotR4BF16AVX2(w *uint16, ld uintptr, x *float32, n int, out *[4]float32)
@@ -61,6 +62,15 @@ func sumAVX2(p *float32, n int) float32
 func axpyAVX2(y, x *float32, a float32, n int)
 
 //go:noescape
+func dotR4PFBF16AVX2(w *uint16, ld uintptr, x *float32, n int, out *[4]float32, pf uintptr)
+
+//go:noescape
+func dotR4PFBF16AVX512(w *uint16, ld uintptr, x *float32, n int, out *[4]float32, pf uintptr)
+
+//go:noescape
+func wsum4AVX2(o0, o1, o2, o3 *float32, a *float32, as uintptr, v *float32, ld uintptr, m int)
+
+//go:noescape
 func dotR4BF16AVX512(w *uint16, ld uintptr, x *float32, n int, out *[4]float32)
 
 //go:noescape
@@ -102,6 +112,9 @@ func sumAVX512(p *float32, n int) float32
 //go:noescape
 func axpyAVX512(y, x *float32, a float32, n int)
 
+//go:noescape
+func wsum4AVX512(o0, o1, o2, o3 *float32, a *float32, as uintptr, v *float32, ld uintptr, m int)
+
 // hasLevel reports whether this CPU and OS run l's instructions: AVX2 needs
 // AVX2, FMA and F16C; AVX-512 needs those and AVX-512F (x/sys/cpu reports a
 // feature only when the OS saves its registers).
@@ -125,7 +138,7 @@ var simdSets = map[Level]*simd{
 		r4F16: dotR4F16AVX2, t4F16: dotT4F16AVX2, r2t4F16: dotR2T4F16AVX2,
 		r4F32: dotR4F32AVX2, t4F32: dotT4F32AVX2, r2t4F32: dotR2T4F32AVX2,
 		r4FP8: dotR4FP8AVX2, t4FP8: dotT4FP8AVX2, r2t4FP8: dotR2T4FP8AVX2,
-		sum: sumAVX2, axpy: axpyAVX2,
+		sum: sumAVX2, axpy: axpyAVX2, wsum4: wsum4AVX2, wsumCols: 16, r4pfBF16: dotR4PFBF16AVX2,
 	},
 	AVX512: {
 		lanes:  16,
@@ -133,6 +146,6 @@ var simdSets = map[Level]*simd{
 		r4F16: dotR4F16AVX512, t4F16: dotT4F16AVX512, r2t4F16: dotR2T4F16AVX512,
 		r4F32: dotR4F32AVX512, t4F32: dotT4F32AVX512, r2t4F32: dotR2T4F32AVX512,
 		r4FP8: dotR4FP8AVX512, t4FP8: dotT4FP8AVX512, r2t4FP8: dotR2T4FP8AVX512,
-		sum: sumAVX512, axpy: axpyAVX512,
+		sum: sumAVX512, axpy: axpyAVX512, wsum4: wsum4AVX512, wsumCols: 64, r4pfBF16: dotR4PFBF16AVX512,
 	},
 }

@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -16,7 +17,11 @@ import (
 // Level Generic it is the reference throughout.
 type Backend struct {
 	*kernels.CPUBackend
-	e *Engine
+	e         *Engine
+	layerMode int // how DecodeLayer runs (Options.FusedLayer, FT_HOST_LAYER)
+
+	ropeMu sync.Mutex
+	rope   ropeCache // guarded by ropeMu
 }
 
 var (
@@ -34,11 +39,15 @@ func New(dev runtime.Device, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
+	mode, err := layerModeFrom(o.FusedLayer)
+	if err != nil {
+		return nil, err
+	}
 	e, err := NewEngine(o)
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{CPUBackend: cb, e: e}, nil
+	return &Backend{CPUBackend: cb, e: e, layerMode: mode, rope: ropeCache{pos: -1}}, nil
 }
 
 // Engine is the backend's kernel engine (its level, threads and pool).

@@ -83,4 +83,11 @@ type simd struct {
 	r2t4FP8  func(w *uint8, ld uintptr, x0, x1, x2, x3 *float32, n int, out *[8]float32)
 	sum      func(p *float32, n int) float32
 	axpy     func(y, x *float32, a float32, n int)
+	// wsum4 adds four heads' weighted sums of m rows over wsumCols
+	// columns: o_h[0:wsumCols] += Σ_i a[h·as/4 + i]·v[i·ld/4 : …].
+	wsum4    func(o0, o1, o2, o3 *float32, a *float32, as uintptr, v *float32, ld uintptr, m int)
+	wsumCols int
+	// r4pfBF16 is r4BF16 prefetching each row pf bytes ahead
+	// (FT_HOST_PREFETCH).
+	r4pfBF16 func(w *uint16, ld uintptr, x *float32, n int, out *[4]float32, pf uintptr)
 }

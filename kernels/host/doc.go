@@ -24,11 +24,17 @@
 // Options.Threads goroutines, in chunks of at most 512 KiB of weights
 // claimed dynamically (so a GEMV's threads finish within tens of µs of each
 // other); idle workers spin briefly for the next job before parking when
-// the pool leaves a core free, and park at once when it takes every core (a
-// decode layer issues five jobs: fused q/k/v, attention — split over the
+// the pool leaves a core free, and park at once when it takes every core. A
+// decode layer is five steps: fused q/k/v, attention — split over the
 // cached positions when there are fewer (token, KV head) units than
-// threads —, o, gate·up with SiLU applied per chunk, down). Options and the
-// environment (FT_HOST_SPIN, FT_HOST_CHUNK_KIB) tune both. Row j of token t
+// threads —, o, gate·up with SiLU applied per chunk, down; Backend.DecodeLayer
+// runs them as one pool job of five phases (Pool.RunPhases: the workers
+// cross each boundary by a spin-then-park barrier, the norms, RoPE and the
+// cache append run on the worker that closes a phase, the residual adds in
+// the o and down GEMVs' stores), where the separate ops issue five jobs
+// (FT_HOST_LAYER=0; =jobs: one op, five jobs). Options and the environment
+// (FT_HOST_SPIN, FT_HOST_CHUNK_KIB, FT_HOST_PREFETCH, FT_HOST_LAYER) tune
+// them. Row j of token t
 // gets the same bits whatever T and the thread count.
 //
 // Tolerance against the reference (float32 sums in another order): each

@@ -25,12 +25,25 @@ type Options struct {
 	// parks (see Pool); 0 means the environment's FT_HOST_SPIN (a Go
 	// duration, e.g. 20us; 0 never spins) or else the package's SpinWait
 	// when the workers leave a core free (none when they take every core);
-	// negative never spins.
+	// negative never spins. After a one-op decode layer (Pool.RunPhases)
+	// the workers spin 50 µs for the next layer whatever the default, but
+	// as set when it is set here or in FT_HOST_SPIN.
 	SpinWait time.Duration
 	// MaxChunkKiB caps the weight bytes one GEMV pool chunk covers, in KiB;
 	// 0 means the environment's FT_HOST_CHUNK_KIB or else 512; negative
 	// means no cap (about four chunks per thread whatever the matrix).
 	MaxChunkKiB int
+	// FusedLayer is how Backend.DecodeLayer runs a one-token decoder
+	// layer as one op (kernels.DecodeLayerer): 1 as one pool job of five
+	// phases, 2 as five pool jobs, −1 not at all (the decoder then runs
+	// the layer's separate ops), 0 as the environment's FT_HOST_LAYER says
+	// ("1" or unset: one job, "jobs": five, "0": off).
+	FusedLayer int
+	// PrefetchBytes, when positive, makes the one-token BF16 GEMV tile
+	// prefetch each of its four rows that many bytes ahead of its loads
+	// (software prefetch on top of the hardware's); 0 means the
+	// environment's FT_HOST_PREFETCH or else none; negative none.
+	PrefetchBytes int
 }
 
 // Engine runs the host kernels: the SIMD GEMVs of this package over a
@@ -57,6 +70,7 @@ func NewEngine(o Options) (*Engine, error) {
 		return nil, fmt.Errorf("host: level %v is not supported by this CPU (it supports %v)", l, Levels())
 	}
 	spin := o.SpinWait
+	explicitSpin := spin != 0 || os.Getenv("FT_HOST_SPIN") != ""
 	if spin == 0 {
 		spin = SpinWait
 		// Workers on every core: spinning takes the cores the rest of the
@@ -85,7 +99,28 @@ func NewEngine(o Options) (*Engine, error) {
 			kib = n
 		}
 	}
-	return &Engine{pool: newPool(o.Threads, max(spin, 0)), level: l, k: simdSets[l], maxChunk: max(kib, 0) << 10}, nil
+	k := simdSets[l]
+	pf := o.PrefetchBytes
+	if pf == 0 {
+		if v := os.Getenv("FT_HOST_PREFETCH"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("host: FT_HOST_PREFETCH=%q: want a non-negative byte distance (0: none)", v)
+			}
+			pf = n
+		}
+	}
+	if k != nil && pf > 0 && k.r4pfBF16 != nil {
+		kk := *k
+		dist, f := uintptr(pf), k.r4pfBF16
+		kk.r4BF16 = func(w *uint16, ld uintptr, x *float32, n int, out *[4]float32) { f(w, ld, x, n, out, dist) }
+		k = &kk
+	}
+	pool := newPool(o.Threads, max(spin, 0))
+	if explicitSpin {
+		pool.afterPhases = max(spin, 0)
+	}
+	return &Engine{pool: pool, level: l, k: k, maxChunk: max(kib, 0) << 10}, nil
 }
 
 // Level is the instruction set the Engine runs.
@@ -133,6 +168,7 @@ type segment struct {
 	w   weight
 	out []float32
 	ldo int
+	acc bool // add into out (out += x·wᵀ) instead of writing it
 }
 
 // MatMul computes out[t,j] = Σ_c x[t,c]·w[j,c] for t < T (x [T,K], out
@@ -215,14 +251,21 @@ func (e *Engine) gemvChunk(nq, bytes int) int {
 // multi runs the GEMVs of segs over one x in one pool job: the quads (4-row
 // groups) of every segment form one index range split over the workers.
 func (e *Engine) multi(x []float32, T int, segs []segment) {
+	ph := e.multiPhase(x, T, segs)
+	e.pool.Run(ph.N, ph.Chunk, ph.Fn)
+}
+
+// multiPhase is multi's pool job as a Phase (N 0: nothing to do; a zero-
+// width weight's outputs are cleared at once).
+func (e *Engine) multiPhase(x []float32, T int, segs []segment) Phase {
 	if T == 0 {
-		return
+		return Phase{}
 	}
 	starts := make([]int, len(segs)+1) // first quad of each segment
 	var bytes, align int
 	for i := range segs {
 		s := &segs[i]
-		if s.w.cols == 0 {
+		if s.w.cols == 0 && !s.acc {
 			for t := range T {
 				clear(s.out[t*s.ldo : t*s.ldo+s.w.rows])
 			}
@@ -235,13 +278,13 @@ func (e *Engine) multi(x []float32, T int, segs []segment) {
 	}
 	nq := starts[len(segs)]
 	if nq == 0 || bytes == 0 {
-		return
+		return Phase{}
 	}
 	chunk := e.gemvChunk(nq, bytes)
 	if align > 0 {
 		chunk = (chunk + align - 1) / align * align
 	}
-	e.pool.Run(nq, chunk, func(worker, lo, hi int) {
+	return Phase{N: nq, Chunk: chunk, Fn: func(worker, lo, hi int) {
 		for i := range segs {
 			a, b := max(lo, starts[i]), min(hi, starts[i+1])
 			if a >= b {
@@ -254,7 +297,7 @@ func (e *Engine) multi(x []float32, T int, segs []segment) {
 			j0, j1 := 4*(a-starts[i]), min(4*(b-starts[i]), s.w.rows)
 			e.rows(worker, s, x, T, j0, j1)
 		}
-	})
+	}}
 }
 
 // rows computes rows [j0,j1) of segment s for all T tokens.
@@ -262,16 +305,16 @@ func (e *Engine) rows(worker int, s *segment, x []float32, T, j0, j1 int) {
 	w := &s.w
 	switch w.dt {
 	case runtime.BF16:
-		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1, s.acc)
 	case runtime.F16:
-		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1, s.acc)
 	case runtime.F32:
-		dense(e.pool.tile(worker), e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, 0, w.cols, x, T, w.cols, s.out, s.ldo, j0, j1, nil, 1, s.acc)
 	case runtime.F8E4M3:
 		k := w.cols
 		if w.block == 0 {
 			// out = s_j·256·Σ (q/256)·x
-			dense(e.pool.tile(worker), e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, x, T, k, s.out, s.ldo, j0, j1, w.scale, 256)
+			dense(e.pool.tile(worker), e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, x, T, k, s.out, s.ldo, j0, j1, w.scale, 256, s.acc)
 			return
 		}
 		// Block scales: rows of one block-row share a scale row, so each
@@ -294,7 +337,7 @@ func (e *Engine) rows(worker int, s *segment, x []float32, T, j0, j1 int) {
 					}
 				}
 			}
-			dense(e.pool.tile(worker), e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, xs, T, k, s.out, s.ldo, a, b, nil, 1)
+			dense(e.pool.tile(worker), e.k.lanes, w.q, e.k.r4FP8, e.k.t4FP8, e.k.r2t4FP8, fp8Val, 0, k, xs, T, k, s.out, s.ldo, a, b, nil, 1, s.acc)
 			a = b
 		}
 	}
@@ -321,7 +364,7 @@ func dense[E uint8 | uint16 | float32](tile *[12]float32, L int, w []E,
 	t4 func(*E, *float32, *float32, *float32, *float32, int, *[4]float32),
 	r2t4 func(*E, uintptr, *float32, *float32, *float32, *float32, int, *[8]float32),
 	val func(E) float32,
-	w0 int, ldw int, x []float32, T, k int, out []float32, ldo, j0, j1 int, rs []float32, mul float32) {
+	w0 int, ldw int, x []float32, T, k int, out []float32, ldo, j0, j1 int, rs []float32, mul float32, acc bool) {
 	nv := k / L
 	kv := nv * L
 	var esz uintptr
@@ -350,6 +393,13 @@ func dense[E uint8 | uint16 | float32](tile *[12]float32, L int, w []E,
 		}
 		return v
 	}
+	put := func(i, j int, v float32) {
+		if acc {
+			out[i] += fin(j, v)
+		} else {
+			out[i] = fin(j, v)
+		}
+	}
 	o := (*[4]float32)(tile[0:4])
 	o8 := (*[8]float32)(tile[4:12])
 	if T == 1 {
@@ -357,12 +407,12 @@ func dense[E uint8 | uint16 | float32](tile *[12]float32, L int, w []E,
 		for ; j+4 <= j1; j += 4 {
 			r4(&w[j*ldw], ld, &x[0], nv, o)
 			for r := range 4 {
-				out[j+r] = fin(j+r, o[r]+tail(j+r, 0))
+				put(j+r, j+r, o[r]+tail(j+r, 0))
 			}
 		}
 		for ; j < j1; j++ {
 			t4(&w[j*ldw], &x[0], &x[0], &x[0], &x[0], nv, o)
-			out[j] = fin(j, o[0]+tail(j, 0))
+			put(j, j, o[0]+tail(j, 0))
 		}
 		return
 	}
@@ -377,15 +427,15 @@ func dense[E uint8 | uint16 | float32](tile *[12]float32, L int, w []E,
 			r2t4(&w[j*ldw], ld, xp[0], xp[1], xp[2], xp[3], nv, o8)
 			for i := range nt {
 				t := tg + i
-				out[t*ldo+j] = fin(j, o8[i]+tail(j, t))
-				out[t*ldo+j+1] = fin(j+1, o8[4+i]+tail(j+1, t))
+				put(t*ldo+j, j, o8[i]+tail(j, t))
+				put(t*ldo+j+1, j+1, o8[4+i]+tail(j+1, t))
 			}
 		}
 		for ; j < j1; j++ {
 			t4(&w[j*ldw], xp[0], xp[1], xp[2], xp[3], nv, o)
 			for i := range nt {
 				t := tg + i
-				out[t*ldo+j] = fin(j, o[i]+tail(j, t))
+				put(t*ldo+j, j, o[i]+tail(j, t))
 			}
 		}
 	}

@@ -231,3 +231,46 @@ func TestMatMulErrors(t *testing.T) {
 		t.Error("level 42: no error")
 	}
 }
+
+// TestPrefetchSameBits: the prefetching BF16 tile (FT_HOST_PREFETCH)
+// gives the bits of the plain one, at every SIMD level and distance.
+func TestPrefetchSameBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, l := range Levels() {
+		if l == Generic {
+			continue
+		}
+		plain, err := NewEngine(Options{Threads: 2, Level: l, PrefetchBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer plain.Close()
+		for _, pf := range []int{64, 512, 4096} {
+			e, err := NewEngine(Options{Threads: 2, Level: l, PrefetchBytes: pf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			for _, sh := range [][2]int{{4, 16}, {9, 100}, {64, 4096}, {130, 1000}} {
+				w := randMat(r, runtime.BF16, sh[0], sh[1])
+				x := randF32(r, sh[1])
+				a, b := make([]float32, sh[0]), make([]float32, sh[0])
+				if err := plain.MatMul(a, x, 1, w); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.MatMul(b, x, 1, w); err != nil {
+					t.Fatal(err)
+				}
+				for i := range a {
+					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+						t.Fatalf("%v prefetch %d, %dx%d: row %d = %v, plain %v", l, pf, sh[0], sh[1], i, b[i], a[i])
+					}
+				}
+			}
+		}
+	}
+	t.Setenv("FT_HOST_PREFETCH", "x")
+	if _, err := NewEngine(Options{}); err == nil {
+		t.Fatal("FT_HOST_PREFETCH=x: no error")
+	}
+}

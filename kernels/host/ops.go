@@ -3,6 +3,7 @@ package host
 import (
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -94,11 +95,20 @@ func (e *Engine) GateUpSiLU(out, x []float32, T int, wg, wu kernels.Mat) error {
 		clear(out) // silu(0)·0
 		return nil
 	}
+	ph := e.gateUpPhase(out, x, T, wg, wu)
+	e.pool.Run(ph.N, ph.Chunk, ph.Fn)
+	return nil
+}
+
+// gateUpPhase is GateUpSiLU's pool job for checked operands with T, rows
+// and columns non-zero.
+func (e *Engine) gateUpPhase(out, x []float32, T int, wg, wu kernels.Mat) Phase {
+	n := wg.Rows
 	g, u := fromMat(wg), fromMat(wu)
 	nq := (n + 3) / 4
-	bytes := 2 * n * k * g.elemSize()
+	bytes := 2 * n * wg.Cols * g.elemSize()
 	chunk := e.gemvChunk(nq, bytes)
-	e.pool.Run(nq, chunk, func(worker, lo, hi int) {
+	return Phase{N: nq, Chunk: chunk, Fn: func(worker, lo, hi int) {
 		j0, j1 := 4*lo, min(4*hi, n)
 		m := j1 - j0
 		up := e.pool.Scratch(worker, T*m)
@@ -108,8 +118,7 @@ func (e *Engine) GateUpSiLU(out, x []float32, T int, wg, wu kernels.Mat) error {
 			o := out[t*n+j0 : t*n+j1]
 			siluMul(o, o, up[t*m:(t+1)*m])
 		}
-	})
-	return nil
+	}}
 }
 
 // denseRows computes rows [j0,j1) of the BF16, F16 or F32 weight w for T
@@ -119,11 +128,11 @@ func (e *Engine) denseRows(worker int, w *weight, x []float32, T, j0, j1 int, ou
 	m, k := j1-j0, w.cols
 	switch w.dt {
 	case runtime.BF16:
-		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4BF16, e.k.t4BF16, e.k.r2t4BF16, bf16Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1, false)
 	case runtime.F16:
-		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.half, e.k.r4F16, e.k.t4F16, e.k.r2t4F16, f16Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1, false)
 	case runtime.F32:
-		dense(e.pool.tile(worker), e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1)
+		dense(e.pool.tile(worker), e.k.lanes, w.f32, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, j0*k, k, x, T, k, out, ldo, 0, m, nil, 1, false)
 	default:
 		panic(fmt.Sprintf("host: denseRows of a %v weight", w.dt))
 	}
@@ -139,32 +148,27 @@ func (e *Engine) Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads,
 	if e.k == nil {
 		return kernels.AttentionWindow(out, q, kCache, vCache, nTok, pos0, nHeads, nKV, d, window, nil)
 	}
-	if window < 0 {
-		return fmt.Errorf("host.Attention: sliding window %d is negative (0 means none)", window)
+	if err := checkAttention(out, q, kCache, vCache, nTok, pos0, nHeads, nKV, d, window); err != nil {
+		return err
 	}
-	if nTok < 0 || pos0 < 0 || nHeads <= 0 || nKV <= 0 || d <= 0 || nHeads%nKV != 0 {
-		return fmt.Errorf("host.Attention: nTok %d, pos0 %d, nHeads %d, nKV %d, d %d: want non-negative nTok, pos0, positive sizes and nHeads a multiple of nKV",
-			nTok, pos0, nHeads, nKV, d)
-	}
-	if want := nTok * nHeads * d; len(q) != want || len(out) != want {
-		return fmt.Errorf("host.Attention: q has %d and out %d values, want nTok·nHeads·d = %d", len(q), len(out), want)
-	}
-	stride := nKV * d
-	if len(kCache)%stride != 0 || len(vCache) != len(kCache) {
-		return fmt.Errorf("host.Attention: caches hold %d (k) and %d (v) values, want equal multiples of nKV·d = %d", len(kCache), len(vCache), stride)
-	}
-	ctx := pos0 + nTok
-	if capacity := len(kCache) / stride; ctx > capacity {
-		return fmt.Errorf("host.Attention: positions up to %d exceed the cache capacity %d", ctx, capacity)
-	}
+	ph, release := e.attnPhase(out, q, kCache, vCache, nTok, pos0, nHeads, nKV, d, window)
+	e.pool.Run(ph.N, ph.Chunk, ph.Fn)
+	release()
+	return nil
+}
+
+// attnPhase is Attention's pool job for checked operands; release returns
+// its scratch once the job is done.
+func (e *Engine) attnPhase(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, d, window int) (ph Phase, release func()) {
 	G := nHeads / nKV
 	L := e.k.lanes
+	stride := nKV * d
+	ctx := pos0 + nTok
 	scale := float32(1 / math.Sqrt(float64(d)))
 	if S := e.attnSplits(nTok*nKV, ctx); S > 1 {
-		e.attentionSplit(out, q, kCache, vCache, nTok, pos0, nHeads, nKV, d, window, S)
-		return nil
+		return e.attentionSplit(out, q, kCache, vCache, nTok, pos0, nHeads, nKV, d, window, S)
 	}
-	e.pool.Run(nTok*nKV, 1, func(worker, u0, u1 int) {
+	return Phase{N: nTok * nKV, Chunk: 1, Fn: func(worker, u0, u1 int) {
 		sc := e.pool.Scratch(worker, G*ctx)
 		for u := u0; u < u1; u++ {
 			t, kvh := u/nKV, u%nKV
@@ -176,7 +180,7 @@ func (e *Engine) Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads,
 			m := n - lo
 			h0 := t*nHeads + kvh*G // first query head row of the group
 			qg := q[h0*d : (h0+G)*d]
-			dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, lo*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale)
+			dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, lo*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale, false)
 			for g := range G {
 				s := sc[g*m : (g+1)*m]
 				mx := float32(math.Inf(-1))
@@ -192,6 +196,12 @@ func (e *Engine) Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads,
 				inv := 1 / sum
 				o := out[(h0+g)*d : (h0+g+1)*d]
 				clear(o)
+				if attnOnePass {
+					for i := range s {
+						s[i] *= inv
+					}
+					continue
+				}
 				nv := d / L
 				for i, a := range s {
 					off := (lo+i)*stride + kvh*d
@@ -205,9 +215,11 @@ func (e *Engine) Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads,
 					}
 				}
 			}
+			if attnOnePass {
+				e.axpyHeads(out[h0*d:], d, vCache, sc, m, G, lo*stride+kvh*d, stride, d)
+			}
 		}
-	})
-	return nil
+	}}, func() {}
 }
 
 // attnMinSplit is the fewest cached positions a split of one (token, KV
@@ -242,7 +254,7 @@ var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
 // weighted sum of V rows, and the split that finishes a unit last merges
 // its S partials into out. It keeps every thread busy when there are fewer
 // units than threads (one decode token, 8 KV heads, 16 threads).
-func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, d, window, S int) {
+func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, d, window, S int) (Phase, func()) {
 	G := nHeads / nKV
 	L := e.k.lanes
 	stride := nKV * d
@@ -250,7 +262,6 @@ func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nH
 	units := nTok * nKV
 	per := d + 2 // a head's partial: max, sum, o[d]
 	st := attnScratchPool.Get().(*attnScratch)
-	defer attnScratchPool.Put(st)
 	if need := units * S * G * per; cap(st.part) < need {
 		st.part = make([]float32, need)
 	}
@@ -262,7 +273,7 @@ func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nH
 		cnt[i].Store(0)
 	}
 	ctx := pos0 + nTok
-	e.pool.Run(units*S, 1, func(worker, i0, i1 int) {
+	return Phase{N: units * S, Chunk: 1, Fn: func(worker, i0, i1 int) {
 		sc := e.pool.Scratch(worker, G*((ctx+S-1)/S+1))
 		for i := i0; i < i1; i++ {
 			u, sp := i/S, i%S
@@ -285,7 +296,7 @@ func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nH
 			} else {
 				m := b - a
 				qg := q[h0*d : (h0+G)*d]
-				dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, a*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale)
+				dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, a*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale, false)
 				for g := range G {
 					sg := sc[g*m : (g+1)*m]
 					mx := float32(math.Inf(-1))
@@ -300,8 +311,13 @@ func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nH
 					}
 					o := pp[g*per+2 : (g+1)*per]
 					clear(o)
-					e.axpyRows(o, vCache, sg, a*stride+kvh*d, stride, d)
+					if !attnOnePass {
+						e.axpyRows(o, vCache, sg, a*stride+kvh*d, stride, d)
+					}
 					pp[g*per], pp[g*per+1] = mx, sum
+				}
+				if attnOnePass {
+					e.axpyHeads(pp[2:], per, vCache, sc, m, G, a*stride+kvh*d, stride, d)
 				}
 			}
 			if cnt[u].Add(1) != int32(S) {
@@ -334,7 +350,7 @@ func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nH
 				}
 			}
 		}
-	})
+	}}, func() { attnScratchPool.Put(st) }
 }
 
 // axpyRows sets o += Σ_i a[i]·v[off+i·stride : off+i·stride+d].
@@ -348,6 +364,74 @@ func (e *Engine) axpyRows(o, v, a []float32, off, stride, d int) {
 		}
 		for c := nv * L; c < d; c++ {
 			o[c] += ai * vr[c]
+		}
+	}
+}
+
+// checkAttention validates Attention's operands.
+func checkAttention(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, d, window int) error {
+	if window < 0 {
+		return fmt.Errorf("host.Attention: sliding window %d is negative (0 means none)", window)
+	}
+	if nTok < 0 || pos0 < 0 || nHeads <= 0 || nKV <= 0 || d <= 0 || nHeads%nKV != 0 {
+		return fmt.Errorf("host.Attention: nTok %d, pos0 %d, nHeads %d, nKV %d, d %d: want non-negative nTok, pos0, positive sizes and nHeads a multiple of nKV",
+			nTok, pos0, nHeads, nKV, d)
+	}
+	if want := nTok * nHeads * d; len(q) != want || len(out) != want {
+		return fmt.Errorf("host.Attention: q has %d and out %d values, want nTok·nHeads·d = %d", len(q), len(out), want)
+	}
+	stride := nKV * d
+	if len(kCache)%stride != 0 || len(vCache) != len(kCache) {
+		return fmt.Errorf("host.Attention: caches hold %d (k) and %d (v) values, want equal multiples of nKV·d = %d", len(kCache), len(vCache), stride)
+	}
+	ctx := pos0 + nTok
+	if capacity := len(kCache) / stride; ctx > capacity {
+		return fmt.Errorf("host.Attention: positions up to %d exceed the cache capacity %d", ctx, capacity)
+	}
+	return nil
+}
+
+// attnOnePass is whether attention applies each V row to all of its
+// group's query heads while the row is in L1 (axpyHeads: one pass over the
+// V cache) rather than one pass per head (FT_HOST_ATTN=legacy); the sums
+// run in the same order either way (the same bits).
+var attnOnePass = os.Getenv("FT_HOST_ATTN") != "legacy"
+
+// axpyHeads sets o_g += Σ_i a[g·m+i]·v[off+i·stride : off+i·stride+d] for
+// g < G, o_g = o[g·ostride : g·ostride+d], in one pass over the m rows of
+// v: each row is added into every head's output while it is in cache.
+func (e *Engine) axpyHeads(o []float32, ostride int, v, a []float32, m, G, off, stride, d int) {
+	if m == 0 {
+		return
+	}
+	g0 := 0
+	if C := e.k.wsumCols; e.k.wsum4 != nil && d%C == 0 {
+		// Four heads at a time, C columns at a time, in registers.
+		_ = v[off+(m-1)*stride+d-1]
+		_ = a[G*m-1]
+		for ; g0+4 <= G; g0 += 4 {
+			for c := 0; c < d; c += C {
+				e.k.wsum4(&o[g0*ostride+c], &o[(g0+1)*ostride+c], &o[(g0+2)*ostride+c], &o[(g0+3)*ostride+c],
+					&a[g0*m], uintptr(4*m), &v[off+c], uintptr(4*stride), m)
+			}
+		}
+		if g0 == G {
+			return
+		}
+	}
+	L := e.k.lanes
+	nv := d / L
+	for i := range m {
+		vr := v[off+i*stride : off+i*stride+d]
+		for g := g0; g < G; g++ {
+			og := o[g*ostride : g*ostride+d]
+			ai := a[g*m+i]
+			if nv > 0 {
+				e.k.axpy(&og[0], &vr[0], ai, nv)
+			}
+			for c := nv * L; c < d; c++ {
+				og[c] += ai * vr[c]
+			}
 		}
 	}
 }

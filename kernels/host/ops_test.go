@@ -77,6 +77,9 @@ func TestAttentionEqualsReference(t *testing.T) {
 		// (attentionSplit), some splits empty under a short window.
 		{1, 700, 8, 2, 64, 0}, {1, 511, 32, 8, 128, 0}, {1, 300, 4, 4, 32, 100}, {2, 200, 4, 1, 16, 0},
 		{1, 200, 2, 1, 8, 1}, {1, 260, 3, 1, 20, 130},
+		// Groups of 4 query heads on the register kernel (wsum4), with
+		// heads left over (6 a group) and widths of several column blocks.
+		{1, 130, 8, 1, 64, 0}, {1, 77, 12, 2, 128, 0}, {2, 300, 16, 2, 128, 50}, {1, 600, 32, 8, 128, 0},
 	}
 	for _, e := range engines(t) {
 		split := 0
@@ -113,5 +116,33 @@ func TestAttentionEqualsReference(t *testing.T) {
 	e := engines(t)[len(engines(t))-1]
 	if err := e.Attention(make([]float32, 4), make([]float32, 4), make([]float32, 4), make([]float32, 4), 1, 3, 1, 1, 4, 0); err == nil {
 		t.Error("positions past the cache: no error")
+	}
+}
+
+// TestAttentionOnePassSameBits: the one-pass weighted sum (axpyHeads, with
+// the register kernel where it applies) gives the bits of the per-head
+// passes (FT_HOST_ATTN=legacy), split and unsplit.
+func TestAttentionOnePassSameBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	defer func(v bool) { attnOnePass = v }(attnOnePass)
+	for _, e := range engines(t) {
+		for _, c := range []struct{ pos0, H, K, d, window int }{
+			{40, 32, 8, 128, 0}, {700, 32, 8, 128, 0}, {300, 12, 2, 64, 0}, {90, 8, 2, 48, 20}, {520, 6, 1, 32, 0},
+		} {
+			q := randF32(r, c.H*c.d)
+			kc, vc := randF32(r, (c.pos0+1)*c.K*c.d), randF32(r, (c.pos0+1)*c.K*c.d)
+			outs := [2][]float32{make([]float32, len(q)), make([]float32, len(q))}
+			for i, one := range []bool{true, false} {
+				attnOnePass = one
+				if err := e.Attention(outs[i], q, kc, vc, 1, c.pos0, c.H, c.K, c.d, c.window); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range outs[0] {
+				if math.Float32bits(outs[0][i]) != math.Float32bits(outs[1][i]) {
+					t.Fatalf("%v/%d threads/%+v: [%d] one pass %v, per head %v", e.Level(), e.Threads(), c, i, outs[0][i], outs[1][i])
+				}
+			}
+		}
 	}
 }

@@ -26,6 +26,11 @@ import (
 type Pool struct {
 	threads int
 	spin    time.Duration
+	// phaseSpin is how long a helper spins for the next job after a
+	// RunPhases job (a host stretch's next layer comes within
+	// microseconds) before it parks: phaseSpin unless the spin was set
+	// explicitly (Options.SpinWait, FT_HOST_SPIN), then spin.
+	afterPhases time.Duration
 
 	mu      sync.Mutex // one Run at a time
 	closed  bool
@@ -56,8 +61,9 @@ type poolJob struct {
 	fn      func(worker, lo, hi int)
 	n       int64
 	chunk   int64
-	helpers int  // workers 1..helpers take part
-	quit    bool // Close's job: the helpers return
+	helpers int        // workers 1..helpers take part
+	quit    bool       // Close's job: the helpers return
+	phased  *phasedJob // a RunPhases job (fn, n, chunk unused)
 	next    atomic.Int64
 	done    atomic.Int64 // items finished
 	// waiting is 1 while this job's caller is parked on the pool's done
@@ -79,7 +85,7 @@ func newPool(threads int, spin time.Duration) *Pool {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	p := &Pool{threads: threads, spin: spin, scratch: make([][]float32, threads),
+	p := &Pool{threads: threads, spin: spin, afterPhases: max(spin, phaseSpin), scratch: make([][]float32, threads),
 		workers: make([]poolWorker, threads), tiles: make([]poolTile, threads), done: make(chan struct{}, 1)}
 	p.job.Store(&poolJob{}) // generation 0: nothing to do
 	for w := 1; w < threads; w++ {
@@ -119,23 +125,29 @@ func (p *Pool) publish(j *poolJob) {
 func (p *Pool) helper(w int) {
 	pw := &p.workers[w]
 	seen := p.job.Load()
+	spin := p.spin
 	for {
-		j := p.awaitJob(pw, seen)
-		seen = j
+		j := p.awaitJob(pw, seen, spin)
+		seen, spin = j, p.spin
 		if w > j.helpers {
 			continue
 		}
 		if j.quit {
 			return
 		}
+		if j.phased != nil {
+			p.runPhased(j.phased, w)
+			spin = p.afterPhases
+			continue
+		}
 		p.runChunks(j, w)
 	}
 }
 
 // awaitJob returns the current job once it is not seen: spinning for up
-// to p.spin, then parked on pw.wake.
-func (p *Pool) awaitJob(pw *poolWorker, seen *poolJob) *poolJob {
-	if p.spinFor(func() bool { return p.job.Load() != seen }) {
+// to spin, then parked on pw.wake.
+func (p *Pool) awaitJob(pw *poolWorker, seen *poolJob, spin time.Duration) *poolJob {
+	if p.spinUpTo(spin, func() bool { return p.job.Load() != seen }) {
 		return p.job.Load()
 	}
 	for {
@@ -155,8 +167,11 @@ func (p *Pool) awaitJob(pw *poolWorker, seen *poolJob) *poolJob {
 
 // spinFor spins until cond holds or p.spin has passed, yielding the P
 // every few dozen checks; it reports whether cond held.
-func (p *Pool) spinFor(cond func() bool) bool {
-	if p.spin <= 0 {
+func (p *Pool) spinFor(cond func() bool) bool { return p.spinUpTo(p.spin, cond) }
+
+// spinUpTo is spinFor for up to spin.
+func (p *Pool) spinUpTo(spin time.Duration, cond func() bool) bool {
+	if spin <= 0 {
 		return cond()
 	}
 	var start time.Time
@@ -167,7 +182,7 @@ func (p *Pool) spinFor(cond func() bool) bool {
 		if i%32 == 0 {
 			if start.IsZero() {
 				start = time.Now()
-			} else if time.Since(start) > p.spin {
+			} else if time.Since(start) > spin {
 				return false
 			}
 			runtime.Gosched()

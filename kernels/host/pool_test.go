@@ -119,3 +119,61 @@ func TestEngineKnobs(t *testing.T) {
 		}
 	}
 }
+
+// TestRunPhases: each phase covers [0,N) exactly once, its After runs once
+// after all of the phase's chunks and before any chunk of the next phase
+// (a phase reads what the previous After wrote), empty phases' After run
+// in order, whatever the thread count and spin.
+func TestRunPhases(t *testing.T) {
+	for _, threads := range []int{1, 2, 3, 5} {
+		for _, spin := range []time.Duration{0, SpinWait} {
+			p := newPool(threads, spin)
+			for it := range 40 {
+				ns := []int{1 + it%9, 0, 37 + it, 0, 300, 1}
+				hits := make([][]atomic.Int32, len(ns))
+				var order []int // After calls, in order
+				var stage atomic.Int32
+				var bad atomic.Int32
+				phases := make([]Phase, len(ns))
+				for i, n := range ns {
+					hits[i] = make([]atomic.Int32, n)
+					phases[i] = Phase{N: n, Chunk: 1 + (it+i)%5, Fn: func(worker, lo, hi int) {
+						if worker < 0 || worker >= threads || stage.Load() != int32(i) {
+							bad.Add(1)
+						}
+						for j := lo; j < hi; j++ {
+							hits[i][j].Add(1)
+						}
+					}, After: func() {
+						for j := range hits[i] {
+							if hits[i][j].Load() != 1 {
+								bad.Add(1)
+							}
+						}
+						order = append(order, i)
+						stage.Store(int32(i + 1))
+					}}
+				}
+				p.RunPhases(phases)
+				if bad.Load() != 0 {
+					t.Fatalf("threads %d spin %v: a chunk ran outside its phase, with a bad worker, or an After ran early", threads, spin)
+				}
+				if len(order) != len(ns) {
+					t.Fatalf("threads %d: After order %v, want every phase once", threads, order)
+				}
+				for i, o := range order {
+					if o != i {
+						t.Fatalf("threads %d: After order %v", threads, order)
+					}
+				}
+				// A plain Run after a phased job still works.
+				var sum atomic.Int64
+				p.Run(100, 7, func(_, lo, hi int) { sum.Add(int64(hi - lo)) })
+				if sum.Load() != 100 {
+					t.Fatalf("Run after RunPhases covered %d of 100", sum.Load())
+				}
+			}
+			p.Close()
+		}
+	}
+}

@@ -17,7 +17,8 @@ import (
 // sleepyHost is a host backend far slower than its bandwidth estimate: it
 // reports a huge GEMV bandwidth (so the estimate makes every unit nearly
 // free on the host) but sleeps in each RMSNorm, outside the GEMVs the
-// estimate times, as attention and norms do on a real host.
+// estimate times, as attention and norms do on a real host (and in each
+// one-op decode layer).
 type sleepyHost struct {
 	*host.Backend
 	nap time.Duration
@@ -28,6 +29,13 @@ func (sleepyHost) HostBandwidth() float64 { return 1e15 }
 func (s sleepyHost) RMSNorm(out, x, w *runtime.Tensor, eps float32) error {
 	time.Sleep(s.nap)
 	return s.Backend.RMSNorm(out, x, w, eps)
+}
+
+// DecodeLayer sleeps too: a one-token layer on the host backend is one op
+// whose norms do not go through RMSNorm (kernels.DecodeLayerer).
+func (s sleepyHost) DecodeLayer(a kernels.DecodeLayer) (bool, error) {
+	time.Sleep(s.nap)
+	return s.Backend.DecodeLayer(a)
 }
 
 // TestHostMeasuredReplan: with a host backend slower than its estimate,

@@ -24,13 +24,18 @@ func (slowHost) HostBandwidth() float64 { return 1 }
 // (budget: two units; Llama's 4 layers then have all three placements in
 // one forward, the 3-layer fixtures resident and host) gives the resident
 // greedy run's logits within 1e-5 and the same tokens, for every dense
-// fixture family.
+// fixture family, with the host layer's decode steps as one op of one pool
+// job (the default), of five jobs (FT_HOST_LAYER=jobs) and as separate ops
+// (FT_HOST_LAYER=0).
 func TestHostPlacement(t *testing.T) {
-	for _, fx := range batchFixtures {
-		for _, units := range []int64{1, 2} {
-			t.Run(fmt.Sprintf("%s/budget-%d-units", fx.family, units), func(t *testing.T) {
-				hostPlacement(t, fx.dir, fx.family, units)
-			})
+	for _, mode := range []string{"", "jobs", "0"} {
+		t.Setenv("FT_HOST_LAYER", mode)
+		for _, fx := range batchFixtures {
+			for _, units := range []int64{1, 2} {
+				t.Run(fmt.Sprintf("layer-%q/%s/budget-%d-units", mode, fx.family, units), func(t *testing.T) {
+					hostPlacement(t, fx.dir, fx.family, units)
+				})
+			}
 		}
 	}
 }

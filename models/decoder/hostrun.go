@@ -216,6 +216,18 @@ func (c *hostKV) Cap() int { return c.parent.Cap() }
 // Append stores layer's k, v at Len(), allocating the layer's host storage
 // (and bringing its cached positions over) at its first use.
 func (c *hostKV) Append(b kernels.Backend, layer int, k, v *runtime.Tensor) error {
+	if err := c.ensure(layer); err != nil {
+		return err
+	}
+	if err := b.StoreKV(c.k[layer], k, c.Len()); err != nil {
+		return err
+	}
+	return b.StoreKV(c.v[layer], v, c.Len())
+}
+
+// ensure allocates layer's host storage and brings its cached positions
+// over, at the layer's first use on the host.
+func (c *hostKV) ensure(layer int) error {
 	if c.k[layer] == nil {
 		shape := c.parent.K[layer].Shape()
 		kt, err := runtime.NewTensor(c.b.Device(), c.b.ActDType(), shape, fmt.Sprintf("host kv cache layer %d k", layer))
@@ -233,10 +245,7 @@ func (c *hostKV) Append(b kernels.Backend, layer int, k, v *runtime.Tensor) erro
 			return err
 		}
 	}
-	if err := b.StoreKV(c.k[layer], k, c.Len()); err != nil {
-		return err
-	}
-	return b.StoreKV(c.v[layer], v, c.Len())
+	return nil
 }
 
 // release moves layer's positions back to the device cache and drops its
