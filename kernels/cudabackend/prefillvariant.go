@@ -24,6 +24,8 @@ type prefillVariant struct {
 	keys      int    // key positions per tile (sm90a variants)
 	stages    int    // key/value stages in shared memory (sm90a variants)
 	extra     string // sm90a variants: the file of kernels/cuda/sm90a/extra compiled in a module of its own ("": SourceSM90a's module)
+	producers int    // threads of the block that only copy keys and values (wg4: one warpgroup); the others own query rows
+	bars      int    // bytes of mbarriers after the stages in shared memory (wg4)
 }
 
 // prefillVariants lists the configurations; the first is the default.
@@ -54,6 +56,15 @@ var prefillVariants = []prefillVariant{
 	// layout and shared memory. Its module is compiled only when it is
 	// asked for; fa2 where it is missing.
 	{name: "wg3", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, extra: "prefill_wg3.cu"},
+	// wg3's ping-pong with FlashAttention-3's producer warpgroup
+	// (kernels/cuda/sm90a/extra/prefill_wg4.cu): 384 threads, one
+	// warpgroup copying key/value tiles into the three stages and two
+	// consumer warpgroups, per-stage full/empty mbarriers instead of wg3's
+	// block barrier per tile, setmaxnreg moving registers to the consumers.
+	// Its module is compiled only when it is asked for; fa2 where it is
+	// missing.
+	{name: "wg4", rows: 128, threads: 384, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, extra: "prefill_wg4.cu",
+		producers: 128, bars: 128},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200
@@ -84,10 +95,11 @@ func prefillVariantNames() []string {
 // is staged, rows of d+8 bf16 values (PREFILL_VSMEM in prefill_variants.cu,
 // PREFILL_FA2_SMEM in prefill_fa2.cu); for wg 1 KiB of alignment slack,
 // the query tile and its stages of keys and values, unpadded rows (WG_SMEM
-// in sm90a/prefill_wg.cu).
+// in sm90a/prefill_wg.cu), then bars bytes of mbarriers (WG4_SMEM in
+// sm90a/extra/prefill_wg4.cu).
 func (v prefillVariant) smem(d int) int {
 	if v.sm90a {
-		return 1024 + v.rows*d*2 + v.stages*2*v.keys*d*2
+		return 1024 + v.rows*d*2 + v.stages*2*v.keys*d*2 + v.bars
 	}
 	n := 2 * 2 * 64 * (d + 8) * 2
 	if v.qSmem {
