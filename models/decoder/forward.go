@@ -334,7 +334,7 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 		}
 		kc, vc := cache.View(a.Layer) // [C,K,d]
 		att := rows(w.att, T)         // [T,H,d]
-		ah, rs := a.aheadO(b, T) // prefetched by the attention kernel (l2ahead.go)
+		ah, rs := a.aheadO(b, T)      // prefetched by the attention kernel (l2ahead.go)
 		if err := withAhead(ah, rs, func() error {
 			return kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window)
 		}); err != nil {
