@@ -219,8 +219,11 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 		}
 	}
 	if bs == nil && !prenormed {
-		var err error
-		if in, err = normInput(b, h, x, l.InputNorm, l.Attn, l.Attn.Q, l.Attn.K, l.Attn.V); err != nil {
+		a, rs := l.aheadQKV(b, T) // prefetched by the norm's kernel (l2ahead.go)
+		if err := withAhead(a, rs, func() (err error) {
+			in, err = normInput(b, h, x, l.InputNorm, l.Attn, l.Attn.Q, l.Attn.K, l.Attn.V)
+			return err
+		}); err != nil {
 			return err
 		}
 	} else if bs != nil {
@@ -254,8 +257,15 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	} else if oTail != nil && oTail.ran {
 		// h holds PostNorm(x) already.
 	} else if accAttn != nil && accMLP != nil {
-		var err error
-		if mlpIn, err = normInput(b, h, x, l.PostNorm, l.MLP, l.MLP.Gate, l.MLP.Up); err != nil {
+		var a kernels.L2Aheader
+		var rs []kernels.L2Region
+		if bs == nil {
+			a, rs = l.aheadMLP(b, T) // prefetched by the norm's kernel (l2ahead.go)
+		}
+		if err := withAhead(a, rs, func() (err error) {
+			mlpIn, err = normInput(b, h, x, l.PostNorm, l.MLP, l.MLP.Gate, l.MLP.Up)
+			return err
+		}); err != nil {
 			return err
 		}
 	} else if accAttn != nil {
@@ -324,7 +334,10 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 		}
 		kc, vc := cache.View(a.Layer) // [C,K,d]
 		att := rows(w.att, T)         // [T,H,d]
-		if err := kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window); err != nil {
+		ah, rs := a.aheadO(b, T)      // prefetched by the attention kernel (l2ahead.go)
+		if err := withAhead(ah, rs, func() error {
+			return kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window)
+		}); err != nil {
 			return err
 		}
 		return a.output(b, out, att, acc)
