@@ -82,16 +82,19 @@ func (k *prefillKernels) allowSmem() {
 }
 
 // availablePrefill is v, or base where the device could not take v's
-// kernel; wg falls back to fa2 first (its sm_90a module is missing off
-// compute capability 9.0, or where it did not compile or load).
+// kernel; an sm_90a variant falls back to wg, then fa2 first (its module
+// is missing off compute capability 9.0, or where it did not compile or
+// load).
 func (b *Backend) availablePrefill(v prefillVariant, d int, varlen bool) prefillVariant {
 	if b.prefillKernel(v, d, varlen) != nil {
 		return v
 	}
 	if v.sm90a {
-		for _, f := range prefillVariants {
-			if f.name == "fa2" && f.hasWidth(d) && b.prefillKernel(f, d, varlen) != nil {
-				return f
+		for _, name := range []string{"wg", "fa2"} {
+			for _, f := range prefillVariants {
+				if f.name == name && f.name != v.name && f.hasWidth(d) && b.prefillKernel(f, d, varlen) != nil {
+					return f
+				}
 			}
 		}
 	}

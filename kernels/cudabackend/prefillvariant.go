@@ -77,8 +77,13 @@ var prefillVariants = []prefillVariant{
 // MMA) then measured faster on the H200 (fifth session, bench/h200-s5c.sh):
 // attention 50.3 against fa2's 66.7 ms at 8,192 tokens (forward 215.8
 // against 228.1 ms), 64 × 512 packed 728.3 against 733.8 ms. Off compute
-// capability 9.0 wg falls back to fa2 (availablePrefill).
-const autoPrefillVariant = "wg"
+// capability 9.0 wg falls back to fa2 (availablePrefill). wg3 (ping-pong
+// between the two warpgroups) then measured faster (sixth session,
+// bench/h200-s6a.sh and s6c.sh, interleaved runs): prefill 8,192 213.9,
+// 212.7 and 212.9 ms against wg's 216.4, 219.4 and 214.8; 64 × 512 packed
+// the same (737.8 against 738.0). Where its module is missing it falls back
+// to wg, then fa2.
+const autoPrefillVariant = "wg3"
 
 // prefillVariantNames lists the values FT_PREFILL_VARIANT takes ("" and
 // "auto" choose per call).

@@ -21,11 +21,11 @@ func TestChoosePrefillVariant(t *testing.T) {
 		want, wantKernel  string
 		wantRows, threads int
 	}{
-		{"", 128, false, true, "wg", "attn_prefill_wg_d128_bf16", 128, 256},
-		{"auto", 128, false, true, "wg", "attn_prefill_wg_d128_bf16", 128, 256},
-		{"", 128, true, true, "wg", "attn_varlen_prefill_wg_d128_bf16", 128, 256},
+		{"", 128, false, true, "wg3", "attn_prefill_wg3_d128_bf16", 128, 256},
+		{"auto", 128, false, true, "wg3", "attn_prefill_wg3_d128_bf16", 128, 256},
+		{"", 128, true, true, "wg3", "attn_varlen_prefill_wg3_d128_bf16", 128, 256},
 		{"", 128, false, false, "base", "attn_prefill_d128_bf16", 128, 256},
-		{"", 64, true, true, "wg", "attn_varlen_prefill_wg_d64_bf16", 128, 256},
+		{"", 64, true, true, "wg3", "attn_varlen_prefill_wg3_d64_bf16", 128, 256},
 		{"", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
 		{"w4m32", 128, false, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
 		{"w4m32", 128, true, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
