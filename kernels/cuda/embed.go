@@ -55,7 +55,8 @@ var sm90aFiles embed.FS
 // architecture-specific features (sm_90a: warpgroup MMA), compiled as a
 // module of their own on compute capability 9.0 only: common.cuh, then the
 // .cu files of sm90a/ in name order (sm90a/prefill_wg.cu: prefill
-// attention on wgmma, FT_PREFILL_VARIANT=wg). They are not part of Source,
+// attention on wgmma, FT_PREFILL_VARIANT=wg; sm90a/prefill_wg3.cu: its
+// ping-pong variant wg3, the default). They are not part of Source,
 // which is compiled for every device's plain sm_XY.
 func SourceSM90a() string { return unit(sm90aFiles, "sm90a") }
 
@@ -63,7 +64,7 @@ func SourceSM90a() string { return unit(sm90aFiles, "sm90a") }
 var sm90aExtraFiles embed.FS
 
 // SM90aExtras lists the files of sm90a/extra/: experimental sm_90a
-// variants (sm90a/extra/prefill_wg3.cu and prefill_wg4.cu: FT_PREFILL_VARIANT=wg3, wg4), each
+// variants (sm90a/extra/prefill_wg4.cu: FT_PREFILL_VARIANT=wg4), each
 // compiled as a module of its own only when its variant is asked for, so
 // that neither its compile time nor a compile error of it reaches the
 // default's module.

@@ -69,8 +69,8 @@ func TestSourceSM90a(t *testing.T) {
 // SourceSM90a; an unknown name is an error naming it.
 func TestSourceSM90aExtra(t *testing.T) {
 	extras := SM90aExtras()
-	if !slices.Contains(extras, "prefill_wg3.cu") {
-		t.Fatalf("SM90aExtras %v lacks prefill_wg3.cu", extras)
+	if !slices.Contains(extras, "prefill_wg4.cu") {
+		t.Fatalf("SM90aExtras %v lacks prefill_wg4.cu", extras)
 	}
 	for _, name := range extras {
 		src, err := SourceSM90aExtra(name)

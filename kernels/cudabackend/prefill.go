@@ -82,9 +82,9 @@ func (k *prefillKernels) allowSmem() {
 }
 
 // availablePrefill is v, or base where the device could not take v's
-// kernel; an sm_90a variant falls back to wg, then fa2 first (its module
-// is missing off compute capability 9.0, or where it did not compile or
-// load).
+// kernel; an sm_90a variant falls back to wg (from another module), then
+// fa2 first (a module is missing off compute capability 9.0, or where it
+// did not compile or load).
 func (b *Backend) availablePrefill(v prefillVariant, d int, varlen bool) prefillVariant {
 	if b.prefillKernel(v, d, varlen) != nil {
 		return v

@@ -50,19 +50,19 @@ var prefillVariants = []prefillVariant{
 	// to fa2.
 	{name: "wg", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3},
 	// wg with FlashAttention-3's ping-pong between the two warpgroups
-	// (kernels/cuda/sm90a/extra/prefill_wg3.cu): one warpgroup's softmax
-	// runs while the other's wgmmas (S of its tile, P·V of its previous
-	// one) are on the tensor cores, ordered by two named barriers; same
-	// layout and shared memory. Its module is compiled only when it is
-	// asked for; fa2 where it is missing.
-	{name: "wg3", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, extra: "prefill_wg3.cu"},
+	// (kernels/cuda/sm90a/prefill_wg3.cu, in wg's module): one warpgroup's
+	// softmax runs while the other's wgmmas (S of its tile, P·V of its
+	// previous one) are on the tensor cores, ordered by two named barriers;
+	// same layout and shared memory. The default on compute capability 9.0;
+	// fa2 where the module is missing.
+	{name: "wg3", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3},
 	// wg3's ping-pong with FlashAttention-3's producer warpgroup
 	// (kernels/cuda/sm90a/extra/prefill_wg4.cu): 384 threads, one
 	// warpgroup copying key/value tiles into the three stages and two
 	// consumer warpgroups, per-stage full/empty mbarriers instead of wg3's
 	// block barrier per tile, setmaxnreg moving registers to the consumers.
-	// Its module is compiled only when it is asked for; fa2 where it is
-	// missing.
+	// Its module is compiled only when it is asked for; wg, else fa2,
+	// where it is missing.
 	{name: "wg4", rows: 128, threads: 384, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, extra: "prefill_wg4.cu",
 		producers: 128, bars: 128},
 }
@@ -81,8 +81,8 @@ var prefillVariants = []prefillVariant{
 // between the two warpgroups) then measured faster (sixth session,
 // bench/h200-s6a.sh and s6c.sh, interleaved runs): prefill 8,192 213.9,
 // 212.7 and 212.9 ms against wg's 216.4, 219.4 and 214.8; 64 × 512 packed
-// the same (737.8 against 738.0). Where its module is missing it falls back
-// to wg, then fa2.
+// the same (737.8 against 738.0). Where its module (wg's) is missing, fa2
+// runs.
 const autoPrefillVariant = "wg3"
 
 // prefillVariantNames lists the values FT_PREFILL_VARIANT takes ("" and

@@ -108,7 +108,7 @@ func TestPrefillVariantSmem(t *testing.T) {
 
 // TestPrefillVariantKernelNames: every kernel name the backend asks for is
 // declared in the source it looks it up in: the sm90a variants' in
-// SourceSM90a (wg) or in their own file of sm90a/extra (wg3, compiled as
+// SourceSM90a (wg, wg3) or in their own file of sm90a/extra (wg4, compiled as
 // SourceSM90aExtra), the others' in Source; no extra file's kernel is in
 // SourceSM90a (it would be compiled with the default's module).
 func TestPrefillVariantKernelNames(t *testing.T) {

@@ -13,15 +13,15 @@ import (
 )
 
 // prefillWG is one sm_90a module of the prefill attention on warpgroup
-// MMA: SourceSM90a (variant wg, kernels/cuda/sm90a/prefill_wg.cu) where
+// MMA: SourceSM90a (variants wg and wg3, kernels/cuda/sm90a/) where
 // extra is "", else SourceSM90aExtra(extra), an experimental variant's
-// file of kernels/cuda/sm90a/extra (wg3, wg4) compiled on its own so that its
+// file of kernels/cuda/sm90a/extra (wg4) compiled on its own so that its
 // compile time and errors stay out of the default's module. Each is
 // compiled and loaded once, on compute capability 9.0 only: when the
 // backend is made with FT_PREFILL_VARIANT naming one of its variants, else
 // on the first launch that asks for it. Where it cannot be had (another
 // device, an NVRTC without sm_90a, a compile or load error) function
-// returns nil, the launch falls back to fa2 (availablePrefill), and
+// returns nil, the launch falls back to wg, else fa2 (availablePrefill), and
 // FT_TRACE=1 says why on stderr.
 type prefillWG struct {
 	dev   *cuda.Device
@@ -62,7 +62,7 @@ func (w *prefillWG) load() {
 	w.once.Do(func() {
 		w.fns, w.err = loadPrefillWG(w.dev, w.extra)
 		if w.err != nil && os.Getenv("FT_TRACE") == "1" {
-			fmt.Fprintf(os.Stderr, "trace: sm_90a prefill module %q not loaded, fa2 runs instead of its variants: %v\n", w.extra, w.err)
+			fmt.Fprintf(os.Stderr, "trace: sm_90a prefill module %q not loaded, its variants fall back (wg, else fa2): %v\n", w.extra, w.err)
 		}
 	})
 }

@@ -1,9 +1,7 @@
 // Prefill attention on warpgroup MMA with ping-pong scheduling between the
-// two warpgroups (variant wg3, FT_PREFILL_VARIANT=wg3). An experimental
-// variant: it lives in sm90a/extra/ and is compiled as a module of its own
-// (SourceSM90aExtra: SourceSM90a, whose helpers it uses, then this file)
-// only when wg3 is asked for, so that the default wg's module neither
-// waits for it nor fails with it. Same arguments and results as wg.
+// two warpgroups (variant wg3, FT_PREFILL_VARIANT=wg3; the default on
+// compute capability 9.0). It follows prefill_wg.cu in SourceSM90a's
+// module and uses its helpers. Same arguments and results as wg.
 //
 // prefill_wg.cu's layout (two warpgroups × 64 query rows, 128-position
 // key/value tiles by cp.async into 128-byte swizzled shared memory, three
