@@ -3,6 +3,7 @@ package all_test
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/testmodel"
@@ -17,6 +18,20 @@ import (
 type slowHost struct{ *host.Backend }
 
 func (slowHost) HostBandwidth() float64 { return 1 }
+
+// countedHost is slowHost counting the decode steps its one-op layer ran.
+type countedHost struct {
+	slowHost
+	runs *atomic.Int64
+}
+
+func (c countedHost) DecodeLayer(a kernels.DecodeLayer) (bool, error) {
+	ran, err := c.slowHost.DecodeLayer(a)
+	if ran {
+		c.runs.Add(1)
+	}
+	return ran, err
+}
 
 // TestHostPlacement: a model offloaded onto a CPU "device" with layer 1
 // computed on the host (kernels/host on a CPU device of its own) and the
@@ -33,14 +48,24 @@ func TestHostPlacement(t *testing.T) {
 		for _, fx := range batchFixtures {
 			for _, units := range []int64{1, 2} {
 				t.Run(fmt.Sprintf("layer-%q/%s/budget-%d-units", mode, fx.family, units), func(t *testing.T) {
-					hostPlacement(t, fx.dir, fx.family, units)
+					runs := hostPlacement(t, fx.dir, fx.family, units)
+					// Llama's and Mistral's layers are what the one op
+					// describes; Qwen2's biases and Qwen3's q/k norms
+					// make it decline; FT_HOST_LAYER=0 turns it off.
+					want := mode != "0" && (fx.family == "llama" || fx.family == "mistral")
+					if (runs > 0) != want {
+						t.Errorf("the host layer's one op ran %d decode steps, want them run: %v", runs, want)
+					}
 				})
 			}
 		}
 	}
 }
 
-func hostPlacement(t *testing.T, dir, family string, units int64) {
+// hostPlacement runs one case of TestHostPlacement and returns how many
+// decode steps the host layer's one op ran.
+func hostPlacement(t *testing.T, dir, family string, units int64) int64 {
+	var runs atomic.Int64
 	fx := struct{ dir, family string }{dir, family}
 	{
 		{
@@ -69,7 +94,7 @@ func hostPlacement(t *testing.T, dir, family string, units int64) {
 			cfg := offload.DefaultConfig(dev)
 			cfg.GPUBudget = offload.Budget{Bytes: fixed + units*unit}
 			cfg.TransferBlocks = 1
-			cfg.HostBackend = slowHost{hbk}
+			cfg.HostBackend = countedHost{slowHost{hbk}, &runs}
 			cfg.HostUnits = []string{"model.layers.1"}
 			cfg.OffloadTiming = offload.TimingEager
 			if err := offload.Offload(m, &cfg, name); err != nil {
@@ -107,6 +132,7 @@ func hostPlacement(t *testing.T, dir, family string, units int64) {
 			}
 		}
 	}
+	return runs.Load()
 }
 
 func argmax(xs []float32) int {
