@@ -37,7 +37,7 @@ With --layer (on the H200 machine: --layer --threads 16) it builds one decoder l
 BF16 weights, a host KV cache of --context positions) on the host backend
 and prints the median step of the layer as a host-placed layer runs it, of
 its separate ops (the path FT_HOST_LAYER=0 selects), of its GEMVs alone
-(the floor), and the mean time of each stage of the one-op path. No GPU;
+(the floor), and the median time of each stage of the one-op path. No GPU;
 --layer-scale divides the widths (8: 7 MB, seconds on a small machine).
 `
 

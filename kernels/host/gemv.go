@@ -27,7 +27,9 @@ type Options struct {
 	// when the workers leave a core free (none when they take every core);
 	// negative never spins. After a one-op decode layer (Pool.RunPhases)
 	// the workers spin 50 µs for the next layer whatever the default, but
-	// as set when it is set here or in FT_HOST_SPIN.
+	// as set when it is set here or in FT_HOST_SPIN; the barrier between
+	// the phases of one such layer always spins up to 50 µs before it
+	// parks.
 	SpinWait time.Duration
 	// MaxChunkKiB caps the weight bytes one GEMV pool chunk covers, in KiB;
 	// 0 means the environment's FT_HOST_CHUNK_KIB or else 512; negative

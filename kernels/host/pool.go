@@ -26,7 +26,7 @@ import (
 type Pool struct {
 	threads int
 	spin    time.Duration
-	// phaseSpin is how long a helper spins for the next job after a
+	// afterPhases is how long a helper spins for the next job after a
 	// RunPhases job (a host stretch's next layer comes within
 	// microseconds) before it parks: phaseSpin unless the spin was set
 	// explicitly (Options.SpinWait, FT_HOST_SPIN), then spin.

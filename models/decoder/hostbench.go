@@ -146,7 +146,7 @@ func (h *HostLayerBench) Close() {
 // Step runs the layer on one token at the cache's position (the cache is
 // not committed, so every step is the same) as a host-placed layer runs:
 // one op where the backend has kernels.DecodeLayerer, else the separate
-// ops. It keeps the residual bounded.
+// ops. It puts the input back after the step, so every step is alike.
 func (h *HostLayerBench) Step() error {
 	if err := h.m.Layers[0].Forward(h.b, h.ws, h.x, h.cache); err != nil {
 		return err
@@ -155,9 +155,11 @@ func (h *HostLayerBench) Step() error {
 	return nil
 }
 
+// resetX puts back the token's input the constructor wrote: the step added
+// the layer's output into x.
 func (h *HostLayerBench) resetX() {
 	xv := h.x.F32()
-	for i := range min(8, len(xv)) {
+	for i := range xv {
 		xv[i] = float32(i%13)/13 - 0.5
 	}
 }
