@@ -9,9 +9,8 @@
 // residual-adding GEMV with the RMSNorm after it done by its last block),
 // rope.cu (RoPE, fused RoPE + KV store, also at per-token positions and
 // pool rows), rope_qkv.cu (a decode step's q/k/v GEMV with the biases, RoPE
-// and the KV store in its epilogue), l2prefetch.cu (weights brought into
-// L2 ahead of their GEMV), decode_tr.cu (the transposed one-query decode
-// attention), gemv.cu
+// and the KV store in its epilogue), decode_tr.cu (the transposed one-query
+// decode attention), gemv.cu
 // (one-token matrix-vector products), attention.cu (split-context decode
 // attention and FlashAttention-2-style prefill on tensor cores), paged.cu
 // (the same attentions over a paged KV cache: batched decode and packed

@@ -55,10 +55,14 @@ extern "C" __global__ void rmsnorm_bf16_v8(bf16_t* out, const bf16_t* x, const b
 	rmsnorm_row_v8(out + (usize)blockIdx.x * dim, x + (usize)blockIdx.x * dim, w, dim, eps, sh);
 }
 
-// rmsnorm_f32in_row is rmsnorm_f32in_bf16's row blockIdx.x (after the
-// wait), sh the block's 32 floats of scratch; also prefetch_ahead.cu's
-// rmsnorm_f32in_bf16_ahead, so both write the same bits.
-__device__ __forceinline__ void rmsnorm_f32in_row(bf16_t* out, const float* x, const bf16_t* w, int dim, float eps, float* sh) {
+// rmsnorm_f32in_bf16 is rmsnorm_bf16 reading an fp32 x (the residual stream)
+// and writing bf16: out[r,c] = bf16(x[r,c] / sqrt(mean_c(x[r,c]²) + eps) · w[c]).
+// dim % 4 == 0 and x rows 16-byte aligned. The sums, their order and the
+// roundings (rms_sq4, rms_scale, rms_out) are those of the GEMVs that fold
+// this norm in (gemv.cu's norm_x_smem) at the same block size.
+extern "C" __global__ void rmsnorm_f32in_bf16(bf16_t* out, const float* x, const bf16_t* w, int dim, float eps) {
+	__shared__ float sh[32];
+	ft_pdl_wait();
 	const float4* xr = (const float4*)(x + (usize)blockIdx.x * dim);
 	unsigned* orow = (unsigned*)(out + (usize)blockIdx.x * dim);
 	const unsigned* wv = (const unsigned*)w;
@@ -73,17 +77,6 @@ __device__ __forceinline__ void rmsnorm_f32in_row(bf16_t* out, const float* x, c
 		orow[2 * c] = pack_bf16(rms_out(v.x, scale, __uint_as_float(w0 << 16)), rms_out(v.y, scale, __uint_as_float(w0 & 0xffff0000u)));
 		orow[2 * c + 1] = pack_bf16(rms_out(v.z, scale, __uint_as_float(w1 << 16)), rms_out(v.w, scale, __uint_as_float(w1 & 0xffff0000u)));
 	}
-}
-
-// rmsnorm_f32in_bf16 is rmsnorm_bf16 reading an fp32 x (the residual stream)
-// and writing bf16: out[r,c] = bf16(x[r,c] / sqrt(mean_c(x[r,c]²) + eps) · w[c]).
-// dim % 4 == 0 and x rows 16-byte aligned. The sums, their order and the
-// roundings (rms_sq4, rms_scale, rms_out) are those of the GEMVs that fold
-// this norm in (gemv.cu's norm_x_smem) at the same block size.
-extern "C" __global__ void rmsnorm_f32in_bf16(bf16_t* out, const float* x, const bf16_t* w, int dim, float eps) {
-	__shared__ float sh[32];
-	ft_pdl_wait();
-	rmsnorm_f32in_row(out, x, w, dim, eps, sh);
 }
 
 // add_rmsnorm_f32_bf16 fuses the residual add with the RMSNorm after it:

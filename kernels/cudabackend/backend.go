@@ -175,17 +175,6 @@ type Backend struct {
 	NormTail    bool
 	tailCounter *runtime.DeviceBuffer // gemv_persist_f32acc_norm's last-block counter (normtail.go)
 
-	// L2Plan is the weights a one-token decode step prefetches into L2
-	// (kernels.L2Prefetcher, l2prefetch.go). New sets it from
-	// FT_L2_PREFETCH; off by default.
-	L2Plan kernels.L2PrefetchPlan
-	// L2Ahead is what a one-token decode step's RMSNorm and decode
-	// attention kernels prefetch of the next projection's weights
-	// (kernels.L2Aheader, l2ahead.go); L2AheadLast asks with the
-	// evict_last policy. New sets them from FT_L2_AHEAD; off by default.
-	L2Ahead     kernels.L2AheadBudget
-	L2AheadLast bool
-	ahead       l2Ahead // SetL2Ahead's region
 	// NormRows says when RMSNorm and AddRMSNorm of an F32 residual run
 	// normrows.cu's many-rows kernels (same bits, normrows.go). New sets
 	// it from FT_NORM_ROWS.
@@ -232,8 +221,6 @@ type kernelSet struct {
 	fp8gemm       fp8GemmKernels // per-token quantization and rescaling (fp8gemm.go)
 	norm          *normKernels   // GEMVs with the RMSNorm folded in (normgemv.go)
 	merged        mergedKernels  // column splits after a merged GEMM (merged.go)
-	l2prefetch    *cuda.Function // l2_prefetch_weights (l2prefetch.go)
-	ahead         aheadKernels   // the _ahead twins (l2ahead.go)
 	qkvRoPE       *cuda.Function // gemv3_rope_store_bf16 (qkvrope.go)
 	bulk          *bulkGEMV      // bulk-copy GEMVs, sm_90a (bulkgemv.go)
 
@@ -291,8 +278,6 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	ks.norm = loadNorm(get)
-	ks.l2prefetch = get("l2_prefetch_weights")
-	ks.ahead = loadAhead(get)
 	ks.loadQKVRoPE(get)
 	ks.normRows = loadNormRows(get)
 	if err := errors.Join(errs...); err != nil {
@@ -323,7 +308,6 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	if err := ks.decodeMMA.sizeWave(dev.Multiprocessors()); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
-	ks.ahead.sizeShared(ks.decodeMMA.pipe)
 	modules[dev] = ks
 	dev.AtClose(func() error {
 		modMu.Lock()
@@ -350,14 +334,6 @@ func New(dev runtime.Device) (*Backend, error) {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	gemmMode, err := gemmModeFromEnv()
-	if err != nil {
-		return nil, fmt.Errorf("cudabackend: %w", err)
-	}
-	l2Plan, err := l2PlanFromEnv()
-	if err != nil {
-		return nil, fmt.Errorf("cudabackend: %w", err)
-	}
-	l2Ahead, l2AheadLast, err := l2AheadFromEnv()
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -404,12 +380,10 @@ func New(dev runtime.Device) (*Backend, error) {
 		GEMM:         gemmMode,
 		NoFusedNorm:  noFusedNormFromEnv(),
 		NoMergedGEMM: noMergedFromEnv(),
-		NormTail:     normTailFromEnv(),
-		L2Plan:       l2Plan}
+		NormTail:     normTailFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVBulk = gemvBulk
-	b.L2Ahead, b.L2AheadLast = l2Ahead, l2AheadLast
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -611,13 +585,6 @@ func (b *Backend) RMSNorm(out, x, w *runtime.Tensor, eps float32) error {
 			bytes := int64(rows)*int64(dim)*(4+2) + int64(dim)*2
 			return b.k.normRows.rms[j].LaunchBytes(b.s, bytes, cuda.Dim3{X: rows}, cuda.Dim3{X: threads}, 0,
 				cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(dim), cuda.F32(eps), cuda.I32(ot))
-		}
-		if b.ahead.count > 0 && rows == 1 {
-			threads := min(1024, max(32, (dim/4+31)/32*32))
-			bytes := int64(dim)*(4+2) + int64(dim)*2
-			args := append([]uint64{cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(dim), cuda.F32(eps), cuda.I32(rows)},
-				b.ahead.args(b.L2AheadLast)...)
-			return b.k.ahead.rmsF32.LaunchBytes(b.s, bytes, cuda.Dim3{X: rows + l2AheadNormBlocks(b.ahead.bytes(), threads)}, cuda.Dim3{X: threads}, 0, args...)
 		}
 		f, vec = b.k.rmsF32, 4
 	case dim%8 == 0 && aligned16(out.Ptr(), x.Ptr(), w.Ptr()):

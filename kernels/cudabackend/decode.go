@@ -392,13 +392,9 @@ func (b *Backend) attentionPipe(v pipeVariant, pk *pipeKernels, outP, qP, kP, vP
 	}
 	scale := float32(math.Log2E / math.Sqrt(float64(d)))
 	posp, p0 := b.posArgs(pos0)
-	args := []uint64{cuda.Ptr(outP), cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(cnt), cuda.Ptr(qP), cuda.Ptr(kP), cuda.Ptr(vP),
-		cuda.I32(H), cuda.I32(K), cuda.I32(nsplit), cuda.I32(b.pipeChunk()), posp, p0, cuda.F32(scale), cuda.I32(window)}
-	f := pk.contig
-	if af := b.k.ahead.tr[v.Name()]; af != nil && b.ahead.count > 0 && T == 1 {
-		f, args = af, append(args, b.ahead.args(b.L2AheadLast)...) // the same kernel, prefetching first (l2ahead.go)
-	}
-	return f.LaunchBytes(b.s, kvBytes, cuda.Dim3{X: K / v.H, Y: nsplit, Z: T}, cuda.Dim3{X: 32 * v.W}, v.smem(nsplit, H/K), args...)
+	return pk.contig.LaunchBytes(b.s, kvBytes, cuda.Dim3{X: K / v.H, Y: nsplit, Z: T}, cuda.Dim3{X: 32 * v.W}, v.smem(nsplit, H/K),
+		cuda.Ptr(outP), cuda.Ptr(po), cuda.Ptr(pml), cuda.Ptr(cnt), cuda.Ptr(qP), cuda.Ptr(kP), cuda.Ptr(vP),
+		cuda.I32(H), cuda.I32(K), cuda.I32(nsplit), cuda.I32(b.pipeChunk()), posp, p0, cuda.F32(scale), cuda.I32(window))
 }
 
 // attentionMMA is the one-token (or T-token, each at pos0+t) decode over a

@@ -24,7 +24,6 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 		ks.rope, ks.ropeStore, ks.paged.ropeStore,
 		ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemvAccNorm, ks.gemv3, ks.gateUp,
 		ks.sample, ks.prefill.ropeStore, ks.prefill.ropeStorePaged,
-		ks.l2prefetch, // waits last, after its prefetches (l2prefetch.cu)
 	}
 	for _, m := range []map[int]*cuda.Function{ks.gemv, ks.gemvF32, ks.decodeMMA.contig, ks.decodeMMA.paged} {
 		for _, f := range m {
@@ -37,7 +36,6 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 	fs = append(fs, ks.norm.functions()...)
 	fs = append(fs, ks.qkvRoPE)
 	fs = append(fs, ks.normRows.functions()...)
-	fs = append(fs, ks.ahead.functions()...)
 	return append(fs, ks.fp8.functions()...)
 }
 

@@ -213,17 +213,9 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	accAttn, accMLP := l.accumulators(b, m)
 	in := normed{h: h}
 	prenormed := w.takeNormed(l.InputNorm, x) && T == 1 // the previous down_proj's tail left InputNorm(x) in h (normtail.go)
-	if bs == nil {
-		if err := l.prefetchQKV(b, T); err != nil { // L2, ahead of the norm (l2prefetch.go)
-			return err
-		}
-	}
 	if bs == nil && !prenormed {
-		a, rs := l.aheadQKV(b, T) // prefetched by the norm's kernel (l2ahead.go)
-		if err := withAhead(a, rs, func() (err error) {
-			in, err = normInput(b, h, x, l.InputNorm, l.Attn, l.Attn.Q, l.Attn.K, l.Attn.V)
-			return err
-		}); err != nil {
+		var err error
+		if in, err = normInput(b, h, x, l.InputNorm, l.Attn, l.Attn.Q, l.Attn.K, l.Attn.V); err != nil {
 			return err
 		}
 	} else if bs != nil {
@@ -257,15 +249,8 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	} else if oTail != nil && oTail.ran {
 		// h holds PostNorm(x) already.
 	} else if accAttn != nil && accMLP != nil {
-		var a kernels.L2Aheader
-		var rs []kernels.L2Region
-		if bs == nil {
-			a, rs = l.aheadMLP(b, T) // prefetched by the norm's kernel (l2ahead.go)
-		}
-		if err := withAhead(a, rs, func() (err error) {
-			mlpIn, err = normInput(b, h, x, l.PostNorm, l.MLP, l.MLP.Gate, l.MLP.Up)
-			return err
-		}); err != nil {
+		var err error
+		if mlpIn, err = normInput(b, h, x, l.PostNorm, l.MLP, l.MLP.Gate, l.MLP.Up); err != nil {
 			return err
 		}
 	} else if accAttn != nil {
@@ -326,18 +311,12 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 		if err := a.projectRoPE(b, m.invFreq, in, q, k, v, cache); err != nil {
 			return err
 		}
-		if err := a.prefetchO(b, T); err != nil { // L2, ahead of attention (l2prefetch.go)
-			return err
-		}
 		if err := a.scaleQ(b, q); err != nil {
 			return err
 		}
 		kc, vc := cache.View(a.Layer) // [C,K,d]
 		att := rows(w.att, T)         // [T,H,d]
-		ah, rs := a.aheadO(b, T)      // prefetched by the attention kernel (l2ahead.go)
-		if err := withAhead(ah, rs, func() error {
-			return kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window)
-		}); err != nil {
+		if err := kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window); err != nil {
 			return err
 		}
 		return a.output(b, out, att, acc)
