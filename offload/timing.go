@@ -431,8 +431,19 @@ func (t *timingState) end(e *engine) error {
 	if err := endEv.Synchronize(); err != nil {
 		return err
 	}
-	if err := e.copy.Synchronize(); err != nil {
-		return err
+	// Only this pass's copies are waited for (each is done by now: its
+	// unit's compute waited on it). Waiting for the copy stream instead
+	// would also wait for the next pass's first units, which the ring
+	// prefetches as this pass's last ones run: with host units at the
+	// start of the model that serialises up to a transfer block per slot
+	// that the next pass's host compute would hide, and only when timing
+	// is on, so the report would slow down the forwards it times.
+	for _, run := range t.current {
+		if run.copyRec != nil {
+			if err := run.copyRec.end.Synchronize(); err != nil {
+				return err
+			}
+		}
 	}
 	snap := OffloadTimingSnapshot{PredictedMs: e.plan.PredictedSec * 1e3, Tokens: e.tok.passT, PlanTokens: e.plan.Tokens, Pool: t.pool}
 	if t.rootStart != nil {
