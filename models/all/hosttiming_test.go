@@ -1,6 +1,7 @@
 package all_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -37,6 +38,8 @@ func TestHostReplanTimingTable(t *testing.T) {
 	cfg := hybridConfig(t, resident, dev, hostBackend(t), 1)
 	cfg.HostBackend = sleepyHost{hostBackend(t), 30 * time.Millisecond}
 	cfg.OffloadTiming = offload.TimingEager
+	var traced []string
+	cfg.Trace = func(step string, _ time.Duration) { traced = append(traced, step) }
 	const name = "host-replan-timing"
 	m := load(t, fx.dir, hostDev)
 	if err := offload.Offload(m, &cfg, name); err != nil {
@@ -77,7 +80,7 @@ func TestHostReplanTimingTable(t *testing.T) {
 	if r == nil || r.NumPasses() == 0 {
 		t.Fatal("no passes in the timing report after the replan")
 	}
-	if false {
+	if r.DroppedPasses == 0 {
 		t.Fatal("the report drops no pass although the placement changed mid-run")
 	}
 	rows := 0
@@ -117,9 +120,19 @@ func TestHostReplanTimingTable(t *testing.T) {
 			}
 		}
 	}
+	var plans []string
+	for _, s := range traced {
+		if strings.HasPrefix(s, "plan ") {
+			plans = append(plans, s)
+		}
+	}
+	if len(plans) != 2 || !strings.HasPrefix(plans[0], "plan from profiling:") || !strings.HasPrefix(plans[1], "plan replaced after measuring host units") ||
+		!strings.Contains(plans[1], fmt.Sprintf("/ %d host,", len(hostU))) || !strings.Contains(plans[1], "host unit measured") {
+		t.Errorf("traced plans %q: want the profiling plan, then the measured-host replacement with %d host units", plans, len(hostU))
+	}
 	table := offload.FormatOffloadTimingTable(r)
 	if !strings.Contains(table, "earlier passes left out") {
 		t.Errorf("the table does not say passes were left out:\n%s", table)
 	}
-	t.Logf("host before %v, after %v; %d passes kept, %d dropped\n%s", firstHost, hostU, r.NumPasses(), 0, table)
+	t.Logf("host before %v, after %v; %d passes kept, %d dropped\n%s\n%s", firstHost, hostU, r.NumPasses(), r.DroppedPasses, strings.Join(plans, "\n"), table)
 }
