@@ -869,10 +869,12 @@ func (e *engine) startInference() error {
 		budget = free
 	}
 	in.Budget = budget
+	t0 := time.Now()
 	plan, err := MakePlan(in)
 	if err != nil {
 		return err
 	}
+	e.tracePlan("from profiling", plan, time.Since(t0))
 	e.plan, e.planIn, e.budget = plan, in, budget
 	e.staging.Free()
 	e.staging = nil

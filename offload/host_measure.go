@@ -3,6 +3,7 @@ package offload
 import (
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Measured host times. The first plan with host units rests on an estimate:
@@ -122,13 +123,16 @@ func (e *engine) hostReplan() error {
 	if ok && plan.PredictedSec >= cur*0.99 {
 		e.planIn = in
 		e.plan.PredictedSec = cur
+		e.tracePlan(fmt.Sprintf("kept after measuring host units (the best plan predicts %.2f ms)", plan.PredictedSec*1e3), e.plan, 0)
 		return nil
 	}
+	t0 := time.Now()
 	if err := e.replace(plan); err != nil {
 		return e.fail(fmt.Errorf("replanning with measured host times: %w", err))
 	}
 	e.planIn = in
 	e.hm.applied++
+	e.tracePlan(fmt.Sprintf("replaced after measuring host units (the old one predicts %.2f ms with them)", cur*1e3), plan, time.Since(t0))
 	return nil
 }
 

@@ -241,6 +241,7 @@ func (e *engine) replace(p Plan) error {
 		}
 	}
 	e.plan = p
+	e.timing.replacedPlacement()
 	return e.allocSlots()
 }
 

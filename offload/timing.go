@@ -172,6 +172,11 @@ type OffloadTimingReport struct {
 	// PlanTokens is the tokens per forward the plan in force was made for
 	// (0: unknown; see TokenCounter).
 	PlanTokens int
+	// DroppedPasses counts passes measured before the plan in force moved
+	// units between placements (a measured-host replan, a switch between
+	// tokens-per-forward plans, a strategy replan): they are not in the
+	// window, which holds only passes of the placement its rows show.
+	DroppedPasses int
 	// Announced has one row per group of announced (data-dependent)
 	// units, such as an MoE model's experts (empty without any); Pool sums
 	// the passes' pool counts, and the plan's pool and expectations are
@@ -339,6 +344,31 @@ type timingState struct {
 	// lastGen is the replay generation UpdateOffloadTiming last stored
 	// (-1: none, or stored without a generation).
 	lastGen int
+	// dropPass marks the pass in progress as run under a placement that a
+	// replan replaced at its end (replacedPlacement): it is not stored.
+	dropPass bool
+	// dropped counts the passes dropped since the last collect or reset
+	// because a replan changed the placement after them.
+	dropped int
+}
+
+// replacedPlacement is called when the engine moves units between
+// placements (replace): the passes measured so far ran under the old plan,
+// so the window drops them (and the pass in progress, when the move comes at
+// its end) and starts again. A window mixing placements would give a unit
+// the label of its first pass and the samples of both (a host unit with
+// transfer times, a streamed one with host times), and a forward median
+// that belongs to neither plan.
+func (t *timingState) replacedPlacement() {
+	t.dropped += len(t.snaps)
+	t.snaps = nil
+	if t.pending != nil {
+		t.dropped++
+		t.pending = nil
+	}
+	if t.rootStart != nil { // the pass ending now ran under the old plan
+		t.dropPass = true
+	}
 }
 
 func (t *timingState) begin(e *engine) error {
@@ -348,6 +378,7 @@ func (t *timingState) begin(e *engine) error {
 	}
 	t.rootStart = ev
 	t.current, t.host = t.current[:0], t.host[:0]
+	t.dropPass = false
 	return nil
 }
 
@@ -364,11 +395,12 @@ type unitRun struct {
 	start, end, waitStart runtime.Event
 	copyRec               *copyTiming
 	hit                   bool
+	resident              bool // the unit's placement when it ran
 }
 
 // unitDone moves the events of u's run that just ended into the pass.
 func (t *timingState) unitDone(u *unit) {
-	t.current = append(t.current, unitRun{u: u, start: u.start, end: u.end, waitStart: u.waitStart, copyRec: u.copyRec, hit: u.lastHit})
+	t.current = append(t.current, unitRun{u: u, start: u.start, end: u.end, waitStart: u.waitStart, copyRec: u.copyRec, hit: u.lastHit, resident: u.resident})
 	u.start, u.end, u.waitStart, u.copyRec = nil, nil, nil, nil
 }
 
@@ -386,6 +418,7 @@ func (t *timingState) abort() {
 		r.u.start, r.u.end, r.u.waitStart, r.u.copyRec = nil, nil, nil, nil
 	}
 	t.current, t.blocks, t.host, t.rootStart, t.pool = t.current[:0], t.blocks[:0], t.host[:0], nil, PoolStats{}
+	t.dropPass = false
 }
 
 // end resolves the pass's events (waiting for them) into a snapshot.
@@ -398,8 +431,19 @@ func (t *timingState) end(e *engine) error {
 	if err := endEv.Synchronize(); err != nil {
 		return err
 	}
-	if err := e.copy.Synchronize(); err != nil {
-		return err
+	// Only this pass's copies are waited for (each is done by now: its
+	// unit's compute waited on it). Waiting for the copy stream instead
+	// would also wait for the next pass's first units, which the ring
+	// prefetches as this pass's last ones run: with host units at the
+	// start of the model that serialises up to a transfer block per slot
+	// that the next pass's host compute would hide, and only when timing
+	// is on, so the report would slow down the forwards it times.
+	for _, run := range t.current {
+		if run.copyRec != nil {
+			if err := run.copyRec.end.Synchronize(); err != nil {
+				return err
+			}
+		}
 	}
 	snap := OffloadTimingSnapshot{PredictedMs: e.plan.PredictedSec * 1e3, Tokens: e.tok.passT, PlanTokens: e.plan.Tokens, Pool: t.pool}
 	if t.rootStart != nil {
@@ -419,7 +463,7 @@ func (t *timingState) end(e *engine) error {
 	for _, run := range t.current {
 		u := run.u
 		addHost(u.idx)
-		r := TrapTimingRecord{Trap: u.name, Streamed: !u.resident, Announced: u.announced, Hit: u.announced && run.hit}
+		r := TrapTimingRecord{Trap: u.name, Streamed: !run.resident, Announced: u.announced, Hit: u.announced && run.hit}
 		sec, ok, err := run.elapsed()
 		if err != nil {
 			return err
@@ -455,6 +499,11 @@ func (t *timingState) end(e *engine) error {
 	}
 	t.blocks = t.blocks[:0]
 	t.current, t.rootStart = t.current[:0], nil
+	if t.dropPass { // measured under the placement a replan just replaced
+		t.dropPass = false
+		t.dropped++
+		return nil
+	}
 	if e.cfg.OffloadTiming == TimingGraph {
 		t.pending = &snap
 		return nil
@@ -492,7 +541,7 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 		return nil
 	}
 	r := &OffloadTimingReport{Snapshots: slices.Clone(t.snaps), PredictedMs: e.plan.PredictedSec * 1e3,
-		FloorMs: e.plan.FloorSec * 1e3, TransferBlocks: e.plan.Slots, PlanTokens: e.plan.Tokens}
+		FloorMs: e.plan.FloorSec * 1e3, TransferBlocks: e.plan.Slots, PlanTokens: e.plan.Tokens, DroppedPasses: t.dropped}
 	idx := map[string]int{}
 	unitBytes := map[string]int64{}
 	for _, u := range e.units {
@@ -558,6 +607,9 @@ func (m *Manager) CollectOffloadTiming() (*OffloadTimingReport, error) {
 	}
 	r := m.e.timing.report(m.e)
 	m.e.timing.snaps = nil
+	if r != nil {
+		m.e.timing.dropped = 0
+	}
 	return r, nil
 }
 
@@ -567,7 +619,7 @@ func (m *Manager) ResetOffloadTiming() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.e != nil {
-		m.e.timing.snaps, m.e.timing.pending = nil, nil
+		m.e.timing.snaps, m.e.timing.pending, m.e.timing.dropped = nil, nil, 0
 	}
 }
 
@@ -669,6 +721,9 @@ func (r *OffloadTimingReport) timingTable() string {
 	}
 	if r.PlanTokens > 0 {
 		fmt.Fprintf(&b, "plan made for %d tokens per forward\n", r.PlanTokens)
+	}
+	if r.DroppedPasses > 0 {
+		fmt.Fprintf(&b, "%d earlier passes left out: measured under a placement the engine has since replaced\n", r.DroppedPasses)
 	}
 	r.announcedTable(&b)
 	return b.String()

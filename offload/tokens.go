@@ -190,6 +190,7 @@ func (e *engine) tokensCollect() error {
 	}
 	bk.plan, bk.in, bk.samples, bk.freq = &plan, in, nil, freqSamples{}
 	e.tok.measured++
+	e.tracePlan(fmt.Sprintf("made for %d tokens per forward (not yet in force)", bk.ref), plan, 0)
 	return nil
 }
 
@@ -212,6 +213,7 @@ func (e *engine) switchTokens(bk *tokenBucket) error {
 	e.planIn = bk.in
 	t.cur, t.cand, t.streak = bk.ref, 0, 0
 	t.switches++
+	e.tracePlan(fmt.Sprintf("switched to %d tokens per forward", bk.ref), e.plan, 0)
 	return nil
 }
 

@@ -232,6 +232,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 				if ent.host {
 					cfg.HostBackend = sess.HostBackend
 				}
+				cfg.Trace = traceStep // FT_TRACE=1: each plan put in force, as run-model prints them
 				if b == "0" {
 					fp, err := offload.Measure(shard, cfg.Include, cfg.Exclude)
 					if err != nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBenchHostThreads: bench --host-threads on the CPU device gives each
@@ -83,7 +84,8 @@ func TestRunModelHostThreads(t *testing.T) {
 			t.Fatalf("env %v: exit %d: %s", env, code, errOut)
 		}
 		var got struct {
-			GeneratedIDs []int32 `json:"generated_ids"`
+			GeneratedIDs []int32  `json:"generated_ids"`
+			Median       *float64 `json:"decode_ms_per_token_median"`
 		}
 		if err := json.Unmarshal([]byte(out), &got); err != nil {
 			t.Fatal(err)
@@ -91,11 +93,34 @@ func TestRunModelHostThreads(t *testing.T) {
 		if !slices.Equal(got.GeneratedIDs, ref.GreedyContinuation) {
 			t.Fatalf("env %v: got %v, want %v", env, got.GeneratedIDs, ref.GreedyContinuation)
 		}
+		if got.Median == nil || *got.Median <= 0 {
+			t.Fatalf("env %v: decode_ms_per_token_median %v, want a positive figure", env, got.Median)
+		}
 	}
 	code, out, errOut := run(t, "run-model", "--device-memory", "64MiB", "--gpu-budget", "0", "--token-ids", "1,2,3",
 		"--max-new-tokens", "4", "--offload-timing")
-	if code != 0 || !strings.Contains(out+errOut, "host ms") {
+	if code != 0 || !strings.Contains(out+errOut, "host ms") || !strings.Contains(errOut, " ms a token (median ") {
 		t.Fatalf("--offload-timing: exit %d, %q, %q", code, out, errOut)
+	}
+}
+
+// TestDecodeMedian: the median gap between tokens leaves out the few slow
+// steps an offloaded model's profiling and replans take, which the mean
+// spreads over a short generation; fewer than two tokens give 0.
+func TestDecodeMedian(t *testing.T) {
+	ms := time.Millisecond
+	// Steps of 300, 280 (profiling), then 10, 12, 11, 500 (a replan), 10.
+	at := []time.Duration{100 * ms, 400 * ms, 680 * ms, 690 * ms, 702 * ms, 713 * ms, 1213 * ms, 1223 * ms}
+	if got := decodeMedian(at); got != 12 {
+		t.Errorf("median gap %g ms, want 12 (gaps 300 280 10 12 11 500 10)", got)
+	}
+	if got, mean := decodeMedian(at), decodePer(at[0], at[len(at)-1], len(at)); got >= mean {
+		t.Errorf("median %g ms not below the mean %g ms", got, mean)
+	}
+	for _, short := range [][]time.Duration{nil, {5 * ms}} {
+		if got := decodeMedian(short); got != 0 {
+			t.Errorf("decodeMedian(%v) = %g, want 0", short, got)
+		}
 	}
 }
 

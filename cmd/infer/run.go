@@ -193,9 +193,11 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	start = time.Now()
 	var firstToken, firstAt, lastAt time.Duration
+	var tokenAt []time.Duration // when each token was chosen, from start
 	gen, err := model.Generate(backend, prompt, llama.GenerateOptions{
 		OnToken: func(id int32) error {
 			lastAt = time.Since(start)
+			tokenAt = append(tokenAt, lastAt)
 			if firstToken == 0 {
 				firstAt = lastAt
 				firstToken = time.Since(processStart)
@@ -245,6 +247,10 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			// mean time of each later token (0 with fewer than two).
 			"prompt_to_first_token_ms": float64(firstAt.Microseconds()) / 1e3,
 			"decode_ms_per_token":      decodePer(firstAt, lastAt, len(gen)),
+			// The median time between generated tokens: the steady rate,
+			// without the few steps an offloaded model spends profiling,
+			// measuring host units or moving units between placements.
+			"decode_ms_per_token_median": decodeMedian(tokenAt),
 			// From process start to the first generated token, and what the
 			// process read and held to get there.
 			"first_token_ms":        float64(firstToken.Microseconds()) / 1e3,
@@ -277,6 +283,9 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		float64(len(gen))/genDur.Seconds(), dev.Name())
 	if len(gen) > 1 { // the prompt's forward, then the steady decode rate
 		fmt.Fprintf(stderr, ": first token after %v, then %.2f ms a token", firstAt.Round(100*time.Microsecond), decodePer(firstAt, lastAt, len(gen)))
+		if sess.Manager != "" || len(sess.Managers) > 0 { // offloaded: the first decode steps profile and may replan
+			fmt.Fprintf(stderr, " (median %.2f ms)", decodeMedian(tokenAt))
+		}
 	}
 	fmt.Fprintln(stderr)
 	if st := sess.poolStats(); st.Calls > 0 {
@@ -360,4 +369,20 @@ func decodePer(firstAt, lastAt time.Duration, n int) float64 {
 		return 0
 	}
 	return float64((lastAt - firstAt).Microseconds()) / 1e3 / float64(n-1)
+}
+
+// decodeMedian is the median gap between consecutive generated tokens in
+// ms, given when each was chosen (0 with fewer than two). An offloaded
+// model's first decode steps run its profiling passes, its host-unit
+// measuring and replans, which the mean (decodePer) spreads over a short
+// generation; the median is the rate once its plan is settled.
+func decodeMedian(at []time.Duration) float64 {
+	if len(at) < 2 {
+		return 0
+	}
+	gaps := make([]float64, len(at)-1)
+	for i := range gaps {
+		gaps[i] = float64((at[i+1] - at[i]).Microseconds()) / 1e3
+	}
+	return medianOf(gaps)
 }
