@@ -177,6 +177,42 @@ __device__ __forceinline__ void wg_load_kv(unsigned st, const bf16_t* kc, const 
 // (prefillVariant.smem on the Go side).
 #define WG_SMEM(HD, BN, NS) (1024 + WG_BM * (HD) * 2 + (NS) * 2 * (BN) * (HD) * 2)
 
+// wg_store_out finishes a warpgroup's 64 query rows (slot 0 or 1 of the
+// 128-row tile, rows w0.. of out, T rows in all): the row sums l0, l1 of
+// this thread's two rows are completed across the quad, the accumulators
+// o normalised into the slot's rows of the query tile in shared memory at
+// sQ (its last wgmma that read them is done; no other warpgroup reads
+// them), named barrier bar (128 threads) waits for the whole slot, then
+// the rows go out in 16-byte stores.
+template <int HD>
+__device__ __forceinline__ void wg_store_out(const float* o, float l0, float l1, unsigned sQ, int slot, int bar, int warp, int g,
+		int tg, int wtid, int w0, int T, bf16_t* out, usize qs, int h) {
+	constexpr int BM = WG_BM, CPR = HD / 8;
+	l0 += __shfl_xor_sync(FT_FULL, l0, 1);
+	l0 += __shfl_xor_sync(FT_FULL, l0, 2);
+	l1 += __shfl_xor_sync(FT_FULL, l1, 1);
+	l1 += __shfl_xor_sync(FT_FULL, l1, 2);
+	const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+	const int ra = slot * 64 + warp * 16 + g;  // this thread's first row in the tile
+#pragma unroll
+	for (int i = 0; i < HD / 8; i++) {
+		asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + wg_swz<BM>(ra, i) + tg * 4), "r"(pack_bf16(o[4 * i] * i0, o[4 * i + 1] * i0))
+			: "memory");
+		asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + wg_swz<BM>(ra + 8, i) + tg * 4),
+			"r"(pack_bf16(o[4 * i + 2] * i1, o[4 * i + 3] * i1))
+			: "memory");
+	}
+	asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory");  // the slot's rows are all written
+#pragma unroll
+	for (int i = 0; i < 64 * CPR / 128; i++) {
+		const int c = i * 128 + wtid, r = c / CPR, cc = c % CPR;
+		uint4 v;
+		asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+			: "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(sQ + wg_swz<BM>(slot * 64 + r, cc)) : "memory");
+		if (w0 + r < T) *(uint4*)(out + (usize)(w0 + r) * qs + (usize)h * HD + cc * 8) = v;
+	}
+}
+
 // prefill_wg_body computes query tile qtile (rows qtile·128.. of q and out,
 // T rows in all, at positions pos..pos+T−1) of head h over KV head kvh, as
 // prefill_fa2_body. q and out point at the sequence's first row; rows are
@@ -326,32 +362,7 @@ __device__ __forceinline__ void prefill_wg_body(bf16_t* out, const bf16_t* q, co
 	wg_wait0();
 	wg_pin<ON>(o);
 	cp_async_wait0();
-	// The normalised rows go to the warpgroup's own query rows of shared
-	// memory (its last wgmma that read them is done; the other warpgroup
-	// never reads them), then out in 16-byte stores.
-	l0 += __shfl_xor_sync(FT_FULL, l0, 1);
-	l0 += __shfl_xor_sync(FT_FULL, l0, 2);
-	l1 += __shfl_xor_sync(FT_FULL, l1, 1);
-	l1 += __shfl_xor_sync(FT_FULL, l1, 2);
-	const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
-	const int ra = wg * 64 + warp * 16 + g;  // this thread's first row in the tile
-#pragma unroll
-	for (int i = 0; i < HD / 8; i++) {
-		asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + wg_swz<BM>(ra, i) + tg * 4), "r"(pack_bf16(o[4 * i] * i0, o[4 * i + 1] * i0))
-			: "memory");
-		asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + wg_swz<BM>(ra + 8, i) + tg * 4),
-			"r"(pack_bf16(o[4 * i + 2] * i1, o[4 * i + 3] * i1))
-			: "memory");
-	}
-	asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // the warpgroup's rows are all written
-#pragma unroll
-	for (int i = 0; i < 64 * CPR / 128; i++) {
-		const int c = i * 128 + wtid, r = c / CPR, cc = c % CPR;
-		uint4 v;
-		asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-			: "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(sQ + wg_swz<BM>(wg * 64 + r, cc)) : "memory");
-		if (w0 + r < T) *(uint4*)(out + (usize)(w0 + r) * qs + (usize)h * HD + cc * 8) = v;
-	}
+	wg_store_out<HD>(o, l0, l1, sQ, wg, 1 + wg, warp, g, tg, wtid, w0, T, out, qs, h);
 }
 
 // prefill_wg_contig: grid (H, ceil(T/128)), the last query tile first.

@@ -281,32 +281,7 @@ __device__ __forceinline__ void prefill_wg3_body(bf16_t* out, const bf16_t* q, c
 		wg_pin<ON>(o);
 	}
 	cp_async_wait0();
-	// The normalised rows go to the warpgroup's own query rows of shared
-	// memory (its last wgmma that read them is done; the other warpgroup
-	// never reads them), then out in 16-byte stores.
-	l0 += __shfl_xor_sync(FT_FULL, l0, 1);
-	l0 += __shfl_xor_sync(FT_FULL, l0, 2);
-	l1 += __shfl_xor_sync(FT_FULL, l1, 1);
-	l1 += __shfl_xor_sync(FT_FULL, l1, 2);
-	const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
-	const int ra = wg * 64 + warp * 16 + g;  // this thread's first row in the tile
-#pragma unroll
-	for (int i = 0; i < HD / 8; i++) {
-		asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + wg_swz<BM>(ra, i) + tg * 4), "r"(pack_bf16(o[4 * i] * i0, o[4 * i + 1] * i0))
-			: "memory");
-		asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + wg_swz<BM>(ra + 8, i) + tg * 4),
-			"r"(pack_bf16(o[4 * i + 2] * i1, o[4 * i + 3] * i1))
-			: "memory");
-	}
-	asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory");  // the warpgroup's rows are all written
-#pragma unroll
-	for (int i = 0; i < 64 * CPR / 128; i++) {
-		const int c = i * 128 + wtid, r = c / CPR, cc = c % CPR;
-		uint4 v;
-		asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-			: "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(sQ + wg_swz<BM>(wg * 64 + r, cc)) : "memory");
-		if (w0 + r < T) *(uint4*)(out + (usize)(w0 + r) * qs + (usize)h * HD + cc * 8) = v;
-	}
+	wg_store_out<HD>(o, l0, l1, sQ, wg, 3 + wg, warp, g, tg, wtid, w0, T, out, qs, h);
 }
 
 // attn_prefill_wg3_d128_bf16 is attn_prefill_wg_d128_bf16 with the
