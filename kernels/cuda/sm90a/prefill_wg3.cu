@@ -78,8 +78,7 @@ struct wg3_flag {
 template <int HD, int BN, int NS, class KV>
 __device__ __forceinline__ void prefill_wg3_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
 		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv) {
-	constexpr int BM = WG_BM, NT = WG_NT;
-	constexpr int CPR = HD / 8, RPP = NT / CPR;  // 16-byte chunks per row; rows per copy pass
+	constexpr int BM = WG_BM;
 	constexpr int QT = BM * HD * 2;              // bytes of the query tile
 	constexpr int TILE = BN * HD * 2;            // bytes of a key or value tile
 	constexpr int KS = HD / 16;                  // k-steps of S = Q·Kᵀ
@@ -103,17 +102,7 @@ __device__ __forceinline__ void prefill_wg3_body(bf16_t* out, const bf16_t* q, c
 	const int qa = pos + w0 + warp * 16 + g;                     // position of this thread's first row (the second is +8)
 	const int wm = window > 0 ? window - 1 : 1 << 30;            // a key at kp is visible to qp when qp−wm ≤ kp ≤ qp
 
-	{  // the query tile (its own group), rows past T zero
-		const int cr = tid / CPR, cc = tid % CPR;
-		const bf16_t* qh = q + (usize)h * HD + cc * 8;
-		const unsigned d = sQ + wg_swz<BM>(cr, cc);
-#pragma unroll
-		for (int i = 0; i < BM / RPP; i++) {
-			const int r = cr + i * RPP;
-			const bool ok = b0 + r < T;
-			wg_cp16(d + i * RPP * 128, ok ? qh + (usize)(b0 + r) * qs : q, ok);
-		}
-	}
+	wg_load_q<HD>(sQ, q, h, b0, T, qs, tid);  // the query tile (its own group)
 	cp_async_commit();
 	wg_load_kv<HD, BN>(sKV, kc, vc, kv, kvh, jfirst * BN, kvEnd);
 	cp_async_commit();
