@@ -100,16 +100,26 @@ func zero(s isa, n int) {
 	}
 }
 
-// rows4 is the 4-rows × 1-token tile.
-func rows4(s isa, d dtype) {
-	name := fmt.Sprintf("dotR4%s%s", d.name, s.name)
-	p("// func %s(w %s, ld uintptr, x *float32, n int, out *[4]float32)", name, d.gotyp)
-	p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+// rows4 is the 4-rows × 1-token tile. With pf (dotR4PF…, for the A/B of
+// FT_HOST_PREFETCH) it takes an extra argument and prefetches each row pf
+// bytes ahead of the loads: with four rows per core and every core
+// streaming, the hardware prefetcher may keep too few lines in flight. The
+// arithmetic is the same (the same bits).
+func rows4(s isa, d dtype, pf bool) {
+	name, args, frame := fmt.Sprintf("dotR4%s%s", d.name, s.name), "", 40
+	if pf {
+		name, args, frame = fmt.Sprintf("dotR4PF%s%s", d.name, s.name), ", pf uintptr", 48
+	}
+	p("// func %s(w %s, ld uintptr, x *float32, n int, out *[4]float32%s)", name, d.gotyp, args)
+	p("TEXT ·%s(SB), NOSPLIT, $0-%d", name, frame)
 	p("\tMOVQ w+0(FP), SI")
 	p("\tMOVQ ld+8(FP), DX")
 	p("\tMOVQ x+16(FP), DI")
 	p("\tMOVQ n+24(FP), CX")
 	p("\tMOVQ out+32(FP), R8")
+	if pf {
+		p("\tMOVQ pf+40(FP), R12")
+	}
 	p("\tLEAQ (SI)(DX*1), R9")
 	p("\tLEAQ (R9)(DX*1), R10")
 	p("\tLEAQ (R10)(DX*1), R11")
@@ -118,50 +128,10 @@ func rows4(s isa, d dtype) {
 	p("\tTESTQ CX, CX")
 	p("\tJZ %sdone", name)
 	p("%sloop:", name)
-	p("\tVMOVUPS (DI), %s4", s.reg)
-	for i, r := range []string{"SI", "R9", "R10", "R11"} {
-		widen(s, d, "("+r+")", 8+i)
-		p("\tVFMADD231PS %s%d, %s4, %s%d", s.reg, 8+i, s.reg, s.reg, i)
-	}
-	p("\tADDQ $%d, DI", 4*s.lane)
-	for _, r := range []string{"SI", "R9", "R10", "R11"} {
-		p("\tADDQ $%d, %s", d.size*s.lane, r)
-	}
-	p("\tDECQ CX")
-	p("\tJNZ %sloop", name)
-	p("%sdone:", name)
-	reduce4(s, 0)
-	p("\tVMOVUPS X0, (R8)")
-	p("\tVZEROUPPER")
-	p("\tRET")
-	p("")
-}
-
-// rows4pf is rows4 with a software prefetch of each row pf bytes ahead of
-// the loads (an extra argument), for the A/B of FT_HOST_PREFETCH: with
-// four rows per core and every core streaming, the hardware prefetcher
-// may keep too few lines in flight. The arithmetic is rows4's (the same
-// bits).
-func rows4pf(s isa, d dtype) {
-	name := fmt.Sprintf("dotR4PF%s%s", d.name, s.name)
-	p("// func %s(w %s, ld uintptr, x *float32, n int, out *[4]float32, pf uintptr)", name, d.gotyp)
-	p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
-	p("\tMOVQ w+0(FP), SI")
-	p("\tMOVQ ld+8(FP), DX")
-	p("\tMOVQ x+16(FP), DI")
-	p("\tMOVQ n+24(FP), CX")
-	p("\tMOVQ out+32(FP), R8")
-	p("\tMOVQ pf+40(FP), R12")
-	p("\tLEAQ (SI)(DX*1), R9")
-	p("\tLEAQ (R9)(DX*1), R10")
-	p("\tLEAQ (R10)(DX*1), R11")
-	fp8Mask(s, d)
-	zero(s, 4)
-	p("\tTESTQ CX, CX")
-	p("\tJZ %sdone", name)
-	p("%sloop:", name)
-	for _, r := range []string{"SI", "R9", "R10", "R11"} {
-		p("\tPREFETCHT0 (%s)(R12*1)", r)
+	if pf {
+		for _, r := range []string{"SI", "R9", "R10", "R11"} {
+			p("\tPREFETCHT0 (%s)(R12*1)", r)
+		}
 	}
 	p("\tVMOVUPS (DI), %s4", s.reg)
 	for i, r := range []string{"SI", "R9", "R10", "R11"} {
@@ -390,11 +360,11 @@ func main() {
 	p("")
 	for _, s := range isas {
 		for _, d := range dtypes {
-			rows4(s, d)
+			rows4(s, d, false)
 			tokens4(s, d)
 			rows2tokens4(s, d)
 		}
-		rows4pf(s, dtypes[0]) // BF16
+		rows4(s, dtypes[0], true) // BF16
 		sum(s)
 		axpy(s)
 		wsum4(s)
