@@ -25,6 +25,4 @@ prof f8-gateup $f8 gemv_gateup_silu_fp8_u8r1s 40
 prof f8-v $f8 gemv_fp8_v_u8r1s 81
 prof f8-qkv $f8 gemv3_fp8_u8r1s 40
 prof bf-gateup $m gemv_gateup_silu_bf16 40
-prof bf-acc $m gemv_persist_f32acc 81
-prof bf-qkv $m gemv3_bf16 40
 finish
