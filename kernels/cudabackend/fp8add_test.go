@@ -11,8 +11,8 @@ import (
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// sameBits fails t unless got and want are the same float32 bit patterns.
-func sameBits(t *testing.T, what string, got, want []float32) {
+// fp8SameBits fails t unless got and want are the same float32 bit patterns.
+func fp8SameBits(t *testing.T, what string, got, want []float32) {
 	t.Helper()
 	bad := 0
 	for i := range want {
@@ -52,7 +52,7 @@ func fp8AddCheck(t *testing.T, T int, x []float32, w fp8Weight, layout kernels.F
 		t.Fatal(err)
 	}
 	if exact {
-		sameBits(t, "MatMulAddFP8", got, read(t, yb))
+		fp8SameBits(t, "MatMulAddFP8", got, read(t, yb))
 	} else {
 		compare(t, "MatMulAddFP8 vs MatMulFP8 + Add", got, read(t, yb), atol, rtol)
 	}
