@@ -54,6 +54,7 @@ var extraEnv = map[string][]string{
 	"FT_FUSE_ROPE":           {"", "0", "1"},                   // "1": a decode step's RoPE and KV store in the q/k/v GEMV's epilogue, not their own launch (measured slower, off by default; A/B runs, cuda builds)
 	"FT_FP8_GEMV":            {"", "legacy"},                   // "legacy": FP8 weights through the first FP8 kernels, one GEMV launch per projection (A/B runs, cuda builds)
 	"FT_FP8_VARIANT":         fp8VariantValues,                 // the tuning of the one-token FP8 GEMVs, e.g. u8r1g (A/B sweeps, cuda builds; bench/h200-fp8sweep.sh)
+	"FT_FP8_ADD":             {"", "0", "1"},                   // "0": a decode step's FP8 o_proj/down_proj write their products and separate adds put them into the residual, instead of the GEMV adding (A/B runs, cuda builds)
 	"FT_FP8_GEMM":            {"", "lt", "lt-fast", "dequant"}, // multi-token matmuls by per-channel FP8 weights: cuBLASLt FP8 GEMM (W8A8, default), the same with fast accumulation, or dequantize to BF16 (cuda builds)
 	"FT_FP8_GEMM_MIN_TOKENS": nil,                              // the fewest tokens that take the FP8 GEMM (default 16; cuda builds)
 	"FT_FP8_GEMM_SCALES":     {"", "rescale"},                  // "rescale": FP8 GEMM scales by a kernel after cuBLASLt instead of its outer-vector scaling (A/B runs, cuda builds)

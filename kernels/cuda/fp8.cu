@@ -32,7 +32,8 @@ __device__ __forceinline__ float dot16_e4m3(uint4 w, uint4 x0, uint4 x1) {
 }
 
 // gemv_fp8: y[n] = Σ_k x[k]·q[n,k]·s(n,k) for one input row x[K] (bf16),
-// y bf16 (out_f32 0) or fp32 (out_f32 1). K % 16 == 0, x and w 16-byte
+// y bf16 (out_f32 0) or fp32 (out_f32 1), or y[n] += that sum, y fp32
+// (out_f32 2, the sum rounded as add_f32's). K % 16 == 0, x and w 16-byte
 // aligned, block 0 or a multiple of 16 (a 16-byte stretch of a row lies in
 // one block). Persistent warps, one row each at a time, four 16-byte weight
 // loads in flight per lane.
@@ -69,7 +70,8 @@ extern "C" __global__ void __launch_bounds__(256) gemv_fp8(void* y, int out_f32,
 		acc = warp_sum(acc) * 256.f;
 		if (!block) acc *= load_as_f32(scale, sdt, row);
 		if (lane == 0) {
-			if (out_f32) ((float*)y)[row] = acc;
+			if (out_f32 == 2) ((float*)y)[row] = __fadd_rn(((float*)y)[row], acc);
+			else if (out_f32) ((float*)y)[row] = acc;
 			else ((bf16_t*)y)[row] = f2bf(acc);
 		}
 	}

@@ -159,6 +159,16 @@ __device__ __forceinline__ usize fp8_srow(int row, int bshift, int sstride) {
 	return bshift >= 0 ? (usize)(row >> (bshift + 4)) * sstride : 0;
 }
 
+// fp8_store writes a one-token GEMV's result s of row: y bf16 (out 0),
+// fp32 (out 1), or added to fp32 y (out 2; __fadd_rn so that the compiler
+// cannot contract it with the product into an FMA: the sum is bit for bit
+// the fp32 store's value added by add_f32).
+__device__ __forceinline__ void fp8_store(void* y, int out, int row, float s) {
+	if (out == 2) ((float*)y)[row] = __fadd_rn(((float*)y)[row], s);
+	else if (out) ((float*)y)[row] = s;
+	else ((bf16_t*)y)[row] = f2bf(s);
+}
+
 // Tuning variants (fp8gemv.go's fp8Variants; FT_FP8_VARIANT picks one at
 // run time, so that one GPU run can compare them). Each kernel below is a
 // template over
@@ -180,7 +190,8 @@ __device__ __forceinline__ usize fp8_srow(int row, int bshift, int sstride) {
 // slower on the H200).
 
 // gemv_fp8_v_body: y[n] = Σ_k x[k]·q[n,k]·s(n,k) for one input row x[K]
-// (bf16), y bf16 (out_f32 0) or fp32 (out_f32 1). K % 16 == 0, x and w
+// (bf16), y bf16 (out_f32 0) or fp32 (out_f32 1), or y[n] += that sum, y
+// fp32 (out_f32 2: the residual stream, fp8_store). K % 16 == 0, x and w
 // 16-byte aligned, K·4 bytes of dynamic shared memory when X is 0.
 // Persistent warps, R rows each at a time.
 template <int U, int R, int X>
@@ -213,10 +224,7 @@ __device__ __forceinline__ void gemv_fp8_v_body(void* y, int out_f32, const bf16
 		for (int r = 0; r < R; r++) {
 			const int row = g * R + r;
 			const float s = warp_sum(acc[r]) * fp8_row_scale(scale, sdt, min(row, N - 1), bshift);
-			if (lane == 0 && row < N) {
-				if (out_f32) ((float*)y)[row] = s;
-				else ((bf16_t*)y)[row] = f2bf(s);
-			}
+			if (lane == 0 && row < N) fp8_store(y, out_f32, row, s);
 		}
 	}
 }

@@ -222,8 +222,7 @@ __device__ __forceinline__ void gemv_fp8_v_tc_body(void* y, int out_f32, const b
 	const int row = r0 + threadIdx.x;
 	if (threadIdx.x < 16 && row < N) {
 		const float v = part[FP8TC_WARPS * 16 + threadIdx.x] * unscale * load_as_f32(scale, sdt, row);
-		if (out_f32) ((float*)y)[row] = v;
-		else ((bf16_t*)y)[row] = f2bf(v);
+		fp8_store(y, out_f32, row, v); // out_f32 2: y[row] += v (fp8gemv.cu)
 	}
 }
 

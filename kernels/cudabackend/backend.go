@@ -124,6 +124,12 @@ type Backend struct {
 	// it when FT_FP8_GEMV=legacy (A/B runs).
 	LegacyFP8GEMV bool
 
+	// NoFP8Add turns off the residual-adding one-token FP8 GEMV
+	// (fp8add.go: AddsFP8 false), so that a decoder layer's FP8 o_proj
+	// and down_proj write their products and separate adds put them into
+	// the residual stream. New sets it when FT_FP8_ADD=0 (A/B runs).
+	NoFP8Add bool
+
 	// FP8Variant names the tuning of the FP8 GEMVs (fp8gemv.go's
 	// fp8Variants; an unknown name runs the default). New sets it from
 	// FT_FP8_VARIANT (A/B runs).
@@ -357,6 +363,10 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	noFP8Add, err := noFP8AddFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
 	ks, err := kernelsFor(cd)
 	if err != nil {
 		return nil, err
@@ -371,7 +381,7 @@ func New(dev runtime.Device) (*Backend, error) {
 	}
 	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
 		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(), LegacyFlash: legacyFlashFromEnv(),
-		LegacyFP8GEMV: legacyFP8FromEnv(), PrefillVariant: prefillVariantFromEnv(), FP8Variant: fp8Variant,
+		LegacyFP8GEMV: legacyFP8FromEnv(), PrefillVariant: prefillVariantFromEnv(), FP8Variant: fp8Variant, NoFP8Add: noFP8Add,
 		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT"),
 		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK"),
 		DecodePipeVariant: os.Getenv("FT_DECODE_VARIANT"), DecodePipeSplits: envInt("FT_DECODE_SPLITS"),

@@ -67,7 +67,7 @@ func (b *Backend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout kernels.FP8
 	}
 	f32 := out.DType() == runtime.F32
 	if T == 1 {
-		if handled, err := b.gemvFP8V(out, x, w, scale, layout); handled || err != nil {
+		if handled, err := b.gemvFP8V(out, x, w, scale, layout, false); handled || err != nil {
 			return err
 		}
 	}
@@ -93,6 +93,12 @@ func (b *Backend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout kernels.FP8
 // GEMM: the weight dequantized to BF16 into a scratch buffer, then cuBLAS.
 // Arguments are checked by the callers.
 func (b *Backend) matMulFP8Dequant(out, x, w, scale *runtime.Tensor, layout kernels.FP8Layout, T, N, D int) error {
+	return b.matMulFP8DequantAdd(out, x, w, scale, layout, T, N, D, false)
+}
+
+// matMulFP8DequantAdd is matMulFP8Dequant; with add (out F32) the GEMM
+// adds its product into out (beta 1) instead of writing it.
+func (b *Backend) matMulFP8DequantAdd(out, x, w, scale *runtime.Tensor, layout kernels.FP8Layout, T, N, D int, add bool) error {
 	f32 := out.DType() == runtime.F32
 	need := int64(N) * int64(D) * 2
 	if b.deq == nil || b.deq.Size() < need {
@@ -109,5 +115,5 @@ func (b *Backend) matMulFP8Dequant(out, x, w, scale *runtime.Tensor, layout kern
 	if err := b.dequantFP8(b.deq.Ptr(), w, scale, layout); err != nil {
 		return err
 	}
-	return b.gemm(out.Ptr(), !f32, x.Ptr(), b.deq.Ptr(), T, N, D, false)
+	return b.gemm(out.Ptr(), !f32, x.Ptr(), b.deq.Ptr(), T, N, D, add && f32)
 }

@@ -174,10 +174,11 @@ func fp8Stride(D int, layout kernels.FP8Layout) int {
 }
 
 // gemvFP8V runs out[N] = x[D]·dequant(w, scale)ᵀ through gemv_fp8_v for one
-// token, out BF16 or F32; handled is false (nothing launched) where the
-// kernel does not take the shape, and the caller runs another path. The
-// arguments are checked by the caller (MatMulFP8).
-func (b *Backend) gemvFP8V(out, x, w, scale *runtime.Tensor, layout kernels.FP8Layout) (handled bool, err error) {
+// token, out BF16 or F32 (with add, out F32: out[N] += the product);
+// handled is false (nothing launched) where the kernel does not take the
+// shape, and the caller runs another path. The arguments are checked by
+// the caller (MatMulFP8, MatMulAddFP8).
+func (b *Backend) gemvFP8V(out, x, w, scale *runtime.Tensor, layout kernels.FP8Layout, add bool) (handled bool, err error) {
 	N, D := w.Dim(0), w.Dim(1)
 	shift, ok := b.fp8Fast(D, layout, x.Ptr(), w.Ptr())
 	if !ok {
@@ -189,11 +190,11 @@ func (b *Backend) gemvFP8V(out, x, w, scale *runtime.Tensor, layout kernels.FP8L
 	if !ok || err != nil {
 		return false, err
 	}
-	outF32 := 0
-	if out.DType() == runtime.F32 {
-		outF32 = 1
-	}
+	outF32 := fp8OutMode(out, add)
 	bytes := int64(N)*int64(D) + scale.NumBytes() + int64(D)*2 + int64(N)*int64(out.DType().Size())
+	if add {
+		bytes += int64(N) * 4 // y read as well as written
+	}
 	return true, f.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
 		cuda.Ptr(out.Ptr()), cuda.I32(outF32), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.Ptr(scale.Ptr()), cuda.I32(int(scale.DType())),
 		cuda.I32(N), cuda.I32(D), cuda.I32(shift), cuda.I32(fp8Stride(D, layout)))

@@ -20,21 +20,39 @@ import (
 // backends do not implement it: they keep the product-then-add path, which
 // is the reference.
 
+//
+// FP8 projections (fp8add.go) add the same way on a backend that is also a
+// kernels.FP8MatMulAdder and takes rows tokens (AddsFP8: the GPU, one
+// token, unless FT_FP8_ADD=0).
+
 // accumulators returns the backend's MatMulAdder for the attention's output
-// projection and for the MLP's down projection where each may add into the
-// residual stream, nil where it may not.
-func (l *Layer) accumulators(b kernels.Backend, m *Model) (attn, mlp kernels.MatMulAdder) {
+// projection and for the MLP's down projection of rows tokens where each
+// may add into the residual stream, nil where it may not.
+func (l *Layer) accumulators(b kernels.Backend, m *Model, rows int) (attn, mlp kernels.MatMulAdder) {
 	f, ok := b.(kernels.MatMulAdder)
 	if !ok || m.tp != nil || m.NoResidualAccumulate {
 		return nil, nil
 	}
-	if accumulable(l.Attn.O) && nn.Unwatched(l.Attn, l.Attn.O) {
-		attn = f
+	if nn.Unwatched(l.Attn, l.Attn.O) {
+		attn = adderFor(b, f, l.Attn.O, rows)
 	}
-	if l.MLP != nil && l.MoE == nil && accumulable(l.MLP.Down) && nn.Unwatched(l.MLP, l.MLP.Down) {
-		mlp = f
+	if l.MLP != nil && l.MoE == nil && nn.Unwatched(l.MLP, l.MLP.Down) {
+		mlp = adderFor(b, f, l.MLP.Down, rows)
 	}
 	return attn, mlp
+}
+
+// adderFor is how projection p of rows tokens adds into its output: f for
+// a plain weight without bias, an fp8Adder for an FP8 weight without bias
+// where the backend takes it (accumulableFP8), nil otherwise.
+func adderFor(b kernels.Backend, f kernels.MatMulAdder, p *nn.Linear, rows int) kernels.MatMulAdder {
+	if accumulable(p) {
+		return f
+	}
+	if fa := accumulableFP8(b, p, rows); fa != nil {
+		return fp8Adder{f: fa, p: p}
+	}
+	return nil
 }
 
 // accumulable reports whether a projection may add into its output: a

@@ -210,7 +210,7 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	T := x.Dim(0)
 	h, o := rows(w.h, T), rows(w.o, T)
 	m := l.Node().Tree().Root().(*Model)
-	accAttn, accMLP := l.accumulators(b, m)
+	accAttn, accMLP := l.accumulators(b, m, T)
 	in := normed{h: h}
 	prenormed := w.takeNormed(l.InputNorm, x) && T == 1 // the previous down_proj's tail left InputNorm(x) in h (normtail.go)
 	if bs == nil && !prenormed {

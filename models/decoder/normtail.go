@@ -46,6 +46,9 @@ func (t *tailAdder) MatMulAdd(y, x, w *runtime.Tensor) error {
 // that tailAdder, to ask whether it ran).
 func withTail(b kernels.Backend, acc kernels.MatMulAdder, T int, out *runtime.Tensor, norm *nn.RMSNorm) (kernels.MatMulAdder, *tailAdder) {
 	f, ok := b.(kernels.MatMulAddNormer)
+	if _, fp8 := acc.(fp8Adder); fp8 { // MatMulAddNorm takes plain weights only
+		return acc, nil
+	}
 	if acc == nil || !ok || T != 1 || norm == nil || !nn.Unwatched(norm) {
 		return acc, nil
 	}

@@ -1,0 +1,148 @@
+//go:build cuda
+
+package all_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/internal/testmodel"
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/kernels/cudabackend"
+	"github.com/flextensor-go/flextensor/models/decoder"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// fp8AddCounter is the CUDA backend counting its MatMulAddFP8 calls (the
+// FP8 o_proj and down_proj adding into the residual stream, FT_FP8_ADD):
+// every op is the backend's own.
+type fp8AddCounter struct {
+	*cudabackend.Backend
+	calls int
+}
+
+func (c *fp8AddCounter) MatMulAddFP8(y, x, w, scale *runtime.Tensor, layout kernels.FP8Layout) error {
+	c.calls++
+	return c.Backend.MatMulAddFP8(y, x, w, scale, layout)
+}
+
+var _ kernels.FP8MatMulAdder = (*fp8AddCounter)(nil)
+
+// TestFP8AddDecodeGPU: on both FP8 fixtures (per channel, 64-blocks), 16
+// greedy tokens after a prompt, eager and replaying the decode graph, are
+// the same with the adding FP8 GEMV on (o_proj and down_proj add into the
+// residual stream; no add_f32 after down, the post-attention norm plain)
+// as off (NoFP8Add, FT_FP8_ADD=0); the logits of 6 eager steps and of 16
+// graph replays are bit for bit the same (the GEMV adds exactly as add_f32
+// did, and add_rmsnorm_f32_bf16 sums as add_f32 then rmsnorm_f32in_bf16);
+// and on, both projections of every layer ran through MatMulAddFP8 (2 a
+// layer per eager one-token step, 2 a layer in the captured step), off,
+// none did.
+func TestFP8AddDecodeGPU(t *testing.T) {
+	devtest.Each(t, func(t *testing.T, d devtest.Device) {
+		gb, ok := d.Backend.(*cudabackend.Backend)
+		if !ok {
+			t.Skipf("the adding FP8 GEMV is the CUDA backend's; %s has none", d.Name)
+		}
+		saved := gb.NoFP8Add
+		defer func() { gb.NoFP8Add = saved }()
+		be := &fp8AddCounter{Backend: gb}
+		for _, dir := range []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"} {
+			t.Run(dir[len("../../testdata/"):], func(t *testing.T) {
+				m := load(t, dir, d.Dev)
+				L := len(m.Layers)
+				prompt := []int32{1, 15043, 29892, 590, 1024}
+				for i := range prompt {
+					prompt[i] %= int32(m.Cfg.VocabSize)
+				}
+				gen := func(on, eager bool) []int32 {
+					gb.NoFP8Add = !on
+					out, err := m.Generate(be, prompt, decoder.GenerateOptions{MaxNewTokens: 16, IgnoreEOS: true, Eager: eager})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return out
+				}
+				want := gen(false, true)
+				for _, c := range []struct{ on, eager bool }{{true, true}, {true, false}, {false, false}} {
+					if got := gen(c.on, c.eager); !slices.Equal(got, want) {
+						t.Errorf("FP8 add %v, eager %v: tokens %v, want %v (off, eager)", c.on, c.eager, got, want)
+					}
+				}
+
+				eager := func(on bool) [][]float32 {
+					gb.NoFP8Add = !on
+					cache, err := m.NewKVCache(be, 32)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer cache.Free()
+					out, err := testmodel.Steps(m, be, cache, prompt, 6, func(s int, _ []float32) int32 { return int32(11 + s) })
+					if err != nil {
+						t.Fatal(err)
+					}
+					return out
+				}
+				be.calls = 0
+				off := eager(false)
+				if be.calls != 0 {
+					t.Errorf("eager, off: %d MatMulAddFP8 calls, want 0", be.calls)
+				}
+				on := eager(true)
+				if be.calls != 2*L*6 {
+					t.Errorf("eager: %d MatMulAddFP8 calls, want 2 a layer and one-token step = %d", be.calls, 2*L*6)
+				}
+				for i := range off {
+					if !slices.Equal(on[i], off[i]) {
+						t.Errorf("eager forward %d: logits with the FP8 add differ (max |diff| %g)", i, devtest.MaxAbsDiff(on[i], off[i]))
+					}
+				}
+
+				graph := func(on bool) [][]float32 {
+					gb.NoFP8Add = !on
+					cache, err := m.NewKVCache(be, 32)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer cache.Free()
+					lt, err := m.Forward(be, cache, prompt, false)
+					if err != nil {
+						t.Fatal(err)
+					}
+					v, err := testmodel.ReadLogits(be, lt)
+					if err != nil {
+						t.Fatal(err)
+					}
+					g, err := m.CaptureDecode(be, cache)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer g.Close()
+					var out [][]float32
+					for range 16 {
+						if lt, err = g.Step(testmodel.Argmax(0, v)); err != nil {
+							t.Fatal(err)
+						}
+						if v, err = testmodel.ReadLogits(be, lt); err != nil {
+							t.Fatal(err)
+						}
+						out = append(out, v)
+					}
+					return out
+				}
+				goff := graph(false)
+				be.calls = 0
+				gon := graph(true)
+				if be.calls != 2*L {
+					t.Errorf("graph: %d MatMulAddFP8 calls in the capture, want 2 a layer = %d", be.calls, 2*L)
+				}
+				for i := range goff {
+					if !slices.Equal(gon[i], goff[i]) {
+						t.Errorf("graph step %d: logits with the FP8 add differ (max |diff| %g)", i, devtest.MaxAbsDiff(gon[i], goff[i]))
+					}
+				}
+			})
+		}
+	})
+}

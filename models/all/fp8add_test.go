@@ -1,0 +1,101 @@
+package all_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/internal/testmodel"
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// addCPU is the CPU backend as a kernels.MatMulAdder and a
+// kernels.FP8MatMulAdder that adds FP8 products of one token (unless off):
+// MatMulAddFP8 is the CPU reference, counted; MatMulAdd (plain weights)
+// must not be called on the FP8 fixtures' layers.
+type addCPU struct {
+	*kernels.CPUBackend
+	off         bool
+	calls, rows int
+}
+
+func (b *addCPU) MatMulAdd(y, x, w *runtime.Tensor) error {
+	return errors.New("addCPU: MatMulAdd of a plain weight on an FP8 layer")
+}
+
+func (b *addCPU) AddsFP8(rows int) bool { return !b.off && rows == 1 }
+
+func (b *addCPU) MatMulAddFP8(y, x, w, scale *runtime.Tensor, layout kernels.FP8Layout) error {
+	b.calls++
+	b.rows += x.NumElements() / w.Dim(1)
+	return b.CPUBackend.MatMulAddFP8(y, x, w, scale, layout)
+}
+
+var (
+	_ kernels.MatMulAdder    = (*addCPU)(nil)
+	_ kernels.FP8MatMulAdder = (*addCPU)(nil)
+)
+
+// TestFP8AddDecodeCPU: on a backend that adds FP8 products into the
+// residual stream (the decoder's path on the GPU: FT_FP8_ADD), both FP8
+// fixtures' decode steps run every layer's o_proj and down_proj through
+// MatMulAddFP8 for one token (never for the prompt's rows) and give, bit
+// for bit, the logits of the CPU backend's product-then-add path; with
+// AddsFP8 false, NoResidualAccumulate, or a hook watching one layer's
+// o_proj, that projection is not added.
+func TestFP8AddDecodeCPU(t *testing.T) {
+	host := runtime.NewCPU(0)
+	defer host.Close()
+	cpuB, err := kernels.NewCPUBackend(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"} {
+		t.Run(dir[len("../../testdata/"):], func(t *testing.T) {
+			m := load(t, dir, host)
+			L := m.Cfg.NumHiddenLayers
+			prompt := []int32{1, 15043, 29892, 590}
+			for i := range prompt {
+				prompt[i] %= int32(m.Cfg.VocabSize)
+			}
+			const steps = 5
+			run := func(b kernels.Backend) [][]float32 {
+				t.Helper()
+				cache, err := m.NewKVCache(b, len(prompt)+steps)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cache.Free()
+				out, err := testmodel.Steps(m, b, cache, prompt, steps, testmodel.Argmax)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+			want := run(cpuB)
+			check := func(what string, b *addCPU, calls int) {
+				t.Helper()
+				got := run(b)
+				for s := range want {
+					for i := range want[s] {
+						if math.Float32bits(got[s][i]) != math.Float32bits(want[s][i]) {
+							t.Fatalf("%s: forward %d, logit %d = %v, want %v (product then add)", what, s, i, got[s][i], want[s][i])
+						}
+					}
+				}
+				if b.calls != calls || b.rows != calls {
+					t.Errorf("%s: %d MatMulAddFP8 calls over %d rows, want %d of one row", what, b.calls, b.rows, calls)
+				}
+			}
+			check("adding", &addCPU{CPUBackend: cpuB}, 2*L*steps)
+			check("AddsFP8 false", &addCPU{CPUBackend: cpuB, off: true}, 0)
+			m.NoResidualAccumulate = true
+			check("NoResidualAccumulate", &addCPU{CPUBackend: cpuB}, 0)
+			m.NoResidualAccumulate = false
+			remove := m.Tree().AddHook(watchModule{m.Layers[1].Attn.O})
+			check("o_proj of layer 1 watched", &addCPU{CPUBackend: cpuB}, (2*L-1)*steps)
+			remove()
+		})
+	}
+}
