@@ -15,9 +15,9 @@
 // Only then does it wait for the P·V (wait_group 0) and rescale O by the
 // new maxima's factor: O_new = (O_old + P_{t−1}·V_{t−1})·a, the same sum
 // wg3 forms as O_old·a + … with O_old already including P_{t−1}·V_{t−1}.
-// X(t) writes the bf16 P fragments of tile t into a second buffer (pn)
-// while the in-flight P·V reads the first (pf); pn is copied to pf once
-// the P·V is done.
+// X(t) writes the bf16 P fragments of tile t into one of two buffers
+// while the in-flight P·V reads the other (pf[pb] and pf[1−pb], chosen per
+// turn by a warpgroup-uniform branch so that every index is a constant).
 //
 // Shared memory: the same bytes as wg3 (WG_SMEM(HD, 128, 3): the query
 // tile and six key/value tiles) but split into two key stages and four
@@ -50,13 +50,22 @@
 // barrier does not wait for it, and nothing in B(j) touches its registers
 // or its value stage.
 //
-// ptxas serialises every wgmma of a function (warning "wgmma serialized")
-// when accumulators merge from optional wgmmas between issue and wait, or
-// when a register a wgmma in flight reads or writes is touched: as in wg3
-// each combination of the two products (both, S only, P·V only) is its own
-// branch from the fence to the last wait, and between wait_group 1 and
-// wait_group 0 only S's accumulators, pn and the softmax state are touched
-// (O and pf are pinned only after wait_group 0).
+// ptxas serialises every wgmma of a function (C7513 "wgmma.mma_async
+// instructions are serialized") when accumulators merge from optional
+// wgmmas between issue and wait (wg3's comment), and when a non-wgmma
+// instruction defines an input register of a wgmma between the fence and
+// the wait that retires it. So: each combination of the two products (both,
+// S only, P·V only) and of the P buffer is its own branch from the fence
+// to the last wait; the first k-step of S writes its accumulators as
+// outputs only (wg5_ss0) and the softmax never rewrites them (masked values
+// are formed on the fly), so that the masking defines no wgmma input; and
+// the P fragments of tile t go to the other buffer, never copied over the
+// in-flight P·V's. A first version wrote them to a temporary copied into
+// pf after wait_group 0: ptxas coalesced the copy, the P conversions then
+// defined the in-flight P·V's A registers, and it serialised every wgmma
+// (NVRTC 12.4). Check: no C7513 in the NVRTC log, and in the SASS one
+// WARPGROUP.DEPBAR per wgmma wait of the source (wait_group 1 as
+// "DEPBAR.LE gsb0, 0x1"), not one per HGMMA.
 
 // wg5_wait1 waits for all but the last committed wgmma group of the
 // warpgroup.
@@ -65,7 +74,7 @@ __device__ __forceinline__ void wg5_wait1() { asm volatile("wgmma.wait_group.syn
 // wg5_pin_pf keeps the compiler from reusing the n P fragments pf of an
 // in-flight P·V before the wait for it (an empty asm that "writes" them):
 // the wgmma reads its register operands until it is done, but to the
-// compiler they are consumed at issue.
+// front end they are consumed at issue.
 template <int N>
 __device__ __forceinline__ void wg5_pin_pf(unsigned (&pf)[N][4]) {
 #pragma unroll
@@ -168,10 +177,16 @@ __device__ __forceinline__ void prefill_wg5_body(bf16_t* out, const bf16_t* q, c
 	float s[SN];
 #pragma unroll
 	for (int i = 0; i < SN; i++) s[i] = 0.f;
-	unsigned pf[PS][4];
+	// Two buffers of P fragments: the pending P·V reads pf[pb] while the
+	// softmax of the next tile writes pf[1−pb] (file comment).
+	unsigned pf[2][PS][4];
 #pragma unroll
-	for (int i = 0; i < PS; i++) pf[i][0] = pf[i][1] = pf[i][2] = pf[i][3] = 0;
+	for (int b = 0; b < 2; b++) {
+#pragma unroll
+		for (int i = 0; i < PS; i++) pf[b][i][0] = pf[b][i][1] = pf[b][i][2] = pf[b][i][3] = 0;
+	}
 	bool pending = false;  // that P·V is yet to be issued
+	int pb = 0;            // the buffer of its P
 	unsigned pvs = 0;      // its value stage
 
 	// visible: does any query of the warpgroup see a key of tile t
@@ -200,8 +215,8 @@ __device__ __forceinline__ void prefill_wg5_body(bf16_t* out, const bf16_t* q, c
 		}
 	};
 
-	// X(t): masking and online softmax of S_t into pn; a0, a1: the factors
-	// O and the row sums take for the new maxima.
+	// X(t): masking and online softmax of S_t into the P buffer pn; a0,
+	// a1: the factors O and the row sums take for the new maxima.
 	const auto softmax = [&](int t, unsigned (&pn)[PS][4], float& a0, float& a1) {
 		const int j0 = t * BN;
 		const bool edge = j0 + BN - 1 > wq0 || (window > 0 && j0 < wq1 - window + 1);
@@ -250,8 +265,10 @@ __device__ __forceinline__ void prefill_wg5_body(bf16_t* out, const bf16_t* q, c
 	// let the other warpgroup go, wait for S, B(j) for warpgroup 1, X(t),
 	// wait for the P·V, rescale O (file comment). One branch from fence to
 	// last wait per combination.
-	const auto turn = [&](int t, int j, auto doS, auto doPV) {
+	const auto turn = [&](int t, int j, auto doS, auto doPV, auto buf) {
 		constexpr bool S = decltype(doS)::value, PV = decltype(doPV)::value;
+		constexpr int B = decltype(buf)::value ? 1 : 0;  // the pending P·V's buffer
+		constexpr int W = PV ? 1 - B : 0;                 // the buffer X(t) writes
 		wg_pin<ON>(o);
 		wg_fence();
 		if constexpr (S) {
@@ -270,7 +287,7 @@ __device__ __forceinline__ void prefill_wg5_body(bf16_t* out, const bf16_t* q, c
 		}
 		if constexpr (PV) {
 #pragma unroll
-			for (int kk = 0; kk < PS; kk++) wg_rs<HD>(o, pf[kk], wg_desc(pvs + kk * 2048, BN * 128, 1024));
+			for (int kk = 0; kk < PS; kk++) wg_rs<HD>(o, pf[B][kk], wg_desc(pvs + kk * 2048, BN * 128, 1024));
 			wg_commit();
 		}
 		arrive(t);
@@ -282,13 +299,11 @@ __device__ __forceinline__ void prefill_wg5_body(bf16_t* out, const bf16_t* q, c
 		if constexpr (S) wg_pin<SN>(s);
 		if (wg == 1 && j < ntiles) block(j);
 		if constexpr (S) {
-			unsigned pn[PS][4];
 			float a0, a1;
-			softmax(t, pn, a0, a1);
+			softmax(t, pf[W], a0, a1);
 			if constexpr (PV) {
 				wg_wait0();
-				wg5_pin_pf<PS>(pf);
-				wg_pin<SN>(s);  // pf stays live (and apart from pn) until the P·V that reads it is done
+				wg5_pin_pf<PS>(pf[B]);  // the P·V's operands stay live (and apart from pf[W]) until it is done
 			}
 			wg_pin<ON>(o);
 			// O now holds every P·V up to the previous visible tile: it
@@ -300,14 +315,8 @@ __device__ __forceinline__ void prefill_wg5_body(bf16_t* out, const bf16_t* q, c
 				o[4 * i + 2] *= a1;
 				o[4 * i + 3] *= a1;
 			}
-#pragma unroll
-			for (int i = 0; i < PS; i++) {
-				pf[i][0] = pn[i][0];
-				pf[i][1] = pn[i][1];
-				pf[i][2] = pn[i][2];
-				pf[i][3] = pn[i][3];
-			}
 			pending = true;
+			pb = W;
 			pvs = vst(t);
 		} else {
 			wg_pin<ON>(o);
@@ -321,12 +330,16 @@ __device__ __forceinline__ void prefill_wg5_body(bf16_t* out, const bf16_t* q, c
 			wg3_bar_sync(2);
 		}
 		const bool vis = visible(t);
-		if (vis && pending) {
-			turn(t, j, wg3_flag<true>(), wg3_flag<true>());
+		if (vis && pending && pb == 0) {
+			turn(t, j, wg3_flag<true>(), wg3_flag<true>(), wg3_flag<false>());
+		} else if (vis && pending) {
+			turn(t, j, wg3_flag<true>(), wg3_flag<true>(), wg3_flag<true>());
 		} else if (vis) {
-			turn(t, j, wg3_flag<true>(), wg3_flag<false>());
+			turn(t, j, wg3_flag<true>(), wg3_flag<false>(), wg3_flag<false>());
+		} else if (pending && pb == 0) {
+			turn(t, j, wg3_flag<false>(), wg3_flag<true>(), wg3_flag<false>());
 		} else if (pending) {
-			turn(t, j, wg3_flag<false>(), wg3_flag<true>());
+			turn(t, j, wg3_flag<false>(), wg3_flag<true>(), wg3_flag<true>());
 		} else {
 			arrive(t);
 			if (wg == 1 && j < ntiles) block(j);
@@ -346,14 +359,19 @@ __device__ __forceinline__ void prefill_wg5_body(bf16_t* out, const bf16_t* q, c
 			block(j);
 		}
 	}
-	if (pending) {  // the last P·V
+	const auto lastPV = [&](const unsigned (&p)[PS][4]) {
 		wg_pin<ON>(o);
 		wg_fence();
 #pragma unroll
-		for (int kk = 0; kk < PS; kk++) wg_rs<HD>(o, pf[kk], wg_desc(pvs + kk * 2048, BN * 128, 1024));
+		for (int kk = 0; kk < PS; kk++) wg_rs<HD>(o, p[kk], wg_desc(pvs + kk * 2048, BN * 128, 1024));
 		wg_commit();
 		wg_wait0();
 		wg_pin<ON>(o);
+	};
+	if (pending && pb == 0) {  // the last P·V
+		lastPV(pf[0]);
+	} else if (pending) {
+		lastPV(pf[1]);
 	}
 	cp_async_wait0();
 	wg_store_out<HD>(o, l0, l1, sQ, wg, 3 + wg, warp, g, tg, wtid, w0, T, out, qs, h);
