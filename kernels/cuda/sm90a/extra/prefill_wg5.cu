@@ -63,7 +63,10 @@
 // in-flight P·V's. A first version wrote them to a temporary copied into
 // pf after wait_group 0: ptxas coalesced the copy, the P conversions then
 // defined the in-flight P·V's A registers, and it serialised every wgmma
-// (NVRTC 12.4). Check: no C7513 in the NVRTC log, and in the SASS one
+// (NVRTC 12.4). And ptxas moved the exponentials and conversions of X(t)
+// after wait_group 0 (nothing orders them before it): a branch on the row
+// sums (l0 + l1 < 0, never true, traps) before the wait keeps every
+// exponential ahead of it. Check: no C7513 in the NVRTC log, and in the SASS one
 // WARPGROUP.DEPBAR per wgmma wait of the source (wait_group 1 as
 // "DEPBAR.LE gsb0, 0x1"), not one per HGMMA.
 
@@ -302,6 +305,7 @@ __device__ __forceinline__ void prefill_wg5_body(bf16_t* out, const bf16_t* q, c
 			float a0, a1;
 			softmax(t, pf[W], a0, a1);
 			if constexpr (PV) {
+				if (l0 + l1 < 0.f) __trap();  // never: a branch on the row sums keeps the exponentials before the wait
 				wg_wait0();
 				wg5_pin_pf<PS>(pf[B]);  // the P·V's operands stay live (and apart from pf[W]) until it is done
 			}
