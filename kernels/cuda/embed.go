@@ -63,7 +63,8 @@ func SourceSM90a() string { return unit(sm90aFiles, "sm90a") }
 var sm90aExtraFiles embed.FS
 
 // SM90aExtras lists the files of sm90a/extra/: experimental sm_90a
-// variants (sm90a/extra/prefill_wg4.cu: FT_PREFILL_VARIANT=wg4), each
+// variants (sm90a/extra/prefill_wg4.cu: FT_PREFILL_VARIANT=wg4;
+// sm90a/extra/prefill_wg5.cu: FT_PREFILL_VARIANT=wg5), each
 // compiled as a module of its own only when its variant is asked for, so
 // that neither its compile time nor a compile error of it reaches the
 // default's module.

@@ -65,6 +65,13 @@ var prefillVariants = []prefillVariant{
 	// where it is missing.
 	{name: "wg4", rows: 128, threads: 384, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, extra: "prefill_wg4.cu",
 		producers: 128, bars: 128},
+	// wg3 with FlashAttention-3's intra-warpgroup overlap
+	// (kernels/cuda/sm90a/extra/prefill_wg5.cu): a warpgroup's turn commits
+	// S = Q·Kᵀ and the P·V of its previous tile as two wgmma groups and runs
+	// the softmax while the P·V is on the tensor cores; two key and four
+	// value stages in wg3's shared memory. Its module is compiled only when
+	// it is asked for; wg, else fa2, where it is missing.
+	{name: "wg5", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, extra: "prefill_wg5.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200

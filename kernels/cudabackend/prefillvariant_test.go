@@ -59,6 +59,12 @@ func TestChoosePrefillVariant(t *testing.T) {
 		{"wg4", 64, true, true, "wg4", "attn_varlen_prefill_wg4_d64_bf16", 128, 384},
 		{"wg4", 32, false, true, "base", "attn_prefill_d32_bf16", 128, 256},
 		{"wg4", 128, true, false, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
+		{"wg5", 128, false, true, "wg5", "attn_prefill_wg5_d128_bf16", 128, 256},
+		{"wg5", 128, true, true, "wg5", "attn_varlen_prefill_wg5_d128_bf16", 128, 256},
+		{"wg5", 64, false, true, "wg5", "attn_prefill_wg5_d64_bf16", 128, 256},
+		{"wg5", 64, true, true, "wg5", "attn_varlen_prefill_wg5_d64_bf16", 128, 256},
+		{"wg5", 32, false, true, "base", "attn_prefill_d32_bf16", 128, 256},
+		{"wg5", 128, true, false, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
 	} {
 		v, err := choosePrefillVariant(c.setting, c.d, c.varlen, c.aligned)
 		if err != nil {
@@ -82,7 +88,7 @@ func TestChoosePrefillVariant(t *testing.T) {
 // the blocks per SM it is built for within the H100/H200's 227 KiB per SM
 // (each block also reserves 1 KiB), and one block fits the 227 KiB limit.
 func TestPrefillVariantSmem(t *testing.T) {
-	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg3": 230400, "wg4": 230528}
+	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg3": 230400, "wg4": 230528, "wg5": 230400}
 	for _, v := range prefillVariants {
 		n := v.smem(128)
 		if n != want[v.name] {
