@@ -6,12 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/loader/gguf"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/models/tokenizer"
+	"github.com/flextensor-go/flextensor/nn"
+	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -165,6 +168,13 @@ func TestTrainedFP8Agreement(t *testing.T) {
 		texts = append(texts, append([]int32{1}, gen...))
 		what = append(what, map[bool]string{true: "the model's greedy story", false: fmt.Sprintf("a story it samples (seed %d)", seed)}[seed == 0])
 	}
+	// The streamed path itself: the BF16 model offloaded with StreamDType
+	// F8_E4M3 gives the hand-quantized model's
+	// logits bit for bit, so the figures below are --stream-dtype fp8's.
+	streamed := streamFP8Logits(t, load(t, dir, dev), dev, w8a16, texts[0])
+	if !slices.Equal(streamed, fp8Logits(t, q, w8a16, texts[0])) {
+		t.Error("the streamed FP8 logits differ from the model quantized by hand")
+	}
 	V := s.Vocab
 	var a8, a16, a32 agreement
 	var nll float64
@@ -221,4 +231,54 @@ func logSumExp(v []float32) float64 {
 		s += math.Exp(float64(x) - top)
 	}
 	return top + math.Log(s)
+}
+
+// streamFP8Logits offloads m with StreamDType F8_E4M3 under a budget of
+// about the non-layer weights and two transfer slots (the engine quantizes
+// every layer per output channel, resident or streamed; at least one
+// streams) and returns the logits of every position of ids once the engine
+// is in INFERENCE.
+func streamFP8Logits(t *testing.T, m *decoder.Model, dev runtime.Device, b kernels.Backend, ids []int32) []float32 {
+	t.Helper()
+	align := func(n int64) int64 { return (n + 255) / 256 * 256 }
+	var fixed, unit int64
+	for _, p := range nn.Parameters(m) {
+		if !strings.HasPrefix(p.Name(), "model.layers.") {
+			fixed += align(p.Peek().NumBytes())
+		}
+	}
+	for _, l := range m.Layers {
+		var n int64
+		for _, p := range nn.Parameters(l) {
+			if lin, ok := p.Owner().(*nn.Linear); ok && p == lin.Weight {
+				n += align(int64(lin.Out*lin.In)) + align(int64(lin.Out*4))
+			} else {
+				n += align(p.Peek().NumBytes())
+			}
+		}
+		unit = max(unit, n)
+	}
+	cfg := offload.DefaultConfig(dev)
+	cfg.GPUBudget = offload.Budget{Bytes: fixed + 2*unit}
+	cfg.TransferBlocks = 2
+	cfg.StreamDType = runtime.F8E4M3
+	name := t.Name() + "-fp8"
+	if err := offload.Offload(m, &cfg, name); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := offload.Release(name, true); err != nil {
+			t.Error(err)
+		}
+	}()
+	for range 3 {
+		if len(offload.OffloadUnits(name)) > 0 {
+			break
+		}
+		fp8Logits(t, m, b, ids) // the profiling passes
+	}
+	if len(offload.OffloadUnits(name)) == 0 {
+		t.Fatal("no layer streams")
+	}
+	return fp8Logits(t, m, b, ids)
 }
