@@ -116,8 +116,18 @@ func ConvertLlama(path, outDir string, opt Options) (LlamaShape, error) {
 			return LlamaShape{}, fmt.Errorf("gguf %s: %w", path, err)
 		}
 	}
-	bos, _ := f.Int("tokenizer.ggml.bos_token_id")
-	eos, _ := f.Int("tokenizer.ggml.eos_token_id")
+	// sentencepiece's ids (llama.cpp's defaults) where the file names none.
+	bos, err := f.Int("tokenizer.ggml.bos_token_id")
+	if err != nil {
+		bos = 1
+	}
+	eos, err := f.Int("tokenizer.ggml.eos_token_id")
+	if err != nil {
+		eos = 2
+	}
+	if bos < 0 || bos >= int64(s.Vocab) || eos < 0 || eos >= int64(s.Vocab) {
+		return LlamaShape{}, fmt.Errorf("gguf %s: BOS %d or EOS %d is outside the vocabulary of %d", path, bos, eos, s.Vocab)
+	}
 	cfg := map[string]any{
 		"architectures":           []string{"LlamaForCausalLM"},
 		"model_type":              "llama",
@@ -276,6 +286,9 @@ func spmTokenizer(f *File, bos int) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if bos < 0 || bos >= len(toks) {
+		return nil, fmt.Errorf("tokenizer.ggml.tokens has %d tokens, BOS is %d", len(toks), bos)
+	}
 	scores, err := f.Floats("tokenizer.ggml.scores")
 	if err != nil || len(scores) != len(toks) {
 		return nil, fmt.Errorf("tokenizer.ggml.scores missing or not one per token (%v)", err)
@@ -341,7 +354,11 @@ func spmTokenizer(f *File, bos int) (map[string]any, error) {
 	for i, m := range merges {
 		ms[i] = m.l + " " + m.r
 	}
-	model := map[string]any{"type": "BPE", "dropout": nil, "unk_token": unk, "continuing_subword_prefix": nil,
+	var unkTok any // null without an unknown token
+	if unk != "" {
+		unkTok = unk
+	}
+	model := map[string]any{"type": "BPE", "dropout": nil, "unk_token": unkTok, "continuing_subword_prefix": nil,
 		"end_of_word_suffix": nil, "fuse_unk": true, "byte_fallback": true, "vocab": vocab, "merges": ms}
 	bosTok := toks[bos]
 	return map[string]any{

@@ -220,6 +220,13 @@ func Parse(b []byte) (*File, error) {
 		for range nd {
 			t.Dims = append(t.Dims, r.u64(t.Name+" dimension"))
 		}
+		n := uint64(1)
+		for _, d := range t.Dims {
+			if d != 0 && n > math.MaxUint64/8/d {
+				return nil, fmt.Errorf("%w: tensor %q has dimensions %v: too many elements", ErrFormat, t.Name, t.Dims)
+			}
+			n *= d
+		}
 		t.Type = r.u32(t.Name + " type")
 		t.Offset = r.u64(t.Name + " offset")
 		f.Tensors = append(f.Tensors, t)

@@ -163,6 +163,11 @@ func TestMalformed(t *testing.T) {
 			t.Errorf("%s: %v, want ErrFormat naming %q", c.name, err, c.want)
 		}
 	}
+	var huge builder
+	huge.tensor("big", ggmlF32, []uint64{1 << 40, 1 << 40}, nil)
+	if _, err := Parse(huge.bytes()); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), `"big"`) {
+		t.Errorf("2^80 elements: %v", err)
+	}
 	var bad builder
 	bad.u32("general.alignment", 24)
 	if _, err := Parse(bad.bytes()); err == nil || !strings.Contains(err.Error(), "alignment") {
