@@ -1,0 +1,393 @@
+package gguf
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"unicode/utf8"
+
+	"github.com/flextensor-go/flextensor/loader"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// Options chooses how ConvertLlama writes the checkpoint.
+type Options struct {
+	// DType of the written weights: runtime.BF16 (the default when
+	// Invalid) or runtime.F32.
+	DType runtime.DType
+}
+
+// LlamaShape is what ConvertLlama read from the GGUF metadata.
+type LlamaShape struct {
+	Hidden, Intermediate, Layers, Heads, KVHeads, HeadDim, Vocab, Context int
+	RopeTheta, RMSEps                                                     float64
+	Tied                                                                  bool // no output.weight: lm_head is the embedding
+	Tokenizer                                                             bool // tokenizer.json written
+}
+
+// GGUF token types (tokenizer.ggml.token_type).
+const (
+	tokNormal  = 1
+	tokUnknown = 2
+	tokControl = 3
+	tokByte    = 6
+)
+
+// ConvertLlama converts the Llama GGUF checkpoint at path (general.architecture
+// "llama"; F32, F16 or BF16 tensors) into a Hugging Face checkpoint in outDir
+// (created if missing): config.json, generation_config.json,
+// model.safetensors and, for a sentencepiece vocabulary
+// (tokenizer.ggml.model "llama"), tokenizer.json.
+//
+// GGUF keeps llama.cpp's RoPE layout, which rotates interleaved pairs
+// (2j, 2j+1) of each head; Hugging Face Llama rotates the halves (j,
+// j+head_dim/2), so the rows of each q and k head are permuted: converted
+// row a·head_dim/2 + j is GGUF row 2j + a (the inverse of the permutation
+// llama.cpp's own Hugging Face import applies).
+func ConvertLlama(path, outDir string, opt Options) (LlamaShape, error) {
+	dt := opt.DType
+	if dt == runtime.Invalid {
+		dt = runtime.BF16
+	}
+	if dt != runtime.BF16 && dt != runtime.F32 {
+		return LlamaShape{}, fmt.Errorf("gguf: dtype %s: want BF16 or F32", dt)
+	}
+	f, err := Open(path)
+	if err != nil {
+		return LlamaShape{}, err
+	}
+	if a, err := f.String("general.architecture"); err != nil || a != "llama" {
+		return LlamaShape{}, fmt.Errorf("gguf %s: general.architecture %q: only \"llama\" is converted (%v)", path, a, err)
+	}
+	s, err := llamaShape(f)
+	if err != nil {
+		return LlamaShape{}, fmt.Errorf("gguf %s: %w", path, err)
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return LlamaShape{}, err
+	}
+	var ts []loader.NamedTensor
+	add := func(gname, hname string, shape []int, permuteHeads int) error {
+		v, t, err := f.Float32(gname)
+		if err != nil {
+			return err
+		}
+		want := 1
+		for _, d := range shape {
+			want *= d
+		}
+		// GGUF dims are innermost first: [in, out] for an [out, in] weight.
+		if len(t.Dims) != len(shape) || len(v) != want || int(t.Dims[0]) != shape[len(shape)-1] {
+			return fmt.Errorf("gguf: tensor %q has dims %v, want %v (innermost first)", gname, t.Dims, reversed(shape))
+		}
+		if permuteHeads > 0 {
+			v = permuteRoPE(v, permuteHeads, s.HeadDim, shape[1])
+		}
+		ts = append(ts, loader.NamedTensor{Name: hname, DType: dt, Shape: shape, Data: encode(v, dt)})
+		return nil
+	}
+	h, kv := s.Hidden, s.KVHeads*s.HeadDim
+	q := s.Heads * s.HeadDim
+	steps := []step{{"token_embd.weight", "model.embed_tokens.weight", []int{s.Vocab, h}, 0}}
+	for l := range s.Layers {
+		g, p := fmt.Sprintf("blk.%d.", l), fmt.Sprintf("model.layers.%d.", l)
+		steps = append(steps,
+			step{g + "attn_norm.weight", p + "input_layernorm.weight", []int{h}, 0},
+			step{g + "attn_q.weight", p + "self_attn.q_proj.weight", []int{q, h}, s.Heads},
+			step{g + "attn_k.weight", p + "self_attn.k_proj.weight", []int{kv, h}, s.KVHeads},
+			step{g + "attn_v.weight", p + "self_attn.v_proj.weight", []int{kv, h}, 0},
+			step{g + "attn_output.weight", p + "self_attn.o_proj.weight", []int{h, q}, 0},
+			step{g + "ffn_norm.weight", p + "post_attention_layernorm.weight", []int{h}, 0},
+			step{g + "ffn_gate.weight", p + "mlp.gate_proj.weight", []int{s.Intermediate, h}, 0},
+			step{g + "ffn_up.weight", p + "mlp.up_proj.weight", []int{s.Intermediate, h}, 0},
+			step{g + "ffn_down.weight", p + "mlp.down_proj.weight", []int{h, s.Intermediate}, 0},
+		)
+	}
+	steps = append(steps, step{"output_norm.weight", "model.norm.weight", []int{h}, 0})
+	if !s.Tied {
+		steps = append(steps, step{"output.weight", "lm_head.weight", []int{s.Vocab, h}, 0})
+	}
+	for _, st := range steps {
+		if err := add(st.g, st.h, st.shape, st.perm); err != nil {
+			return LlamaShape{}, fmt.Errorf("gguf %s: %w", path, err)
+		}
+	}
+	// sentencepiece's ids (llama.cpp's defaults) where the file names none.
+	bos, err := f.Int("tokenizer.ggml.bos_token_id")
+	if err != nil {
+		bos = 1
+	}
+	eos, err := f.Int("tokenizer.ggml.eos_token_id")
+	if err != nil {
+		eos = 2
+	}
+	if bos < 0 || bos >= int64(s.Vocab) || eos < 0 || eos >= int64(s.Vocab) {
+		return LlamaShape{}, fmt.Errorf("gguf %s: BOS %d or EOS %d is outside the vocabulary of %d", path, bos, eos, s.Vocab)
+	}
+	cfg := map[string]any{
+		"architectures":           []string{"LlamaForCausalLM"},
+		"model_type":              "llama",
+		"hidden_size":             s.Hidden,
+		"intermediate_size":       s.Intermediate,
+		"num_hidden_layers":       s.Layers,
+		"num_attention_heads":     s.Heads,
+		"num_key_value_heads":     s.KVHeads,
+		"head_dim":                s.HeadDim,
+		"vocab_size":              s.Vocab,
+		"max_position_embeddings": s.Context,
+		"rms_norm_eps":            float32(s.RMSEps),
+		"rope_theta":              s.RopeTheta,
+		"hidden_act":              "silu",
+		"tie_word_embeddings":     s.Tied,
+		"attention_bias":          false,
+		"mlp_bias":                false,
+		"bos_token_id":            bos,
+		"eos_token_id":            eos,
+		"torch_dtype":             map[runtime.DType]string{runtime.BF16: "bfloat16", runtime.F32: "float32"}[dt],
+	}
+	if err := writeJSON(filepath.Join(outDir, "config.json"), cfg); err != nil {
+		return LlamaShape{}, err
+	}
+	if err := writeJSON(filepath.Join(outDir, "generation_config.json"), map[string]any{"bos_token_id": bos, "eos_token_id": eos}); err != nil {
+		return LlamaShape{}, err
+	}
+	if tm, _ := f.String("tokenizer.ggml.model"); tm == "llama" {
+		tj, err := spmTokenizer(f, int(bos))
+		if err != nil {
+			return LlamaShape{}, fmt.Errorf("gguf %s: %w", path, err)
+		}
+		if err := writeJSON(filepath.Join(outDir, "tokenizer.json"), tj); err != nil {
+			return LlamaShape{}, err
+		}
+		s.Tokenizer = true
+	}
+	meta := map[string]string{"format": "pt", "converted_from": "gguf"}
+	if err := loader.WriteFile(filepath.Join(outDir, "model.safetensors"), ts, meta); err != nil {
+		return LlamaShape{}, err
+	}
+	return s, nil
+}
+
+// step maps one GGUF tensor to its Hugging Face name and [out, in] shape;
+// perm > 0 permutes its rows for RoPE over perm heads.
+type step struct {
+	g, h  string
+	shape []int
+	perm  int
+}
+
+func reversed(s []int) []int {
+	out := make([]int, len(s))
+	for i, v := range s {
+		out[len(s)-1-i] = v
+	}
+	return out
+}
+
+// llamaShape reads the llama.* metadata and checks it against the tensors.
+func llamaShape(f *File) (LlamaShape, error) {
+	var s LlamaShape
+	ints := []struct {
+		key string
+		dst *int
+	}{
+		{"llama.embedding_length", &s.Hidden}, {"llama.feed_forward_length", &s.Intermediate},
+		{"llama.block_count", &s.Layers}, {"llama.attention.head_count", &s.Heads}, {"llama.context_length", &s.Context},
+	}
+	for _, x := range ints {
+		v, err := f.Int(x.key)
+		if err != nil {
+			return s, err
+		}
+		if v <= 0 || v > 1<<24 {
+			return s, fmt.Errorf("metadata %s = %d is out of range", x.key, v)
+		}
+		*x.dst = int(v)
+	}
+	s.KVHeads = s.Heads
+	if v, err := f.Int("llama.attention.head_count_kv"); err == nil {
+		s.KVHeads = int(v)
+	}
+	if s.KVHeads <= 0 || s.Heads%s.KVHeads != 0 || s.Hidden%s.Heads != 0 {
+		return s, fmt.Errorf("%d heads, %d key/value heads, hidden size %d: not a Llama attention shape", s.Heads, s.KVHeads, s.Hidden)
+	}
+	s.HeadDim = s.Hidden / s.Heads
+	if v, err := f.Int("llama.attention.key_length"); err == nil {
+		s.HeadDim = int(v)
+	}
+	if s.HeadDim <= 0 || s.HeadDim%2 != 0 {
+		return s, fmt.Errorf("head dimension %d is not even", s.HeadDim)
+	}
+	if v, err := f.Int("llama.rope.dimension_count"); err == nil && int(v) != s.HeadDim {
+		return s, fmt.Errorf("llama.rope.dimension_count %d is not the head dimension %d (partial rotary is not converted)", v, s.HeadDim)
+	}
+	s.RopeTheta, s.RMSEps = 10000, 1e-5
+	if v, ok := asFloat(f.Metadata["llama.rope.freq_base"]); ok {
+		s.RopeTheta = v
+	}
+	if v, ok := asFloat(f.Metadata["llama.attention.layer_norm_rms_epsilon"]); ok {
+		s.RMSEps = v
+	}
+	if _, ok := f.Metadata["llama.rope.scaling.type"]; ok {
+		return s, fmt.Errorf("llama.rope.scaling.type is set: RoPE scaling is not converted")
+	}
+	emb, ok := f.Tensor("token_embd.weight")
+	if !ok || len(emb.Dims) != 2 || int(emb.Dims[0]) != s.Hidden {
+		return s, fmt.Errorf("token_embd.weight missing or not [vocab, %d]", s.Hidden)
+	}
+	s.Vocab = int(emb.Dims[1])
+	_, hasOut := f.Tensor("output.weight")
+	s.Tied = !hasOut
+	return s, nil
+}
+
+// permuteRoPE returns w ([heads·hd, in]) with each head's rows reordered
+// from interleaved pairs to halves: converted row a·hd/2 + j is row 2j + a.
+func permuteRoPE(w []float32, heads, hd, in int) []float32 {
+	out := make([]float32, len(w))
+	for h := range heads {
+		for j := range hd / 2 {
+			for a := range 2 {
+				src := (h*hd + 2*j + a) * in
+				dst := (h*hd + a*hd/2 + j) * in
+				copy(out[dst:dst+in], w[src:src+in])
+			}
+		}
+	}
+	return out
+}
+
+func encode(v []float32, dt runtime.DType) []byte {
+	if dt == runtime.F32 {
+		b := make([]byte, 4*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+		}
+		return b
+	}
+	b := make([]byte, 2*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint16(b[2*i:], runtime.F32ToBF16(x))
+	}
+	return b
+}
+
+// spmTokenizer builds a Hugging Face tokenizer.json for a sentencepiece BPE
+// vocabulary (tokenizer.ggml.model "llama"): pieces with "▁" for spaces,
+// "<0xXX>" byte tokens, scores giving the merge order. The merges are every
+// split of a normal piece into two normal pieces, ranked by the merged
+// piece's score (highest first), which is the order sentencepiece merges in.
+func spmTokenizer(f *File, bos int) (map[string]any, error) {
+	toks, err := f.Strings("tokenizer.ggml.tokens")
+	if err != nil {
+		return nil, err
+	}
+	if bos < 0 || bos >= len(toks) {
+		return nil, fmt.Errorf("tokenizer.ggml.tokens has %d tokens, BOS is %d", len(toks), bos)
+	}
+	scores, err := f.Floats("tokenizer.ggml.scores")
+	if err != nil || len(scores) != len(toks) {
+		return nil, fmt.Errorf("tokenizer.ggml.scores missing or not one per token (%v)", err)
+	}
+	types, err := f.Floats("tokenizer.ggml.token_type")
+	if err != nil || len(types) != len(toks) {
+		return nil, fmt.Errorf("tokenizer.ggml.token_type missing or not one per token (%v)", err)
+	}
+	vocab := make(map[string]int, len(toks))
+	normal := map[string]int{}
+	var added []map[string]any
+	unk := ""
+	for i, t := range toks {
+		if _, dup := vocab[t]; dup {
+			return nil, fmt.Errorf("tokenizer.ggml.tokens: %q appears twice", t)
+		}
+		vocab[t] = i
+		switch int(types[i]) {
+		case tokNormal:
+			normal[t] = i
+		case tokUnknown, tokControl:
+			if int(types[i]) == tokUnknown {
+				unk = t
+			}
+			added = append(added, map[string]any{"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true})
+		}
+	}
+	type merge struct {
+		l, r      string
+		rank, lid int
+	}
+	var merges []merge
+	// Rank the pieces by score (descending), ties by id.
+	order := make([]int, len(toks))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return scores[order[a]] > scores[order[b]] })
+	rank := make([]int, len(toks))
+	for r, i := range order {
+		rank[i] = r
+	}
+	for t, id := range normal {
+		for k := range t {
+			if k == 0 {
+				continue
+			}
+			l, r := t[:k], t[k:]
+			li, lok := normal[l]
+			_, rok := normal[r]
+			if lok && rok && utf8.ValidString(l) {
+				merges = append(merges, merge{l, r, rank[id], rank[li]})
+			}
+		}
+	}
+	sort.Slice(merges, func(a, b int) bool {
+		if merges[a].rank != merges[b].rank {
+			return merges[a].rank < merges[b].rank
+		}
+		return merges[a].lid < merges[b].lid
+	})
+	ms := make([]string, len(merges))
+	for i, m := range merges {
+		ms[i] = m.l + " " + m.r
+	}
+	var unkTok any // null without an unknown token
+	if unk != "" {
+		unkTok = unk
+	}
+	model := map[string]any{"type": "BPE", "dropout": nil, "unk_token": unkTok, "continuing_subword_prefix": nil,
+		"end_of_word_suffix": nil, "fuse_unk": true, "byte_fallback": true, "vocab": vocab, "merges": ms}
+	bosTok := toks[bos]
+	return map[string]any{
+		"version": "1.0", "truncation": nil, "padding": nil, "added_tokens": added,
+		"normalizer": map[string]any{"type": "Sequence", "normalizers": []any{
+			map[string]any{"type": "Prepend", "prepend": "▁"},
+			map[string]any{"type": "Replace", "pattern": map[string]any{"String": " "}, "content": "▁"},
+		}},
+		"pre_tokenizer": nil,
+		"post_processor": map[string]any{"type": "TemplateProcessing",
+			"single": []any{map[string]any{"SpecialToken": map[string]any{"id": bosTok, "type_id": 0}}, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}},
+			"pair": []any{map[string]any{"SpecialToken": map[string]any{"id": bosTok, "type_id": 0}}, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}},
+				map[string]any{"SpecialToken": map[string]any{"id": bosTok, "type_id": 1}}, map[string]any{"Sequence": map[string]any{"id": "B", "type_id": 1}}},
+			"special_tokens": map[string]any{bosTok: map[string]any{"id": bosTok, "ids": []int{bos}, "tokens": []string{bosTok}}},
+		},
+		"decoder": map[string]any{"type": "Sequence", "decoders": []any{
+			map[string]any{"type": "Replace", "pattern": map[string]any{"String": "▁"}, "content": " "},
+			map[string]any{"type": "ByteFallback"},
+			map[string]any{"type": "Fuse"},
+			map[string]any{"type": "Strip", "content": " ", "start": 1, "stop": 0},
+		}},
+		"model": model,
+	}, nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
