@@ -146,7 +146,9 @@ func (e *engine) hostInputs(in *PlanInput) error {
 			return fmt.Errorf("measuring the host backend: %w", err)
 		}
 		e.hostBW = bw
+		e.hostDRAM, e.hostDRAMFrom = e.measureHostDRAM()
 	}
+	in.HostReadBytesPerSec = e.hostDRAM
 	est := func(u *unit) float64 { return float64(u.bytes) / e.hostBW }
 	ratio := e.hm.hostRatio(in.Tokens, est)
 	for i, u := range e.units {
