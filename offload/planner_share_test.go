@@ -181,3 +181,52 @@ func TestPlanInputRejectsBadDRAM(t *testing.T) {
 		}
 	}
 }
+
+// h200Input is the Llama-3-8B shape as measured on the H200 machine: 32
+// layers of 436 MB, 0.15 ms of device compute each, copies at 55 GB/s
+// (20 µs latency), hops of 60 µs, a host layer of 3.15 ms alone, 2.45 GB
+// fixed on the device and two slots.
+func h200Input(budget int64, dram float64) PlanInput {
+	in := PlanInput{FixedBytes: 2.45e9, Budget: budget, Slots: 2, Curve: FitH2D(20e-6, 55e9), HopSec: 60e-6, Tokens: 1, HostReadBytesPerSec: dram}
+	for i := range 32 {
+		in.Units = append(in.Units, PlanUnit{Name: string(rune('A' + i)), Bytes: 436e6, ComputeSec: 0.15e-3, HostSecPerToken: 3.15e-3})
+	}
+	return in
+}
+
+// TestHostSharedH200: with the H200's ~140 GB/s of DRAM reads a host layer
+// beside a 55 GB/s copy gets ~85 GB/s: 436 MB in 5.12 ms (measured inside
+// the hybrid forward: 4.9-5.5 ms). With the host alone near the DRAM
+// figure a copy then saves no time, so at the smallest budget (two slots'
+// bytes) the planner keeps two layers resident and computes the other 30 on
+// the host with no copy: 30 × 3.15 + 2 × 0.15 ms + two hops = 94.92 ms.
+// Without the DRAM figure it streams some (copies look free beside the
+// host).
+func TestHostSharedH200(t *testing.T) {
+	budget := int64(2.45e9 + 2*436e6)
+	in := h200Input(budget, 140e9)
+	pl := Plan{Slots: 1, Resident: make([]bool, 32), Host: make([]bool, 32)}
+	for u := 1; u < 32; u++ {
+		pl.Host[u] = true // unit 0 streamed: its copy runs beside the host stretch
+	}
+	runs, _, ok := hostRunTimes(in, pl)
+	c := 436e6 / (20e-6 + 436e6/55e9) // the copy's rate, its latency included
+	if want := 436e6 / (140e9 - c); !ok || math.Abs(runs[1]-want) > 1e-9 || math.Abs(want-5.12e-3) > 0.01e-3 {
+		t.Fatalf("host layer beside a copy: %v s (ok %v), want 436 MB / (140 − %.1f GB/s) = %v s", runs[1], ok, c/1e9, want)
+	}
+	best, err := MakePlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if best.HostUnits() != 30 || best.Slots != 0 || math.Abs(best.PredictedSec-94.92e-3) > 1e-6 {
+		t.Fatalf("budget 0 with the DRAM figure: %d host units, %d slots, %v s; want 30, 0, 94.92 ms\n%v", best.HostUnits(), best.Slots, best.PredictedSec, best)
+	}
+	in.HostReadBytesPerSec = 0
+	off, err := MakePlan(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.Slots == 0 || off.PredictedSec >= best.PredictedSec {
+		t.Fatalf("without the DRAM figure: %d slots, %v s; want copies and a prediction below %v s\n%v", off.Slots, off.PredictedSec, best.PredictedSec, off)
+	}
+}
