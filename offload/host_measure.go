@@ -141,6 +141,9 @@ func (e *engine) hostReplan() error {
 	if ok && plan.PredictedSec >= cur*0.99 {
 		e.planIn = in
 		e.plan.PredictedSec = cur
+		if f, ok := hostFloor(in, e.plan); ok {
+			e.plan.FloorSec = f // the estimate's floor no longer holds either
+		}
 		e.tracePlan(fmt.Sprintf("kept after measuring host units (the best plan predicts %.2f ms)", plan.PredictedSec*1e3), e.plan, 0)
 		return nil
 	}

@@ -359,3 +359,23 @@ func hostAloneTimes(in PlanInput, pl Plan, meas map[int]float64) map[int]float64
 	}
 	return out
 }
+
+// hostFloor is FloorSec of three-way plan pl under in (Σ compute with host
+// units at their alone time plus hops, or the streamed copies' time).
+func hostFloor(in PlanInput, pl Plan) (float64, bool) {
+	if len(pl.Host) != len(in.Units) || len(pl.Resident) != len(in.Units) {
+		return 0, false
+	}
+	res := slices.Clone(pl.Resident)
+	for u, h := range pl.Host {
+		res[u] = res[u] || h
+	}
+	p := newPlanProblem(hostInput(in, pl.Host))
+	var xfer float64
+	for u, r := range res {
+		if !r {
+			xfer += p.xfer[u]
+		}
+	}
+	return max(p.sumComp, xfer), true
+}
