@@ -38,7 +38,11 @@ func (b *Backend) HostReadBandwidth() (float64, error) {
 	if bw, ok := dramCache.byThreads[th]; ok {
 		return bw, nil
 	}
-	buf := make([]float32, dramReadBytes/4)
+	buf, release, err := dramBuffer(dramReadBytes)
+	if err != nil {
+		return 0, fmt.Errorf("host: read-bandwidth buffer of %d bytes: %w", dramReadBytes, err)
+	}
+	defer release()
 	for i := 0; i < len(buf); i += 1024 { // one write a page: real pages, not the zero page
 		buf[i] = float32(i & 1023)
 	}
