@@ -122,6 +122,12 @@ type engine struct {
 	hostBW float64     // the host backend's measured GEMV bytes a second
 	hm     hostMeasure // measured host times per unit (host_measure.go)
 
+	// hostDRAM is the host's DRAM read bandwidth the planner's shared-read
+	// model uses (bytes a second; host_dram.go), hostDRAMFrom where it came
+	// from; set with hostBW.
+	hostDRAM     float64
+	hostDRAMFrom string
+
 	replan replanState
 
 	tok tokenPlans // plans per tokens per forward (tokens.go)
@@ -874,7 +880,7 @@ func (e *engine) startInference() error {
 	if err != nil {
 		return err
 	}
-	e.tracePlan("from profiling", plan, time.Since(t0))
+	e.tracePlanIn("from profiling", plan, in, time.Since(t0))
 	e.plan, e.planIn, e.budget = plan, in, budget
 	e.staging.Free()
 	e.staging = nil

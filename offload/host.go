@@ -20,7 +20,8 @@ import (
 // while the host computes.
 //
 // Host compute per unit is first estimated: the unit's bytes over the host
-// backend's GEMV bandwidth, measured once when INFERENCE starts by
+// backend's GEMV bandwidth or the host's DRAM read bandwidth (host_dram.go),
+// whichever is higher, the GEMV figure measured once when INFERENCE starts by
 // multiplying one token through the largest unit's own matrices (from its
 // host block) with the host backend, per token of the forward
 // (planner_host.go). The first passes under a plan with host units then time
@@ -146,8 +147,18 @@ func (e *engine) hostInputs(in *PlanInput) error {
 			return fmt.Errorf("measuring the host backend: %w", err)
 		}
 		e.hostBW = bw
+		e.hostDRAM, e.hostDRAMFrom = e.measureHostDRAM()
 	}
-	est := func(u *unit) float64 { return float64(u.bytes) / e.hostBW }
+	in.HostReadBytesPerSec = e.hostDRAM
+	// The estimate is a lower bound: no unit reads its weights faster than
+	// the faster of the GEMV figure and the DRAM read figure (the one-op
+	// layer reaches the latter, separate GEMVs do not: host_dram.go). A
+	// figure the backend reports itself (HostBandwidthMeasurer) stands.
+	estBW := max(e.hostBW, e.hostDRAM)
+	if bm, ok := e.cfg.HostBackend.(HostBandwidthMeasurer); ok && bm.HostBandwidth() > 0 {
+		estBW = e.hostBW
+	}
+	est := func(u *unit) float64 { return float64(u.bytes) / estBW }
 	ratio := e.hm.hostRatio(in.Tokens, est)
 	for i, u := range e.units {
 		if u.announced || len(u.shared) > 0 {

@@ -20,7 +20,10 @@ import (
 // one warm-up pass (first-use allocations, the KV cache moving over), then
 // Config.ProfilingIters passes. It keeps the median seconds per token of
 // each unit for the plan's tokens-per-forward bucket and replans once with
-// them (hostInputs): a measured unit's HostSecPerToken is its measurement;
+// them (hostInputs): a measured unit's HostSecPerToken is its measurement
+// turned back into its time alone (hostAloneTimes: the measurement ran
+// beside the plan's copies, whose sharing of the host's memory the planner
+// models itself, so it must not count twice);
 // a unit that did not run on the host keeps the estimate, scaled by the
 // median measured/estimated ratio of the measured units when that ratio
 // exceeds 1 (units of one model share their shape; the estimate, a lower
@@ -45,10 +48,14 @@ type hostMeasure struct {
 	key     int                 // the bucket (PlanInput.Tokens) being measured
 	passes  int                 // passes measured for key (the first is a warm-up)
 	samples map[*unit][]float64 // seconds per token of the measured passes
-	// byT is each measured bucket's median host seconds per token per unit.
-	byT     map[int]map[*unit]float64
-	replans int // replans made from measured host times
-	applied int // of which changed the placement
+	// byT is each measured bucket's host seconds per token per unit alone:
+	// the median measured inside the forward, divided by the sharing of the
+	// host's memory with the copies the model predicts (hostAloneTimes);
+	// inHybrid holds the medians as measured.
+	byT      map[int]map[*unit]float64
+	inHybrid map[int]map[*unit]float64
+	replans  int // replans made from measured host times
+	applied  int // of which changed the placement
 }
 
 // hostMeasureBegin decides at the root's entry whether the pass measures
@@ -95,13 +102,24 @@ func (e *engine) hostMeasureEnd() error {
 		return nil
 	}
 	meds := map[*unit]float64{}
+	byIdx := map[int]float64{}
 	for u, s := range h.samples {
 		meds[u] = median(s)
+		byIdx[u.idx] = meds[u]
+	}
+	// The measurements ran beside the plan's copies: the model's alone
+	// times are what they are divided by the sharing (planner_share.go).
+	alone := hostAloneTimes(e.planIn, e.plan, byIdx)
+	conv := map[*unit]float64{}
+	for u := range meds {
+		conv[u] = alone[u.idx]
 	}
 	if h.byT == nil {
 		h.byT = map[int]map[*unit]float64{}
+		h.inHybrid = map[int]map[*unit]float64{}
 	}
-	h.byT[h.key] = meds
+	h.byT[h.key] = conv
+	h.inHybrid[h.key] = meds
 	h.samples, h.passes = nil, 0
 	return e.hostReplan()
 }
@@ -123,6 +141,9 @@ func (e *engine) hostReplan() error {
 	if ok && plan.PredictedSec >= cur*0.99 {
 		e.planIn = in
 		e.plan.PredictedSec = cur
+		if f, ok := hostFloor(in, e.plan); ok {
+			e.plan.FloorSec = f // the estimate's floor no longer holds either
+		}
 		e.tracePlan(fmt.Sprintf("kept after measuring host units (the best plan predicts %.2f ms)", plan.PredictedSec*1e3), e.plan, 0)
 		return nil
 	}
@@ -170,19 +191,26 @@ type HostTimes struct {
 	// SecPerToken is the measured host seconds per token of each unit that
 	// was timed on the host, for the plan in force's bucket.
 	SecPerToken map[string]float64
+	// AloneSecPerToken is the same units' time alone that the planner
+	// uses: the measurement divided by the sharing of the host's memory
+	// with the copies (equal to SecPerToken without a DRAM figure).
+	AloneSecPerToken map[string]float64
 }
 
 // HostTimes reports the manager's measured host times (see HostTimes).
 func (m *Manager) HostTimes() HostTimes {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ht := HostTimes{SecPerToken: map[string]float64{}}
+	ht := HostTimes{SecPerToken: map[string]float64{}, AloneSecPerToken: map[string]float64{}}
 	if m.e == nil {
 		return ht
 	}
 	ht.Replans, ht.Applied = m.e.hm.replans, m.e.hm.applied
-	for u, s := range m.e.hm.byT[m.e.planIn.Tokens] {
+	for u, s := range m.e.hm.inHybrid[m.e.planIn.Tokens] {
 		ht.SecPerToken[u.name] = s
+	}
+	for u, s := range m.e.hm.byT[m.e.planIn.Tokens] {
+		ht.AloneSecPerToken[u.name] = s
 	}
 	return ht
 }

@@ -177,6 +177,15 @@ type PlanInput struct {
 	// device and the host (one way): a stretch of consecutive
 	// host-computed units pays it twice (planner_host.go).
 	HopSec float64
+	// HostReadBytesPerSec is the host's DRAM read bandwidth (a STREAM-like
+	// read on all the host backend's threads), which the copy engine's
+	// reads and the host units' share (planner_share.go). 0: unknown, and a
+	// host unit runs at its own rate (HostSecPerToken) whatever the copies.
+	HostReadBytesPerSec float64
+
+	// share is set by hostInput: the host units of a three-way plan with
+	// their shared-read model (planner_share.go); nil otherwise.
+	share *hostShare
 }
 
 // Plan says which units stay resident and how the others are streamed.
@@ -395,6 +404,8 @@ func (in *PlanInput) validate() error {
 		return fmt.Errorf("offload: plan: negative slot count %d", in.Slots)
 	case math.IsNaN(in.HopSec) || math.IsInf(in.HopSec, 0) || in.HopSec < 0:
 		return fmt.Errorf("offload: plan: hop time %v s; want finite and >= 0", in.HopSec)
+	case math.IsNaN(in.HostReadBytesPerSec) || math.IsInf(in.HostReadBytesPerSec, 0) || in.HostReadBytesPerSec < 0:
+		return fmt.Errorf("offload: plan: host read bandwidth %v bytes/s; want finite and >= 0", in.HostReadBytesPerSec)
 	case in.MaxAnnounced < 0:
 		return fmt.Errorf("offload: plan: negative MaxAnnounced %d", in.MaxAnnounced)
 	case math.IsNaN(in.TransferScale) || math.IsInf(in.TransferScale, 0) || in.TransferScale < 0:
@@ -413,6 +424,11 @@ type planProblem struct {
 	sumComp  float64
 	slotFree []float64 // simulate's scratch: compute end of each slot's last occupant
 	work     int64     // unit-steps of simulation left for local search
+
+	share   *hostShare // host units sharing DRAM reads with the copies (planner_share.go), or nil
+	crate   []float64  // with share: each unit's copy rate, bytes a second (0: no copy time)
+	scratch shareScratch
+	hostDur []float64 // with share, when non-nil: each host unit's last simulated run (work and sharing, no hops)
 }
 
 // newPlanProblem precomputes per-unit bytes, compute and scaled copy times.
@@ -429,6 +445,7 @@ func newPlanProblem(in PlanInput) *planProblem {
 		p.xfer[i] = scale * in.Curve.Time(u.Bytes)
 		p.sumComp += u.ComputeSec
 	}
+	p.initShare()
 	return p
 }
 
@@ -516,6 +533,10 @@ func (p *planProblem) simulate(res []bool, slots int) float64 {
 // passes simulates len(ends) back-to-back passes from an idle start and
 // stores the time each pass's last compute ends.
 func (p *planProblem) passes(res []bool, slots int, ends []float64) {
+	if p.share != nil {
+		p.passesShare(res, slots, ends)
+		return
+	}
 	if cap(p.slotFree) < slots {
 		p.slotFree = make([]float64, slots)
 	}

@@ -1,7 +1,9 @@
 package offload
 
 import (
+	"math"
 	"slices"
+	"sort"
 )
 
 // Three-way plans: a unit is resident on the device, streamed to it through
@@ -18,9 +20,13 @@ import (
 // the host before its first unit and back after its last. The pass boundary
 // ends a stretch (the model's head runs on the device).
 //
-// So a host unit is scored exactly as a resident unit of 0 bytes whose
-// compute time is its host time plus the hops it pays: the search reuses the
-// two-way planner on that transformed input.
+// So a host unit is scored as a resident unit of 0 bytes whose compute time
+// is its host time plus the hops it pays: the search reuses the two-way
+// planner on that transformed input. With the host's DRAM read bandwidth
+// known (PlanInput.HostReadBytesPerSec), the transformed input also carries
+// the shared-read model (planner_share.go): a host unit then runs slower
+// while the copy engine reads the same memory, and the simulation follows
+// the engine's schedule copy by copy.
 //
 // Host compute grows with the tokens a forward carries and copies do not:
 // at batch-1 decode a fast host takes a share of the streamed units, at a
@@ -60,6 +66,7 @@ func (pl Plan) HostUnits() int {
 // host field cleared (so the two-way search runs on it).
 func hostInput(in PlanInput, host []bool) PlanInput {
 	out := in
+	out.share = newHostShare(in, host)
 	out.HopSec = 0
 	out.Units = slices.Clone(in.Units)
 	n := len(in.Units)
@@ -143,11 +150,62 @@ func makeHostPlan(in PlanInput) (Plan, error) {
 	if err == nil && final.PredictedSec <= cur.PredictedSec {
 		cur = final
 	}
+	if nc, nh, ok := noCopyPlan(in); ok && nc.PredictedSec < cur.PredictedSec*(1-1e-9) {
+		cur, host = nc, nh
+	}
 	pl := hostPlan(cur, host)
 	if pl.HostUnits() == 0 {
 		pl.Host = nil
 	}
 	return pl, nil
+}
+
+// noCopyPlan is the plan that copies nothing: the units that gain most from
+// the device (host time minus device compute) resident while they fit the
+// budget, every other unit on the host (ok is false when one of those cannot
+// be computed there, or a forced host unit would have to be resident). With
+// copies and host reads sharing the host's memory, this extreme can beat
+// every plan the greedy moves reach, which add one host unit at a time
+// beside copies (planner_share.go).
+func noCopyPlan(in PlanInput) (Plan, []bool, bool) {
+	n := len(in.Units)
+	order := make([]int, 0, n)
+	for u := range n {
+		order = append(order, u)
+	}
+	gain := func(u int) float64 {
+		if in.Units[u].ForceHost {
+			return math.Inf(-1)
+		}
+		if in.Units[u].HostSecPerToken <= 0 {
+			return math.Inf(1)
+		}
+		return in.hostSec(u) - in.Units[u].ComputeSec
+	}
+	sort.SliceStable(order, func(a, b int) bool { return gain(order[a]) > gain(order[b]) })
+	host := make([]bool, n)
+	room := in.Budget - in.FixedBytes
+	for _, u := range order {
+		pu := in.Units[u]
+		if !pu.ForceHost && pu.Bytes <= room {
+			room -= pu.Bytes
+			continue
+		}
+		if pu.HostSecPerToken <= 0 && !pu.ForceHost {
+			return Plan{}, nil, false
+		}
+		host[u] = true
+	}
+	all := make([]bool, n)
+	for u := range all {
+		all[u] = true
+	}
+	tin := hostInput(in, host)
+	p := newPlanProblem(tin)
+	if !p.evaluate(all, 0).ok {
+		return Plan{}, nil, false
+	}
+	return p.plan(all, 0), host, true
 }
 
 // predictHostPlan is PredictPlan for a three-way plan: Simulate on the

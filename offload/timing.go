@@ -169,6 +169,12 @@ type OffloadTimingReport struct {
 	StreamedUnits  int
 	HostUnits      int // units computed on the host CPU
 	TransferBlocks int
+	// With host units: the host's DRAM read figure the plan was made with
+	// (GB/s, 0: not modelled) and the plan's host units' predicted time per
+	// pass, summed, beside the copies (the shared-read model,
+	// planner_share.go) and alone.
+	HostReadGBps                       float64
+	PredictedHostMs, PredictedHostSolo float64
 	// PlanTokens is the tokens per forward the plan in force was made for
 	// (0: unknown; see TokenCounter).
 	PlanTokens int
@@ -588,6 +594,17 @@ func (t *timingState) report(e *engine) *OffloadTimingReport {
 			}
 		}
 	}
+	if r.HostUnits > 0 {
+		r.HostReadGBps = e.planIn.HostReadBytesPerSec / 1e9
+		if runs, _, ok := hostRunTimes(e.planIn, e.plan); ok {
+			for u, run := range runs {
+				if e.plan.IsHost(u) {
+					r.PredictedHostMs += run * 1e3
+					r.PredictedHostSolo += e.planIn.hostSec(u) * 1e3
+				}
+			}
+		}
+	}
 	return r
 }
 
@@ -718,6 +735,13 @@ func (r *OffloadTimingReport) timingTable() string {
 			host += t.MedianHostMs()
 		}
 		fmt.Fprintf(&b, "%d units computed on the host: %.3f ms per pass (medians summed)\n", r.HostUnits, host)
+		if r.PredictedHostMs > 0 {
+			dram := "host DRAM reads not modelled"
+			if r.HostReadGBps > 0 {
+				dram = fmt.Sprintf("host DRAM reads %.1f GB/s shared with the copies", r.HostReadGBps)
+			}
+			fmt.Fprintf(&b, "  predicted %.3f ms beside the copies, %.3f ms alone (%s)\n", r.PredictedHostMs, r.PredictedHostSolo, dram)
+		}
 	}
 	if r.PlanTokens > 0 {
 		fmt.Fprintf(&b, "plan made for %d tokens per forward\n", r.PlanTokens)

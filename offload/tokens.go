@@ -190,7 +190,7 @@ func (e *engine) tokensCollect() error {
 	}
 	bk.plan, bk.in, bk.samples, bk.freq = &plan, in, nil, freqSamples{}
 	e.tok.measured++
-	e.tracePlan(fmt.Sprintf("made for %d tokens per forward (not yet in force)", bk.ref), plan, 0)
+	e.tracePlanIn(fmt.Sprintf("made for %d tokens per forward (not yet in force)", bk.ref), plan, bk.in, 0)
 	return nil
 }
 

@@ -155,14 +155,23 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if *mode == "prefill" {
 		pre = 3
 	}
+	// With host placement, INFERENCE's first decode passes measure the host
+	// units (a warm-up, then ProfilingIters passes) and replan once; a
+	// replan that moves units makes the next pass start from idle slots
+	// (and move KV caches). Those passes are not the plan's steady rate, so
+	// the three-way rows skip them too (one more each).
+	hostPre := 0
+	if sess.HostBackend != nil && *mode == "decode" {
+		hostPre = 1 + offload.DefaultConfig(nil).ProfilingIters + 1
+	}
 	ctxLen := model.Cfg.MaxPositionEmbeddings
 	if *mode == "decode" {
 		if !fs.Changed("context") {
-			*context = min(*context, max(ctxLen-*warm-pre-*iters, 0))
+			*context = min(*context, max(ctxLen-*warm-pre-hostPre-*iters, 0))
 		}
-		if need := *context + *warm + pre + *iters; need > ctxLen {
-			return usagef("--context %d + %d forwards (--warmup %d, %d to profile, --iters %d) = %d positions exceed the model's context of %d (max_position_embeddings)",
-				*context, *warm+pre+*iters, *warm, pre, *iters, need, ctxLen)
+		if need := *context + *warm + pre + hostPre + *iters; need > ctxLen {
+			return usagef("--context %d + %d forwards (--warmup %d, %d to profile and measure host units, --iters %d) = %d positions exceed the model's context of %d (max_position_embeddings)",
+				*context, *warm+pre+hostPre+*iters, *warm, pre+hostPre, *iters, need, ctxLen)
 		}
 	} else if *tokens > ctxLen {
 		return usagef("--tokens %d exceeds the model's context of %d (max_position_embeddings)", *tokens, ctxLen)
@@ -257,7 +266,11 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 				}
 				names = append(names, name)
 			}
-			times, err = measureForwards(model, backend, *mode, *tokens, *context, *warm+pre, *iters, uint64(i), nil)
+			skip := *warm + pre
+			if ent.host {
+				skip += hostPre
+			}
+			times, err = measureForwards(model, backend, *mode, *tokens, *context, skip, *iters, uint64(i), nil)
 			if err == nil {
 				err = fillPlanRows(&row, names, devs)
 			}

@@ -271,5 +271,11 @@ func TestHostPlacementTiming(t *testing.T) {
 	if !strings.Contains(table, "host ms") || !strings.Contains(line, " host ") || !strings.Contains(table, "1 units computed on the host") {
 		t.Fatalf("table lacks the host column or row:\n%s", table)
 	}
+	// The plan's host prediction under the shared-read model, with the
+	// DRAM figure the host backend measured (slowHost's estimate is huge,
+	// so beside the copies it runs as long as alone: its reads are slow).
+	if rep.HostReadGBps <= 0 || rep.PredictedHostMs <= 0 || rep.PredictedHostMs < rep.PredictedHostSolo*(1-1e-9) || !strings.Contains(table, "shared with the copies") {
+		t.Fatalf("host DRAM %v GB/s, host predicted %v ms (%v alone); table:\n%s", rep.HostReadGBps, rep.PredictedHostMs, rep.PredictedHostSolo, table)
+	}
 	t.Log("\n" + table)
 }
