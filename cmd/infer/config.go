@@ -40,7 +40,7 @@ var extraEnv = map[string][]string{
 	"FT_NCCL_LIB":            nil,                              // the libnccl to load for several GPUs (cuda builds)
 	"FT_DECODE_ATTN":         {"", "legacy"},                   // "legacy": the staged decode attention + combine launch (A/B runs, cuda builds)
 	"FT_FUSE_ADDNORM":        {"", "0", "1"},                   // "0": residual add and RMSNorm as two launches (A/B runs, cuda builds)
-	"FT_GEMV":                {"", "rowblocks", "bulk"},        // "rowblocks": one-token products by the row-block GEMV kernels; "bulk": by the sm_90a bulk-copy GEMVs (A/B runs, cuda builds)
+	"FT_GEMV":                gemvValues,                       // "rowblocks": one-token products by the row-block GEMV kernels; "bulk": by the sm_90a bulk-copy GEMVs; "pipe"/"pipe8": by the software-pipelined GEMVs (A/B runs, cuda builds)
 	"FT_GEMV_BULK_SMEM":      nil,                              // KiB of shared-memory ring per block of FT_GEMV=bulk (default 112; A/B runs, cuda builds)
 	"FT_GEMV_BULK_STAGE":     nil,                              // KiB a stage of FT_GEMV=bulk's ring aims at (default 32; A/B runs, cuda builds)
 	"FT_DECODE_SPLIT":        {"", "16", "32", "64"},           // cache positions per block of the staged one-sequence decode attention (A/B runs, cuda builds)

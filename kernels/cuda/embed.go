@@ -11,7 +11,8 @@
 // pool rows), rope_qkv.cu (a decode step's q/k/v GEMV with the biases, RoPE
 // and the KV store in its epilogue), decode_tr.cu (the transposed one-query
 // decode attention), gemv.cu
-// (one-token matrix-vector products), attention.cu (split-context decode
+// (one-token matrix-vector products; gemvpipe.cu: their software-pipelined
+// twins, FT_GEMV=pipe), attention.cu (split-context decode
 // attention and FlashAttention-2-style prefill on tensor cores), paged.cu
 // (the same attentions over a paged KV cache: batched decode and packed
 // variable-length prefill read through block tables), moe.cu (a mixture of
@@ -28,7 +29,7 @@
 // legacy path), prefill_variants.cu (other layouts of that kernel at head
 // width 128, chosen by FT_PREFILL_VARIANT), fp8.cu and fp8gemv.cu (FP8 weights: one-token products that
 // widen E4M3 in registers, fused q/k/v and gate·up·SiLU, dequantization to
-// bf16 for cuBLAS). sm90a/ holds the kernels that need sm_90a
+// bf16 for cuBLAS; fp8gemv_pipe.cu: software-pipelined variants). sm90a/ holds the kernels that need sm_90a
 // (SourceSM90a). Each kernel's comment
 // gives what it computes.
 package cuda

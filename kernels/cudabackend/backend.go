@@ -68,6 +68,11 @@ type Backend struct {
 	// GEMVBulk runs one-token products on the bulk-copy GEMVs of the sm_90a
 	// module (bulkgemv.go) where it loads; New sets it when FT_GEMV=bulk.
 	GEMVBulk bool
+	// GEMVPipe runs the one-token q/k/v, gate·up·SiLU, residual-adding and
+	// fp32-output GEMVs on their software-pipelined twins (gemvpipe.go):
+	// "pipe" or "pipe8" (the depth), "" for gemv.cu's kernels. New sets it
+	// when FT_GEMV=pipe or pipe8 (A/B runs).
+	GEMVPipe string
 
 	// LegacyDecodeAttention runs one-query decode attention (Attention at
 	// one token, PagedDecodeAttention) through the staged decode kernels and
@@ -218,17 +223,18 @@ type kernelSet struct {
 	moe           moeKernels      // mixture-of-experts row ops (moe.go)
 	moeFused      moeFusedKernels // fused mixture-of-experts ops (moefused.go)
 	decodeMMA     decodeMMAKernels
-	addRMS        *cuda.Function // add_rmsnorm_f32_bf16 (addnorm.go)
-	fp8           *fp8Kernels    // FP8 GEMVs and dequantization at HBM speed (fp8gemv.go)
-	rmsPair       *cuda.Function // rmsnorm_pair_bf16_v8 (qknorm.go)
-	prefill       prefillKernels // prefill attention and vectorised RoPE + store (prefill.go)
-	gemvAcc       *cuda.Function // gemv_persist_f32acc (matmuladd.go)
-	gemvAccNorm   *cuda.Function // gemv_persist_f32acc_norm (normtail.go)
-	fp8gemm       fp8GemmKernels // per-token quantization and rescaling (fp8gemm.go)
-	norm          *normKernels   // GEMVs with the RMSNorm folded in (normgemv.go)
-	merged        mergedKernels  // column splits after a merged GEMM (merged.go)
-	qkvRoPE       *cuda.Function // gemv3_rope_store_bf16 (qkvrope.go)
-	bulk          *bulkGEMV      // bulk-copy GEMVs, sm_90a (bulkgemv.go)
+	addRMS        *cuda.Function  // add_rmsnorm_f32_bf16 (addnorm.go)
+	fp8           *fp8Kernels     // FP8 GEMVs and dequantization at HBM speed (fp8gemv.go)
+	rmsPair       *cuda.Function  // rmsnorm_pair_bf16_v8 (qknorm.go)
+	prefill       prefillKernels  // prefill attention and vectorised RoPE + store (prefill.go)
+	gemvAcc       *cuda.Function  // gemv_persist_f32acc (matmuladd.go)
+	gemvAccNorm   *cuda.Function  // gemv_persist_f32acc_norm (normtail.go)
+	fp8gemm       fp8GemmKernels  // per-token quantization and rescaling (fp8gemm.go)
+	norm          *normKernels    // GEMVs with the RMSNorm folded in (normgemv.go)
+	merged        mergedKernels   // column splits after a merged GEMM (merged.go)
+	qkvRoPE       *cuda.Function  // gemv3_rope_store_bf16 (qkvrope.go)
+	bulk          *bulkGEMV       // bulk-copy GEMVs, sm_90a (bulkgemv.go)
+	gemvPipe      gemvPipeKernels // pipelined twins of the one-token GEMVs (gemvpipe.go)
 
 	normRows normRowsKernels // many-rows RMSNorm (normrows.go)
 }
@@ -286,6 +292,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	ks.norm = loadNorm(get)
 	ks.loadQKVRoPE(get)
 	ks.normRows = loadNormRows(get)
+	ks.loadGEMVPipe(get)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -300,6 +307,9 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		ks.persistBlocks[f] = max(1, n) * dev.Multiprocessors()
 	}
 	if err := ks.sizeQKVRoPE(dev.Multiprocessors()); err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
+	if err := ks.sizeGEMVPipe(dev.Multiprocessors()); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	ks.prefill.allowSmem()
@@ -394,6 +404,7 @@ func New(dev runtime.Device) (*Backend, error) {
 	b.NoFusedRoPE = noFusedRoPE
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVBulk = gemvBulk
+	b.GEMVPipe = gemvPipeFromEnv()
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -530,6 +541,7 @@ func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 		if f32 {
 			f = b.k.gemvPersistF32
 		}
+		f = b.gemvFn(f)
 		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D))
 	}
@@ -1252,7 +1264,7 @@ func (b *Backend) MatMulN(outs []*runtime.Tensor, x *runtime.Tensor, ws []*runti
 		return err
 	}
 	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
-	f := b.k.gemv3
+	f := b.gemvFn(b.k.gemv3)
 	return f.LaunchBytes(b.s, gemvBytes(N0+N1+N2, x.Dim(-1), outs[0]), cuda.Dim3{X: min(b.k.persistBlocks[f], (N0+N1+N2+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
 		cuda.Ptr(ws[0].Ptr()), cuda.Ptr(ws[1].Ptr()), cuda.Ptr(ws[2].Ptr()), cuda.I32(N0), cuda.I32(N1), cuda.I32(N2), cuda.I32(x.Dim(-1)))
@@ -1284,7 +1296,7 @@ func (b *Backend) GateUpSiLU(out, x, wg, wu *runtime.Tensor) error {
 	if ran, err := b.bulkGateUp(out, x, wg, wu, N, D); ran {
 		return err
 	}
-	f := b.k.gateUp
+	f := b.gemvFn(b.k.gateUp)
 	return f.LaunchBytes(b.s, gemvBytes(2*N, D, out)-int64(N)*2, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.I32(N), cuda.I32(D))
 }

@@ -23,13 +23,18 @@ type fp8Variant struct {
 }
 
 // fp8Variants are the variants compiled into the module; FT_FP8_VARIANT
-// picks one by name (default fp8DefaultVariant).
+// picks one by name (default fp8DefaultVariant). A name ending in "p" is
+// the software-pipelined twin (fp8gemv_pipe.cu) of the variant without the
+// "p": the next batch of loads issued before the current one is computed,
+// the first before x is staged; the same sums, bit for bit.
 var fp8Variants = []fp8Variant{
 	{"u4r1s", 4, 1, true, false}, {"u8r1s", 8, 1, true, false}, {"u16r1s", 16, 1, true, false},
 	{"u4r2s", 4, 2, true, false}, {"u8r2s", 8, 2, true, false}, {"u16r2s", 16, 2, true, false},
 	{"u4r1g", 4, 1, false, false}, {"u8r1g", 8, 1, false, false}, {"u16r1g", 16, 1, false, false},
 	{"u4r2g", 4, 2, false, false}, {"u8r2g", 8, 2, false, false}, {"u16r2g", 16, 2, false, false},
 	{"tc4", 4, 16, true, true}, {"tc8", 8, 16, true, true},
+	// fp8gemv_pipe.cu: u<U>r1s software-pipelined (same bits as u<U>r1s)
+	{"u4r1sp", 4, 1, true, false}, {"u8r1sp", 8, 1, true, false},
 }
 
 // fp8DefaultVariant is the FP8 GEMV tuning without FT_FP8_VARIANT: x

@@ -36,6 +36,7 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 	fs = append(fs, ks.norm.functions()...)
 	fs = append(fs, ks.qkvRoPE)
 	fs = append(fs, ks.normRows.functions()...)
+	fs = append(fs, ks.gemvPipe.functions()...)
 	return append(fs, ks.fp8.functions()...)
 }
 

@@ -1,0 +1,76 @@
+//go:build cuda
+
+package cudabackend
+
+import (
+	"github.com/flextensor-go/flextensor/runtime/cuda"
+)
+
+// Software-pipelined one-token BF16 GEMVs (FT_GEMV=pipe or pipe8;
+// kernels/cuda/gemvpipe.cu): twins of gemv3_bf16 (q/k/v),
+// gemv_gateup_silu_bf16, gemv_persist_f32acc (o and down into the
+// residual) and gemv_persist_f32out (the LM head) that issue a warp's next
+// batch of weight loads (the next batch of the row or the first of its next
+// row) before computing the current one. Same arguments, same grid rule
+// (persistent warps, one wave), same bits. "pipe": 4 loads per lane and
+// matrix in flight while a batch is computed (2 per matrix for gate·up),
+// at most 64 registers; "pipe8": twice that, about 100 registers.
+
+// gemvPipeKernels maps each gemv.cu kernel with pipelined twins to its twin
+// of each depth.
+type gemvPipeKernels struct {
+	twin map[string]map[*cuda.Function]*cuda.Function // by depth
+}
+
+// loadGEMVPipe looks the pipelined GEMVs up (every depth) as twins of ks's
+// gemv.cu kernels, which must be loaded.
+func (ks *kernelSet) loadGEMVPipe(get func(string) *cuda.Function) {
+	ks.gemvPipe.twin = map[string]map[*cuda.Function]*cuda.Function{}
+	for _, d := range gemvPipeDepths {
+		ks.gemvPipe.twin[d] = map[*cuda.Function]*cuda.Function{
+			ks.gemv3:          get("gemv3_" + d + "_bf16"),
+			ks.gateUp:         get("gemv_gateup_silu_" + d + "_bf16"),
+			ks.gemvAcc:        get("gemv_persist_" + d + "_f32acc"),
+			ks.gemvPersistF32: get("gemv_persist_" + d + "_f32out"),
+		}
+	}
+}
+
+// functions are the pipelined GEMVs of every depth (all call ft_pdl_wait
+// before touching x or y: pdl.go).
+func (k *gemvPipeKernels) functions() []*cuda.Function {
+	var fs []*cuda.Function
+	for _, d := range gemvPipeDepths {
+		for _, f := range k.twin[d] {
+			if f != nil {
+				fs = append(fs, f)
+			}
+		}
+	}
+	return fs
+}
+
+// sizeGEMVPipe records the pipelined GEMVs' resident blocks on sms
+// multiprocessors in persistBlocks (their grids follow their twins' rule).
+func (ks *kernelSet) sizeGEMVPipe(sms int) error {
+	for _, f := range ks.gemvPipe.functions() {
+		n, err := f.MaxActiveBlocksPerSM(256, 0)
+		if err != nil {
+			return err
+		}
+		ks.persistBlocks[f] = max(1, n) * sms
+	}
+	return nil
+}
+
+// gemvFn is the kernel a one-token product launches in place of f: f's
+// pipelined twin of depth b.GEMVPipe where it has one, else f.
+func (b *Backend) gemvFn(f *cuda.Function) *cuda.Function {
+	if b.GEMVPipe == "" {
+		return f
+	}
+	if t := b.k.gemvPipe.twin[b.GEMVPipe][f]; t != nil {
+		return t
+	}
+	return f
+}
