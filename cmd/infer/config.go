@@ -68,7 +68,7 @@ var extraEnv = map[string][]string{
 	"FT_HOST_ATTN":           {"", "legacy"},                   // "legacy": host attention's weighted sum one pass over V per query head, not one pass for the group in registers (A/B runs; kernels/host)
 	"FT_HOST_PREFETCH":       nil,                              // host kernels: bytes ahead the one-token BF16 GEMV tile prefetches each row (0/unset: none; A/B runs; kernels/host checks it)
 	"FT_HOST_LAYER":          {"", "0", "1", "jobs"},           // a host-placed layer's decode step: "0" separate ops, "jobs" one op of five pool jobs, "1"/unset one op, one pool job (A/B runs; kernels/host)
-	"FT_HOST_DRAM_GBPS":      nil,                              // the host's DRAM read bandwidth the offload planner's shared-read model uses, GB/s (0: model off; unset: measured at start-up; kernels/host checks it)
+	"FT_HOST_DRAM_GBPS":      nil,                              // the host's DRAM read bandwidth the offload planner's shared-read model uses, GB/s ("measure": measured at start-up; unset or 0: model off; kernels/host checks it)
 	// layout of the tensor-core prefill attention: auto (per call) or one
 	// for every call (A/B runs, cuda builds; kernels/cudabackend/prefillvariant.go)
 	"FT_PREFILL_VARIANT": {"", "auto", "base", "w4m32", "w8q", "m64", "fa2", "wg", "wg3", "wg4", "wg5"},

@@ -31,6 +31,10 @@ func TestHostReadBandwidth(t *testing.T) {
 		}
 	}
 	t.Setenv("FT_HOST_DRAM_GBPS", "")
+	if bw, err := b.HostReadBandwidth(); err != nil || bw != 0 {
+		t.Fatalf("FT_HOST_DRAM_GBPS unset: %v, %v; want 0 (model off by default)", bw, err)
+	}
+	t.Setenv("FT_HOST_DRAM_GBPS", "measure")
 	bw, err := b.HostReadBandwidth()
 	if err != nil || !(bw > 1e8) {
 		t.Fatalf("measured %v bytes/s, %v; want a positive rate above 0.1 GB/s", bw, err)

@@ -205,6 +205,9 @@ func TestHostPlacementDevice(t *testing.T) {
 // no device transfer), counts it apart from resident and streamed units,
 // and its table shows the host column.
 func TestHostPlacementTiming(t *testing.T) {
+	// The shared-read model is off by default; measured here so that the
+	// report's DRAM lines are checked.
+	t.Setenv("FT_HOST_DRAM_GBPS", "measure")
 	fx := batchFixtures[0] // llama: 4 layers, all three placements
 	hostDev, _ := cpu(t)
 	resident := load(t, fx.dir, hostDev)
