@@ -71,7 +71,8 @@ type Backend struct {
 	// GEMVPipe runs the one-token q/k/v, gate·up·SiLU, residual-adding and
 	// fp32-output GEMVs on their software-pipelined twins (gemvpipe.go):
 	// "pipe" or "pipe8" (the depth), "" for gemv.cu's kernels. New sets it
-	// when FT_GEMV=pipe or pipe8 (A/B runs).
+	// to "pipe" (the default), to FT_GEMV's value when that is pipe or
+	// pipe8, and to "" when FT_GEMV is persist, rowblocks or bulk.
 	GEMVPipe string
 
 	// LegacyDecodeAttention runs one-query decode attention (Attention at

@@ -20,7 +20,7 @@ import (
 func TestGEMVPipeBitIdentical(t *testing.T) {
 	needGPU(t)
 	rng := newRNG(t)
-	defer func() { gb.GEMVPipe = "" }()
+	defer func(was string) { gb.GEMVPipe = was }(gb.GEMVPipe)
 	for _, d := range gemvPipeDepths {
 		gb.GEMVPipe = d
 		if gb.gemvFn(gb.k.gemv3) == gb.k.gemv3 || gb.gemvFn(gb.k.gateUp) == gb.k.gateUp ||
