@@ -40,9 +40,7 @@ var extraEnv = map[string][]string{
 	"FT_NCCL_LIB":            nil,                              // the libnccl to load for several GPUs (cuda builds)
 	"FT_DECODE_ATTN":         {"", "legacy"},                   // "legacy": the staged decode attention + combine launch (A/B runs, cuda builds)
 	"FT_FUSE_ADDNORM":        {"", "0", "1"},                   // "0": residual add and RMSNorm as two launches (A/B runs, cuda builds)
-	"FT_GEMV":                gemvValues,                       // "rowblocks": one-token products by the row-block GEMV kernels; "bulk": by the sm_90a bulk-copy GEMVs; "pipe"/"pipe8": by the software-pipelined GEMVs (A/B runs, cuda builds)
-	"FT_GEMV_BULK_SMEM":      nil,                              // KiB of shared-memory ring per block of FT_GEMV=bulk (default 112; A/B runs, cuda builds)
-	"FT_GEMV_BULK_STAGE":     nil,                              // KiB a stage of FT_GEMV=bulk's ring aims at (default 32; A/B runs, cuda builds)
+	"FT_GEMV":                gemvValues,                       // "rowblocks": one-token products by the row-block GEMV kernels; "persist": by gemv.cu's persistent GEMVs; "pipe"/unset: by the software-pipelined GEMVs (A/B runs, cuda builds)
 	"FT_DECODE_SPLIT":        {"", "16", "32", "64"},           // cache positions per block of the staged one-sequence decode attention (A/B runs, cuda builds)
 	"FT_FLASH":               {"", "legacy"},                   // "legacy": the 64-row prefill flash kernels and scalar RoPE + KV store (A/B runs, cuda builds)
 	"FT_DECODE_PIPE":         {"", "0", "1"},                   // "0": the single-buffered tensor-core decode attention, not the pipelined one (A/B runs, cuda builds)
@@ -71,7 +69,7 @@ var extraEnv = map[string][]string{
 	"FT_HOST_DRAM_GBPS":      nil,                              // the host's DRAM read bandwidth the offload planner's shared-read model uses, GB/s ("measure": measured at start-up; unset or 0: model off; kernels/host checks it)
 	// layout of the tensor-core prefill attention: auto (per call) or one
 	// for every call (A/B runs, cuda builds; kernels/cudabackend/prefillvariant.go)
-	"FT_PREFILL_VARIANT": {"", "auto", "base", "w4m32", "w8q", "m64", "fa2", "wg", "wg3", "wg4", "wg5"},
+	"FT_PREFILL_VARIANT": {"", "auto", "base", "w4m32", "w8q", "m64", "fa2", "wg", "wg3"},
 	"FT_DECODE_VARIANT":  {"", "s3w4h1r", "s3w4h1o", "s2w4h1o", "s2w4h1r", "s4w4h1r", "s3w8h1r", "s2w4h4r", "s3w4h4r", "s2w8h8r", "s3w8h8r", "s3w4h1rf", "s3w2h1rf", "s4w2h1rf", "s4w1h1rf", "s6w1h1rf", "s3w4h1t", "s2w4h1t", "s4w2h1t", "s3w2h1t", "s3w4h1tf", "s4w2h1tf"}, // compiled variant of the pipelined decode attention at head width 128 (kernels/cudabackend/decode.go pipeVariants; A/B runs, cuda builds)
 	"FT_DECODE_SPLITS":   nil,                                                                                                                                                                                                                                                // splits per (row, KV head block) of the pipelined decode attention's grid (A/B runs, cuda builds)
 }

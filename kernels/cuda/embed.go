@@ -29,7 +29,7 @@
 // legacy path), prefill_variants.cu (other layouts of that kernel at head
 // width 128, chosen by FT_PREFILL_VARIANT), fp8.cu and fp8gemv.cu (FP8 weights: one-token products that
 // widen E4M3 in registers, fused q/k/v and gate·up·SiLU, dequantization to
-// bf16 for cuBLAS; fp8gemv_pipe.cu: software-pipelined variants). sm90a/ holds the kernels that need sm_90a
+// bf16 for cuBLAS). sm90a/ holds the kernels that need sm_90a
 // (SourceSM90a). Each kernel's comment
 // gives what it computes.
 package cuda
@@ -60,15 +60,13 @@ var sm90aFiles embed.FS
 // which is compiled for every device's plain sm_XY.
 func SourceSM90a() string { return unit(sm90aFiles, "sm90a") }
 
-//go:embed sm90a/extra/*.cu
+//go:embed sm90a/extra
 var sm90aExtraFiles embed.FS
 
-// SM90aExtras lists the files of sm90a/extra/: experimental sm_90a
-// variants (sm90a/extra/prefill_wg4.cu: FT_PREFILL_VARIANT=wg4;
-// sm90a/extra/prefill_wg5.cu: FT_PREFILL_VARIANT=wg5), each
-// compiled as a module of its own only when its variant is asked for, so
-// that neither its compile time nor a compile error of it reaches the
-// default's module.
+// SM90aExtras lists the .cu files of sm90a/extra/: experimental sm_90a
+// variants, each compiled as a module of its own only when its variant is
+// asked for, so that neither its compile time nor a compile error of it
+// reaches the default's module (sm90a/extra/README.md). None now.
 func SM90aExtras() []string {
 	entries, err := sm90aExtraFiles.ReadDir("sm90a/extra")
 	if err != nil {

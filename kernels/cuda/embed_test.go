@@ -64,13 +64,23 @@ func TestSourceSM90a(t *testing.T) {
 	}
 }
 
-// TestSourceSM90aExtra: each experimental sm_90a file's unit is
+// TestSourceSM90aExtra: SM90aExtras lists only .cu files (not the
+// directory's README.md); each experimental sm_90a file's unit is
 // SourceSM90a followed by the file, with its kernels; they are not in
-// SourceSM90a; an unknown name is an error naming it.
+// SourceSM90a; an unknown name or a file that is not a .cu file is an error
+// naming it.
 func TestSourceSM90aExtra(t *testing.T) {
 	extras := SM90aExtras()
-	if !slices.Contains(extras, "prefill_wg4.cu") {
-		t.Fatalf("SM90aExtras %v lacks prefill_wg4.cu", extras)
+	for _, name := range extras {
+		if !strings.HasSuffix(name, ".cu") {
+			t.Errorf("SM90aExtras lists %q, not a .cu file", name)
+		}
+	}
+	if _, err := sm90aExtraFiles.ReadFile("sm90a/extra/README.md"); err != nil {
+		t.Fatalf("sm90a/extra/README.md not embedded: %v", err)
+	}
+	if _, err := SourceSM90aExtra("README.md"); err == nil || !strings.Contains(err.Error(), `"README.md"`) {
+		t.Errorf("README.md: error %v, want one naming it", err)
 	}
 	for _, name := range extras {
 		src, err := SourceSM90aExtra(name)

@@ -1,7 +1,6 @@
 // Software-pipelined twins of gemv.cu's one-token BF16 GEMVs (FT_GEMV=pipe):
 // gemv3_pipe_bf16 (q/k/v), gemv_gateup_silu_pipe_bf16, gemv_persist_pipe_f32acc
-// (o, down into the residual) and gemv_persist_pipe_f32out (the LM head), and
-// the same with twice the loads in flight (*_pipe8_*, FT_GEMV=pipe8).
+// (o, down into the residual) and gemv_persist_pipe_f32out (the LM head).
 //
 // gemv.cu's loops load a batch of 16-byte weight chunks and then compute
 // it; ptxas moves most of those loads down next to their use (SASS of an
@@ -204,8 +203,8 @@ __device__ __forceinline__ void gemv_gateup_pipe_body(bf16_t* act, const bf16_t*
 		gemv_gateup_pipe_body<UG>(act, x, wg, wu, N, K); \
 	}
 
-// pipe (FT_GEMV=pipe): at most 64 registers (NVRTC 12.4, sm_90), 4 blocks
-// of 256 threads an SM. pipe8 (FT_GEMV=pipe8): twice the loads in
-// flight, about 100 registers, 2 blocks an SM.
+// pipe (FT_GEMV=pipe, the default): at most 64 registers (NVRTC 12.4,
+// sm_90), 4 blocks of 256 threads an SM. (A depth of twice the loads in
+// flight, about 100 registers and 2 blocks an SM, measured slower on the
+// H200 and was removed: bench/RESULTS.md, FT_GEMV=pipe8.)
 GEMV_PIPE_KERNELS(pipe, 4, 2)
-GEMV_PIPE_KERNELS(pipe8, 8, 4)

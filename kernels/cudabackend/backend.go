@@ -65,14 +65,11 @@ type Backend struct {
 	// when the backend is made (A/B runs).
 	GEMVRowBlocks               bool
 	GEMVUnroll, GEMVWarpsPerRow int
-	// GEMVBulk runs one-token products on the bulk-copy GEMVs of the sm_90a
-	// module (bulkgemv.go) where it loads; New sets it when FT_GEMV=bulk.
-	GEMVBulk bool
 	// GEMVPipe runs the one-token q/k/v, gate·up·SiLU, residual-adding and
 	// fp32-output GEMVs on their software-pipelined twins (gemvpipe.go):
-	// "pipe" or "pipe8" (the depth), "" for gemv.cu's kernels. New sets it
-	// to "pipe" (the default), to FT_GEMV's value when that is pipe or
-	// pipe8, and to "" when FT_GEMV is persist, rowblocks or bulk.
+	// "pipe" (the depth), "" for gemv.cu's kernels. New sets it to "pipe"
+	// (the default, also FT_GEMV=pipe), and to "" when FT_GEMV is persist or
+	// rowblocks.
 	GEMVPipe string
 
 	// LegacyDecodeAttention runs one-query decode attention (Attention at
@@ -234,7 +231,6 @@ type kernelSet struct {
 	norm          *normKernels    // GEMVs with the RMSNorm folded in (normgemv.go)
 	merged        mergedKernels   // column splits after a merged GEMM (merged.go)
 	qkvRoPE       *cuda.Function  // gemv3_rope_store_bf16 (qkvrope.go)
-	bulk          *bulkGEMV       // bulk-copy GEMVs, sm_90a (bulkgemv.go)
 	gemvPipe      gemvPipeKernels // pipelined twins of the one-token GEMVs (gemvpipe.go)
 
 	normRows normRowsKernels // many-rows RMSNorm (normrows.go)
@@ -318,10 +314,6 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	if extra, ok := wantsPrefillWG(prefillVariantFromEnv()); ok {
 		ks.prefill.wg[extra].load() // now, not inside a later launch (or a graph capture)
 	}
-	ks.bulk = &bulkGEMV{dev: dev}
-	if os.Getenv("FT_GEMV") == "bulk" {
-		_ = ks.bulk.load() // now, not inside a graph capture; an error falls back (FT_TRACE says why)
-	}
 	if err := ks.decodeMMA.sizeWave(dev.Multiprocessors()); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -370,10 +362,6 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
-	gemvBulk, err := bulkFromEnv()
-	if err != nil {
-		return nil, fmt.Errorf("cudabackend: %w", err)
-	}
 	noFP8Add, err := noFP8AddFromEnv()
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -404,7 +392,6 @@ func New(dev runtime.Device) (*Backend, error) {
 		NormTail:     normTailFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
-	b.GEMVBulk = gemvBulk
 	b.GEMVPipe = gemvPipeFromEnv()
 	cd.AtClose(b.Close)
 	return b, nil
@@ -532,11 +519,6 @@ func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 		return nil
 	}
 	f32 := out.DType() == runtime.F32
-	if T == 1 && D%8 == 0 && aligned16(x.Ptr(), w.Ptr()) && b.GEMVBulk {
-		if ran, err := b.bulkMatMul(out, x, w, N, D); ran {
-			return err
-		}
-	}
 	if T == 1 && D%8 == 0 && aligned16(x.Ptr(), w.Ptr()) && !b.GEMVRowBlocks {
 		f := b.k.gemvPersist
 		if f32 {
@@ -1261,9 +1243,6 @@ func (b *Backend) MatMulN(outs []*runtime.Tensor, x *runtime.Tensor, ws []*runti
 		}
 		return nil
 	}
-	if ran, err := b.bulkMatMul3(outs, x, ws); ran {
-		return err
-	}
 	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
 	f := b.gemvFn(b.k.gemv3)
 	return f.LaunchBytes(b.s, gemvBytes(N0+N1+N2, x.Dim(-1), outs[0]), cuda.Dim3{X: min(b.k.persistBlocks[f], (N0+N1+N2+7)/8)}, cuda.Dim3{X: 256}, 0,
@@ -1294,9 +1273,6 @@ func (b *Backend) GateUpSiLU(out, x, wg, wu *runtime.Tensor) error {
 		return fmt.Errorf("cudabackend.GateUpSiLU: width %d (want a multiple of 8) or unaligned tensors", D)
 	}
 	N := wg.Dim(0)
-	if ran, err := b.bulkGateUp(out, x, wg, wu, N, D); ran {
-		return err
-	}
 	f := b.gemvFn(b.k.gateUp)
 	return f.LaunchBytes(b.s, gemvBytes(2*N, D, out)-int64(N)*2, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.I32(N), cuda.I32(D))

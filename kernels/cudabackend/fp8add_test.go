@@ -65,8 +65,7 @@ func fp8AddCheck(t *testing.T, T int, x []float32, w fp8Weight, layout kernels.F
 }
 
 // TestMatMulAddFP8GEMV: the adding one-token FP8 GEMV (gemv_fp8_v's out
-// mode 2) of every variant, tensor-core ones included (block scales run
-// the default variant there), equals gemv_fp8_v into F32 followed by Add
+// mode 2) of every variant equals gemv_fp8_v into F32 followed by Add
 // bit for bit, and y + the CPU reference within the F32 GEMV tolerance, on
 // fp8Cases' shapes (Llama-3-8B's o and down, odd sizes, partial edge
 // blocks, F32 and BF16 scales).

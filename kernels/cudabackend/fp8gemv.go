@@ -49,9 +49,8 @@ type fp8WaveKey struct {
 // fp8GEMVs are the three one-token FP8 GEMVs of one tuning variant.
 type fp8GEMVs struct {
 	gemv, gemv3, gateUp *cuda.Function
-	rows                int  // rows per warp at a time (R); for tc, rows per block (16)
+	rows                int  // rows per warp at a time (R)
 	smemX               bool // x in shared memory as fp32 (K·4 bytes), else read from global memory
-	tc                  bool // fp8gemv_tc.cu's tensor-core kernels: per-channel scales only, one block per 16 rows
 }
 
 // loadFP8 looks fp8gemv.cu's kernels up in the compiled module.
@@ -60,7 +59,7 @@ func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
 		smem: map[*cuda.Function]int{}, wave: map[fp8WaveKey]int{}, bad: map[*cuda.Function]struct{}{}}
 	for _, v := range fp8Variants {
 		k.variants[v.Name] = &fp8GEMVs{gemv: get("gemv_fp8_v_" + v.Name), gemv3: get("gemv3_fp8_" + v.Name),
-			gateUp: get("gemv_gateup_silu_fp8_" + v.Name), rows: v.R, smemX: v.SmemX, tc: v.TC}
+			gateUp: get("gemv_gateup_silu_fp8_" + v.Name), rows: v.R, smemX: v.SmemX}
 	}
 	return k
 }
@@ -76,12 +75,11 @@ func (k *fp8Kernels) functions() []*cuda.Function {
 	return fs
 }
 
-// fp8GEMVs is the variant of the FP8 GEMVs that b runs for weights of this
-// scale layout (b.FP8Variant; the default where it names none, or names a
-// tensor-core variant and the scales are per block).
-func (b *Backend) fp8GEMVs(layout kernels.FP8Layout) *fp8GEMVs {
+// fp8GEMVs is the variant of the FP8 GEMVs that b runs (b.FP8Variant; the
+// default where it names none).
+func (b *Backend) fp8GEMVs() *fp8GEMVs {
 	vs := b.k.fp8.variants
-	if g, ok := vs[b.FP8Variant]; ok && (!g.tc || layout.Block == 0) {
+	if g, ok := vs[b.FP8Variant]; ok {
 		return g
 	}
 	return vs[fp8DefaultVariant]
@@ -107,15 +105,9 @@ func fp8Shift(block int) (shift int, ok bool) {
 // memory, else 0) and a grid in which every warp takes the same number of
 // groups of v.rows rows (at most one wave of resident blocks). ok is false
 // when the device cannot give f that much shared memory.
-//
-// A tensor-core variant (v.tc) takes 2·⌈K/64⌉·64 bytes (x in f16) and one
-// block per 16 rows (the hardware schedules the blocks).
 func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, smem int, ok bool, err error) {
 	if v.smemX {
 		smem = 4 * K
-	}
-	if v.tc {
-		smem = 2 * ((K + 63) / 64 * 64)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -146,9 +138,6 @@ func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, 
 	groups := (rows + v.rows - 1) / v.rows
 	if groups <= 0 { // nothing to compute: the unfused path returns at once
 		return 0, 0, false, nil
-	}
-	if v.tc {
-		return groups, smem, true, nil
 	}
 	perWarp := (groups + 8*wave - 1) / (8 * wave)
 	warps := (groups + perWarp - 1) / perWarp
@@ -184,7 +173,7 @@ func (b *Backend) gemvFP8V(out, x, w, scale *runtime.Tensor, layout kernels.FP8L
 	if !ok {
 		return false, nil
 	}
-	v := b.fp8GEMVs(layout)
+	v := b.fp8GEMVs()
 	f := v.gemv
 	grid, smem, ok, err := b.k.fp8.fp8Grid(v, f, N, D)
 	if !ok || err != nil {
@@ -293,7 +282,7 @@ func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scal
 		ptrs = append(ptrs, ws[i].Ptr())
 	}
 	var shift, grid, smem int
-	v := b.fp8GEMVs(layout)
+	v := b.fp8GEMVs()
 	if fused {
 		shift, fused = b.fp8Fast(D, layout, ptrs...)
 	}
@@ -349,7 +338,7 @@ func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layo
 	N := wg.Dim(0)
 	fused := x.NumElements() == D && sg.DType() == su.DType()
 	var shift, grid, smem int
-	v := b.fp8GEMVs(layout)
+	v := b.fp8GEMVs()
 	if fused {
 		shift, fused = b.fp8Fast(D, layout, x.Ptr(), wg.Ptr(), wu.Ptr())
 	}

@@ -62,7 +62,7 @@ func mustFast(t *testing.T, f func(*fp8GEMVs) *cuda.Function, D int, layout kern
 	if _, ok := gb.fp8Fast(D, layout, ptrs...); !ok {
 		t.Fatalf("the fp8gemv.cu kernels do not take D %d, %v", D, layout)
 	}
-	v := gb.fp8GEMVs(layout)
+	v := gb.fp8GEMVs()
 	if _, _, ok, err := gb.k.fp8.fp8Grid(v, f(v), rows, D); err != nil || !ok {
 		t.Fatalf("%s: no grid for %d rows of %d (%v)", f(v).Name(), rows, D, err)
 	}

@@ -11,30 +11,20 @@ import (
 
 // fp8Variant is one tuning of the FP8 GEMVs (fp8gemv.cu's FP8V_VARIANT):
 // U 16-byte loads per lane and row in flight, R rows per warp at a time,
-// x as fp32 in shared memory (SmemX) or bf16 from global memory; or, TC,
-// fp8gemv_tc.cu's tensor-core kernels (tc<U>: a block of 8 warps per
-// 16-row tile, U 64-byte segments per row in flight, x as f16 in shared
-// memory; per-channel scales only, block scales run the default variant).
+// x as fp32 in shared memory (SmemX) or bf16 from global memory.
 type fp8Variant struct {
 	Name  string
 	U, R  int
 	SmemX bool
-	TC    bool
 }
 
 // fp8Variants are the variants compiled into the module; FT_FP8_VARIANT
-// picks one by name (default fp8DefaultVariant). A name ending in "p" is
-// the software-pipelined twin (fp8gemv_pipe.cu) of the variant without the
-// "p": the next batch of loads issued before the current one is computed,
-// the first before x is staged; the same sums, bit for bit.
+// picks one by name (default fp8DefaultVariant).
 var fp8Variants = []fp8Variant{
-	{"u4r1s", 4, 1, true, false}, {"u8r1s", 8, 1, true, false}, {"u16r1s", 16, 1, true, false},
-	{"u4r2s", 4, 2, true, false}, {"u8r2s", 8, 2, true, false}, {"u16r2s", 16, 2, true, false},
-	{"u4r1g", 4, 1, false, false}, {"u8r1g", 8, 1, false, false}, {"u16r1g", 16, 1, false, false},
-	{"u4r2g", 4, 2, false, false}, {"u8r2g", 8, 2, false, false}, {"u16r2g", 16, 2, false, false},
-	{"tc4", 4, 16, true, true}, {"tc8", 8, 16, true, true},
-	// fp8gemv_pipe.cu: u<U>r1s software-pipelined (same bits as u<U>r1s)
-	{"u4r1sp", 4, 1, true, false}, {"u8r1sp", 8, 1, true, false},
+	{"u4r1s", 4, 1, true}, {"u8r1s", 8, 1, true}, {"u16r1s", 16, 1, true},
+	{"u4r2s", 4, 2, true}, {"u8r2s", 8, 2, true}, {"u16r2s", 16, 2, true},
+	{"u4r1g", 4, 1, false}, {"u8r1g", 8, 1, false}, {"u16r1g", 16, 1, false},
+	{"u4r2g", 4, 2, false}, {"u8r2g", 8, 2, false}, {"u16r2g", 16, 2, false},
 }
 
 // fp8DefaultVariant is the FP8 GEMV tuning without FT_FP8_VARIANT: x

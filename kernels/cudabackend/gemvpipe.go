@@ -6,7 +6,7 @@ import (
 	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
 
-// Software-pipelined one-token BF16 GEMVs (FT_GEMV=pipe or pipe8;
+// Software-pipelined one-token BF16 GEMVs (FT_GEMV=pipe, the default;
 // kernels/cuda/gemvpipe.cu): twins of gemv3_bf16 (q/k/v),
 // gemv_gateup_silu_bf16, gemv_persist_f32acc (o and down into the
 // residual) and gemv_persist_f32out (the LM head) that issue a warp's next
@@ -14,7 +14,7 @@ import (
 // row) before computing the current one. Same arguments, same grid rule
 // (persistent warps, one wave), same bits. "pipe": 4 loads per lane and
 // matrix in flight while a batch is computed (2 per matrix for gate·up),
-// at most 64 registers; "pipe8": twice that, about 100 registers.
+// at most 64 registers.
 
 // gemvPipeKernels maps each gemv.cu kernel with pipelined twins to its twin
 // of each depth.

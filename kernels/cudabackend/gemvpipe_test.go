@@ -10,8 +10,8 @@ import (
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// TestGEMVPipeBitIdentical: with GEMVPipe at each depth ("pipe", "pipe8";
-// FT_GEMV=pipe|pipe8) the one-token q/k/v (MatMulN), gate·up·SiLU
+// TestGEMVPipeBitIdentical: with GEMVPipe at each depth ("pipe";
+// FT_GEMV=pipe) the one-token q/k/v (MatMulN), gate·up·SiLU
 // (GateUpSiLU), residual-adding (MatMulAdd) and fp32-output (MatMul into
 // F32: the LM head) products leave bit for bit what gemv.cu's kernels
 // leave, on Llama-3-8B's decode shapes (4096 → 4096+1024+1024, 4096 →

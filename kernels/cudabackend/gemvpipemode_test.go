@@ -3,10 +3,10 @@ package cudabackend
 import "testing"
 
 // TestGEMVPipeFromEnv: unset or empty FT_GEMV and FT_GEMV=pipe pick the
-// pipelined GEMVs at depth pipe, pipe8 its depth; persist and FT_GEMV's
-// other values pick none.
+// pipelined GEMVs at depth pipe; persist and FT_GEMV's other values pick
+// none.
 func TestGEMVPipeFromEnv(t *testing.T) {
-	for v, want := range map[string]string{"": "pipe", "pipe": "pipe", "pipe8": "pipe8", "persist": "", "bulk": "", "rowblocks": "", "pipe4": ""} {
+	for v, want := range map[string]string{"": "pipe", "pipe": "pipe", "persist": "", "rowblocks": "", "pipe4": ""} {
 		t.Setenv("FT_GEMV", v)
 		if got := gemvPipeFromEnv(); got != want {
 			t.Errorf("FT_GEMV=%q: %q, want %q", v, got, want)

@@ -24,8 +24,6 @@ type prefillVariant struct {
 	keys      int    // key positions per tile (sm90a variants)
 	stages    int    // key/value stages in shared memory (sm90a variants)
 	extra     string // sm90a variants: the file of kernels/cuda/sm90a/extra compiled in a module of its own ("": SourceSM90a's module)
-	producers int    // threads of the block that only copy keys and values (wg4: one warpgroup); the others own query rows
-	bars      int    // bytes of mbarriers after the stages in shared memory (wg4)
 }
 
 // prefillVariants lists the configurations; the first is the default.
@@ -56,22 +54,6 @@ var prefillVariants = []prefillVariant{
 	// same layout and shared memory. The default on compute capability 9.0;
 	// fa2 where the module is missing.
 	{name: "wg3", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3},
-	// wg3's ping-pong with FlashAttention-3's producer warpgroup
-	// (kernels/cuda/sm90a/extra/prefill_wg4.cu): 384 threads, one
-	// warpgroup copying key/value tiles into the three stages and two
-	// consumer warpgroups, per-stage full/empty mbarriers instead of wg3's
-	// block barrier per tile, setmaxnreg moving registers to the consumers.
-	// Its module is compiled only when it is asked for; wg, else fa2,
-	// where it is missing.
-	{name: "wg4", rows: 128, threads: 384, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, extra: "prefill_wg4.cu",
-		producers: 128, bars: 128},
-	// wg3 with FlashAttention-3's intra-warpgroup overlap
-	// (kernels/cuda/sm90a/extra/prefill_wg5.cu): a warpgroup's turn commits
-	// S = Q·Kᵀ and the P·V of its previous tile as two wgmma groups and runs
-	// the softmax while the P·V is on the tensor cores; two key and four
-	// value stages in wg3's shared memory. Its module is compiled only when
-	// it is asked for; wg, else fa2, where it is missing.
-	{name: "wg5", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, extra: "prefill_wg5.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200
@@ -107,11 +89,10 @@ func prefillVariantNames() []string {
 // is staged, rows of d+8 bf16 values (PREFILL_VSMEM in prefill_variants.cu,
 // PREFILL_FA2_SMEM in prefill_fa2.cu); for wg 1 KiB of alignment slack,
 // the query tile and its stages of keys and values, unpadded rows (WG_SMEM
-// in sm90a/prefill_wg.cu), then bars bytes of mbarriers (WG4_SMEM in
-// sm90a/extra/prefill_wg4.cu).
+// in sm90a/prefill_wg.cu).
 func (v prefillVariant) smem(d int) int {
 	if v.sm90a {
-		return 1024 + v.rows*d*2 + v.stages*2*v.keys*d*2 + v.bars
+		return 1024 + v.rows*d*2 + v.stages*2*v.keys*d*2
 	}
 	n := 2 * 2 * 64 * (d + 8) * 2
 	if v.qSmem {

@@ -53,18 +53,6 @@ func TestChoosePrefillVariant(t *testing.T) {
 		{"wg3", 64, true, true, "wg3", "attn_varlen_prefill_wg3_d64_bf16", 128, 256},
 		{"wg3", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
 		{"wg3", 64, false, false, "base", "attn_prefill_d64_bf16", 128, 256},
-		{"wg4", 128, false, true, "wg4", "attn_prefill_wg4_d128_bf16", 128, 384},
-		{"wg4", 128, true, true, "wg4", "attn_varlen_prefill_wg4_d128_bf16", 128, 384},
-		{"wg4", 64, false, true, "wg4", "attn_prefill_wg4_d64_bf16", 128, 384},
-		{"wg4", 64, true, true, "wg4", "attn_varlen_prefill_wg4_d64_bf16", 128, 384},
-		{"wg4", 32, false, true, "base", "attn_prefill_d32_bf16", 128, 256},
-		{"wg4", 128, true, false, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
-		{"wg5", 128, false, true, "wg5", "attn_prefill_wg5_d128_bf16", 128, 256},
-		{"wg5", 128, true, true, "wg5", "attn_varlen_prefill_wg5_d128_bf16", 128, 256},
-		{"wg5", 64, false, true, "wg5", "attn_prefill_wg5_d64_bf16", 128, 256},
-		{"wg5", 64, true, true, "wg5", "attn_varlen_prefill_wg5_d64_bf16", 128, 256},
-		{"wg5", 32, false, true, "base", "attn_prefill_d32_bf16", 128, 256},
-		{"wg5", 128, true, false, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
 	} {
 		v, err := choosePrefillVariant(c.setting, c.d, c.varlen, c.aligned)
 		if err != nil {
@@ -88,7 +76,7 @@ func TestChoosePrefillVariant(t *testing.T) {
 // the blocks per SM it is built for within the H100/H200's 227 KiB per SM
 // (each block also reserves 1 KiB), and one block fits the 227 KiB limit.
 func TestPrefillVariantSmem(t *testing.T) {
-	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg3": 230400, "wg4": 230528, "wg5": 230400}
+	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg3": 230400}
 	for _, v := range prefillVariants {
 		n := v.smem(128)
 		if n != want[v.name] {
@@ -100,22 +88,16 @@ func TestPrefillVariantSmem(t *testing.T) {
 		if v.hasWidth(64) && v.perSM*(v.smem(64)+1024) > 228<<10 {
 			t.Errorf("%s: %d blocks of %d bytes (head width 64) do not fit an SM", v.name, v.perSM, v.smem(64))
 		}
-		if w := (v.threads - v.producers) / 32; v.rows%(w*16) != 0 {
+		if w := v.threads / 32; v.rows%(w*16) != 0 {
 			t.Errorf("%s: %d rows do not split into m16 tiles over %d warps", v.name, v.rows, w)
-		}
-		if v.producers%128 != 0 || v.producers >= v.threads {
-			t.Errorf("%s: %d producer threads of %d: want whole warpgroups (setmaxnreg) and some consumers", v.name, v.producers, v.threads)
-		}
-		if (v.producers > 0) != (v.bars > 0) {
-			t.Errorf("%s: %d producer threads but %d bytes of mbarriers", v.name, v.producers, v.bars)
 		}
 	}
 }
 
 // TestPrefillVariantKernelNames: every kernel name the backend asks for is
 // declared in the source it looks it up in: the sm90a variants' in
-// SourceSM90a (wg, wg3) or in their own file of sm90a/extra (wg4, compiled as
-// SourceSM90aExtra), the others' in Source; no extra file's kernel is in
+// SourceSM90a (wg, wg3) or in their own file of sm90a/extra (compiled as
+// SourceSM90aExtra; none now), the others' in Source; no extra file's kernel is in
 // SourceSM90a (it would be compiled with the default's module).
 func TestPrefillVariantKernelNames(t *testing.T) {
 	plain, sm90a := kcuda.Kernels(), kcuda.KernelsSM90a()

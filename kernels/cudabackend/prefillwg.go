@@ -15,7 +15,7 @@ import (
 // prefillWG is one sm_90a module of the prefill attention on warpgroup
 // MMA: SourceSM90a (variants wg and wg3, kernels/cuda/sm90a/) where
 // extra is "", else SourceSM90aExtra(extra), an experimental variant's
-// file of kernels/cuda/sm90a/extra (wg4, wg5) compiled on its own so that its
+// file of kernels/cuda/sm90a/extra (none now) compiled on its own so that its
 // compile time and errors stay out of the default's module. Each is
 // compiled and loaded once, on compute capability 9.0 only: when the
 // backend is made with FT_PREFILL_VARIANT naming one of its variants, else
@@ -44,7 +44,7 @@ func newPrefillWGs(dev *cuda.Device) map[string]*prefillWG {
 }
 
 // wantsPrefillWG reports whether a PrefillVariant setting runs a variant
-// of an sm_90a module (wg, wg3, wg4, wg5), and which (its extra file, "" for wg's).
+// of an sm_90a module (wg, wg3), and which (its extra file, "" for wg's).
 func wantsPrefillWG(setting string) (extra string, ok bool) {
 	if setting == "" || setting == "auto" {
 		setting = autoPrefillVariant

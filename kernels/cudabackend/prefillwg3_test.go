@@ -9,7 +9,7 @@ import (
 )
 
 // TestPrefillWG3Quick is the first, seconds-long check of the ping-pong
-// variant wg3 (kernels/cuda/sm90a/extra/prefill_wg3.cu): it loads wg3's
+// variant wg3 (kernels/cuda/sm90a/prefill_wg3.cu): it loads wg3's
 // own sm_90a module (logging its kernels' occupancy), then runs one small
 // contiguous prefill (T = 300 at position 37, so three query tiles, the
 // last one partial, and the two warpgroups of a block doing different
