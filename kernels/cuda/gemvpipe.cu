@@ -1,4 +1,5 @@
-// Software-pipelined twins of gemv.cu's one-token BF16 GEMVs (FT_GEMV=pipe):
+// Software-pipelined twins of gemv.cu's one-token BF16 GEMVs (the default;
+// FT_GEMV=persist runs gemv.cu's):
 // gemv3_pipe_bf16 (q/k/v), gemv_gateup_silu_pipe_bf16, gemv_persist_pipe_f32acc
 // (o, down into the residual) and gemv_persist_pipe_f32out (the LM head).
 //
@@ -17,7 +18,9 @@
 // Each lane sums its chunks lane, lane + 32, … in the same order with the
 // same expression (acc += dot8(w, x)), and the warp reduces with warp_sum,
 // so the outputs are the bits of the gemv.cu twins; U only sets how many
-// loads are in flight.
+// loads are in flight. K must be at least 8 (one chunk): at K = 0 a warp's
+// row has no batch and the loop would not end; gemvFn (gemvpipe.go) keeps
+// such widths on gemv.cu's kernels.
 
 // bfp_issue loads batch c0 (a lane's chunks c0, c0 + 32, …, U of them) of
 // the R rows wr into a: unpredicated where the whole batch lies in the

@@ -524,7 +524,7 @@ func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 		if f32 {
 			f = b.k.gemvPersistF32
 		}
-		f = b.gemvFn(f)
+		f = b.gemvFn(f, D)
 		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D))
 	}
@@ -1244,7 +1244,7 @@ func (b *Backend) MatMulN(outs []*runtime.Tensor, x *runtime.Tensor, ws []*runti
 		return nil
 	}
 	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
-	f := b.gemvFn(b.k.gemv3)
+	f := b.gemvFn(b.k.gemv3, x.Dim(-1))
 	return f.LaunchBytes(b.s, gemvBytes(N0+N1+N2, x.Dim(-1), outs[0]), cuda.Dim3{X: min(b.k.persistBlocks[f], (N0+N1+N2+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
 		cuda.Ptr(ws[0].Ptr()), cuda.Ptr(ws[1].Ptr()), cuda.Ptr(ws[2].Ptr()), cuda.I32(N0), cuda.I32(N1), cuda.I32(N2), cuda.I32(x.Dim(-1)))
@@ -1273,7 +1273,7 @@ func (b *Backend) GateUpSiLU(out, x, wg, wu *runtime.Tensor) error {
 		return fmt.Errorf("cudabackend.GateUpSiLU: width %d (want a multiple of 8) or unaligned tensors", D)
 	}
 	N := wg.Dim(0)
-	f := b.gemvFn(b.k.gateUp)
+	f := b.gemvFn(b.k.gateUp, D)
 	return f.LaunchBytes(b.s, gemvBytes(2*N, D, out)-int64(N)*2, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.I32(N), cuda.I32(D))
 }

@@ -63,10 +63,12 @@ func (ks *kernelSet) sizeGEMVPipe(sms int) error {
 	return nil
 }
 
-// gemvFn is the kernel a one-token product launches in place of f: f's
-// pipelined twin of depth b.GEMVPipe where it has one, else f.
-func (b *Backend) gemvFn(f *cuda.Function) *cuda.Function {
-	if b.GEMVPipe == "" {
+// gemvFn is the kernel a one-token product of width D launches in place of
+// f: f's pipelined twin of depth b.GEMVPipe where it has one, else f. A
+// width below one 8-element chunk (D = 0) stays on f: the pipelined loop
+// needs a batch a row (gemvpipe.cu), gemv.cu's kernels write the empty sum.
+func (b *Backend) gemvFn(f *cuda.Function, D int) *cuda.Function {
+	if b.GEMVPipe == "" || D < 8 {
 		return f
 	}
 	if t := b.k.gemvPipe.twin[b.GEMVPipe][f]; t != nil {

@@ -23,9 +23,13 @@ func TestGEMVPipeBitIdentical(t *testing.T) {
 	defer func(was string) { gb.GEMVPipe = was }(gb.GEMVPipe)
 	for _, d := range gemvPipeDepths {
 		gb.GEMVPipe = d
-		if gb.gemvFn(gb.k.gemv3) == gb.k.gemv3 || gb.gemvFn(gb.k.gateUp) == gb.k.gateUp ||
-			gb.gemvFn(gb.k.gemvAcc) == gb.k.gemvAcc || gb.gemvFn(gb.k.gemvPersistF32) == gb.k.gemvPersistF32 {
+		if gb.gemvFn(gb.k.gemv3, 4096) == gb.k.gemv3 || gb.gemvFn(gb.k.gateUp, 4096) == gb.k.gateUp ||
+			gb.gemvFn(gb.k.gemvAcc, 4096) == gb.k.gemvAcc || gb.gemvFn(gb.k.gemvPersistF32, 4096) == gb.k.gemvPersistF32 {
 			t.Fatalf("GEMVPipe %q: a GEMV has no pipelined twin", d)
+		}
+		// Width 0 has no batch a row: the pipelined loop would not end.
+		if gb.gemvFn(gb.k.gemv3, 0) != gb.k.gemv3 || gb.gemvFn(gb.k.gateUp, 0) != gb.k.gateUp {
+			t.Fatalf("GEMVPipe %q: width 0 launches a pipelined twin", d)
 		}
 	}
 	gb.GEMVPipe = ""

@@ -12,7 +12,8 @@ import (
 
 // MatMulAdd: y[T,N] += x[T,D]·w[N,D]ᵀ, y F32 (the residual stream), bf16 x
 // and w, fp32 accumulation (kernels.MatMulAdder). One token: the persistent
-// GEMV adding each row's sum to y (gemv_persist_f32acc), bit for bit what
+// GEMV adding each row's sum to y (gemv_persist_pipe_f32acc, or gemv.cu's
+// gemv_persist_f32acc with FT_GEMV=persist), bit for bit what
 // MatMul into F32 then Add give; more tokens: a GEMM with beta = 1 (tuned cuBLASLt or cuBLAS, gemm.go).
 func (b *Backend) MatMulAdd(y, x, w *runtime.Tensor) error {
 	if err := b.weight("MatMulAdd", "w", w); err != nil {
@@ -43,7 +44,7 @@ func (b *Backend) MatMulAdd(y, x, w *runtime.Tensor) error {
 		return nil
 	}
 	if T == 1 && D%8 == 0 && aligned16(x.Ptr(), w.Ptr()) {
-		f := b.gemvFn(b.k.gemvAcc)
+		f := b.gemvFn(b.k.gemvAcc, D)
 		return f.LaunchBytes(b.s, gemvBytes(N, D, y)+int64(N)*4, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(y.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D))
 	}
