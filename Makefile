@@ -16,6 +16,7 @@ test:
 	$(GO) vet ./...
 	$(GO) test -race ./...
 	$(GO) test -count=1 -run '^TestLoad$$' ./serve/
+	$(GO) test -count=1 -run '^TestTrainedFP8Agreement$$' ./models/all/
 
 # CPU benchmarks (times are only meaningful on a quiet machine).
 bench:
