@@ -46,14 +46,42 @@ type Header struct {
 func (h Header) HeadSize() int { return h.Dim / h.Heads }
 
 // Floats is the number of float32 values the file holds after its header.
-func (h Header) Floats() int64 {
+// It fails, naming the term, when the count does not fit in an int64 (a
+// crafted header can ask for more than any file holds).
+func (h Header) Floats() (int64, error) {
 	d, f, l, v := int64(h.Dim), int64(h.HiddenDim), int64(h.Layers), int64(h.Vocab)
-	kv := int64(h.KVHeads * h.HeadSize())
-	n := v*d + l*d + l*d*d + 2*l*kv*d + l*d*d + l*d + 3*l*f*d + d + int64(h.SeqLen)*int64(h.HeadSize())
-	if !h.Shared {
-		n += v * d
+	kv := int64(h.KVHeads) * int64(h.HeadSize())
+	terms := []struct {
+		name    string
+		factors []int64
+	}{
+		{"vocab_size × dim (token embedding)", []int64{v, d}},
+		{"n_layers × dim (RMSNorm weights)", []int64{2, l, d}},
+		{"n_layers × dim × dim (wq, wo)", []int64{2, l, d, d}},
+		{"n_layers × kv_dim × dim (wk, wv)", []int64{2, l, kv, d}},
+		{"n_layers × hidden_dim × dim (w1, w2, w3)", []int64{3, l, f, d}},
+		{"dim (final RMSNorm)", []int64{d}},
+		{"seq_len × head_size (RoPE tables)", []int64{int64(h.SeqLen), int64(h.HeadSize())}},
 	}
-	return n
+	if !h.Shared {
+		terms = append(terms, terms[0])
+		terms[len(terms)-1].name = "vocab_size × dim (classifier)"
+	}
+	var n int64
+	for _, t := range terms {
+		p := int64(1)
+		for _, x := range t.factors {
+			if x != 0 && p > math.MaxInt64/x {
+				return 0, fmt.Errorf("llama2c: header %+v: %s overflows", h, t.name)
+			}
+			p *= x
+		}
+		if n > math.MaxInt64-p {
+			return 0, fmt.Errorf("llama2c: header %+v: the float count overflows at %s", h, t.name)
+		}
+		n += p
+	}
+	return n, nil
 }
 
 // ParseHeader decodes the 28-byte header and checks that the shape is one a
@@ -129,8 +157,13 @@ func Convert(binPath, outDir string, opt Options) (Header, error) {
 	if err != nil {
 		return Header{}, fmt.Errorf("%s: %w", binPath, err)
 	}
-	if want := 28 + 4*h.Floats(); st.Size() != want {
-		return Header{}, fmt.Errorf("llama2c %s: file is %d bytes, the header %+v needs %d", binPath, st.Size(), h, want)
+	n, err := h.Floats()
+	if err != nil {
+		return Header{}, fmt.Errorf("%s: %w", binPath, err)
+	}
+	// Compare counts of floats, not bytes: 4·n may overflow.
+	if size := st.Size(); size < 28 || (size-28)%4 != 0 || (size-28)/4 != n {
+		return Header{}, fmt.Errorf("llama2c %s: file is %d bytes, the header %+v needs 28 + 4·%d", binPath, size, h, n)
 	}
 	raw := make([]byte, st.Size()-28)
 	if _, err := io.ReadFull(f, raw); err != nil {
