@@ -231,3 +231,30 @@ func TestConvertErrors(t *testing.T) {
 		t.Errorf("3 kv heads of 2: %v", err)
 	}
 }
+
+// TestArrayLimits: a metadata array claiming more than maxArray elements is a
+// format error naming its key (its length was bounded only by the bytes
+// left, tensor data included, and preallocated), and a long array within the
+// limit still parses.
+func TestArrayLimits(t *testing.T) {
+	arr := func(n uint64, pad int) []byte {
+		var g builder
+		g.kv = binary.LittleEndian.AppendUint32(str(g.kv, "tokenizer.ggml.scores"), typeArray)
+		g.kv = binary.LittleEndian.AppendUint32(g.kv, typeU8)
+		g.kv = binary.LittleEndian.AppendUint64(g.kv, n)
+		g.kv = append(g.kv, make([]byte, pad)...)
+		g.nkv++
+		return g.bytes()
+	}
+	_, err := Parse(arr(1<<24+1, 1<<24+64))
+	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "tokenizer.ggml.scores") || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("array of maxArray+1 elements: error %v, want a format error naming the key and the limit", err)
+	}
+	f, err := Parse(arr(100000, 100000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := f.Metadata["tokenizer.ggml.scores"].([]any); len(a) != 100000 {
+		t.Errorf("array of 100000 elements read as %d", len(a))
+	}
+}
