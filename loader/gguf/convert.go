@@ -78,6 +78,9 @@ func ConvertLlama(path, outDir string, opt Options) (LlamaShape, error) {
 		}
 		want := 1
 		for _, d := range shape {
+			if d <= 0 || want > math.MaxInt/d {
+				return fmt.Errorf("gguf: tensor %q: shape %v overflows", gname, shape)
+			}
 			want *= d
 		}
 		// GGUF dims are innermost first: [in, out] for an [out, in] weight.
@@ -188,6 +191,10 @@ func reversed(s []int) []int {
 	return out
 }
 
+// maxDim bounds every size read from the metadata (and head count ×
+// head dimension), so that shape products stay far from overflow.
+const maxDim = 1 << 24
+
 // llamaShape reads the llama.* metadata and checks it against the tensors.
 func llamaShape(f *File) (LlamaShape, error) {
 	var s LlamaShape
@@ -203,41 +210,75 @@ func llamaShape(f *File) (LlamaShape, error) {
 		if err != nil {
 			return s, err
 		}
-		if v <= 0 || v > 1<<24 {
+		if v <= 0 || v > maxDim {
 			return s, fmt.Errorf("metadata %s = %d is out of range", x.key, v)
 		}
 		*x.dst = int(v)
 	}
-	s.KVHeads = s.Heads
-	if v, err := f.Int("llama.attention.head_count_kv"); err == nil {
-		s.KVHeads = int(v)
+	// Optional integer keys, range-checked like the required ones: a huge
+	// key_length would wrap the shape products below.
+	optInt := func(key string, def int) (int, error) {
+		v, err := f.Int(key)
+		if _, present := f.Metadata[key]; !present {
+			return def, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		if v <= 0 || v > maxDim {
+			return 0, fmt.Errorf("metadata %s = %d is out of range", key, v)
+		}
+		return int(v), nil
 	}
-	if s.KVHeads <= 0 || s.Heads%s.KVHeads != 0 || s.Hidden%s.Heads != 0 {
+	var err error
+	if s.KVHeads, err = optInt("llama.attention.head_count_kv", s.Heads); err != nil {
+		return s, err
+	}
+	if s.Heads%s.KVHeads != 0 || s.Hidden%s.Heads != 0 {
 		return s, fmt.Errorf("%d heads, %d key/value heads, hidden size %d: not a Llama attention shape", s.Heads, s.KVHeads, s.Hidden)
 	}
-	s.HeadDim = s.Hidden / s.Heads
-	if v, err := f.Int("llama.attention.key_length"); err == nil {
-		s.HeadDim = int(v)
+	if s.HeadDim, err = optInt("llama.attention.key_length", s.Hidden/s.Heads); err != nil {
+		return s, err
 	}
-	if s.HeadDim <= 0 || s.HeadDim%2 != 0 {
+	if s.HeadDim%2 != 0 {
 		return s, fmt.Errorf("head dimension %d is not even", s.HeadDim)
+	}
+	if int64(s.Heads)*int64(s.HeadDim) > maxDim {
+		return s, fmt.Errorf("head_count %d × key_length %d is over %d", s.Heads, s.HeadDim, maxDim)
 	}
 	if v, err := f.Int("llama.rope.dimension_count"); err == nil && int(v) != s.HeadDim {
 		return s, fmt.Errorf("llama.rope.dimension_count %d is not the head dimension %d (partial rotary is not converted)", v, s.HeadDim)
 	}
 	s.RopeTheta, s.RMSEps = 10000, 1e-5
-	if v, ok := asFloat(f.Metadata["llama.rope.freq_base"]); ok {
-		s.RopeTheta = v
-	}
-	if v, ok := asFloat(f.Metadata["llama.attention.layer_norm_rms_epsilon"]); ok {
-		s.RMSEps = v
+	for _, x := range []struct {
+		key string
+		dst *float64
+	}{{"llama.rope.freq_base", &s.RopeTheta}, {"llama.attention.layer_norm_rms_epsilon", &s.RMSEps}} {
+		raw, present := f.Metadata[x.key]
+		if !present {
+			continue
+		}
+		v, ok := asFloat(raw)
+		if !ok || math.IsInf(v, 0) || !(v > 0) {
+			return s, fmt.Errorf("metadata %s = %v: want a finite number > 0", x.key, raw)
+		}
+		*x.dst = v
 	}
 	if _, ok := f.Metadata["llama.rope.scaling.type"]; ok {
 		return s, fmt.Errorf("llama.rope.scaling.type is set: RoPE scaling is not converted")
 	}
+	// Llama 3.1 GGUFs carry their llama3 RoPE scaling as per-frequency
+	// factors in this tensor, without llama.rope.scaling.type; dropping it
+	// would give wrong logits at long positions.
+	if _, ok := f.Tensor("rope_freqs.weight"); ok {
+		return s, fmt.Errorf("tensor rope_freqs.weight is present (llama3 RoPE frequency scaling): RoPE scaling is not converted")
+	}
 	emb, ok := f.Tensor("token_embd.weight")
 	if !ok || len(emb.Dims) != 2 || int(emb.Dims[0]) != s.Hidden {
 		return s, fmt.Errorf("token_embd.weight missing or not [vocab, %d]", s.Hidden)
+	}
+	if emb.Dims[1] == 0 || emb.Dims[1] > maxDim {
+		return s, fmt.Errorf("token_embd.weight has a vocabulary of %d (want 1 to %d)", emb.Dims[1], maxDim)
 	}
 	s.Vocab = int(emb.Dims[1])
 	_, hasOut := f.Tensor("output.weight")
