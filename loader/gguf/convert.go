@@ -1,8 +1,6 @@
 package gguf
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -11,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/flextensor-go/flextensor/loader"
+	"github.com/flextensor-go/flextensor/loader/internal/hfllama"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -88,9 +87,9 @@ func ConvertLlama(path, outDir string, opt Options) (LlamaShape, error) {
 			return fmt.Errorf("gguf: tensor %q has dims %v, want %v (innermost first)", gname, t.Dims, reversed(shape))
 		}
 		if permuteHeads > 0 {
-			v = permuteRoPE(v, permuteHeads, s.HeadDim, shape[1])
+			v = hfllama.PermuteRoPE(v, permuteHeads, s.HeadDim, shape[1])
 		}
-		ts = append(ts, loader.NamedTensor{Name: hname, DType: dt, Shape: shape, Data: encode(v, dt)})
+		ts = append(ts, loader.NamedTensor{Name: hname, DType: dt, Shape: shape, Data: hfllama.Encode(v, dt)})
 		return nil
 	}
 	h, kv := s.Hidden, s.KVHeads*s.HeadDim
@@ -131,31 +130,10 @@ func ConvertLlama(path, outDir string, opt Options) (LlamaShape, error) {
 	if bos < 0 || bos >= int64(s.Vocab) || eos < 0 || eos >= int64(s.Vocab) {
 		return LlamaShape{}, fmt.Errorf("gguf %s: BOS %d or EOS %d is outside the vocabulary of %d", path, bos, eos, s.Vocab)
 	}
-	cfg := map[string]any{
-		"architectures":           []string{"LlamaForCausalLM"},
-		"model_type":              "llama",
-		"hidden_size":             s.Hidden,
-		"intermediate_size":       s.Intermediate,
-		"num_hidden_layers":       s.Layers,
-		"num_attention_heads":     s.Heads,
-		"num_key_value_heads":     s.KVHeads,
-		"head_dim":                s.HeadDim,
-		"vocab_size":              s.Vocab,
-		"max_position_embeddings": s.Context,
-		"rms_norm_eps":            float32(s.RMSEps),
-		"rope_theta":              s.RopeTheta,
-		"hidden_act":              "silu",
-		"tie_word_embeddings":     s.Tied,
-		"attention_bias":          false,
-		"mlp_bias":                false,
-		"bos_token_id":            bos,
-		"eos_token_id":            eos,
-		"torch_dtype":             map[runtime.DType]string{runtime.BF16: "bfloat16", runtime.F32: "float32"}[dt],
-	}
-	if err := writeJSON(filepath.Join(outDir, "config.json"), cfg); err != nil {
-		return LlamaShape{}, err
-	}
-	if err := writeJSON(filepath.Join(outDir, "generation_config.json"), map[string]any{"bos_token_id": bos, "eos_token_id": eos}); err != nil {
+	cfg := hfllama.Config{Hidden: s.Hidden, Intermediate: s.Intermediate, Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads,
+		HeadDim: s.HeadDim, Vocab: s.Vocab, MaxPositions: s.Context, RMSEps: float32(s.RMSEps), RopeTheta: s.RopeTheta, Tied: s.Tied,
+		BOS: bos, EOS: eos, DType: dt}
+	if err := hfllama.WriteConfigs(outDir, cfg); err != nil {
 		return LlamaShape{}, err
 	}
 	if tm, _ := f.String("tokenizer.ggml.model"); tm == "llama" {
@@ -163,7 +141,7 @@ func ConvertLlama(path, outDir string, opt Options) (LlamaShape, error) {
 		if err != nil {
 			return LlamaShape{}, fmt.Errorf("gguf %s: %w", path, err)
 		}
-		if err := writeJSON(filepath.Join(outDir, "tokenizer.json"), tj); err != nil {
+		if err := hfllama.WriteJSON(filepath.Join(outDir, "tokenizer.json"), tj); err != nil {
 			return LlamaShape{}, err
 		}
 		s.Tokenizer = true
@@ -286,37 +264,6 @@ func llamaShape(f *File) (LlamaShape, error) {
 	return s, nil
 }
 
-// permuteRoPE returns w ([heads·hd, in]) with each head's rows reordered
-// from interleaved pairs to halves: converted row a·hd/2 + j is row 2j + a.
-func permuteRoPE(w []float32, heads, hd, in int) []float32 {
-	out := make([]float32, len(w))
-	for h := range heads {
-		for j := range hd / 2 {
-			for a := range 2 {
-				src := (h*hd + 2*j + a) * in
-				dst := (h*hd + a*hd/2 + j) * in
-				copy(out[dst:dst+in], w[src:src+in])
-			}
-		}
-	}
-	return out
-}
-
-func encode(v []float32, dt runtime.DType) []byte {
-	if dt == runtime.F32 {
-		b := make([]byte, 4*len(v))
-		for i, x := range v {
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-		}
-		return b
-	}
-	b := make([]byte, 2*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint16(b[2*i:], runtime.F32ToBF16(x))
-	}
-	return b
-}
-
 // spmTokenizer builds a Hugging Face tokenizer.json for a sentencepiece BPE
 // vocabulary (tokenizer.ggml.model "llama"): pieces with "▁" for spaces,
 // "<0xXX>" byte tokens, scores giving the merge order. The merges are every
@@ -343,6 +290,9 @@ func spmTokenizer(f *File, bos int) (map[string]any, error) {
 	var added []map[string]any
 	unk := ""
 	for i, t := range toks {
+		if !utf8.ValidString(t) {
+			return nil, fmt.Errorf("tokenizer.ggml.tokens: token %d %q is not valid UTF-8", i, t)
+		}
 		if _, dup := vocab[t]; dup {
 			return nil, fmt.Errorf("tokenizer.ggml.tokens: %q appears twice", t)
 		}
@@ -358,8 +308,9 @@ func spmTokenizer(f *File, bos int) (map[string]any, error) {
 		}
 	}
 	type merge struct {
-		l, r      string
-		rank, lid int
+		l, r  string
+		rank  int // the merged piece's rank by score
+		lrank int // the left piece's rank: ties broken by it
 	}
 	var merges []merge
 	// Rank the pieces by score (descending), ties by id.
@@ -380,7 +331,7 @@ func spmTokenizer(f *File, bos int) (map[string]any, error) {
 			l, r := t[:k], t[k:]
 			li, lok := normal[l]
 			_, rok := normal[r]
-			if lok && rok && utf8.ValidString(l) {
+			if lok && rok { // k is a rune boundary of valid t: l and r are valid
 				merges = append(merges, merge{l, r, rank[id], rank[li]})
 			}
 		}
@@ -389,7 +340,7 @@ func spmTokenizer(f *File, bos int) (map[string]any, error) {
 		if merges[a].rank != merges[b].rank {
 			return merges[a].rank < merges[b].rank
 		}
-		return merges[a].lid < merges[b].lid
+		return merges[a].lrank < merges[b].lrank
 	})
 	ms := make([]string, len(merges))
 	for i, m := range merges {
@@ -423,12 +374,4 @@ func spmTokenizer(f *File, bos int) (map[string]any, error) {
 		}},
 		"model": model,
 	}, nil
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }

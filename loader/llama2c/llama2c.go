@@ -23,7 +23,6 @@ package llama2c
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -31,6 +30,7 @@ import (
 	"path/filepath"
 
 	"github.com/flextensor-go/flextensor/loader"
+	"github.com/flextensor-go/flextensor/loader/internal/hfllama"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -176,16 +176,15 @@ func Convert(binPath, outDir string, opt Options) (Header, error) {
 	ts := tensors(h, vals)
 	out := make([]loader.NamedTensor, len(ts))
 	for i, t := range ts {
-		out[i] = loader.NamedTensor{Name: t.name, DType: dt, Shape: t.shape, Data: encode(t.data, dt)}
+		out[i] = loader.NamedTensor{Name: t.name, DType: dt, Shape: t.shape, Data: hfllama.Encode(t.data, dt)}
 	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return Header{}, err
 	}
-	if err := writeJSON(filepath.Join(outDir, "config.json"), config(h, dt, opt)); err != nil {
-		return Header{}, err
-	}
-	gen := map[string]any{"bos_token_id": opt.BOS, "eos_token_id": opt.EOS}
-	if err := writeJSON(filepath.Join(outDir, "generation_config.json"), gen); err != nil {
+	cfg := hfllama.Config{Hidden: h.Dim, Intermediate: h.HiddenDim, Layers: h.Layers, Heads: h.Heads, KVHeads: h.KVHeads,
+		HeadDim: h.HeadSize(), Vocab: h.Vocab, MaxPositions: h.SeqLen, RMSEps: 1e-5, RopeTheta: 10000, Tied: h.Shared,
+		BOS: int64(opt.BOS), EOS: int64(opt.EOS), DType: dt}
+	if err := hfllama.WriteConfigs(outDir, cfg); err != nil {
 		return Header{}, err
 	}
 	meta := map[string]string{"format": "pt", "converted_from": "llama2.c"}
@@ -218,8 +217,8 @@ func tensors(h Header, vals []float32) []tensor {
 		p := fmt.Sprintf("model.layers.%d.", l)
 		ts = append(ts,
 			tensor{p + "input_layernorm.weight", []int{d}, attnNorm[l*d : (l+1)*d]},
-			tensor{p + "self_attn.q_proj.weight", []int{d, d}, permuteRoPE(wq[l*d*d:(l+1)*d*d], h.Heads, h.HeadSize(), d)},
-			tensor{p + "self_attn.k_proj.weight", []int{kv, d}, permuteRoPE(wk[l*kv*d:(l+1)*kv*d], h.KVHeads, h.HeadSize(), d)},
+			tensor{p + "self_attn.q_proj.weight", []int{d, d}, hfllama.PermuteRoPE(wq[l*d*d:(l+1)*d*d], h.Heads, h.HeadSize(), d)},
+			tensor{p + "self_attn.k_proj.weight", []int{kv, d}, hfllama.PermuteRoPE(wk[l*kv*d:(l+1)*kv*d], h.KVHeads, h.HeadSize(), d)},
 			tensor{p + "self_attn.v_proj.weight", []int{kv, d}, wv[l*kv*d : (l+1)*kv*d]},
 			tensor{p + "self_attn.o_proj.weight", []int{d, d}, wo[l*d*d : (l+1)*d*d]},
 			tensor{p + "post_attention_layernorm.weight", []int{d}, ffnNorm[l*d : (l+1)*d]},
@@ -233,72 +232,4 @@ func tensors(h Header, vals []float32) []tensor {
 		ts = append(ts, tensor{"lm_head.weight", []int{V, d}, take(V * d)})
 	}
 	return ts
-}
-
-// permuteRoPE returns w ([heads·hs, in]) with each head's rows reordered
-// from llama2.c's interleaved pairs to Hugging Face's halves: converted row
-// a·hs/2 + j is original row 2j + a.
-func permuteRoPE(w []float32, heads, hs, in int) []float32 {
-	out := make([]float32, len(w))
-	for hd := range heads {
-		for j := range hs / 2 {
-			for a := range 2 {
-				src := (hd*hs + 2*j + a) * in
-				dst := (hd*hs + a*hs/2 + j) * in
-				copy(out[dst:dst+in], w[src:src+in])
-			}
-		}
-	}
-	return out
-}
-
-func encode(v []float32, dt runtime.DType) []byte {
-	if dt == runtime.F32 {
-		b := make([]byte, 4*len(v))
-		for i, x := range v {
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-		}
-		return b
-	}
-	b := make([]byte, 2*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint16(b[2*i:], runtime.F32ToBF16(x))
-	}
-	return b
-}
-
-func config(h Header, dt runtime.DType, opt Options) map[string]any {
-	name := "bfloat16"
-	if dt == runtime.F32 {
-		name = "float32"
-	}
-	return map[string]any{
-		"architectures":           []string{"LlamaForCausalLM"},
-		"model_type":              "llama",
-		"hidden_size":             h.Dim,
-		"intermediate_size":       h.HiddenDim,
-		"num_hidden_layers":       h.Layers,
-		"num_attention_heads":     h.Heads,
-		"num_key_value_heads":     h.KVHeads,
-		"head_dim":                h.HeadSize(),
-		"vocab_size":              h.Vocab,
-		"max_position_embeddings": h.SeqLen,
-		"rms_norm_eps":            1e-5,
-		"rope_theta":              10000.0,
-		"hidden_act":              "silu",
-		"tie_word_embeddings":     h.Shared,
-		"attention_bias":          false,
-		"mlp_bias":                false,
-		"bos_token_id":            opt.BOS,
-		"eos_token_id":            opt.EOS,
-		"torch_dtype":             name,
-	}
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
