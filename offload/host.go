@@ -146,8 +146,11 @@ func (e *engine) hostInputs(in *PlanInput) error {
 		if err != nil {
 			return fmt.Errorf("measuring the host backend: %w", err)
 		}
-		e.hostBW = bw
-		e.hostDRAM, e.hostDRAMFrom = e.measureHostDRAM()
+		dram, from, err := e.measureHostDRAM()
+		if err != nil {
+			return err
+		}
+		e.hostBW, e.hostDRAM, e.hostDRAMFrom = bw, dram, from
 	}
 	in.HostReadBytesPerSec = e.hostDRAM
 	// The estimate is a lower bound: no unit reads its weights faster than

@@ -1,16 +1,19 @@
 package offload
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // The host's DRAM read bandwidth: the copy engine's reads of the streamed
 // units' pinned blocks and the host units' weight reads share it
-// (planner_share.go). The engine takes it once, when it first fills the
-// host fields of a plan input, from the host backend when it measures it
-// (HostReadMeasurer: kernels/host's STREAM-like read, the figure `infer
-// bench-host` prints); otherwise it falls back to the host backend's GEMV
-// bandwidth (host.go): the host kernels alone come close to the read
-// bandwidth (92-102% of it on the H200 machine), so the sharing is still
-// modelled, a little pessimistically.
+// (planner_share.go). The shared-read model is off unless the host backend
+// turns it on: the engine asks it once, when it first fills the host fields
+// of a plan input, through HostReadMeasurer (kernels/host's backend answers
+// by FT_HOST_DRAM_GBPS: unset or 0 off, "measure" its STREAM-like read, the
+// figure `infer bench-host` prints, N that many GB/s). A backend that does
+// not implement HostReadMeasurer leaves the model off; an error from it (a
+// malformed FT_HOST_DRAM_GBPS) is returned from planning, not papered over.
 
 // HostReadMeasurer is implemented by a host backend that measures the
 // host's DRAM read bandwidth (bytes a second; a STREAM-like read on all its
@@ -20,21 +23,23 @@ type HostReadMeasurer interface {
 	HostReadBandwidth() (float64, error)
 }
 
-// measureHostDRAM returns the DRAM read figure for the planner and where
-// it came from (for traces).
-func (e *engine) measureHostDRAM() (float64, string) {
-	if rm, ok := e.cfg.HostBackend.(HostReadMeasurer); ok {
-		bw, err := rm.HostReadBandwidth()
-		switch {
-		case err == nil && bw == 0:
-			return 0, "off"
-		case err == nil && bw > 0:
-			return bw, "measured"
-		case err != nil:
-			e.trace(fmt.Sprintf("host read bandwidth not measured (%v): the GEMV figure stands in", err), 0)
-		}
+// measureHostDRAM returns the DRAM read figure for the planner (0: the
+// shared-read model off) and where it came from (for traces).
+func (e *engine) measureHostDRAM() (float64, string, error) {
+	rm, ok := e.cfg.HostBackend.(HostReadMeasurer)
+	if !ok {
+		return 0, "off", nil
 	}
-	return e.hostBW, "the GEMV figure"
+	bw, err := rm.HostReadBandwidth()
+	switch {
+	case err != nil:
+		return 0, "", fmt.Errorf("the host's DRAM read bandwidth: %w", err)
+	case math.IsInf(bw, 0) || !(bw >= 0):
+		return 0, "", fmt.Errorf("the host's DRAM read bandwidth: the host backend reports %v bytes/s", bw)
+	case bw == 0:
+		return 0, "off", nil
+	}
+	return bw, "measured", nil
 }
 
 // HostReadBandwidth is the host's DRAM read bandwidth (bytes a second) the

@@ -107,7 +107,9 @@ func hostPlan(pl Plan, host []bool) Plan {
 // count, and makes the move that shortens the predicted forward most; it
 // stops when no move helps. The final host set is planned once more by the
 // two-way search (a smaller streamed set may let other units be resident),
-// and the faster of the two plans is kept. 32 layers take a few thousand
+// and the faster of the two plans is kept; under the shared-read model
+// (HostReadBytesPerSec > 0) the copy-nothing plan (noCopyPlan) is a third
+// candidate. 32 layers take a few thousand
 // simulated passes: milliseconds.
 func makeHostPlan(in PlanInput) (Plan, error) {
 	n := len(in.Units)
@@ -150,8 +152,13 @@ func makeHostPlan(in PlanInput) (Plan, error) {
 	if err == nil && final.PredictedSec <= cur.PredictedSec {
 		cur = final
 	}
-	if nc, nh, ok := noCopyPlan(in); ok && nc.PredictedSec < cur.PredictedSec*(1-1e-9) {
-		cur, host = nc, nh
+	// The copy-nothing extreme is only weighed under the shared-read model
+	// (where copies slow the host units down): with the model off the
+	// greedy choice stands, as it did before the model existed.
+	if in.HostReadBytesPerSec > 0 {
+		if nc, nh, ok := noCopyPlan(in); ok && nc.PredictedSec < cur.PredictedSec*(1-1e-9) {
+			cur, host = nc, nh
+		}
 	}
 	pl := hostPlan(cur, host)
 	if pl.HostUnits() == 0 {

@@ -26,11 +26,14 @@ func TestMakePlanHostThreeWay(t *testing.T) {
 		contig  bool    // the host units form one stretch
 		hostSet []int   // exact host set, when the case fixes it
 	}{
-		// Fast host (1 s a unit, no hop): two units resident in the
-		// budget's 2 bytes and two on the host take 2 s, no copy; 3 host
-		// units beside one streamed copy (3 s) give 3 s, 4 host units 4 s,
-		// 2 beside two streamed ones leave 6 s of copies.
-		{name: "fast host", in: hostCase(1, 0, 1), host: 2, sec: 2},
+		// Fast host (1 s a unit, no hop): the greedy search reaches 3
+		// host units (3 s) and one unit on the device; 4 host units take
+		// 4 s, 2 beside two streamed ones leave 6 s of copies. Two units
+		// resident in the budget's 2 bytes and two on the host would take
+		// 2 s, but that copy-nothing candidate is weighed only under the
+		// shared-read model (the next case; TestNoCopyPlanNeedsDRAMModel).
+		{name: "fast host", in: hostCase(1, 0, 1), host: 3, sec: 3},
+		{name: "fast host, DRAM model", in: func() PlanInput { in := hostCase(1, 0, 1); in.HostReadBytesPerSec = 1e12; return in }(), host: 2, sec: 2},
 		// Host as fast as a copy (3 s) with a 0.5 s hop: two host units in
 		// one stretch cost 3+3+2×0.5 = 7 s beside 6 s of copies; one costs
 		// max(9, 4) = 9, three max(3, 10) = 10; two apart 8. So units 0

@@ -33,14 +33,20 @@ The q and k rows are permuted from the interleaved RoPE pairs both formats
 use to the halves Hugging Face Llama rotates.
 
 Usage:
-  infer convert --from gguf|llama2c --in FILE --out DIR [--dtype bf16|f32]
+  infer convert --from gguf|llama2c --in FILE --out DIR [--dtype bf16|f32] [--force]
+
+A non-empty --out is refused unless --force, which first removes the
+checkpoint there (config, tokenizer, shards).
 
 Examples:
   infer convert --from gguf --in ./testdata/stories260K/stories260K.gguf --out ./stories260K
   infer run-model --model ./stories260K --prompt "Once upon a time" --max-new-tokens 64
 `
 
-type convertOptions struct{ from, in, out, dtype string }
+type convertOptions struct {
+	from, in, out, dtype string
+	force                bool
+}
 
 func convertFlags(fs *pflag.FlagSet) *convertOptions {
 	var o convertOptions
@@ -48,6 +54,7 @@ func convertFlags(fs *pflag.FlagSet) *convertOptions {
 	fs.StringVar(&o.in, "in", "", "source checkpoint file")
 	fs.StringVar(&o.out, "out", "", "directory to write (created if missing)")
 	fs.StringVar(&o.dtype, "dtype", "bf16", "weights written as bf16 or f32")
+	fs.BoolVar(&o.force, "force", false, "replace the checkpoint already in --out (its config, tokenizer and shards are removed first)")
 	return &o
 }
 
@@ -68,6 +75,13 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 		dt = runtime.F32
 	default:
 		return usagef("--dtype %q: want bf16 or f32", o.dtype)
+	}
+	if o.from != "gguf" && o.from != "llama2c" {
+		return usagef("--from %q: want gguf or llama2c", o.from)
+	}
+	// As make-model: a non-empty --out is refused unless --force.
+	if err := checkMakeModelOut(o.out, o.force); err != nil {
+		return err
 	}
 	switch o.from {
 	case "gguf":

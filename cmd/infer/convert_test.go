@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,12 +30,26 @@ func TestConvertGGUF(t *testing.T) {
 		{[]string{"--from", "onnx", "--in", src, "--out", out}, 2, `--from "onnx"`},
 		{[]string{"--from", "gguf", "--out", out}, 2, "--in and --out"},
 		{[]string{"--from", "gguf", "--in", src, "--out", out, "--dtype", "f16"}, 2, "--dtype"},
-		{[]string{"--from", "gguf", "--in", "../../testdata/tiny-llama/config.json", "--out", out}, 1, "no GGUF magic"},
-		{[]string{"--from", "llama2c", "--in", src, "--out", out}, 1, "llama2c"},
+		{[]string{"--from", "gguf", "--in", "../../testdata/tiny-llama/config.json", "--out", t.TempDir()}, 1, "no GGUF magic"},
+		{[]string{"--from", "llama2c", "--in", src, "--out", t.TempDir()}, 1, "llama2c"},
+		// A non-empty --out is refused without --force, as make-model does.
+		{[]string{"--from", "gguf", "--in", src, "--out", out}, 2, "already holds"},
 	} {
 		code, _, stderr := run(t, append([]string{"convert"}, c.args...)...)
 		if code != c.code || !strings.Contains(stderr, c.want) {
 			t.Errorf("convert %v: exit %d, %q; want exit %d naming %q", c.args, code, stderr, c.code, c.want)
 		}
+	}
+	// --force replaces the checkpoint there: no stale shard stays.
+	stale := filepath.Join(out, "model-00001-of-00002.safetensors")
+	if err := os.WriteFile(stale, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = run(t, "convert", "--from", "gguf", "--in", src, "--out", out, "--force", "--dtype", "f32")
+	if code != 0 {
+		t.Fatalf("convert --force: exit %d, %q", code, stderr)
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Error("convert --force left the stale shard")
 	}
 }

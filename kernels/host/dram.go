@@ -37,7 +37,7 @@ func (b *Backend) HostReadBandwidth() (float64, error) {
 	}
 	if v != "measure" {
 		g, err := strconv.ParseFloat(v, 64)
-		if err != nil || g < 0 || g > 1e6 {
+		if err != nil || !(g >= 0) || g > 1e6 { // NaN and ±Inf too
 			return 0, fmt.Errorf("FT_HOST_DRAM_GBPS=%q: want \"measure\" or GB/s, a number from 0 (off) up", v)
 		}
 		return g * 1e9, nil

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/runtime"
@@ -24,10 +25,10 @@ func TestHostReadBandwidth(t *testing.T) {
 	if bw, err := b.HostReadBandwidth(); err != nil || bw != 0 {
 		t.Fatalf("FT_HOST_DRAM_GBPS=0: %v, %v; want 0 (model off)", bw, err)
 	}
-	for _, bad := range []string{"fast", "-3"} {
+	for _, bad := range []string{"fast", "-3", "NaN", "Inf", "+Inf"} {
 		t.Setenv("FT_HOST_DRAM_GBPS", bad)
-		if _, err := b.HostReadBandwidth(); err == nil {
-			t.Fatalf("FT_HOST_DRAM_GBPS=%s: no error", bad)
+		if _, err := b.HostReadBandwidth(); err == nil || !strings.Contains(err.Error(), "FT_HOST_DRAM_GBPS") {
+			t.Fatalf("FT_HOST_DRAM_GBPS=%s: error %v, want one naming the variable", bad, err)
 		}
 	}
 	t.Setenv("FT_HOST_DRAM_GBPS", "")

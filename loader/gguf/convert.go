@@ -1,8 +1,6 @@
 package gguf
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -11,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/flextensor-go/flextensor/loader"
+	"github.com/flextensor-go/flextensor/loader/internal/hfllama"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -78,6 +77,9 @@ func ConvertLlama(path, outDir string, opt Options) (LlamaShape, error) {
 		}
 		want := 1
 		for _, d := range shape {
+			if d <= 0 || want > math.MaxInt/d {
+				return fmt.Errorf("gguf: tensor %q: shape %v overflows", gname, shape)
+			}
 			want *= d
 		}
 		// GGUF dims are innermost first: [in, out] for an [out, in] weight.
@@ -85,9 +87,9 @@ func ConvertLlama(path, outDir string, opt Options) (LlamaShape, error) {
 			return fmt.Errorf("gguf: tensor %q has dims %v, want %v (innermost first)", gname, t.Dims, reversed(shape))
 		}
 		if permuteHeads > 0 {
-			v = permuteRoPE(v, permuteHeads, s.HeadDim, shape[1])
+			v = hfllama.PermuteRoPE(v, permuteHeads, s.HeadDim, shape[1])
 		}
-		ts = append(ts, loader.NamedTensor{Name: hname, DType: dt, Shape: shape, Data: encode(v, dt)})
+		ts = append(ts, loader.NamedTensor{Name: hname, DType: dt, Shape: shape, Data: hfllama.Encode(v, dt)})
 		return nil
 	}
 	h, kv := s.Hidden, s.KVHeads*s.HeadDim
@@ -128,31 +130,10 @@ func ConvertLlama(path, outDir string, opt Options) (LlamaShape, error) {
 	if bos < 0 || bos >= int64(s.Vocab) || eos < 0 || eos >= int64(s.Vocab) {
 		return LlamaShape{}, fmt.Errorf("gguf %s: BOS %d or EOS %d is outside the vocabulary of %d", path, bos, eos, s.Vocab)
 	}
-	cfg := map[string]any{
-		"architectures":           []string{"LlamaForCausalLM"},
-		"model_type":              "llama",
-		"hidden_size":             s.Hidden,
-		"intermediate_size":       s.Intermediate,
-		"num_hidden_layers":       s.Layers,
-		"num_attention_heads":     s.Heads,
-		"num_key_value_heads":     s.KVHeads,
-		"head_dim":                s.HeadDim,
-		"vocab_size":              s.Vocab,
-		"max_position_embeddings": s.Context,
-		"rms_norm_eps":            float32(s.RMSEps),
-		"rope_theta":              s.RopeTheta,
-		"hidden_act":              "silu",
-		"tie_word_embeddings":     s.Tied,
-		"attention_bias":          false,
-		"mlp_bias":                false,
-		"bos_token_id":            bos,
-		"eos_token_id":            eos,
-		"torch_dtype":             map[runtime.DType]string{runtime.BF16: "bfloat16", runtime.F32: "float32"}[dt],
-	}
-	if err := writeJSON(filepath.Join(outDir, "config.json"), cfg); err != nil {
-		return LlamaShape{}, err
-	}
-	if err := writeJSON(filepath.Join(outDir, "generation_config.json"), map[string]any{"bos_token_id": bos, "eos_token_id": eos}); err != nil {
+	cfg := hfllama.Config{Hidden: s.Hidden, Intermediate: s.Intermediate, Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads,
+		HeadDim: s.HeadDim, Vocab: s.Vocab, MaxPositions: s.Context, RMSEps: float32(s.RMSEps), RopeTheta: s.RopeTheta, Tied: s.Tied,
+		BOS: bos, EOS: eos, DType: dt}
+	if err := hfllama.WriteConfigs(outDir, cfg); err != nil {
 		return LlamaShape{}, err
 	}
 	if tm, _ := f.String("tokenizer.ggml.model"); tm == "llama" {
@@ -160,7 +141,7 @@ func ConvertLlama(path, outDir string, opt Options) (LlamaShape, error) {
 		if err != nil {
 			return LlamaShape{}, fmt.Errorf("gguf %s: %w", path, err)
 		}
-		if err := writeJSON(filepath.Join(outDir, "tokenizer.json"), tj); err != nil {
+		if err := hfllama.WriteJSON(filepath.Join(outDir, "tokenizer.json"), tj); err != nil {
 			return LlamaShape{}, err
 		}
 		s.Tokenizer = true
@@ -188,6 +169,10 @@ func reversed(s []int) []int {
 	return out
 }
 
+// maxDim bounds every size read from the metadata (and head count ×
+// head dimension), so that shape products stay far from overflow.
+const maxDim = 1 << 24
+
 // llamaShape reads the llama.* metadata and checks it against the tensors.
 func llamaShape(f *File) (LlamaShape, error) {
 	var s LlamaShape
@@ -203,77 +188,80 @@ func llamaShape(f *File) (LlamaShape, error) {
 		if err != nil {
 			return s, err
 		}
-		if v <= 0 || v > 1<<24 {
+		if v <= 0 || v > maxDim {
 			return s, fmt.Errorf("metadata %s = %d is out of range", x.key, v)
 		}
 		*x.dst = int(v)
 	}
-	s.KVHeads = s.Heads
-	if v, err := f.Int("llama.attention.head_count_kv"); err == nil {
-		s.KVHeads = int(v)
+	// Optional integer keys, range-checked like the required ones: a huge
+	// key_length would wrap the shape products below.
+	optInt := func(key string, def int) (int, error) {
+		v, err := f.Int(key)
+		if _, present := f.Metadata[key]; !present {
+			return def, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		if v <= 0 || v > maxDim {
+			return 0, fmt.Errorf("metadata %s = %d is out of range", key, v)
+		}
+		return int(v), nil
 	}
-	if s.KVHeads <= 0 || s.Heads%s.KVHeads != 0 || s.Hidden%s.Heads != 0 {
+	var err error
+	if s.KVHeads, err = optInt("llama.attention.head_count_kv", s.Heads); err != nil {
+		return s, err
+	}
+	if s.Heads%s.KVHeads != 0 || s.Hidden%s.Heads != 0 {
 		return s, fmt.Errorf("%d heads, %d key/value heads, hidden size %d: not a Llama attention shape", s.Heads, s.KVHeads, s.Hidden)
 	}
-	s.HeadDim = s.Hidden / s.Heads
-	if v, err := f.Int("llama.attention.key_length"); err == nil {
-		s.HeadDim = int(v)
+	if s.HeadDim, err = optInt("llama.attention.key_length", s.Hidden/s.Heads); err != nil {
+		return s, err
 	}
-	if s.HeadDim <= 0 || s.HeadDim%2 != 0 {
+	if s.HeadDim%2 != 0 {
 		return s, fmt.Errorf("head dimension %d is not even", s.HeadDim)
+	}
+	if int64(s.Heads)*int64(s.HeadDim) > maxDim {
+		return s, fmt.Errorf("head_count %d × key_length %d is over %d", s.Heads, s.HeadDim, maxDim)
 	}
 	if v, err := f.Int("llama.rope.dimension_count"); err == nil && int(v) != s.HeadDim {
 		return s, fmt.Errorf("llama.rope.dimension_count %d is not the head dimension %d (partial rotary is not converted)", v, s.HeadDim)
 	}
 	s.RopeTheta, s.RMSEps = 10000, 1e-5
-	if v, ok := asFloat(f.Metadata["llama.rope.freq_base"]); ok {
-		s.RopeTheta = v
-	}
-	if v, ok := asFloat(f.Metadata["llama.attention.layer_norm_rms_epsilon"]); ok {
-		s.RMSEps = v
+	for _, x := range []struct {
+		key string
+		dst *float64
+	}{{"llama.rope.freq_base", &s.RopeTheta}, {"llama.attention.layer_norm_rms_epsilon", &s.RMSEps}} {
+		raw, present := f.Metadata[x.key]
+		if !present {
+			continue
+		}
+		v, ok := asFloat(raw)
+		if !ok || math.IsInf(v, 0) || !(v > 0) {
+			return s, fmt.Errorf("metadata %s = %v: want a finite number > 0", x.key, raw)
+		}
+		*x.dst = v
 	}
 	if _, ok := f.Metadata["llama.rope.scaling.type"]; ok {
 		return s, fmt.Errorf("llama.rope.scaling.type is set: RoPE scaling is not converted")
+	}
+	// Llama 3.1 GGUFs carry their llama3 RoPE scaling as per-frequency
+	// factors in this tensor, without llama.rope.scaling.type; dropping it
+	// would give wrong logits at long positions.
+	if _, ok := f.Tensor("rope_freqs.weight"); ok {
+		return s, fmt.Errorf("tensor rope_freqs.weight is present (llama3 RoPE frequency scaling): RoPE scaling is not converted")
 	}
 	emb, ok := f.Tensor("token_embd.weight")
 	if !ok || len(emb.Dims) != 2 || int(emb.Dims[0]) != s.Hidden {
 		return s, fmt.Errorf("token_embd.weight missing or not [vocab, %d]", s.Hidden)
 	}
+	if emb.Dims[1] == 0 || emb.Dims[1] > maxDim {
+		return s, fmt.Errorf("token_embd.weight has a vocabulary of %d (want 1 to %d)", emb.Dims[1], maxDim)
+	}
 	s.Vocab = int(emb.Dims[1])
 	_, hasOut := f.Tensor("output.weight")
 	s.Tied = !hasOut
 	return s, nil
-}
-
-// permuteRoPE returns w ([heads·hd, in]) with each head's rows reordered
-// from interleaved pairs to halves: converted row a·hd/2 + j is row 2j + a.
-func permuteRoPE(w []float32, heads, hd, in int) []float32 {
-	out := make([]float32, len(w))
-	for h := range heads {
-		for j := range hd / 2 {
-			for a := range 2 {
-				src := (h*hd + 2*j + a) * in
-				dst := (h*hd + a*hd/2 + j) * in
-				copy(out[dst:dst+in], w[src:src+in])
-			}
-		}
-	}
-	return out
-}
-
-func encode(v []float32, dt runtime.DType) []byte {
-	if dt == runtime.F32 {
-		b := make([]byte, 4*len(v))
-		for i, x := range v {
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-		}
-		return b
-	}
-	b := make([]byte, 2*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint16(b[2*i:], runtime.F32ToBF16(x))
-	}
-	return b
 }
 
 // spmTokenizer builds a Hugging Face tokenizer.json for a sentencepiece BPE
@@ -302,6 +290,9 @@ func spmTokenizer(f *File, bos int) (map[string]any, error) {
 	var added []map[string]any
 	unk := ""
 	for i, t := range toks {
+		if !utf8.ValidString(t) {
+			return nil, fmt.Errorf("tokenizer.ggml.tokens: token %d %q is not valid UTF-8", i, t)
+		}
 		if _, dup := vocab[t]; dup {
 			return nil, fmt.Errorf("tokenizer.ggml.tokens: %q appears twice", t)
 		}
@@ -317,8 +308,9 @@ func spmTokenizer(f *File, bos int) (map[string]any, error) {
 		}
 	}
 	type merge struct {
-		l, r      string
-		rank, lid int
+		l, r  string
+		rank  int // the merged piece's rank by score
+		lrank int // the left piece's rank: ties broken by it
 	}
 	var merges []merge
 	// Rank the pieces by score (descending), ties by id.
@@ -339,7 +331,7 @@ func spmTokenizer(f *File, bos int) (map[string]any, error) {
 			l, r := t[:k], t[k:]
 			li, lok := normal[l]
 			_, rok := normal[r]
-			if lok && rok && utf8.ValidString(l) {
+			if lok && rok { // k is a rune boundary of valid t: l and r are valid
 				merges = append(merges, merge{l, r, rank[id], rank[li]})
 			}
 		}
@@ -348,7 +340,7 @@ func spmTokenizer(f *File, bos int) (map[string]any, error) {
 		if merges[a].rank != merges[b].rank {
 			return merges[a].rank < merges[b].rank
 		}
-		return merges[a].lid < merges[b].lid
+		return merges[a].lrank < merges[b].lrank
 	})
 	ms := make([]string, len(merges))
 	for i, m := range merges {
@@ -382,12 +374,4 @@ func spmTokenizer(f *File, bos int) (map[string]any, error) {
 		}},
 		"model": model,
 	}, nil
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }

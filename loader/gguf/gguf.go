@@ -77,7 +77,13 @@ type File struct {
 // ErrFormat is wrapped by every error about a malformed file.
 var ErrFormat = errors.New("gguf: malformed file")
 
-// Open reads the GGUF file at path.
+// maxArray bounds a metadata array's element count (a vocabulary of 16 M
+// tokens is far past any model's).
+const maxArray = 1 << 24
+
+// Open reads the GGUF file at path. It reads the whole file into memory and
+// the File keeps it, so the peak is about the file's size plus what is
+// decoded from it (ConvertLlama adds the converted tensors).
 func Open(path string) (*File, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -180,7 +186,13 @@ func (r *reader) value(t uint32, key string, depth int) any {
 			r.err = fmt.Errorf("%w: metadata %q: array of %d elements in %d bytes", ErrFormat, key, n, len(r.b)-r.off)
 			return nil
 		}
-		out := make([]any, 0, n)
+		if r.err == nil && n > maxArray {
+			r.err = fmt.Errorf("%w: metadata %q: array of %d elements (at most %d are read)", ErrFormat, key, n, maxArray)
+			return nil
+		}
+		// Preallocate little: append grows, and n is only bounded by the
+		// bytes left, which include the tensor data.
+		out := make([]any, 0, min(n, 1<<12))
 		for i := uint64(0); i < n && r.err == nil; i++ {
 			out = append(out, r.value(et, key, depth+1))
 		}

@@ -32,6 +32,12 @@ func (g *builder) u32(k string, v uint32) {
 	g.nkv++
 }
 
+func (g *builder) u64(k string, v uint64) {
+	g.kv = binary.LittleEndian.AppendUint32(str(g.kv, k), typeU64)
+	g.kv = binary.LittleEndian.AppendUint64(g.kv, v)
+	g.nkv++
+}
+
 func (g *builder) f32(k string, v float32) {
 	g.kv = binary.LittleEndian.AppendUint32(str(g.kv, k), typeF32)
 	g.kv = binary.LittleEndian.AppendUint32(g.kv, math.Float32bits(v))
@@ -229,5 +235,82 @@ func TestConvertErrors(t *testing.T) {
 	heads.u32("llama.attention.head_count_kv", 3)
 	if _, err := ConvertLlama(write(&heads), dir, Options{}); err == nil || !strings.Contains(err.Error(), "key/value heads") {
 		t.Errorf("3 kv heads of 2: %v", err)
+	}
+	// key_length 2^60+2 wrapped heads·key_length·hidden to 32, so a
+	// [16, 2] attn_q passed the size check and the RoPE permutation
+	// indexed out of range.
+	var keyLen builder
+	keyLen.str("general.architecture", "llama")
+	for k, v := range map[string]uint32{"llama.embedding_length": 16, "llama.feed_forward_length": 8, "llama.block_count": 1,
+		"llama.attention.head_count": 1, "llama.context_length": 16} {
+		keyLen.u32(k, v)
+	}
+	keyLen.u64("llama.attention.key_length", 1<<60+2)
+	keyLen.tensor("token_embd.weight", ggmlF32, []uint64{16, 3}, make([]byte, 4*48))
+	keyLen.tensor("blk.0.attn_norm.weight", ggmlF32, []uint64{16}, make([]byte, 4*16))
+	keyLen.tensor("blk.0.attn_q.weight", ggmlF32, []uint64{16, 2}, make([]byte, 4*32))
+	if _, err := ConvertLlama(write(&keyLen), dir, Options{}); err == nil || !strings.Contains(err.Error(), "llama.attention.key_length") {
+		t.Errorf("key_length 2^60+2: %v", err)
+	}
+	var kvRange builder
+	shape(&kvRange)
+	kvRange.u64("llama.attention.head_count_kv", 1<<40)
+	if _, err := ConvertLlama(write(&kvRange), dir, Options{}); err == nil || !strings.Contains(err.Error(), "llama.attention.head_count_kv") {
+		t.Errorf("head_count_kv 2^40: %v", err)
+	}
+	// Heads × key_length past the limit, each within it.
+	var qWide builder
+	shape(&qWide)
+	qWide.u32("llama.attention.key_length", 1<<24)
+	if _, err := ConvertLlama(write(&qWide), dir, Options{}); err == nil || !strings.Contains(err.Error(), "key_length") {
+		t.Errorf("2 heads × key_length 2^24: %v", err)
+	}
+	// Llama 3.1's RoPE scaling lives in rope_freqs.weight; refused, not dropped.
+	var freqs builder
+	shape(&freqs)
+	freqs.tensor("token_embd.weight", ggmlF32, []uint64{4, 3}, make([]byte, 48))
+	freqs.tensor("rope_freqs.weight", ggmlF32, []uint64{1}, make([]byte, 4))
+	if _, err := ConvertLlama(write(&freqs), dir, Options{}); err == nil || !strings.Contains(err.Error(), "rope_freqs.weight") {
+		t.Errorf("rope_freqs.weight: %v", err)
+	}
+	for _, c := range []struct {
+		key string
+		v   float32
+	}{{"llama.rope.freq_base", -1}, {"llama.rope.freq_base", float32(math.Inf(1))},
+		{"llama.attention.layer_norm_rms_epsilon", float32(math.NaN())}, {"llama.attention.layer_norm_rms_epsilon", 0}} {
+		var g builder
+		shape(&g)
+		g.f32(c.key, c.v)
+		g.tensor("token_embd.weight", ggmlF32, []uint64{4, 3}, make([]byte, 48))
+		if _, err := ConvertLlama(write(&g), dir, Options{}); err == nil || !strings.Contains(err.Error(), c.key) {
+			t.Errorf("%s = %v: %v", c.key, c.v, err)
+		}
+	}
+}
+
+// TestArrayLimits: a metadata array claiming more than maxArray elements is a
+// format error naming its key (its length was bounded only by the bytes
+// left, tensor data included, and preallocated), and a long array within the
+// limit still parses.
+func TestArrayLimits(t *testing.T) {
+	arr := func(n uint64, pad int) []byte {
+		var g builder
+		g.kv = binary.LittleEndian.AppendUint32(str(g.kv, "tokenizer.ggml.scores"), typeArray)
+		g.kv = binary.LittleEndian.AppendUint32(g.kv, typeU8)
+		g.kv = binary.LittleEndian.AppendUint64(g.kv, n)
+		g.kv = append(g.kv, make([]byte, pad)...)
+		g.nkv++
+		return g.bytes()
+	}
+	_, err := Parse(arr(1<<24+1, 1<<24+64))
+	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "tokenizer.ggml.scores") || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("array of maxArray+1 elements: error %v, want a format error naming the key and the limit", err)
+	}
+	f, err := Parse(arr(100000, 100000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := f.Metadata["tokenizer.ggml.scores"].([]any); len(a) != 100000 {
+		t.Errorf("array of 100000 elements read as %d", len(a))
 	}
 }

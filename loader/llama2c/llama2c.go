@@ -23,7 +23,6 @@ package llama2c
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -31,6 +30,7 @@ import (
 	"path/filepath"
 
 	"github.com/flextensor-go/flextensor/loader"
+	"github.com/flextensor-go/flextensor/loader/internal/hfllama"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -46,14 +46,42 @@ type Header struct {
 func (h Header) HeadSize() int { return h.Dim / h.Heads }
 
 // Floats is the number of float32 values the file holds after its header.
-func (h Header) Floats() int64 {
+// It fails, naming the term, when the count does not fit in an int64 (a
+// crafted header can ask for more than any file holds).
+func (h Header) Floats() (int64, error) {
 	d, f, l, v := int64(h.Dim), int64(h.HiddenDim), int64(h.Layers), int64(h.Vocab)
-	kv := int64(h.KVHeads * h.HeadSize())
-	n := v*d + l*d + l*d*d + 2*l*kv*d + l*d*d + l*d + 3*l*f*d + d + int64(h.SeqLen)*int64(h.HeadSize())
-	if !h.Shared {
-		n += v * d
+	kv := int64(h.KVHeads) * int64(h.HeadSize())
+	terms := []struct {
+		name    string
+		factors []int64
+	}{
+		{"vocab_size × dim (token embedding)", []int64{v, d}},
+		{"n_layers × dim (RMSNorm weights)", []int64{2, l, d}},
+		{"n_layers × dim × dim (wq, wo)", []int64{2, l, d, d}},
+		{"n_layers × kv_dim × dim (wk, wv)", []int64{2, l, kv, d}},
+		{"n_layers × hidden_dim × dim (w1, w2, w3)", []int64{3, l, f, d}},
+		{"dim (final RMSNorm)", []int64{d}},
+		{"seq_len × head_size (RoPE tables)", []int64{int64(h.SeqLen), int64(h.HeadSize())}},
 	}
-	return n
+	if !h.Shared {
+		terms = append(terms, terms[0])
+		terms[len(terms)-1].name = "vocab_size × dim (classifier)"
+	}
+	var n int64
+	for _, t := range terms {
+		p := int64(1)
+		for _, x := range t.factors {
+			if x != 0 && p > math.MaxInt64/x {
+				return 0, fmt.Errorf("llama2c: header %+v: %s overflows", h, t.name)
+			}
+			p *= x
+		}
+		if n > math.MaxInt64-p {
+			return 0, fmt.Errorf("llama2c: header %+v: the float count overflows at %s", h, t.name)
+		}
+		n += p
+	}
+	return n, nil
 }
 
 // ParseHeader decodes the 28-byte header and checks that the shape is one a
@@ -129,8 +157,13 @@ func Convert(binPath, outDir string, opt Options) (Header, error) {
 	if err != nil {
 		return Header{}, fmt.Errorf("%s: %w", binPath, err)
 	}
-	if want := 28 + 4*h.Floats(); st.Size() != want {
-		return Header{}, fmt.Errorf("llama2c %s: file is %d bytes, the header %+v needs %d", binPath, st.Size(), h, want)
+	n, err := h.Floats()
+	if err != nil {
+		return Header{}, fmt.Errorf("%s: %w", binPath, err)
+	}
+	// Compare counts of floats, not bytes: 4·n may overflow.
+	if size := st.Size(); size < 28 || (size-28)%4 != 0 || (size-28)/4 != n {
+		return Header{}, fmt.Errorf("llama2c %s: file is %d bytes, the header %+v needs 28 + 4·%d", binPath, size, h, n)
 	}
 	raw := make([]byte, st.Size()-28)
 	if _, err := io.ReadFull(f, raw); err != nil {
@@ -143,16 +176,15 @@ func Convert(binPath, outDir string, opt Options) (Header, error) {
 	ts := tensors(h, vals)
 	out := make([]loader.NamedTensor, len(ts))
 	for i, t := range ts {
-		out[i] = loader.NamedTensor{Name: t.name, DType: dt, Shape: t.shape, Data: encode(t.data, dt)}
+		out[i] = loader.NamedTensor{Name: t.name, DType: dt, Shape: t.shape, Data: hfllama.Encode(t.data, dt)}
 	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return Header{}, err
 	}
-	if err := writeJSON(filepath.Join(outDir, "config.json"), config(h, dt, opt)); err != nil {
-		return Header{}, err
-	}
-	gen := map[string]any{"bos_token_id": opt.BOS, "eos_token_id": opt.EOS}
-	if err := writeJSON(filepath.Join(outDir, "generation_config.json"), gen); err != nil {
+	cfg := hfllama.Config{Hidden: h.Dim, Intermediate: h.HiddenDim, Layers: h.Layers, Heads: h.Heads, KVHeads: h.KVHeads,
+		HeadDim: h.HeadSize(), Vocab: h.Vocab, MaxPositions: h.SeqLen, RMSEps: 1e-5, RopeTheta: 10000, Tied: h.Shared,
+		BOS: int64(opt.BOS), EOS: int64(opt.EOS), DType: dt}
+	if err := hfllama.WriteConfigs(outDir, cfg); err != nil {
 		return Header{}, err
 	}
 	meta := map[string]string{"format": "pt", "converted_from": "llama2.c"}
@@ -185,8 +217,8 @@ func tensors(h Header, vals []float32) []tensor {
 		p := fmt.Sprintf("model.layers.%d.", l)
 		ts = append(ts,
 			tensor{p + "input_layernorm.weight", []int{d}, attnNorm[l*d : (l+1)*d]},
-			tensor{p + "self_attn.q_proj.weight", []int{d, d}, permuteRoPE(wq[l*d*d:(l+1)*d*d], h.Heads, h.HeadSize(), d)},
-			tensor{p + "self_attn.k_proj.weight", []int{kv, d}, permuteRoPE(wk[l*kv*d:(l+1)*kv*d], h.KVHeads, h.HeadSize(), d)},
+			tensor{p + "self_attn.q_proj.weight", []int{d, d}, hfllama.PermuteRoPE(wq[l*d*d:(l+1)*d*d], h.Heads, h.HeadSize(), d)},
+			tensor{p + "self_attn.k_proj.weight", []int{kv, d}, hfllama.PermuteRoPE(wk[l*kv*d:(l+1)*kv*d], h.KVHeads, h.HeadSize(), d)},
 			tensor{p + "self_attn.v_proj.weight", []int{kv, d}, wv[l*kv*d : (l+1)*kv*d]},
 			tensor{p + "self_attn.o_proj.weight", []int{d, d}, wo[l*d*d : (l+1)*d*d]},
 			tensor{p + "post_attention_layernorm.weight", []int{d}, ffnNorm[l*d : (l+1)*d]},
@@ -200,72 +232,4 @@ func tensors(h Header, vals []float32) []tensor {
 		ts = append(ts, tensor{"lm_head.weight", []int{V, d}, take(V * d)})
 	}
 	return ts
-}
-
-// permuteRoPE returns w ([heads·hs, in]) with each head's rows reordered
-// from llama2.c's interleaved pairs to Hugging Face's halves: converted row
-// a·hs/2 + j is original row 2j + a.
-func permuteRoPE(w []float32, heads, hs, in int) []float32 {
-	out := make([]float32, len(w))
-	for hd := range heads {
-		for j := range hs / 2 {
-			for a := range 2 {
-				src := (hd*hs + 2*j + a) * in
-				dst := (hd*hs + a*hs/2 + j) * in
-				copy(out[dst:dst+in], w[src:src+in])
-			}
-		}
-	}
-	return out
-}
-
-func encode(v []float32, dt runtime.DType) []byte {
-	if dt == runtime.F32 {
-		b := make([]byte, 4*len(v))
-		for i, x := range v {
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-		}
-		return b
-	}
-	b := make([]byte, 2*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint16(b[2*i:], runtime.F32ToBF16(x))
-	}
-	return b
-}
-
-func config(h Header, dt runtime.DType, opt Options) map[string]any {
-	name := "bfloat16"
-	if dt == runtime.F32 {
-		name = "float32"
-	}
-	return map[string]any{
-		"architectures":           []string{"LlamaForCausalLM"},
-		"model_type":              "llama",
-		"hidden_size":             h.Dim,
-		"intermediate_size":       h.HiddenDim,
-		"num_hidden_layers":       h.Layers,
-		"num_attention_heads":     h.Heads,
-		"num_key_value_heads":     h.KVHeads,
-		"head_dim":                h.HeadSize(),
-		"vocab_size":              h.Vocab,
-		"max_position_embeddings": h.SeqLen,
-		"rms_norm_eps":            1e-5,
-		"rope_theta":              10000.0,
-		"hidden_act":              "silu",
-		"tie_word_embeddings":     h.Shared,
-		"attention_bias":          false,
-		"mlp_bias":                false,
-		"bos_token_id":            opt.BOS,
-		"eos_token_id":            opt.EOS,
-		"torch_dtype":             name,
-	}
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
