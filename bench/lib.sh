@@ -10,6 +10,7 @@
 #   make_models                   /tmp/llama3-8b (context raised to 40,960) if missing
 #   runt TAG BIN DIR REGEX        one test binary run; a line in tests.txt (TT: timeout, default 120 s)
 #   one TAG ENV... -- ARGS        one `infer bench` run; its rows in summary.txt
+#   rmodel TAG ENV... -- ARGS     one `run-model` of the 12 fixed token ids (ARGS: --max-new-tokens …); its last line in summary.txt
 #   finish                        tar the call's outputs into all.tgz
 t0=$(date +%s)
 b=bin/infer-cuda
@@ -53,5 +54,13 @@ one() { # tag env... -- bench args
   g=$(grep replayed "$f" | sed 's/.*device: /graph /')
   k=$(grep -E '^attn_' "$f" | awk '{printf "%s %s ms; ", $1, $3}')
   echo "$tag: $r $g $k" | tee -a "$out/summary.txt"
+}
+rmodel() { # tag env... -- run-model args
+  left || { echo "run-model $1: skipped (time)" | tee -a "$out/summary.txt"; return; }
+  local tag=$1; shift; local envs=()
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+  env "${envs[@]}" timeout ${RT:-60} $b run-model --model $m --device cuda:0 \
+    --token-ids 37,235,396,72,255,393,203,133,335,448,144,129 --ignore-eos "$@" >"$out/rm-$tag.txt" 2>&1
+  tail -1 "$out/rm-$tag.txt" | sed "s/^/run-model $tag: /" | tee -a "$out/summary.txt"
 }
 finish() { log done; (cd "$out" && tar czf all.tgz *.txt *.log 2>/dev/null); true; }
