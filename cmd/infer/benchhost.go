@@ -39,11 +39,16 @@ and prints the median step of the layer as a host-placed layer runs it, of
 its separate ops (the path FT_HOST_LAYER=0 selects), of its GEMVs alone
 (the floor), and the median time of each stage of the one-op path. No GPU;
 --layer-scale divides the widths (8: 7 MB, seconds on a small machine).
+--layer-count N rotates the steps over N distinct layers (N × 436 MB),
+--layer-pinned cuda:0 takes their weights from the GPU's pinned host memory
+as the offload engine does; it prints the huge pages backing the weights.
 `
 
 type benchHostOptions struct {
 	layer                  bool
 	context, scale, iters  int
+	layers                 int    // --layer-count
+	pinned                 string // --layer-pinned
 	threads, reps, readMiB int
 	level                  string
 	tokens                 []int
@@ -62,6 +67,8 @@ func benchHostFlags(fs *pflag.FlagSet) *benchHostOptions {
 	fs.IntVar(&o.context, "context", 512, "--layer: cached positions the layer's attention reads")
 	fs.IntVar(&o.scale, "layer-scale", 1, "--layer: divide the layer's widths by this (1: Llama-3-8B)")
 	fs.IntVar(&o.iters, "layer-iters", 50, "--layer: timed steps of each kind (medians are reported)")
+	fs.IntVar(&o.layers, "layer-count", 1, "--layer: distinct layers (own weights and KV cache each) the steps rotate over, so that no step reads weights a previous one left in the CPU's caches (a host stretch reads each layer once a token)")
+	fs.StringVar(&o.pinned, "layer-pinned", "", "--layer: take each layer's weights from this device's pinned host memory (AllocHost, e.g. cuda:0: what the offload engine's host units read) instead of the Go heap")
 	fs.StringSliceVar(&o.shapes, "shapes", []string{"qkv", "o", "gateup", "down", "lmhead"}, "Llama-3-8B GEMVs to time: qkv, o, gateup, down, lmhead")
 	return &o
 }

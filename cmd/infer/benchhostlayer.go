@@ -9,13 +9,14 @@ import (
 	"github.com/flextensor-go/flextensor/kernels/host"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/runtime"
+	ftsession "github.com/flextensor-go/flextensor/session"
 )
 
 // benchHostLayer is bench-host --layer: one host-placed decoder layer's
 // step, stage by stage, against its separate ops and its GEMVs alone.
 func benchHostLayer(o *benchHostOptions, level host.Level, stdout io.Writer) error {
-	if o.context < 0 || o.iters < 1 || o.scale < 1 {
-		return usagef("--context %d, --layer-iters %d, --layer-scale %d: want context ≥ 0, iters ≥ 1, scale ≥ 1", o.context, o.iters, o.scale)
+	if o.context < 0 || o.iters < 1 || o.scale < 1 || o.layers < 1 {
+		return usagef("--context %d, --layer-iters %d, --layer-scale %d, --layer-count %d: want context ≥ 0, iters ≥ 1, scale ≥ 1, count ≥ 1", o.context, o.iters, o.scale, o.layers)
 	}
 	dev := runtime.NewCPU(0)
 	defer dev.Close()
@@ -24,7 +25,29 @@ func benchHostLayer(o *benchHostOptions, level host.Level, stdout io.Writer) err
 		return err
 	}
 	defer hb.Close()
-	h, err := decoder.NewHostLayerBench(hb, o.scale, o.context)
+	cfg := decoder.HostLayerBenchConfig{Scale: o.scale, Context: o.context, Layers: o.layers}
+	mem := "Go heap"
+	if o.pinned != "" {
+		pdev, _, err := ftsession.OpenDevice(o.pinned, 0)
+		if err != nil {
+			return usagef("--layer-pinned %q: %v", o.pinned, err)
+		}
+		defer pdev.Close()
+		mem = pdev.Name() + " pinned host memory"
+		cfg.Alloc = func(n int64, label string) (*runtime.DeviceBuffer, func(), error) {
+			hbuf, err := pdev.AllocHost(n, label)
+			if err != nil {
+				return nil, nil, err
+			}
+			buf, err := dev.Wrap(hbuf.Bytes()[:n], label)
+			if err != nil {
+				hbuf.Free()
+				return nil, nil, err
+			}
+			return buf, hbuf.Free, nil
+		}
+	}
+	h, err := decoder.NewHostLayerBenchWith(hb, cfg)
 	if err != nil {
 		return err
 	}
@@ -42,7 +65,12 @@ func benchHostLayer(o *benchHostOptions, level host.Level, stdout io.Writer) err
 	gbs := func(d time.Duration) float64 { return float64(r.Bytes) / d.Seconds() / 1e9 }
 	fmt.Fprintf(stdout, "host layer: Llama-3-8B shape / %d, %.1f MB of BF16 weights, context %d, one token; level %v, %d threads; %d steps each (medians)\n",
 		o.scale, float64(r.Bytes)/1e6, o.context, e.Level(), e.Threads(), o.iters)
-	fmt.Fprintf(stdout, "read bandwidth (STREAM-like sum over 256 MiB): %.1f GB/s; the layer's bytes at that rate: %.3f ms\n\n", read, float64(r.Bytes)/read/1e6)
+	fmt.Fprintf(stdout, "read bandwidth (STREAM-like sum over 256 MiB): %.1f GB/s; the layer's bytes at that rate: %.3f ms\n", read, float64(r.Bytes)/read/1e6)
+	var blocks [][]byte
+	for _, b := range h.WeightBlocks() {
+		blocks = append(blocks, b.Bytes())
+	}
+	fmt.Fprintf(stdout, "weights: %d distinct layer(s) the steps rotate over, in %s; %s\n\n", h.Layers(), mem, hugePagesLine(blocks))
 	fmt.Fprintf(stdout, "%-34s %9s %8s %7s\n", "path", "ms", "GB/s", "%read")
 	for _, row := range []struct {
 		name string

@@ -19,12 +19,35 @@ import (
 // step, with nothing of the GPU. `infer bench-host --layer` and
 // BenchmarkHostLayer time it.
 type HostLayerBench struct {
-	m     *Model
-	b     kernels.Backend
-	ws    *workspace
-	x     *runtime.Tensor
-	cache Cache
-	kc    *KVCache
+	m      *Model
+	b      kernels.Backend
+	ws     *workspace
+	x      *runtime.Tensor
+	cache  Cache
+	kc     *KVCache
+	cur    int                     // the layer the next step runs (steps rotate over the layers)
+	blocks []*runtime.DeviceBuffer // each layer's weight block
+	frees  []func()                // the blocks' allocators' own releases
+}
+
+// HostLayerBenchConfig is what NewHostLayerBenchWith builds.
+type HostLayerBenchConfig struct {
+	// Scale divides the Llama-3-8B widths (HostLayerShape); 0 means 1.
+	Scale int
+	// Context is the positions held in each layer's host KV cache.
+	Context int
+	// Layers is the number of distinct layers (each its own weights and
+	// KV cache) the steps rotate over; 0 means 1. With several, no step
+	// finds the weights a previous step read in the CPU's caches, as in a
+	// host stretch of an offload plan, where each host layer is read once
+	// a token.
+	Layers int
+	// Alloc, when set, gives each layer's weight block (all its
+	// parameters at 256-byte aligned offsets, as the offload engine packs
+	// a unit) as a buffer of the host backend's device, and a release to
+	// call after the buffer is freed (nil: none). Unset: the device's
+	// Alloc (Go heap memory on a CPU device).
+	Alloc func(bytes int64, label string) (buf *runtime.DeviceBuffer, release func(), err error)
 }
 
 // HostLayerShape is the benchmark layer's configuration: Llama-3-8B's
@@ -46,10 +69,28 @@ func HostLayerShape(scale int) (Config, error) {
 // on hb (a backend of a CPU device, e.g. the host backend) with ctx
 // positions in its host KV cache. Close frees it.
 func NewHostLayerBench(hb kernels.Backend, scale, ctx int) (*HostLayerBench, error) {
+	return NewHostLayerBenchWith(hb, HostLayerBenchConfig{Scale: scale, Context: ctx})
+}
+
+// hostBenchAlign is the offset alignment of the parameters in a layer's
+// weight block (the offload engine's blockAlign).
+const hostBenchAlign = 256
+
+// NewHostLayerBenchWith builds c.Layers benchmark layers at c.Scale on hb
+// (a backend of a CPU device) with c.Context positions in each layer's
+// host KV cache, each layer's weights one block from c.Alloc. The layers
+// hold the same random values (the first layer's, copied). Close frees
+// it.
+func NewHostLayerBenchWith(hb kernels.Backend, c HostLayerBenchConfig) (*HostLayerBench, error) {
+	scale, n, ctx := max(c.Scale, 1), max(c.Layers, 1), c.Context
+	if c.Scale < 0 || c.Layers < 0 {
+		return nil, fmt.Errorf("decoder: host layer bench: scale %d, %d layers: want ≥ 0", c.Scale, c.Layers)
+	}
 	cfg, err := HostLayerShape(scale)
 	if err != nil {
 		return nil, err
 	}
+	cfg.NumHiddenLayers = n
 	if ctx < 0 || ctx+1 > cfg.MaxPositionEmbeddings {
 		return nil, fmt.Errorf("decoder: host layer context %d: want 0..%d", ctx, cfg.MaxPositionEmbeddings-1)
 	}
@@ -63,34 +104,55 @@ func NewHostLayerBench(hb kernels.Backend, scale, ctx int) (*HostLayerBench, err
 		return nil, err
 	}
 	dev := hb.Device()
-	h := &HostLayerBench{m: m, b: hb}
-	var bufs []*runtime.DeviceBuffer
-	fail := func(err error) (*HostLayerBench, error) {
-		for _, b := range bufs {
-			b.Free()
+	alloc := c.Alloc
+	if alloc == nil {
+		alloc = func(bytes int64, label string) (*runtime.DeviceBuffer, func(), error) {
+			b, err := dev.Alloc(bytes, label)
+			return b, nil, err
 		}
+	}
+	h := &HostLayerBench{m: m, b: hb}
+	fail := func(err error) (*HostLayerBench, error) {
 		h.Close()
 		return nil, err
 	}
-	for _, p := range nn.Parameters(m.Layers[0]) {
-		shape := m.ParamShapes()[p.Name()]
-		t, err := runtime.NewTensor(dev, runtime.BF16, shape, p.Name())
+	shapes := m.ParamShapes()
+	for li, l := range m.Layers {
+		ps := nn.Parameters(l)
+		offs := make([]int64, len(ps))
+		var size int64
+		for i, p := range ps {
+			offs[i] = size
+			size += (int64(shapes[p.Name()].NumElements())*int64(runtime.BF16.Size()) + hostBenchAlign - 1) / hostBenchAlign * hostBenchAlign
+		}
+		buf, release, err := alloc(size, fmt.Sprintf("host layer bench layer %d", li))
 		if err != nil {
 			return fail(err)
 		}
-		bufs = append(bufs, t.Buffer())
-		if t.Bytes() == nil {
-			return fail(fmt.Errorf("decoder: host layer bench: %s's device %s is not host memory", p.Name(), dev.Name()))
+		h.blocks, h.frees = append(h.blocks, buf), append(h.frees, release)
+		if buf.Device() != dev || int64(len(buf.Bytes())) < size {
+			return fail(fmt.Errorf("decoder: host layer bench: layer %d's block is not %s of host memory of %s", li, runtime.FormatBytes(size), dev.Name()))
 		}
-		hs := fnv.New64a()
-		hs.Write([]byte(p.Name()))
-		kind := randMatrix
-		if len(shape) == 1 {
-			kind = randNorm
+		for i, p := range ps {
+			t, err := runtime.TensorOn(buf, offs[i], runtime.BF16, shapes[p.Name()])
+			if err != nil {
+				return fail(err)
+			}
+			if li == 0 {
+				hs := fnv.New64a()
+				hs.Write([]byte(p.Name()))
+				kind := randMatrix
+				if len(t.Shape()) == 1 {
+					kind = randNorm
+				}
+				fillRandomBF16(t.Bytes(), hs.Sum64(), kind, t.Shape())
+			}
+			if err := p.Bind(t); err != nil {
+				return fail(err)
+			}
 		}
-		fillRandomBF16(t.Bytes(), hs.Sum64(), kind, shape)
-		if err := p.Bind(t); err != nil {
-			return fail(err)
+		if li > 0 {
+			copy(buf.Bytes()[:size], h.blocks[0].Bytes()[:size])
 		}
 	}
 	cb, err := kernels.NewCPUBackend(dev)
@@ -117,20 +179,39 @@ func NewHostLayerBench(hb kernels.Backend, scale, ctx int) (*HostLayerBench, err
 	}
 	h.ws.onHost = true
 	h.x = rows(h.ws.x, 1)
-	xv := h.x.F32()
-	for i := range xv {
-		xv[i] = float32(i%13)/13 - 0.5
-	}
-	// The host cache's first use allocates it.
-	if err := h.Step(); err != nil {
-		return fail(err)
+	h.resetX()
+	// Each layer's host cache is allocated at its first use.
+	for range n {
+		if err := h.Step(); err != nil {
+			return fail(err)
+		}
 	}
 	return h, nil
 }
 
-// Close frees the workspace and caches (not the weights' device memory,
-// which the device's Close frees).
+// Layers is the number of distinct layers the steps rotate over.
+func (h *HostLayerBench) Layers() int { return len(h.m.Layers) }
+
+// WeightBlocks is each layer's weight block (the parameters at 256-byte
+// aligned offsets).
+func (h *HostLayerBench) WeightBlocks() []*runtime.DeviceBuffer { return h.blocks }
+
+// next returns the layer the step runs and moves on to the next one.
+func (h *HostLayerBench) next() *Layer {
+	l := h.m.Layers[h.cur]
+	h.cur = (h.cur + 1) % len(h.m.Layers)
+	return l
+}
+
+// Close frees the workspace, the caches and the weight blocks.
 func (h *HostLayerBench) Close() {
+	for i, b := range h.blocks {
+		b.Free()
+		if f := h.frees[i]; f != nil {
+			f()
+		}
+	}
+	h.blocks, h.frees = nil, nil
 	if h.ws != nil {
 		h.ws.free()
 		h.ws = nil
@@ -143,12 +224,13 @@ func (h *HostLayerBench) Close() {
 	}
 }
 
-// Step runs the layer on one token at the cache's position (the cache is
-// not committed, so every step is the same) as a host-placed layer runs:
-// one op where the backend has kernels.DecodeLayerer, else the separate
-// ops. It puts the input back after the step, so every step is alike.
+// Step runs the next layer (the steps rotate over the layers) on one
+// token at the cache's position (the cache is not committed, so every
+// step is the same) as a host-placed layer runs: one op where the backend
+// has kernels.DecodeLayerer, else the separate ops. It puts the input back
+// after the step, so every step is alike.
 func (h *HostLayerBench) Step() error {
-	if err := h.m.Layers[0].Forward(h.b, h.ws, h.x, h.cache); err != nil {
+	if err := h.next().Forward(h.b, h.ws, h.x, h.cache); err != nil {
 		return err
 	}
 	h.resetX()
@@ -164,9 +246,9 @@ func (h *HostLayerBench) resetX() {
 	}
 }
 
-// StepSeparate runs the layer's separate ops (never the one-op path).
+// StepSeparate runs the next layer's separate ops (never the one-op path).
 func (h *HostLayerBench) StepSeparate() error {
-	l := h.m.Layers[0]
+	l := h.next()
 	if err := l.body(h.b, h.ws, h.x, h.cache); err != nil {
 		return err
 	}
@@ -177,7 +259,7 @@ func (h *HostLayerBench) StepSeparate() error {
 // StepStages runs the one-op path with per-stage timing added to st; it
 // fails when the backend runs no such op.
 func (h *HostLayerBench) StepStages(st *kernels.DecodeStages) error {
-	ran, err := h.m.Layers[0].decodeLayer(h.b, h.ws, h.x, h.cache, st)
+	ran, err := h.next().decodeLayer(h.b, h.ws, h.x, h.cache, st)
 	if err != nil {
 		return err
 	}
@@ -192,7 +274,7 @@ func (h *HostLayerBench) StepStages(st *kernels.DecodeStages) error {
 // q/k/v, o, fused gate·up, down; where the backend fuses them): the floor
 // the layer is measured against.
 func (h *HostLayerBench) StepGEMVs() error {
-	l, w, b := h.m.Layers[0], h.ws, h.b
+	l, w, b := h.next(), h.ws, h.b
 	hh, q, k, v, att, o := rows(w.h, 1), rows(w.q, 1), rows(w.k, 1), rows(w.v, 1), rows(w.att, 1), rows(w.o, 1)
 	g, u := rows(w.gate, 1), rows(w.up, 1)
 	mm := func(outs []*runtime.Tensor, x *runtime.Tensor, ws ...*runtime.Tensor) error {
@@ -218,7 +300,7 @@ func (h *HostLayerBench) StepGEMVs() error {
 	return b.MatMul(o, g, l.MLP.Down.Weight.Tensor())
 }
 
-// WeightBytes is the layer's matrix bytes.
+// WeightBytes is one layer's matrix bytes.
 func (h *HostLayerBench) WeightBytes() int64 {
 	var n int64
 	for _, p := range nn.Parameters(h.m.Layers[0]) {

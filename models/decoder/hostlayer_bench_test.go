@@ -2,11 +2,13 @@ package decoder
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/kernels/host"
+	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -124,5 +126,67 @@ func TestHostLayerBenchStages(t *testing.T) {
 		if d := v - sep[i]; d > 1e-4 || d < -1e-4 {
 			t.Fatalf("residual %d: one op %v, separate ops %v", i, v, sep[i])
 		}
+	}
+}
+
+// TestHostLayerBenchRotates: with Layers 3 and an Alloc, each layer's
+// weights are views of a block of its own from Alloc (released at Close),
+// the steps visit the layers in turn, and the copied layers compute the
+// first one's residual bit for bit (same weights, same cache contents).
+func TestHostLayerBenchRotates(t *testing.T) {
+	dev := runtime.NewCPU(0)
+	defer dev.Close()
+	hb, err := host.New(dev, host.Options{Threads: 2, FusedLayer: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hb.Close()
+	var allocs, releases int
+	alloc := func(n int64, label string) (*runtime.DeviceBuffer, func(), error) {
+		allocs++
+		b, err := dev.Alloc(n, label)
+		return b, func() { releases++ }, err
+	}
+	h, err := NewHostLayerBenchWith(hb, HostLayerBenchConfig{Scale: 16, Context: 20, Layers: 3, Alloc: alloc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allocs != 3 || h.Layers() != 3 || len(h.WeightBlocks()) != 3 {
+		t.Fatalf("%d allocations, %d layers, %d blocks: want 3 each", allocs, h.Layers(), len(h.WeightBlocks()))
+	}
+	for i, l := range h.m.Layers {
+		for _, p := range nn.Parameters(l) {
+			if b := p.Peek().Buffer(); b != h.WeightBlocks()[i] {
+				t.Fatalf("layer %d: %s is on %q, want its layer's block", i, p.Name(), b.Label())
+			}
+			if p.Peek().Offset()%hostBenchAlign != 0 {
+				t.Fatalf("%s at offset %d: want %d-byte alignment", p.Name(), p.Peek().Offset(), hostBenchAlign)
+			}
+		}
+	}
+	var out [3][]float32
+	for i := range 4 {
+		if h.cur != i%3 {
+			t.Fatalf("step %d runs layer %d, want %d", i, h.cur, i%3)
+		}
+		l := h.m.Layers[h.cur]
+		if ran, err := l.decodeLayer(h.b, h.ws, h.x, h.cache, nil); err != nil || !ran {
+			t.Fatalf("layer %d: one op ran %v, %v", i, ran, err)
+		}
+		if i < 3 {
+			out[i] = append([]float32(nil), h.x.F32()...)
+		}
+		h.resetX()
+		h.next()
+	}
+	if !slices.Equal(out[0], out[1]) || !slices.Equal(out[0], out[2]) {
+		t.Fatal("the copied layers' residuals differ from the first layer's")
+	}
+	if _, err := NewHostLayerBenchWith(hb, HostLayerBenchConfig{Scale: 16, Layers: -1}); err == nil {
+		t.Fatal("Layers -1 accepted")
+	}
+	h.Close()
+	if releases != 3 {
+		t.Fatalf("%d releases at Close, want 3", releases)
 	}
 }
