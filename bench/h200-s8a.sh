@@ -91,6 +91,10 @@ hyb() { # tag threads env...
   threads $tag & local tp=$!
   env FT_TRACE=1 GODEBUG=gctrace=1 "$@" timeout 100 $b bench --device cuda:0 --model $m --budgets 0 --mode decode --iters 5 --host-threads $th >"$out/hyb-$tag.txt" 2>&1
   kill $sp $tp 2>/dev/null; wait $sp $tp 2>/dev/null
+  # Each host unit's median (and first..last sample) in unit order, "*" the
+  # first of a stretch: a slow stretch start means the pool's wake-up; a
+  # few slow units, something about their blocks.
+  grep -o 'in unit order.*' "$out/hyb-$tag.txt" | head -1 | cut -c1-700 | sed "s/^/  $tag units /" | tee -a "$out/summary.txt"
   echo "hyb $tag: $(grep -E '^0\+host' "$out/hyb-$tag.txt" | tr -s ' ') | $(grep -o 'host unit measured [0-9.]* ms' "$out/hyb-$tag.txt" | tr '\n' ' ') | gc cycles $(grep -c '^gc [0-9]' "$out/hyb-$tag.txt") | $(sort -k19 -n "$out/smaps-$tag.txt" 2>/dev/null | tail -1)" | tee -a "$out/summary.txt"
 }
 hyb base 16

@@ -3,6 +3,7 @@ package offload
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -120,6 +121,7 @@ func (e *engine) hostMeasureEnd() error {
 	}
 	h.byT[h.key] = conv
 	h.inHybrid[h.key] = meds
+	e.traceHostUnits(meds)
 	h.samples, h.passes = nil, 0
 	return e.hostReplan()
 }
@@ -213,4 +215,35 @@ func (m *Manager) HostTimes() HostTimes {
 		ht.AloneSecPerToken[u.name] = s
 	}
 	return ht
+}
+
+// hostUnitsLine lists the measured host units' medians (ms per token) in
+// unit order, a unit that begins a host stretch (its predecessor not on the
+// host) marked "*", with the first and last sample of each.
+func (e *engine) hostUnitsLine(meds map[*unit]float64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "host units measured, ms a token in unit order (median [first..last sample], * begins a host stretch):")
+	for i, u := range e.units {
+		m, ok := meds[u]
+		if !ok {
+			continue
+		}
+		mark := ""
+		if i == 0 || !e.units[i-1].onHost {
+			mark = "*"
+		}
+		s := e.hm.samples[u]
+		fmt.Fprintf(&b, " %s%.2f", mark, m*1e3)
+		if len(s) > 0 {
+			fmt.Fprintf(&b, "[%.2f..%.2f]", s[0]*1e3, s[len(s)-1]*1e3)
+		}
+	}
+	return b.String()
+}
+
+// traceHostUnits reports hostUnitsLine to the configured Trace (FT_TRACE=1).
+func (e *engine) traceHostUnits(meds map[*unit]float64) {
+	if e.cfg.Trace != nil {
+		e.cfg.Trace(e.hostUnitsLine(meds), 0)
+	}
 }

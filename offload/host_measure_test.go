@@ -2,6 +2,7 @@ package offload
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -54,5 +55,19 @@ func TestHostSecPerToken(t *testing.T) {
 	}
 	if s := h.hostSecPerToken(a, 64, 2, 0); s != 2 {
 		t.Fatalf("another bucket's measurement was used: %v", s)
+	}
+}
+
+// hostUnitsLine lists the measured units in unit order, marks a unit whose
+// predecessor is not on the host as a stretch start, and skips units not
+// measured.
+func TestHostUnitsLine(t *testing.T) {
+	us := []*unit{{name: "0"}, {name: "1", onHost: true}, {name: "2", onHost: true}, {name: "3"}, {name: "4", onHost: true}}
+	e := &engine{units: us}
+	e.hm.samples = map[*unit][]float64{us[1]: {0.005, 0.0044}, us[2]: {0.004}}
+	got := e.hostUnitsLine(map[*unit]float64{us[1]: 0.0046, us[2]: 0.004, us[4]: 0.0045})
+	want := ": *4.60[5.00..4.40] 4.00[4.00..4.00] *4.50"
+	if !strings.HasSuffix(got, want) {
+		t.Fatalf("line %q, want it to end %q", got, want)
 	}
 }
