@@ -101,35 +101,7 @@ func TestFP8AddDecodeGPU(t *testing.T) {
 
 				graph := func(on bool) [][]float32 {
 					gb.NoFP8Add = !on
-					cache, err := m.NewKVCache(be, 32)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer cache.Free()
-					lt, err := m.Forward(be, cache, prompt, false)
-					if err != nil {
-						t.Fatal(err)
-					}
-					v, err := testmodel.ReadLogits(be, lt)
-					if err != nil {
-						t.Fatal(err)
-					}
-					g, err := m.CaptureDecode(be, cache)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer g.Close()
-					var out [][]float32
-					for range 16 {
-						if lt, err = g.Step(testmodel.Argmax(0, v)); err != nil {
-							t.Fatal(err)
-						}
-						if v, err = testmodel.ReadLogits(be, lt); err != nil {
-							t.Fatal(err)
-						}
-						out = append(out, v)
-					}
-					return out
+					return graphStepLogits(t, m, be, prompt, 16)
 				}
 				goff := graph(false)
 				be.calls = 0
