@@ -152,7 +152,7 @@ __device__ __forceinline__ bool fp8p_step(uint4 (&cur)[U][R], uint4 (&nxt)[U][R]
 }
 
 // fp8p_loop runs a warp's output rows row0, row0 + step, … (< N) of a
-// pipelined FP8 GEMV over x (K % 16 == 0, K ≥ 16): rows(row, wr) fills the
+// pipelined FP8 GEMV over x (K % 16 == 0; K 0 gives sums of 0): rows(row, wr) fills the
 // R weight rows of an output row, finish(row, acc, wr) takes the lane's R
 // sums (it reduces, scales and stores). Batch 0 of the first row is issued
 // right after ft_pdl_wait, before x is staged (X 0: K·4 bytes of dynamic
@@ -163,7 +163,7 @@ __device__ __forceinline__ void fp8p_loop(int row0, int step, int N, int K, cons
 	extern __shared__ float4 fp8_xs[];
 	const int lane = threadIdx.x & 31;
 	const int nv = K >> 4;
-	const int nb = (nv + 32 * U - 1) / (32 * U);
+	const int nb = max(1, (nv + 32 * U - 1) / (32 * U)); // K 0: one empty batch, the rows' sums are 0
 	const uint4* xg = reinterpret_cast<const uint4*>(x);
 	uint4 a0[U][R], a1[U][R];
 	fp8p_rows<R> wr, wn;
