@@ -74,6 +74,12 @@ __device__ __forceinline__ int fp8_xs_slot(int f) {
 
 // fp8_load_x widens x[K] (bf16, 8-byte aligned, K % 16 == 0) into the
 // block's shared memory xs (K fp32, swizzled as fp8_xs_slot says).
+// SASS (NVRTC 12.4, sm_90, gemv_fp8_v_u8r1s): the loop is not unrolled,
+// one LDG.E.64 a trip whose STS waits for it, so a thread makes K/1024
+// serial L2 round trips (14 at K 14,336, every block reading the same x)
+// before the barrier and its first weight load. fp8gemvpipe.cu's
+// fp8_stage_x keeps four 16-byte loads a thread in flight and is issued
+// after the warp's first weight batch.
 __device__ __forceinline__ void fp8_load_x(float4* xs, const bf16_t* __restrict__ x, int K) {
 	const uint2* x4 = reinterpret_cast<const uint2*>(x);
 	for (int f = threadIdx.x; f < (K >> 2); f += blockDim.x) {
@@ -183,6 +189,14 @@ __device__ __forceinline__ void fp8_store(void* y, int out, int row, float s) {
 //      ft_pdl_wait).
 // gemv_gateup_silu_fp8 streams two matrices per row, so it keeps at most
 // 32 loads per lane in flight: U·2R ≤ 32 (U 16 with R 2 runs U 8).
+// A batch's U·R loads are issued back to back (SASS of u8r1s: 8 LDG.128),
+// but nothing is in flight while the warp computes the batch (~55
+// instructions a 16-byte chunk: 4 LDS.128, 8 F2FP, 16 HADD2.F32, 16
+// FFMA/FMUL, 3 FADD) or reduces its row; at the decode shapes fp8Grid
+// gives each warp one or two rows, all warps start together, so these
+// phases stay in step and the DRAM queue drains during them (o, down:
+// one row a warp; down's 28 chunks a lane are 4 serial batches). The
+// pipelined variants (fp8gemvpipe.cu) keep the next batch in flight.
 //
 // Every kernel calls ft_pdl_wait before it reads x or writes y, so all are
 // launched as programmatic dependents (pdl.go), and loads nothing before

@@ -25,6 +25,12 @@ var fp8Variants = []fp8Variant{
 	{"u4r2s", 4, 2, true}, {"u8r2s", 8, 2, true}, {"u16r2s", 16, 2, true},
 	{"u4r1g", 4, 1, false}, {"u8r1g", 8, 1, false}, {"u16r1g", 16, 1, false},
 	{"u4r2g", 4, 2, false}, {"u8r2g", 8, 2, false}, {"u16r2g", 16, 2, false},
+	// Software-pipelined (kernels/cuda/fp8gemvpipe.cu): a warp issues its
+	// next batch of 4 chunks (2 a matrix for gate·up) before computing the
+	// current one, its first batch before x is staged; p4s stages x as
+	// fp32 in shared memory, p4g reads it as bf16 from L1; p2r2s takes two
+	// rows at a time (2 chunks each a batch) sharing each x read.
+	{"p4s", 4, 1, true}, {"p4g", 4, 1, false}, {"p2r2s", 2, 2, true},
 }
 
 // fp8DefaultVariant is the FP8 GEMV tuning without FT_FP8_VARIANT: x
