@@ -161,8 +161,9 @@ func (s *stager) traceHugePages(units []*unit) {
 		s.trace(fmt.Sprintf("pinned: huge pages unknown (%v)", err), time.Since(t0))
 		return
 	}
-	s.trace(fmt.Sprintf("pinned: %d of %d MiB on huge pages (%d blocks; their mappings: AnonHugePages %d MiB of Rss %d MiB)",
-		min(huge<<10, total)>>20, total>>20, len(blocks), huge>>10, rss>>10), time.Since(t0))
+	const mib = 1 << 20
+	s.trace(fmt.Sprintf("pinned: %.1f of %.1f MiB on huge pages (%d blocks; their mappings: AnonHugePages %.1f MiB of Rss %.1f MiB)",
+		float64(min(huge<<10, total))/mib, float64(total)/mib, len(blocks), float64(huge)/1024, float64(rss)/1024), time.Since(t0))
 }
 
 // fill writes params[i] at offs[i] of buf on the copy stream, staged
