@@ -40,8 +40,11 @@ its separate ops (the path FT_HOST_LAYER=0 selects), of its GEMVs alone
 (the floor), and the median time of each stage of the one-op path. No GPU;
 --layer-scale divides the widths (8: 7 MB, seconds on a small machine).
 --layer-count N rotates the steps over N distinct layers (N × 436 MB),
---layer-pinned cuda:0 takes their weights from the GPU's pinned host memory
-as the offload engine does; it prints the huge pages backing the weights.
+The weights are in huge-page host memory mapped as the offload engine's
+pinned blocks are (the default), in a GPU's pinned host memory itself
+(--layer-pinned cuda:0), or on the Go heap (--layer-pinned heap, 4 KiB
+pages unless THP is "always"); it prints which, and the huge pages backing
+them.
 `
 
 type benchHostOptions struct {
@@ -68,7 +71,7 @@ func benchHostFlags(fs *pflag.FlagSet) *benchHostOptions {
 	fs.IntVar(&o.scale, "layer-scale", 1, "--layer: divide the layer's widths by this (1: Llama-3-8B)")
 	fs.IntVar(&o.iters, "layer-iters", 50, "--layer: timed steps of each kind (medians are reported)")
 	fs.IntVar(&o.layers, "layer-count", 1, "--layer: distinct layers (own weights and KV cache each) the steps rotate over, so that no step reads weights a previous one left in the CPU's caches (a host stretch reads each layer once a token)")
-	fs.StringVar(&o.pinned, "layer-pinned", "", "--layer: take each layer's weights from this device's pinned host memory (AllocHost, e.g. cuda:0: what the offload engine's host units read) instead of the Go heap")
+	fs.StringVar(&o.pinned, "layer-pinned", "", "--layer: where each layer's weights live: a device's pinned host memory (AllocHost, e.g. cuda:0: what the offload engine's host units read), \"heap\" (the Go heap), or unset: huge-page host memory mapped as the engine's pinned blocks")
 	fs.StringSliceVar(&o.shapes, "shapes", []string{"qkv", "o", "gateup", "down", "lmhead"}, "Llama-3-8B GEMVs to time: qkv, o, gateup, down, lmhead")
 	return &o
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/flextensor-go/flextensor/kernels/host"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/flextensor-go/flextensor/runtime/hostmem"
 	ftsession "github.com/flextensor-go/flextensor/session"
 )
 
@@ -26,8 +27,26 @@ func benchHostLayer(o *benchHostOptions, level host.Level, stdout io.Writer) err
 	}
 	defer hb.Close()
 	cfg := decoder.HostLayerBenchConfig{Scale: o.scale, Context: o.context, Layers: o.layers}
-	mem := "Go heap"
-	if o.pinned != "" {
+	mem := "Go heap (--layer-pinned heap)"
+	switch o.pinned {
+	case "heap":
+	case "":
+		// What the engine's host units read, without a GPU: blocks mapped
+		// as runtime/cuda maps its pinned ones, less the page-locking.
+		mem = "huge-page host memory mapped as the engine's pinned blocks (runtime/hostmem; --layer-pinned heap: Go heap)"
+		cfg.Alloc = func(n int64, label string) (*runtime.DeviceBuffer, func(), error) {
+			blk, err := hostmem.Map(n, hostmem.Options{Huge: true})
+			if err != nil {
+				return nil, nil, err
+			}
+			buf, err := dev.Wrap(blk.Bytes(), label)
+			if err != nil {
+				blk.Free()
+				return nil, nil, err
+			}
+			return buf, func() { blk.Free() }, nil
+		}
+	default:
 		pdev, _, err := ftsession.OpenDevice(o.pinned, 0)
 		if err != nil {
 			return usagef("--layer-pinned %q: %v", o.pinned, err)

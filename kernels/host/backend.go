@@ -3,6 +3,7 @@ package host
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -22,6 +23,8 @@ type Backend struct {
 
 	ropeMu sync.Mutex
 	rope   ropeCache // guarded by ropeMu
+
+	dstate atomic.Pointer[decodeState] // an idle DecodeLayer state (decodestate.go)
 }
 
 var (

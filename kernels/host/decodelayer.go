@@ -204,49 +204,6 @@ func (b *Backend) decodeJobs(a kernels.DecodeLayer, x, h, q, k, v, att, gate, kc
 	return nil
 }
 
-// decodePhased is DecodeLayer as one pool job of five phases (the
-// default): q/k/v (then RoPE and the cache append by the worker that
-// finished it), attention, o adding into the residual (then the
-// post-attention norm), gate·up·SiLU, down adding into the residual. The
-// workers are handed the layer once and cross each phase boundary by a
-// spin barrier.
-func (b *Backend) decodePhased(a kernels.DecodeLayer, x, h, q, k, v, att, gate, kc, vc []float32, inN, postN, wq, wk, wv, wo, wg, wu, wd kernels.Mat, H, KV, d int) error {
-	e := b.e
-	D := len(x)
-	clk := newStageClock(a.Stages)
-	if err := kernels.RMSNorm(h, x, 1, inN, a.InEps); err != nil {
-		return err
-	}
-	clk.mark(kernels.StageNorm)
-	row := KV * d
-	if err := checkAttention(att, q, kc[:(a.Pos+1)*row], vc[:(a.Pos+1)*row], 1, a.Pos, H, KV, d, a.Window); err != nil {
-		return err
-	}
-	var normErr error
-	qkv := e.multiPhase(h, 1, []segment{{w: fromMat(wq), out: q, ldo: wq.Rows}, {w: fromMat(wk), out: k, ldo: wk.Rows}, {w: fromMat(wv), out: v, ldo: wv.Rows}})
-	qkv.After = func() {
-		clk.mark(kernels.StageQKV)
-		b.ropeKV(&a, q, k, v, kc, vc, H, KV, d)
-		clk.mark(kernels.StageRoPEKV)
-	}
-	attn, release := e.attnPhase(att, q, kc[:(a.Pos+1)*row], vc[:(a.Pos+1)*row], 1, a.Pos, H, KV, d, a.Window)
-	defer release()
-	attn.After = func() { clk.mark(kernels.StageAttention) }
-	o := e.multiPhase(att, 1, []segment{{w: fromMat(wo), out: x, ldo: D, acc: true}})
-	o.After = func() {
-		clk.mark(kernels.StageO)
-		normErr = kernels.RMSNorm(h, x, 1, postN, a.PostEps)
-		clk.mark(kernels.StagePostNorm)
-	}
-	gu := e.gateUpPhase(gate, h, 1, wg, wu)
-	gu.After = func() { clk.mark(kernels.StageGateUp) }
-	down := e.multiPhase(gate, 1, []segment{{w: fromMat(wd), out: x, ldo: D, acc: true}})
-	down.After = func() { clk.mark(kernels.StageDown) }
-	e.pool.RunPhases([]Phase{qkv, attn, o, gu, down})
-	clk.step()
-	return normErr
-}
-
 // ropeTable returns the cos and sin of position pos times each frequency,
 // as kernels.ApplyRoPE computes them, kept for the next layer of the same
 // token. The caller holds ropeMu.

@@ -260,10 +260,31 @@ func (e *Engine) multi(x []float32, T int, segs []segment) {
 // multiPhase is multi's pool job as a Phase (N 0: nothing to do; a zero-
 // width weight's outputs are cleared at once).
 func (e *Engine) multiPhase(x []float32, T int, segs []segment) Phase {
+	return e.multiPhaseIn(new(multiJob), x, T, segs)
+}
+
+// multiJob is a multiPhase job's state. A decode step's phases keep theirs
+// from step to step (decodeState), so that the step allocates nothing; the
+// job must not be reused before its Phase has run.
+type multiJob struct {
+	e      *Engine
+	x      []float32
+	T      int
+	segs   []segment
+	starts []int // first quad of each segment, and the total
+	fn     func(worker, lo, hi int)
+}
+
+// multiPhaseIn is multiPhase keeping its state in j.
+func (e *Engine) multiPhaseIn(j *multiJob, x []float32, T int, segs []segment) Phase {
 	if T == 0 {
 		return Phase{}
 	}
-	starts := make([]int, len(segs)+1) // first quad of each segment
+	if j.fn == nil {
+		j.fn = j.run
+	}
+	j.e, j.x, j.T, j.segs = e, x, T, segs
+	j.starts = append(j.starts[:0], 0)
 	var bytes, align int
 	for i := range segs {
 		s := &segs[i]
@@ -272,13 +293,13 @@ func (e *Engine) multiPhase(x []float32, T int, segs []segment) Phase {
 				clear(s.out[t*s.ldo : t*s.ldo+s.w.rows])
 			}
 		}
-		starts[i+1] = starts[i] + (s.w.rows+3)/4
+		j.starts = append(j.starts, j.starts[i]+(s.w.rows+3)/4)
 		bytes += s.w.rows * s.w.cols * s.w.elemSize()
 		if s.w.dt == runtime.F8E4M3 && s.w.block > 0 && s.w.block%4 == 0 {
 			align = max(align, s.w.block/4)
 		}
 	}
-	nq := starts[len(segs)]
+	nq := j.starts[len(segs)]
 	if nq == 0 || bytes == 0 {
 		return Phase{}
 	}
@@ -286,20 +307,24 @@ func (e *Engine) multiPhase(x []float32, T int, segs []segment) Phase {
 	if align > 0 {
 		chunk = (chunk + align - 1) / align * align
 	}
-	return Phase{N: nq, Chunk: chunk, Fn: func(worker, lo, hi int) {
-		for i := range segs {
-			a, b := max(lo, starts[i]), min(hi, starts[i+1])
-			if a >= b {
-				continue
-			}
-			s := &segs[i]
-			if s.w.cols == 0 {
-				continue
-			}
-			j0, j1 := 4*(a-starts[i]), min(4*(b-starts[i]), s.w.rows)
-			e.rows(worker, s, x, T, j0, j1)
+	return Phase{N: nq, Chunk: chunk, Fn: j.fn}
+}
+
+// run is the job's Fn: quads [lo,hi) of the segments.
+func (j *multiJob) run(worker, lo, hi int) {
+	starts := j.starts
+	for i := range j.segs {
+		a, b := max(lo, starts[i]), min(hi, starts[i+1])
+		if a >= b {
+			continue
 		}
-	}}
+		s := &j.segs[i]
+		if s.w.cols == 0 {
+			continue
+		}
+		j0, j1 := 4*(a-starts[i]), min(4*(b-starts[i]), s.w.rows)
+		j.e.rows(worker, s, j.x, j.T, j0, j1)
+	}
 }
 
 // rows computes rows [j0,j1) of segment s for all T tokens.

@@ -103,22 +103,44 @@ func (e *Engine) GateUpSiLU(out, x []float32, T int, wg, wu kernels.Mat) error {
 // gateUpPhase is GateUpSiLU's pool job for checked operands with T, rows
 // and columns non-zero.
 func (e *Engine) gateUpPhase(out, x []float32, T int, wg, wu kernels.Mat) Phase {
+	return e.gateUpPhaseIn(new(gateUpJob), out, x, T, wg, wu)
+}
+
+// gateUpJob is a gateUpPhase job's state (reused as multiJob is).
+type gateUpJob struct {
+	e      *Engine
+	out, x []float32
+	T, n   int
+	g, u   weight
+	fn     func(worker, lo, hi int)
+}
+
+// gateUpPhaseIn is gateUpPhase keeping its state in j.
+func (e *Engine) gateUpPhaseIn(j *gateUpJob, out, x []float32, T int, wg, wu kernels.Mat) Phase {
+	if j.fn == nil {
+		j.fn = j.run
+	}
 	n := wg.Rows
-	g, u := fromMat(wg), fromMat(wu)
+	j.e, j.out, j.x, j.T, j.n = e, out, x, T, n
+	j.g, j.u = fromMat(wg), fromMat(wu)
 	nq := (n + 3) / 4
-	bytes := 2 * n * wg.Cols * g.elemSize()
+	bytes := 2 * n * wg.Cols * j.g.elemSize()
 	chunk := e.gemvChunk(nq, bytes)
-	return Phase{N: nq, Chunk: chunk, Fn: func(worker, lo, hi int) {
-		j0, j1 := 4*lo, min(4*hi, n)
-		m := j1 - j0
-		up := e.pool.Scratch(worker, T*m)
-		e.denseRows(worker, &g, x, T, j0, j1, out[j0:], n)
-		e.denseRows(worker, &u, x, T, j0, j1, up, m)
-		for t := range T {
-			o := out[t*n+j0 : t*n+j1]
-			siluMul(o, o, up[t*m:(t+1)*m])
-		}
-	}}
+	return Phase{N: nq, Chunk: chunk, Fn: j.fn}
+}
+
+// run is the job's Fn: quads [lo,hi) of the gate and up rows.
+func (j *gateUpJob) run(worker, lo, hi int) {
+	e, out, x, T, n := j.e, j.out, j.x, j.T, j.n
+	j0, j1 := 4*lo, min(4*hi, n)
+	m := j1 - j0
+	up := e.pool.Scratch(worker, T*m)
+	e.denseRows(worker, &j.g, x, T, j0, j1, out[j0:], n)
+	e.denseRows(worker, &j.u, x, T, j0, j1, up, m)
+	for t := range T {
+		o := out[t*n+j0 : t*n+j1]
+		siluMul(o, o, up[t*m:(t+1)*m])
+	}
 }
 
 // denseRows computes rows [j0,j1) of the BF16, F16 or F32 weight w for T
@@ -158,68 +180,98 @@ func (e *Engine) Attention(out, q, kCache, vCache []float32, nTok, pos0, nHeads,
 }
 
 // attnPhase is Attention's pool job for checked operands; release returns
-// its scratch once the job is done.
+// its state once the job is done.
 func (e *Engine) attnPhase(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, d, window int) (ph Phase, release func()) {
+	j := attnJobPool.Get().(*attnJob)
+	return e.attnPhaseIn(j, out, q, kCache, vCache, nTok, pos0, nHeads, nKV, d, window), func() { attnJobPool.Put(j) }
+}
+
+// attnJob is an attention job's state: operands, sizes and, split
+// (attentionSplit), the partials. A decode step's phases keep theirs from
+// step to step (decodeState); Attention takes one from attnJobPool.
+type attnJob struct {
+	e                                     *Engine
+	out, q, kCache, vCache                []float32
+	nTok, pos0, nHeads, nKV, d, window, S int
+	scr                                   attnScratch
+	fn, splitFn                           func(worker, lo, hi int)
+}
+
+var attnJobPool = sync.Pool{New: func() any { return new(attnJob) }}
+
+// attnPhaseIn is attnPhase keeping its state in j.
+func (e *Engine) attnPhaseIn(j *attnJob, out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, d, window int) Phase {
+	if j.fn == nil {
+		j.fn, j.splitFn = j.run, j.runSplit
+	}
+	j.e, j.out, j.q, j.kCache, j.vCache = e, out, q, kCache, vCache
+	j.nTok, j.pos0, j.nHeads, j.nKV, j.d, j.window = nTok, pos0, nHeads, nKV, d, window
+	ctx := pos0 + nTok
+	if S := e.attnSplits(nTok*nKV, ctx); S > 1 {
+		return j.split(S)
+	}
+	return Phase{N: nTok * nKV, Chunk: 1, Fn: j.fn}
+}
+
+// run is the unsplit job's Fn: (token, KV head) units [u0,u1).
+func (j *attnJob) run(worker, u0, u1 int) {
+	e, out, q, kCache, vCache := j.e, j.out, j.q, j.kCache, j.vCache
+	nHeads, nKV, d, pos0, window := j.nHeads, j.nKV, j.d, j.pos0, j.window
 	G := nHeads / nKV
 	L := e.k.lanes
 	stride := nKV * d
-	ctx := pos0 + nTok
+	ctx := pos0 + j.nTok
 	scale := float32(1 / math.Sqrt(float64(d)))
-	if S := e.attnSplits(nTok*nKV, ctx); S > 1 {
-		return e.attentionSplit(out, q, kCache, vCache, nTok, pos0, nHeads, nKV, d, window, S)
-	}
-	return Phase{N: nTok * nKV, Chunk: 1, Fn: func(worker, u0, u1 int) {
-		sc := e.pool.Scratch(worker, G*ctx)
-		for u := u0; u < u1; u++ {
-			t, kvh := u/nKV, u%nKV
-			n := pos0 + t + 1
-			lo := 0
-			if window > 0 {
-				lo = max(0, n-window)
+	sc := e.pool.Scratch(worker, G*ctx)
+	for u := u0; u < u1; u++ {
+		t, kvh := u/nKV, u%nKV
+		n := pos0 + t + 1
+		lo := 0
+		if window > 0 {
+			lo = max(0, n-window)
+		}
+		m := n - lo
+		h0 := t*nHeads + kvh*G // first query head row of the group
+		qg := q[h0*d : (h0+G)*d]
+		dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, lo*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale, false)
+		for g := range G {
+			s := sc[g*m : (g+1)*m]
+			mx := float32(math.Inf(-1))
+			for _, v := range s {
+				mx = max(mx, v)
 			}
-			m := n - lo
-			h0 := t*nHeads + kvh*G // first query head row of the group
-			qg := q[h0*d : (h0+G)*d]
-			dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, lo*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale, false)
-			for g := range G {
-				s := sc[g*m : (g+1)*m]
-				mx := float32(math.Inf(-1))
-				for _, v := range s {
-					mx = max(mx, v)
-				}
-				var sum float32
-				for i, v := range s {
-					ev := expf(v - mx)
-					s[i] = ev
-					sum += ev
-				}
-				inv := 1 / sum
-				o := out[(h0+g)*d : (h0+g+1)*d]
-				clear(o)
-				if attnOnePass {
-					for i := range s {
-						s[i] *= inv
-					}
-					continue
-				}
-				nv := d / L
-				for i, a := range s {
-					off := (lo+i)*stride + kvh*d
-					vr := vCache[off : off+d]
-					a *= inv
-					if nv > 0 {
-						e.k.axpy(&o[0], &vr[0], a, nv)
-					}
-					for c := nv * L; c < d; c++ {
-						o[c] += a * vr[c]
-					}
-				}
+			var sum float32
+			for i, v := range s {
+				ev := expf(v - mx)
+				s[i] = ev
+				sum += ev
 			}
+			inv := 1 / sum
+			o := out[(h0+g)*d : (h0+g+1)*d]
+			clear(o)
 			if attnOnePass {
-				e.axpyHeads(out[h0*d:], d, vCache, sc, m, G, lo*stride+kvh*d, stride, d)
+				for i := range s {
+					s[i] *= inv
+				}
+				continue
+			}
+			nv := d / L
+			for i, a := range s {
+				off := (lo+i)*stride + kvh*d
+				vr := vCache[off : off+d]
+				a *= inv
+				if nv > 0 {
+					e.k.axpy(&o[0], &vr[0], a, nv)
+				}
+				for c := nv * L; c < d; c++ {
+					o[c] += a * vr[c]
+				}
 			}
 		}
-	}}, func() {}
+		if attnOnePass {
+			e.axpyHeads(out[h0*d:], d, vCache, sc, m, G, lo*stride+kvh*d, stride, d)
+		}
+	}
 }
 
 // attnMinSplit is the fewest cached positions a split of one (token, KV
@@ -246,111 +298,120 @@ type attnScratch struct {
 	cnt  []atomic.Int32
 }
 
-var attnScratchPool = sync.Pool{New: func() any { return new(attnScratch) }}
-
-// attentionSplit is Attention with each (token, KV head) unit's positions
-// cut into S splits run as separate pool items (flash-decoding): a split
+// split readies j (operands set) for split attention and returns its
+// phase: each (token, KV head) unit's positions cut into S splits run as
+// separate pool items (flash-decoding): a split
 // leaves its heads' running max, sum of exponentials and unnormalised
 // weighted sum of V rows, and the split that finishes a unit last merges
 // its S partials into out. It keeps every thread busy when there are fewer
 // units than threads (one decode token, 8 KV heads, 16 threads).
-func (e *Engine) attentionSplit(out, q, kCache, vCache []float32, nTok, pos0, nHeads, nKV, d, window, S int) (Phase, func()) {
-	G := nHeads / nKV
-	L := e.k.lanes
-	stride := nKV * d
-	scale := float32(1 / math.Sqrt(float64(d)))
-	units := nTok * nKV
-	per := d + 2 // a head's partial: max, sum, o[d]
-	st := attnScratchPool.Get().(*attnScratch)
+func (j *attnJob) split(S int) Phase {
+	j.S = S
+	G := j.nHeads / j.nKV
+	units := j.nTok * j.nKV
+	per := j.d + 2 // a head's partial: max, sum, o[d]
+	st := &j.scr
 	if need := units * S * G * per; cap(st.part) < need {
 		st.part = make([]float32, need)
 	}
 	if cap(st.cnt) < units {
 		st.cnt = make([]atomic.Int32, units)
 	}
-	part, cnt := st.part, st.cnt[:units]
-	for i := range cnt {
-		cnt[i].Store(0)
+	for i := range st.cnt[:units] {
+		st.cnt[i].Store(0)
 	}
-	ctx := pos0 + nTok
-	return Phase{N: units * S, Chunk: 1, Fn: func(worker, i0, i1 int) {
-		sc := e.pool.Scratch(worker, G*((ctx+S-1)/S+1))
-		for i := i0; i < i1; i++ {
-			u, sp := i/S, i%S
-			t, kvh := u/nKV, u%nKV
-			n := pos0 + t + 1
-			lo := 0
-			if window > 0 {
-				lo = max(0, n-window)
-			}
-			span := (n - lo + S - 1) / S
-			a := lo + sp*span
-			b := min(n, a+span)
-			h0 := t*nHeads + kvh*G
-			pp := part[(u*S+sp)*G*per : (u*S+sp+1)*G*per]
-			if a >= b {
-				for g := range G {
-					pp[g*per] = float32(math.Inf(-1))
-					pp[g*per+1] = 0
-				}
-			} else {
-				m := b - a
-				qg := q[h0*d : (h0+G)*d]
-				dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, a*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale, false)
-				for g := range G {
-					sg := sc[g*m : (g+1)*m]
-					mx := float32(math.Inf(-1))
-					for _, v := range sg {
-						mx = max(mx, v)
-					}
-					var sum float32
-					for j, v := range sg {
-						ev := expf(v - mx)
-						sg[j] = ev
-						sum += ev
-					}
-					o := pp[g*per+2 : (g+1)*per]
-					clear(o)
-					if !attnOnePass {
-						e.axpyRows(o, vCache, sg, a*stride+kvh*d, stride, d)
-					}
-					pp[g*per], pp[g*per+1] = mx, sum
-				}
-				if attnOnePass {
-					e.axpyHeads(pp[2:], per, vCache, sc, m, G, a*stride+kvh*d, stride, d)
-				}
-			}
-			if cnt[u].Add(1) != int32(S) {
-				continue
-			}
-			// The last split of unit u merges its S partials.
-			up := part[u*S*G*per : (u+1)*S*G*per]
+	return Phase{N: units * S, Chunk: 1, Fn: j.splitFn}
+}
+
+// runSplit is the split job's Fn: items [i0,i1), item i split i%S of unit
+// i/S.
+func (j *attnJob) runSplit(worker, i0, i1 int) {
+	e, out, q, kCache, vCache := j.e, j.out, j.q, j.kCache, j.vCache
+	nHeads, nKV, d, pos0, window, S := j.nHeads, j.nKV, j.d, j.pos0, j.window, j.S
+	G := nHeads / nKV
+	L := e.k.lanes
+	stride := nKV * d
+	scale := float32(1 / math.Sqrt(float64(d)))
+	units := j.nTok * nKV
+	per := d + 2
+	part, cnt := j.scr.part, j.scr.cnt[:units]
+	ctx := pos0 + j.nTok
+	sc := e.pool.Scratch(worker, G*((ctx+S-1)/S+1))
+	for i := i0; i < i1; i++ {
+		u, sp := i/S, i%S
+		t, kvh := u/nKV, u%nKV
+		n := pos0 + t + 1
+		lo := 0
+		if window > 0 {
+			lo = max(0, n-window)
+		}
+		span := (n - lo + S - 1) / S
+		a := lo + sp*span
+		b := min(n, a+span)
+		h0 := t*nHeads + kvh*G
+		pp := part[(u*S+sp)*G*per : (u*S+sp+1)*G*per]
+		if a >= b {
 			for g := range G {
+				pp[g*per] = float32(math.Inf(-1))
+				pp[g*per+1] = 0
+			}
+		} else {
+			m := b - a
+			qg := q[h0*d : (h0+G)*d]
+			dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, a*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale, false)
+			for g := range G {
+				sg := sc[g*m : (g+1)*m]
 				mx := float32(math.Inf(-1))
-				for s := range S {
-					if p := up[(s*G+g)*per:]; p[1] > 0 {
-						mx = max(mx, p[0])
-					}
+				for _, v := range sg {
+					mx = max(mx, v)
 				}
-				o := out[(h0+g)*d : (h0+g+1)*d]
-				clear(o)
 				var sum float32
-				for s := range S {
-					p := up[(s*G+g)*per : (s*G+g+1)*per]
-					if p[1] == 0 {
-						continue
-					}
-					f := expf(p[0] - mx)
-					sum += f * p[1]
-					e.axpyRows(o, p[2:], []float32{f}, 0, 0, d)
+				for j, v := range sg {
+					ev := expf(v - mx)
+					sg[j] = ev
+					sum += ev
 				}
-				inv := 1 / sum
-				for c := range o {
-					o[c] *= inv
+				o := pp[g*per+2 : (g+1)*per]
+				clear(o)
+				if !attnOnePass {
+					e.axpyRows(o, vCache, sg, a*stride+kvh*d, stride, d)
 				}
+				pp[g*per], pp[g*per+1] = mx, sum
+			}
+			if attnOnePass {
+				e.axpyHeads(pp[2:], per, vCache, sc, m, G, a*stride+kvh*d, stride, d)
 			}
 		}
-	}}, func() { attnScratchPool.Put(st) }
+		if cnt[u].Add(1) != int32(S) {
+			continue
+		}
+		// The last split of unit u merges its S partials.
+		up := part[u*S*G*per : (u+1)*S*G*per]
+		for g := range G {
+			mx := float32(math.Inf(-1))
+			for s := range S {
+				if p := up[(s*G+g)*per:]; p[1] > 0 {
+					mx = max(mx, p[0])
+				}
+			}
+			o := out[(h0+g)*d : (h0+g+1)*d]
+			clear(o)
+			var sum float32
+			for s := range S {
+				p := up[(s*G+g)*per : (s*G+g+1)*per]
+				if p[1] == 0 {
+					continue
+				}
+				f := expf(p[0] - mx)
+				sum += f * p[1]
+				e.axpyRows(o, p[2:], []float32{f}, 0, 0, d)
+			}
+			inv := 1 / sum
+			for c := range o {
+				o[c] *= inv
+			}
+		}
+	}
 }
 
 // axpyRows sets o += Σ_i a[i]·v[off+i·stride : off+i·stride+d].

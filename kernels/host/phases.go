@@ -28,8 +28,10 @@ type phasedJob struct {
 	phases  []Phase
 	cur     atomic.Int32
 	st      []phaseState
+	ph5     [5]Phase      // phases' storage for up to five (a decode layer's)
+	st5     [5]phaseState // st's storage likewise
 	mu      sync.Mutex
-	opened  *sync.Cond   // broadcast when cur moves and someone waits
+	opened  sync.Cond    // broadcast when cur moves and someone waits; L is &mu
 	waiters atomic.Int32 // workers parked (or parking) on opened
 }
 
@@ -76,8 +78,18 @@ type phaseState struct {
 func (p *Pool) RunPhases(phases []Phase) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pj := &phasedJob{phases: phases, st: make([]phaseState, len(phases))}
-	pj.opened = sync.NewCond(&pj.mu)
+	// The job keeps its own copy of the phases: a helper that looks in
+	// late (the job over) reads them after the caller may have reused its
+	// slice for the next job, and must find this job's sizes there, all
+	// of whose chunks are claimed.
+	pj := &phasedJob{}
+	if len(phases) <= len(pj.st5) {
+		pj.phases, pj.st = append(pj.ph5[:0], phases...), pj.st5[:len(phases)]
+	} else {
+		pj.phases, pj.st = append([]Phase(nil), phases...), make([]phaseState, len(phases))
+	}
+	pj.opened.L = &pj.mu
+	phases = pj.phases
 	for i := range phases {
 		phases[i].Chunk = max(phases[i].Chunk, 1)
 	}

@@ -18,7 +18,8 @@ type workspace struct {
 	sel                   *runtime.Tensor // [logitCap, D]: the rows whose logits a batched forward returns
 	moe                   *moeScratch     // the expert blocks' activations (moe.go), made at the first sparse forward
 	bufs                  []*runtime.DeviceBuffer
-	onHost                bool // the host-placed layers' workspace (hostrun.go)
+	onHost                bool    // the host-placed layers' workspace (hostrun.go)
+	one                   *oneRow // one-token views for decodeLayer (hostlayer.go), made at first use
 	normed                tailNormed
 }
 

@@ -29,13 +29,14 @@ func (l *Layer) decodeLayer(b kernels.Backend, w *workspace, x *runtime.Tensor, 
 	}
 	m := l.Node().Tree().Root().(*Model)
 	a := l.Attn
+	one := w.oneRow()
 	ran, err := f.DecodeLayer(kernels.DecodeLayer{
 		X: x, InNorm: l.InputNorm.Weight.Tensor(), PostNorm: l.PostNorm.Weight.Tensor(),
 		InEps: l.InputNorm.Eps, PostEps: l.PostNorm.Eps,
 		WQ: a.Q.Weight.Tensor(), WK: a.K.Weight.Tensor(), WV: a.V.Weight.Tensor(), WO: a.O.Weight.Tensor(),
 		WGate: l.MLP.Gate.Weight.Tensor(), WUp: l.MLP.Up.Weight.Tensor(), WDown: l.MLP.Down.Weight.Tensor(),
 		KCache: kc, VCache: vc, Pos: cache.Len(), Window: a.Window, InvFreq: m.invFreq,
-		H: rows(w.h, 1), Q: rows(w.q, 1), K: rows(w.k, 1), V: rows(w.v, 1), Att: rows(w.att, 1), Gate: rows(w.gate, 1),
+		H: one.h, Q: one.q, K: one.k, V: one.v, Att: one.att, Gate: one.gate,
 		Stages: stages,
 	})
 	if ran {
@@ -84,4 +85,16 @@ func directKV(cache Cache, layer int) (k, v *runtime.Tensor, ok bool, err error)
 		return k, v, true, nil
 	}
 	return nil, nil, false, nil
+}
+
+// oneRow is a workspace's one-token views of its activations: made once,
+// so that a decode step's layers take no new tensors.
+type oneRow struct{ h, q, k, v, att, gate *runtime.Tensor }
+
+// oneRow returns w's one-token views, making them at the first call.
+func (w *workspace) oneRow() *oneRow {
+	if w.one == nil {
+		w.one = &oneRow{h: rows(w.h, 1), q: rows(w.q, 1), k: rows(w.k, 1), v: rows(w.v, 1), att: rows(w.att, 1), gate: rows(w.gate, 1)}
+	}
+	return w.one
 }

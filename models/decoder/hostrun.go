@@ -7,6 +7,7 @@ import (
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/flextensor-go/flextensor/runtime/hostmem"
 )
 
 // Host-placed layers: an offload engine with a host backend may plan to
@@ -114,6 +115,15 @@ func (m *Model) runLayers(b kernels.Backend, w *workspace, x *runtime.Tensor, ca
 				if hcache, err = hostCacheOf(cache, hb); err != nil {
 					return err
 				}
+				// Every host layer's KV storage now, before the
+				// stretch's first layer runs (and is timed).
+				if err := hcache.(*hostKV).ensureAll(m.Layers, tree.RunsOn); err != nil {
+					return err
+				}
+				// That asked about every layer: ask again about l,
+				// the one entered next (the engine expects the
+				// question just before the unit's entry).
+				tree.RunsOn(l)
 				hx = rows(h.ws.x, T)
 			}
 			// Device → host: after the device's work so far.
@@ -171,6 +181,7 @@ type hostKV struct {
 	parent *KVCache
 	b      kernels.Backend
 	k, v   map[int]*runtime.Tensor
+	blocks map[int]*hostmem.Block // a layer's k and v storage mapped outside the Go heap (hostkv.go)
 }
 
 // hostCacheOf returns cache's host side for hb.
@@ -187,7 +198,7 @@ func hostCacheOf(cache Cache, hb kernels.Backend) (Cache, error) {
 		kc.host = nil
 	}
 	if kc.host == nil {
-		kc.host = &hostKV{parent: kc, b: hb, k: map[int]*runtime.Tensor{}, v: map[int]*runtime.Tensor{}}
+		kc.host = &hostKV{parent: kc, b: hb, k: map[int]*runtime.Tensor{}, v: map[int]*runtime.Tensor{}, blocks: map[int]*hostmem.Block{}}
 	}
 	return kc.host, nil
 }
@@ -203,8 +214,12 @@ func (c *hostKV) drop(layer int) {
 		t.Buffer().Free()
 		c.v[layer].Buffer().Free()
 	}
+	if blk := c.blocks[layer]; blk != nil {
+		blk.Free()
+	}
 	delete(c.k, layer)
 	delete(c.v, layer)
+	delete(c.blocks, layer)
 }
 
 // Len is the parent cache's.
@@ -229,14 +244,8 @@ func (c *hostKV) Append(b kernels.Backend, layer int, k, v *runtime.Tensor) erro
 // over, at the layer's first use on the host.
 func (c *hostKV) ensure(layer int) error {
 	if c.k[layer] == nil {
-		shape := c.parent.K[layer].Shape()
-		kt, err := runtime.NewTensor(c.b.Device(), c.b.ActDType(), shape, fmt.Sprintf("host kv cache layer %d k", layer))
+		kt, vt, err := c.alloc(layer)
 		if err != nil {
-			return err
-		}
-		vt, err := runtime.NewTensor(c.b.Device(), c.b.ActDType(), shape, fmt.Sprintf("host kv cache layer %d v", layer))
-		if err != nil {
-			kt.Buffer().Free()
 			return err
 		}
 		c.k[layer], c.v[layer] = kt, vt

@@ -11,11 +11,11 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
 	"gorgonia.org/cu"
 
 	"github.com/flextensor-go/flextensor/runtime"
 	_ "github.com/flextensor-go/flextensor/runtime/cuda/internal/probe" // a clear message before gorgonia.org/cu's init exits on a bad driver
+	"github.com/flextensor-go/flextensor/runtime/hostmem"
 	"github.com/flextensor-go/flextensor/runtime/kernelcache"
 )
 
@@ -378,48 +378,41 @@ func (d *Device) recycleEvent(e cEvent) {
 	d.freeEvents = append(d.freeEvents, e)
 }
 
-// allocRegistered maps anonymous memory, asks for huge pages, faults it in
-// on all cores and page-locks it. The bytes are already reserved.
+// pinnedHuge: the pinned blocks AllocHost maps are 2 MiB-aligned and
+// collapsed onto huge pages (runtime/hostmem); FT_PINNED_HUGE=0 maps them
+// as before (unaligned, MADV_HUGEPAGE only), for A/B runs. Read once.
+var pinnedHuge = os.Getenv("FT_PINNED_HUGE") != "0"
+
+// allocRegistered maps anonymous memory on huge pages (runtime/hostmem:
+// 2 MiB-aligned, MADV_HUGEPAGE before it is faulted in on all cores,
+// MADV_COLLAPSE after) and page-locks it. The bytes are already reserved.
+// A collapse that failed for a reason worth knowing is an FT_TRACE line,
+// not an error: the block works on whatever pages it has.
 func (d *Device) allocRegistered(bytes int64, label string) (*runtime.HostBuffer, error) {
 	fail := func(err error) (*runtime.HostBuffer, error) {
 		d.host.Release(bytes)
 		return nil, fmt.Errorf("%s: pinned host allocation %q of %s: %w", d.Name(), label, runtime.FormatBytes(bytes), err)
 	}
-	data, err := unix.Mmap(-1, 0, int(bytes), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	blk, err := hostmem.Map(bytes, hostmem.Options{Huge: pinnedHuge})
 	if err != nil {
 		return fail(err)
 	}
-	_ = unix.Madvise(data, unix.MADV_HUGEPAGE) // a hint: fewer, larger pages to fault in and lock
-	const piece = 8 << 20
-	var wg sync.WaitGroup
-	next := make(chan int, (len(data)+piece-1)/piece)
-	for off := 0; off < len(data); off += piece {
-		next <- off
+	if blk.CollapseErr != nil && os.Getenv("FT_TRACE") == "1" {
+		fmt.Fprintf(os.Stderr, "trace: %s: pinned %q of %s: %v (kept on the pages it has)\n", d.Name(), label, runtime.FormatBytes(bytes), blk.CollapseErr)
 	}
-	close(next)
-	for w := 0; w < goruntime.GOMAXPROCS(0); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for off := range next {
-				end := min(off+piece, len(data))
-				for i := off; i < end; i += 4096 {
-					data[i] = 0
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	data := blk.Bytes()
 	p := unsafe.Pointer(&data[0])
 	if err := cHostRegister(d.ctx, p, bytes); err != nil {
-		unix.Munmap(data)
+		blk.Free()
 		return fail(err)
 	}
 	return runtime.NewHostBuffer(d, label, data, func() {
 		if err := cHostUnregister(d.ctx, p); err != nil {
 			fmt.Fprintf(os.Stderr, "flextensor: %s: unregistering pinned %q: %v\n", d.Name(), label, err)
 		}
-		unix.Munmap(data)
+		if err := blk.Free(); err != nil {
+			fmt.Fprintf(os.Stderr, "flextensor: %s: unmapping pinned %q: %v\n", d.Name(), label, err)
+		}
 		d.host.Release(bytes)
 	}), nil
 }
