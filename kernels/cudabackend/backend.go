@@ -73,8 +73,9 @@ type Backend struct {
 	GEMVPipe string
 	// GEMVBal, when 2 or 4, runs those one-token GEMVs on their split-K
 	// twins (gemvbal.go) with each row cut into GEMVBal segments, where
-	// the width allows (else on the GEMVPipe kernels). New sets it from
-	// FT_GEMV=bal2 or bal4 (A/B runs); 0, off, by default.
+	// the width allows (else on the GEMVPipe kernels); 1 picks the split
+	// per product (gemvBalAutoSplit). New sets it from FT_GEMV=bal2, bal4
+	// or bal (A/B runs); 0, off, by default.
 	GEMVBal int
 
 	// LegacyDecodeAttention runs one-query decode attention (Attention at

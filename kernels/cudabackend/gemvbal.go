@@ -8,7 +8,8 @@ import (
 	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
 
-// Split-K one-token BF16 GEMVs (FT_GEMV=bal2 or bal4; off by default;
+// Split-K one-token BF16 GEMVs (FT_GEMV=bal2, bal4, or bal: the split per
+// product; off by default;
 // kernels/cuda/gemvpipe_bal.cu): twins of the pipelined q/k/v,
 // gate·up·SiLU, residual-adding (o, down) and fp32-output (LM head) GEMVs
 // that cut each row into S segments of K/S columns, a warp's work unit, so
@@ -44,7 +45,10 @@ const gemvBalMaxSmem = 16 << 10
 // would not fit gemvBalMaxSmem.
 func (b *Backend) gemvBalPlan(f *cuda.Function, N, D int) (bf *cuda.Function, grid, smem int, ok bool) {
 	S := b.GEMVBal
-	if S == 0 || N <= 0 || D <= 0 || D%(8*S) != 0 {
+	if S == gemvBalAuto {
+		S = b.gemvBalAutoSplit(f, N, D)
+	}
+	if S <= 1 || N <= 0 || D <= 0 || D%(8*S) != 0 {
 		return nil, 0, 0, false
 	}
 	if bf = b.k.gemvPipe.bal[S][f]; bf == nil {
@@ -62,6 +66,35 @@ func (b *Backend) gemvBalPlan(f *cuda.Function, N, D int) (bf *cuda.Function, gr
 		return nil, 0, 0, false
 	}
 	return bf, grid, smem, true
+}
+
+// gemvBalAutoSplit is the split FT_GEMV=bal gives N rows of width D: the
+// S of gemvBalSplits (or 1, none) that puts the fewest rows' worth of
+// units on the busiest warp, ceil(N·S / warps) / S, taken only where it
+// beats whole rows by at least 5% and the width allows it (D % (8·S) ==
+// 0), the smaller S on a tie. On an H200 (4,224 warp slots) that is 2
+// for q/k/v (1.5 rows against 2) and gate·up (3.5 against 4), 1 for
+// o/down (4,096 rows: a warp streams one row however they are cut) and
+// the LM head (30.5 against 31).
+func (b *Backend) gemvBalAutoSplit(f *cuda.Function, N, D int) int {
+	best, bestCost := 1, 0.0
+	for _, S := range gemvBalSplits {
+		bf := b.k.gemvPipe.bal[S][f]
+		if bf == nil || D%(8*S) != 0 {
+			continue
+		}
+		W := max(1, b.k.persistBlocks[bf]*8)
+		cost := float64((N*S+W-1)/W) / float64(S)
+		if best == 1 {
+			whole := float64((N + W - 1) / W)
+			if cost <= 0.95*whole {
+				best, bestCost = S, cost
+			}
+		} else if cost < bestCost {
+			best, bestCost = S, cost
+		}
+	}
+	return best
 }
 
 // gemvBal launches f's split-K twin (gemvBalPlan) for N rows of width D

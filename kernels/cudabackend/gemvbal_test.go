@@ -96,12 +96,13 @@ func gemvBalSetup(t *testing.T, c gemvBalCase, copies int) (run func(i int) []*r
 }
 
 // gemvBalModes are the one-token GEMV paths compared: gemv.cu's
-// (FT_GEMV=persist), the pipelined default and the split-K twins.
+// (FT_GEMV=persist), the pipelined default and the split-K twins (2 and 4
+// segments a row, and the split chosen per shape: FT_GEMV=bal).
 var gemvBalModes = []struct {
 	name  string
 	pipe  string
 	split int
-}{{"persist", "", 0}, {"pipe", "pipe", 0}, {"bal2", "pipe", 2}, {"bal4", "pipe", 4}}
+}{{"persist", "", 0}, {"pipe", "pipe", 0}, {"bal2", "pipe", 2}, {"bal4", "pipe", 4}, {"bal", "pipe", gemvBalAuto}}
 
 // setGEMVMode puts gb on one of gemvBalModes and returns a function
 // restoring it.
@@ -111,7 +112,8 @@ func setGEMVMode(pipe string, split int) (restore func()) {
 	return func() { gb.GEMVPipe, gb.GEMVBal = p, s }
 }
 
-// TestGEMVBalMatchesPipe: with FT_GEMV=bal2 and bal4 (GEMVBal 2, 4) the
+// TestGEMVBalMatchesPipe: with FT_GEMV=bal2, bal4 and bal (GEMVBal 2, 4,
+// per shape) the
 // one-token q/k/v, gate·up·SiLU, residual-adding and fp32-output products
 // on Llama-3-8B's decode shapes and odd ones (fewer rows than warps, rows
 // not a multiple of anything) launch the split-K kernels, write every
@@ -147,8 +149,9 @@ func TestGEMVBalMatchesPipe(t *testing.T) {
 			for _, o := range run(0) {
 				want = append(want, read(t, o))
 			}
-			for _, S := range gemvBalSplits {
+			for _, S := range append(slices.Clone(gemvBalSplits), gemvBalAuto) {
 				gb.GEMVBal = S
+				mode := fmt.Sprintf("bal%d", S)
 				fn := gb.k.gemv3
 				switch c.kind {
 				case "gateup":
@@ -158,16 +161,23 @@ func TestGEMVBalMatchesPipe(t *testing.T) {
 				case "f32out":
 					fn = gb.k.gemvPersistF32
 				}
+				split := S
+				if S == gemvBalAuto {
+					mode = "bal"
+					if split = gb.gemvBalAutoSplit(fn, c.rows(), c.D); split != 1 && (!slices.Contains(gemvBalSplits, split) || c.D%(8*split) != 0) {
+						t.Fatalf("bal: split %d for %d rows of width %d", split, c.rows(), c.D)
+					}
+				}
 				_, grid, smem, ok := gb.gemvBalPlan(fn, c.rows(), c.D)
-				if wantOK := c.D%(8*S) == 0; ok != wantOK {
-					t.Fatalf("bal%d: split-K plan %v at width %d, want %v", S, ok, c.D, wantOK)
+				if wantOK := split > 1 && c.D%(8*split) == 0; ok != wantOK {
+					t.Fatalf("%s: split-K plan %v (split %d) at width %d, want %v", mode, ok, split, c.D, wantOK)
 				}
 				first := run(0)
 				second := run(0)
 				for j, o := range first {
 					got := read(t, o)
 					again := read(t, second[j])
-					what := fmt.Sprintf("bal%d output %d", S, j)
+					what := fmt.Sprintf("%s output %d", mode, j)
 					if k := sameBits(again, got); k >= 0 {
 						t.Errorf("%s: element %d = %v on a second run, %v on the first", what, k, again[k], got[k])
 					}
@@ -183,7 +193,7 @@ func TestGEMVBalMatchesPipe(t *testing.T) {
 					}
 				}
 				if ok {
-					t.Logf("bal%d: grid %d blocks, %d bytes of partial sums a block", S, grid, smem)
+					t.Logf("%s: split %d, grid %d blocks, %d bytes of partial sums a block", mode, split, grid, smem)
 				}
 			}
 		})
