@@ -41,19 +41,22 @@ __device__ __forceinline__ void bal_body(int N, int K, const bf16_t* __restrict_
 	const int steps = (units + nw - 1) / nw;
 	const int ks = K / S;
 	const int seg = gw % S;
-	const int g = w / S;
+	const int off = (seg * ks) >> 3; // the segment's first chunk in its row
+	// The warp's partials of step i go to pp + i·S·R: finish is called for
+	// its units in order, so pp steps on by S·R each time.
+	float* pp = part + ((w / S) * steps * S + seg) * R;
 	auto unitRows = [&](int u, const uint4* (&wr)[R]) {
-		rows(u / S, wr);
+		rows((int)((unsigned)u / S), wr);
 #pragma unroll
-		for (int r = 0; r < R; r++) wr[r] += (seg * ks) >> 3;
+		for (int r = 0; r < R; r++) wr[r] += off;
 	};
-	auto finish = [&](int u, float* acc) {
-		const int i = (u - gw) / nw;
+	auto finish = [&](int, float* acc) {
 #pragma unroll
 		for (int r = 0; r < R; r++) {
 			const float v = warp_sum(acc[r]);
-			if (lane == 0) part[((g * steps + i) * S + seg) * R + r] = v;
+			if (lane == 0) pp[r] = v;
 		}
+		pp += S * R;
 	};
 	bfp_loop<R, U>(gw, nw, units, ks, x + (usize)seg * ks, unitRows, finish);
 	__syncthreads();
