@@ -40,7 +40,7 @@ var extraEnv = map[string][]string{
 	"FT_NCCL_LIB":            nil,                              // the libnccl to load for several GPUs (cuda builds)
 	"FT_DECODE_ATTN":         {"", "legacy"},                   // "legacy": the staged decode attention + combine launch (A/B runs, cuda builds)
 	"FT_FUSE_ADDNORM":        {"", "0", "1"},                   // "0": residual add and RMSNorm as two launches (A/B runs, cuda builds)
-	"FT_GEMV":                gemvValues,                       // "rowblocks": one-token products by the row-block GEMV kernels; "persist": by gemv.cu's persistent GEMVs; "pipe"/unset: by the software-pipelined GEMVs (A/B runs, cuda builds)
+	"FT_GEMV":                gemvValues,                       // "rowblocks": one-token products by the row-block GEMV kernels; "persist": by gemv.cu's persistent GEMVs; "pipe"/unset: by the software-pipelined GEMVs; "bal2"/"bal4"/"bal": by their split-K twins (A/B runs, cuda builds)
 	"FT_DECODE_SPLIT":        {"", "16", "32", "64"},           // cache positions per block of the staged one-sequence decode attention (A/B runs, cuda builds)
 	"FT_FLASH":               {"", "legacy"},                   // "legacy": the 64-row prefill flash kernels and scalar RoPE + KV store (A/B runs, cuda builds)
 	"FT_DECODE_PIPE":         {"", "0", "1"},                   // "0": the single-buffered tensor-core decode attention, not the pipelined one (A/B runs, cuda builds)

@@ -2,5 +2,8 @@ package main
 
 // gemvValues are the values FT_GEMV takes (extraEnv): "" and "pipe" (the
 // default: kernels/cuda/gemvpipe.cu's software-pipelined GEMVs), "persist"
-// (gemv.cu's persistent GEMVs, the default before) and "rowblocks".
-var gemvValues = []string{"", "pipe", "persist", "rowblocks"}
+// (gemv.cu's persistent GEMVs, the default before), "rowblocks", and
+// "bal2"/"bal4" (kernels/cuda/gemvpipe_bal.cu's split-K twins of the
+// pipelined GEMVs, each row cut into 2 or 4 segments; "bal": the split
+// chosen per product; off by default).
+var gemvValues = []string{"", "pipe", "persist", "rowblocks", "bal", "bal2", "bal4"}

@@ -71,6 +71,12 @@ type Backend struct {
 	// (the default, also FT_GEMV=pipe), and to "" when FT_GEMV is persist or
 	// rowblocks.
 	GEMVPipe string
+	// GEMVBal, when 2 or 4, runs those one-token GEMVs on their split-K
+	// twins (gemvbal.go) with each row cut into GEMVBal segments, where
+	// the width allows (else on the GEMVPipe kernels); 1 picks the split
+	// per product (gemvBalAutoSplit). New sets it from FT_GEMV=bal2, bal4
+	// or bal (A/B runs); 0, off, by default.
+	GEMVBal int
 
 	// LegacyDecodeAttention runs one-query decode attention (Attention at
 	// one token, PagedDecodeAttention) through the staged decode kernels and
@@ -392,7 +398,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		NormTail:     normTailFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
-	b.GEMVPipe = gemvPipeFromEnv()
+	b.GEMVPipe, b.GEMVBal = gemvPipeFromEnv(), gemvBalFromEnv()
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -523,6 +529,9 @@ func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 		f := b.k.gemvPersist
 		if f32 {
 			f = b.k.gemvPersistF32
+		}
+		if ok, err := b.gemvBal(f, N, D, gemvBytes(N, D, out), cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D)); ok {
+			return err
 		}
 		f = b.gemvFn(f, D)
 		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
@@ -1244,6 +1253,11 @@ func (b *Backend) MatMulN(outs []*runtime.Tensor, x *runtime.Tensor, ws []*runti
 		return nil
 	}
 	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
+	if ok, err := b.gemvBal(b.k.gemv3, N0+N1+N2, x.Dim(-1), gemvBytes(N0+N1+N2, x.Dim(-1), outs[0]),
+		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
+		cuda.Ptr(ws[0].Ptr()), cuda.Ptr(ws[1].Ptr()), cuda.Ptr(ws[2].Ptr()), cuda.I32(N0), cuda.I32(N1), cuda.I32(N2), cuda.I32(x.Dim(-1))); ok {
+		return err
+	}
 	f := b.gemvFn(b.k.gemv3, x.Dim(-1))
 	return f.LaunchBytes(b.s, gemvBytes(N0+N1+N2, x.Dim(-1), outs[0]), cuda.Dim3{X: min(b.k.persistBlocks[f], (N0+N1+N2+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
@@ -1273,6 +1287,10 @@ func (b *Backend) GateUpSiLU(out, x, wg, wu *runtime.Tensor) error {
 		return fmt.Errorf("cudabackend.GateUpSiLU: width %d (want a multiple of 8) or unaligned tensors", D)
 	}
 	N := wg.Dim(0)
+	if ok, err := b.gemvBal(b.k.gateUp, N, D, gemvBytes(2*N, D, out)-int64(N)*2,
+		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.I32(N), cuda.I32(D)); ok {
+		return err
+	}
 	f := b.gemvFn(b.k.gateUp, D)
 	return f.LaunchBytes(b.s, gemvBytes(2*N, D, out)-int64(N)*2, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.I32(N), cuda.I32(D))

@@ -20,6 +20,7 @@ import (
 // of each depth.
 type gemvPipeKernels struct {
 	twin map[string]map[*cuda.Function]*cuda.Function // by depth
+	bal  map[int]map[*cuda.Function]*cuda.Function    // split-K twins (gemvbal.go), by segments a row
 }
 
 // loadGEMVPipe looks the pipelined GEMVs up (every depth) as twins of ks's
@@ -34,14 +35,23 @@ func (ks *kernelSet) loadGEMVPipe(get func(string) *cuda.Function) {
 			ks.gemvPersistF32: get("gemv_persist_" + d + "_f32out"),
 		}
 	}
+	ks.loadGEMVBal(get)
 }
 
-// functions are the pipelined GEMVs of every depth (all call ft_pdl_wait
+// functions are the pipelined GEMVs of every depth and their split-K twins
+// (gemvbal.go; all call ft_pdl_wait
 // before touching x or y: pdl.go).
 func (k *gemvPipeKernels) functions() []*cuda.Function {
 	var fs []*cuda.Function
 	for _, d := range gemvPipeDepths {
 		for _, f := range k.twin[d] {
+			if f != nil {
+				fs = append(fs, f)
+			}
+		}
+	}
+	for _, S := range gemvBalSplits {
+		for _, f := range k.bal[S] {
 			if f != nil {
 				fs = append(fs, f)
 			}

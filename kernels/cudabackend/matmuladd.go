@@ -44,6 +44,9 @@ func (b *Backend) MatMulAdd(y, x, w *runtime.Tensor) error {
 		return nil
 	}
 	if T == 1 && D%8 == 0 && aligned16(x.Ptr(), w.Ptr()) {
+		if ok, err := b.gemvBal(b.k.gemvAcc, N, D, gemvBytes(N, D, y)+int64(N)*4, cuda.Ptr(y.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D)); ok {
+			return err
+		}
 		f := b.gemvFn(b.k.gemvAcc, D)
 		return f.LaunchBytes(b.s, gemvBytes(N, D, y)+int64(N)*4, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(y.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D))
