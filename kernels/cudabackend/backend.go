@@ -71,6 +71,12 @@ type Backend struct {
 	// (the default, also FT_GEMV=pipe), and to "" when FT_GEMV is persist or
 	// rowblocks.
 	GEMVPipe string
+	// GEMVPersistQKV keeps the one-token q/k/v (MatMulN's gemv3_bf16) on
+	// gemv.cu's kernel while GEMVPipe runs the other GEMVs pipelined (it
+	// does not touch GEMVBal's split-K twins). New sets it for
+	// FT_GEMV=mixed, and for FT_GEMV unset when gemvMixedDefault is true
+	// (gemvmixedmode.go; false now: A/B runs).
+	GEMVPersistQKV bool
 	// GEMVBal, when 2 or 4, runs those one-token GEMVs on their split-K
 	// twins (gemvbal.go) with each row cut into GEMVBal segments, where
 	// the width allows (else on the GEMVPipe kernels); 1 picks the split
@@ -139,9 +145,10 @@ type Backend struct {
 	// the residual stream. New sets it when FT_FP8_ADD=0 (A/B runs).
 	NoFP8Add bool
 
-	// FP8Variant names the tuning of the FP8 GEMVs (fp8gemv.go's
-	// fp8Variants; an unknown name runs the default). New sets it from
-	// FT_FP8_VARIANT (A/B runs).
+	// FP8Variant names the tuning of the FP8 GEMVs: "auto" (the default:
+	// a variant per launch by kind and width, fp8variant.go's fp8AutoPick)
+	// or one of fp8Variants run everywhere; an unknown name runs u8r1s.
+	// New sets it from FT_FP8_VARIANT (A/B runs).
 	FP8Variant string
 
 	// FP8GEMM is how MatMulFP8 multiplies FP8 weights with per-channel
@@ -398,7 +405,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		NormTail:     normTailFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
-	b.GEMVPipe, b.GEMVBal = gemvPipeFromEnv(), gemvBalFromEnv()
+	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemvPipeFromEnv(), gemvBalFromEnv(), gemvMixedFromEnv()
 	cd.AtClose(b.Close)
 	return b, nil
 }

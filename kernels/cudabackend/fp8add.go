@@ -33,7 +33,8 @@ func (b *Backend) AddsFP8(rows int) bool { return rows == 1 && !b.NoFP8Add }
 // MatMulAddFP8 is kernels.FP8MatMulAdder on the GPU: y[T,N] +=
 // x[T,D]·dequant(w, scale)ᵀ, y F32 (the residual stream), x BF16, w
 // F8_E4M3 with scales per channel or per block. One token runs the kernel
-// MatMulFP8 runs (gemv_fp8_v in the variant b.FP8Variant picks, or fp8.cu's
+// MatMulFP8 runs (gemv_fp8_v in the variant b.FP8Variant picks for its
+// width, fp8VariantFor, or fp8.cu's
 // gemv_fp8) in its adding mode: each row's fp32
 // sum is added to y, bit for bit what MatMulFP8 into F32 and Add give.
 // Otherwise (several tokens, or a shape those kernels do not take) the

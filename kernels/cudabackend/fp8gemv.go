@@ -17,8 +17,8 @@ import (
 // (kernels/cuda/fp8gemv.cu): gemv_fp8_v (one weight, bf16 or f32 out),
 // gemv3_fp8 (q, k, v in one launch) and gemv_gateup_silu_fp8 (gate·up·SiLU
 // in one launch) stream the FP8 rows with 16-byte loads, in one of several
-// tunings (fp8Variants, picked by FT_FP8_VARIANT: kernel names end in the
-// variant's name); dequant_fp8_bf16_v16 feeds the cuBLAS prefill.
+// tunings (fp8Variants: kernel names end in the variant's name; picked per
+// launch by kind and width, fp8AutoPick, or forced by FT_FP8_VARIANT); dequant_fp8_bf16_v16 feeds the cuBLAS prefill.
 //
 // They take per-channel scales and block scales with a power-of-two block
 // of at least 16 (128 in the published checkpoints); other block sizes,
@@ -27,7 +27,7 @@ import (
 //
 // Switches: Backend.LegacyFP8GEMV (FT_FP8_GEMV=legacy when the backend is
 // made) runs the fp8.cu kernels, one launch per projection, for A/B runs;
-// Backend.FP8Variant (FT_FP8_VARIANT) picks the tuning.
+// Backend.FP8Variant (FT_FP8_VARIANT; "auto" by default) picks the tuning.
 
 // fp8Kernels are fp8gemv.cu's kernels and their launch geometry.
 type fp8Kernels struct {
@@ -75,14 +75,26 @@ func (k *fp8Kernels) functions() []*cuda.Function {
 	return fs
 }
 
-// fp8GEMVs is the variant of the FP8 GEMVs that b runs (b.FP8Variant; the
-// default where it names none).
-func (b *Backend) fp8GEMVs() *fp8GEMVs {
+// fp8GEMVs is the variant of the FP8 GEMVs that b runs for a GEMV of kind
+// over x of K columns: fp8VariantFor(b.FP8Variant, kind, K) (fp8variant.go;
+// "auto", the default, picks per kind and K, a variant's name forces it).
+func (b *Backend) fp8GEMVs(kind fp8Kind, K int) *fp8GEMVs {
 	vs := b.k.fp8.variants
-	if g, ok := vs[b.FP8Variant]; ok {
+	if g, ok := vs[fp8VariantFor(b.FP8Variant, kind, K)]; ok {
 		return g
 	}
-	return vs[fp8DefaultVariant]
+	return vs[fp8FixedDefault]
+}
+
+// fn is v's kernel of kind.
+func (v *fp8GEMVs) fn(kind fp8Kind) *cuda.Function {
+	switch kind {
+	case fp8KindQKV:
+		return v.gemv3
+	case fp8KindGateUp:
+		return v.gateUp
+	}
+	return v.gemv
 }
 
 // legacyFP8FromEnv is the default of Backend.LegacyFP8GEMV.
@@ -173,7 +185,7 @@ func (b *Backend) gemvFP8V(out, x, w, scale *runtime.Tensor, layout kernels.FP8L
 	if !ok {
 		return false, nil
 	}
-	v := b.fp8GEMVs()
+	v := b.fp8GEMVs(fp8KindGEMV, D)
 	f := v.gemv
 	grid, smem, ok, err := b.k.fp8.fp8Grid(v, f, N, D)
 	if !ok || err != nil {
@@ -282,7 +294,7 @@ func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scal
 		ptrs = append(ptrs, ws[i].Ptr())
 	}
 	var shift, grid, smem int
-	v := b.fp8GEMVs()
+	v := b.fp8GEMVs(fp8KindQKV, D)
 	if fused {
 		shift, fused = b.fp8Fast(D, layout, ptrs...)
 	}
@@ -338,7 +350,7 @@ func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layo
 	N := wg.Dim(0)
 	fused := x.NumElements() == D && sg.DType() == su.DType()
 	var shift, grid, smem int
-	v := b.fp8GEMVs()
+	v := b.fp8GEMVs(fp8KindGateUp, D)
 	if fused {
 		shift, fused = b.fp8Fast(D, layout, x.Ptr(), wg.Ptr(), wu.Ptr())
 	}

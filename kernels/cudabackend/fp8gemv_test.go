@@ -11,7 +11,6 @@ import (
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/runtime"
-	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
 
 // fp8Weight is a random FP8 weight [N,D] with scales (dtype sdt) on the GPU
@@ -55,35 +54,40 @@ func fp8Ref(t *testing.T, x []float32, w fp8Weight, layout kernels.FP8Layout) []
 	return ref.F32()
 }
 
-// mustFast fails t unless the fp8gemv.cu kernels (f of the variant gb
-// runs) take this shape (so that the test checks them, not a fallback).
-func mustFast(t *testing.T, f func(*fp8GEMVs) *cuda.Function, D int, layout kernels.FP8Layout, rows int, ptrs ...uintptr) {
+// mustFast fails t unless the fp8gemv.cu kernels (the kernel of kind f in
+// the variant gb runs for it at width D) take this shape (so that the test
+// checks them, not a fallback).
+func mustFast(t *testing.T, f fp8Kind, D int, layout kernels.FP8Layout, rows int, ptrs ...uintptr) {
 	t.Helper()
 	if _, ok := gb.fp8Fast(D, layout, ptrs...); !ok {
 		t.Fatalf("the fp8gemv.cu kernels do not take D %d, %v", D, layout)
 	}
-	v := gb.fp8GEMVs()
-	if _, _, ok, err := gb.k.fp8.fp8Grid(v, f(v), rows, D); err != nil || !ok {
-		t.Fatalf("%s: no grid for %d rows of %d (%v)", f(v).Name(), rows, D, err)
+	v := gb.fp8GEMVs(f, D)
+	if _, _, ok, err := gb.k.fp8.fp8Grid(v, v.fn(f), rows, D); err != nil || !ok {
+		t.Fatalf("%s: no grid for %d rows of %d (%v)", v.fn(f).Name(), rows, D, err)
 	}
 }
 
-// eachFP8Variant runs fn as a subtest per FP8 GEMV variant (fp8Variants),
-// with gb running that variant.
+// eachFP8Variant runs fn as a subtest per FT_FP8_VARIANT value
+// (FP8VariantNames: "auto", the variant per launch, then every compiled
+// variant), with gb running it.
 func eachFP8Variant(t *testing.T, fn func(t *testing.T)) {
 	t.Helper()
-	for _, v := range fp8Variants {
-		t.Run(v.Name, func(t *testing.T) {
-			gb.FP8Variant = v.Name
-			defer func() { gb.FP8Variant = fp8DefaultVariant }()
+	for _, name := range FP8VariantNames() {
+		t.Run(name, func(t *testing.T) {
+			defer func(was string) { gb.FP8Variant = was }(gb.FP8Variant)
+			gb.FP8Variant = name
 			fn(t)
 		})
 	}
 }
 
-func fp8Gemv(v *fp8GEMVs) *cuda.Function   { return v.gemv }
-func fp8Gemv3(v *fp8GEMVs) *cuda.Function  { return v.gemv3 }
-func fp8GateUp(v *fp8GEMVs) *cuda.Function { return v.gateUp }
+// The kinds of FP8 GEMV the tests check.
+const (
+	fp8Gemv   = fp8KindGEMV
+	fp8Gemv3  = fp8KindQKV
+	fp8GateUp = fp8KindGateUp
+)
 
 // fp8Cases are the shapes of the GEMV tests: Llama-3-8B's projections and
 // odd ones (D not a multiple of 16·32, N not a multiple of 8 rows per

@@ -134,12 +134,13 @@ type fp8RateSet struct {
 // TestFP8GEMVRate logs, per decode shape and kernel, the median time of
 // one launch (CUDA events, 20 launches after 3 of warm-up) and the mean of
 // 20 launches back to back, with the FP8 weight bytes' rate: every FP8
-// variant (fp8Variants, the default first) and "bf16pipe", the BF16
+// variant ("auto" first, then fp8Variants) and "bf16pipe", the BF16
 // pipelined GEMV over the same bytes. Each launch reads a different copy
 // of the weights (at least 160 MB in all, past the L2), so the
 // weights come from HBM as in a decode step. It asserts that every kernel
 // takes the shape (no fallback), that the times are real (0 < rate < 10
-// TB/s), and, first, that the pipelined variants give the default's bits
+// TB/s), and, first, that "auto" (the variant per launch) and the
+// pipelined variants give u8r1s's bits
 // and the CPU reference's values on o and down (random weights, adding
 // into a random residual, both scale layouts).
 func TestFP8GEMVRate(t *testing.T) {
@@ -159,7 +160,7 @@ func TestFP8GEMVRate(t *testing.T) {
 				ref[i] += y0[i]
 			}
 			var def []float32
-			for _, name := range append([]string{fp8DefaultVariant}, fp8PipeVariants...) {
+			for _, name := range append([]string{fp8FixedDefault, fp8AutoVariant}, fp8PipeVariants...) {
 				gb.FP8Variant = name
 				mustFast(t, fp8Gemv, c.D, layout, c.N, gx.Ptr(), w.g.Ptr())
 				y := gpu(t, runtime.F32, y0, 1, c.N)
@@ -175,7 +176,7 @@ func TestFP8GEMVRate(t *testing.T) {
 				for i := range got {
 					if math.Float32bits(got[i]) != math.Float32bits(def[i]) {
 						t.Errorf("%s %dx%d %v: row %d = %v, the default %s gives %v (want the same bits)",
-							name, c.N, c.D, layout, i, got[i], fp8DefaultVariant, def[i])
+							name, c.N, c.D, layout, i, got[i], fp8FixedDefault, def[i])
 						break
 					}
 				}
@@ -245,11 +246,9 @@ func TestFP8GEMVRate(t *testing.T) {
 				run := bf16
 				if name != "bf16pipe" {
 					gb.FP8Variant = name
-					v := gb.fp8GEMVs()
-					f := map[string]*cuda.Function{"qkv": v.gemv3, "gateup": v.gateUp}[c.name]
-					if f == nil {
-						f = v.gemv
-					}
+					kind := map[string]fp8Kind{"qkv": fp8KindQKV, "gateup": fp8KindGateUp}[c.name] // else fp8KindGEMV
+					v := gb.fp8GEMVs(kind, c.K)
+					f := v.fn(kind)
 					total := 0
 					for _, n := range c.rows {
 						total += n

@@ -3,6 +3,7 @@ package cudabackend
 import (
 	"fmt"
 	"os"
+	"slices"
 )
 
 // The tuning variants of the one-token FP8 GEMVs (kernels/cuda/fp8gemv.cu,
@@ -19,7 +20,7 @@ type fp8Variant struct {
 }
 
 // fp8Variants are the variants compiled into the module; FT_FP8_VARIANT
-// picks one by name (default fp8DefaultVariant).
+// forces one by name everywhere (default "auto": fp8AutoPick per launch).
 var fp8Variants = []fp8Variant{
 	{"u4r1s", 4, 1, true}, {"u8r1s", 8, 1, true}, {"u16r1s", 16, 1, true},
 	{"u4r2s", 4, 2, true}, {"u8r2s", 8, 2, true}, {"u16r2s", 16, 2, true},
@@ -33,21 +34,80 @@ var fp8Variants = []fp8Variant{
 	{"p4s", 4, 1, true}, {"p4g", 4, 1, false}, {"p2r2s", 2, 2, true},
 }
 
-// fp8DefaultVariant is the FP8 GEMV tuning without FT_FP8_VARIANT: x
-// widened to fp32 in shared memory, eight 16-byte loads per row in flight.
-// Measured on the H200 (2026-12-01, Llama-3-8B FP8 resident decode at 512,
-// graph replay): u8r1s 3.20 ms a step against 3.31 for u8r1g (x read as
-// bf16 from global memory); the other variants were not swept for lack of
-// device time (bench/h200-fp8sweep.sh compares them all).
-const fp8DefaultVariant = "u8r1s"
+// fp8AutoVariant is the FT_FP8_VARIANT value that picks the variant per
+// launch (fp8AutoPick) by kind of GEMV and width.
+const fp8AutoVariant = "auto"
 
-// FP8VariantNames are the names FT_FP8_VARIANT takes, the default first.
-func FP8VariantNames() []string {
-	names := []string{fp8DefaultVariant}
+// fp8DefaultVariant is the FP8 GEMV tuning without FT_FP8_VARIANT: the
+// variant picked per launch (fp8AutoPick).
+const fp8DefaultVariant = fp8AutoVariant
+
+// fp8FixedDefault is the one variant that ran everywhere before "auto"
+// (FT_FP8_VARIANT=u8r1s restores it), and the variant run for a name that
+// is not compiled: x widened to fp32 in shared memory, eight 16-byte loads
+// per row in flight. Measured on the H200 (2026-12-01, Llama-3-8B FP8
+// resident decode at 512, graph replay): u8r1s 3.20 ms a step against
+// 3.31 for u8r1g.
+const fp8FixedDefault = "u8r1s"
+
+// fp8Kind is which one-token FP8 GEMV a launch runs.
+type fp8Kind int
+
+const (
+	fp8KindGEMV   fp8Kind = iota // gemv_fp8_v: one weight (o, down; adding into the residual or not)
+	fp8KindQKV                   // gemv3_fp8: q, k and v in one launch
+	fp8KindGateUp                // gemv_gateup_silu_fp8: gate·up·SiLU in one launch
+)
+
+// fp8AutoPick is the variant FT_FP8_VARIANT=auto (the default) runs for a
+// GEMV of kind over x of K columns. Measured on the H200 (2026-12-02
+// 00:52, bench/h200-s8d.sh, TestFP8GEMVRate: µs per launch back to back
+// with dependent launch, per-channel scales, Llama-3-8B's shapes):
+//
+//	q/k/v   gemv3_fp8 6,144 × 4,096:       u4r2s 10.33, u16r1s 11.23, u8r1s 11.47
+//	o       gemv_fp8_v 4,096 × 4,096:      u8r1g 8.14, u8r2g 8.28, u4r1s 8.37, u8r1s 8.52
+//	down    gemv_fp8_v 4,096 × 14,336:     p4s 20.13, u4r1g 22.31, u8r1s 24.85
+//	gate·up gemv_gateup_silu_fp8 2 × 14,336 × 4,096: u4r1s 33.72, p4s 34.35, u8r1s 35.13
+//
+// so gemv_fp8_v takes p4s from K = 8,192 (the wide down projection) and
+// u8r1g below. The resident decode graph step with p4s everywhere took
+// 3.03 ms against 3.13/3.11 with u8r1s. Every variant gives the same bits
+// (each lane sums its chunks in the same order), so the choice changes
+// only the time.
+func fp8AutoPick(kind fp8Kind, K int) string {
+	switch kind {
+	case fp8KindQKV:
+		return "u4r2s"
+	case fp8KindGateUp:
+		return "u4r1s"
+	}
+	if K >= 8192 {
+		return "p4s"
+	}
+	return "u8r1g"
+}
+
+// fp8VariantFor is the variant a launch of kind over K columns runs when
+// Backend.FP8Variant is name: fp8AutoPick's for "auto" or "", name itself
+// where it is compiled, else fp8FixedDefault.
+func fp8VariantFor(name string, kind fp8Kind, K int) string {
+	if name == fp8AutoVariant || name == "" {
+		return fp8AutoPick(kind, K)
+	}
 	for _, v := range fp8Variants {
-		if v.Name != fp8DefaultVariant {
-			names = append(names, v.Name)
+		if v.Name == name {
+			return name
 		}
+	}
+	return fp8FixedDefault
+}
+
+// FP8VariantNames are the names FT_FP8_VARIANT takes: "auto" (the
+// default, a variant per launch) first, then every compiled variant.
+func FP8VariantNames() []string {
+	names := []string{fp8AutoVariant}
+	for _, v := range fp8Variants {
+		names = append(names, v.Name)
 	}
 	return names
 }
@@ -59,10 +119,8 @@ func fp8VariantFromEnv() (string, error) {
 	if v == "" {
 		return fp8DefaultVariant, nil
 	}
-	for _, fv := range fp8Variants {
-		if fv.Name == v {
-			return v, nil
-		}
+	if slices.Contains(FP8VariantNames(), v) {
+		return v, nil
 	}
 	return "", fmt.Errorf("FT_FP8_VARIANT=%q: want one of %v", v, FP8VariantNames())
 }

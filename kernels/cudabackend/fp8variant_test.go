@@ -6,28 +6,74 @@ import (
 	"testing"
 )
 
-// TestFP8VariantFromEnv: unset or empty picks the default, every listed
-// variant is accepted, anything else is an error naming the variable.
+// TestFP8VariantFromEnv: unset or empty picks "auto", "auto" and every
+// compiled variant are accepted, anything else is an error naming the
+// variable.
 func TestFP8VariantFromEnv(t *testing.T) {
 	t.Setenv("FT_FP8_VARIANT", "")
-	if v, err := fp8VariantFromEnv(); err != nil || v != fp8DefaultVariant {
-		t.Fatalf("empty: %q, %v; want %q", v, err, fp8DefaultVariant)
+	if v, err := fp8VariantFromEnv(); err != nil || v != fp8AutoVariant {
+		t.Fatalf("empty: %q, %v; want %q", v, err, fp8AutoVariant)
 	}
 	names := FP8VariantNames()
-	if len(names) != len(fp8Variants) || names[0] != fp8DefaultVariant {
-		t.Fatalf("FP8VariantNames %v: want the %d variants, the default %q first", names, len(fp8Variants), fp8DefaultVariant)
+	if len(names) != len(fp8Variants)+1 || names[0] != fp8AutoVariant {
+		t.Fatalf("FP8VariantNames %v: want %q first, then the %d variants", names, fp8AutoVariant, len(fp8Variants))
+	}
+	for _, v := range append([]string{fp8AutoVariant}, names[1:]...) {
+		t.Setenv("FT_FP8_VARIANT", v)
+		if got, err := fp8VariantFromEnv(); err != nil || got != v {
+			t.Errorf("%s: %q, %v", v, got, err)
+		}
 	}
 	for _, v := range fp8Variants {
 		if !slices.Contains(names, v.Name) {
 			t.Errorf("FP8VariantNames lacks %q", v.Name)
 		}
-		t.Setenv("FT_FP8_VARIANT", v.Name)
-		if got, err := fp8VariantFromEnv(); err != nil || got != v.Name {
-			t.Errorf("%s: %q, %v", v.Name, got, err)
+	}
+	for _, bad := range []string{"u32r1s", "Auto", "u8r1s "} {
+		t.Setenv("FT_FP8_VARIANT", bad)
+		if _, err := fp8VariantFromEnv(); err == nil || !strings.Contains(err.Error(), "FT_FP8_VARIANT") || !strings.Contains(err.Error(), "auto") {
+			t.Errorf("FT_FP8_VARIANT=%q: err %v, want one naming FT_FP8_VARIANT and the values", bad, err)
 		}
 	}
-	t.Setenv("FT_FP8_VARIANT", "u32r1s")
-	if _, err := fp8VariantFromEnv(); err == nil || !strings.Contains(err.Error(), "FT_FP8_VARIANT") {
-		t.Fatalf("unknown variant: err %v, want one naming FT_FP8_VARIANT", err)
+}
+
+// TestFP8AutoPick: "auto" runs the measured best per kind and width (q/k/v
+// u4r2s, gate·up u4r1s, gemv_fp8_v p4s from K = 8,192 and u8r1g below),
+// every pick is a compiled variant, a variant's name forces it for every
+// kind and width, and a name that is not compiled runs u8r1s.
+func TestFP8AutoPick(t *testing.T) {
+	compiled := func(name string) bool {
+		return slices.ContainsFunc(fp8Variants, func(v fp8Variant) bool { return v.Name == name })
+	}
+	if !compiled(fp8FixedDefault) {
+		t.Fatalf("fp8FixedDefault %q is not compiled", fp8FixedDefault)
+	}
+	for _, c := range []struct {
+		kind fp8Kind
+		K    int
+		want string
+	}{
+		{fp8KindQKV, 4096, "u4r2s"}, {fp8KindQKV, 16384, "u4r2s"}, {fp8KindQKV, 16, "u4r2s"},
+		{fp8KindGateUp, 4096, "u4r1s"}, {fp8KindGateUp, 8192, "u4r1s"},
+		{fp8KindGEMV, 4096, "u8r1g"}, {fp8KindGEMV, 8191, "u8r1g"}, {fp8KindGEMV, 16, "u8r1g"},
+		{fp8KindGEMV, 8192, "p4s"}, {fp8KindGEMV, 14336, "p4s"},
+	} {
+		for _, name := range []string{fp8AutoVariant, ""} {
+			got := fp8VariantFor(name, c.kind, c.K)
+			if got != c.want {
+				t.Errorf("%q, kind %d, K %d: %q, want %q", name, c.kind, c.K, got, c.want)
+			}
+			if !compiled(got) {
+				t.Errorf("%q, kind %d, K %d: %q is not compiled (fp8Variants)", name, c.kind, c.K, got)
+			}
+		}
+		for _, v := range fp8Variants {
+			if got := fp8VariantFor(v.Name, c.kind, c.K); got != v.Name {
+				t.Errorf("%q, kind %d, K %d: %q, want the variant forced", v.Name, c.kind, c.K, got)
+			}
+		}
+		if got := fp8VariantFor("u32r1s", c.kind, c.K); got != fp8FixedDefault {
+			t.Errorf("uncompiled name, kind %d, K %d: %q, want %q", c.kind, c.K, got, fp8FixedDefault)
+		}
 	}
 }

@@ -96,20 +96,22 @@ func gemvBalSetup(t *testing.T, c gemvBalCase, copies int) (run func(i int) []*r
 }
 
 // gemvBalModes are the one-token GEMV paths compared: gemv.cu's
-// (FT_GEMV=persist), the pipelined default and the split-K twins (2 and 4
-// segments a row, and the split chosen per shape: FT_GEMV=bal).
+// (FT_GEMV=persist), the pipelined default, the split-K twins (2 and 4
+// segments a row, and the split chosen per shape: FT_GEMV=bal), and
+// FT_GEMV=mixed (q/k/v on gemv.cu's kernel, the rest pipelined).
 var gemvBalModes = []struct {
 	name  string
 	pipe  string
 	split int
-}{{"persist", "", 0}, {"pipe", "pipe", 0}, {"bal2", "pipe", 2}, {"bal4", "pipe", 4}, {"bal", "pipe", gemvBalAuto}}
+}{{"persist", "", 0}, {"pipe", "pipe", 0}, {"bal2", "pipe", 2}, {"bal4", "pipe", 4}, {"bal", "pipe", gemvBalAuto}, {gemvMixed, "pipe", 0}}
 
-// setGEMVMode puts gb on one of gemvBalModes and returns a function
-// restoring it.
-func setGEMVMode(pipe string, split int) (restore func()) {
-	p, s := gb.GEMVPipe, gb.GEMVBal
-	gb.GEMVPipe, gb.GEMVBal = pipe, split
-	return func() { gb.GEMVPipe, gb.GEMVBal = p, s }
+// setGEMVMode puts gb on one of gemvBalModes (q/k/v on gemv.cu's kernel,
+// GEMVPersistQKV, only for "mixed", named by mode; none for the others)
+// and returns a function restoring it.
+func setGEMVMode(pipe string, split int, mode ...string) (restore func()) {
+	p, s, q := gb.GEMVPipe, gb.GEMVBal, gb.GEMVPersistQKV
+	gb.GEMVPipe, gb.GEMVBal, gb.GEMVPersistQKV = pipe, split, len(mode) > 0 && mode[0] == gemvMixed
+	return func() { gb.GEMVPipe, gb.GEMVBal, gb.GEMVPersistQKV = p, s, q }
 }
 
 // TestGEMVBalMatchesPipe: with FT_GEMV=bal2, bal4 and bal (GEMVBal 2, 4,
@@ -320,7 +322,7 @@ func TestGEMVBalBench(t *testing.T) {
 			copies := int(max(1, (160<<20+c.weightBytes()-1)/c.weightBytes()))
 			_, launch := gemvBalSetup(t, c, copies)
 			for _, m := range gemvBalModes {
-				restore := setGEMVMode(m.pipe, m.split)
+				restore := setGEMVMode(m.pipe, m.split, m.name)
 				for i := range 5 {
 					if err := launch(i); err != nil {
 						t.Fatal(err)

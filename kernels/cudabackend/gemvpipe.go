@@ -74,11 +74,12 @@ func (ks *kernelSet) sizeGEMVPipe(sms int) error {
 }
 
 // gemvFn is the kernel a one-token product of width D launches in place of
-// f: f's pipelined twin of depth b.GEMVPipe where it has one, else f. A
+// f: f's pipelined twin of depth b.GEMVPipe where it has one, else f
+// (gemv3_bf16 itself under b.GEMVPersistQKV, FT_GEMV=mixed). A
 // width below one 8-element chunk (D = 0) stays on f: the pipelined loop
 // needs a batch a row (gemvpipe.cu), gemv.cu's kernels write the empty sum.
 func (b *Backend) gemvFn(f *cuda.Function, D int) *cuda.Function {
-	if b.GEMVPipe == "" || D < 8 {
+	if b.GEMVPipe == "" || D < 8 || (b.GEMVPersistQKV && f == b.k.gemv3) {
 		return f
 	}
 	if t := b.k.gemvPipe.twin[b.GEMVPipe][f]; t != nil {

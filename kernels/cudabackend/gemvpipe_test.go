@@ -5,13 +5,15 @@ package cudabackend
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // TestGEMVPipeBitIdentical: with GEMVPipe at each depth ("pipe";
-// FT_GEMV=pipe) the one-token q/k/v (MatMulN), gate·up·SiLU
+// FT_GEMV=pipe), and under FT_GEMV=mixed (q/k/v on gemv.cu's kernel, the
+// rest pipelined: GEMVPersistQKV), the one-token q/k/v (MatMulN), gate·up·SiLU
 // (GateUpSiLU), residual-adding (MatMulAdd) and fp32-output (MatMul into
 // F32: the LM head) products leave bit for bit what gemv.cu's kernels
 // leave, on Llama-3-8B's decode shapes (4096 → 4096+1024+1024, 4096 →
@@ -20,7 +22,8 @@ import (
 func TestGEMVPipeBitIdentical(t *testing.T) {
 	needGPU(t)
 	rng := newRNG(t)
-	defer func(was string) { gb.GEMVPipe = was }(gb.GEMVPipe)
+	defer func(was string, qkv bool) { gb.GEMVPipe, gb.GEMVPersistQKV = was, qkv }(gb.GEMVPipe, gb.GEMVPersistQKV)
+	gb.GEMVPersistQKV = false
 	for _, d := range gemvPipeDepths {
 		gb.GEMVPipe = d
 		if gb.gemvFn(gb.k.gemv3, 4096) == gb.k.gemv3 || gb.gemvFn(gb.k.gateUp, 4096) == gb.k.gateUp ||
@@ -32,7 +35,15 @@ func TestGEMVPipeBitIdentical(t *testing.T) {
 			t.Fatalf("GEMVPipe %q: width 0 launches a pipelined twin", d)
 		}
 	}
-	gb.GEMVPipe = ""
+	// FT_GEMV=mixed: q/k/v on gemv.cu's gemv3_bf16, the others pipelined.
+	gb.GEMVPipe, gb.GEMVPersistQKV = gemvPipeDefault, true
+	if gb.gemvFn(gb.k.gemv3, 4096) != gb.k.gemv3 {
+		t.Fatalf("mixed: q/k/v launches %s, want gemv.cu's gemv3_bf16", gb.gemvFn(gb.k.gemv3, 4096).Name())
+	}
+	if gb.gemvFn(gb.k.gateUp, 4096) == gb.k.gateUp || gb.gemvFn(gb.k.gemvAcc, 4096) == gb.k.gemvAcc || gb.gemvFn(gb.k.gemvPersistF32, 4096) == gb.k.gemvPersistF32 {
+		t.Fatalf("mixed: a GEMV other than q/k/v is not pipelined")
+	}
+	gb.GEMVPipe, gb.GEMVPersistQKV = "", false
 	// weight makes an [N,D] bf16 weight uniform in ±1/√D on the device.
 	weight := func(t *testing.T, N, D int) *runtime.Tensor {
 		w := gpu(t, runtime.BF16, nil, N, D)
@@ -57,10 +68,14 @@ func TestGEMVPipeBitIdentical(t *testing.T) {
 				}
 			}
 		}
-		for _, d := range gemvPipeDepths {
-			gb.GEMVPipe = d
+		for _, d := range append(slices.Clone(gemvPipeDepths), gemvMixed) {
+			if d == gemvMixed {
+				gb.GEMVPipe, gb.GEMVPersistQKV = gemvPipeDefault, true
+			} else {
+				gb.GEMVPipe = d
+			}
 			outs := fn()
-			gb.GEMVPipe = ""
+			gb.GEMVPipe, gb.GEMVPersistQKV = "", false
 			for j, o := range outs {
 				got := read(t, o)
 				if k := sameBits(got, want[j]); k >= 0 {

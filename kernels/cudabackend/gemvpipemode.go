@@ -17,14 +17,15 @@ const gemvPipeDefault = "pipe"
 
 // gemvPipeFromEnv is the default of Backend.GEMVPipe: the software-pipelined
 // one-token GEMVs (gemvpipe.go) at depth "pipe" when FT_GEMV is unset or
-// empty or "pipe", and under FT_GEMV=bal2/bal4 (gemvBalFromEnv: the
+// empty or "pipe" or "mixed" (gemvMixedFromEnv: q/k/v on gemv.cu's
+// kernel, the rest pipelined), and under FT_GEMV=bal2/bal4 (gemvBalFromEnv: the
 // split-K twins, with the pipelined kernels where they do not apply), else
 // "" (FT_GEMV=persist: gemv.cu's kernels; rowblocks is read elsewhere). No build tag:
 // the command line checks it in every build.
 func gemvPipeFromEnv() string {
 	v := os.Getenv("FT_GEMV")
 	switch {
-	case v == "", gemvBalFromEnv() != 0:
+	case v == "", v == gemvMixed, gemvBalFromEnv() != 0:
 		return gemvPipeDefault
 	case slices.Contains(gemvPipeDepths, v):
 		return v

@@ -38,83 +38,96 @@ var _ kernels.FP8MatMulAdder = (*fp8AddCounter)(nil)
 // did, and add_rmsnorm_f32_bf16 sums as add_f32 then rmsnorm_f32in_bf16);
 // and on, both projections of every layer ran through MatMulAddFP8 (2 a
 // layer per eager one-token step, 2 a layer in the captured step), off,
-// none did.
+// none did. All of it with FT_FP8_VARIANT=auto (the default) and u8r1s,
+// whose tokens are the same.
 func TestFP8AddDecodeGPU(t *testing.T) {
 	devtest.Each(t, func(t *testing.T, d devtest.Device) {
 		gb, ok := d.Backend.(*cudabackend.Backend)
 		if !ok {
 			t.Skipf("the adding FP8 GEMV is the CUDA backend's; %s has none", d.Name)
 		}
-		saved := gb.NoFP8Add
-		defer func() { gb.NoFP8Add = saved }()
+		saved, savedVariant := gb.NoFP8Add, gb.FP8Variant
+		defer func() { gb.NoFP8Add, gb.FP8Variant = saved, savedVariant }()
 		be := &fp8AddCounter{Backend: gb}
 		for _, dir := range []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"} {
-			t.Run(dir[len("../../testdata/"):], func(t *testing.T) {
-				m := load(t, dir, d.Dev)
-				L := len(m.Layers)
-				prompt := []int32{1, 15043, 29892, 590, 1024}
-				for i := range prompt {
-					prompt[i] %= int32(m.Cfg.VocabSize)
-				}
-				gen := func(on, eager bool) []int32 {
-					gb.NoFP8Add = !on
-					out, err := m.Generate(be, prompt, decoder.GenerateOptions{MaxNewTokens: 16, IgnoreEOS: true, Eager: eager})
-					if err != nil {
-						t.Fatal(err)
+			// Every FP8 GEMV variant gives the same bits: the tokens of
+			// "auto" (a variant per kind and width, the default) and of
+			// u8r1s everywhere (FT_FP8_VARIANT=u8r1s) are the same.
+			var first []int32
+			for _, variant := range []string{"auto", "u8r1s"} {
+				t.Run(dir[len("../../testdata/"):]+"/"+variant, func(t *testing.T) {
+					gb.FP8Variant = variant
+					m := load(t, dir, d.Dev)
+					L := len(m.Layers)
+					prompt := []int32{1, 15043, 29892, 590, 1024}
+					for i := range prompt {
+						prompt[i] %= int32(m.Cfg.VocabSize)
 					}
-					return out
-				}
-				want := gen(false, true)
-				for _, c := range []struct{ on, eager bool }{{true, true}, {true, false}, {false, false}} {
-					if got := gen(c.on, c.eager); !slices.Equal(got, want) {
-						t.Errorf("FP8 add %v, eager %v: tokens %v, want %v (off, eager)", c.on, c.eager, got, want)
+					gen := func(on, eager bool) []int32 {
+						gb.NoFP8Add = !on
+						out, err := m.Generate(be, prompt, decoder.GenerateOptions{MaxNewTokens: 16, IgnoreEOS: true, Eager: eager})
+						if err != nil {
+							t.Fatal(err)
+						}
+						return out
 					}
-				}
+					want := gen(false, true)
+					if first == nil {
+						first = want
+					} else if !slices.Equal(want, first) {
+						t.Errorf("FT_FP8_VARIANT=%s: tokens %v, want %v (auto's)", variant, want, first)
+					}
+					for _, c := range []struct{ on, eager bool }{{true, true}, {true, false}, {false, false}} {
+						if got := gen(c.on, c.eager); !slices.Equal(got, want) {
+							t.Errorf("FP8 add %v, eager %v: tokens %v, want %v (off, eager)", c.on, c.eager, got, want)
+						}
+					}
 
-				eager := func(on bool) [][]float32 {
-					gb.NoFP8Add = !on
-					cache, err := m.NewKVCache(be, 32)
-					if err != nil {
-						t.Fatal(err)
+					eager := func(on bool) [][]float32 {
+						gb.NoFP8Add = !on
+						cache, err := m.NewKVCache(be, 32)
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer cache.Free()
+						out, err := testmodel.Steps(m, be, cache, prompt, 6, func(s int, _ []float32) int32 { return int32(11 + s) })
+						if err != nil {
+							t.Fatal(err)
+						}
+						return out
 					}
-					defer cache.Free()
-					out, err := testmodel.Steps(m, be, cache, prompt, 6, func(s int, _ []float32) int32 { return int32(11 + s) })
-					if err != nil {
-						t.Fatal(err)
+					be.calls = 0
+					off := eager(false)
+					if be.calls != 0 {
+						t.Errorf("eager, off: %d MatMulAddFP8 calls, want 0", be.calls)
 					}
-					return out
-				}
-				be.calls = 0
-				off := eager(false)
-				if be.calls != 0 {
-					t.Errorf("eager, off: %d MatMulAddFP8 calls, want 0", be.calls)
-				}
-				on := eager(true)
-				if be.calls != 2*L*6 {
-					t.Errorf("eager: %d MatMulAddFP8 calls, want 2 a layer and one-token step = %d", be.calls, 2*L*6)
-				}
-				for i := range off {
-					if !slices.Equal(on[i], off[i]) {
-						t.Errorf("eager forward %d: logits with the FP8 add differ (max |diff| %g)", i, devtest.MaxAbsDiff(on[i], off[i]))
+					on := eager(true)
+					if be.calls != 2*L*6 {
+						t.Errorf("eager: %d MatMulAddFP8 calls, want 2 a layer and one-token step = %d", be.calls, 2*L*6)
 					}
-				}
+					for i := range off {
+						if !slices.Equal(on[i], off[i]) {
+							t.Errorf("eager forward %d: logits with the FP8 add differ (max |diff| %g)", i, devtest.MaxAbsDiff(on[i], off[i]))
+						}
+					}
 
-				graph := func(on bool) [][]float32 {
-					gb.NoFP8Add = !on
-					return graphStepLogits(t, m, be, prompt, 16)
-				}
-				goff := graph(false)
-				be.calls = 0
-				gon := graph(true)
-				if be.calls != 2*L {
-					t.Errorf("graph: %d MatMulAddFP8 calls in the capture, want 2 a layer = %d", be.calls, 2*L)
-				}
-				for i := range goff {
-					if !slices.Equal(gon[i], goff[i]) {
-						t.Errorf("graph step %d: logits with the FP8 add differ (max |diff| %g)", i, devtest.MaxAbsDiff(gon[i], goff[i]))
+					graph := func(on bool) [][]float32 {
+						gb.NoFP8Add = !on
+						return graphStepLogits(t, m, be, prompt, 16)
 					}
-				}
-			})
+					goff := graph(false)
+					be.calls = 0
+					gon := graph(true)
+					if be.calls != 2*L {
+						t.Errorf("graph: %d MatMulAddFP8 calls in the capture, want 2 a layer = %d", be.calls, 2*L)
+					}
+					for i := range goff {
+						if !slices.Equal(gon[i], goff[i]) {
+							t.Errorf("graph step %d: logits with the FP8 add differ (max |diff| %g)", i, devtest.MaxAbsDiff(gon[i], goff[i]))
+						}
+					}
+				})
+			}
 		}
 	})
 }

@@ -1,0 +1,32 @@
+package cudabackend
+
+import "os"
+
+// gemvMixed is the FT_GEMV value that runs the one-token q/k/v on gemv.cu's
+// gemv3_bf16 and every other one-token BF16 GEMV on its pipelined twin
+// (gemvpipe.go): Backend.GEMVPersistQKV with GEMVPipe "pipe".
+const gemvMixed = "mixed"
+
+// gemvMixedDefault is whether FT_GEMV unset or empty runs gemvMixed (true)
+// or the pipelined GEMVs everywhere (false, "pipe"). Measured on the H200
+// (2026-12-02 00:52, bench/h200-s8d.sh, TestGEMVBalBench, µs per launch
+// chained with dependent launch, Llama-3-8B): q/k/v gemv3 persist 14.59
+// against pipe 18.54; o 10.22 vs 10.13; down 29.39 vs 28.64; gate·up
+// 58.79 vs 58.07; LM head 241.7 vs 240.9, so the mix is the fastest per
+// kernel. Off until a whole decode step confirms it (an earlier step A/B
+// put all-persist behind all-pipe); set it to true to make "mixed" the
+// default (FT_GEMV=pipe then gives the pipelined GEMVs everywhere).
+const gemvMixedDefault = false
+
+// gemvMixedFromEnv is the default of Backend.GEMVPersistQKV: true for
+// FT_GEMV=mixed, gemvMixedDefault for FT_GEMV unset or empty, else false.
+// No build tag: the command line checks it in every build.
+func gemvMixedFromEnv() bool {
+	switch os.Getenv("FT_GEMV") {
+	case "":
+		return gemvMixedDefault
+	case gemvMixed:
+		return true
+	}
+	return false
+}
