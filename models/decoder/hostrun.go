@@ -172,7 +172,8 @@ func (m *Model) toDevice(b kernels.Backend, h *hostSide, hx, x *runtime.Tensor) 
 }
 
 // hostKV is the host-side KV storage of a KVCache's host-placed layers,
-// made per layer at its first host forward. Its positions are the parent's:
+// made for every host layer at a forward's first host stretch (ensureAll;
+// per layer at its first host forward under FT_HOST_KV=heap). Its positions are the parent's:
 // Len, Cap and Commit are the parent cache's (Forward commits that). A
 // layer's positions live where it last ran: one moving to the host (a plan
 // switch mid-sequence) brings its cached positions along (fill), and one
@@ -241,7 +242,8 @@ func (c *hostKV) Append(b kernels.Backend, layer int, k, v *runtime.Tensor) erro
 }
 
 // ensure allocates layer's host storage and brings its cached positions
-// over, at the layer's first use on the host.
+// over: for every host layer at once from ensureAll, or at the layer's
+// first use on the host (FT_HOST_KV=heap).
 func (c *hostKV) ensure(layer int) error {
 	if c.k[layer] == nil {
 		kt, vt, err := c.alloc(layer)
