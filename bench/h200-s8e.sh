@@ -47,6 +47,7 @@ hyb() { # tag env...
 hyb new NOOP=1
 hyb old FT_PINNED_HUGE=0 FT_HOST_KV=heap
 hyb new-b NOOP=1
+hyb kvheap FT_HOST_KV=heap
 one bf8k-mixed FT_GEMV=mixed -- --model $m --budgets resident --mode decode --context 8192 --iters 20
 one bf8k-pipe NOOP=1 -- --model $m --budgets resident --mode decode --context 8192 --iters 20
 left 480 && { timeout 60 $b bench-host --layer --threads 16 --layer-iters 30 --layer-count 8 >"$out/hl-huge8.txt" 2>&1; grep -E '^(read|layer as placed)' "$out/hl-huge8.txt" | tee -a "$out/summary.txt"; }
