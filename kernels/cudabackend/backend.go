@@ -75,7 +75,7 @@ type Backend struct {
 	// gemv.cu's kernel while GEMVPipe runs the other GEMVs pipelined (it
 	// does not touch GEMVBal's split-K twins). New sets it for
 	// FT_GEMV=mixed, and for FT_GEMV unset when gemvMixedDefault is true
-	// (gemvmixedmode.go; false now: A/B runs).
+	// (gemvmixedmode.go; true: the default since the s8e step A/B).
 	GEMVPersistQKV bool
 	// GEMVBal, when 2 or 4, runs those one-token GEMVs on their split-K
 	// twins (gemvbal.go) with each row cut into GEMVBal segments, where

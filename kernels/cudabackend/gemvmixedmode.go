@@ -13,10 +13,13 @@ const gemvMixed = "mixed"
 // chained with dependent launch, Llama-3-8B): q/k/v gemv3 persist 14.59
 // against pipe 18.54; o 10.22 vs 10.13; down 29.39 vs 28.64; gate·up
 // 58.79 vs 58.07; LM head 241.7 vs 240.9, so the mix is the fastest per
-// kernel. Off until a whole decode step confirms it (an earlier step A/B
-// put all-persist behind all-pipe); set it to true to make "mixed" the
-// default (FT_GEMV=pipe then gives the pipelined GEMVs everywhere).
-const gemvMixedDefault = false
+// kernel. In the whole decode step (bench/h200-s8e.sh, 01:34 UTC) the gain
+// is small but seen in every pair: graph step at 512 4.17 and 4.17 ms
+// against 4.18, run-model 4.12 and 4.14 ms a token against 4.16, graph
+// step at 8,192 4.53 against 4.56. Outputs are the same bits (gemv3_bf16
+// and gemv3_pipe_bf16 are twins). FT_GEMV=pipe gives the pipelined GEMVs
+// everywhere.
+const gemvMixedDefault = true
 
 // gemvMixedFromEnv is the default of Backend.GEMVPersistQKV: true for
 // FT_GEMV=mixed, gemvMixedDefault for FT_GEMV unset or empty, else false.
