@@ -65,6 +65,9 @@ func (e *Engine) sum(v []float32) float32 {
 	return s
 }
 
+// mapProbe maps ReadBandwidth's buffer (a variable for the tests).
+var mapProbe = hostmem.Map
+
 // ReadBandwidth measures the host's read bandwidth: it fills a buffer of
 // bytes (rounded down to float32s; make it several times the last-level
 // cache), reads it once to warm the pages, then times reps ReadSums and
@@ -75,11 +78,12 @@ func (e *Engine) ReadBandwidth(bytes int64, reps int) (float64, error) {
 	}
 	// The buffer is mapped as the offload engine's pinned weight blocks are
 	// (runtime/hostmem: 2 MiB-aligned, on huge pages where the kernel
-	// allows), not as 4 KiB pages of the Go heap, over which a host layer's
-	// step took 7.2 ms against 4.7 ms over huge pages on the H200 machine:
-	// the planner rates the host units by this figure, and they read
-	// huge-page blocks.
-	blk, err := hostmem.Map(bytes/4*4, hostmem.Options{Huge: true})
+	// allows; as before under FT_PINNED_HUGE=0, hostmem.PinnedHuge), not as
+	// 4 KiB pages of the Go heap, over which a host layer's step took
+	// 7.2 ms against 4.7 ms over huge pages on the H200 machine: the
+	// planner rates the host units by this figure, and they read those
+	// blocks.
+	blk, err := mapProbe(bytes/4*4, hostmem.Options{Huge: hostmem.PinnedHuge()})
 	if err != nil {
 		return 0, fmt.Errorf("host.ReadBandwidth: %w", err)
 	}

@@ -3,6 +3,8 @@ package host
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/flextensor-go/flextensor/runtime/hostmem"
 )
 
 func TestReadSum(t *testing.T) {
@@ -34,5 +36,35 @@ func TestReadBandwidth(t *testing.T) {
 	}
 	if _, err := e.ReadBandwidth(0, 1); err == nil {
 		t.Error("0 bytes: no error")
+	}
+}
+
+// TestReadBandwidthPinnedHuge: the probe maps its buffer as the pinned
+// weight blocks are, huge unless FT_PINNED_HUGE=0 (hostmem.PinnedHuge).
+func TestReadBandwidthPinnedHuge(t *testing.T) {
+	e, err := NewEngine(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	saved := mapProbe
+	defer func() { mapProbe = saved }()
+	var got []bool
+	mapProbe = func(n int64, o hostmem.Options) (*hostmem.Block, error) {
+		got = append(got, o.Huge)
+		return hostmem.Map(n, o)
+	}
+	for _, c := range []struct {
+		env  string
+		huge bool
+	}{{"0", false}, {"1", true}, {"", true}} {
+		t.Setenv("FT_PINNED_HUGE", c.env)
+		got = nil
+		if _, err := e.ReadBandwidth(1<<20, 1); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0] != c.huge {
+			t.Errorf("FT_PINNED_HUGE=%q: probe mapped with Huge %v, want [%v]", c.env, got, c.huge)
+		}
 	}
 }

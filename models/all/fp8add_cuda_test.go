@@ -39,7 +39,11 @@ var _ kernels.FP8MatMulAdder = (*fp8AddCounter)(nil)
 // and on, both projections of every layer ran through MatMulAddFP8 (2 a
 // layer per eager one-token step, 2 a layer in the captured step), off,
 // none did. All of it with FT_FP8_VARIANT=auto (the default) and u8r1s,
-// whose tokens are the same.
+// whose tokens and logits (the 6 eager steps, the 16 graph replays, add
+// off) are bit for bit the same: auto's per-shape picks (u4r2s for q/k/v,
+// u4r1s for gate·up, u8r1g for o/down at these widths) sum each lane's
+// chunks in u8r1s's order. The tiny fixtures (hidden 128, intermediate
+// 320) never reach p4s, which auto picks only from K = 8,192.
 func TestFP8AddDecodeGPU(t *testing.T) {
 	devtest.Each(t, func(t *testing.T, d devtest.Device) {
 		gb, ok := d.Backend.(*cudabackend.Backend)
@@ -54,6 +58,7 @@ func TestFP8AddDecodeGPU(t *testing.T) {
 			// "auto" (a variant per kind and width, the default) and of
 			// u8r1s everywhere (FT_FP8_VARIANT=u8r1s) are the same.
 			var first []int32
+			var firstEager, firstGraph [][]float32 // auto's logits, add off
 			for _, variant := range []string{"auto", "u8r1s"} {
 				t.Run(dir[len("../../testdata/"):]+"/"+variant, func(t *testing.T) {
 					gb.FP8Variant = variant
@@ -105,6 +110,11 @@ func TestFP8AddDecodeGPU(t *testing.T) {
 					if be.calls != 2*L*6 {
 						t.Errorf("eager: %d MatMulAddFP8 calls, want 2 a layer and one-token step = %d", be.calls, 2*L*6)
 					}
+					if firstEager == nil {
+						firstEager = off
+					} else {
+						sameLogits(t, "FT_FP8_VARIANT="+variant+", eager", off, firstEager)
+					}
 					for i := range off {
 						if !slices.Equal(on[i], off[i]) {
 							t.Errorf("eager forward %d: logits with the FP8 add differ (max |diff| %g)", i, devtest.MaxAbsDiff(on[i], off[i]))
@@ -116,6 +126,11 @@ func TestFP8AddDecodeGPU(t *testing.T) {
 						return graphStepLogits(t, m, be, prompt, 16)
 					}
 					goff := graph(false)
+					if firstGraph == nil {
+						firstGraph = goff
+					} else {
+						sameLogits(t, "FT_FP8_VARIANT="+variant+", graph", goff, firstGraph)
+					}
 					be.calls = 0
 					gon := graph(true)
 					if be.calls != 2*L {
@@ -130,4 +145,19 @@ func TestFP8AddDecodeGPU(t *testing.T) {
 			}
 		}
 	})
+}
+
+// sameLogits fails t unless got has want's steps, each bit for bit the
+// same (what names the run against auto's).
+func sameLogits(t *testing.T, what string, got, want [][]float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d steps of logits, want %d (auto's)", what, len(got), len(want))
+		return
+	}
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Errorf("%s step %d: logits differ from auto's (max |diff| %g)", what, i, devtest.MaxAbsDiff(got[i], want[i]))
+		}
+	}
 }

@@ -27,7 +27,7 @@ import (
 //   - the logits equal the resident model's (the storage change is
 //     invisible);
 //   - packing traced its pinned blocks' huge-page coverage, over exactly
-//     the units' bytes.
+//     the units' bytes, with the mappings reaching beyond them apart.
 func TestHostDecodeAllocs(t *testing.T) {
 	fx := batchFixtures[0] // llama: the host layers run as one op
 	hostDev, hb := cpu(t)
@@ -81,6 +81,9 @@ func TestHostDecodeAllocs(t *testing.T) {
 	t.Logf("%s (units: %d bytes)", pinned, total)
 	if f := strings.Fields(pinned); len(f) < 4 || f[3] != fmt.Sprintf("%.1f", float64(total)/(1<<20)) {
 		t.Fatalf("traced %q: want the units' %.1f MiB as the total", pinned, float64(total)/(1<<20))
+	}
+	if !strings.Contains(pinned, "; mappings reaching beyond them: AnonHugePages ") {
+		t.Fatalf("traced %q: want the mappings reaching beyond the blocks reported apart, unclamped", pinned)
 	}
 
 	// A long cache: its host KV storage is large beside the heap's growth.

@@ -381,7 +381,7 @@ func (d *Device) recycleEvent(e cEvent) {
 // pinnedHuge: the pinned blocks AllocHost maps are 2 MiB-aligned and
 // collapsed onto huge pages (runtime/hostmem); FT_PINNED_HUGE=0 maps them
 // as before (unaligned, MADV_HUGEPAGE only), for A/B runs. Read once.
-var pinnedHuge = os.Getenv("FT_PINNED_HUGE") != "0"
+var pinnedHuge = hostmem.PinnedHuge()
 
 // allocRegistered maps anonymous memory on huge pages (runtime/hostmem:
 // 2 MiB-aligned, MADV_HUGEPAGE before it is faulted in on all cores,

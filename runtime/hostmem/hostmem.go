@@ -17,6 +17,7 @@ package hostmem
 
 import (
 	"fmt"
+	"os"
 	goruntime "runtime"
 	"sync"
 	"unsafe"
@@ -25,6 +26,14 @@ import (
 // HugePageSize is the transparent huge page size blocks are aligned to
 // (x86-64 and arm64 with 4 KiB base pages).
 const HugePageSize = 2 << 20
+
+// PinnedHuge reports whether pinned weight blocks (runtime/cuda's
+// AllocHost), and the host read-rate probe standing in for them
+// (kernels/host's ReadBandwidth), are mapped as huge blocks (Options.Huge):
+// true unless FT_PINNED_HUGE=0, the A/B switch mapping them as before
+// (unaligned, MADV_HUGEPAGE only). It reads the environment at each call;
+// runtime/cuda reads it once at start-up.
+func PinnedHuge() bool { return os.Getenv("FT_PINNED_HUGE") != "0" }
 
 // Options say how Map maps a block.
 type Options struct {

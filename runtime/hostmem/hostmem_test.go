@@ -133,3 +133,40 @@ VmFlags: rd wr mr mw me ac sd hg
 		t.Fatal("a malformed Rss line gave no error")
 	}
 }
+
+// TestSplitPages: a mapping wholly within the blocks' ranges (rounded out
+// to huge pages: a block's mapping runs to the end of its last huge page;
+// two adjacent blocks in one merged mapping) counts under In, one that
+// holds a block and reaches beyond it (a merge with other memory) counts
+// whole under Out, one holding no block not at all; a malformed count is
+// an error.
+func TestSplitPages(t *testing.T) {
+	const smaps = `7f0000000000-7f0000400000 rw-p 00000000 00:00 0
+Rss:                4096 kB
+AnonHugePages:      4096 kB
+7f0000400000-7f0000c00000 rw-p 00000000 00:00 0
+Rss:                8192 kB
+AnonHugePages:      6144 kB
+7f0001000000-7f0001400000 rw-p 00000000 00:00 0
+Rss:                4096 kB
+AnonHugePages:      2048 kB
+7f0002000000-7f0002200000 rw-p 00000000 00:00 0
+Rss:                2048 kB
+AnonHugePages:      2048 kB
+`
+	ranges := [][2]uintptr{
+		{0x7f0000000000, 0x7f0000300001}, // its mapping: to the end of the huge page
+		{0x7f0000400000, 0x7f0000600000}, // in a mapping 6 MiB longer
+		{0x7f0001200000, 0x7f0001400000}, // two adjacent blocks, one mapping
+		{0x7f0001000000, 0x7f0001200000},
+	}
+	p, err := SplitPages(strings.NewReader(smaps), ranges)
+	want := BlockPages{InRssKiB: 8192, InHugeKiB: 6144, OutRssKiB: 8192, OutHugeKiB: 6144}
+	if err != nil || p != want {
+		t.Fatalf("%+v, %v: want %+v", p, err, want)
+	}
+	bad := "7f0000000000-7f0000400000 rw-p 00000000 00:00 0\nAnonHugePages: x kB\n"
+	if _, err := SplitPages(strings.NewReader(bad), ranges); err == nil {
+		t.Fatal("a malformed AnonHugePages line gave no error")
+	}
+}
