@@ -9,19 +9,19 @@ set -uo pipefail
 source .devtools/env.sh
 out=${1:?}; mkdir -p "$out"
 source bench/lib.sh
-BUDGET=190
+BUDGET=200
 compile_tests kernels/cudabackend models/all
 build_cuda
 wait
 make_models
 export FT_KERNEL_CACHE=$PWD/bin/kernels
+TT=40 runt fix cudabackend kernels/cudabackend 'TestGEMVBalBench'
+TT=40 runt fixdec all models/all 'TestFP8AddDecodeGPU'
 L="--model $m --budgets resident --mode decode --context 8192 --iters 20"
 one k8-def NOOP=1 -- $L
 one k8-c64 FT_DECODE_CHUNK=64 -- $L
 one k8-tf FT_DECODE_VARIANT=s3w4h1tf -- $L
 one k8-def-b NOOP=1 -- $L
 one k8-c64-b FT_DECODE_CHUNK=64 -- $L
-TT=40 runt fix cudabackend kernels/cudabackend 'TestGEMVBalBench'
-TT=40 runt fixdec all models/all 'TestFP8AddDecodeGPU'
 cat "$out/tests.txt"
 finish
