@@ -236,16 +236,7 @@ func (j *attnJob) run(worker, u0, u1 int) {
 		dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, lo*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale, false)
 		for g := range G {
 			s := sc[g*m : (g+1)*m]
-			mx := float32(math.Inf(-1))
-			for _, v := range s {
-				mx = max(mx, v)
-			}
-			var sum float32
-			for i, v := range s {
-				ev := expf(v - mx)
-				s[i] = ev
-				sum += ev
-			}
+			_, sum := expShift(s)
 			inv := 1 / sum
 			o := out[(h0+g)*d : (h0+g+1)*d]
 			clear(o)
@@ -361,16 +352,7 @@ func (j *attnJob) runSplit(worker, i0, i1 int) {
 			dense(e.pool.tile(worker), L, kCache, e.k.r4F32, e.k.t4F32, e.k.r2t4F32, f32Val, a*stride+kvh*d, stride, qg, G, d, sc, m, 0, m, nil, scale, false)
 			for g := range G {
 				sg := sc[g*m : (g+1)*m]
-				mx := float32(math.Inf(-1))
-				for _, v := range sg {
-					mx = max(mx, v)
-				}
-				var sum float32
-				for j, v := range sg {
-					ev := expf(v - mx)
-					sg[j] = ev
-					sum += ev
-				}
+				mx, sum := expShift(sg)
 				o := pp[g*per+2 : (g+1)*per]
 				clear(o)
 				if !attnOnePass {
@@ -495,4 +477,20 @@ func (e *Engine) axpyHeads(o []float32, ostride int, v, a []float32, m, G, off, 
 			}
 		}
 	}
+}
+
+// expShift replaces each score of s by exp(score − max) and returns the
+// maximum and the sum of the exponentials: a softmax before its division,
+// shared by the host attention's whole-context and split paths.
+func expShift(s []float32) (mx, sum float32) {
+	mx = float32(math.Inf(-1))
+	for _, v := range s {
+		mx = max(mx, v)
+	}
+	for i, v := range s {
+		ev := expf(v - mx)
+		s[i] = ev
+		sum += ev
+	}
+	return mx, sum
 }
