@@ -12,7 +12,8 @@
 // and the KV store in its epilogue), decode_tr.cu (the transposed one-query
 // decode attention), gemv.cu
 // (one-token matrix-vector products; gemvpipe.cu: their software-pipelined
-// twins, the default; FT_GEMV=persist runs gemv.cu's), attention.cu (split-context decode
+// twins, the default for all but q/k/v (FT_GEMV=mixed); FT_GEMV=persist runs
+// gemv.cu's everywhere, FT_GEMV=pipe the twins everywhere), attention.cu (split-context decode
 // attention and FlashAttention-2-style prefill on tensor cores), paged.cu
 // (the same attentions over a paged KV cache: batched decode and packed
 // variable-length prefill read through block tables), moe.cu (a mixture of

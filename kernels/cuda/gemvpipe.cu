@@ -1,5 +1,6 @@
-// Software-pipelined twins of gemv.cu's one-token BF16 GEMVs (the default;
-// FT_GEMV=persist runs gemv.cu's):
+// Software-pipelined twins of gemv.cu's one-token BF16 GEMVs (the default
+// for all but q/k/v, which FT_GEMV=mixed, the default, keeps on gemv.cu's
+// gemv3_bf16; FT_GEMV=pipe runs them all here, FT_GEMV=persist none):
 // gemv3_pipe_bf16 (q/k/v), gemv_gateup_silu_pipe_bf16, gemv_persist_pipe_f32acc
 // (o, down into the residual) and gemv_persist_pipe_f32out (the LM head).
 //
@@ -206,7 +207,7 @@ __device__ __forceinline__ void gemv_gateup_pipe_body(bf16_t* act, const bf16_t*
 		gemv_gateup_pipe_body<UG>(act, x, wg, wu, N, K); \
 	}
 
-// pipe (FT_GEMV=pipe, the default): at most 64 registers (NVRTC 12.4,
+// pipe (FT_GEMV=pipe, and mixed's non-q/k/v GEMVs): at most 64 registers (NVRTC 12.4,
 // sm_90), 4 blocks of 256 threads an SM. (A depth of twice the loads in
 // flight, about 100 registers and 2 blocks an SM, measured slower on the
 // H200 and was removed: bench/RESULTS.md, FT_GEMV=pipe8.)
