@@ -193,3 +193,80 @@ __device__ __forceinline__ void ft_pdl_wait() {
 #endif
 }
 
+
+// Software-pipelined GEMV loop shared by gemvpipe.cu (bfp_loop, BF16) and
+// fp8gemvpipe.cu (fp8p_loop, FP8); their top comments say why the loop
+// has this shape. A warp walks its output rows row0, row0 + step, … (< N)
+// in nb batches a row (nb ≥ 1), a batch being U 16-byte weight chunks per
+// lane of each of the R weight rows of an output row. It issues batch b+1
+// (the next batch of the row, or batch 0 of its next row) before it
+// computes batch b, into the other of two register buffers cur/nxt
+// (uint4[U][R]). What differs between the two files is a policy object
+// ops and two callables:
+//   - ops.issue(a, wr, c0) loads the batch whose lane chunk is c0 (c0,
+//     c0 + 32, …) of the weight rows wr into a;
+//   - ops.compute(acc, a, wr, c0) adds that batch (loaded: a) to the
+//     lane's R sums acc;
+//   - rows(row, wr) puts the weight rows of output row into wr, of the
+//     type W (BF16: const uint4*[R]; FP8: fp8p_rows<R>, which also holds
+//     the scales);
+//   - finish(row, acc, wr) takes the lane's R sums of row (it reduces and
+//     stores; FP8 reads the row's scales from wr).
+// ops carries what issue and compute read besides the batch (x, the
+// number of chunks a row, FP8's scale layout).
+
+// pipe_rows_copy sets the weight rows d to s: a plain assignment, or
+// element by element for an array of row pointers.
+template <class W>
+__device__ __forceinline__ void pipe_rows_copy(W& d, const W& s) { d = s; }
+template <class T, int R>
+__device__ __forceinline__ void pipe_rows_copy(T (&d)[R], const T (&s)[R]) {
+#pragma unroll
+	for (int r = 0; r < R; r++) d[r] = s[r];
+}
+
+// pipe_step is one step of the pipelined loop: it issues the batch after
+// (row, b) into nxt (the row's next batch, or batch 0 of row + step, whose
+// weight rows rows() puts in wn), computes batch b of row from cur and,
+// after the row's last batch, hands the sums to finish (which may read
+// wr), zeroes them and moves wn into wr. nb batches per row; row and b
+// advance; false once row is past N.
+template <int R, int U, class W, class Ops, class Rows, class Finish>
+__device__ __forceinline__ bool pipe_step(uint4 (&cur)[U][R], uint4 (&nxt)[U][R], W& wr, W& wn, float* acc,
+		int& row, int& b, int step, int N, int nb, const Ops& ops, Rows rows, Finish finish) {
+	const int lane = threadIdx.x & 31;
+	int rn = row, bn = b + 1;
+	if (bn == nb) rn += step, bn = 0;
+	if (rn < N) {
+		if (bn == 0) {
+			rows(rn, wn);
+			ops.issue(nxt, wn, lane);
+		} else {
+			ops.issue(nxt, wr, lane + 32 * U * bn);
+		}
+	}
+	ops.compute(acc, cur, wr, lane + 32 * U * b);
+	if (bn == 0) {
+		finish(row, acc, wr);
+#pragma unroll
+		for (int r = 0; r < R; r++) acc[r] = 0.f;
+		pipe_rows_copy(wr, wn);
+	}
+	row = rn, b = bn;
+	return row < N;
+}
+
+// pipe_run runs the pipelined loop from batch 0 of row, which the caller
+// has issued into a0 (wr: its weight rows, acc zero, row < N), until the
+// warp's rows are done. The loop is unrolled by two so the buffers a0 and
+// a1 swap by name (a register copy would wait for the loads), and a
+// batch's loads cross the loop's basic-block boundary, which ptxas does
+// not sink them past.
+template <int R, int U, class W, class Ops, class Rows, class Finish>
+__device__ __forceinline__ void pipe_run(uint4 (&a0)[U][R], uint4 (&a1)[U][R], W& wr, W& wn, float* acc,
+		int row, int step, int N, int nb, const Ops& ops, Rows rows, Finish finish) {
+	int b = 0;
+	while (pipe_step<R, U>(a0, a1, wr, wn, acc, row, b, step, N, nb, ops, rows, finish) &&
+			pipe_step<R, U>(a1, a0, wr, wn, acc, row, b, step, N, nb, ops, rows, finish)) {
+	}
+}

@@ -120,43 +120,29 @@ __device__ __forceinline__ void fp8p_compute(float* acc, const uint4 (&a)[U][R],
 	}
 }
 
-// fp8p_step is one step of the pipelined loop: it issues the batch after
-// (row, b) into nxt (the row's next batch, or batch 0 of row + step, whose
-// rows rows() puts in wn), computes batch b of row from cur and, after the
-// row's last batch, hands the sums to finish (which reads wr) and moves wn
-// into wr. nb batches per row; row and b advance; false once row is past N.
-template <int R, int U, int X, class Rows, class Finish>
-__device__ __forceinline__ bool fp8p_step(uint4 (&cur)[U][R], uint4 (&nxt)[U][R], fp8p_rows<R>& wr, fp8p_rows<R>& wn, float* acc,
-		int& row, int& b, int step, int N, int nb, int nv, const float4* xs, const uint4* __restrict__ xg, int sdt, int bshift,
-		Rows rows, Finish finish) {
-	const int lane = threadIdx.x & 31;
-	int rn = row, bn = b + 1;
-	if (bn == nb) rn += step, bn = 0;
-	if (rn < N) {
-		if (bn == 0) {
-			rows(rn, wn);
-			fp8p_issue<R, U>(nxt, wn, lane, nv);
-		} else {
-			fp8p_issue<R, U>(nxt, wr, lane + 32 * U * bn, nv);
-		}
+// fp8p_ops is the FP8 policy of the shared pipelined loop (common.cuh's
+// pipe_step): issue is fp8p_issue, compute fp8p_compute over x staged in
+// xs (X 0) or read from xg (X 1); nv chunks a row, sdt and bshift the
+// scales' type and block shift.
+template <int R, int U, int X>
+struct fp8p_ops {
+	const float4* xs;
+	const uint4* xg;
+	int nv, sdt, bshift;
+	__device__ __forceinline__ void issue(uint4 (&a)[U][R], const fp8p_rows<R>& wr, int c0) const { fp8p_issue<R, U>(a, wr, c0, nv); }
+	__device__ __forceinline__ void compute(float* acc, const uint4 (&a)[U][R], const fp8p_rows<R>& wr, int c0) const {
+		fp8p_compute<R, U, X>(acc, a, wr, xs, xg, c0, nv, sdt, bshift);
 	}
-	fp8p_compute<R, U, X>(acc, cur, wr, xs, xg, lane + 32 * U * b, nv, sdt, bshift);
-	if (bn == 0) {
-		finish(row, acc, wr);
-#pragma unroll
-		for (int r = 0; r < R; r++) acc[r] = 0.f;
-		wr = wn;
-	}
-	row = rn, b = bn;
-	return row < N;
-}
+};
 
 // fp8p_loop runs a warp's output rows row0, row0 + step, … (< N) of a
 // pipelined FP8 GEMV over x (K % 16 == 0; K 0 gives sums of 0): rows(row, wr) fills the
 // R weight rows of an output row, finish(row, acc, wr) takes the lane's R
-// sums (it reduces, scales and stores). Batch 0 of the first row is issued
+// sums (it reduces, scales and stores; it reads the rows' scales from wr).
+// Batch 0 of the first row is issued
 // right after ft_pdl_wait, before x is staged (X 0: K·4 bytes of dynamic
 // shared memory, every thread of the block takes part in the barrier).
+// The steps are common.cuh's pipe_step / pipe_run.
 template <int R, int U, int X, class Rows, class Finish>
 __device__ __forceinline__ void fp8p_loop(int row0, int step, int N, int K, const bf16_t* __restrict__ x, int sdt, int bshift,
 		Rows rows, Finish finish) {
@@ -164,7 +150,7 @@ __device__ __forceinline__ void fp8p_loop(int row0, int step, int N, int K, cons
 	const int lane = threadIdx.x & 31;
 	const int nv = K >> 4;
 	const int nb = max(1, (nv + 32 * U - 1) / (32 * U)); // K 0: one empty batch, the rows' sums are 0
-	const uint4* xg = reinterpret_cast<const uint4*>(x);
+	const fp8p_ops<R, U, X> ops{fp8_xs, reinterpret_cast<const uint4*>(x), nv, sdt, bshift};
 	uint4 a0[U][R], a1[U][R];
 	fp8p_rows<R> wr, wn;
 	float acc[R];
@@ -177,10 +163,7 @@ __device__ __forceinline__ void fp8p_loop(int row0, int step, int N, int K, cons
 	}
 	if (X == 0) fp8_stage_x(fp8_xs, x, K);
 	if (row0 >= N) return;
-	int row = row0, b = 0;
-	while (fp8p_step<R, U, X>(a0, a1, wr, wn, acc, row, b, step, N, nb, nv, fp8_xs, xg, sdt, bshift, rows, finish) &&
-			fp8p_step<R, U, X>(a1, a0, wr, wn, acc, row, b, step, N, nb, nv, fp8_xs, xg, sdt, bshift, rows, finish)) {
-	}
+	pipe_run<R, U>(a0, a1, wr, wn, acc, row0, step, N, nb, ops, rows, finish);
 }
 
 // gemv_fp8_v_pipe_body is gemv_fp8_v_body pipelined: y[n] = Σ_k x[k]·q[n,k]·s(n,k),

@@ -64,45 +64,30 @@ __device__ __forceinline__ void bfp_compute(float* acc, const uint4 (&a)[U][R], 
 	}
 }
 
-// bfp_step is one step of the pipelined loop: it issues the batch after
-// (row, b) into nxt (the row's next batch, or batch 0 of row + step, whose
-// weight rows rows() puts in wn), computes batch b of row from cur and,
-// after the row's last batch, hands the sums to finish and moves wn into
-// wr. nb batches per row; row and b advance; false once row is past N.
-template <int R, int U, class Rows, class Finish>
-__device__ __forceinline__ bool bfp_step(uint4 (&cur)[U][R], uint4 (&nxt)[U][R], const uint4* (&wr)[R], const uint4* (&wn)[R],
-		float* acc, int& row, int& b, int step, int N, int nb, int nv, const uint4* __restrict__ xv, Rows rows, Finish finish) {
-	const int lane = threadIdx.x & 31;
-	int rn = row, bn = b + 1;
-	if (bn == nb) rn += step, bn = 0;
-	if (rn < N) {
-		if (bn == 0) {
-			rows(rn, wn);
-			bfp_issue<R, U>(nxt, wn, lane, nv);
-		} else {
-			bfp_issue<R, U>(nxt, wr, lane + 32 * U * bn, nv);
-		}
+// bfp_ops is the BF16 policy of the shared pipelined loop (common.cuh's
+// pipe_step): issue is bfp_issue, compute bfp_compute over x's chunks xv;
+// nv chunks a row.
+template <int R, int U>
+struct bfp_ops {
+	const uint4* xv;
+	int nv;
+	__device__ __forceinline__ void issue(uint4 (&a)[U][R], const uint4* const (&wr)[R], int c0) const { bfp_issue<R, U>(a, wr, c0, nv); }
+	__device__ __forceinline__ void compute(float* acc, const uint4 (&a)[U][R], const uint4* const (&)[R], int c0) const {
+		bfp_compute<R, U>(acc, a, xv, c0, nv);
 	}
-	bfp_compute<R, U>(acc, cur, xv, lane + 32 * U * b, nv);
-	if (bn == 0) {
-		finish(row, acc);
-#pragma unroll
-		for (int r = 0; r < R; r++) acc[r] = 0.f, wr[r] = wn[r];
-	}
-	row = rn, b = bn;
-	return row < N;
-}
+};
 
 // bfp_loop runs a warp's rows row0, row0 + step, … (< N) of a pipelined
 // GEMV over x (K % 8 == 0): rows(row, wr) gives the R weight rows of
 // output row, finish(row, acc) takes the lane's R sums (it reduces and
-// stores). Nothing is loaded before ft_pdl_wait.
+// stores). Nothing is loaded before ft_pdl_wait. The steps are
+// common.cuh's pipe_step / pipe_run.
 template <int R, int U, class Rows, class Finish>
 __device__ __forceinline__ void bfp_loop(int row0, int step, int N, int K, const bf16_t* __restrict__ x, Rows rows, Finish finish) {
 	const int lane = threadIdx.x & 31;
 	const int nv = K >> 3;
 	const int nb = (nv + 32 * U - 1) / (32 * U);
-	const uint4* xv = reinterpret_cast<const uint4*>(x);
+	const bfp_ops<R, U> ops{reinterpret_cast<const uint4*>(x), nv};
 	uint4 a0[U][R], a1[U][R];
 	const uint4* wr[R];
 	const uint4* wn[R];
@@ -113,10 +98,8 @@ __device__ __forceinline__ void bfp_loop(int row0, int step, int N, int K, const
 	if (row0 >= N) return;
 	rows(row0, wr);
 	bfp_issue<R, U>(a0, wr, lane, nv);
-	int row = row0, b = 0;
-	while (bfp_step<R, U>(a0, a1, wr, wn, acc, row, b, step, N, nb, nv, xv, rows, finish) &&
-			bfp_step<R, U>(a1, a0, wr, wn, acc, row, b, step, N, nb, nv, xv, rows, finish)) {
-	}
+	auto fin = [&](int row, float* sums, const uint4* const (&)[R]) { finish(row, sums); };
+	pipe_run<R, U>(a0, a1, wr, wn, acc, row0, step, N, nb, ops, rows, fin);
 }
 
 // gemv_persist_pipe_body is gemv_persist_body (no folded norm) pipelined,
