@@ -379,6 +379,16 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	gemv, err := gemvFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
+	if err := checkEnvSwitches(); err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
+	if v := os.Getenv("FT_DECODE_VARIANT"); v != "" && !slices.Contains(PipeVariantNames(), v) {
+		return nil, fmt.Errorf("cudabackend: FT_DECODE_VARIANT=%q: want one of %s (or unset)", v, quoteValues(PipeVariantNames()))
+	}
 	ks, err := kernelsFor(cd)
 	if err != nil {
 		return nil, err
@@ -394,7 +404,7 @@ func New(dev runtime.Device) (*Backend, error) {
 	b := &Backend{dev: cd, s: cd.ComputeStream(), aux: aux, blas: blas, k: ks, sms: cd.Multiprocessors(),
 		LegacyDecodeAttention: legacyDecodeFromEnv(), NoFusedAddNorm: noFusedAddNormFromEnv(), LegacyFlash: legacyFlashFromEnv(),
 		LegacyFP8GEMV: legacyFP8FromEnv(), PrefillVariant: prefillVariantFromEnv(), FP8Variant: fp8Variant, NoFP8Add: noFP8Add,
-		GEMVRowBlocks: os.Getenv("FT_GEMV") == "rowblocks", DecodeSplitPositions: envInt("FT_DECODE_SPLIT"),
+		GEMVRowBlocks: gemv.RowBlocks, DecodeSplitPositions: envInt("FT_DECODE_SPLIT"),
 		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK"),
 		DecodePipeVariant: os.Getenv("FT_DECODE_VARIANT"), DecodePipeSplits: envInt("FT_DECODE_SPLITS"),
 		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok, FP8LtRescale: os.Getenv("FT_FP8_GEMM_SCALES") == "rescale",
@@ -405,7 +415,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		NormTail:     normTailFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
-	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemvPipeFromEnv(), gemvBalFromEnv(), gemvMixedFromEnv()
+	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -1643,7 +1653,8 @@ func gemvBytes(N, D int, out *runtime.Tensor) int64 {
 	return int64(N)*int64(D)*2 + int64(D)*2 + int64(N)*int64(out.DType().Size())
 }
 
-// envInt is a positive integer from the environment variable name, else 0.
+// envInt is a non-negative integer from the environment variable name, else
+// 0 (unset; New has rejected other values: checkEnvSwitches).
 func envInt(name string) int {
 	n, err := strconv.Atoi(os.Getenv(name))
 	if err != nil || n < 0 {

@@ -1,7 +1,5 @@
 package cudabackend
 
-import "os"
-
 // gemvMixed is the FT_GEMV value that runs the one-token q/k/v on gemv.cu's
 // gemv3_bf16 and every other one-token BF16 GEMV on its pipelined twin
 // (gemvpipe.go): Backend.GEMVPersistQKV with GEMVPipe "pipe".
@@ -20,16 +18,3 @@ const gemvMixed = "mixed"
 // and gemv3_pipe_bf16 are twins). FT_GEMV=pipe gives the pipelined GEMVs
 // everywhere.
 const gemvMixedDefault = true
-
-// gemvMixedFromEnv is the default of Backend.GEMVPersistQKV: true for
-// FT_GEMV=mixed, gemvMixedDefault for FT_GEMV unset or empty, else false.
-// No build tag: the command line checks it in every build.
-func gemvMixedFromEnv() bool {
-	switch os.Getenv("FT_GEMV") {
-	case "":
-		return gemvMixedDefault
-	case gemvMixed:
-		return true
-	}
-	return false
-}
