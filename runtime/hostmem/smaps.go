@@ -13,50 +13,31 @@ import (
 )
 
 // MappingPages sums the Rss and AnonHugePages (KiB) of the mappings in an
-// smaps listing (the format of /proc/PID/smaps) that overlap any of the
-// address ranges [lo, hi). The kernel reports per mapping, so a mapping
+// smaps listing (the format of /proc/PID/smaps; ScanSmaps) that overlap
+// any of the address ranges [lo, hi). The kernel reports per mapping, so a mapping
 // only partly inside the ranges counts whole.
 func MappingPages(smaps io.Reader, ranges [][2]uintptr) (rssKiB, hugeKiB int64, err error) {
-	sc := bufio.NewScanner(smaps)
 	in := false
-	for sc.Scan() {
-		line := sc.Text()
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		if lo, hi, ok := strings.Cut(f[0], "-"); ok && !strings.HasSuffix(f[0], ":") {
-			a, err1 := strconv.ParseUint(lo, 16, 64)
-			b, err2 := strconv.ParseUint(hi, 16, 64)
-			if err1 == nil && err2 == nil {
-				in = false
-				for _, r := range ranges {
-					if uintptr(a) < r[1] && r[0] < uintptr(b) {
-						in = true
-					}
-				}
-				continue
+	err = ScanSmaps(smaps, func(lo, hi uintptr) {
+		in = false
+		for _, r := range ranges {
+			if lo < r[1] && r[0] < hi {
+				in = true
 			}
 		}
-		if !in || len(f) < 2 {
-			continue
+	}, func(field string, kib int64) {
+		switch {
+		case !in:
+		case field == "Rss:":
+			rssKiB += kib
+		case field == "AnonHugePages:":
+			hugeKiB += kib
 		}
-		var dst *int64
-		switch f[0] {
-		case "Rss:":
-			dst = &rssKiB
-		case "AnonHugePages:":
-			dst = &hugeKiB
-		default:
-			continue
-		}
-		n, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("smaps line %q: %w", line, err)
-		}
-		*dst += n
+	})
+	if err != nil {
+		return 0, 0, err
 	}
-	return rssKiB, hugeKiB, sc.Err()
+	return rssKiB, hugeKiB, nil
 }
 
 // BlockPages is the Rss and AnonHugePages (KiB) of the mappings holding
@@ -92,7 +73,7 @@ func SplitPages(smaps io.Reader, ranges [][2]uintptr) (BlockPages, error) {
 	}
 	var p BlockPages
 	var rss, huge *int64
-	err := scanSmaps(smaps, func(lo, hi uintptr) {
+	err := ScanSmaps(smaps, func(lo, hi uintptr) {
 		rss, huge = nil, nil
 		overlaps := false
 		for _, r := range ranges {
@@ -121,10 +102,16 @@ func SplitPages(smaps io.Reader, ranges [][2]uintptr) (BlockPages, error) {
 	return p, err
 }
 
-// scanSmaps reads an smaps listing, calling mapping at each mapping's
-// header line with its address range and field at each of its Rss and
-// AnonHugePages lines with the count (KiB).
-func scanSmaps(smaps io.Reader, mapping func(lo, hi uintptr), field func(name string, kib int64)) error {
+// ScanSmaps is the one parser of smaps listings here (MappingPages and
+// SplitPages read through it). A listing (the format of /proc/PID/smaps,
+// proc(5)) is, for each mapping, a header line "lo-hi perms offset dev
+// inode [path]" with lo and hi in hexadecimal, then lines "Name: value"
+// ("Rss:   4096 kB", "VmFlags: rd wr mr"). ScanSmaps calls mapping at each
+// header with the range [lo, hi) and field at each Rss and AnonHugePages
+// line with its name (colon included) and count in KiB; it skips every
+// other line. A count that is not an integer is an error quoting the line,
+// as is a read error of smaps.
+func ScanSmaps(smaps io.Reader, mapping func(lo, hi uintptr), field func(name string, kib int64)) error {
 	sc := bufio.NewScanner(smaps)
 	for sc.Scan() {
 		line := sc.Text()
