@@ -7,10 +7,8 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
-	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/kernels/cudabackend"
-	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -68,96 +66,44 @@ func TestFP8AddDecodeGPU(t *testing.T) {
 					for i := range prompt {
 						prompt[i] %= int32(m.Cfg.VocabSize)
 					}
-					gen := func(on, eager bool) []int32 {
-						gb.NoFP8Add = !on
-						out, err := m.Generate(be, prompt, decoder.GenerateOptions{MaxNewTokens: 16, IgnoreEOS: true, Eager: eager})
-						if err != nil {
-							t.Fatal(err)
-						}
-						return out
-					}
-					want := gen(false, true)
+					ab := decodeAB{t: t, m: m, be: be, prompt: prompt, set: func(on bool) { gb.NoFP8Add = !on }}
+					want := ab.sameTokens("FP8 add", 16)
 					if first == nil {
 						first = want
 					} else if !slices.Equal(want, first) {
 						t.Errorf("FT_FP8_VARIANT=%s: tokens %v, want %v (auto's)", variant, want, first)
 					}
-					for _, c := range []struct{ on, eager bool }{{true, true}, {true, false}, {false, false}} {
-						if got := gen(c.on, c.eager); !slices.Equal(got, want) {
-							t.Errorf("FP8 add %v, eager %v: tokens %v, want %v (off, eager)", c.on, c.eager, got, want)
-						}
-					}
 
-					eager := func(on bool) [][]float32 {
-						gb.NoFP8Add = !on
-						cache, err := m.NewKVCache(be, 32)
-						if err != nil {
-							t.Fatal(err)
-						}
-						defer cache.Free()
-						out, err := testmodel.Steps(m, be, cache, prompt, 6, func(s int, _ []float32) int32 { return int32(11 + s) })
-						if err != nil {
-							t.Fatal(err)
-						}
-						return out
-					}
 					be.calls = 0
-					off := eager(false)
+					off := ab.eagerLogits(false, 6)
 					if be.calls != 0 {
 						t.Errorf("eager, off: %d MatMulAddFP8 calls, want 0", be.calls)
 					}
-					on := eager(true)
+					on := ab.eagerLogits(true, 6)
 					if be.calls != 2*L*6 {
 						t.Errorf("eager: %d MatMulAddFP8 calls, want 2 a layer and one-token step = %d", be.calls, 2*L*6)
 					}
 					if firstEager == nil {
 						firstEager = off
 					} else {
-						sameLogits(t, "FT_FP8_VARIANT="+variant+", eager", off, firstEager)
+						sameLogits(t, "FT_FP8_VARIANT="+variant+", eager, against auto's", off, firstEager)
 					}
-					for i := range off {
-						if !slices.Equal(on[i], off[i]) {
-							t.Errorf("eager forward %d: logits with the FP8 add differ (max |diff| %g)", i, devtest.MaxAbsDiff(on[i], off[i]))
-						}
-					}
+					sameLogits(t, "eager, FP8 add on against off", on, off)
 
-					graph := func(on bool) [][]float32 {
-						gb.NoFP8Add = !on
-						return graphStepLogits(t, m, be, prompt, 16)
-					}
-					goff := graph(false)
+					goff := ab.graphLogits(false, 16)
 					if firstGraph == nil {
 						firstGraph = goff
 					} else {
-						sameLogits(t, "FT_FP8_VARIANT="+variant+", graph", goff, firstGraph)
+						sameLogits(t, "FT_FP8_VARIANT="+variant+", graph, against auto's", goff, firstGraph)
 					}
 					be.calls = 0
-					gon := graph(true)
+					gon := ab.graphLogits(true, 16)
 					if be.calls != 2*L {
 						t.Errorf("graph: %d MatMulAddFP8 calls in the capture, want 2 a layer = %d", be.calls, 2*L)
 					}
-					for i := range goff {
-						if !slices.Equal(gon[i], goff[i]) {
-							t.Errorf("graph step %d: logits with the FP8 add differ (max |diff| %g)", i, devtest.MaxAbsDiff(gon[i], goff[i]))
-						}
-					}
+					sameLogits(t, "graph, FP8 add on against off", gon, goff)
 				})
 			}
 		}
 	})
-}
-
-// sameLogits fails t unless got has want's steps, each bit for bit the
-// same (what names the run against auto's).
-func sameLogits(t *testing.T, what string, got, want [][]float32) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Errorf("%s: %d steps of logits, want %d (auto's)", what, len(got), len(want))
-		return
-	}
-	for i := range want {
-		if !slices.Equal(got[i], want[i]) {
-			t.Errorf("%s step %d: logits differ from auto's (max |diff| %g)", what, i, devtest.MaxAbsDiff(got[i], want[i]))
-		}
-	}
 }

@@ -5,13 +5,10 @@ package all_test
 import (
 	"fmt"
 	"math"
-	"slices"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
-	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels/cudabackend"
-	"github.com/flextensor-go/flextensor/models/decoder"
 )
 
 // TestGEMVBalDecodeGPU: on every family fixture with the split-K one-token
@@ -28,29 +25,25 @@ func TestGEMVBalDecodeGPU(t *testing.T) {
 		if !ok {
 			t.Skipf("the split-K GEMVs are the CUDA backend's; %s has none", d.Name)
 		}
+		defer func(was int) { gb.GEMVBal = was }(gb.GEMVBal)
 		for _, dir := range []string{"../../testdata/tiny-llama", "../../testdata/tiny-qwen2", "../../testdata/tiny-qwen3", "../../testdata/tiny-mistral"} {
 			t.Run(dir[len("../../testdata/"):], func(t *testing.T) {
 				m := load(t, dir, d.Dev)
 				prompt := []int32{5, 17, 42, 3, 9}
-				steps := func(split int) [][]float32 {
-					was := gb.GEMVBal
-					gb.GEMVBal = split
-					defer func() { gb.GEMVBal = was }()
-					cache, err := m.NewKVCache(d.Backend, 32)
-					if err != nil {
-						t.Fatal(err)
+				split := 0 // the split mode B runs, each subtest's S
+				ab := decodeAB{t: t, m: m, be: d.Backend, prompt: prompt, set: func(on bool) {
+					gb.GEMVBal = 0
+					if on {
+						gb.GEMVBal = split
 					}
-					defer cache.Free()
-					out, err := testmodel.Steps(m, d.Backend, cache, prompt, 6, func(s int, _ []float32) int32 { return int32(11 + s) })
-					if err != nil {
-						t.Fatal(err)
-					}
-					return out
-				}
-				base := steps(0)
+				}}
+				base := ab.eagerLogits(false, 6)
 				for _, S := range []int{2, 4} {
 					t.Run(fmt.Sprintf("bal%d", S), func(t *testing.T) {
-						got := steps(S)
+						split = S
+						ab := ab
+						ab.t = t
+						got := ab.eagerLogits(true, 6)
 						for i := range base {
 							scale := 0.0
 							for _, v := range base[i] {
@@ -60,23 +53,8 @@ func TestGEMVBalDecodeGPU(t *testing.T) {
 								t.Errorf("forward %d: logits max |diff| %g from the pipelined GEMVs', want ≤ %g", i, diff, 0.02*scale)
 							}
 						}
-						was := gb.GEMVBal
-						gb.GEMVBal = S
-						defer func() { gb.GEMVBal = was }()
-						gen := func(eager bool) []int32 {
-							out, err := m.Generate(d.Backend, prompt, decoder.GenerateOptions{MaxNewTokens: 20, IgnoreEOS: true, Eager: eager})
-							if err != nil {
-								t.Fatal(err)
-							}
-							return out
-						}
-						if eager, graph := gen(true), gen(false); !slices.Equal(graph, eager) {
-							t.Errorf("graph replay: tokens %v, eager %v", graph, eager)
-						}
-						a, b := graphStepLogits(t, m, d.Backend, prompt, 1), graphStepLogits(t, m, d.Backend, prompt, 1)
-						if !slices.Equal(a[0], b[0]) {
-							t.Errorf("two captures' first step logits differ (max |diff| %g)", devtest.MaxAbsDiff(a[0], b[0]))
-						}
+						ab.graphTokensEager(fmt.Sprintf("bal%d", S), true, 20)
+						sameLogits(t, "two captures' first step", ab.graphLogits(true, 1), ab.graphLogits(true, 1))
 					})
 				}
 			})

@@ -3,14 +3,11 @@
 package all_test
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
-	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/kernels/cudabackend"
-	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -51,62 +48,24 @@ func TestNormTailDecodeGPU(t *testing.T) {
 			t.Run(dir[len("../../testdata/"):], func(t *testing.T) {
 				m := load(t, dir, d.Dev)
 				L := len(m.Layers)
-				prompt := []int32{5, 17, 42, 3, 9}
-				gen := func(on, eager bool) []int32 {
-					gb.NormTail = on
-					out, err := m.Generate(be, prompt, decoder.GenerateOptions{MaxNewTokens: 20, IgnoreEOS: true, Eager: eager})
-					if err != nil {
-						t.Fatal(err)
-					}
-					return out
-				}
-				want := gen(false, true)
-				for _, c := range []struct{ on, eager bool }{{true, true}, {true, false}, {false, false}} {
-					if got := gen(c.on, c.eager); !slices.Equal(got, want) {
-						t.Errorf("norm tails %v, eager %v: tokens %v, want %v (off, eager)", c.on, c.eager, got, want)
-					}
-				}
+				ab := decodeAB{t: t, m: m, be: be, prompt: []int32{5, 17, 42, 3, 9}, set: func(on bool) { gb.NormTail = on }}
+				ab.sameTokens("norm tails", 20)
 
-				eager := func(on bool) [][]float32 {
-					gb.NormTail = on
-					cache, err := m.NewKVCache(be, 32)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer cache.Free()
-					out, err := testmodel.Steps(m, be, cache, prompt, 6, func(s int, _ []float32) int32 { return int32(11 + s) })
-					if err != nil {
-						t.Fatal(err)
-					}
-					return out
-				}
-				off := eager(false)
+				off := ab.eagerLogits(false, 6)
 				be.ran = 0
-				on := eager(true)
+				on := ab.eagerLogits(true, 6)
 				if be.ran != 2*L*6 {
 					t.Errorf("eager: %d fused calls ran, want 2 a layer and step = %d", be.ran, 2*L*6)
 				}
-				for i := range off {
-					if !slices.Equal(on[i], off[i]) {
-						t.Errorf("eager forward %d: logits with the norm tails differ (max |diff| %g)", i, devtest.MaxAbsDiff(on[i], off[i]))
-					}
-				}
+				sameLogits(t, "eager, norm tails on against off", on, off)
 
-				graph := func(on bool) [][]float32 {
-					gb.NormTail = on
-					return graphStepLogits(t, m, be, prompt, 20)
-				}
-				goff := graph(false)
+				goff := ab.graphLogits(false, 20)
 				be.ran = 0
-				gon := graph(true)
+				gon := ab.graphLogits(true, 20)
 				if be.ran != 2*L {
 					t.Errorf("graph: %d fused calls ran in the capture, want 2 a layer = %d", be.ran, 2*L)
 				}
-				for i := range goff {
-					if !slices.Equal(gon[i], goff[i]) {
-						t.Errorf("graph step %d: logits with the norm tails differ (max |diff| %g)", i, devtest.MaxAbsDiff(gon[i], goff[i]))
-					}
-				}
+				sameLogits(t, "graph, norm tails on against off", gon, goff)
 			})
 		}
 	})

@@ -4,14 +4,11 @@ package all_test
 
 import (
 	"math"
-	"slices"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
-	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/kernels/cudabackend"
-	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -32,40 +29,9 @@ func TestFusedRoPEDecodeGPU(t *testing.T) {
 		for _, dir := range []string{"../../testdata/tiny-llama", "../../testdata/tiny-qwen2", "../../testdata/tiny-mistral", "../../testdata/tiny-qwen3"} {
 			t.Run(dir[len("../../testdata/"):], func(t *testing.T) {
 				m := load(t, dir, d.Dev)
-				prompt := []int32{5, 17, 42, 3, 9}
-				gen := func(on, eager bool) []int32 {
-					gb.NoFusedRoPE = !on
-					out, err := m.Generate(d.Backend, prompt, decoder.GenerateOptions{MaxNewTokens: 20, IgnoreEOS: true, Eager: eager})
-					if err != nil {
-						t.Fatal(err)
-					}
-					return out
-				}
-				want := gen(false, true)
-				for _, c := range []struct{ on, eager bool }{{true, true}, {true, false}, {false, false}} {
-					if got := gen(c.on, c.eager); !slices.Equal(got, want) {
-						t.Errorf("FT_FUSE_ROPE on %v, eager %v: tokens %v, want %v (off, eager)", c.on, c.eager, got, want)
-					}
-				}
-				steps := func(on bool) [][]float32 {
-					gb.NoFusedRoPE = !on
-					cache, err := m.NewKVCache(d.Backend, 32)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer cache.Free()
-					out, err := testmodel.Steps(m, d.Backend, cache, prompt, 6, func(s int, _ []float32) int32 { return int32(11 + s) })
-					if err != nil {
-						t.Fatal(err)
-					}
-					return out
-				}
-				on, off := steps(true), steps(false)
-				for i := range off {
-					if !slices.Equal(on[i], off[i]) {
-						t.Errorf("forward %d: logits with FT_FUSE_ROPE on differ from off (max |diff| %g)", i, devtest.MaxAbsDiff(on[i], off[i]))
-					}
-				}
+				ab := decodeAB{t: t, m: m, be: d.Backend, prompt: []int32{5, 17, 42, 3, 9}, set: func(on bool) { gb.NoFusedRoPE = !on }}
+				ab.sameTokens("FT_FUSE_ROPE", 20)
+				sameLogits(t, "eager, FT_FUSE_ROPE on against off", ab.eagerLogits(true, 6), ab.eagerLogits(false, 6))
 
 				// The fused kernel takes this fixture's operands.
 				gb.NoFusedRoPE = false
