@@ -298,6 +298,7 @@ func benchDRAMProbe(o *benchHostOptions, level host.Level, stdout io.Writer) (er
 		e.Threads(), e.Level(), o.readMiB, dev.Name(), p.copyMiB, p.chunkMiB, note, p.ms)
 
 	var rows []dramProbeRow
+	s0 := sampleCPU()
 	readFor(e, buf, 0) // warm
 	rows = append(rows, dramProbeRow{Phase: phaseReads, ReadGBs: readFor(e, buf, d), CopyGBs: notRun})
 	if h != nil {
@@ -352,6 +353,9 @@ func benchDRAMProbe(o *benchHostOptions, level host.Level, stdout io.Writer) (er
 		return fmt.Errorf("copies: %w", herr)
 	}
 	writeDRAMProbeTable(stdout, rows)
+	if s1 := sampleCPU(); s1.total > s0.total {
+		fmt.Fprintf(stdout, "CPU steal over the probe: %.2f%% of all CPUs' time; GC cycles %d\n", 100*float64(s1.steal-s0.steal)/float64(s1.total-s0.total), s1.numGC-s0.numGC)
+	}
 	return nil
 }
 
