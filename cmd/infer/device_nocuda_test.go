@@ -19,13 +19,3 @@ func TestCUDADeviceWithoutCUDA(t *testing.T) {
 		t.Fatalf("--device gpu: exit %d, want 2 (usage)", code)
 	}
 }
-
-// TestBenchHostCopyDeviceWithoutCUDA: the DRAM probe's copies need a GPU;
-// without CUDA in the build --copy-device cuda:0 says so.
-func TestBenchHostCopyDeviceWithoutCUDA(t *testing.T) {
-	var out, errb bytes.Buffer
-	code := runMain([]string{"bench-host", "--copy-device", "cuda:0", "--read-mib", "1"}, &out, &errb)
-	if code != 1 || !strings.Contains(errb.String(), "--copy-device") || !strings.Contains(errb.String(), "built without CUDA") {
-		t.Fatalf("exit %d, stderr %q: want 1 and a built-without-CUDA message naming --copy-device", code, errb.String())
-	}
-}
