@@ -396,7 +396,11 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 		}
 	}
 	var out []float64
+	var s0 cpuSample // FT_TRACE=1: GC, steal, switches over the timed forwards
 	for i := 0; i < warm+iters; i++ {
+		if i == warm {
+			s0 = sampleCPU()
+		}
 		var ids []int32
 		if mode == "decode" {
 			ids = randIDs(1)
@@ -412,6 +416,7 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 			out = append(out, ms)
 		}
 	}
+	traceTimed(s0, out)
 	if kp != nil {
 		ids := randIDs(1)
 		title := fmt.Sprintf("one decode step at context %d", context+warm+iters)

@@ -32,6 +32,7 @@ Examples:
   infer bench-host --read-mib 16 --reps 1 --shapes o --kinds bf16 --tokens 1
   infer bench-host --threads 4 --shapes qkv,down --kinds fp8-block128 --tokens 1,4 --read-mib 16 --reps 1
   infer bench-host --layer --layer-scale 8 --layer-iters 3 --threads 2
+  infer bench-host --copy-device cuda:0 --threads 16 --layer --layer-count 8
 
 With --layer (on the H200 machine: --layer --threads 16) it builds one decoder layer of the Llama-3-8B shape (436 MB of
 BF16 weights, a host KV cache of --context positions) on the host backend
@@ -45,6 +46,14 @@ pinned blocks are (the default), in a GPU's pinned host memory itself
 (--layer-pinned cuda:0), or on the Go heap (--layer-pinned heap, 4 KiB
 pages unless THP is "always"); it prints which, and the huge pages backing
 them.
+
+With --copy-device cuda:0 it measures whether that GPU's host-to-device
+copies (out of its pinned host memory, where the offload engine streams
+weights from) and the host cores' reads share the host's DRAM read rate:
+the STREAM-like read alone (--read-mib, --threads), the copies alone
+(--copy-mib, --copy-chunk-mib), and both at once over different buffers,
+--probe-ms each; with --layer also one host layer's median step alone and
+beside the copies. --copy-device cpu runs the same with memcpy copies.
 `
 
 type benchHostOptions struct {
@@ -56,6 +65,7 @@ type benchHostOptions struct {
 	level                  string
 	tokens                 []int
 	kinds, shapes          []string
+	probe                  dramProbeOptions // --copy-device and its sizes
 }
 
 func benchHostFlags(fs *pflag.FlagSet) *benchHostOptions {
@@ -73,6 +83,7 @@ func benchHostFlags(fs *pflag.FlagSet) *benchHostOptions {
 	fs.IntVar(&o.layers, "layer-count", 1, "--layer: distinct layers (own weights and KV cache each) the steps rotate over, so that no step reads weights a previous one left in the CPU's caches (a host stretch reads each layer once a token)")
 	fs.StringVar(&o.pinned, "layer-pinned", "", "--layer: where each layer's weights live: a device's pinned host memory (AllocHost, e.g. cuda:0: what the offload engine's host units read), \"heap\" (the Go heap), or unset: huge-page host memory mapped as the engine's pinned blocks")
 	fs.StringSliceVar(&o.shapes, "shapes", []string{"qkv", "o", "gateup", "down", "lmhead"}, "Llama-3-8B GEMVs to time: qkv, o, gateup, down, lmhead")
+	dramProbeFlags(&o.probe, fs)
 	return &o
 }
 
@@ -98,6 +109,9 @@ func benchHostCmd(args []string, stdout, stderr io.Writer) error {
 		if !slices.Contains(host.Kinds, k) {
 			return usagef("--kinds: %q: want some of %v", k, host.Kinds)
 		}
+	}
+	if o.probe.device != "" {
+		return benchDRAMProbe(o, level, stdout)
 	}
 	if o.layer {
 		return benchHostLayer(o, level, stdout)

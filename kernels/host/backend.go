@@ -19,7 +19,8 @@ import (
 type Backend struct {
 	*kernels.CPUBackend
 	e         *Engine
-	layerMode int // how DecodeLayer runs (Options.FusedLayer, FT_HOST_LAYER)
+	layerMode int     // how DecodeLayer runs (Options.FusedLayer, FT_HOST_LAYER)
+	gbps      float64 // FT_HOST_GBPS in bytes a second, 0 unset (hostgbps.go)
 
 	ropeMu sync.Mutex
 	rope   ropeCache // guarded by ropeMu
@@ -46,11 +47,15 @@ func New(dev runtime.Device, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	gbps, err := hostGBpsFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	e, err := NewEngine(o)
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{CPUBackend: cb, e: e, layerMode: mode, rope: ropeCache{pos: -1}}, nil
+	return &Backend{CPUBackend: cb, e: e, layerMode: mode, gbps: gbps, rope: ropeCache{pos: -1}}, nil
 }
 
 // Engine is the backend's kernel engine (its level, threads and pool).

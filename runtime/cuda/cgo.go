@@ -50,6 +50,27 @@ static CUresult ft_primary_ctx(int ordinal, CUdevice* dev, CUcontext* ctx) {
 
 static CUresult ft_primary_ctx_release(CUdevice dev) { return cuDevicePrimaryCtxRelease(dev); }
 
+// The values sched.go names (SchedAuto ... schedMask).
+_Static_assert(CU_CTX_SCHED_AUTO == 0x0 && CU_CTX_SCHED_SPIN == 0x1 && CU_CTX_SCHED_YIELD == 0x2 &&
+	CU_CTX_SCHED_BLOCKING_SYNC == 0x4 && CU_CTX_SCHED_MASK == 0x7, "CU_CTX_SCHED_* values");
+
+// ft_primary_ctx_flags reads the primary context's flags into *old and, when
+// set, writes them with their scheduling bits replaced by sched (the other
+// flags kept), before the context is retained.
+static CUresult ft_primary_ctx_flags(int ordinal, unsigned sched, int set, unsigned* old, unsigned* now) {
+	CUdevice dev;
+	int active = 0;
+	CUresult r = cuDeviceGet(&dev, ordinal);
+	if (r != CUDA_SUCCESS) return r;
+	r = cuDevicePrimaryCtxGetState(dev, old, &active);
+	if (r != CUDA_SUCCESS) return r;
+	*now = *old;
+	if (!set) return CUDA_SUCCESS;
+	r = cuDevicePrimaryCtxSetFlags(dev, (*old & ~(unsigned)CU_CTX_SCHED_MASK) | (sched & CU_CTX_SCHED_MASK));
+	if (r != CUDA_SUCCESS) return r;
+	return cuDevicePrimaryCtxGetState(dev, now, &active);
+}
+
 static CUresult ft_set_current(CUcontext ctx) { return ft_ctx(ctx); }
 
 static CUresult ft_ctx_sync(CUcontext ctx) {
@@ -401,6 +422,18 @@ func cPrimaryContext(ordinal int) (cDevice, cContext, error) {
 	var ctx C.CUcontext
 	err := check(fmt.Sprintf("retaining the primary context of device %d", ordinal), C.ft_primary_ctx(C.int(ordinal), &dev, &ctx))
 	return dev, ctx, err
+}
+
+// cPrimarySched sets the scheduling bits of device ordinal's primary
+// context to sched when set, and returns its flags before and after.
+func cPrimarySched(ordinal int, sched uint32, set bool) (old, now uint32, err error) {
+	var o, n C.uint
+	s := C.int(0)
+	if set {
+		s = 1
+	}
+	err = check(fmt.Sprintf("setting the scheduling flags of device %d's primary context", ordinal), C.ft_primary_ctx_flags(C.int(ordinal), C.uint(sched), s, &o, &n))
+	return uint32(o), uint32(n), err
 }
 
 func cReleasePrimary(dev cDevice) error {

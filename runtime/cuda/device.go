@@ -90,6 +90,20 @@ func OpenWith(index int, o Options) (*Device, error) {
 	if d.cc < 80 {
 		return nil, fmt.Errorf("cuda:%d: %s has compute capability %d.%d; the kernels need 8.0 or newer (bf16 tensor cores)", index, d.name, major, minor)
 	}
+	// FT_CUDA_SCHED: how threads wait for this GPU (sched.go), set
+	// before the primary context is retained (it applies when the context
+	// is made; one already active keeps its flags until it is reset).
+	sched, setSched, err := schedFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cuda:%d: %w", index, err)
+	}
+	oldFlags, flags, err := cPrimarySched(index, sched, setSched)
+	if err != nil {
+		return nil, fmt.Errorf("cuda:%d: %w", index, err)
+	}
+	if setSched && os.Getenv("FT_TRACE") == "1" {
+		fmt.Fprintf(os.Stderr, "cuda:%d: %s=%s: primary context flags %#x -> %#x\n", index, SchedEnv, os.Getenv(SchedEnv), oldFlags, flags)
+	}
 	if d.dev, d.ctx, err = cPrimaryContext(index); err != nil {
 		return nil, fmt.Errorf("cuda:%d: %w", index, err)
 	}

@@ -1,0 +1,33 @@
+package host
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// HostGBpsEnv names the A/B switch that fixes the host GEMV rate the
+// offload planner starts from: FT_HOST_GBPS=N makes the backend report N
+// GB/s (offload.HostBandwidthMeasurer) instead of the engine timing one
+// token through the largest unit's matrices at start-up, a figure that
+// varied 88-100 GB/s between runs on the H200 machine and picked different
+// first plans. Unset or 0: measured (the default). The replan on measured
+// host times (offload's host_measure.go) follows either way.
+const HostGBpsEnv = "FT_HOST_GBPS"
+
+// hostGBpsFromEnv parses FT_HOST_GBPS into bytes a second (0: unset).
+func hostGBpsFromEnv() (float64, error) {
+	v := os.Getenv(HostGBpsEnv)
+	if v == "" {
+		return 0, nil
+	}
+	g, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(g >= 0) || g > 1e6 { // NaN and ±Inf too
+		return 0, fmt.Errorf("host: %s=%q: want GB/s, a number from 0 (measure) up", HostGBpsEnv, v)
+	}
+	return g * 1e9, nil
+}
+
+// HostBandwidth is the host GEMV rate FT_HOST_GBPS fixes, bytes a second;
+// 0 (unset) leaves the offload engine to measure it.
+func (b *Backend) HostBandwidth() float64 { return b.gbps }
