@@ -65,6 +65,7 @@ var extraEnv = map[string][]string{
 	"FT_L2_BRANCH_MIB":       nil,                              // FT_L2_BRANCH's byte caps: MiB for every fork point, or "O,QKV,GU" (default 24,8,8; cuda builds)
 	"FT_L2_BRANCH_BLOCKS":    nil,                              // FT_L2_BRANCH's prefetch grid in blocks of 128 threads (default 48; cuda builds)
 	"FT_L2_BRANCH_MODE":      {"", "bulk", "line", "last"},     // FT_L2_BRANCH's prefetch instruction: bulk (cp.async.bulk.prefetch.L2, default), line (prefetch.global.L2), last (its evict_last form) (cuda builds)
+	"FT_L2_BRANCH_PRIO":      {"", "high", "normal"},           // FT_L2_BRANCH's stream priority: high (default: its prefetch blocks start before the compute stream's waiting ones) or normal (cuda builds)
 	"FT_HOST_SPIN":           nil,                              // host kernels: how long an idle pool worker spins before parking, a Go duration (A/B runs; kernels/host checks it)
 	"FT_HOST_CHUNK_KIB":      nil,                              // host kernels: the GEMV pool chunk cap in KiB, negative: none (A/B runs; kernels/host checks it)
 	"FT_HOST_ATTN":           {"", "legacy"},                   // "legacy": host attention's weighted sum one pass over V per query head, not one pass for the group in registers (A/B runs; kernels/host)

@@ -34,6 +34,22 @@ func l2BranchFromEnv() (kernels.L2BranchPlan, error) {
 		os.Getenv("FT_L2_BRANCH_BLOCKS"), os.Getenv("FT_L2_BRANCH_MODE"))
 }
 
+// l2BranchHighPriority is FT_L2_BRANCH_PRIO: "" or "high" (the default)
+// makes the branch stream at the context's highest priority, so that its
+// prefetch blocks take SM slots before blocks of the compute stream's
+// kernels launched early by dependent launch; "normal" at the compute
+// stream's.
+func l2BranchHighPriority() (bool, error) {
+	switch v := os.Getenv("FT_L2_BRANCH_PRIO"); v {
+	case "", "high":
+		return true, nil
+	case "normal":
+		return false, nil
+	default:
+		return false, fmt.Errorf("FT_L2_BRANCH_PRIO %q: want high or normal", v)
+	}
+}
+
 // l2Branch is the backend's branch state.
 type l2Branch struct {
 	plan    kernels.L2BranchPlan
@@ -46,10 +62,15 @@ type l2Branch struct {
 func (b *Backend) L2Branch() kernels.L2BranchPlan { return b.l2br.plan }
 
 // SetL2Branch sets the plan (New sets FT_L2_BRANCH's) and makes the branch
-// stream the first time a plan forks anywhere. Call it outside a capture.
+// stream (at FT_L2_BRANCH_PRIO's priority) the first time a plan forks
+// anywhere. Call it outside a capture.
 func (b *Backend) SetL2Branch(p kernels.L2BranchPlan) error {
 	if p.Kinds != 0 && b.l2br.s == nil {
-		s, err := b.dev.NewCUDAStream("cudabackend L2 branch")
+		high, err := l2BranchHighPriority()
+		if err != nil {
+			return fmt.Errorf("cudabackend.SetL2Branch: %w", err)
+		}
+		s, err := b.dev.NewCUDAStreamPriority("cudabackend L2 branch", high)
 		if err != nil {
 			return fmt.Errorf("cudabackend.SetL2Branch: %w", err)
 		}
