@@ -169,14 +169,17 @@ func benchChunkMap(o *benchHostOptions, level host.Level, stdout io.Writer) erro
 			collapse = "; MADV_COLLAPSE: " + blk.CollapseErr.Error()
 		}
 		fmt.Fprintf(stdout, "\nallocation %d: mapped and touched in %.2f s, 2 MiB-aligned %v; %s%s\n", a, mapped.Seconds(), blk.Aligned, cover, collapse)
-		fmt.Fprintf(stdout, "%6s %10s  %s %8s\n", "chunk", "offset MiB", passHeader(c.passes), "median")
+		fmt.Fprintf(stdout, "%6s %10s  %s %8s  %s\n", "chunk", "offset MiB", passHeader(c.passes), "median", "phys GiB (pagemap, 2 MiB samples)")
+		pm := openPhysRanger()
 		for i, r := range rates {
 			var cells strings.Builder
 			for _, v := range r {
 				fmt.Fprintf(&cells, " %7.1f", v)
 			}
-			fmt.Fprintf(stdout, "%6d %10d %s %8.1f\n", i, int64(i)*chunk>>20, cells.String(), medianOf(r))
+			lo, hi, ok := pm.span(blk.Bytes()[int64(i)*chunk:int64(i+1)*chunk], hostmem.HugePageSize)
+			fmt.Fprintf(stdout, "%6d %10d %s %8.1f  %s\n", i, int64(i)*chunk>>20, cells.String(), medianOf(r), physCell(lo, hi, ok))
 		}
+		pm.close()
 		st := summarizeChunkMap(rates)
 		writeChunkMapSummary(stdout, st)
 		allocMedians = append(allocMedians, st.Median)

@@ -51,7 +51,7 @@ func TestBenchHostChunkMap(t *testing.T) {
 		t.Errorf("header wrong:\n%s", out)
 	}
 	num := `[0-9]+\.[0-9]`
-	rows := regexp.MustCompile(`(?m)^ +([0-9]+) +([0-9]+) +`+num+` +`+num+` +`+num+`$`).FindAllStringSubmatch(out, -1)
+	rows := regexp.MustCompile(`(?m)^ +([0-9]+) +([0-9]+) +`+num+` +`+num+` +`+num+`  (-|[0-9.]+-[0-9.]+)$`).FindAllStringSubmatch(out, -1)
 	if len(rows) != 16 {
 		t.Fatalf("%d chunk rows, want 8 for each of 2 allocations:\n%s", len(rows), out)
 	}
@@ -94,5 +94,31 @@ func TestBenchHostChunkMapArgs(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, stderr %q: want exit 2 naming %q", c.args, code, errOut, c.want)
 		}
+	}
+}
+
+// TestPagemapFrame: pagemap entries decode to physical addresses only when
+// present with a frame number shown, and the table's cell is in GiB.
+func TestPagemapFrame(t *testing.T) {
+	for _, c := range []struct {
+		entry uint64
+		phys  uint64
+		ok    bool
+	}{
+		{pagemapPresent | 5, 5 * 4096, true},
+		{pagemapPresent | 1<<55 | 0x40000, 1 << 30, true}, // bit 55 (soft-dirty) is not part of the frame
+		{5, 0, false},              // not present
+		{pagemapPresent, 0, false}, // present, frame hidden (no CAP_SYS_ADMIN)
+	} {
+		phys, ok := pagemapFrame(c.entry)
+		if phys != c.phys || ok != c.ok {
+			t.Errorf("entry %#x: %#x %v, want %#x %v", c.entry, phys, ok, c.phys, c.ok)
+		}
+	}
+	if got := physCell(1<<30, 3<<29-4096, true); got != "1.00-1.50" {
+		t.Errorf("physCell: %q, want 1.00-1.50", got)
+	}
+	if got := physCell(0, 0, false); got != "-" {
+		t.Errorf("physCell unknown: %q, want -", got)
 	}
 }

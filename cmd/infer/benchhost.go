@@ -61,7 +61,8 @@ With --chunk-map GIB (e.g. --chunk-map 16 --threads 16) it maps GIB GiB
 and prints the STREAM-like read rate of every --chunk-mib chunk of it in
 --chunk-passes shuffled passes, then how much chunks differ from each
 other against how much one chunk differs from pass to pass, and the huge
-pages behind the mapping; --chunk-fresh N maps it afresh N times and
+pages behind the mapping (as root also each chunk's guest-physical
+range, from /proc/self/pagemap); --chunk-fresh N maps it afresh N times and
 prints each allocation's median, showing whether allocations differ as a
 whole.
 `
