@@ -33,6 +33,7 @@ Examples:
   infer bench-host --threads 4 --shapes qkv,down --kinds fp8-block128 --tokens 1,4 --read-mib 16 --reps 1
   infer bench-host --layer --layer-scale 8 --layer-iters 3 --threads 2
   infer bench-host --copy-device cuda:0 --threads 16 --layer --layer-count 8
+  infer bench-host --chunk-map 16 --threads 16 --chunk-passes 3 --chunk-fresh 3
 
 With --layer (on the H200 machine: --layer --threads 16) it builds one decoder layer of the Llama-3-8B shape (436 MB of
 BF16 weights, a host KV cache of --context positions) on the host backend
@@ -54,6 +55,16 @@ the STREAM-like read alone (--read-mib, --threads), the copies alone
 (--copy-mib, --copy-chunk-mib), and both at once over different buffers,
 --probe-ms each; with --layer also one host layer's median step alone and
 beside the copies. --copy-device cpu runs the same with memcpy copies.
+
+With --chunk-map GIB (e.g. --chunk-map 16 --threads 16) it maps GIB GiB
+(fractions allowed) as the engine's pinned blocks are mapped on the host
+and prints the STREAM-like read rate of every --chunk-mib chunk of it in
+--chunk-passes shuffled passes, then how much chunks differ from each
+other against how much one chunk differs from pass to pass, and the huge
+pages behind the mapping (as root also each chunk's guest-physical
+range, from /proc/self/pagemap); --chunk-fresh N maps it afresh N times and
+prints each allocation's median, showing whether allocations differ as a
+whole.
 `
 
 type benchHostOptions struct {
@@ -66,6 +77,7 @@ type benchHostOptions struct {
 	tokens                 []int
 	kinds, shapes          []string
 	probe                  dramProbeOptions // --copy-device and its sizes
+	chunk                  chunkMapOptions  // --chunk-map and its sizes
 }
 
 func benchHostFlags(fs *pflag.FlagSet) *benchHostOptions {
@@ -84,6 +96,7 @@ func benchHostFlags(fs *pflag.FlagSet) *benchHostOptions {
 	fs.StringVar(&o.pinned, "layer-pinned", "", "--layer: where each layer's weights live: a device's pinned host memory (AllocHost, e.g. cuda:0: what the offload engine's host units read), \"heap\" (the Go heap), or unset: huge-page host memory mapped as the engine's pinned blocks")
 	fs.StringSliceVar(&o.shapes, "shapes", []string{"qkv", "o", "gateup", "down", "lmhead"}, "Llama-3-8B GEMVs to time: qkv, o, gateup, down, lmhead")
 	dramProbeFlags(&o.probe, fs)
+	chunkMapFlags(&o.chunk, fs)
 	return &o
 }
 
@@ -109,6 +122,9 @@ func benchHostCmd(args []string, stdout, stderr io.Writer) error {
 		if !slices.Contains(host.Kinds, k) {
 			return usagef("--kinds: %q: want some of %v", k, host.Kinds)
 		}
+	}
+	if o.chunk.gib != 0 {
+		return benchChunkMap(o, level, stdout)
 	}
 	if o.probe.device != "" {
 		return benchDRAMProbe(o, level, stdout)
