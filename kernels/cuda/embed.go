@@ -9,9 +9,8 @@
 // residual-adding GEMV with the RMSNorm after it done by its last block),
 // rope.cu (RoPE, fused RoPE + KV store, also at per-token positions and
 // pool rows), rope_qkv.cu (a decode step's q/k/v GEMV with the biases, RoPE
-// and the KV store in its epilogue), l2branch.cu (weights prefetched into
-// L2 on a graph branch, FT_L2_BRANCH), decode_tr.cu (the transposed
-// one-query decode attention), gemv.cu
+// and the KV store in its epilogue), decode_tr.cu (the transposed one-query
+// decode attention), gemv.cu
 // (one-token matrix-vector products; gemvpipe.cu: their software-pipelined
 // twins, the default for all but q/k/v (FT_GEMV=mixed); FT_GEMV=persist runs
 // gemv.cu's everywhere, FT_GEMV=pipe the twins everywhere), attention.cu (split-context decode

@@ -28,7 +28,6 @@ type Backend struct {
 	blas *cuda.BLAS
 	k    *kernelSet
 	sms  int
-	l2br l2Branch // the L2 prefetch branch (l2branch.go, FT_L2_BRANCH)
 
 	// Graph capture: while capturing, ops read the step's position and ids
 	// from step ([0] = position, [1:] = ids), which SetStep writes; it never
@@ -246,7 +245,6 @@ type kernelSet struct {
 	merged        mergedKernels   // column splits after a merged GEMM (merged.go)
 	qkvRoPE       *cuda.Function  // gemv3_rope_store_bf16 (qkvrope.go)
 	gemvPipe      gemvPipeKernels // pipelined twins of the one-token GEMVs (gemvpipe.go)
-	l2branch      *cuda.Function  // l2_branch_prefetch (l2branch.go)
 
 	normRows normRowsKernels // many-rows RMSNorm (normrows.go)
 }
@@ -298,7 +296,6 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		fp8gemm: loadFP8Gemm(get),
 		merged:  loadMerged(get),
 	}
-	ks.l2branch = get("l2_branch_prefetch")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -392,10 +389,6 @@ func New(dev runtime.Device) (*Backend, error) {
 	if v := os.Getenv("FT_DECODE_VARIANT"); v != "" && !slices.Contains(PipeVariantNames(), v) {
 		return nil, fmt.Errorf("cudabackend: FT_DECODE_VARIANT=%q: want one of %s (or unset)", v, quoteValues(PipeVariantNames()))
 	}
-	l2br, err := l2BranchFromEnv()
-	if err != nil {
-		return nil, fmt.Errorf("cudabackend: %w", err)
-	}
 	ks, err := kernelsFor(cd)
 	if err != nil {
 		return nil, err
@@ -423,9 +416,6 @@ func New(dev runtime.Device) (*Backend, error) {
 	b.NoFusedRoPE = noFusedRoPE
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV
-	if err := b.SetL2Branch(l2br); err != nil {
-		return nil, err
-	}
 	cd.AtClose(b.Close)
 	return b, nil
 }
@@ -1226,7 +1216,7 @@ func (b *Backend) CaptureStep(fn func() error) (kernels.Graph, error) {
 		return nil, err
 	}
 	b.capturing = true
-	g, err := b.s.Capture(b.joinedCapture(fn)) // a prefetch branch left open is joined (l2branch.go)
+	g, err := b.s.Capture(fn)
 	b.capturing = false
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend.CaptureStep: %w", err)

@@ -46,11 +46,6 @@ type Options struct {
 	// (software prefetch on top of the hardware's); 0 means the
 	// environment's FT_HOST_PREFETCH or else none; negative none.
 	PrefetchBytes int
-	// Affinity, when positive, pins the pool's helpers to CPUs (helper w
-	// to the w-th CPU the process may use; the Run caller stays free);
-	// 0 means the environment's FT_HOST_AFFINITY ("1": pin); negative
-	// never pins.
-	Affinity int
 }
 
 // Engine runs the host kernels: the SIMD GEMVs of this package over a
@@ -123,32 +118,7 @@ func NewEngine(o Options) (*Engine, error) {
 		kk.r4BF16 = func(w *uint16, ld uintptr, x *float32, n int, out *[4]float32) { f(w, ld, x, n, out, dist) }
 		k = &kk
 	}
-	pin := o.Affinity
-	if pin == 0 {
-		on, err := affinityFromEnv()
-		if err != nil {
-			return nil, err
-		}
-		if on {
-			pin = 1
-		}
-	}
-	var plan []int
-	if pin > 0 {
-		cpus, err := allowedCPUs()
-		if err != nil {
-			return nil, err
-		}
-		threads := o.Threads
-		if threads <= 0 {
-			threads = goruntime.GOMAXPROCS(0)
-		}
-		plan = pinPlan(threads, cpus)
-	}
-	pool, err := newPoolPinned(o.Threads, max(spin, 0), plan)
-	if err != nil {
-		return nil, err
-	}
+	pool := newPool(o.Threads, max(spin, 0))
 	if explicitSpin {
 		pool.afterPhases = max(spin, 0)
 	}

@@ -82,39 +82,17 @@ func NewPool(threads int) *Pool { return newPool(threads, SpinWait) }
 
 // newPool is NewPool with helpers that spin for spin before parking.
 func newPool(threads int, spin time.Duration) *Pool {
-	p, _ := newPoolPinned(threads, spin, nil)
-	return p
-}
-
-// newPoolPinned is newPool whose helper w, when pin is not nil, first
-// locks itself to an OS thread pinned to CPU pin[w] (FT_HOST_AFFINITY); it
-// returns once every helper has, or the first error (the pool closed).
-func newPoolPinned(threads int, spin time.Duration, pin []int) (*Pool, error) {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
 	p := &Pool{threads: threads, spin: spin, afterPhases: max(spin, phaseSpin), scratch: make([][]float32, threads),
 		workers: make([]poolWorker, threads), tiles: make([]poolTile, threads), done: make(chan struct{}, 1)}
 	p.job.Store(&poolJob{}) // generation 0: nothing to do
-	var pinned chan error
-	if pin != nil {
-		pinned = make(chan error, threads)
-	}
 	for w := 1; w < threads; w++ {
 		p.workers[w].wake = make(chan struct{}, 1)
-		go p.helper(w, pin, pinned)
+		go p.helper(w)
 	}
-	var err error
-	for w := 1; pin != nil && w < threads; w++ {
-		if e := <-pinned; e != nil && err == nil {
-			err = e
-		}
-	}
-	if err != nil {
-		p.Close()
-		return nil, err
-	}
-	return p, nil
+	return p
 }
 
 // Threads is the number of goroutines a Run uses at most.
@@ -143,12 +121,8 @@ func (p *Pool) publish(j *poolJob) {
 }
 
 // helper is worker w's loop: wait for a job other than the last one seen,
-// take part if it asks for w. With pin it first pins itself to CPU pin[w]
-// and sends the result on pinned.
-func (p *Pool) helper(w int, pin []int, pinned chan<- error) {
-	if pin != nil {
-		pinned <- pinThread(pin[w])
-	}
+// take part if it asks for w.
+func (p *Pool) helper(w int) {
 	pw := &p.workers[w]
 	seen := p.job.Load()
 	spin := p.spin

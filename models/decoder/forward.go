@@ -202,10 +202,7 @@ func (l *Layer) Forward(b kernels.Backend, w *workspace, x *runtime.Tensor, cach
 // body is the layer's computation, launched op by op:
 // x += attn(norm(x)); x += mlp(norm(x)).
 func (l *Layer) body(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Cache) error {
-	if err := l.ops(b, w, x, cache, nil); err != nil {
-		return err
-	}
-	return joinL2Branch(b) // the L2 prefetches forked in the layer (l2branch.go)
+	return l.ops(b, w, x, cache, nil)
 }
 
 // ops is body over one sequence's cache, or, with bs, over a batch of
@@ -218,9 +215,6 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	in := normed{h: h}
 	prenormed := w.takeNormed(l.InputNorm, x) && T == 1 // the previous down_proj's tail left InputNorm(x) in h (normtail.go)
 	if bs == nil && !prenormed {
-		if err := l.branchQKV(b, T); err != nil { // L2 prefetch beside the norm (l2branch.go)
-			return err
-		}
 		var err error
 		if in, err = normInput(b, h, x, l.InputNorm, l.Attn, l.Attn.Q, l.Attn.K, l.Attn.V); err != nil {
 			return err
@@ -246,8 +240,6 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 			return err
 		}
 	} else if err := l.Attn.forward(b, w, attnOut, in, cache, oAcc); err != nil {
-		return err
-	} else if err := l.branchGU(b, T); err != nil { // L2 prefetch beside the post-attention norm (l2branch.go)
 		return err
 	}
 	mlpIn := normed{h: h}

@@ -174,9 +174,6 @@ func (p *MLP) gateUp(b kernels.Backend, g, u *runtime.Tensor, in normed) error {
 // op where the backend has it (kernels.RoPEStorer) and the cache is Direct,
 // else RoPE, RoPE, Append.
 func (a *Attention) ropeAndAppend(b kernels.Backend, invFreq []float32, q, k, v *runtime.Tensor, cache Cache) error {
-	if err := a.branchO(b, q.Dim(0)); err != nil { // L2 prefetch of o_proj beside RoPE and attention (l2branch.go)
-		return err
-	}
 	pos0 := cache.Len()
 	if f, ok := b.(kernels.RoPEStorer); ok {
 		if _, direct := cache.(Direct); direct {

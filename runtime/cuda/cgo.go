@@ -103,15 +103,6 @@ static CUresult ft_stream_create(CUcontext ctx, CUstream* s) {
 	return cuStreamCreate(s, CU_STREAM_NON_BLOCKING);
 }
 
-// ft_stream_create_prio is ft_stream_create at the context's greatest
-// (high != 0) or least stream priority.
-static CUresult ft_stream_create_prio(CUcontext ctx, CUstream* s, int high) {
-	CUresult r = ft_ctx(ctx); if (r != CUDA_SUCCESS) return r;
-	int least = 0, greatest = 0;
-	r = cuCtxGetStreamPriorityRange(&least, &greatest); if (r != CUDA_SUCCESS) return r;
-	return cuStreamCreateWithPriority(s, CU_STREAM_NON_BLOCKING, high ? greatest : least);
-}
-
 static CUresult ft_stream_destroy(CUcontext ctx, CUstream s) {
 	CUresult r = ft_ctx(ctx); if (r != CUDA_SUCCESS) return r;
 	return cuStreamDestroy(s);
@@ -475,16 +466,6 @@ func cHostUnregister(ctx cContext, p unsafe.Pointer) error {
 func cStreamCreate(ctx cContext) (cStream, error) {
 	var s C.CUstream
 	err := check("cuStreamCreate", C.ft_stream_create(ctx, &s))
-	return s, err
-}
-
-func cStreamCreatePriority(ctx cContext, high bool) (cStream, error) {
-	var s C.CUstream
-	h := C.int(0)
-	if high {
-		h = 1
-	}
-	err := check("cuStreamCreateWithPriority", C.ft_stream_create_prio(ctx, &s, h))
 	return s, err
 }
 

@@ -252,26 +252,12 @@ func (d *Device) NewStream(name string) (runtime.Stream, error) { return d.NewCU
 
 // NewCUDAStream is NewStream returning the concrete type.
 func (d *Device) NewCUDAStream(name string) (*Stream, error) {
-	return d.newStream(name, func() (cStream, error) { return cStreamCreate(d.ctx) })
-}
-
-// NewCUDAStreamPriority is NewCUDAStream at the context's highest stream
-// priority (high) or its lowest, the default's: where kernels of streams
-// of both wait for SM slots, the block scheduler starts the high
-// priority stream's blocks first (captured graphs keep a stream's priority
-// per kernel node from CUDA 11.7 on, by its release notes).
-func (d *Device) NewCUDAStreamPriority(name string, high bool) (*Stream, error) {
-	return d.newStream(name, func() (cStream, error) { return cStreamCreatePriority(d.ctx, high) })
-}
-
-// newStream registers a stream made by mk.
-func (d *Device) newStream(name string, mk func() (cStream, error)) (*Stream, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, fmt.Errorf("%s: NewStream after Close", d.Name())
 	}
-	s, err := mk()
+	s, err := cStreamCreate(d.ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%s: stream %q: %w", d.Name(), name, err)
 	}
