@@ -102,16 +102,17 @@ func (s *stager) allocBlock(u *unit) (*runtime.HostBuffer, error) {
 // drops their file bytes from the page cache.
 func (s *stager) fillBlock(u *unit, h *runtime.HostBuffer, tally *evictTally) error {
 	t1 := time.Now()
-	defer func() { s.packRead.Add(int64(time.Since(t1))) }()
 	if packEvents != nil {
 		packEvents("read", u.name)
 	}
 	for i, p := range u.params {
 		if err := s.read(p, u.orig[i], 0, h.Bytes()[u.offs[i]:u.offs[i]+u.orig[i].NumBytes()]); err != nil {
 			h.Free()
+			s.packRead.Add(int64(time.Since(t1)))
 			return err
 		}
 	}
+	s.packRead.Add(int64(time.Since(t1))) // the eviction below times itself
 	u.host = h
 	s.placed(u.bytes)
 	if tally != nil {
