@@ -116,6 +116,7 @@ func openFile(path string, f *os.File) (*File, error) {
 		unix.Munmap(data)
 		return nil, err
 	}
+	registerMapped(sf)
 	return sf, nil
 }
 
@@ -337,6 +338,7 @@ func (sf *File) Close() error {
 	if sf.data == nil {
 		return nil
 	}
+	unregisterMapped(sf)
 	err := unix.Munmap(sf.data)
 	sf.data = nil
 	if cerr := sf.f.Close(); err == nil {

@@ -79,29 +79,53 @@ func (s *stager) read(p *nn.Parameter, orig *runtime.Tensor, off int64, dst []by
 
 // pack fills a unit's host block with its parameters.
 func (s *stager) pack(u *unit) error {
-	t0 := time.Now()
-	h, err := s.hostBlock(max(u.bytes, 1), "offload unit "+u.name)
+	h, err := s.allocBlock(u)
 	if err != nil {
 		return err
 	}
+	return s.fillBlock(u, h, nil)
+}
+
+// allocBlock takes unit u's host block.
+func (s *stager) allocBlock(u *unit) (*runtime.HostBuffer, error) {
+	t0 := time.Now()
+	h, err := s.hostBlock(max(u.bytes, 1), "offload unit "+u.name)
+	s.packAlloc.Add(int64(time.Since(t0)))
+	if err == nil && packEvents != nil {
+		packEvents("alloc", u.name)
+	}
+	return h, err
+}
+
+// fillBlock reads unit u's parameters into its block h and gives u the
+// block (h is freed on an error); with a tally (FT_PACK_EVICT=1) it then
+// drops their file bytes from the page cache.
+func (s *stager) fillBlock(u *unit, h *runtime.HostBuffer, tally *evictTally) error {
 	t1 := time.Now()
-	defer func() {
-		s.packAlloc.Add(int64(t1.Sub(t0)))
-		s.packRead.Add(int64(time.Since(t1)))
-	}()
+	if packEvents != nil {
+		packEvents("read", u.name)
+	}
 	for i, p := range u.params {
 		if err := s.read(p, u.orig[i], 0, h.Bytes()[u.offs[i]:u.offs[i]+u.orig[i].NumBytes()]); err != nil {
 			h.Free()
+			s.packRead.Add(int64(time.Since(t1)))
 			return err
 		}
 	}
+	s.packRead.Add(int64(time.Since(t1))) // the eviction below times itself
 	u.host = h
 	s.placed(u.bytes)
+	if tally != nil {
+		s.evictUnit(u, tally)
+	}
 	return nil
 }
 
 // packAll packs units on several goroutines (copies from memory or reads
-// from files both gain from parallelism).
+// from files both gain from parallelism). With FT_PACK_EVICT=1 it first
+// drops the open checkpoints from the page cache, then allocates every
+// block, then reads, dropping each unit's file bytes after its read
+// (packevict.go).
 func (s *stager) packAll(units []*unit) error {
 	start := time.Now()
 	s.packAlloc.Store(0)
@@ -111,6 +135,48 @@ func (s *stager) packAll(units []*unit) error {
 		s.trace("pack: pinned alloc", time.Duration(s.packAlloc.Load()))
 		s.trace("pack: read", time.Duration(s.packRead.Load()))
 	}()
+	var err error
+	if packEvict && len(units) > 0 {
+		err = s.packEvicting(units)
+	} else {
+		err = s.parallel(units, s.pack)
+	}
+	if err != nil {
+		return err
+	}
+	s.traceHugePages(units)
+	return nil
+}
+
+// packEvicting is packAll under FT_PACK_EVICT=1.
+func (s *stager) packEvicting(units []*unit) error {
+	s.evictBefore()
+	blocks := make(map[*unit]*runtime.HostBuffer, len(units))
+	var mu sync.Mutex
+	err := s.parallel(units, func(u *unit) error {
+		h, err := s.allocBlock(u)
+		if err == nil {
+			mu.Lock()
+			blocks[u] = h
+			mu.Unlock()
+		}
+		return err
+	})
+	if err != nil {
+		for _, h := range blocks {
+			h.Free()
+		}
+		return err
+	}
+	var tally evictTally
+	err = s.parallel(units, func(u *unit) error { return s.fillBlock(u, blocks[u], &tally) })
+	s.traceAfter(&tally)
+	return err
+}
+
+// parallel runs f on each unit on several goroutines and returns the first
+// error, naming the unit.
+func (s *stager) parallel(units []*unit, f func(*unit) error) error {
 	work := make(chan *unit, len(units))
 	for _, u := range units {
 		work <- u
@@ -124,7 +190,7 @@ func (s *stager) packAll(units []*unit) error {
 		go func() {
 			defer wg.Done()
 			for u := range work {
-				if err := s.pack(u); err != nil {
+				if err := f(u); err != nil {
 					errs <- fmt.Errorf("packing unit %s: %w", u.name, err)
 				}
 			}
@@ -132,11 +198,7 @@ func (s *stager) packAll(units []*unit) error {
 	}
 	wg.Wait()
 	close(errs)
-	if err := <-errs; err != nil {
-		return err
-	}
-	s.traceHugePages(units)
-	return nil
+	return <-errs
 }
 
 // traceHugePages reports, with a Trace configured and pinned blocks, how
