@@ -127,6 +127,7 @@ type copyLoop struct {
 	stop  atomic.Bool
 	wg    sync.WaitGroup
 	err   error
+	done  chan struct{} // closed when run returns (err is then set)
 }
 
 func newCopyLoop(dev runtime.Device, srcBytes, chunk int64) (*copyLoop, error) {
@@ -156,11 +157,35 @@ func newCopyLoop(dev runtime.Device, srcBytes, chunk int64) (*copyLoop, error) {
 // start runs the loop on a goroutine of its own until halt.
 func (c *copyLoop) start() {
 	c.stop.Store(false)
+	c.done = make(chan struct{})
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		c.err = c.run()
+		close(c.done)
 	}()
+}
+
+// waitStarted waits until two copies have completed. If the loop ends
+// first (a copy or an event failed), it returns the loop's error; if
+// timeout passes first, an error saying so.
+func (c *copyLoop) waitStarted(timeout time.Duration) error {
+	deadline := time.After(timeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for c.bytes.Load() < 2*c.chunk {
+		select {
+		case <-c.done:
+			if err := c.halt(); err != nil {
+				return fmt.Errorf("copies: %w", err)
+			}
+			return errors.New("copies: the copy loop ended before two copies completed")
+		case <-deadline:
+			return fmt.Errorf("copies: fewer than two completed in %v", timeout)
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 func (c *copyLoop) run() error {
@@ -319,11 +344,8 @@ func benchDRAMProbe(o *benchHostOptions, level host.Level, stdout io.Writer) (er
 		}
 	}()
 	// Copies under way: two completed and a while more.
-	for t0 := time.Now(); cl.bytes.Load() < 2*cl.chunk; {
-		if time.Since(t0) > 10*time.Second {
-			return errors.New("copies: fewer than two completed in 10 s")
-		}
-		time.Sleep(time.Millisecond)
+	if err := cl.waitStarted(10 * time.Second); err != nil {
+		return err
 	}
 	time.Sleep(min(d/4, 200*time.Millisecond))
 	cr, err := cl.rate(func() error { time.Sleep(d); return nil })

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // TestBenchHostDRAMProbeCPU: bench-host --copy-device cpu runs every phase
@@ -93,5 +96,53 @@ func TestDRAMProbeTable(t *testing.T) {
 	}
 	if strings.Contains(b.String(), "both at once") {
 		t.Errorf("comparison printed without the copy rows:\n%s", b.String())
+	}
+}
+
+// failingCopies is a stream whose copies fail: a copy engine's error.
+type failingCopies struct{ runtime.Stream }
+
+var errInjectedCopy = errors.New("injected copy failure")
+
+func (failingCopies) CopyH2D(*runtime.DeviceBuffer, int64, *runtime.HostBuffer, int64, int64) error {
+	return errInjectedCopy
+}
+
+// TestCopyLoopEarlyError: when the copy loop fails before two copies
+// complete, waiting for it returns the loop's own error at once, not a
+// timeout.
+func TestCopyLoopEarlyError(t *testing.T) {
+	dev := runtime.NewCPU(0)
+	defer dev.Close()
+	cl, err := newCopyLoop(dev, 2<<20, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	cl.s = failingCopies{cl.s}
+	cl.start()
+	t0 := time.Now()
+	err = cl.waitStarted(10 * time.Second)
+	if !errors.Is(err, errInjectedCopy) || !strings.HasPrefix(err.Error(), "copies: ") {
+		t.Fatalf("waitStarted: %v, want the loop's error prefixed with copies:", err)
+	}
+	if dt := time.Since(t0); dt > 5*time.Second {
+		t.Errorf("waitStarted took %v: it waited for the timeout", dt)
+	}
+	// A loop that keeps running is waited for until two copies complete.
+	ok, err := newCopyLoop(dev, 2<<20, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.close()
+	ok.start()
+	if err := ok.waitStarted(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ok.bytes.Load() < 2<<20 {
+		t.Errorf("waitStarted returned after %d bytes, want at least two 1 MiB copies", ok.bytes.Load())
+	}
+	if err := ok.halt(); err != nil {
+		t.Fatal(err)
 	}
 }
