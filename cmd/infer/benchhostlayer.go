@@ -9,7 +9,6 @@ import (
 	"github.com/flextensor-go/flextensor/kernels/host"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/runtime"
-	"github.com/flextensor-go/flextensor/runtime/hostmem"
 	ftsession "github.com/flextensor-go/flextensor/session"
 )
 
@@ -34,18 +33,7 @@ func benchHostLayer(o *benchHostOptions, level host.Level, stdout io.Writer) err
 		// What the engine's host units read, without a GPU: blocks mapped
 		// as runtime/cuda maps its pinned ones, less the page-locking.
 		mem = "huge-page host memory mapped as the engine's pinned blocks (runtime/hostmem; --layer-pinned heap: Go heap)"
-		cfg.Alloc = func(n int64, label string) (*runtime.DeviceBuffer, func(), error) {
-			blk, err := hostmem.Map(n, hostmem.Options{Huge: true})
-			if err != nil {
-				return nil, nil, err
-			}
-			buf, err := dev.Wrap(blk.Bytes(), label)
-			if err != nil {
-				blk.Free()
-				return nil, nil, err
-			}
-			return buf, func() { blk.Free() }, nil
-		}
+		cfg.Alloc = hostmemLayerAlloc(dev)
 	default:
 		pdev, _, err := ftsession.OpenDevice(o.pinned, 0)
 		if err != nil {
