@@ -61,8 +61,8 @@ func TestBenchHostChunkMap(t *testing.T) {
 		}
 	}
 	for _, re := range []string{
-		`allocation 0: mapped and touched in ` + num,
-		`allocation 1: mapped and touched in ` + num,
+		`allocation 0: mapped, touched and filled in ` + num,
+		`allocation 1: mapped, touched and filled in ` + num,
 		`chunk medians over 8 chunks: min ` + num,
 		`within a chunk .*: ` + num + `+%; between chunks .*: ` + num + `+%`,
 		`allocations' median GB/s: ` + num + `+ ` + num + `+; max/min ` + num,

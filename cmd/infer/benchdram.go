@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/flextensor-go/flextensor/kernels/host"
 	"github.com/flextensor-go/flextensor/models/decoder"
@@ -290,16 +289,11 @@ func benchDRAMProbe(o *benchHostOptions, level host.Level, stdout io.Writer) (er
 	}
 	defer hb.Close()
 	e := hb.Engine()
-	readBytes := int64(o.readMiB) << 20
-	blk, err := hostmem.Map(readBytes, hostmem.Options{Huge: hostmem.PinnedHuge()})
+	blk, buf, err := e.MapReadBuffer(int64(o.readMiB) << 20)
 	if err != nil {
 		return fmt.Errorf("read buffer: %w", err)
 	}
 	defer blk.Free()
-	buf := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(blk.Bytes()))), readBytes/4)
-	for i := range buf {
-		buf[i] = float32(i & 1023)
-	}
 	cl, err := newCopyLoop(dev, int64(p.copyMiB)<<20, int64(p.chunkMiB)<<20)
 	if err != nil {
 		return fmt.Errorf("--copy-device %s: %w", p.device, err)
