@@ -273,8 +273,10 @@ func benchDRAMProbe(o *benchHostOptions, level host.Level, stdout io.Writer) (er
 	if err := p.check(); err != nil {
 		return err
 	}
-	if o.layer && (o.context < 0 || o.iters < 1 || o.scale < 1) {
-		return usagef("--context %d, --layer-iters %d, --layer-scale %d: want context ≥ 0, iters ≥ 1, scale ≥ 1", o.context, o.iters, o.scale)
+	if o.layer {
+		if err := checkLayer(o); err != nil {
+			return err
+		}
 	}
 	dev, _, err := ftsession.OpenDevice(p.device, 0)
 	if err != nil {
@@ -301,7 +303,7 @@ func benchDRAMProbe(o *benchHostOptions, level host.Level, stdout io.Writer) (er
 	defer cl.close()
 	var h *decoder.HostLayerBench
 	if o.layer {
-		h, err = decoder.NewHostLayerBenchWith(hb, decoder.HostLayerBenchConfig{Scale: o.scale, Context: o.context, Layers: max(o.layers, 1),
+		h, err = decoder.NewHostLayerBenchWith(hb, decoder.HostLayerBenchConfig{Scale: o.scale, Context: o.context, Layers: o.layers,
 			Alloc: hostmemLayerAlloc(cpu)})
 		if err != nil {
 			return err

@@ -146,3 +146,33 @@ func TestCopyLoopEarlyError(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBenchHostModeConflicts: flags the chosen mode would silently ignore
+// are usage errors naming both flags, and --copy-device --layer checks the
+// layer's sizes as --layer alone does (--layer-count 0 is rejected, not
+// taken as 1).
+func TestBenchHostModeConflicts(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		wants []string
+	}{
+		{[]string{"--chunk-map", "0.01", "--copy-device", "cpu"}, []string{"--chunk-map", "--copy-device"}},
+		{[]string{"--chunk-map", "0.01", "--layer"}, []string{"--chunk-map", "--layer"}},
+		{[]string{"--chunk-map", "0.01", "--layer-pinned", "heap"}, []string{"--chunk-map", "--layer-pinned"}},
+		{[]string{"--chunk-map", "0.01", "--shapes", "o"}, []string{"--chunk-map", "--shapes"}},
+		{[]string{"--copy-device", "cpu", "--layer", "--layer-pinned", "heap"}, []string{"--copy-device", "--layer-pinned"}},
+		{[]string{"--copy-device", "cpu", "--shapes", "o"}, []string{"--copy-device", "--shapes"}},
+		{[]string{"--copy-device", "cpu", "--layer", "--layer-count", "0", "--copy-mib", "1", "--copy-chunk-mib", "1"}, []string{"--layer-count 0"}},
+		{[]string{"--layer", "--layer-count", "0"}, []string{"--layer-count 0"}},
+	} {
+		code, _, errOut := run(t, append([]string{"bench-host", "--read-mib", "1"}, c.args...)...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, stderr %q: want exit 2", c.args, code, errOut)
+		}
+		for _, w := range c.wants {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("%v: stderr %q does not name %q", c.args, errOut, w)
+			}
+		}
+	}
+}

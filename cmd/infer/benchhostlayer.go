@@ -15,8 +15,8 @@ import (
 // benchHostLayer is bench-host --layer: one host-placed decoder layer's
 // step, stage by stage, against its separate ops and its GEMVs alone.
 func benchHostLayer(o *benchHostOptions, level host.Level, stdout io.Writer) error {
-	if o.context < 0 || o.iters < 1 || o.scale < 1 || o.layers < 1 {
-		return usagef("--context %d, --layer-iters %d, --layer-scale %d, --layer-count %d: want context ≥ 0, iters ≥ 1, scale ≥ 1, count ≥ 1", o.context, o.iters, o.scale, o.layers)
+	if err := checkLayer(o); err != nil {
+		return err
 	}
 	dev := runtime.NewCPU(0)
 	defer dev.Close()
