@@ -175,7 +175,7 @@ func benchChunkMap(o *benchHostOptions, level host.Level, stdout io.Writer) erro
 				fmt.Fprintf(&cells, " %7.1f", v)
 			}
 			lo, hi, ok := pm.span(blk.Bytes()[int64(i)*chunk:int64(i+1)*chunk], hostmem.HugePageSize)
-			fmt.Fprintf(stdout, "%6d %10d %s %8.1f  %s\n", i, int64(i)*chunk>>20, cells.String(), medianOf(r), physCell(lo, hi, ok))
+			fmt.Fprintf(stdout, "%6d %10d %s %8.1f  %s\n", i, int64(i)*chunk>>20, cells.String(), medianOf(r), physCell(lo, hi, hostmem.HugePageSize, ok))
 		}
 		pm.close()
 		st := summarizeChunkMap(rates)
