@@ -5,13 +5,9 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	goruntime "runtime"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/flextensor-go/flextensor/kernels/host"
 	"github.com/flextensor-go/flextensor/runtime/hostmem"
@@ -140,16 +136,12 @@ func benchChunkMap(o *benchHostOptions, level host.Level, stdout io.Writer) erro
 	var allocMedians []float64
 	for a := range c.fresh {
 		t0 := time.Now()
-		blk, err := hostmem.Map(total, hostmem.Options{Huge: huge})
+		blk, buf, err := e.MapReadBuffer(total)
 		if err != nil {
 			return fmt.Errorf("--chunk-map: allocation %d: %w", a, err)
 		}
 		mapped := time.Since(t0)
-		buf := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(blk.Bytes()))), total/4)
 		per := int(chunk / 4)
-		t0 = time.Now()
-		fillChunks(buf, per)
-		filled := time.Since(t0)
 		e.ReadSum(buf) // warm: every page read once, the pool's threads started
 		rates := make([][]float64, nChunks)
 		for i := range rates {
@@ -174,7 +166,7 @@ func benchChunkMap(o *benchHostOptions, level host.Level, stdout io.Writer) erro
 		if blk.CollapseErr != nil {
 			collapse = "; MADV_COLLAPSE: " + blk.CollapseErr.Error()
 		}
-		fmt.Fprintf(stdout, "\nallocation %d: mapped and touched in %.2f s, filled in %.2f s, 2 MiB-aligned %v; %s%s\n", a, mapped.Seconds(), filled.Seconds(), blk.Aligned, cover, collapse)
+		fmt.Fprintf(stdout, "\nallocation %d: mapped, touched and filled in %.2f s, 2 MiB-aligned %v; %s%s\n", a, mapped.Seconds(), blk.Aligned, cover, collapse)
 		fmt.Fprintf(stdout, "%6s %10s  %s %8s  %s\n", "chunk", "offset MiB", passHeader(c.passes), "median", "phys GiB (pagemap, 2 MiB samples)")
 		pm := openPhysRanger()
 		for i, r := range rates {
@@ -183,7 +175,7 @@ func benchChunkMap(o *benchHostOptions, level host.Level, stdout io.Writer) erro
 				fmt.Fprintf(&cells, " %7.1f", v)
 			}
 			lo, hi, ok := pm.span(blk.Bytes()[int64(i)*chunk:int64(i+1)*chunk], hostmem.HugePageSize)
-			fmt.Fprintf(stdout, "%6d %10d %s %8.1f  %s\n", i, int64(i)*chunk>>20, cells.String(), medianOf(r), physCell(lo, hi, ok))
+			fmt.Fprintf(stdout, "%6d %10d %s %8.1f  %s\n", i, int64(i)*chunk>>20, cells.String(), medianOf(r), physCell(lo, hi, hostmem.HugePageSize, ok))
 		}
 		pm.close()
 		st := summarizeChunkMap(rates)
@@ -215,30 +207,4 @@ func passHeader(passes int) string {
 		fmt.Fprintf(&b, " %7s", fmt.Sprintf("pass%d", p))
 	}
 	return b.String()
-}
-
-// fillChunks writes nonzero values over buf (as the engine's weights are,
-// and as ReadBandwidth fills its buffer: zero pages could be merged or
-// deduplicated under a hypervisor), one goroutine per GOMAXPROCS over
-// pieces of per values.
-func fillChunks(buf []float32, per int) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range goruntime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				lo := int(next.Add(int64(per))) - per
-				if lo >= len(buf) {
-					return
-				}
-				s := buf[lo:min(lo+per, len(buf))]
-				for i := range s {
-					s[i] = float32((lo + i) & 1023)
-				}
-			}
-		}()
-	}
-	wg.Wait()
 }

@@ -61,8 +61,8 @@ func TestBenchHostChunkMap(t *testing.T) {
 		}
 	}
 	for _, re := range []string{
-		`allocation 0: mapped and touched in ` + num,
-		`allocation 1: mapped and touched in ` + num,
+		`allocation 0: mapped, touched and filled in ` + num,
+		`allocation 1: mapped, touched and filled in ` + num,
 		`chunk medians over 8 chunks: min ` + num,
 		`within a chunk .*: ` + num + `+%; between chunks .*: ` + num + `+%`,
 		`allocations' median GB/s: ` + num + `+ ` + num + `+; max/min ` + num,
@@ -115,10 +115,19 @@ func TestPagemapFrame(t *testing.T) {
 			t.Errorf("entry %#x: %#x %v, want %#x %v", c.entry, phys, ok, c.phys, c.ok)
 		}
 	}
-	if got := physCell(1<<30, 3<<29-4096, true); got != "1.00-1.50" {
+	// Samples 2 MiB apart: the last one at 1.5 GiB - 2 MiB covers up to 1.5 GiB.
+	if got := physCell(1<<30, 3<<29-2<<20, 2<<20, true); got != "1.00-1.50" {
 		t.Errorf("physCell: %q, want 1.00-1.50", got)
 	}
-	if got := physCell(0, 0, false); got != "-" {
+	// The step shows: a last sample at 1 GiB + 4 MiB covers up to 1.0059 GiB
+	// (1.00 had the top been taken as the sample's 4 KiB page).
+	if got := physCell(1<<30, 1<<30+4<<20, 2<<20, true); got != "1.00-1.01" {
+		t.Errorf("physCell, top sample's step: %q, want 1.00-1.01", got)
+	}
+	if got := physCell(1<<30, 3<<29-4096, 4096, true); got != "1.00-1.50" {
+		t.Errorf("physCell, 4 KiB samples: %q, want 1.00-1.50", got)
+	}
+	if got := physCell(0, 0, 2<<20, false); got != "-" {
 		t.Errorf("physCell unknown: %q, want -", got)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/flextensor-go/flextensor/kernels/host"
 	"github.com/flextensor-go/flextensor/models/decoder"
@@ -127,6 +126,7 @@ type copyLoop struct {
 	stop  atomic.Bool
 	wg    sync.WaitGroup
 	err   error
+	done  chan struct{} // closed when run returns (err is then set)
 }
 
 func newCopyLoop(dev runtime.Device, srcBytes, chunk int64) (*copyLoop, error) {
@@ -156,11 +156,35 @@ func newCopyLoop(dev runtime.Device, srcBytes, chunk int64) (*copyLoop, error) {
 // start runs the loop on a goroutine of its own until halt.
 func (c *copyLoop) start() {
 	c.stop.Store(false)
+	c.done = make(chan struct{})
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		c.err = c.run()
+		close(c.done)
 	}()
+}
+
+// waitStarted waits until two copies have completed. If the loop ends
+// first (a copy or an event failed), it returns the loop's error; if
+// timeout passes first, an error saying so.
+func (c *copyLoop) waitStarted(timeout time.Duration) error {
+	deadline := time.After(timeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for c.bytes.Load() < 2*c.chunk {
+		select {
+		case <-c.done:
+			if err := c.halt(); err != nil {
+				return fmt.Errorf("copies: %w", err)
+			}
+			return errors.New("copies: the copy loop ended before two copies completed")
+		case <-deadline:
+			return fmt.Errorf("copies: fewer than two completed in %v", timeout)
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 func (c *copyLoop) run() error {
@@ -249,8 +273,10 @@ func benchDRAMProbe(o *benchHostOptions, level host.Level, stdout io.Writer) (er
 	if err := p.check(); err != nil {
 		return err
 	}
-	if o.layer && (o.context < 0 || o.iters < 1 || o.scale < 1) {
-		return usagef("--context %d, --layer-iters %d, --layer-scale %d: want context ≥ 0, iters ≥ 1, scale ≥ 1", o.context, o.iters, o.scale)
+	if o.layer {
+		if err := checkLayer(o); err != nil {
+			return err
+		}
 	}
 	dev, _, err := ftsession.OpenDevice(p.device, 0)
 	if err != nil {
@@ -265,16 +291,11 @@ func benchDRAMProbe(o *benchHostOptions, level host.Level, stdout io.Writer) (er
 	}
 	defer hb.Close()
 	e := hb.Engine()
-	readBytes := int64(o.readMiB) << 20
-	blk, err := hostmem.Map(readBytes, hostmem.Options{Huge: hostmem.PinnedHuge()})
+	blk, buf, err := e.MapReadBuffer(int64(o.readMiB) << 20)
 	if err != nil {
 		return fmt.Errorf("read buffer: %w", err)
 	}
 	defer blk.Free()
-	buf := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(blk.Bytes()))), readBytes/4)
-	for i := range buf {
-		buf[i] = float32(i & 1023)
-	}
 	cl, err := newCopyLoop(dev, int64(p.copyMiB)<<20, int64(p.chunkMiB)<<20)
 	if err != nil {
 		return fmt.Errorf("--copy-device %s: %w", p.device, err)
@@ -282,7 +303,7 @@ func benchDRAMProbe(o *benchHostOptions, level host.Level, stdout io.Writer) (er
 	defer cl.close()
 	var h *decoder.HostLayerBench
 	if o.layer {
-		h, err = decoder.NewHostLayerBenchWith(hb, decoder.HostLayerBenchConfig{Scale: o.scale, Context: o.context, Layers: max(o.layers, 1),
+		h, err = decoder.NewHostLayerBenchWith(hb, decoder.HostLayerBenchConfig{Scale: o.scale, Context: o.context, Layers: o.layers,
 			Alloc: hostmemLayerAlloc(cpu)})
 		if err != nil {
 			return err
@@ -319,11 +340,8 @@ func benchDRAMProbe(o *benchHostOptions, level host.Level, stdout io.Writer) (er
 		}
 	}()
 	// Copies under way: two completed and a while more.
-	for t0 := time.Now(); cl.bytes.Load() < 2*cl.chunk; {
-		if time.Since(t0) > 10*time.Second {
-			return errors.New("copies: fewer than two completed in 10 s")
-		}
-		time.Sleep(time.Millisecond)
+	if err := cl.waitStarted(10 * time.Second); err != nil {
+		return err
 	}
 	time.Sleep(min(d/4, 200*time.Millisecond))
 	cr, err := cl.rate(func() error { time.Sleep(d); return nil })

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // TestBenchHostDRAMProbeCPU: bench-host --copy-device cpu runs every phase
@@ -93,5 +96,83 @@ func TestDRAMProbeTable(t *testing.T) {
 	}
 	if strings.Contains(b.String(), "both at once") {
 		t.Errorf("comparison printed without the copy rows:\n%s", b.String())
+	}
+}
+
+// failingCopies is a stream whose copies fail: a copy engine's error.
+type failingCopies struct{ runtime.Stream }
+
+var errInjectedCopy = errors.New("injected copy failure")
+
+func (failingCopies) CopyH2D(*runtime.DeviceBuffer, int64, *runtime.HostBuffer, int64, int64) error {
+	return errInjectedCopy
+}
+
+// TestCopyLoopEarlyError: when the copy loop fails before two copies
+// complete, waiting for it returns the loop's own error at once, not a
+// timeout.
+func TestCopyLoopEarlyError(t *testing.T) {
+	dev := runtime.NewCPU(0)
+	defer dev.Close()
+	cl, err := newCopyLoop(dev, 2<<20, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	cl.s = failingCopies{cl.s}
+	cl.start()
+	t0 := time.Now()
+	err = cl.waitStarted(10 * time.Second)
+	if !errors.Is(err, errInjectedCopy) || !strings.HasPrefix(err.Error(), "copies: ") {
+		t.Fatalf("waitStarted: %v, want the loop's error prefixed with copies:", err)
+	}
+	if dt := time.Since(t0); dt > 5*time.Second {
+		t.Errorf("waitStarted took %v: it waited for the timeout", dt)
+	}
+	// A loop that keeps running is waited for until two copies complete.
+	ok, err := newCopyLoop(dev, 2<<20, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.close()
+	ok.start()
+	if err := ok.waitStarted(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ok.bytes.Load() < 2<<20 {
+		t.Errorf("waitStarted returned after %d bytes, want at least two 1 MiB copies", ok.bytes.Load())
+	}
+	if err := ok.halt(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBenchHostModeConflicts: flags the chosen mode would silently ignore
+// are usage errors naming both flags, and --copy-device --layer checks the
+// layer's sizes as --layer alone does (--layer-count 0 is rejected, not
+// taken as 1).
+func TestBenchHostModeConflicts(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		wants []string
+	}{
+		{[]string{"--chunk-map", "0.01", "--copy-device", "cpu"}, []string{"--chunk-map", "--copy-device"}},
+		{[]string{"--chunk-map", "0.01", "--layer"}, []string{"--chunk-map", "--layer"}},
+		{[]string{"--chunk-map", "0.01", "--layer-pinned", "heap"}, []string{"--chunk-map", "--layer-pinned"}},
+		{[]string{"--chunk-map", "0.01", "--shapes", "o"}, []string{"--chunk-map", "--shapes"}},
+		{[]string{"--copy-device", "cpu", "--layer", "--layer-pinned", "heap"}, []string{"--copy-device", "--layer-pinned"}},
+		{[]string{"--copy-device", "cpu", "--shapes", "o"}, []string{"--copy-device", "--shapes"}},
+		{[]string{"--copy-device", "cpu", "--layer", "--layer-count", "0", "--copy-mib", "1", "--copy-chunk-mib", "1"}, []string{"--layer-count 0"}},
+		{[]string{"--layer", "--layer-count", "0"}, []string{"--layer-count 0"}},
+	} {
+		code, _, errOut := run(t, append([]string{"bench-host", "--read-mib", "1"}, c.args...)...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, stderr %q: want exit 2", c.args, code, errOut)
+		}
+		for _, w := range c.wants {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("%v: stderr %q does not name %q", c.args, errOut, w)
+			}
+		}
 	}
 }

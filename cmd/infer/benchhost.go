@@ -64,7 +64,8 @@ other against how much one chunk differs from pass to pass, and the huge
 pages behind the mapping (as root also each chunk's guest-physical
 range, from /proc/self/pagemap); --chunk-fresh N maps it afresh N times and
 prints each allocation's median, showing whether allocations differ as a
-whole.
+whole. --chunk-map and --copy-device are modes of their own: they take
+neither each other nor --layer-pinned or --shapes (--chunk-map no --layer).
 `
 
 type benchHostOptions struct {
@@ -123,6 +124,9 @@ func benchHostCmd(args []string, stdout, stderr io.Writer) error {
 			return usagef("--kinds: %q: want some of %v", k, host.Kinds)
 		}
 	}
+	if err := checkModes(o, fs.Changed); err != nil {
+		return err
+	}
 	if o.chunk.gib != 0 {
 		return benchChunkMap(o, level, stdout)
 	}
@@ -163,6 +167,43 @@ func benchHostCmd(args []string, stdout, stderr io.Writer) error {
 					s.Name, kind, T, float64(r.Bytes)/1e6, r.Best.Seconds()*1e3, r.GBs, 100*r.GBs/read)
 			}
 		}
+	}
+	return nil
+}
+
+// checkModes rejects flags that the chosen mode would silently ignore:
+// --chunk-map and --copy-device are modes of their own (each with its own
+// memory), so neither takes the other, --layer-pinned or --shapes, and
+// --chunk-map no --layer. changed reports whether a flag was set.
+func checkModes(o *benchHostOptions, changed func(name string) bool) error {
+	var mode string
+	switch {
+	case o.chunk.gib != 0:
+		mode = "--chunk-map"
+		if o.probe.device != "" {
+			return usagef("--chunk-map and --copy-device: choose one")
+		}
+		if o.layer {
+			return usagef("--chunk-map and --layer: choose one")
+		}
+	case o.probe.device != "":
+		mode = "--copy-device"
+	default:
+		return nil
+	}
+	for _, f := range []string{"layer-pinned", "shapes"} {
+		if changed(f) {
+			return usagef("%s does not take --%s (it would be ignored)", mode, f)
+		}
+	}
+	return nil
+}
+
+// checkLayer validates --layer's sizes (bench-host --layer, and
+// --copy-device with --layer).
+func checkLayer(o *benchHostOptions) error {
+	if o.context < 0 || o.iters < 1 || o.scale < 1 || o.layers < 1 {
+		return usagef("--context %d, --layer-iters %d, --layer-scale %d, --layer-count %d: want context ≥ 0, iters ≥ 1, scale ≥ 1, count ≥ 1", o.context, o.iters, o.scale, o.layers)
 	}
 	return nil
 }

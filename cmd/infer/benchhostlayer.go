@@ -9,15 +9,14 @@ import (
 	"github.com/flextensor-go/flextensor/kernels/host"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/runtime"
-	"github.com/flextensor-go/flextensor/runtime/hostmem"
 	ftsession "github.com/flextensor-go/flextensor/session"
 )
 
 // benchHostLayer is bench-host --layer: one host-placed decoder layer's
 // step, stage by stage, against its separate ops and its GEMVs alone.
 func benchHostLayer(o *benchHostOptions, level host.Level, stdout io.Writer) error {
-	if o.context < 0 || o.iters < 1 || o.scale < 1 || o.layers < 1 {
-		return usagef("--context %d, --layer-iters %d, --layer-scale %d, --layer-count %d: want context ≥ 0, iters ≥ 1, scale ≥ 1, count ≥ 1", o.context, o.iters, o.scale, o.layers)
+	if err := checkLayer(o); err != nil {
+		return err
 	}
 	dev := runtime.NewCPU(0)
 	defer dev.Close()
@@ -34,18 +33,7 @@ func benchHostLayer(o *benchHostOptions, level host.Level, stdout io.Writer) err
 		// What the engine's host units read, without a GPU: blocks mapped
 		// as runtime/cuda maps its pinned ones, less the page-locking.
 		mem = "huge-page host memory mapped as the engine's pinned blocks (runtime/hostmem; --layer-pinned heap: Go heap)"
-		cfg.Alloc = func(n int64, label string) (*runtime.DeviceBuffer, func(), error) {
-			blk, err := hostmem.Map(n, hostmem.Options{Huge: true})
-			if err != nil {
-				return nil, nil, err
-			}
-			buf, err := dev.Wrap(blk.Bytes(), label)
-			if err != nil {
-				blk.Free()
-				return nil, nil, err
-			}
-			return buf, func() { blk.Free() }, nil
-		}
+		cfg.Alloc = hostmemLayerAlloc(dev)
 	default:
 		pdev, _, err := ftsession.OpenDevice(o.pinned, 0)
 		if err != nil {

@@ -33,7 +33,7 @@ var extraEnv = map[string][]string{
 	"FT_CONFIG":              nil,                              // the config file
 	"FT_FORCE_PROGRESS":      {"", "0", "1"},                   // draw progress bars even when stderr is not a terminal (tests)
 	"FT_SOAK":                nil,                              // forwards in the offload soak test
-	"FT_TRACE":               {"", "0", "1"},                   // print set-up step durations to stderr
+	"FT_TRACE":               {"", "0", "1"},                   // print set-up step durations, plans put in force and bench's timed-forwards line (GC, CPU steal, context switches) to stderr
 	"FT_PINNED":              {"", "register", "alloc"},        // "alloc": pin host blocks with cuMemHostAlloc instead of cuMemHostRegister (cuda builds)
 	"FT_KERNEL_CACHE":        nil,                              // the kernel cache directory, or "off"
 	"FT_TEST_STALL":          {"", "open", "load"},             // tests: block at a phase until a signal (see stallForTest)

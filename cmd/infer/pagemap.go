@@ -70,10 +70,13 @@ func (r *physRanger) span(b []byte, step int) (lo, hi uint64, ok bool) {
 	return lo, hi, true
 }
 
-// physCell is a chunk's physical range in GiB for the table, "-" unknown.
-func physCell(lo, hi uint64, ok bool) string {
+// physCell is a chunk's physical range in GiB for the table, "-" unknown:
+// lo and hi are span's lowest and highest sample of pages sampled every
+// step bytes, so the range's top is hi+step (the end of the last sample's
+// stretch, as if contiguous).
+func physCell(lo, hi uint64, step int, ok bool) string {
 	if !ok {
 		return "-"
 	}
-	return fmt.Sprintf("%.2f-%.2f", float64(lo)/(1<<30), float64(hi+4096)/(1<<30))
+	return fmt.Sprintf("%.2f-%.2f", float64(lo)/(1<<30), float64(hi+uint64(step))/(1<<30))
 }

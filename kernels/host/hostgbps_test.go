@@ -25,13 +25,13 @@ func TestHostGBpsEnv(t *testing.T) {
 		}
 		b.Close()
 	}
-	for _, v := range []string{"fast", "-1", "NaN", "Inf"} {
+	for _, v := range []string{"fast", "-1", "NaN", "Inf", "2e6"} {
 		t.Setenv(HostGBpsEnv, v)
-		if b, err := New(dev, Options{Threads: 1}); err == nil || !strings.Contains(err.Error(), HostGBpsEnv) {
+		if b, err := New(dev, Options{Threads: 1}); err == nil || !strings.Contains(err.Error(), HostGBpsEnv) || !strings.Contains(err.Error(), "to 1e6") {
 			if b != nil {
 				b.Close()
 			}
-			t.Errorf("%s=%q: New error %v, want one naming the switch", HostGBpsEnv, v, err)
+			t.Errorf("%s=%q: New error %v, want one naming the switch and its range up to 1e6", HostGBpsEnv, v, err)
 		}
 	}
 }

@@ -65,8 +65,35 @@ func (e *Engine) sum(v []float32) float32 {
 	return s
 }
 
-// mapProbe maps ReadBandwidth's buffer (a variable for the tests).
+// mapProbe maps MapReadBuffer's buffers (a variable for the tests).
 var mapProbe = hostmem.Map
+
+// MapReadBuffer maps a buffer for ReadSum of bytes (rounded down to
+// float32s; at least one) and fills it on the Engine's threads with
+// nonzero values (i&1023: zero pages could be merged or deduplicated under
+// a hypervisor). It is mapped as the offload engine's pinned weight blocks
+// are (runtime/hostmem: 2 MiB-aligned, on huge pages where the kernel
+// allows; as before under FT_PINNED_HUGE=0, hostmem.PinnedHuge), not as
+// 4 KiB pages of the Go heap, over which a host layer's step took 7.2 ms
+// against 4.7 ms over huge pages on the H200 machine: the planner rates
+// the host units by ReadBandwidth, and they read those blocks. The caller
+// frees the block; buf is its memory and dies with it.
+func (e *Engine) MapReadBuffer(bytes int64) (blk *hostmem.Block, buf []float32, err error) {
+	if bytes < 4 {
+		return nil, nil, fmt.Errorf("host: a read buffer of %d bytes: want at least 4", bytes)
+	}
+	blk, err = mapProbe(bytes/4*4, hostmem.Options{Huge: hostmem.PinnedHuge()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("host: mapping a read buffer of %d bytes: %w", bytes/4*4, err)
+	}
+	buf = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(blk.Bytes()))), bytes/4)
+	e.pool.Run(len(buf), readChunk, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			buf[i] = float32(i & 1023)
+		}
+	})
+	return blk, buf, nil
+}
 
 // ReadBandwidth measures the host's read bandwidth: it fills a buffer of
 // bytes (rounded down to float32s; make it several times the last-level
@@ -76,24 +103,11 @@ func (e *Engine) ReadBandwidth(bytes int64, reps int) (float64, error) {
 	if bytes < 4 || reps < 1 {
 		return 0, fmt.Errorf("host.ReadBandwidth: %d bytes, %d repetitions: want at least 4 bytes and one repetition", bytes, reps)
 	}
-	// The buffer is mapped as the offload engine's pinned weight blocks are
-	// (runtime/hostmem: 2 MiB-aligned, on huge pages where the kernel
-	// allows; as before under FT_PINNED_HUGE=0, hostmem.PinnedHuge), not as
-	// 4 KiB pages of the Go heap, over which a host layer's step took
-	// 7.2 ms against 4.7 ms over huge pages on the H200 machine: the
-	// planner rates the host units by this figure, and they read those
-	// blocks.
-	blk, err := mapProbe(bytes/4*4, hostmem.Options{Huge: hostmem.PinnedHuge()})
+	blk, buf, err := e.MapReadBuffer(bytes)
 	if err != nil {
 		return 0, fmt.Errorf("host.ReadBandwidth: %w", err)
 	}
 	defer blk.Free()
-	buf := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(blk.Bytes()))), bytes/4)
-	e.pool.Run(len(buf), readChunk, func(_, lo, hi int) {
-		for i := lo; i < hi; i++ {
-			buf[i] = float32(i & 1023)
-		}
-	})
 	e.ReadSum(buf)
 	best := time.Duration(1 << 62)
 	for range reps {

@@ -2,7 +2,9 @@ package host
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/flextensor-go/flextensor/runtime/hostmem"
 )
@@ -66,5 +68,35 @@ func TestReadBandwidthPinnedHuge(t *testing.T) {
 		if len(got) != 1 || got[0] != c.huge {
 			t.Errorf("FT_PINNED_HUGE=%q: probe mapped with Huge %v, want [%v]", c.env, got, c.huge)
 		}
+	}
+}
+
+// TestMapReadBuffer: the buffer is bytes rounded down to float32s, over the
+// block's own memory, filled with i&1023 (a value past 1023 wraps); fewer
+// than 4 bytes is an error.
+func TestMapReadBuffer(t *testing.T) {
+	e, err := NewEngine(Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	blk, buf, err := e.MapReadBuffer(3<<20 + 6) // not a whole number of readChunks, nor of float32s
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blk.Free()
+	if len(buf) != (3<<20+4)/4 {
+		t.Fatalf("%d values, want %d", len(buf), (3<<20+4)/4)
+	}
+	if &blk.Bytes()[0] != (*byte)(unsafe.Pointer(&buf[0])) {
+		t.Fatal("buffer is not the block's memory")
+	}
+	for i, v := range buf {
+		if v != float32(i&1023) {
+			t.Fatalf("buf[%d] = %v, want %d", i, v, i&1023)
+		}
+	}
+	if _, _, err := e.MapReadBuffer(3); err == nil || !strings.Contains(err.Error(), "3 bytes") {
+		t.Errorf("3 bytes: %v, want an error naming the size", err)
 	}
 }

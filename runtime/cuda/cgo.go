@@ -56,19 +56,22 @@ _Static_assert(CU_CTX_SCHED_AUTO == 0x0 && CU_CTX_SCHED_SPIN == 0x1 && CU_CTX_SC
 
 // ft_primary_ctx_flags reads the primary context's flags into *old and, when
 // set, writes them with their scheduling bits replaced by sched (the other
-// flags kept), before the context is retained.
-static CUresult ft_primary_ctx_flags(int ordinal, unsigned sched, int set, unsigned* old, unsigned* now) {
+// flags kept), before the context is retained. *active is whether the
+// primary context was already active (retained by someone) when the flags
+// were read: an active one keeps running with the flags it was made with.
+static CUresult ft_primary_ctx_flags(int ordinal, unsigned sched, int set, unsigned* old, unsigned* now, int* active) {
 	CUdevice dev;
-	int active = 0;
+	int after = 0;
+	*active = 0;
 	CUresult r = cuDeviceGet(&dev, ordinal);
 	if (r != CUDA_SUCCESS) return r;
-	r = cuDevicePrimaryCtxGetState(dev, old, &active);
+	r = cuDevicePrimaryCtxGetState(dev, old, active);
 	if (r != CUDA_SUCCESS) return r;
 	*now = *old;
 	if (!set) return CUDA_SUCCESS;
 	r = cuDevicePrimaryCtxSetFlags(dev, (*old & ~(unsigned)CU_CTX_SCHED_MASK) | (sched & CU_CTX_SCHED_MASK));
 	if (r != CUDA_SUCCESS) return r;
-	return cuDevicePrimaryCtxGetState(dev, now, &active);
+	return cuDevicePrimaryCtxGetState(dev, now, &after);
 }
 
 static CUresult ft_set_current(CUcontext ctx) { return ft_ctx(ctx); }
@@ -425,15 +428,18 @@ func cPrimaryContext(ordinal int) (cDevice, cContext, error) {
 }
 
 // cPrimarySched sets the scheduling bits of device ordinal's primary
-// context to sched when set, and returns its flags before and after.
-func cPrimarySched(ordinal int, sched uint32, set bool) (old, now uint32, err error) {
+// context to sched when set, and returns its flags before and after and
+// whether the context was already active (then it keeps the flags it was
+// made with until it is released by all and made again).
+func cPrimarySched(ordinal int, sched uint32, set bool) (old, now uint32, active bool, err error) {
 	var o, n C.uint
+	var a C.int
 	s := C.int(0)
 	if set {
 		s = 1
 	}
-	err = check(fmt.Sprintf("setting the scheduling flags of device %d's primary context", ordinal), C.ft_primary_ctx_flags(C.int(ordinal), C.uint(sched), s, &o, &n))
-	return uint32(o), uint32(n), err
+	err = check(fmt.Sprintf("setting the scheduling flags of device %d's primary context", ordinal), C.ft_primary_ctx_flags(C.int(ordinal), C.uint(sched), s, &o, &n, &a))
+	return uint32(o), uint32(n), a != 0, err
 }
 
 func cReleasePrimary(dev cDevice) error {

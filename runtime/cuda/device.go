@@ -97,12 +97,16 @@ func OpenWith(index int, o Options) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda:%d: %w", index, err)
 	}
-	oldFlags, flags, err := cPrimarySched(index, sched, setSched)
+	oldFlags, flags, active, err := cPrimarySched(index, sched, setSched)
 	if err != nil {
 		return nil, fmt.Errorf("cuda:%d: %w", index, err)
 	}
 	if setSched && os.Getenv("FT_TRACE") == "1" {
-		fmt.Fprintf(os.Stderr, "cuda:%d: %s=%s: primary context flags %#x -> %#x\n", index, SchedEnv, os.Getenv(SchedEnv), oldFlags, flags)
+		state := "not yet active: the flags apply"
+		if active {
+			state = "already active: it keeps the flags it was made with until released by all"
+		}
+		fmt.Fprintf(os.Stderr, "cuda:%d: %s=%s: primary context flags %#x -> %#x (context %s)\n", index, SchedEnv, os.Getenv(SchedEnv), oldFlags, flags, state)
 	}
 	if d.dev, d.ctx, err = cPrimaryContext(index); err != nil {
 		return nil, fmt.Errorf("cuda:%d: %w", index, err)
