@@ -67,8 +67,8 @@ __device__ __forceinline__ void rope_rotate(float a, float b, int p, float f, bf
 // threads, S ring stages per warp, query row t and KV head kvh; arguments,
 // splits and outputs as decode_pipe_body's with one KV head a block.
 //
-// ROPE (contiguous cache, one query row: FT_ROPE_ATTN, decode.go's
-// attentionRoPE): q holds the query before RoPE and knew, vnew [1,K,HD]
+// ROPE (contiguous cache, one query row: FT_ROPE_ATTN, cudabackend's
+// ropeattn.go): q holds the query before RoPE and knew, vnew [1,K,HD]
 // the new token's key (before RoPE) and value; the token sits at position
 // p = n−1. After the dependent-launch wait every block rotates its G query
 // heads as rope_store_bf16 does (rope_rotate, frequencies inv) into the
@@ -394,6 +394,7 @@ FT_TR_VARIANT(128, 4, 2, f, true)
 				pos0, scale_log2, window, knew, vnew, inv, capacity);                                                                      \
 	}
 
-// The variants with RoPE folded in; decode.go's ropeVariants lists them.
+// The variants with RoPE folded in; cudabackend/ropeattn.go's ropeVariants
+// lists them.
 FT_TR_ROPE_VARIANT(128, 3, 4, , false)
 FT_TR_ROPE_VARIANT(128, 3, 4, f, true)
