@@ -61,6 +61,7 @@ type unit struct {
 	hostViews []*runtime.Tensor     // views of hostWrap
 	hostStart time.Time
 	hostLast  float64 // the latest host run's wall seconds
+	hostRate  float64 // its host block's read rate, bytes a second, 0: not rated (host_blocks.go)
 }
 
 // copyTiming holds the events around one copy.
@@ -133,6 +134,8 @@ type engine struct {
 	tok tokenPlans // plans per tokens per forward (tokens.go)
 
 	st *stager // packs units into host blocks, uploads weights
+
+	rateBlocksOn bool // FT_HOST_BLOCK_RATES is not "0" (host_blocks.go)
 
 	// opts are the Offload options the engine was built with (LoadProfile
 	// rebuilds it with them); compiled is true when they had a compile
@@ -214,6 +217,7 @@ func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *
 	e := &engine{m: m, cfg: cfg, dev: cfg.Device, model: model, tree: model.Node().Tree(), src: src, timing: timingState{lastGen: -1},
 		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}, announcers: map[nn.Module]bool{}}
 	e.st = newStager(e)
+	e.rateBlocksOn = hostBlockRatesOn()
 	mods, err := nn.MatchOutermost(model, cfg.Include, cfg.Exclude)
 	if err != nil {
 		return nil, err
@@ -296,6 +300,9 @@ func (e *engine) startDiscovery() error {
 	}
 	e.st.freeStaging()
 	if err := e.st.packAll(e.units); err != nil {
+		return err
+	}
+	if err := e.rateBlocks(e.units); err != nil {
 		return err
 	}
 	var maxBytes int64
