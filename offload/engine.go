@@ -136,6 +136,7 @@ type engine struct {
 	st *stager // packs units into host blocks, uploads weights
 
 	rateBlocksOn bool // FT_HOST_BLOCK_RATES is not "0" (host_blocks.go)
+	reallocTries int  // FT_HOST_BLOCK_REALLOC (host_blocks_realloc.go)
 
 	// opts are the Offload options the engine was built with (LoadProfile
 	// rebuilds it with them); compiled is true when they had a compile
@@ -218,6 +219,9 @@ func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *
 		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}, announcers: map[nn.Module]bool{}}
 	e.st = newStager(e)
 	e.rateBlocksOn = hostBlockRatesOn()
+	if e.reallocTries, err = hostBlockRealloc(); err != nil {
+		return nil, err
+	}
 	mods, err := nn.MatchOutermost(model, cfg.Include, cfg.Exclude)
 	if err != nil {
 		return nil, err
@@ -925,6 +929,9 @@ func (e *engine) allocSlots() error {
 	}
 	if pooled > 0 && plan.PoolSlots < 1 {
 		return fmt.Errorf("offload: the plan streams %d announced units but has no pool slot", pooled)
+	}
+	if err := e.reallocSlowHost(); err != nil {
+		return err
 	}
 	r, err := newRing(e.dev, e.copy, plan.Slots, plan.SlotBytes, streamed)
 	if err != nil {

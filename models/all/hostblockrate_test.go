@@ -159,3 +159,99 @@ func TestHostBlockRates(t *testing.T) {
 		})
 	}
 }
+
+// TestHostBlockRealloc: FT_HOST_BLOCK_REALLOC=3 with layer 1 forced onto
+// the host on a slow block (injected rates: the packed blocks fast, slow,
+// fast, fast; the fresh blocks slow, then fast): the engine tries a fresh
+// block (slow, held), then another (fast), copies layer 1's bytes into it
+// and computes layer 1 from it: the logits stay the resident run's, the
+// manager reports layer 1's new rate, six blocks were rated and the trace
+// says one unit moved after two tries. Unset, nothing is reallocated; a
+// malformed value is an error from Offload naming the variable.
+func TestHostBlockRealloc(t *testing.T) {
+	fx := batchFixtures[0] // llama: 4 layers
+	hostDev, cb0 := cpu(t)
+	resident := load(t, fx.dir, hostDev)
+	prompt := []int32{3, 17, 42, 5}
+	const steps = 3
+	want := testmodel.Run(t, resident, cb0, prompt, steps)
+	unit, _, _ := unitBytes(t, resident)
+	const fast, slow = 1e13, 1e9
+	for _, c := range []struct {
+		name, env string
+		calls     int
+		rate1     float64
+	}{{"on", "3", 6, fast}, {"unset", "", 4, slow}, {"bad", "many", 0, 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("FT_HOST_BLOCK_REALLOC", c.env)
+			dev := runtime.NewCPU(0)
+			defer dev.Close()
+			cb, err := kernels.NewCPUBackend(dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls := 0
+			rh := ratedHost{Backend: hostBackend(t), bw: float64(unit) / 1e-6, rates: []float64{fast, slow, fast, fast, slow, fast, slow},
+				mu: &sync.Mutex{}, calls: &calls}
+			cfg := hybridConfig(t, resident, dev, rh.Backend, 1)
+			cfg.HostBackend = rh // layer 1 forced onto the host
+			var traceMu sync.Mutex
+			var lines []string
+			cfg.Trace = func(step string, _ time.Duration) {
+				traceMu.Lock()
+				lines = append(lines, step)
+				traceMu.Unlock()
+			}
+			name := "host-block-realloc-" + c.name
+			m := load(t, fx.dir, hostDev)
+			err = offload.Offload(m, &cfg, name)
+			if c.name == "bad" {
+				if err == nil || !strings.Contains(err.Error(), "FT_HOST_BLOCK_REALLOC") {
+					t.Fatalf("FT_HOST_BLOCK_REALLOC=%s: error %v, want one naming the variable", c.env, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer offload.Release(name, true)
+			mgr := offload.GetOffloadManager(name)
+			var rate1 float64
+			cache, err := m.NewKVCache(cb, len(prompt)+steps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cache.Free()
+			got, err := testmodel.Steps(m, cb, cache, prompt, steps, func(step int, logits []float32) int32 {
+				if rate1 == 0 && mgr.Phase() == offload.PhaseInference {
+					if !slices.Contains(unitNames(mgr.HostUnits()), "model.layers.1") {
+						t.Errorf("host units %v lack the forced layer 1", unitNames(mgr.HostUnits()))
+					}
+					rate1 = mgr.HostBlockRates()["model.layers.1"]
+					rh.mu.Lock()
+					if n := calls; n != c.calls {
+						t.Errorf("%d blocks rated when INFERENCE began, want %d", n, c.calls)
+					}
+					rh.mu.Unlock()
+				}
+				return testmodel.Argmax(step, logits)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				if d := maxDiff(got[i], want[i]); d > 1e-5 {
+					t.Fatalf("step %d: logits differ by %g", i, d)
+				}
+			}
+			if rate1 != c.rate1 {
+				t.Fatalf("layer 1's block rate %g in INFERENCE, want %g", rate1, c.rate1)
+			}
+			all := strings.Join(lines, "\n")
+			w := "host block realloc: 1 of 1 slow host units moved to fast blocks (unit:GB/s 1:1.0->10000.0), 2 fresh blocks tried"
+			if has := strings.Contains(all, w); has != (c.env != "") {
+				t.Errorf("trace has %q: %v, want %v:\n%s", w, has, c.env != "", all)
+			}
+		})
+	}
+}
