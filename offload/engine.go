@@ -61,6 +61,7 @@ type unit struct {
 	hostViews []*runtime.Tensor     // views of hostWrap
 	hostStart time.Time
 	hostLast  float64 // the latest host run's wall seconds
+	hostRate  float64 // its host block's read rate, bytes a second, 0: not rated (host_blocks.go)
 }
 
 // copyTiming holds the events around one copy.
@@ -133,6 +134,9 @@ type engine struct {
 	tok tokenPlans // plans per tokens per forward (tokens.go)
 
 	st *stager // packs units into host blocks, uploads weights
+
+	rateBlocksOn bool // FT_HOST_BLOCK_RATES is not "0" (host_blocks.go)
+	reallocTries int  // FT_HOST_BLOCK_REALLOC (host_blocks_realloc.go)
 
 	// opts are the Offload options the engine was built with (LoadProfile
 	// rebuilds it with them); compiled is true when they had a compile
@@ -214,6 +218,10 @@ func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *
 	e := &engine{m: m, cfg: cfg, dev: cfg.Device, model: model, tree: model.Node().Tree(), src: src, timing: timingState{lastGen: -1},
 		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}, announcers: map[nn.Module]bool{}}
 	e.st = newStager(e)
+	e.rateBlocksOn = hostBlockRatesOn()
+	if e.reallocTries, err = hostBlockRealloc(); err != nil {
+		return nil, err
+	}
 	mods, err := nn.MatchOutermost(model, cfg.Include, cfg.Exclude)
 	if err != nil {
 		return nil, err
@@ -296,6 +304,9 @@ func (e *engine) startDiscovery() error {
 	}
 	e.st.freeStaging()
 	if err := e.st.packAll(e.units); err != nil {
+		return err
+	}
+	if err := e.rateBlocks(e.units); err != nil {
 		return err
 	}
 	var maxBytes int64
@@ -918,6 +929,9 @@ func (e *engine) allocSlots() error {
 	}
 	if pooled > 0 && plan.PoolSlots < 1 {
 		return fmt.Errorf("offload: the plan streams %d announced units but has no pool slot", pooled)
+	}
+	if err := e.reallocSlowHost(); err != nil {
+		return err
 	}
 	r, err := newRing(e.dev, e.copy, plan.Slots, plan.SlotBytes, streamed)
 	if err != nil {

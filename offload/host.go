@@ -161,7 +161,10 @@ func (e *engine) hostInputs(in *PlanInput) error {
 	if bm, ok := e.cfg.HostBackend.(HostBandwidthMeasurer); ok && bm.HostBandwidth() > 0 {
 		estBW = e.hostBW
 	}
-	est := func(u *unit) float64 { return float64(u.bytes) / estBW }
+	// Each unit's estimate is scaled by its block's read rate against the
+	// fastest block's (host_blocks.go; 1 without rates).
+	ref := e.maxBlockRate()
+	est := func(u *unit) float64 { return float64(u.bytes) / estBW * e.rateFactor(u, ref) }
 	ratio := e.hm.hostRatio(in.Tokens, est)
 	for i, u := range e.units {
 		if u.announced || len(u.shared) > 0 {
@@ -180,16 +183,20 @@ func (e *engine) hostInputs(in *PlanInput) error {
 }
 
 // measureHostBW times one token through the largest unit's 2-D weights
-// with the host backend (best of 3) and returns bytes a second.
+// (the fastest-reading block among the largest, when rated) with the host
+// backend (best of 3) and returns bytes a second.
 func (e *engine) measureHostBW() (float64, error) {
 	if bm, ok := e.cfg.HostBackend.(HostBandwidthMeasurer); ok {
 		if bw := bm.HostBandwidth(); bw > 0 {
 			return bw, nil
 		}
 	}
+	// The largest unit; among equally large ones the one whose block reads
+	// fastest (host_blocks.go), so the figure is the fast memory's, which
+	// rateFactor scales from.
 	var big *unit
 	for _, u := range e.units {
-		if !u.announced && u.host != nil && (big == nil || u.bytes > big.bytes) {
+		if !u.announced && u.host != nil && (big == nil || u.bytes > big.bytes || u.bytes == big.bytes && u.hostRate > big.hostRate) {
 			big = u
 		}
 	}

@@ -105,7 +105,9 @@ func hostPlan(pl Plan, host []bool) Plan {
 // every unit that is neither resident nor on the host yet (and has a host
 // time), scores the move with Simulate on the current resident set and slot
 // count, and makes the move that shortens the predicted forward most; it
-// stops when no move helps. The final host set is planned once more by the
+// stops when no move helps; then units faster on the host than host units
+// swap places with them (swapHost). The final host set
+// is planned once more by the
 // two-way search (a smaller streamed set may let other units be resident),
 // and the faster of the two plans is kept; under the shared-read model
 // (HostReadBytesPerSec > 0) the copy-nothing plan (noCopyPlan) is a third
@@ -146,6 +148,13 @@ func makeHostPlan(in PlanInput) (Plan, error) {
 		host[best], res[best], sec = true, true, bestSec
 		p := newPlanProblem(hostInput(in, host))
 		cur = p.plan(res, max(slots, 1))
+		slots = cur.Slots
+	}
+	// Units of different host times (rated host blocks): a unit off the
+	// host that computes faster there than a host unit takes its place.
+	if s, moved := swapHost(in, host, res, slots, sec); moved {
+		sec = s
+		cur = newPlanProblem(hostInput(in, host)).plan(res, max(slots, 1))
 		slots = cur.Slots
 	}
 	final, err := makeTwoWayPlan(hostInput(in, host))

@@ -58,6 +58,7 @@ func (e *engine) tracePlanIn(why string, p Plan, in PlanInput, d time.Duration) 
 			}
 			step += fmt.Sprintf(", host unit predicted %.2f ms beside the copies (%.2f alone)", median(pred), median(alone))
 		}
+		step += e.hostRatesTrace(p)
 	}
 	e.cfg.Trace(step, d)
 }

@@ -753,6 +753,9 @@ func (e *engine) startFromState(st *State) error {
 	if err != nil {
 		return err
 	}
+	if err := e.rateBlocks(streamed); err != nil {
+		return err
+	}
 	// Later replans (tokens per forward changing) plan three ways too: the
 	// host times come from the host backend measured now, over the packed
 	// host blocks.

@@ -229,6 +229,9 @@ func (e *engine) replace(p Plan) error {
 	if err := e.st.packAll(toStream); err != nil {
 		return err
 	}
+	if err := e.rateBlocks(toStream); err != nil {
+		return err
+	}
 	for _, u := range toStream {
 		u.dev.Free()
 		u.dev = nil

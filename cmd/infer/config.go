@@ -72,6 +72,8 @@ var extraEnv = map[string][]string{
 	"FT_HOST_KV":             {"", "heap"},                     // "heap": host-placed layers' KV storage on the Go heap, each made at its first host forward, not all at once outside the heap (A/B runs)
 	"FT_CUDA_SCHED":          cudaSchedValues,                  // how a thread waits for the GPU: the primary context's CU_CTX_SCHED_* flag set before it is retained (unset: the driver's, AUTO; A/B runs, cuda builds)
 	"FT_PACK_EVICT":          {"", "0", "1"},                   // "1": drop the checkpoint from the page cache before packing host blocks, allocate them all before reading, evict each unit's file bytes after its read (A/B runs; offload/packevict.go)
+	"FT_HOST_BLOCK_RATES":    {"", "0", "1"},                   // "0": do not rate each unit's pinned host block after packing; the planner then estimates every unit's host time from one figure (A/B runs; offload/host_blocks.go)
+	"FT_HOST_BLOCK_REALLOC":  nil,                              // N: give the plan's host units on slow host blocks fresh pinned blocks, trying up to N (each rated, slow ones held until done; unset or 0: off; A/B runs; offload/host_blocks_realloc.go)
 	"FT_HOST_GBPS":           nil,                              // the host GEMV rate, GB/s, the offload planner starts from instead of timing it at start-up (unset or 0: timed; A/B runs; kernels/host checks it)
 	// layout of the tensor-core prefill attention: auto (per call) or one
 	// for every call (A/B runs, cuda builds; kernels/cudabackend/prefillvariant.go)

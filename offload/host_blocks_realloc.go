@@ -1,0 +1,137 @@
+package offload
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// Moving host units to fast memory (FT_HOST_BLOCK_REALLOC=N; off by
+// default, to be measured first). When a plan in force computes a unit on
+// the host whose block reads slowly (below hostBlockFastFrac of the
+// fastest rated block), the engine allocates fresh blocks for it and rates
+// each: the first fast one gets the unit's bytes and replaces its block.
+// Slow fresh blocks are held until the end, so the allocator cannot hand
+// the same memory back, and the replaced blocks are freed then too. N
+// bounds the fresh blocks tried per plan put in force (each ~416 MiB of
+// pinned memory for a Llama-3-8B layer, held until the round ends); the
+// slowest host units go first. An allocation that fails ends the round
+// (traced, not an error: the plan runs on the blocks it has).
+
+// hostBlockRealloc parses FT_HOST_BLOCK_REALLOC: unset or 0 off, N the
+// fresh blocks to try per plan.
+func hostBlockRealloc() (int, error) {
+	v := os.Getenv("FT_HOST_BLOCK_REALLOC")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("offload: FT_HOST_BLOCK_REALLOC=%q: want the number of fresh host blocks to try (0: off)", v)
+	}
+	return n, nil
+}
+
+// reallocSlowHost gives the plan's host units on slow blocks fast ones
+// where fresh allocations find them (see above). It runs once the units'
+// placements are recorded (allocSlots), outside any pass.
+func (e *engine) reallocSlowHost() error {
+	r := e.blockRater()
+	if e.reallocTries <= 0 || r == nil {
+		return nil
+	}
+	ref := e.maxBlockRate()
+	thr := hostBlockFastFrac * ref
+	var slow []*unit
+	for _, u := range e.units {
+		if u.onHost && u.host != nil && u.hostRate > 0 && u.hostRate < thr {
+			slow = append(slow, u)
+		}
+	}
+	if len(slow) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(slow, func(a, b *unit) int {
+		switch {
+		case a.hostRate < b.hostRate:
+			return -1
+		case a.hostRate > b.hostRate:
+			return 1
+		}
+		return 0
+	})
+	t0 := time.Now()
+	var held []*runtime.HostBuffer
+	defer func() {
+		for _, h := range held {
+			h.Free()
+		}
+	}()
+	tries, moved := 0, 0
+	var note, rates string
+	var heldBytes int64
+outer:
+	for _, u := range slow {
+		for tries < e.reallocTries {
+			tries++
+			h, err := e.st.hostBlock(max(u.bytes, 1), "offload unit "+u.name)
+			if err != nil {
+				note = fmt.Sprintf("; allocation failed, stopped: %v", err)
+				break outer
+			}
+			touchPages(h.Bytes())
+			bps, err := r.RateHostBlock(h.Bytes()[:u.bytes])
+			if err != nil {
+				h.Free()
+				return fmt.Errorf("offload: rating a fresh host block for unit %s: %w", u.name, err)
+			}
+			if bps >= thr {
+				parallelCopy(h.Bytes()[:u.bytes], u.host.Bytes()[:u.bytes])
+				u.dropHostViews()
+				held = append(held, u.host)
+				heldBytes += u.host.Size()
+				rates += fmt.Sprintf(" %d:%.1f->%.1f", u.idx, u.hostRate/1e9, bps/1e9)
+				u.host, u.hostRate = h, bps
+				moved++
+				break
+			}
+			held = append(held, h)
+			heldBytes += h.Size()
+		}
+	}
+	if e.cfg.Trace != nil {
+		e.cfg.Trace(fmt.Sprintf("host block realloc: %d of %d slow host units moved to fast blocks (unit:GB/s%s), %d fresh blocks tried, %.1f MiB held meanwhile%s",
+			moved, len(slow), rates, tries, float64(heldBytes)/(1<<20), note), time.Since(t0))
+	}
+	return nil
+}
+
+// touchPages writes a zero to every 4 KiB page of b (one that was never
+// written would read from the shared zero page, far faster than memory).
+func touchPages(b []byte) {
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 0
+	}
+}
+
+// parallelCopy copies src into dst (same length) on a few goroutines.
+func parallelCopy(dst, src []byte) {
+	const parts = 8
+	n := len(src)
+	step := (n + parts - 1) / parts
+	var wg sync.WaitGroup
+	for lo := 0; lo < n; lo += step {
+		hi := min(lo+step, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			copy(dst[lo:hi], src[lo:hi])
+		}()
+	}
+	wg.Wait()
+}
