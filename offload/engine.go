@@ -96,6 +96,8 @@ type engine struct {
 	fixedOrig   []*runtime.Tensor
 	fixedBufs   []*runtime.DeviceBuffer
 	fixedBytes  int64
+	hostTables  []hostTable // non-unit tables in mapped host memory, not in fixedBytes (embedhost.go)
+	planned     []bool      // a profile's resident flags, set while it places the weights (offloading)
 	discoverErr error
 
 	// INFERENCE
@@ -1023,6 +1025,7 @@ func (e *engine) memoryUsage() GPUMemoryUsage {
 		u.TransferBlockBytes += e.pool.bytes()
 	}
 	u.ResidentBytes = e.fixedBytes
+	u.HostMappedBytes = e.hostMappedBytes()
 	for _, x := range e.units {
 		if x.dev != nil {
 			u.ResidentBytes += x.dev.Size()

@@ -174,6 +174,10 @@ type GPUMemoryUsage struct {
 	TransferBlockBytes int64 // the transfer slots
 	ResidentBytes      int64 // resident weights: resident units and non-unit parameters
 	TotalBytes         int64
+	// HostMappedBytes are weights the device reads from mapped host memory
+	// (gather-only embedding tables while offloading: HostMappedParams); not
+	// device memory, not in TotalBytes.
+	HostMappedBytes int64
 }
 
 // MB is TotalBytes in MiB.
