@@ -72,6 +72,7 @@ var extraEnv = map[string][]string{
 	"FT_CUDA_SCHED":          cudaSchedValues,                  // how a thread waits for the GPU: the primary context's CU_CTX_SCHED_* flag set before it is retained (unset: the driver's, AUTO; A/B runs, cuda builds)
 	"FT_PACK_EVICT":          {"", "0", "1"},                   // "1": drop the checkpoint from the page cache before packing host blocks, allocate them all before reading, evict each unit's file bytes after its read (A/B runs; offload/packevict.go)
 	"FT_HOST_GBPS":           nil,                              // the host GEMV rate, GB/s, the offload planner starts from instead of timing it at start-up (unset or 0: timed; A/B runs; kernels/host checks it)
+	"FT_EMBED_HOST":          {"", "0", "1"},                   // "0": an offloading engine uploads the token embedding table to the device instead of keeping it in device-mapped host memory (A/B runs; offload/embedhost.go)
 	// layout of the tensor-core prefill attention: auto (per call) or one
 	// for every call (A/B runs, cuda builds; kernels/cudabackend/prefillvariant.go)
 	"FT_PREFILL_VARIANT": {"", "auto", "base", "w4m32", "w8q", "m64", "fa2", "wg", "wg3"},
