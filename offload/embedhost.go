@@ -49,6 +49,16 @@ func gatherOnly(model nn.Module, p *nn.Parameter) (ok bool, sharer string) {
 	return true, ""
 }
 
+// hostTableBytes is the device bytes an offloading engine saves by keeping
+// non-unit parameter p in mapped host memory: its aligned size when it is a
+// gather-only table and FT_EMBED_HOST is on, else 0 (Footprint).
+func hostTableBytes(model nn.Module, p *nn.Parameter) int64 {
+	if ok, _ := gatherOnly(model, p); !ok || !embedHost || p.Peek() == nil {
+		return 0
+	}
+	return alignUp(p.Peek().NumBytes())
+}
+
 // offloading reports whether the engine's weights exceed its device budget
 // (the budget startInference plans under: the configured one, else the
 // device's capacity, cut to the free memory of a device with a limit), and

@@ -157,3 +157,25 @@ func TestEmbedHostTied(t *testing.T) {
 		})
 	}
 }
+
+// TestFootprintHostTable: Measure counts the bytes an offloading engine
+// keeps in mapped host memory: an untied table's, none of a tied one's,
+// none with FT_EMBED_HOST=0.
+func TestFootprintHostTable(t *testing.T) {
+	for _, c := range []struct {
+		tied, on bool
+		want     int64
+	}{{false, true, 4096 * 64 * 2}, {true, true, 0}, {false, false, 0}} {
+		func() {
+			defer offload.SetEmbedHost(c.on)()
+			m, _ := hostModel(t, wideVocabDir(t, c.tied))
+			fp, err := offload.Measure(m, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fp.HostTableBytes != c.want {
+				t.Errorf("tied %v, FT_EMBED_HOST on %v: HostTableBytes %d, want %d", c.tied, c.on, fp.HostTableBytes, c.want)
+			}
+		}()
+	}
+}

@@ -508,6 +508,12 @@ type Footprint struct {
 	UnitNames    []string
 	MaxUnitBytes int64
 	TotalBytes   int64 // FixedBytes + Σ UnitBytes
+	// HostTableBytes are the bytes of FixedBytes an offloading engine keeps
+	// in mapped host memory instead (gather-only embedding tables, with
+	// FT_EMBED_HOST on; embedhost.go): under a budget below TotalBytes the
+	// device holds FixedBytes - HostTableBytes of non-unit weights, on a
+	// device that can map host memory. MinBudget still counts them.
+	HostTableBytes int64
 	// ModelUnits is true when the units are the model's own (UnitSelector,
 	// no include given): an MoE model's experts, which stream through the
 	// expert cache's pool beside the ring.
@@ -560,6 +566,7 @@ func Measure(model nn.Module, include, exclude []string) (Footprint, error) {
 	for _, p := range nn.Parameters(model) {
 		if !owned[p] && p.Peek() != nil {
 			f.FixedBytes = alignUp(f.FixedBytes + p.Peek().NumBytes())
+			f.HostTableBytes += hostTableBytes(model, p)
 		}
 	}
 	f.TotalBytes += f.FixedBytes
