@@ -86,13 +86,15 @@ func (e *engine) offloading() (bool, int64, int64) {
 	return total > budget, total, budget
 }
 
-// placeHostTables puts the gather-only embedding tables among the non-unit
-// parameters into mapped host memory when the engine offloads and the
-// device can map host memory (and FT_EMBED_HOST is not 0), binding them
-// there; it returns which parameters it placed, for uploadFixed to skip.
-// The tables' bytes are not fixed bytes: the planner gets their room. With
-// a Trace (FT_TRACE=1) each table gets a line saying where it went.
-func (e *engine) placeHostTables() (map[*nn.Parameter]bool, error) {
+// chooseHostTables picks the gather-only embedding tables among the
+// non-unit parameters that go to mapped host memory: when the engine
+// offloads, the device can map host memory and FT_EMBED_HOST is not 0. It
+// records them in e.hostPending (uploadFixed skips them; placeHostTables
+// places them after the units' host blocks are packed, so that the blocks
+// the host cores read take their pages first). With a Trace (FT_TRACE=1) a
+// table left on the device gets a line saying why.
+func (e *engine) chooseHostTables() {
+	e.hostPending = nil
 	var cands []int
 	for i, p := range e.fixed {
 		if _, isEmb := p.Owner().(*nn.Embedding); isEmb && e.fixedOrig[i].Device() != e.dev {
@@ -100,14 +102,12 @@ func (e *engine) placeHostTables() (map[*nn.Parameter]bool, error) {
 		}
 	}
 	if len(cands) == 0 {
-		return nil, nil
+		return
 	}
-	md, canMap := e.dev.(runtime.MappedHostDevice)
+	_, canMap := e.dev.(runtime.MappedHostDevice)
 	off, total, budget := e.offloading()
-	placed := map[*nn.Parameter]bool{}
 	for _, i := range cands {
-		p, orig := e.fixed[i], e.fixedOrig[i]
-		n := orig.NumBytes()
+		p := e.fixed[i]
 		why := ""
 		if ok, sharer := gatherOnly(e.model, p); !ok {
 			why = "shared with " + sharer + ", which reads all of it"
@@ -124,17 +124,32 @@ func (e *engine) placeHostTables() (map[*nn.Parameter]bool, error) {
 			why = e.dev.Name() + " cannot map host memory"
 		}
 		if why != "" {
-			e.trace(fmt.Sprintf("embedding %s (%s) on the device: %s", p.Name(), runtime.FormatBytes(n), why), 0)
+			e.trace(fmt.Sprintf("embedding %s (%s) on the device: %s", p.Name(), runtime.FormatBytes(e.fixedOrig[i].NumBytes()), why), 0)
 			continue
 		}
+		if e.hostPending == nil {
+			e.hostPending = map[*nn.Parameter]int{}
+		}
+		e.hostPending[p] = i
+	}
+}
+
+// placeHostTables puts the tables chooseHostTables picked into mapped host
+// memory and binds them there. Their bytes are not fixed bytes: the planner
+// gets their room. With a Trace each gets a line with the bytes it freed.
+func (e *engine) placeHostTables() error {
+	md, _ := e.dev.(runtime.MappedHostDevice)
+	for _, i := range sortedIndexes(e.hostPending) {
+		p, orig := e.fixed[i], e.fixedOrig[i]
+		n := orig.NumBytes()
 		t0 := time.Now()
 		buf, host, err := md.AllocMapped(n, "offload host-mapped "+p.Name())
 		if err != nil {
-			return placed, err
+			return err
 		}
 		if err := e.fillHost(p, orig, host); err != nil {
 			buf.Free()
-			return placed, err
+			return err
 		}
 		v, err := runtime.TensorOn(buf, 0, orig.DType(), orig.Shape())
 		if err == nil {
@@ -142,15 +157,25 @@ func (e *engine) placeHostTables() (map[*nn.Parameter]bool, error) {
 		}
 		if err != nil {
 			buf.Free()
-			return placed, err
+			return err
 		}
 		e.fixedBufs = append(e.fixedBufs, buf) // freed with the engine's buffers
 		e.hostTables = append(e.hostTables, hostTable{name: p.Name(), bytes: n, freed: alignUp(n)})
-		placed[p] = true
+		delete(e.hostPending, p)
 		e.placed(n)
 		e.trace(fmt.Sprintf("embedding %s in mapped host memory: %s off the device budget", p.Name(), runtime.FormatBytes(alignUp(n))), time.Since(t0))
 	}
-	return placed, nil
+	return nil
+}
+
+// sortedIndexes is m's values in increasing order.
+func sortedIndexes(m map[*nn.Parameter]int) []int {
+	out := make([]int, 0, len(m))
+	for _, i := range m {
+		out = append(out, i)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // fillHost reads parameter p into host, in 64 MiB pieces on several

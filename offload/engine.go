@@ -96,8 +96,9 @@ type engine struct {
 	fixedOrig   []*runtime.Tensor
 	fixedBufs   []*runtime.DeviceBuffer
 	fixedBytes  int64
-	hostTables  []hostTable // non-unit tables in mapped host memory, not in fixedBytes (embedhost.go)
-	planned     []bool      // a profile's resident flags, set while it places the weights (offloading)
+	hostTables  []hostTable           // non-unit tables in mapped host memory, not in fixedBytes (embedhost.go)
+	hostPending map[*nn.Parameter]int // tables uploadFixed left for placeHostTables: index in fixed
+	planned     []bool                // a profile's resident flags, set while it places the weights (offloading)
 	discoverErr error
 
 	// INFERENCE
@@ -298,6 +299,9 @@ func (e *engine) startDiscovery() error {
 	}
 	e.st.freeStaging()
 	if err := e.st.packAll(e.units); err != nil {
+		return err
+	}
+	if err := e.placeHostTables(); err != nil {
 		return err
 	}
 	var maxBytes int64

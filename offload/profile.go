@@ -750,6 +750,9 @@ func (e *engine) startFromState(st *State) error {
 	if perr := <-packed; err == nil {
 		err = perr
 	}
+	if err == nil {
+		err = e.placeHostTables()
+	}
 	if err != nil {
 		return err
 	}
