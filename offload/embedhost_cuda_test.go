@@ -65,7 +65,7 @@ func TestGPUEmbedHost(t *testing.T) {
 		fp := gpuUnitBytes(t, f.model)
 		cfg := offload.DefaultConfig(f.dev)
 		cfg.TransferBlocks = 2
-		cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(2) + fp.MaxUnitBytes/2} // no layer resident with the table on the device
+		cfg.GPUBudget = offload.Budget{Bytes: fp.FixedBytes + 2*fp.MaxUnitBytes + fp.MaxUnitBytes/2} // no layer resident with the table on the device
 		name := uniqueName(t)
 		var opts []offload.Option
 		if graphs {

@@ -116,7 +116,10 @@ func TestEmbedHostFreesUnits(t *testing.T) {
 		t.Fatalf("table %d bytes, unit %d: the test wants a table worth several units", table, unit)
 	}
 	// Room for 2 slots and 2 resident units with the table on the device.
-	budget := fp.MinBudget(2) + 2*unit + unit/2
+	budget := fp.FixedBytes + 2*unit + 2*unit + unit/2
+	if fp.MinBudget(2) != fp.FixedBytes-table+2*unit {
+		t.Errorf("MinBudget(2) = %d, want fixed %d - table %d + 2 units of %d", fp.MinBudget(2), fp.FixedBytes, table, unit)
+	}
 	resOff, usageOff, mappedOff := embedRun(t, dir, budget, false, prompt, want)
 	resOn, usageOn, mappedOn := embedRun(t, dir, budget, true, prompt, want)
 	t.Logf("budget %d: %d units resident with the table on the device, %d with it in host memory (unit %d bytes, table %d)", budget, resOff, resOn, unit, table)

@@ -512,7 +512,7 @@ type Footprint struct {
 	// in mapped host memory instead (gather-only embedding tables, with
 	// FT_EMBED_HOST on; embedhost.go): under a budget below TotalBytes the
 	// device holds FixedBytes - HostTableBytes of non-unit weights, on a
-	// device that can map host memory. MinBudget still counts them.
+	// device that can map host memory (the CPU and CUDA devices).
 	HostTableBytes int64
 	// ModelUnits is true when the units are the model's own (UnitSelector,
 	// no include given): an MoE model's experts, which stream through the
@@ -521,11 +521,12 @@ type Footprint struct {
 }
 
 // MinBudget is the smallest budget with slots transfer blocks and nothing
-// resident: FixedBytes + slots × MaxUnitBytes, and one pool slot more
-// (MaxUnitBytes) for a model that names its own units (its data-dependent
-// units need a slot of their own).
+// resident: FixedBytes - HostTableBytes (an engine under it offloads, so its
+// embedding table is in mapped host memory) + slots × MaxUnitBytes, and one
+// pool slot more (MaxUnitBytes) for a model that names its own units (its
+// data-dependent units need a slot of their own).
 func (f Footprint) MinBudget(slots int) int64 {
-	n := f.FixedBytes + int64(slots)*f.MaxUnitBytes
+	n := f.FixedBytes - f.HostTableBytes + int64(slots)*f.MaxUnitBytes
 	if f.ModelUnits {
 		n += f.MaxUnitBytes
 	}
