@@ -97,6 +97,9 @@ type engine struct {
 	fixedOrig   []*runtime.Tensor
 	fixedBufs   []*runtime.DeviceBuffer
 	fixedBytes  int64
+	hostTables  []hostTable           // non-unit tables in mapped host memory, not in fixedBytes (embedhost.go)
+	hostPending map[*nn.Parameter]int // tables uploadFixed left for placeHostTables: index in fixed
+	planned     []bool                // a profile's resident flags, set while it places the weights (offloading)
 	discoverErr error
 
 	// INFERENCE
@@ -307,6 +310,9 @@ func (e *engine) startDiscovery() error {
 		return err
 	}
 	if err := e.rateBlocks(e.units); err != nil {
+		return err
+	}
+	if err := e.placeHostTables(); err != nil {
 		return err
 	}
 	var maxBytes int64
@@ -1037,6 +1043,7 @@ func (e *engine) memoryUsage() GPUMemoryUsage {
 		u.TransferBlockBytes += e.pool.bytes()
 	}
 	u.ResidentBytes = e.fixedBytes
+	u.HostMappedBytes = e.hostMappedBytes()
 	for _, x := range e.units {
 		if x.dev != nil {
 			u.ResidentBytes += x.dev.Size()

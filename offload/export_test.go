@@ -46,3 +46,13 @@ func ReplacePlan(name string, p Plan) error {
 	m.e.planIn.Budget = max(m.e.planIn.Budget, p.PeakBytes)
 	return nil
 }
+
+// SetEmbedHost sets FT_EMBED_HOST's switch for a test and returns the undo.
+func SetEmbedHost(on bool) (undo func()) {
+	old := embedHost
+	embedHost = on
+	return func() { embedHost = old }
+}
+
+// EmbedHostOn reports FT_EMBED_HOST's switch.
+func EmbedHostOn() bool { return embedHost }

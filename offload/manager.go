@@ -174,6 +174,10 @@ type GPUMemoryUsage struct {
 	TransferBlockBytes int64 // the transfer slots
 	ResidentBytes      int64 // resident weights: resident units and non-unit parameters
 	TotalBytes         int64
+	// HostMappedBytes are weights the device reads from mapped host memory
+	// (gather-only embedding tables while offloading: HostMappedParams); not
+	// device memory, not in TotalBytes.
+	HostMappedBytes int64
 }
 
 // MB is TotalBytes in MiB.
@@ -504,6 +508,12 @@ type Footprint struct {
 	UnitNames    []string
 	MaxUnitBytes int64
 	TotalBytes   int64 // FixedBytes + Σ UnitBytes
+	// HostTableBytes are the bytes of FixedBytes an offloading engine keeps
+	// in mapped host memory instead (gather-only embedding tables, with
+	// FT_EMBED_HOST on; embedhost.go): under a budget below TotalBytes the
+	// device holds FixedBytes - HostTableBytes of non-unit weights, on a
+	// device that can map host memory (the CPU and CUDA devices).
+	HostTableBytes int64
 	// ModelUnits is true when the units are the model's own (UnitSelector,
 	// no include given): an MoE model's experts, which stream through the
 	// expert cache's pool beside the ring.
@@ -511,11 +521,12 @@ type Footprint struct {
 }
 
 // MinBudget is the smallest budget with slots transfer blocks and nothing
-// resident: FixedBytes + slots × MaxUnitBytes, and one pool slot more
-// (MaxUnitBytes) for a model that names its own units (its data-dependent
-// units need a slot of their own).
+// resident: FixedBytes - HostTableBytes (an engine under it offloads, so its
+// embedding table is in mapped host memory) + slots × MaxUnitBytes, and one
+// pool slot more (MaxUnitBytes) for a model that names its own units (its
+// data-dependent units need a slot of their own).
 func (f Footprint) MinBudget(slots int) int64 {
-	n := f.FixedBytes + int64(slots)*f.MaxUnitBytes
+	n := f.FixedBytes - f.HostTableBytes + int64(slots)*f.MaxUnitBytes
 	if f.ModelUnits {
 		n += f.MaxUnitBytes
 	}
@@ -556,6 +567,7 @@ func Measure(model nn.Module, include, exclude []string) (Footprint, error) {
 	for _, p := range nn.Parameters(model) {
 		if !owned[p] && p.Peek() != nil {
 			f.FixedBytes = alignUp(f.FixedBytes + p.Peek().NumBytes())
+			f.HostTableBytes += hostTableBytes(model, p)
 		}
 	}
 	f.TotalBytes += f.FixedBytes

@@ -750,6 +750,9 @@ func (e *engine) startFromState(st *State) error {
 	if perr := <-packed; err == nil {
 		err = perr
 	}
+	if err == nil {
+		err = e.placeHostTables()
+	}
 	if err != nil {
 		return err
 	}
@@ -775,7 +778,10 @@ func (e *engine) startFromState(st *State) error {
 // adopts the state's curve and plan.
 func (e *engine) placeFromState(st *State) error {
 	t := time.Now()
-	if err := e.uploadFixed(); err != nil {
+	e.planned = st.Plan.Resident
+	err := e.uploadFixed()
+	e.planned = nil
+	if err != nil {
 		return err
 	}
 	e.trace("non-unit parameters to the device", time.Since(t))
@@ -814,7 +820,7 @@ func (e *engine) placeFromState(st *State) error {
 		u.announced, u.freq, u.calls = su.Announced, su.CallsPerPass, slices.Clone(su.Calls)
 	}
 	t = time.Now()
-	err := e.placeResidentFrom(st.Plan.Resident)
+	err = e.placeResidentFrom(st.Plan.Resident)
 	e.trace("resident units to the device", time.Since(t))
 	return err
 }

@@ -272,12 +272,15 @@ func (s *stager) copyBlock(copy runtime.Stream, buf *runtime.DeviceBuffer, h *ru
 func (s *stager) freeStaging() { s.up.Free() }
 
 // uploadFixed places the non-unit parameters on the device in one buffer.
-// Parameters already on the device stay where they are.
+// Parameters already on the device stay where they are; gather-only
+// embedding tables of an offloading engine are left for placeHostTables,
+// which puts them in mapped host memory (embedhost.go).
 func (e *engine) uploadFixed() error {
+	e.chooseHostTables()
 	var ps []*nn.Parameter
 	var origs []*runtime.Tensor
 	for i, p := range e.fixed {
-		if e.fixedOrig[i].Device() != e.dev {
+		if _, onHost := e.hostPending[p]; e.fixedOrig[i].Device() != e.dev && !onHost {
 			ps = append(ps, p)
 			origs = append(origs, e.fixedOrig[i])
 		}

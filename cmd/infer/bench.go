@@ -80,6 +80,10 @@ type benchRow struct {
 	// floor, transfer floor and prediction the slowest device's.
 	Devices       []benchDevice `json:"devices,omitempty"`
 	AggregateGBps float64       `json:"aggregate_h2d_gbps,omitempty"`
+
+	// HostMappedBytes are weights the device reads from mapped host memory
+	// (the token embedding table while offloading; FT_EMBED_HOST=0: 0).
+	HostMappedBytes int64 `json:"host_mapped_bytes,omitempty"`
 }
 
 type benchOptions struct {
@@ -347,7 +351,7 @@ func fillPlanRow(row *benchRow, name string, dev runtime.Device) error {
 		row.H2DGBps = float64(last.Bytes) / last.Seconds / 1e9
 	}
 	row.FloorMs, row.PredictedMs = plan.FloorSec*1e3, plan.PredictedSec*1e3
-	row.DeviceBytes = usage.TotalBytes
+	row.DeviceBytes, row.HostMappedBytes = usage.TotalBytes, usage.HostMappedBytes
 	row.PinnedBytes = dev.HostMemory().InUse
 	return nil
 }

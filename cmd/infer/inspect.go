@@ -63,6 +63,7 @@ type inspectReport struct {
 	BytesByDType  map[string]int64 `json:"bytes_by_dtype"`
 	TotalBytes    int64            `json:"total_bytes"`
 	FixedBytes    int64            `json:"non_unit_bytes"`
+	HostTable     int64            `json:"host_table_bytes"` // of FixedBytes: token embeddings kept in mapped host memory while offloading
 	Units         []inspectUnit    `json:"units"`
 	Budget        int64            `json:"budget_bytes,omitempty"`
 	ResidentUnits int              `json:"resident_units,omitempty"`
@@ -134,7 +135,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rep.FixedBytes = fp.FixedBytes
+	rep.FixedBytes, rep.HostTable = fp.FixedBytes, fp.HostTableBytes
 	for i, n := range fp.UnitNames {
 		rep.Units = append(rep.Units, inspectUnit{Name: n, Bytes: fp.UnitBytes[i]})
 	}
@@ -162,7 +163,11 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 		} else if budget, err = b.Resolve(limit); err != nil {
 			return usagef("--gpu-budget %s is a fraction of the device: give --device-memory (the device's size) or a budget in bytes", o.budget)
 		}
-		in := offload.PlanInput{FixedBytes: fp.FixedBytes, Budget: budget, Slots: o.blocks, Curve: offload.FitH2D(10e-6, 50e9)}
+		fixed := fp.FixedBytes
+		if budget < fp.TotalBytes { // offloading: the embedding table stays on the host
+			fixed -= fp.HostTableBytes
+		}
+		in := offload.PlanInput{FixedBytes: fixed, Budget: budget, Slots: o.blocks, Curve: offload.FitH2D(10e-6, 50e9)}
 		for i, n := range fp.UnitNames {
 			in.Units = append(in.Units, offload.PlanUnit{Name: n, Bytes: fp.UnitBytes[i], ComputeSec: float64(fp.UnitBytes[i]) / 4e12})
 		}
@@ -203,7 +208,10 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 	for _, d := range dts {
 		fmt.Fprintf(stdout, "bytes       %s: %s\n", d, runtime.FormatBytes(rep.BytesByDType[d]))
 	}
-	fmt.Fprintf(stdout, "non-unit    %s (embeddings, final norm, LM head: always resident)\n", runtime.FormatBytes(rep.FixedBytes))
+	fmt.Fprintf(stdout, "non-unit    %s (embeddings, final norm, LM head: on the device)\n", runtime.FormatBytes(rep.FixedBytes))
+	if rep.HostTable > 0 {
+		fmt.Fprintf(stdout, "            of which %s of token embeddings in mapped host memory when offloading (FT_EMBED_HOST=0: on the device)\n", runtime.FormatBytes(rep.HostTable))
+	}
 	for _, u := range rep.Units {
 		place := ""
 		if u.Resident != nil {

@@ -101,6 +101,17 @@ static CUresult ft_host_unregister(CUcontext ctx, void* p) {
 	return cuMemHostUnregister(p);
 }
 
+// ft_host_register_mapped page-locks host memory and maps it into the
+// device's address space; *dp is the address kernels read it through.
+static CUresult ft_host_register_mapped(CUcontext ctx, void* p, size_t n, CUdeviceptr* dp) {
+	CUresult r = ft_ctx(ctx); if (r != CUDA_SUCCESS) return r;
+	r = cuMemHostRegister(p, n, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+	if (r != CUDA_SUCCESS) return r;
+	r = cuMemHostGetDevicePointer(dp, p, 0);
+	if (r != CUDA_SUCCESS) cuMemHostUnregister(p);
+	return r;
+}
+
 static CUresult ft_stream_create(CUcontext ctx, CUstream* s) {
 	CUresult r = ft_ctx(ctx); if (r != CUDA_SUCCESS) return r;
 	return cuStreamCreate(s, CU_STREAM_NON_BLOCKING);
@@ -467,6 +478,14 @@ func cHostRegister(ctx cContext, p unsafe.Pointer, n int64) error {
 
 func cHostUnregister(ctx cContext, p unsafe.Pointer) error {
 	return check("cuMemHostUnregister", C.ft_host_unregister(ctx, p))
+}
+
+// cHostRegisterMapped page-locks host memory the process mapped itself,
+// maps it for the device, and returns the device address of p.
+func cHostRegisterMapped(ctx cContext, p unsafe.Pointer, n int64) (uintptr, error) {
+	var dp C.CUdeviceptr
+	err := check("cuMemHostRegister(DEVICEMAP)/cuMemHostGetDevicePointer", C.ft_host_register_mapped(ctx, p, C.size_t(n), &dp))
+	return uintptr(dp), err
 }
 
 func cStreamCreate(ctx cContext) (cStream, error) {

@@ -1,0 +1,184 @@
+package offload_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/models/llama"
+	"github.com/flextensor-go/flextensor/offload"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// wideVocabDir is deep-test with a 4096-token vocabulary: its embedding
+// table (512 KiB) outweighs several layers (~86 KiB each), as Llama 3's
+// 1 GiB table outweighs two of its 416 MiB layers. tied shares the table
+// with the LM head.
+func wideVocabDir(t *testing.T, tied bool) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "wide")
+	cfg := llama.Shapes["deep-test"]
+	cfg.VocabSize, cfg.TieWordEmbeddings = 4096, tied
+	if err := llama.MakeCheckpoint(dir, cfg, 5, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// embedRun offloads dir's model onto a fresh CPU compute device under
+// budget (2 transfer blocks) with FT_EMBED_HOST on or off, checks the
+// logits against want bit for bit, and returns the resident unit count,
+// the memory usage and the host-mapped parameters.
+func embedRun(t *testing.T, dir string, budget int64, on bool, prompt []int32, want [][]float32) (int, offload.GPUMemoryUsage, []string) {
+	t.Helper()
+	defer offload.SetEmbedHost(on)()
+	model, _ := hostModel(t, dir)
+	dev := runtime.NewCPU(0)
+	b, err := kernels.NewCPUBackend(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := uniqueName(t)
+	cfg := offload.DefaultConfig(dev)
+	cfg.GPUBudget = offload.Budget{Bytes: budget}
+	cfg.TransferBlocks = 2
+	cfg.OffloadTiming = offload.TimingEager
+	var traced []string
+	cfg.Trace = func(step string, _ time.Duration) {
+		if strings.HasPrefix(step, "embedding ") {
+			traced = append(traced, step)
+		}
+	}
+	if err := offload.Offload(model, &cfg, name); err != nil {
+		t.Fatal(err)
+	}
+	got := run(t, model, strictBackend{b, dev}, prompt, len(want)-1)
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("FT_EMBED_HOST=%v pass %d: offloaded logits differ from resident ones by up to %.3g", on, i, maxAbs(got[i], want[i]))
+		}
+	}
+	usage, err := offload.GetGPUMemoryUsage(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if usage.TotalBytes > budget {
+		t.Errorf("engine holds %d bytes, budget %d", usage.TotalBytes, budget)
+	}
+	if inUse := dev.Memory().InUse - model.WorkspaceBytes(); inUse != usage.TotalBytes {
+		t.Errorf("device allocator holds %d weight bytes, GetGPUMemoryUsage says %d (a mapped table must not count)", inUse, usage.TotalBytes)
+	}
+	res, mapped := len(offload.ResidentUnits(name)), offload.HostMappedParams(name)
+	// FT_TRACE's line says where the table went.
+	if len(traced) != 1 || strings.Contains(traced[0], "in mapped host memory") != (len(mapped) == 1) {
+		t.Errorf("trace lines %q for host-mapped %q", traced, mapped)
+	}
+	if err := offload.Release(name, true); err != nil {
+		t.Fatal(err)
+	}
+	if h := dev.HostMemory().InUse; h != 0 {
+		t.Errorf("host bytes after Release: %d", h)
+	}
+	return res, usage, mapped
+}
+
+func maxAbs(a, b []float32) float64 {
+	var d float64
+	for i := range a {
+		x := float64(a[i]) - float64(b[i])
+		d = max(d, x, -x)
+	}
+	return d
+}
+
+// TestEmbedHostFreesUnits: at a budget where the embedding table decides
+// how many layers stay resident, keeping it in mapped host memory makes
+// more units resident (as many more as its bytes hold), the device holds
+// the table's bytes less, and the logits equal the resident model's bit for
+// bit (the CPU device reads the table in place); with FT_EMBED_HOST=0, and
+// when everything fits, the table is on the device.
+func TestEmbedHostFreesUnits(t *testing.T) {
+	dir := wideVocabDir(t, false)
+	prompt := []int32{5, 17, 4000, 99, 3}
+	want := residentReference(t, dir, prompt, 4)
+	probe, _ := hostModel(t, dir)
+	fp, err := offload.Measure(probe, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const table = 4096 * 64 * 2
+	unit := fp.MaxUnitBytes
+	if table < 3*unit {
+		t.Fatalf("table %d bytes, unit %d: the test wants a table worth several units", table, unit)
+	}
+	// Room for 2 slots and 2 resident units with the table on the device.
+	budget := fp.FixedBytes + 2*unit + 2*unit + unit/2
+	if fp.MinBudget(2) != fp.FixedBytes-table+2*unit {
+		t.Errorf("MinBudget(2) = %d, want fixed %d - table %d + 2 units of %d", fp.MinBudget(2), fp.FixedBytes, table, unit)
+	}
+	resOff, usageOff, mappedOff := embedRun(t, dir, budget, false, prompt, want)
+	resOn, usageOn, mappedOn := embedRun(t, dir, budget, true, prompt, want)
+	t.Logf("budget %d: %d units resident with the table on the device, %d with it in host memory (unit %d bytes, table %d)", budget, resOff, resOn, unit, table)
+	if len(mappedOff) != 0 || usageOff.HostMappedBytes != 0 {
+		t.Errorf("FT_EMBED_HOST=0 mapped %q (%d bytes)", mappedOff, usageOff.HostMappedBytes)
+	}
+	if !slices.Equal(mappedOn, []string{"model.embed_tokens.weight"}) || usageOn.HostMappedBytes != table {
+		t.Errorf("host-mapped %q (%d bytes), want the embedding table (%d bytes)", mappedOn, usageOn.HostMappedBytes, table)
+	}
+	if resOn < resOff+int(table/unit)-1 || resOn <= resOff {
+		t.Errorf("%d units resident with the table in host memory, %d without: want about %d more", resOn, resOff, table/unit)
+	}
+	// Everything fits: no offload, the table stays on the device.
+	_, usageAll, mappedAll := embedRun(t, dir, fp.TotalBytes, true, prompt, want)
+	if len(mappedAll) != 0 || usageAll.HostMappedBytes != 0 {
+		t.Errorf("with everything resident the table went to host memory: %q", mappedAll)
+	}
+}
+
+// TestEmbedHostTied: a table the LM head shares is read whole every token:
+// it stays on the device while the layers stream, and the logits equal the
+// resident model's.
+func TestEmbedHostTied(t *testing.T) {
+	dir := wideVocabDir(t, true)
+	prompt := []int32{5, 17, 4000, 99, 3}
+	want := residentReference(t, dir, prompt, 3)
+	probe, _ := hostModel(t, dir)
+	fp, err := offload.Measure(probe, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, budget := range []int64{fp.MinBudget(2), fp.MinBudget(2) + 3*fp.MaxUnitBytes} {
+		t.Run(fmt.Sprint(budget), func(t *testing.T) {
+			_, usage, mapped := embedRun(t, dir, budget, true, prompt, want)
+			if len(mapped) != 0 || usage.HostMappedBytes != 0 {
+				t.Errorf("a tied table went to host memory: %q", mapped)
+			}
+		})
+	}
+}
+
+// TestFootprintHostTable: Measure counts the bytes an offloading engine
+// keeps in mapped host memory: an untied table's, none of a tied one's,
+// none with FT_EMBED_HOST=0.
+func TestFootprintHostTable(t *testing.T) {
+	for _, c := range []struct {
+		tied, on bool
+		want     int64
+	}{{false, true, 4096 * 64 * 2}, {true, true, 0}, {false, false, 0}} {
+		func() {
+			defer offload.SetEmbedHost(c.on)()
+			m, _ := hostModel(t, wideVocabDir(t, c.tied))
+			fp, err := offload.Measure(m, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fp.HostTableBytes != c.want {
+				t.Errorf("tied %v, FT_EMBED_HOST on %v: HostTableBytes %d, want %d", c.tied, c.on, fp.HostTableBytes, c.want)
+			}
+		}()
+	}
+}
