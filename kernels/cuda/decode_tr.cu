@@ -59,30 +59,13 @@ __device__ __forceinline__ unsigned movmatrix_t(unsigned a) {
 	return d;
 }
 
-// rope_rotate is rope.cu's (later in the translation unit): the ROPE
-// kernels below rotate with it, so they give rope_store_bf16's bits.
-__device__ __forceinline__ void rope_rotate(float a, float b, int p, float f, bf16_t& r0, bf16_t& r1);
-
 // decode_tr_body: block (kvh, split, t) = blockIdx (x, y, z), NW·32
 // threads, S ring stages per warp, query row t and KV head kvh; arguments,
 // splits and outputs as decode_pipe_body's with one KV head a block.
-//
-// ROPE (contiguous cache, one query row: FT_ROPE_ATTN, cudabackend's
-// ropeattn.go): q holds the query before RoPE and knew, vnew [1,K,HD]
-// the new token's key (before RoPE) and value; the token sits at position
-// p = n−1. After the dependent-launch wait every block rotates its G query
-// heads as rope_store_bf16 does (rope_rotate, frequencies inv) into the
-// start of its dynamic shared memory and loads Qᵀ from there; the one block
-// of KV head kvh whose split holds p (beg ≤ p < end: the splits are
-// disjoint) rotates the new key and writes it and the value to cache row p
-// (when p < capacity), then meets its warps at a barrier before any copy:
-// it reads row p back through its ring like any other row, and no other
-// block reads row p. q and knew are left as they were.
-template <int HD, int S, int NW, bool FAST, bool PAGED, bool ROPE = false>
+template <int HD, int S, int NW, bool FAST, bool PAGED>
 __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table, int maxBlocks, int bs,
-		const int* posp, int pos0, float scale_log2, int window, const bf16_t* knew = nullptr, const bf16_t* vnew = nullptr,
-		const float* inv = nullptr, int capacity = 0) {
+		const int* posp, int pos0, float scale_log2, int window) {
 	constexpr int CH = HD / 8;          // 16-byte chunks of a row
 	constexpr int KS = HD / 16;         // k-steps of Sᵀ, 16-row tiles of Oᵀ
 	constexpr int ROW = HD * 2;         // bytes of a row
@@ -111,53 +94,14 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	// g ≥ G: those columns' scores are 0 and never written).
 	unsigned qb[KS][2];
 	auto loadQ = [&]() {
-		const unsigned* qr = ROPE ? (const unsigned*)((const bf16_t*)pipe_smem + (g < G ? g : 0) * HD) + tg
-				: (const unsigned*)(q + ((usize)t * H + (usize)kvh * G + (g < G ? g : 0)) * HD) + tg;
+		const unsigned* qr = (const unsigned*)(q + ((usize)t * H + (usize)kvh * G + (g < G ? g : 0)) * HD) + tg;
 #pragma unroll
 		for (int j = 0; j < KS; j++) {
 			qb[j][0] = g < G ? qr[8 * j] : 0u;
 			qb[j][1] = g < G ? qr[8 * j + 4] : 0u;
 		}
 	};
-	// ropeQ (ROPE): the rotated query heads into shared memory, the new
-	// key and value into cache row n−1 by the block whose split holds it,
-	// then Qᵀ from shared memory; the barriers keep the ring's first copies
-	// off the rotated heads and every copy after the row's store.
-	auto ropeQ = [&]() {
-		constexpr int HALF = HD / 2;
-		const int p = n - 1;
-		bf16_t* sq = (bf16_t*)pipe_smem;
-		const bf16_t* qh = q + ((usize)t * H + (usize)kvh * G) * HD;
-		for (int j = tid; j < G * HALF; j += NW * 32) {
-			const int gg = j / HALF, i = j - gg * HALF;
-			bf16_t r0, r1;
-			rope_rotate(bf2f(qh[gg * HD + i]), bf2f(qh[gg * HD + i + HALF]), p, inv[i], r0, r1);
-			sq[gg * HD + i] = r0;
-			sq[gg * HD + i + HALF] = r1;
-		}
-		if (beg <= p && p < end && p < capacity) {
-			const bf16_t* kr = knew + ((usize)t * K + kvh) * HD;
-			const bf16_t* vr = vnew + ((usize)t * K + kvh) * HD;
-			bf16_t* kd = const_cast<bf16_t*>(kc) + (usize)p * K * HD + (usize)kvh * HD;
-			bf16_t* vd = const_cast<bf16_t*>(vc) + (usize)p * K * HD + (usize)kvh * HD;
-			for (int i = tid; i < HALF; i += NW * 32) {
-				bf16_t r0, r1;
-				rope_rotate(bf2f(kr[i]), bf2f(kr[i + HALF]), p, inv[i], r0, r1);
-				kd[i] = r0;
-				kd[i + HALF] = r1;
-			}
-			for (int i = tid; i < HD; i += NW * 32) vd[i] = vr[i];
-		}
-		__syncthreads();
-		loadQ();
-		__syncthreads();
-	};
-	if (!FAST) {
-		if (ROPE)
-			ropeQ();
-		else
-			loadQ();
-	}
+	if (!FAST) loadQ();
 	// Oᵀ: o[md] holds rows d = 16md+g, 16md+8+g, columns 2tg, 2tg+1.
 	float o[KS][4];
 #pragma unroll
@@ -227,14 +171,13 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 			}
 		}
 		ft_pdl_wait();
-		if (ROPE) ropeQ();
 	}
 #pragma unroll
 	for (int s = 0; s < S - 1; s++) {
 		if (s < myg) issue(ring + s * STAGE, s, pr[s]);
 		cp_async_commit();
 	}
-	if (FAST && !ROPE) loadQ();
+	if (FAST) loadQ();
 	// ldmatrix lanes: K (A, [key][d]): matrix lane/8 is rows 8((lane/8)&1)..
 	// +7, chunk 2j + lane/16; Vᵀ (A by .trans): keys 8(lane/16) .. +7,
 	// chunk 2md + (lane/8)&1. Both rows are ≡ lane (mod 8): the swizzle.
@@ -375,26 +318,3 @@ FT_TR_VARIANT(128, 4, 2, , false)
 FT_TR_VARIANT(128, 3, 2, , false)
 FT_TR_VARIANT(128, 3, 4, f, true)
 FT_TR_VARIANT(128, 4, 2, f, true)
-
-// FT_TR_ROPE_VARIANT defines the contiguous kernel of one transposed
-// variant with RoPE and the new token's KV store folded in (decode_tr_body's
-// ROPE; one query row, grid (K, nsplit, 1)):
-//
-// attn_decode_rope_d{HD}_s{S}w{NW}h1t{F}_bf16(out, po, pml, cnt, q, kc, vc,
-// knew, vnew, H, K, nsplit, minChunk, posp, pos0, scale_log2, window, inv,
-// capacity): attn_decode_pipe_d{HD}_s{S}w{NW}h1t{F}_bf16 after
-// rope_store_bf16(q, knew, vnew, kc, vc, …) with the same bits, except that
-// q and knew keep their values (rope_store_bf16 rotates them in place).
-#define FT_TR_ROPE_VARIANT(HD, S, NW, F, FAST)                                                                                              \
-	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
-			attn_decode_rope_d##HD##_s##S##w##NW##h1t##F##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,            \
-					bf16_t* kc, bf16_t* vc, const bf16_t* knew, const bf16_t* vnew, int H, int K, int nsplit, int minChunk,                \
-					const int* posp, int pos0, float scale_log2, int window, const float* inv, int capacity) {                             \
-		decode_tr_body<HD, S, NW, FAST, false, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1, posp,   \
-				pos0, scale_log2, window, knew, vnew, inv, capacity);                                                                      \
-	}
-
-// The variants with RoPE folded in; cudabackend/ropeattn.go's ropeVariants
-// lists them.
-FT_TR_ROPE_VARIANT(128, 3, 4, , false)
-FT_TR_ROPE_VARIANT(128, 3, 4, f, true)

@@ -183,11 +183,6 @@ type Backend struct {
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
 	NoFusedRoPE bool
-	// RoPEAttn lets AttendRoPE run (ropeattn.go: a one-token step's RoPE
-	// and KV store inside the decode attention kernel); off, it declines.
-	// New sets it when FT_ROPE_ATTN=1 (A/B runs).
-	RoPEAttn  bool
-	ropeAttns int64 // AttendRoPE launches (RoPEAttentions)
 
 	// NoMergedGEMM turns MatMulMerged and GateUpSiLUMerged off (they then
 	// say they did not run): q, k, v and gate, up of a several-token
@@ -419,7 +414,6 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoMergedGEMM: noMergedFromEnv(),
 		NormTail:     normTailFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
-	b.RoPEAttn = ropeAttnFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV
 	cd.AtClose(b.Close)

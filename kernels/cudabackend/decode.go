@@ -43,10 +43,7 @@ type decodeMMAKernels struct {
 // of its blocks (with the ring's shared memory) the whole GPU holds.
 type pipeKernels struct {
 	contig, paged *cuda.Function
-	// rope is the contiguous kernel with RoPE and the KV store folded in
-	// (attn_decode_rope_*, ropeattn.go), nil where the variant has none.
-	rope *cuda.Function
-	wave int
+	wave          int
 	// maxSmem is the dynamic shared memory both kernels accept: the
 	// block's limit less their static shared memory (the merge's).
 	maxSmem int
@@ -165,9 +162,6 @@ func loadDecodeMMA(get func(string) *cuda.Function) decodeMMAKernels {
 	}
 	for _, v := range pipeVariants {
 		k.pipe[v] = &pipeKernels{contig: get(v.kernel("")), paged: get(v.kernel("paged_"))}
-		if ropeVariant(v) {
-			k.pipe[v].rope = get(v.ropeKernel())
-		}
 	}
 	return k
 }
@@ -196,8 +190,7 @@ func (k *decodeMMAKernels) sizeWave(sms int) error {
 		// decode takes the single-buffered kernel.
 		pk.maxSmem = 0
 		for s := pipeMaxShared; s >= v.ring() && pk.maxSmem == 0; s -= 1024 {
-			if pk.contig.SetMaxDynamicSharedMemory(s) == nil && pk.paged.SetMaxDynamicSharedMemory(s) == nil &&
-				(pk.rope == nil || pk.rope.SetMaxDynamicSharedMemory(s) == nil) {
+			if pk.contig.SetMaxDynamicSharedMemory(s) == nil && pk.paged.SetMaxDynamicSharedMemory(s) == nil {
 				pk.maxSmem = s
 			}
 		}

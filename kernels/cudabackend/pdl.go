@@ -32,9 +32,6 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 	}
 	for _, pk := range ks.decodeMMA.pipe {
 		fs = append(fs, pk.contig, pk.paged)
-		if pk.rope != nil {
-			fs = append(fs, pk.rope)
-		}
 	}
 	fs = append(fs, ks.norm.functions()...)
 	fs = append(fs, ks.qkvRoPE)

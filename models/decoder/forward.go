@@ -308,14 +308,6 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {
 		q, k, v := rows(w.q, T), rows(w.k, T), rows(w.v, T) // [T,H,d], [T,K,d], [T,K,d]
-		att := rows(w.att, T)                               // [T,H,d]
-		// RoPE and the KV store inside the attention op (ropeattn.go)
-		if ran, err := a.attendRoPE(b, m.invFreq, in, q, k, v, att, cache); err != nil || ran {
-			if err != nil {
-				return err
-			}
-			return a.output(b, out, att, acc)
-		}
 		// project, qkNorm, ropeAndAppend, fused for one token (ropefuse.go)
 		if err := a.projectRoPE(b, m.invFreq, in, q, k, v, cache); err != nil {
 			return err
@@ -324,6 +316,7 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 			return err
 		}
 		kc, vc := cache.View(a.Layer) // [C,K,d]
+		att := rows(w.att, T)         // [T,H,d]
 		if err := kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window); err != nil {
 			return err
 		}
