@@ -135,7 +135,9 @@ func (e *engine) chooseHostTables() {
 
 // placeHostTables puts the tables chooseHostTables picked into mapped host
 // memory and binds them there. Their bytes are not fixed bytes: the planner
-// gets their room. With a Trace each gets a line with the bytes it freed.
+// gets their room. With a Trace each gets a line with the bytes it freed. A
+// table the device fails to map is uploaded to the device instead (a trace
+// line says why).
 func (e *engine) placeHostTables() error {
 	md, _ := e.dev.(runtime.MappedHostDevice)
 	for _, i := range sortedIndexes(e.hostPending) {
@@ -144,7 +146,15 @@ func (e *engine) placeHostTables() error {
 		t0 := time.Now()
 		buf, host, err := md.AllocMapped(n, "offload host-mapped "+p.Name())
 		if err != nil {
-			return err
+			// The device could not map it (a driver or context without
+			// mapped pinned memory): the table goes to the device as before.
+			delete(e.hostPending, p)
+			e.trace(fmt.Sprintf("embedding %s (%s) on the device: mapping it failed: %v", p.Name(), runtime.FormatBytes(n), err), time.Since(t0))
+			if err := e.uploadParams([]*nn.Parameter{p}, []*runtime.Tensor{orig}, "offload resident parameters"); err != nil {
+				return err
+			}
+			e.st.freeStaging()
+			continue
 		}
 		if err := e.fillHost(p, orig, host); err != nil {
 			buf.Free()
