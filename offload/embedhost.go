@@ -25,7 +25,6 @@ var embedHost = os.Getenv("FT_EMBED_HOST") != "0"
 type hostTable struct {
 	name  string
 	bytes int64 // its bytes in host memory
-	freed int64 // the device bytes it would have taken (block-aligned)
 }
 
 // gatherOnly reports whether p is the weight of an nn.Embedding that no
@@ -62,9 +61,9 @@ func hostTableBytes(model nn.Module, p *nn.Parameter) int64 {
 // offloading reports whether the engine's weights exceed its device budget
 // (the budget startInference plans under: the configured one, else the
 // device's capacity, cut to the free memory of a device with a limit), and
-// the bytes that decided it; an engine started from a profile offloads
-// when the profile's plan keeps a unit off the device. With no budget and no known capacity
-// everything may stay: no offload.
+// the bytes that decided it; an engine started from a profile offloads when
+// the profile's plan keeps a unit off the device. With no budget and no
+// known capacity everything may stay: no offload.
 func (e *engine) offloading() (bool, int64, int64) {
 	if e.planned != nil { // from a profile: its plan says
 		return slices.Contains(e.planned, false), 0, 0
@@ -136,7 +135,9 @@ func (e *engine) chooseHostTables() {
 
 // placeHostTables puts the tables chooseHostTables picked into mapped host
 // memory and binds them there. Their bytes are not fixed bytes: the planner
-// gets their room. With a Trace each gets a line with the bytes it freed.
+// gets their room. With a Trace each gets a line with the bytes it freed. A
+// table the device fails to map is uploaded to the device instead (a trace
+// line says why).
 func (e *engine) placeHostTables() error {
 	md, _ := e.dev.(runtime.MappedHostDevice)
 	for _, i := range sortedIndexes(e.hostPending) {
@@ -145,7 +146,15 @@ func (e *engine) placeHostTables() error {
 		t0 := time.Now()
 		buf, host, err := md.AllocMapped(n, "offload host-mapped "+p.Name())
 		if err != nil {
-			return err
+			// The device could not map it (a driver or context without
+			// mapped pinned memory): the table goes to the device as before.
+			delete(e.hostPending, p)
+			e.trace(fmt.Sprintf("embedding %s (%s) on the device: mapping it failed: %v", p.Name(), runtime.FormatBytes(n), err), time.Since(t0))
+			if err := e.uploadParams([]*nn.Parameter{p}, []*runtime.Tensor{orig}, "offload resident parameters"); err != nil {
+				return err
+			}
+			e.st.freeStaging()
+			continue
 		}
 		if err := e.fillHost(p, orig, host); err != nil {
 			buf.Free()
@@ -160,7 +169,7 @@ func (e *engine) placeHostTables() error {
 			return err
 		}
 		e.fixedBufs = append(e.fixedBufs, buf) // freed with the engine's buffers
-		e.hostTables = append(e.hostTables, hostTable{name: p.Name(), bytes: n, freed: alignUp(n)})
+		e.hostTables = append(e.hostTables, hostTable{name: p.Name(), bytes: n})
 		delete(e.hostPending, p)
 		e.placed(n)
 		e.trace(fmt.Sprintf("embedding %s in mapped host memory: %s off the device budget", p.Name(), runtime.FormatBytes(alignUp(n))), time.Since(t0))

@@ -1,6 +1,7 @@
 package offload_test
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -180,5 +181,66 @@ func TestFootprintHostTable(t *testing.T) {
 				t.Errorf("tied %v, FT_EMBED_HOST on %v: HostTableBytes %d, want %d", c.tied, c.on, fp.HostTableBytes, c.want)
 			}
 		}()
+	}
+}
+
+// unmappableCPU is a cpu device whose mapped allocations fail, as on a GPU
+// context without mapped pinned memory.
+type unmappableCPU struct{ *runtime.CPUDevice }
+
+func (unmappableCPU) AllocMapped(int64, string) (*runtime.DeviceBuffer, []byte, error) {
+	return nil, nil, errors.New("mapping refused for the test")
+}
+
+// TestEmbedHostMapFails: when the device refuses the mapping, the table is
+// uploaded to the device as before (a trace line says why), the plan
+// counts it, and the logits equal the resident model's.
+func TestEmbedHostMapFails(t *testing.T) {
+	dir := wideVocabDir(t, false)
+	prompt := []int32{5, 17, 4000, 99, 3}
+	want := residentReference(t, dir, prompt, 2)
+	model, _ := hostModel(t, dir)
+	fp, err := offload.Measure(model, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := runtime.NewCPU(0)
+	dev := unmappableCPU{inner}
+	b, err := kernels.NewCPUBackend(inner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := uniqueName(t)
+	cfg := offload.DefaultConfig(dev)
+	cfg.GPUBudget = offload.Budget{Bytes: fp.FixedBytes + 3*fp.MaxUnitBytes}
+	cfg.TransferBlocks = 2
+	var lines []string
+	cfg.Trace = func(step string, _ time.Duration) {
+		if strings.HasPrefix(step, "embedding ") {
+			lines = append(lines, step)
+		}
+	}
+	if err := offload.Offload(model, &cfg, name); err != nil {
+		t.Fatal(err)
+	}
+	defer offload.Release(name, true)
+	got := run(t, model, b, prompt, 2)
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("pass %d differs from the resident model", i)
+		}
+	}
+	if m := offload.HostMappedParams(name); len(m) != 0 {
+		t.Errorf("host-mapped %q on a device that refused the mapping", m)
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "mapping it failed: mapping refused for the test") {
+		t.Errorf("trace lines %q", lines)
+	}
+	usage, err := offload.GetGPUMemoryUsage(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if usage.ResidentBytes < 4096*64*2 {
+		t.Errorf("resident bytes %d do not hold the table", usage.ResidentBytes)
 	}
 }
