@@ -11,7 +11,7 @@
 #   runt TAG BIN DIR REGEX        one test binary run; a line in tests.txt (TT: timeout, default 120 s)
 #   one TAG ENV... -- ARGS        one `infer bench` run; its rows in summary.txt
 #   rmodel TAG ENV... -- ARGS     one `run-model` of the 12 fixed token ids (ARGS: --max-new-tokens …); its last line in summary.txt
-#   hyb TAG ENV...                one hybrid `infer bench` (budgets $HB, default 0,8GiB; FT_TRACE on); its rows,
+#   hyb TAG ENV...                one hybrid `infer bench` (budgets $HB, default 0,8GiB; more flags $HX; FT_TRACE on); its rows,
 #                                 host unit time and timed-forward lines in summary.txt (HT: timeout, LEFT: skip after)
 #   finish                        tar the call's outputs into all.tgz
 t0=$(date +%s)
@@ -68,7 +68,7 @@ rmodel() { # tag env... -- run-model args
 hyb() { # tag env...
   left ${LEFT:-${BUDGET:-500}} || { echo "hyb $1: skipped (time)" | tee -a "$out/summary.txt"; return; }
   local tag=$1; shift; log "hyb $tag"
-  env FT_TRACE=1 "$@" timeout ${HT:-150} $b bench --device cuda:0 --model $m --budgets ${HB:-0,8GiB} --mode decode --iters ${HI:-10} --host-threads 16 >"$out/hyb-$tag.txt" 2>&1
+  env FT_TRACE=1 "$@" timeout ${HT:-150} $b bench --device cuda:0 --model $m --budgets ${HB:-0,8GiB} --mode decode --iters ${HI:-10} --host-threads 16 ${HX:-} >"$out/hyb-$tag.txt" 2>&1
   echo "hyb $tag: $(grep -E '^(0\+host|8GiB\+host)' "$out/hyb-$tag.txt" | tr -s ' ' | tr '\n' '|') $(grep -o 'host unit measured [0-9.]* ms' "$out/hyb-$tag.txt" | tr '\n' ' ')" | tee -a "$out/summary.txt"
 }
 finish() { log done; (cd "$out" && tar czf all.tgz *.txt *.log 2>/dev/null); true; }
