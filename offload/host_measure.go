@@ -210,6 +210,14 @@ type HostTimes struct {
 	// uses: the measurement divided by the sharing of the host's memory
 	// with the copies (equal to SecPerToken without a DRAM figure).
 	AloneSecPerToken map[string]float64
+	// CopyScale is the factor the measured copies put on the plan's copy
+	// times for the plan in force's bucket (>= 1; 0 when none was measured:
+	// no copy sample, or FT_HOST_COPY_MEASURE=0); CopySamples the copies it
+	// rests on, CopyBytesPerSec and ProfiledCopyBytesPerSec their median
+	// measured rate and the profiled curve's for them (host_copyrate.go).
+	CopyScale                                float64
+	CopySamples                              int
+	CopyBytesPerSec, ProfiledCopyBytesPerSec float64
 }
 
 // HostTimes reports the manager's measured host times (see HostTimes).
@@ -226,6 +234,10 @@ func (m *Manager) HostTimes() HostTimes {
 	}
 	for u, s := range m.e.hm.byT[m.e.planIn.Tokens] {
 		ht.AloneSecPerToken[u.name] = s
+	}
+	if cs, ok := m.e.hm.copyByT[m.e.planIn.Tokens]; ok {
+		ht.CopyScale, ht.CopySamples = cs.scale, cs.n
+		ht.CopyBytesPerSec, ht.ProfiledCopyBytesPerSec = cs.measured, cs.profiled
 	}
 	return ht
 }
