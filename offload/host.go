@@ -153,6 +153,7 @@ func (e *engine) hostInputs(in *PlanInput) error {
 		e.hostBW, e.hostDRAM, e.hostDRAMFrom = bw, dram, from
 	}
 	in.HostReadBytesPerSec = e.hostDRAM
+	in.TransferScale = e.transferScale(in.Tokens) // copies measured beside host units (host_copyrate.go)
 	// The estimate is a lower bound: no unit reads its weights faster than
 	// the faster of the GEMV figure and the DRAM read figure (the one-op
 	// layer reaches the latter, separate GEMVs do not: host_dram.go). A

@@ -57,6 +57,11 @@ type hostMeasure struct {
 	inHybrid map[int]map[*unit]float64
 	replans  int // replans made from measured host times
 	applied  int // of which changed the placement
+
+	// copies are the streamed units' copies timed in the measured passes;
+	// copyByT each measured bucket's copy correction (host_copyrate.go).
+	copies  []copySample
+	copyByT map[int]hostCopyScale
 }
 
 // hostMeasureBegin decides at the root's entry whether the pass measures
@@ -66,6 +71,7 @@ type hostMeasure struct {
 func (e *engine) hostMeasureBegin() {
 	h := &e.hm
 	h.on = false
+	defer e.hostCopyBegin()
 	if e.phase != PhaseInference || e.cfg.HostBackend == nil || e.plan.HostUnits() == 0 || e.m.suspended > 0 || e.noReplan ||
 		e.replan.state == ReplanInProgress || e.replan.state == ReplanFailed || e.tok.measure != nil {
 		return
@@ -79,7 +85,7 @@ func (e *engine) hostMeasureBegin() {
 		return
 	}
 	if h.samples == nil || h.key != key {
-		h.key, h.passes, h.samples = key, 0, map[*unit][]float64{}
+		h.key, h.passes, h.samples, h.copies = key, 0, map[*unit][]float64{}, nil
 	}
 	h.on = true
 }
@@ -98,10 +104,14 @@ func (e *engine) hostMeasureRun(u *unit) {
 func (e *engine) hostMeasureEnd() error {
 	h := &e.hm
 	h.on = false
+	if err := e.hostCopyCollect(h.passes >= replanWarm); err != nil {
+		return e.fail(fmt.Errorf("timing copies beside host units: %w", err))
+	}
 	h.passes++
 	if h.passes < replanWarm+max(e.cfg.ProfilingIters, 1) {
 		return nil
 	}
+	e.hostCopyFinish(h.key)
 	meds := map[*unit]float64{}
 	byIdx := map[int]float64{}
 	for u, s := range h.samples {
@@ -110,7 +120,10 @@ func (e *engine) hostMeasureEnd() error {
 	}
 	// The measurements ran beside the plan's copies: the model's alone
 	// times are what they are divided by the sharing (planner_share.go).
-	alone := hostAloneTimes(e.planIn, e.plan, byIdx)
+	// The copies they ran beside are the measured ones (host_copyrate.go).
+	inM := e.planIn
+	inM.TransferScale = e.transferScale(h.key)
+	alone := hostAloneTimes(inM, e.plan, byIdx)
 	conv := map[*unit]float64{}
 	for u := range meds {
 		conv[u] = alone[u.idx]
@@ -146,7 +159,7 @@ func (e *engine) hostReplan() error {
 		if f, ok := hostFloor(in, e.plan); ok {
 			e.plan.FloorSec = f // the estimate's floor no longer holds either
 		}
-		e.tracePlan(fmt.Sprintf("kept after measuring host units (the best plan predicts %.2f ms)", plan.PredictedSec*1e3), e.plan, 0)
+		e.tracePlan(fmt.Sprintf("kept after measuring host units (the best plan predicts %.2f ms%s)", plan.PredictedSec*1e3, e.copyNote(in.Tokens)), e.plan, 0)
 		return nil
 	}
 	t0 := time.Now()
@@ -155,7 +168,7 @@ func (e *engine) hostReplan() error {
 	}
 	e.planIn = in
 	e.hm.applied++
-	e.tracePlan(fmt.Sprintf("replaced after measuring host units (the old one predicts %.2f ms with them)", cur*1e3), plan, time.Since(t0))
+	e.tracePlan(fmt.Sprintf("replaced after measuring host units (the old one predicts %.2f ms with them%s)", cur*1e3, e.copyNote(in.Tokens)), plan, time.Since(t0))
 	return nil
 }
 
@@ -197,6 +210,14 @@ type HostTimes struct {
 	// uses: the measurement divided by the sharing of the host's memory
 	// with the copies (equal to SecPerToken without a DRAM figure).
 	AloneSecPerToken map[string]float64
+	// CopyScale is the factor the measured copies put on the plan's copy
+	// times for the plan in force's bucket (>= 1; 0 when none was measured:
+	// no copy sample, or FT_HOST_COPY_MEASURE=0); CopySamples the copies it
+	// rests on, CopyBytesPerSec and ProfiledCopyBytesPerSec their median
+	// measured rate and the profiled curve's for them (host_copyrate.go).
+	CopyScale                                float64
+	CopySamples                              int
+	CopyBytesPerSec, ProfiledCopyBytesPerSec float64
 }
 
 // HostTimes reports the manager's measured host times (see HostTimes).
@@ -213,6 +234,10 @@ func (m *Manager) HostTimes() HostTimes {
 	}
 	for u, s := range m.e.hm.byT[m.e.planIn.Tokens] {
 		ht.AloneSecPerToken[u.name] = s
+	}
+	if cs, ok := m.e.hm.copyByT[m.e.planIn.Tokens]; ok {
+		ht.CopyScale, ht.CopySamples = cs.scale, cs.n
+		ht.CopyBytesPerSec, ht.ProfiledCopyBytesPerSec = cs.measured, cs.profiled
 	}
 	return ht
 }

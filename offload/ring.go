@@ -32,6 +32,17 @@ type ring struct {
 	entered int // streamed-unit entries, counted over passes
 	exited  int // streamed-unit exits, counted over passes
 	pending map[int]*copyTiming
+
+	// logCopies records an event pair around each copy into copyLog (the
+	// host-measured passes' copy rate, host_copyrate.go).
+	logCopies bool
+	copyLog   []loggedCopy
+}
+
+// loggedCopy is one copy of copyLog: its global index and its events.
+type loggedCopy struct {
+	g  int
+	ct *copyTiming
 }
 
 // ringUnit is one streamed unit: its packed host block and its slot.
@@ -89,7 +100,7 @@ func (r *ring) issue() error {
 			}
 		}
 		var ct *copyTiming
-		if r.timeCopies {
+		if r.timeCopies || r.logCopies {
 			ct = &copyTiming{bytes: u.bytes}
 			var err error
 			if ct.start, err = r.copy.Record(); err != nil {
@@ -105,7 +116,12 @@ func (r *ring) issue() error {
 		}
 		if ct != nil {
 			ct.end = ev
-			r.pending[g] = ct
+			if r.timeCopies {
+				r.pending[g] = ct
+			}
+			if r.logCopies {
+				r.copyLog = append(r.copyLog, loggedCopy{g: g, ct: ct})
+			}
 		}
 		r.ready[s], r.occ[s] = ev, g
 		r.issued++
@@ -172,6 +188,7 @@ func (r *ring) reset() {
 		r.occ[i], r.release[i], r.ready[i] = -1, nil, nil
 	}
 	r.pending = map[int]*copyTiming{}
+	r.copyLog = nil
 }
 
 // bytes is the device memory of the slots.

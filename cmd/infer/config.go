@@ -74,6 +74,7 @@ var extraEnv = map[string][]string{
 	"FT_HOST_BLOCK_RATES":    {"", "0", "1"},                   // "0": do not rate each unit's pinned host block after packing; the planner then estimates every unit's host time from one figure (A/B runs; offload/host_blocks.go)
 	"FT_HOST_BLOCK_REALLOC":  nil,                              // N: give the plan's host units on slow host blocks fresh pinned blocks, trying up to N (each rated, slow ones held until done; unset or 0: off; A/B runs; offload/host_blocks_realloc.go)
 	"FT_HOST_GBPS":           nil,                              // the host GEMV rate, GB/s, the offload planner starts from instead of timing it at start-up (unset or 0: timed; A/B runs; kernels/host checks it)
+	"FT_HOST_COPY_MEASURE":   {"", "0", "1"},                   // "0": the passes that time the host units do not time the streamed units' copies, and the replan keeps the profiled copy curve (A/B runs; offload/host_copyrate.go)
 	"FT_EMBED_HOST":          {"", "0", "1"},                   // "0": an offloading engine uploads the token embedding table to the device instead of keeping it in device-mapped host memory (A/B runs; offload/embedhost.go)
 	// layout of the tensor-core prefill attention: auto (per call) or one
 	// for every call (A/B runs, cuda builds; kernels/cudabackend/prefillvariant.go)
