@@ -44,9 +44,17 @@ type Options struct {
 	// PrefetchBytes, when positive, makes the one-token BF16 GEMV tile
 	// prefetch each of its four rows that many bytes ahead of its loads
 	// (software prefetch on top of the hardware's); 0 means the
-	// environment's FT_HOST_PREFETCH or else none; negative none.
+	// environment's FT_HOST_PREFETCH or else DefaultPrefetchBytes;
+	// negative none.
 	PrefetchBytes int
 }
+
+// DefaultPrefetchBytes is how far ahead the one-token BF16 GEMV tile
+// prefetches each row when neither Options.PrefetchBytes nor
+// FT_HOST_PREFETCH says (FT_HOST_PREFETCH=0: none). On the H200 machine's
+// host it made one host layer 9-14% faster alone and the hybrid decode no
+// slower (bench/RESULTS.md, s9b and s10c).
+const DefaultPrefetchBytes = 1024
 
 // Engine runs the host kernels: the SIMD GEMVs of this package over a
 // persistent worker pool, or the pure-Go reference kernels of package
@@ -104,6 +112,7 @@ func NewEngine(o Options) (*Engine, error) {
 	k := simdSets[l]
 	pf := o.PrefetchBytes
 	if pf == 0 {
+		pf = DefaultPrefetchBytes
 		if v := os.Getenv("FT_HOST_PREFETCH"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
