@@ -27,6 +27,40 @@ type hostTable struct {
 	bytes int64 // its bytes in host memory
 }
 
+// deviceTable is an embedding table the engine left on the device while
+// offloading was considered: why, and whether Footprint.HostTableBytes
+// counted it as off the device (a gather-only table with FT_EMBED_HOST on,
+// which a Min budget then adds back).
+type deviceTable struct {
+	name    string
+	bytes   int64 // its aligned device bytes
+	why     string
+	counted bool
+}
+
+// unmappedBytes is the bytes of the tables Footprint.HostTableBytes counts
+// as in host memory that the engine put on the device.
+func (e *engine) unmappedBytes() int64 {
+	var n int64
+	for _, t := range e.devTables {
+		if t.counted {
+			n += t.bytes
+		}
+	}
+	return n
+}
+
+// budgetBytes resolves the configured budget for the device; a Min budget
+// (the model's minimum) gets the bytes of the tables it counted as in
+// mapped host memory that are on the device back.
+func (e *engine) budgetBytes() (int64, error) {
+	b, err := e.cfg.GPUBudget.Resolve(DeviceCapacity(e.dev))
+	if err != nil || b <= 0 || !e.cfg.GPUBudget.Min {
+		return b, err
+	}
+	return b + e.unmappedBytes(), nil
+}
+
 // gatherOnly reports whether p is the weight of an nn.Embedding that no
 // other module of model shares (a tied LM head reads the whole table every
 // token: that one stays on the device).
@@ -68,7 +102,7 @@ func (e *engine) offloading() (bool, int64, int64) {
 	if e.planned != nil { // from a profile: its plan says
 		return slices.Contains(e.planned, false), 0, 0
 	}
-	budget, err := e.cfg.GPUBudget.Resolve(DeviceCapacity(e.dev))
+	budget, err := e.budgetBytes()
 	if err != nil || budget <= 0 {
 		return false, 0, 0 // startInference reports a bad budget
 	}
@@ -93,7 +127,7 @@ func (e *engine) offloading() (bool, int64, int64) {
 // the host cores read take their pages first). With a Trace (FT_TRACE=1) a
 // table left on the device gets a line saying why.
 func (e *engine) chooseHostTables() {
-	e.hostPending = nil
+	e.hostPending, e.devTables = nil, nil
 	var cands []int
 	for i, p := range e.fixed {
 		if _, isEmb := p.Owner().(*nn.Embedding); isEmb && e.fixedOrig[i].Device() != e.dev {
@@ -108,7 +142,8 @@ func (e *engine) chooseHostTables() {
 	for _, i := range cands {
 		p := e.fixed[i]
 		why := ""
-		if ok, sharer := gatherOnly(e.model, p); !ok {
+		ok, sharer := gatherOnly(e.model, p)
+		if !ok {
 			why = "shared with " + sharer + ", which reads all of it"
 		}
 		switch {
@@ -123,6 +158,7 @@ func (e *engine) chooseHostTables() {
 			why = e.dev.Name() + " cannot map host memory"
 		}
 		if why != "" {
+			e.devTables = append(e.devTables, deviceTable{name: p.Name(), bytes: alignUp(e.fixedOrig[i].NumBytes()), why: why, counted: ok && embedHost})
 			e.trace(fmt.Sprintf("embedding %s (%s) on the device: %s", p.Name(), runtime.FormatBytes(e.fixedOrig[i].NumBytes()), why), 0)
 			continue
 		}
@@ -149,7 +185,9 @@ func (e *engine) placeHostTables() error {
 			// The device could not map it (a driver or context without
 			// mapped pinned memory): the table goes to the device as before.
 			delete(e.hostPending, p)
-			e.trace(fmt.Sprintf("embedding %s (%s) on the device: mapping it failed: %v", p.Name(), runtime.FormatBytes(n), err), time.Since(t0))
+			why := fmt.Sprintf("mapping it failed: %v", err)
+			e.devTables = append(e.devTables, deviceTable{name: p.Name(), bytes: alignUp(n), why: why, counted: true})
+			e.trace(fmt.Sprintf("embedding %s (%s) on the device: %s", p.Name(), runtime.FormatBytes(n), why), time.Since(t0))
 			if err := e.uploadParams([]*nn.Parameter{p}, []*runtime.Tensor{orig}, "offload resident parameters"); err != nil {
 				return err
 			}

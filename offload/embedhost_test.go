@@ -194,16 +194,34 @@ func (unmappableCPU) AllocMapped(int64, string) (*runtime.DeviceBuffer, []byte, 
 
 // TestEmbedHostMapFails: when the device refuses the mapping, the table is
 // uploaded to the device as before (a trace line says why), the plan
-// counts it, and the logits equal the resident model's.
+// counts it, and the logits equal the resident model's; the minimum budget
+// (Footprint.Min, which counts the table as mapped) gets the table's bytes
+// back instead of failing at the first plan.
 func TestEmbedHostMapFails(t *testing.T) {
 	dir := wideVocabDir(t, false)
 	prompt := []int32{5, 17, 4000, 99, 3}
 	want := residentReference(t, dir, prompt, 2)
-	model, _ := hostModel(t, dir)
-	fp, err := offload.Measure(model, nil, nil)
+	probe, _ := hostModel(t, dir)
+	fp, err := offload.Measure(probe, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if fp.HostTableBytes == 0 {
+		t.Fatal("the footprint counts no host table")
+	}
+	for _, c := range []struct {
+		name   string
+		budget offload.Budget
+	}{
+		{"fixed+3units", offload.Budget{Bytes: fp.FixedBytes + 3*fp.MaxUnitBytes}},
+		{"min", fp.Min(2)},
+	} {
+		t.Run(c.name, func(t *testing.T) { embedMapFails(t, dir, c.budget, prompt, want) })
+	}
+}
+
+func embedMapFails(t *testing.T, dir string, budget offload.Budget, prompt []int32, want [][]float32) {
+	model, _ := hostModel(t, dir)
 	inner := runtime.NewCPU(0)
 	dev := unmappableCPU{inner}
 	b, err := kernels.NewCPUBackend(inner)
@@ -212,7 +230,7 @@ func TestEmbedHostMapFails(t *testing.T) {
 	}
 	name := uniqueName(t)
 	cfg := offload.DefaultConfig(dev)
-	cfg.GPUBudget = offload.Budget{Bytes: fp.FixedBytes + 3*fp.MaxUnitBytes}
+	cfg.GPUBudget = budget
 	cfg.TransferBlocks = 2
 	var lines []string
 	cfg.Trace = func(step string, _ time.Duration) {
@@ -242,5 +260,8 @@ func TestEmbedHostMapFails(t *testing.T) {
 	}
 	if usage.ResidentBytes < 4096*64*2 {
 		t.Errorf("resident bytes %d do not hold the table", usage.ResidentBytes)
+	}
+	if usage.TotalBytes > budget.Bytes+4096*64*2 {
+		t.Errorf("engine holds %d bytes, over budget %d plus the table", usage.TotalBytes, budget.Bytes)
 	}
 }

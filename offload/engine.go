@@ -99,6 +99,7 @@ type engine struct {
 	fixedBytes  int64
 	hostTables  []hostTable           // non-unit tables in mapped host memory, not in fixedBytes (embedhost.go)
 	hostPending map[*nn.Parameter]int // tables uploadFixed left for placeHostTables: index in fixed
+	devTables   []deviceTable         // embedding tables left on the device, and why (embedhost.go)
 	planned     []bool                // a profile's resident flags, set while it places the weights (offloading)
 	discoverErr error
 
@@ -874,7 +875,7 @@ func (e *engine) startInference() error {
 	if mem.Limit > 0 {
 		free = mem.Limit - (mem.InUse - ours)
 	}
-	budget, err := e.cfg.GPUBudget.Resolve(DeviceCapacity(e.dev))
+	budget, err := e.budgetBytes()
 	if err != nil {
 		return err
 	}

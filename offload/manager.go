@@ -524,13 +524,23 @@ type Footprint struct {
 // resident: FixedBytes - HostTableBytes (an engine under it offloads, so its
 // embedding table is in mapped host memory) + slots × MaxUnitBytes, and one
 // pool slot more (MaxUnitBytes) for a model that names its own units (its
-// data-dependent units need a slot of their own).
+// data-dependent units need a slot of their own). On a device that cannot
+// map host memory the table is on the device and this is too small: give an
+// engine Min(slots), which adds it back.
 func (f Footprint) MinBudget(slots int) int64 {
 	n := f.FixedBytes - f.HostTableBytes + int64(slots)*f.MaxUnitBytes
 	if f.ModelUnits {
 		n += f.MaxUnitBytes
 	}
 	return n
+}
+
+// Min is the budget "the minimum" with slots transfer blocks: MinBudget's
+// bytes, marked Min so that the engine adds back the bytes of a table it
+// could not keep in mapped host memory (a device that cannot map, or a
+// failed mapping), instead of failing at its first plan.
+func (f Footprint) Min(slots int) Budget {
+	return Budget{Bytes: f.MinBudget(slots), Min: true}
 }
 
 // Measure computes the footprint of model under include/exclude (with no
