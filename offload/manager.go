@@ -503,7 +503,7 @@ func (m *Manager) UpdateState(replayGeneration int) error {
 // Footprint is what a model weighs for the engine under a configuration's
 // include patterns, before discovery.
 type Footprint struct {
-	FixedBytes   int64   // non-unit parameters (always resident)
+	FixedBytes   int64   // non-unit parameters: on the device, but for HostTableBytes while offloading
 	UnitBytes    []int64 // each unit's packed bytes, in traversal order
 	UnitNames    []string
 	MaxUnitBytes int64
