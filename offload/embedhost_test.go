@@ -265,3 +265,89 @@ func embedMapFails(t *testing.T, dir string, budget offload.Budget, prompt []int
 		t.Errorf("engine holds %d bytes, over budget %d plus the table", usage.TotalBytes, budget.Bytes)
 	}
 }
+
+// TestEmbedHostProfileMismatch: a profile made at the minimum budget with
+// the table in mapped host memory, loaded with FT_EMBED_HOST=0 or on a
+// device that cannot map, would put the table on the device beyond the
+// plan's peak: ErrProfileMismatch names the table and FT_EMBED_HOST. With
+// the table mapped again it loads and runs as profiled.
+func TestEmbedHostProfileMismatch(t *testing.T) {
+	dir := wideVocabDir(t, false)
+	prompt := []int32{5, 17, 4000, 99, 3}
+	want := residentReference(t, dir, prompt, 2)
+	probe, _ := hostModel(t, dir)
+	fp, err := offload.Measure(probe, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdir := t.TempDir()
+	func() {
+		defer offload.SetEmbedHost(true)()
+		model, _ := hostModel(t, dir)
+		dev := runtime.NewCPU(0)
+		name := uniqueName(t)
+		cfg := offload.DefaultConfig(dev)
+		cfg.GPUBudget, cfg.TransferBlocks, cfg.OffloadTiming = fp.Min(2), 2, offload.TimingEager
+		if err := offload.Offload(model, &cfg, name); err != nil {
+			t.Fatal(err)
+		}
+		defer offload.Release(name, true)
+		b, err := kernels.NewCPUBackend(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, model, b, prompt, 2)
+		if m := offload.HostMappedParams(name); len(m) != 1 {
+			t.Fatalf("profiled engine host-mapped %q, want the table", m)
+		}
+		if err := offload.SaveProfile(pdir, name); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	load := func(t *testing.T, on, mappable bool) error {
+		defer offload.SetEmbedHost(on)()
+		model, _ := hostModel(t, dir)
+		inner := runtime.NewCPU(0)
+		var dev runtime.Device = inner
+		if !mappable {
+			dev = unmappableCPU{inner}
+		}
+		name := uniqueName(t)
+		cfg := offload.DefaultConfig(dev)
+		if err := offload.OffloadFromProfile(model, pdir, &cfg, name); err != nil {
+			return err
+		}
+		defer offload.Release(name, true)
+		b, err := kernels.NewCPUBackend(inner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := run(t, model, b, prompt, 2)
+		for i := range want {
+			if !slices.Equal(got[i], want[i]) {
+				t.Fatalf("pass %d differs from the resident model", i)
+			}
+		}
+		return nil
+	}
+	if err := load(t, true, true); err != nil {
+		t.Fatalf("loading with the table mapped: %v", err)
+	}
+	for _, c := range []struct {
+		name         string
+		on, mappable bool
+		why          string
+	}{{"FT_EMBED_HOST=0", false, true, "FT_EMBED_HOST=0"}, {"unmappable", true, false, "mapping it failed"}} {
+		t.Run(c.name, func(t *testing.T) {
+			err := load(t, c.on, c.mappable)
+			if !errors.Is(err, offload.ErrProfileMismatch) {
+				t.Fatalf("got %v, want ErrProfileMismatch", err)
+			}
+			for _, s := range []string{"model.embed_tokens.weight", c.why, "FT_EMBED_HOST on"} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not say %q", err, s)
+				}
+			}
+		})
+	}
+}
