@@ -12,14 +12,39 @@ import (
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// embedHost is FT_EMBED_HOST (read once; on unless "0"): while the engine
+// FT_EMBED_HOST (read when a model is measured or offloaded: unset or "1"
+// on, "0" off, anything else an error naming it): while the engine
 // offloads, gather-only embedding tables stay in page-locked host memory
 // mapped into the device (runtime.MappedHostDevice) instead of taking device
 // memory. A decode step gathers one row (8 KB for Llama 3 8B) of a table
-// that takes 1.05 GB on the device, two layers' worth of the budget; the
-// embedding kernel reads the row across the bus through the mapped address
-// (in CUDA graphs too). FT_EMBED_HOST=0 uploads them as before (A/B).
-var embedHost = os.Getenv("FT_EMBED_HOST") != "0"
+// that takes 1.05 GB on the device, about 2.4 of its 416 MiB layers' worth
+// of the budget; the embedding kernel reads the row across the bus through
+// the mapped address (in CUDA graphs too). FT_EMBED_HOST=0 uploads them as
+// before (A/B).
+
+// embedHostOverride, when not nil, replaces FT_EMBED_HOST (tests).
+var embedHostOverride *bool
+
+// embedHostOn reads FT_EMBED_HOST.
+func embedHostOn() (bool, error) {
+	if embedHostOverride != nil {
+		return *embedHostOverride, nil
+	}
+	return envSwitch("FT_EMBED_HOST")
+}
+
+// envSwitch reads an on-by-default switch: unset, "" or "1" on, "0" off,
+// anything else an error naming the variable.
+func envSwitch(name string) (bool, error) {
+	switch v := os.Getenv(name); v {
+	case "", "1":
+		return true, nil
+	case "0":
+		return false, nil
+	default:
+		return false, fmt.Errorf("offload: %s=%q: want 0 (off) or 1 (on, the default)", name, v)
+	}
+}
 
 // hostTable is one gather-only table the engine keeps in mapped host memory.
 type hostTable struct {
@@ -84,9 +109,9 @@ func gatherOnly(model nn.Module, p *nn.Parameter) (ok bool, sharer string) {
 
 // hostTableBytes is the device bytes an offloading engine saves by keeping
 // non-unit parameter p in mapped host memory: its aligned size when it is a
-// gather-only table and FT_EMBED_HOST is on, else 0 (Footprint).
-func hostTableBytes(model nn.Module, p *nn.Parameter) int64 {
-	if ok, _ := gatherOnly(model, p); !ok || !embedHost || p.Peek() == nil {
+// gather-only table and FT_EMBED_HOST is on (on), else 0 (Footprint).
+func hostTableBytes(model nn.Module, p *nn.Parameter, on bool) int64 {
+	if ok, _ := gatherOnly(model, p); !ok || !on || p.Peek() == nil {
 		return 0
 	}
 	return alignUp(p.Peek().NumBytes())
@@ -148,7 +173,7 @@ func (e *engine) chooseHostTables() {
 		}
 		switch {
 		case why != "":
-		case !embedHost:
+		case !e.embedHost:
 			why = "FT_EMBED_HOST=0"
 		case !off && e.planned != nil:
 			why = "the profile's plan keeps every unit on the device"
@@ -158,7 +183,7 @@ func (e *engine) chooseHostTables() {
 			why = e.dev.Name() + " cannot map host memory"
 		}
 		if why != "" {
-			e.devTables = append(e.devTables, deviceTable{name: p.Name(), bytes: alignUp(e.fixedOrig[i].NumBytes()), why: why, counted: ok && embedHost})
+			e.devTables = append(e.devTables, deviceTable{name: p.Name(), bytes: alignUp(e.fixedOrig[i].NumBytes()), why: why, counted: ok && e.embedHost})
 			e.trace(fmt.Sprintf("embedding %s (%s) on the device: %s", p.Name(), runtime.FormatBytes(e.fixedOrig[i].NumBytes()), why), 0)
 			continue
 		}

@@ -351,3 +351,44 @@ func TestEmbedHostProfileMismatch(t *testing.T) {
 		})
 	}
 }
+
+// TestEnvSwitchesMalformed: FT_EMBED_HOST and FT_HOST_BLOCK_RATES take
+// unset, "0" or "1"; anything else fails Offload (and Measure, for
+// FT_EMBED_HOST) with an error naming the variable, and "0"/"1" work.
+func TestEnvSwitchesMalformed(t *testing.T) {
+	defer offload.UnsetEmbedHost()()
+	for _, c := range []struct {
+		name, val string
+		ok        bool
+	}{
+		{"FT_EMBED_HOST", "off", false}, {"FT_EMBED_HOST", "2", false}, {"FT_EMBED_HOST", "0", true}, {"FT_EMBED_HOST", "1", true},
+		{"FT_HOST_BLOCK_RATES", "no", false}, {"FT_HOST_BLOCK_RATES", " 0", false}, {"FT_HOST_BLOCK_RATES", "0", true}, {"FT_HOST_BLOCK_RATES", "1", true},
+	} {
+		t.Run(c.name+"="+c.val, func(t *testing.T) {
+			t.Setenv(c.name, c.val)
+			model, _ := hostModel(t, tinyDir)
+			_, merr := offload.Measure(model, nil, nil)
+			dev := runtime.NewCPU(0)
+			cfg := offload.DefaultConfig(dev)
+			cfg.GPUBudget, cfg.TransferBlocks = offload.Budget{Bytes: 1 << 30}, 2
+			name := uniqueName(t)
+			err := offload.Offload(model, &cfg, name)
+			if err == nil {
+				defer offload.Release(name, true)
+			}
+			if c.ok {
+				if err != nil || merr != nil {
+					t.Fatalf("Offload: %v, Measure: %v", err, merr)
+				}
+				return
+			}
+			want := c.name + "=" + fmt.Sprintf("%q", c.val)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Offload: %v, want an error naming %s", err, want)
+			}
+			if c.name == "FT_EMBED_HOST" && (merr == nil || !strings.Contains(merr.Error(), want)) {
+				t.Errorf("Measure: %v, want an error naming %s", merr, want)
+			}
+		})
+	}
+}

@@ -140,6 +140,7 @@ type engine struct {
 	st *stager // packs units into host blocks, uploads weights
 
 	rateBlocksOn bool // FT_HOST_BLOCK_RATES is not "0" (host_blocks.go)
+	embedHost    bool // FT_EMBED_HOST is not "0" (embedhost.go)
 	reallocTries int  // FT_HOST_BLOCK_REALLOC (host_blocks_realloc.go)
 
 	// opts are the Offload options the engine was built with (LoadProfile
@@ -222,7 +223,12 @@ func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *
 	e := &engine{m: m, cfg: cfg, dev: cfg.Device, model: model, tree: model.Node().Tree(), src: src, timing: timingState{lastGen: -1},
 		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}, announcers: map[nn.Module]bool{}}
 	e.st = newStager(e)
-	e.rateBlocksOn = hostBlockRatesOn()
+	if e.rateBlocksOn, err = hostBlockRatesOn(); err != nil {
+		return nil, err
+	}
+	if e.embedHost, err = embedHostOn(); err != nil {
+		return nil, err
+	}
 	if e.reallocTries, err = hostBlockRealloc(); err != nil {
 		return nil, err
 	}

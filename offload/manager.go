@@ -558,6 +558,10 @@ func Measure(model nn.Module, include, exclude []string) (Footprint, error) {
 	if len(mods) == 0 {
 		return Footprint{}, fmt.Errorf("%w: include %q, exclude %q", ErrNothingIncluded, include, exclude)
 	}
+	embedOn, err := embedHostOn()
+	if err != nil {
+		return Footprint{}, err
+	}
 	f := Footprint{ModelUnits: own}
 	owned := map[*nn.Parameter]bool{}
 	for _, mod := range mods {
@@ -577,7 +581,7 @@ func Measure(model nn.Module, include, exclude []string) (Footprint, error) {
 	for _, p := range nn.Parameters(model) {
 		if !owned[p] && p.Peek() != nil {
 			f.FixedBytes = alignUp(f.FixedBytes + p.Peek().NumBytes())
-			f.HostTableBytes += hostTableBytes(model, p)
+			f.HostTableBytes += hostTableBytes(model, p, embedOn)
 		}
 	}
 	f.TotalBytes += f.FixedBytes
