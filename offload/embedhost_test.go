@@ -392,3 +392,32 @@ func TestEnvSwitchesMalformed(t *testing.T) {
 		})
 	}
 }
+
+// TestHostBlockReallocIdleTrace: FT_HOST_BLOCK_REALLOC set where it can do
+// nothing (no host backend; block rates off) gets a trace line saying why.
+func TestHostBlockReallocIdleTrace(t *testing.T) {
+	for _, c := range []struct{ rates, why string }{{"", "there is no host backend"}, {"0", "host block rates are off (FT_HOST_BLOCK_RATES=0)"}} {
+		t.Run("rates="+c.rates, func(t *testing.T) {
+			t.Setenv("FT_HOST_BLOCK_REALLOC", "2")
+			t.Setenv("FT_HOST_BLOCK_RATES", c.rates)
+			model, _ := hostModel(t, tinyDir)
+			cfg := offload.DefaultConfig(runtime.NewCPU(0))
+			cfg.GPUBudget, cfg.TransferBlocks = offload.Budget{Bytes: 1 << 30}, 2
+			var lines []string
+			cfg.Trace = func(step string, _ time.Duration) {
+				if strings.HasPrefix(step, "host block realloc") {
+					lines = append(lines, step)
+				}
+			}
+			name := uniqueName(t)
+			if err := offload.Offload(model, &cfg, name); err != nil {
+				t.Fatal(err)
+			}
+			defer offload.Release(name, true)
+			want := "host block realloc: FT_HOST_BLOCK_REALLOC=2 does nothing: " + c.why
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], want) {
+				t.Errorf("trace lines %q, want one starting %q", lines, want)
+			}
+		})
+	}
+}

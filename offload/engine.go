@@ -232,6 +232,7 @@ func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *
 	if e.reallocTries, err = hostBlockRealloc(); err != nil {
 		return nil, err
 	}
+	e.traceReallocIdle()
 	mods, err := nn.MatchOutermost(model, cfg.Include, cfg.Exclude)
 	if err != nil {
 		return nil, err

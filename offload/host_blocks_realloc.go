@@ -37,6 +37,23 @@ func hostBlockRealloc() (int, error) {
 	return n, nil
 }
 
+// traceReallocIdle says under a Trace why FT_HOST_BLOCK_REALLOC, when set,
+// will do nothing: block rates are off, there is no host backend, or the
+// host backend cannot rate blocks.
+func (e *engine) traceReallocIdle() {
+	if e.reallocTries <= 0 || e.blockRater() != nil {
+		return
+	}
+	why := "the host backend cannot rate host blocks"
+	switch {
+	case !e.rateBlocksOn:
+		why = "host block rates are off (FT_HOST_BLOCK_RATES=0)"
+	case e.cfg.HostBackend == nil:
+		why = "there is no host backend (Config.HostBackend; infer: --host-threads N)"
+	}
+	e.trace(fmt.Sprintf("host block realloc: FT_HOST_BLOCK_REALLOC=%d does nothing: %s", e.reallocTries, why), 0)
+}
+
 // reallocSlowHost gives the plan's host units on slow blocks fast ones
 // where fresh allocations find them (see above). It runs once the units'
 // placements are recorded (allocSlots), outside any pass.
