@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/flextensor-go/flextensor/runtime/hostmem"
 )
 
 // Moving host units to fast memory (FT_HOST_BLOCK_REALLOC=N; off by
@@ -101,7 +102,9 @@ outer:
 				note = fmt.Sprintf("; allocation failed, stopped: %v", err)
 				break outer
 			}
-			touchPages(h.Bytes())
+			// A page never written would read from the shared zero page,
+			// far faster than memory: fault them all in before rating.
+			hostmem.Touch(h.Bytes(), 0)
 			bps, err := r.RateHostBlock(h.Bytes()[:u.bytes])
 			if err != nil {
 				h.Free()
@@ -126,14 +129,6 @@ outer:
 			moved, len(slow), rates, tries, float64(heldBytes)/(1<<20), note), time.Since(t0))
 	}
 	return nil
-}
-
-// touchPages writes a zero to every 4 KiB page of b (one that was never
-// written would read from the shared zero page, far faster than memory).
-func touchPages(b []byte) {
-	for i := 0; i < len(b); i += 4096 {
-		b[i] = 0
-	}
 }
 
 // parallelCopy copies src into dst (same length) on a few goroutines.
