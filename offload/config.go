@@ -50,6 +50,13 @@ func ParseTimingMode(s string) (TimingMode, error) {
 type Budget struct {
 	Bytes    int64
 	Fraction float64
+	// Min marks Bytes as a model's minimum budget (Footprint.MinBudget,
+	// Footprint.Min): it counts the gather-only embedding tables that
+	// FT_EMBED_HOST keeps in mapped host memory as off the device, so an
+	// engine that puts such a table on the device instead (the device
+	// cannot map host memory, or mapping it failed) adds the table's bytes
+	// back to the budget it plans under.
+	Min bool
 }
 
 // ParseBudget reads "8GiB", "512MiB", "1.5GB", "123456" (bytes) or a
@@ -120,6 +127,8 @@ func DeviceCapacity(dev runtime.Device) int64 {
 // String prints the budget as given.
 func (b Budget) String() string {
 	switch {
+	case b.Bytes > 0 && b.Min:
+		return runtime.FormatBytes(b.Bytes) + " (the minimum)"
 	case b.Bytes > 0:
 		return runtime.FormatBytes(b.Bytes)
 	case b.Fraction > 0:

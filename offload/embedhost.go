@@ -12,19 +12,78 @@ import (
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// embedHost is FT_EMBED_HOST (read once; on unless "0"): while the engine
+// FT_EMBED_HOST (read when a model is measured or offloaded: unset or "1"
+// on, "0" off, anything else an error naming it): while the engine
 // offloads, gather-only embedding tables stay in page-locked host memory
 // mapped into the device (runtime.MappedHostDevice) instead of taking device
 // memory. A decode step gathers one row (8 KB for Llama 3 8B) of a table
-// that takes 1.05 GB on the device, two layers' worth of the budget; the
-// embedding kernel reads the row across the bus through the mapped address
-// (in CUDA graphs too). FT_EMBED_HOST=0 uploads them as before (A/B).
-var embedHost = os.Getenv("FT_EMBED_HOST") != "0"
+// that takes 1.05 GB on the device, about 2.4 of its 416 MiB layers' worth
+// of the budget; the embedding kernel reads the row across the bus through
+// the mapped address (in CUDA graphs too). FT_EMBED_HOST=0 uploads them as
+// before (A/B).
+
+// embedHostOverride, when not nil, replaces FT_EMBED_HOST (tests).
+var embedHostOverride *bool
+
+// embedHostOn reads FT_EMBED_HOST.
+func embedHostOn() (bool, error) {
+	if embedHostOverride != nil {
+		return *embedHostOverride, nil
+	}
+	return envSwitch("FT_EMBED_HOST")
+}
+
+// envSwitch reads an on-by-default switch: unset, "" or "1" on, "0" off,
+// anything else an error naming the variable.
+func envSwitch(name string) (bool, error) {
+	switch v := os.Getenv(name); v {
+	case "", "1":
+		return true, nil
+	case "0":
+		return false, nil
+	default:
+		return false, fmt.Errorf("offload: %s=%q: want 0 (off) or 1 (on, the default)", name, v)
+	}
+}
 
 // hostTable is one gather-only table the engine keeps in mapped host memory.
 type hostTable struct {
 	name  string
 	bytes int64 // its bytes in host memory
+}
+
+// deviceTable is an embedding table the engine left on the device while
+// offloading was considered: why, and whether Footprint.HostTableBytes
+// counted it as off the device (a gather-only table with FT_EMBED_HOST on,
+// which a Min budget then adds back).
+type deviceTable struct {
+	name    string
+	bytes   int64 // its aligned device bytes
+	why     string
+	counted bool
+}
+
+// unmappedBytes is the bytes of the tables Footprint.HostTableBytes counts
+// as in host memory that the engine put on the device.
+func (e *engine) unmappedBytes() int64 {
+	var n int64
+	for _, t := range e.devTables {
+		if t.counted {
+			n += t.bytes
+		}
+	}
+	return n
+}
+
+// budgetBytes resolves the configured budget for the device; a Min budget
+// (the model's minimum) gets the bytes of the tables it counted as in
+// mapped host memory that are on the device back.
+func (e *engine) budgetBytes() (int64, error) {
+	b, err := e.cfg.GPUBudget.Resolve(DeviceCapacity(e.dev))
+	if err != nil || b <= 0 || !e.cfg.GPUBudget.Min {
+		return b, err
+	}
+	return b + e.unmappedBytes(), nil
 }
 
 // gatherOnly reports whether p is the weight of an nn.Embedding that no
@@ -50,9 +109,9 @@ func gatherOnly(model nn.Module, p *nn.Parameter) (ok bool, sharer string) {
 
 // hostTableBytes is the device bytes an offloading engine saves by keeping
 // non-unit parameter p in mapped host memory: its aligned size when it is a
-// gather-only table and FT_EMBED_HOST is on, else 0 (Footprint).
-func hostTableBytes(model nn.Module, p *nn.Parameter) int64 {
-	if ok, _ := gatherOnly(model, p); !ok || !embedHost || p.Peek() == nil {
+// gather-only table and FT_EMBED_HOST is on (on), else 0 (Footprint).
+func hostTableBytes(model nn.Module, p *nn.Parameter, on bool) int64 {
+	if ok, _ := gatherOnly(model, p); !ok || !on || p.Peek() == nil {
 		return 0
 	}
 	return alignUp(p.Peek().NumBytes())
@@ -68,7 +127,7 @@ func (e *engine) offloading() (bool, int64, int64) {
 	if e.planned != nil { // from a profile: its plan says
 		return slices.Contains(e.planned, false), 0, 0
 	}
-	budget, err := e.cfg.GPUBudget.Resolve(DeviceCapacity(e.dev))
+	budget, err := e.budgetBytes()
 	if err != nil || budget <= 0 {
 		return false, 0, 0 // startInference reports a bad budget
 	}
@@ -93,7 +152,7 @@ func (e *engine) offloading() (bool, int64, int64) {
 // the host cores read take their pages first). With a Trace (FT_TRACE=1) a
 // table left on the device gets a line saying why.
 func (e *engine) chooseHostTables() {
-	e.hostPending = nil
+	e.hostPending, e.devTables = nil, nil
 	var cands []int
 	for i, p := range e.fixed {
 		if _, isEmb := p.Owner().(*nn.Embedding); isEmb && e.fixedOrig[i].Device() != e.dev {
@@ -108,12 +167,13 @@ func (e *engine) chooseHostTables() {
 	for _, i := range cands {
 		p := e.fixed[i]
 		why := ""
-		if ok, sharer := gatherOnly(e.model, p); !ok {
+		ok, sharer := gatherOnly(e.model, p)
+		if !ok {
 			why = "shared with " + sharer + ", which reads all of it"
 		}
 		switch {
 		case why != "":
-		case !embedHost:
+		case !e.embedHost:
 			why = "FT_EMBED_HOST=0"
 		case !off && e.planned != nil:
 			why = "the profile's plan keeps every unit on the device"
@@ -123,6 +183,7 @@ func (e *engine) chooseHostTables() {
 			why = e.dev.Name() + " cannot map host memory"
 		}
 		if why != "" {
+			e.devTables = append(e.devTables, deviceTable{name: p.Name(), bytes: alignUp(e.fixedOrig[i].NumBytes()), why: why, counted: ok && e.embedHost})
 			e.trace(fmt.Sprintf("embedding %s (%s) on the device: %s", p.Name(), runtime.FormatBytes(e.fixedOrig[i].NumBytes()), why), 0)
 			continue
 		}
@@ -149,7 +210,9 @@ func (e *engine) placeHostTables() error {
 			// The device could not map it (a driver or context without
 			// mapped pinned memory): the table goes to the device as before.
 			delete(e.hostPending, p)
-			e.trace(fmt.Sprintf("embedding %s (%s) on the device: mapping it failed: %v", p.Name(), runtime.FormatBytes(n), err), time.Since(t0))
+			why := fmt.Sprintf("mapping it failed: %v", err)
+			e.devTables = append(e.devTables, deviceTable{name: p.Name(), bytes: alignUp(n), why: why, counted: true})
+			e.trace(fmt.Sprintf("embedding %s (%s) on the device: %s", p.Name(), runtime.FormatBytes(n), why), time.Since(t0))
 			if err := e.uploadParams([]*nn.Parameter{p}, []*runtime.Tensor{orig}, "offload resident parameters"); err != nil {
 				return err
 			}

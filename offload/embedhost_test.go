@@ -194,16 +194,34 @@ func (unmappableCPU) AllocMapped(int64, string) (*runtime.DeviceBuffer, []byte, 
 
 // TestEmbedHostMapFails: when the device refuses the mapping, the table is
 // uploaded to the device as before (a trace line says why), the plan
-// counts it, and the logits equal the resident model's.
+// counts it, and the logits equal the resident model's; the minimum budget
+// (Footprint.Min, which counts the table as mapped) gets the table's bytes
+// back instead of failing at the first plan.
 func TestEmbedHostMapFails(t *testing.T) {
 	dir := wideVocabDir(t, false)
 	prompt := []int32{5, 17, 4000, 99, 3}
 	want := residentReference(t, dir, prompt, 2)
-	model, _ := hostModel(t, dir)
-	fp, err := offload.Measure(model, nil, nil)
+	probe, _ := hostModel(t, dir)
+	fp, err := offload.Measure(probe, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if fp.HostTableBytes == 0 {
+		t.Fatal("the footprint counts no host table")
+	}
+	for _, c := range []struct {
+		name   string
+		budget offload.Budget
+	}{
+		{"fixed+3units", offload.Budget{Bytes: fp.FixedBytes + 3*fp.MaxUnitBytes}},
+		{"min", fp.Min(2)},
+	} {
+		t.Run(c.name, func(t *testing.T) { embedMapFails(t, dir, c.budget, prompt, want) })
+	}
+}
+
+func embedMapFails(t *testing.T, dir string, budget offload.Budget, prompt []int32, want [][]float32) {
+	model, _ := hostModel(t, dir)
 	inner := runtime.NewCPU(0)
 	dev := unmappableCPU{inner}
 	b, err := kernels.NewCPUBackend(inner)
@@ -212,7 +230,7 @@ func TestEmbedHostMapFails(t *testing.T) {
 	}
 	name := uniqueName(t)
 	cfg := offload.DefaultConfig(dev)
-	cfg.GPUBudget = offload.Budget{Bytes: fp.FixedBytes + 3*fp.MaxUnitBytes}
+	cfg.GPUBudget = budget
 	cfg.TransferBlocks = 2
 	var lines []string
 	cfg.Trace = func(step string, _ time.Duration) {
@@ -242,5 +260,164 @@ func TestEmbedHostMapFails(t *testing.T) {
 	}
 	if usage.ResidentBytes < 4096*64*2 {
 		t.Errorf("resident bytes %d do not hold the table", usage.ResidentBytes)
+	}
+	if usage.TotalBytes > budget.Bytes+4096*64*2 {
+		t.Errorf("engine holds %d bytes, over budget %d plus the table", usage.TotalBytes, budget.Bytes)
+	}
+}
+
+// TestEmbedHostProfileMismatch: a profile made at the minimum budget with
+// the table in mapped host memory, loaded with FT_EMBED_HOST=0 or on a
+// device that cannot map, would put the table on the device beyond the
+// plan's peak: ErrProfileMismatch names the table and FT_EMBED_HOST. With
+// the table mapped again it loads and runs as profiled.
+func TestEmbedHostProfileMismatch(t *testing.T) {
+	dir := wideVocabDir(t, false)
+	prompt := []int32{5, 17, 4000, 99, 3}
+	want := residentReference(t, dir, prompt, 2)
+	probe, _ := hostModel(t, dir)
+	fp, err := offload.Measure(probe, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdir := t.TempDir()
+	func() {
+		defer offload.SetEmbedHost(true)()
+		model, _ := hostModel(t, dir)
+		dev := runtime.NewCPU(0)
+		name := uniqueName(t)
+		cfg := offload.DefaultConfig(dev)
+		cfg.GPUBudget, cfg.TransferBlocks, cfg.OffloadTiming = fp.Min(2), 2, offload.TimingEager
+		if err := offload.Offload(model, &cfg, name); err != nil {
+			t.Fatal(err)
+		}
+		defer offload.Release(name, true)
+		b, err := kernels.NewCPUBackend(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, model, b, prompt, 2)
+		if m := offload.HostMappedParams(name); len(m) != 1 {
+			t.Fatalf("profiled engine host-mapped %q, want the table", m)
+		}
+		if err := offload.SaveProfile(pdir, name); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	load := func(t *testing.T, on, mappable bool) error {
+		defer offload.SetEmbedHost(on)()
+		model, _ := hostModel(t, dir)
+		inner := runtime.NewCPU(0)
+		var dev runtime.Device = inner
+		if !mappable {
+			dev = unmappableCPU{inner}
+		}
+		name := uniqueName(t)
+		cfg := offload.DefaultConfig(dev)
+		if err := offload.OffloadFromProfile(model, pdir, &cfg, name); err != nil {
+			return err
+		}
+		defer offload.Release(name, true)
+		b, err := kernels.NewCPUBackend(inner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := run(t, model, b, prompt, 2)
+		for i := range want {
+			if !slices.Equal(got[i], want[i]) {
+				t.Fatalf("pass %d differs from the resident model", i)
+			}
+		}
+		return nil
+	}
+	if err := load(t, true, true); err != nil {
+		t.Fatalf("loading with the table mapped: %v", err)
+	}
+	for _, c := range []struct {
+		name         string
+		on, mappable bool
+		why          string
+	}{{"FT_EMBED_HOST=0", false, true, "FT_EMBED_HOST=0"}, {"unmappable", true, false, "mapping it failed"}} {
+		t.Run(c.name, func(t *testing.T) {
+			err := load(t, c.on, c.mappable)
+			if !errors.Is(err, offload.ErrProfileMismatch) {
+				t.Fatalf("got %v, want ErrProfileMismatch", err)
+			}
+			for _, s := range []string{"model.embed_tokens.weight", c.why, "FT_EMBED_HOST on"} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not say %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+// TestEnvSwitchesMalformed: FT_EMBED_HOST and FT_HOST_BLOCK_RATES take
+// unset, "0" or "1"; anything else fails Offload (and Measure, for
+// FT_EMBED_HOST) with an error naming the variable, and "0"/"1" work.
+func TestEnvSwitchesMalformed(t *testing.T) {
+	defer offload.UnsetEmbedHost()()
+	for _, c := range []struct {
+		name, val string
+		ok        bool
+	}{
+		{"FT_EMBED_HOST", "off", false}, {"FT_EMBED_HOST", "2", false}, {"FT_EMBED_HOST", "0", true}, {"FT_EMBED_HOST", "1", true},
+		{"FT_HOST_BLOCK_RATES", "no", false}, {"FT_HOST_BLOCK_RATES", " 0", false}, {"FT_HOST_BLOCK_RATES", "0", true}, {"FT_HOST_BLOCK_RATES", "1", true},
+	} {
+		t.Run(c.name+"="+c.val, func(t *testing.T) {
+			t.Setenv(c.name, c.val)
+			model, _ := hostModel(t, tinyDir)
+			_, merr := offload.Measure(model, nil, nil)
+			dev := runtime.NewCPU(0)
+			cfg := offload.DefaultConfig(dev)
+			cfg.GPUBudget, cfg.TransferBlocks = offload.Budget{Bytes: 1 << 30}, 2
+			name := uniqueName(t)
+			err := offload.Offload(model, &cfg, name)
+			if err == nil {
+				defer offload.Release(name, true)
+			}
+			if c.ok {
+				if err != nil || merr != nil {
+					t.Fatalf("Offload: %v, Measure: %v", err, merr)
+				}
+				return
+			}
+			want := c.name + "=" + fmt.Sprintf("%q", c.val)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Offload: %v, want an error naming %s", err, want)
+			}
+			if c.name == "FT_EMBED_HOST" && (merr == nil || !strings.Contains(merr.Error(), want)) {
+				t.Errorf("Measure: %v, want an error naming %s", merr, want)
+			}
+		})
+	}
+}
+
+// TestHostBlockReallocIdleTrace: FT_HOST_BLOCK_REALLOC set where it can do
+// nothing (no host backend; block rates off) gets a trace line saying why.
+func TestHostBlockReallocIdleTrace(t *testing.T) {
+	for _, c := range []struct{ rates, why string }{{"", "there is no host backend"}, {"0", "host block rates are off (FT_HOST_BLOCK_RATES=0)"}} {
+		t.Run("rates="+c.rates, func(t *testing.T) {
+			t.Setenv("FT_HOST_BLOCK_REALLOC", "2")
+			t.Setenv("FT_HOST_BLOCK_RATES", c.rates)
+			model, _ := hostModel(t, tinyDir)
+			cfg := offload.DefaultConfig(runtime.NewCPU(0))
+			cfg.GPUBudget, cfg.TransferBlocks = offload.Budget{Bytes: 1 << 30}, 2
+			var lines []string
+			cfg.Trace = func(step string, _ time.Duration) {
+				if strings.HasPrefix(step, "host block realloc") {
+					lines = append(lines, step)
+				}
+			}
+			name := uniqueName(t)
+			if err := offload.Offload(model, &cfg, name); err != nil {
+				t.Fatal(err)
+			}
+			defer offload.Release(name, true)
+			want := "host block realloc: FT_HOST_BLOCK_REALLOC=2 does nothing: " + c.why
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], want) {
+				t.Errorf("trace lines %q, want one starting %q", lines, want)
+			}
+		})
 	}
 }

@@ -99,6 +99,7 @@ type engine struct {
 	fixedBytes  int64
 	hostTables  []hostTable           // non-unit tables in mapped host memory, not in fixedBytes (embedhost.go)
 	hostPending map[*nn.Parameter]int // tables uploadFixed left for placeHostTables: index in fixed
+	devTables   []deviceTable         // embedding tables left on the device, and why (embedhost.go)
 	planned     []bool                // a profile's resident flags, set while it places the weights (offloading)
 	discoverErr error
 
@@ -139,6 +140,7 @@ type engine struct {
 	st *stager // packs units into host blocks, uploads weights
 
 	rateBlocksOn bool // FT_HOST_BLOCK_RATES is not "0" (host_blocks.go)
+	embedHost    bool // FT_EMBED_HOST is not "0" (embedhost.go)
 	reallocTries int  // FT_HOST_BLOCK_REALLOC (host_blocks_realloc.go)
 
 	// opts are the Offload options the engine was built with (LoadProfile
@@ -221,10 +223,16 @@ func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *
 	e := &engine{m: m, cfg: cfg, dev: cfg.Device, model: model, tree: model.Node().Tree(), src: src, timing: timingState{lastGen: -1},
 		byMod: map[nn.Module]*unit{}, owner: map[*nn.Parameter]*unit{}, announcers: map[nn.Module]bool{}}
 	e.st = newStager(e)
-	e.rateBlocksOn = hostBlockRatesOn()
+	if e.rateBlocksOn, err = hostBlockRatesOn(); err != nil {
+		return nil, err
+	}
+	if e.embedHost, err = embedHostOn(); err != nil {
+		return nil, err
+	}
 	if e.reallocTries, err = hostBlockRealloc(); err != nil {
 		return nil, err
 	}
+	e.traceReallocIdle()
 	mods, err := nn.MatchOutermost(model, cfg.Include, cfg.Exclude)
 	if err != nil {
 		return nil, err
@@ -874,7 +882,7 @@ func (e *engine) startInference() error {
 	if mem.Limit > 0 {
 		free = mem.Limit - (mem.InUse - ours)
 	}
-	budget, err := e.cfg.GPUBudget.Resolve(DeviceCapacity(e.dev))
+	budget, err := e.budgetBytes()
 	if err != nil {
 		return err
 	}

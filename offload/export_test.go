@@ -49,10 +49,21 @@ func ReplacePlan(name string, p Plan) error {
 
 // SetEmbedHost sets FT_EMBED_HOST's switch for a test and returns the undo.
 func SetEmbedHost(on bool) (undo func()) {
-	old := embedHost
-	embedHost = on
-	return func() { embedHost = old }
+	old := embedHostOverride
+	embedHostOverride = &on
+	return func() { embedHostOverride = old }
 }
 
-// EmbedHostOn reports FT_EMBED_HOST's switch.
-func EmbedHostOn() bool { return embedHost }
+// EmbedHostOn reports FT_EMBED_HOST's switch (false when it is malformed).
+func EmbedHostOn() bool {
+	on, _ := embedHostOn()
+	return on
+}
+
+// UnsetEmbedHost makes FT_EMBED_HOST's switch read the environment for a
+// test and returns the undo.
+func UnsetEmbedHost() (undo func()) {
+	old := embedHostOverride
+	embedHostOverride = nil
+	return func() { embedHostOverride = old }
+}

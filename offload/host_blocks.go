@@ -3,7 +3,6 @@ package offload
 import (
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -53,8 +52,9 @@ type HostBlockRater interface {
 // read at 125-145 GB/s, its slow ones at 51-70).
 const hostBlockFastFrac = 0.75
 
-// hostBlockRatesOn reports FT_HOST_BLOCK_RATES: anything but "0" is on.
-func hostBlockRatesOn() bool { return os.Getenv("FT_HOST_BLOCK_RATES") != "0" }
+// hostBlockRatesOn reads FT_HOST_BLOCK_RATES: unset or "1" on, "0" off,
+// anything else an error naming it.
+func hostBlockRatesOn() (bool, error) { return envSwitch("FT_HOST_BLOCK_RATES") }
 
 // blockRater is the host backend's rater when block rates are on (nil
 // otherwise); set when the engine is built.

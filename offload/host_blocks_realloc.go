@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/flextensor-go/flextensor/runtime/hostmem"
 )
 
 // Moving host units to fast memory (FT_HOST_BLOCK_REALLOC=N; off by
@@ -35,6 +36,23 @@ func hostBlockRealloc() (int, error) {
 		return 0, fmt.Errorf("offload: FT_HOST_BLOCK_REALLOC=%q: want the number of fresh host blocks to try (0: off)", v)
 	}
 	return n, nil
+}
+
+// traceReallocIdle says under a Trace why FT_HOST_BLOCK_REALLOC, when set,
+// will do nothing: block rates are off, there is no host backend, or the
+// host backend cannot rate blocks.
+func (e *engine) traceReallocIdle() {
+	if e.reallocTries <= 0 || e.blockRater() != nil {
+		return
+	}
+	why := "the host backend cannot rate host blocks"
+	switch {
+	case !e.rateBlocksOn:
+		why = "host block rates are off (FT_HOST_BLOCK_RATES=0)"
+	case e.cfg.HostBackend == nil:
+		why = "there is no host backend (Config.HostBackend; infer: --host-threads N)"
+	}
+	e.trace(fmt.Sprintf("host block realloc: FT_HOST_BLOCK_REALLOC=%d does nothing: %s", e.reallocTries, why), 0)
 }
 
 // reallocSlowHost gives the plan's host units on slow blocks fast ones
@@ -84,7 +102,9 @@ outer:
 				note = fmt.Sprintf("; allocation failed, stopped: %v", err)
 				break outer
 			}
-			touchPages(h.Bytes())
+			// A page never written would read from the shared zero page,
+			// far faster than memory: fault them all in before rating.
+			hostmem.Touch(h.Bytes(), 0)
 			bps, err := r.RateHostBlock(h.Bytes()[:u.bytes])
 			if err != nil {
 				h.Free()
@@ -109,14 +129,6 @@ outer:
 			moved, len(slow), rates, tries, float64(heldBytes)/(1<<20), note), time.Since(t0))
 	}
 	return nil
-}
-
-// touchPages writes a zero to every 4 KiB page of b (one that was never
-// written would read from the shared zero page, far faster than memory).
-func touchPages(b []byte) {
-	for i := 0; i < len(b); i += 4096 {
-		b[i] = 0
-	}
 }
 
 // parallelCopy copies src into dst (same length) on a few goroutines.

@@ -503,7 +503,7 @@ func (m *Manager) UpdateState(replayGeneration int) error {
 // Footprint is what a model weighs for the engine under a configuration's
 // include patterns, before discovery.
 type Footprint struct {
-	FixedBytes   int64   // non-unit parameters (always resident)
+	FixedBytes   int64   // non-unit parameters: on the device, but for HostTableBytes while offloading
 	UnitBytes    []int64 // each unit's packed bytes, in traversal order
 	UnitNames    []string
 	MaxUnitBytes int64
@@ -524,13 +524,23 @@ type Footprint struct {
 // resident: FixedBytes - HostTableBytes (an engine under it offloads, so its
 // embedding table is in mapped host memory) + slots × MaxUnitBytes, and one
 // pool slot more (MaxUnitBytes) for a model that names its own units (its
-// data-dependent units need a slot of their own).
+// data-dependent units need a slot of their own). On a device that cannot
+// map host memory the table is on the device and this is too small: give an
+// engine Min(slots), which adds it back.
 func (f Footprint) MinBudget(slots int) int64 {
 	n := f.FixedBytes - f.HostTableBytes + int64(slots)*f.MaxUnitBytes
 	if f.ModelUnits {
 		n += f.MaxUnitBytes
 	}
 	return n
+}
+
+// Min is the budget "the minimum" with slots transfer blocks: MinBudget's
+// bytes, marked Min so that the engine adds back the bytes of a table it
+// could not keep in mapped host memory (a device that cannot map, or a
+// failed mapping), instead of failing at its first plan.
+func (f Footprint) Min(slots int) Budget {
+	return Budget{Bytes: f.MinBudget(slots), Min: true}
 }
 
 // Measure computes the footprint of model under include/exclude (with no
@@ -547,6 +557,10 @@ func Measure(model nn.Module, include, exclude []string) (Footprint, error) {
 	}
 	if len(mods) == 0 {
 		return Footprint{}, fmt.Errorf("%w: include %q, exclude %q", ErrNothingIncluded, include, exclude)
+	}
+	embedOn, err := embedHostOn()
+	if err != nil {
+		return Footprint{}, err
 	}
 	f := Footprint{ModelUnits: own}
 	owned := map[*nn.Parameter]bool{}
@@ -567,7 +581,7 @@ func Measure(model nn.Module, include, exclude []string) (Footprint, error) {
 	for _, p := range nn.Parameters(model) {
 		if !owned[p] && p.Peek() != nil {
 			f.FixedBytes = alignUp(f.FixedBytes + p.Peek().NumBytes())
-			f.HostTableBytes += hostTableBytes(model, p)
+			f.HostTableBytes += hostTableBytes(model, p, embedOn)
 		}
 	}
 	f.TotalBytes += f.FixedBytes

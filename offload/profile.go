@@ -718,8 +718,8 @@ func (e *engine) startFromState(st *State) error {
 		}
 	}
 	mem := e.dev.Memory()
+	free := mem.Limit - mem.InUse
 	if mem.Limit > 0 {
-		free := mem.Limit - mem.InUse
 		if st.Plan.PeakBytes > free {
 			return fmt.Errorf("the profile's plan needs %s of %s but only %s is free (%s limit); make a new profile for this budget",
 				runtime.FormatBytes(st.Plan.PeakBytes), e.dev.Name(), runtime.FormatBytes(free), runtime.FormatBytes(mem.Limit))
@@ -753,6 +753,13 @@ func (e *engine) startFromState(st *State) error {
 	if err == nil {
 		err = e.placeHostTables()
 	}
+	if err == nil {
+		avail := int64(-1) // no device limit
+		if mem.Limit > 0 {
+			avail = free
+		}
+		err = e.checkFixedFromState(st, avail)
+	}
 	if err != nil {
 		return err
 	}
@@ -771,6 +778,43 @@ func (e *engine) startFromState(st *State) error {
 	}
 	e.trace("transfer blocks", time.Since(t))
 	e.unhook = e.tree.AddHook(e)
+	return nil
+}
+
+// checkFixedFromState compares the non-unit bytes placed on the device with
+// the profile's: an embedding table the profile kept in mapped host memory
+// may be on the device now (FT_EMBED_HOST=0, a device that cannot map host
+// memory, a failed mapping). Grown fixed bytes raise the plan's peak: past
+// the profile's budget or the device's free memory (free, -1 = no limit)
+// they fail with ErrProfileMismatch naming the tables; within them the plan
+// keeps its placement with the real fixed bytes, and later replans plan
+// with them.
+func (e *engine) checkFixedFromState(st *State, free int64) error {
+	peak := st.Plan.PeakBytes - st.FixedBytes + e.fixedBytes
+	if e.fixedBytes > st.FixedBytes {
+		over := ""
+		switch {
+		case st.BudgetBytes > 0 && peak > st.BudgetBytes:
+			over = "the profile's budget of " + runtime.FormatBytes(st.BudgetBytes)
+		case free >= 0 && peak > free:
+			over = "the " + runtime.FormatBytes(free) + " free on " + e.dev.Name()
+		}
+		if over != "" {
+			var tabs []string
+			for _, t := range e.devTables {
+				tabs = append(tabs, fmt.Sprintf("%s (%s: %s)", t.name, runtime.FormatBytes(t.bytes), t.why))
+			}
+			what := "no embedding table is on the device"
+			if len(tabs) > 0 {
+				what = "on the device now: " + strings.Join(tabs, ", ")
+			}
+			return fmt.Errorf("%w: the profile's plan has %s of non-unit weights on the device, this engine %s (%s), so its peak %s exceeds %s; "+
+				"a profile made with the embedding table in mapped host memory needs FT_EMBED_HOST on and a device that maps host memory, or make a new profile",
+				ErrProfileMismatch, runtime.FormatBytes(st.FixedBytes), runtime.FormatBytes(e.fixedBytes), what, runtime.FormatBytes(peak), over)
+		}
+	}
+	e.planIn.FixedBytes = e.fixedBytes
+	e.plan.PeakBytes = peak
 	return nil
 }
 

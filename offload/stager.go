@@ -323,7 +323,8 @@ func (e *engine) uploadParams(ps []*nn.Parameter, origs []*runtime.Tensor, label
 }
 
 // makeResident copies a packed unit to a device buffer of its own, binds
-// its parameters there and frees its host block.
+// its parameters there and frees its host block, and the block's rate with
+// it (a replan that streams the unit again packs and rates a new block).
 func (e *engine) makeResident(u *unit) error {
 	buf, err := e.dev.Alloc(max(u.bytes, 1), "offload resident unit "+u.name)
 	if err != nil {
@@ -335,6 +336,6 @@ func (e *engine) makeResident(u *unit) error {
 	}
 	u.dropHostViews()
 	u.host.Free()
-	u.host = nil
+	u.host, u.hostRate = nil, 0
 	return e.bindTo(u, buf)
 }

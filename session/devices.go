@@ -153,7 +153,7 @@ func (s *Session) openSharded(dir string, names []string, opts Options, budget o
 			if blocks == 0 {
 				blocks = 2
 			}
-			b = offload.Budget{Bytes: fp.MinBudget(blocks)}
+			b = fp.Min(blocks)
 		}
 		cfg.GPUBudget, cfg.TransferBlocks, cfg.StreamDType = b, blocks, streamDType
 		name := fmt.Sprintf("%s-rank%d", base, i)

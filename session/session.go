@@ -323,7 +323,7 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 		if opts.TransferBlocks == 0 {
 			opts.TransferBlocks = 2
 		}
-		budget = offload.Budget{Bytes: fp.MinBudget(opts.TransferBlocks)}
+		budget = fp.Min(opts.TransferBlocks)
 	}
 	cfg.GPUBudget = budget
 	cfg.TransferBlocks = opts.TransferBlocks

@@ -163,7 +163,7 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 			if err != nil {
 				return err
 			}
-			cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(slots)}
+			cfg.GPUBudget = fp.Min(slots)
 			cfg.TransferBlocks = slots
 		} else if cfg.GPUBudget, err = offload.ParseBudget(b); err != nil {
 			return usageError{fmt.Errorf("--budgets: %w", err)}

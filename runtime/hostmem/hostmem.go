@@ -98,7 +98,7 @@ func Map(n int64, opt Options) (*Block, error) {
 	if err != nil {
 		return nil, err
 	}
-	touch(b.data, opt.Touchers)
+	Touch(b.data, opt.Touchers)
 	if opt.Huge {
 		b.CollapseErr = collapse(b)
 	}
@@ -108,14 +108,16 @@ func Map(n int64, opt Options) (*Block, error) {
 // touchPiece is the bytes each toucher goroutine faults in at a time.
 const touchPiece = 8 << 20
 
-// touch writes one byte in every 4 KiB page of data on up to workers
-// goroutines (GOMAXPROCS when 0), faulting the block in on several cores:
-// the kernel zeroes each page at its first touch, which on one core runs
-// at a fraction of the machine's memory bandwidth. A page fault holds its
+// Touch writes a zero to the first byte of every 4 KiB page of data (so
+// only for memory whose contents do not matter yet) on up to workers
+// goroutines (GOMAXPROCS when 0), faulting it in on several cores: a page
+// never written reads from the shared zero page, and the kernel zeroes
+// each page at its first touch, which on one core runs at a fraction of
+// the machine's memory bandwidth. A page fault holds its
 // goroutine's P, so more goroutines than GOMAXPROCS add nothing and
 // several blocks touched at once share the Ps rather than oversubscribe
 // the cores.
-func touch(data []byte, workers int) {
+func Touch(data []byte, workers int) {
 	if workers <= 0 {
 		workers = goruntime.GOMAXPROCS(0)
 	}
@@ -147,6 +149,7 @@ func touch(data []byte, workers int) {
 	wg.Wait()
 }
 
+// touchRange writes a zero to the first byte of each 4 KiB page of d.
 func touchRange(d []byte) {
 	for i := 0; i < len(d); i += 4096 {
 		d[i] = 0

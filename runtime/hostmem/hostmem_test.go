@@ -170,3 +170,20 @@ AnonHugePages:      2048 kB
 		t.Fatal("a malformed AnonHugePages line gave no error")
 	}
 }
+
+// TestTouch: Touch zeroes the first byte of each 4 KiB page, on one or
+// several goroutines, and leaves every other byte alone.
+func TestTouch(t *testing.T) {
+	for _, workers := range []int{1, 3, 0} {
+		d := make([]byte, 2*touchPiece+5*4096+77)
+		for i := range d {
+			d[i] = 0xAB
+		}
+		Touch(d, workers)
+		for i, v := range d {
+			if want := byte(0xAB); i%4096 == 0 && v != 0 || i%4096 != 0 && v != want {
+				t.Fatalf("workers %d: byte %d is %#x after Touch", workers, i, v)
+			}
+		}
+	}
+}
