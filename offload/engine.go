@@ -141,6 +141,7 @@ type engine struct {
 
 	rateBlocksOn bool // FT_HOST_BLOCK_RATES is not "0" (host_blocks.go)
 	embedHost    bool // FT_EMBED_HOST is not "0" (embedhost.go)
+	copyMeasure  bool // FT_HOST_COPY_MEASURE is not "0" (host_copyrate.go)
 	reallocTries int  // FT_HOST_BLOCK_REALLOC (host_blocks_realloc.go)
 
 	// opts are the Offload options the engine was built with (LoadProfile
@@ -227,6 +228,9 @@ func buildEngine(m *Manager, model nn.Module, cfg Config, src WeightSource) (_ *
 		return nil, err
 	}
 	if e.embedHost, err = embedHostOn(); err != nil {
+		return nil, err
+	}
+	if e.copyMeasure, err = hostCopyMeasureOn(); err != nil {
 		return nil, err
 	}
 	if e.reallocTries, err = hostBlockRealloc(); err != nil {

@@ -67,3 +67,12 @@ func UnsetEmbedHost() (undo func()) {
 	embedHostOverride = nil
 	return func() { embedHostOverride = old }
 }
+
+// CopyMeasureOf reports whether the named manager's engine times copies
+// beside host units (FT_HOST_COPY_MEASURE as read when it was built).
+func CopyMeasureOf(name string) bool {
+	m := GetOffloadManager(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.e != nil && m.e.copyMeasure
+}

@@ -3,7 +3,6 @@ package offload
 import (
 	"fmt"
 	"math"
-	"os"
 )
 
 // Copies measured beside host units. The plan's copy times come from the
@@ -41,10 +40,13 @@ import (
 // pass) the curve is left alone.
 //
 // FT_HOST_COPY_MEASURE=0 turns this off (A/B runs): the copies are not
-// timed for it and the curve stands, as before.
+// timed for it and the curve stands, as before. It is read when an engine
+// is built (engine.copyMeasure); a value other than unset, "0" or "1"
+// fails the build with an error naming the variable.
 
-// hostCopyMeasure is FT_HOST_COPY_MEASURE (read once; on unless "0").
-var hostCopyMeasure = os.Getenv("FT_HOST_COPY_MEASURE") != "0"
+// hostCopyMeasureOn reads FT_HOST_COPY_MEASURE: unset or "1" on, "0" off,
+// anything else an error.
+func hostCopyMeasureOn() (bool, error) { return envSwitch("FT_HOST_COPY_MEASURE") }
 
 // hostCopyScaleMax is the largest factor measured copies may put on the
 // curve's copy times.
@@ -99,7 +101,7 @@ func (e *engine) hostCopyBegin() {
 	if e.ring == nil {
 		return
 	}
-	e.ring.logCopies = e.hm.on && hostCopyMeasure
+	e.ring.logCopies = e.hm.on && e.copyMeasure
 	if !e.ring.logCopies {
 		e.ring.copyLog = nil // copies of an unmeasured pass are no samples
 	}
@@ -146,7 +148,7 @@ func (e *engine) hostCopyFinish(key int) {
 	if h.copyByT == nil {
 		h.copyByT = map[int]hostCopyScale{}
 	}
-	if hostCopyMeasure {
+	if e.copyMeasure {
 		if cs, ok := copyScaleOf(h.copies, e.planIn.Curve); ok {
 			h.copyByT[key] = cs
 		}
@@ -171,7 +173,7 @@ func (e *engine) transferScale(tokens int) float64 {
 // copyNote is the replan trace's account of the copies measured at bucket
 // tokens ("" when the measurement is off).
 func (e *engine) copyNote(tokens int) string {
-	if !hostCopyMeasure {
+	if !e.copyMeasure {
 		return ""
 	}
 	cs, ok := e.hm.copyByT[tokens]

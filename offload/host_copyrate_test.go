@@ -2,6 +2,7 @@ package offload
 
 import (
 	"math"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -60,6 +61,9 @@ func copyRateFixture(t *testing.T, nap time.Duration, in PlanInput) (*engine, *r
 		t.Fatal(err)
 	}
 	e := &engine{ring: f.r, planIn: in, cfg: Config{HostBackend: cb, TransferBudgetScale: 1}, hostBW: 1}
+	if e.copyMeasure, err = hostCopyMeasureOn(); err != nil {
+		t.Fatal(err)
+	}
 	for _, u := range in.Units {
 		e.units = append(e.units, &unit{name: u.Name, bytes: u.Bytes})
 	}
@@ -83,6 +87,8 @@ func onePass(t *testing.T, f *ringFixture) {
 // replan's trace reports. Copies issued ahead for the next pass wait for
 // it.
 func TestHostCopyMeasured(t *testing.T) {
+	t.Setenv("FT_HOST_COPY_MEASURE", "") // restored after the test
+	os.Unsetenv("FT_HOST_COPY_MEASURE")  // unset: on
 	in := hostCase(3, 0.5, 1)
 	in.Curve = FitH2D(0, unitBytes/0.010) // a unit's copy predicted at 10 ms
 	pl, err := MakePlan(in)
@@ -143,6 +149,7 @@ func TestHostCopyMeasured(t *testing.T) {
 // Copies at the profile's speed (nothing slows them) leave the scale at 1;
 // the warm-up pass's copies are no samples.
 func TestHostCopyFastKeepsCurve(t *testing.T) {
+	t.Setenv("FT_HOST_COPY_MEASURE", "1")
 	in := hostCase(3, 0.5, 1)
 	in.Curve = FitH2D(0, unitBytes/0.010)
 	e, f, busy := copyRateFixture(t, 20*time.Millisecond, in)
@@ -172,6 +179,7 @@ func TestHostCopyFastKeepsCurve(t *testing.T) {
 // stream, not from when it was issued: the wait for a free slot is not
 // copy time.
 func TestHostCopyWaitNotCounted(t *testing.T) {
+	t.Setenv("FT_HOST_COPY_MEASURE", "1")
 	in := hostCase(3, 0.5, 1)
 	in.Curve = FitH2D(0, unitBytes/0.010)
 	e, f, _ := copyRateFixture(t, 0, in)
@@ -205,8 +213,7 @@ func TestHostCopyWaitNotCounted(t *testing.T) {
 // FT_HOST_COPY_MEASURE=0: the ring logs no copies and the bucket keeps the
 // configured transfer scale.
 func TestHostCopyMeasureOff(t *testing.T) {
-	defer func(v bool) { hostCopyMeasure = v }(hostCopyMeasure)
-	hostCopyMeasure = false
+	t.Setenv("FT_HOST_COPY_MEASURE", "0")
 	in := hostCase(3, 0.5, 1)
 	in.Curve = FitH2D(0, unitBytes/0.010)
 	e, f, busy := copyRateFixture(t, 20*time.Millisecond, in)
@@ -231,7 +238,7 @@ func TestHostCopyMeasureOff(t *testing.T) {
 // Without copy samples (nothing streamed in the measured passes) the
 // curve stands and the trace says so.
 func TestHostCopyNoSamples(t *testing.T) {
-	e := &engine{planIn: PlanInput{Curve: FitH2D(0, 1e9), Tokens: 1}, cfg: Config{TransferBudgetScale: 1.5}}
+	e := &engine{planIn: PlanInput{Curve: FitH2D(0, 1e9), Tokens: 1}, cfg: Config{TransferBudgetScale: 1.5}, copyMeasure: true}
 	e.hostCopyFinish(1)
 	if s := e.transferScale(1); s != 1.5 {
 		t.Fatalf("no samples: transfer scale %v, want the configured 1.5", s)
