@@ -266,11 +266,16 @@ func embedMapFails(t *testing.T, dir string, budget offload.Budget, prompt []int
 	}
 }
 
-// TestEmbedHostProfileMismatch: a profile made at the minimum budget with
-// the table in mapped host memory, loaded with FT_EMBED_HOST=0 or on a
-// device that cannot map, would put the table on the device beyond the
-// plan's peak: ErrProfileMismatch names the table and FT_EMBED_HOST. With
-// the table mapped again it loads and runs as profiled.
+// TestEmbedHostProfileMismatch: a profile made at the minimum budget
+// (Footprint.Min) with the table in mapped host memory saves budget_min.
+// Loaded on a device that cannot map, its budget grows by the table's
+// bytes as a Min budget does when offloading: it loads, runs as the
+// resident model, and a profile saved from it has the grown budget. The
+// same profile without budget_min (a plain byte budget, or one saved before
+// the flag existed) fails there with ErrProfileMismatch naming the table
+// and FT_EMBED_HOST, and so does either profile loaded with FT_EMBED_HOST=0
+// (the footprint did not count the table then, so a Min budget does not
+// grow by it). With the table mapped again both load and run as profiled.
 func TestEmbedHostProfileMismatch(t *testing.T) {
 	dir := wideVocabDir(t, false)
 	prompt := []int32{5, 17, 4000, 99, 3}
@@ -279,6 +284,9 @@ func TestEmbedHostProfileMismatch(t *testing.T) {
 	fp, err := offload.Measure(probe, nil, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if fp.HostTableBytes == 0 {
+		t.Fatal("the footprint counts no host table")
 	}
 	pdir := t.TempDir()
 	func() {
@@ -304,7 +312,22 @@ func TestEmbedHostProfileMismatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}()
-	load := func(t *testing.T, on, mappable bool) error {
+	st, err := offload.ReadProfile(pdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.BudgetMin || st.BudgetBytes != fp.MinBudget(2) {
+		t.Fatalf("profile budget %d min %v, want %d min true", st.BudgetBytes, st.BudgetMin, fp.MinBudget(2))
+	}
+	oldDir := writeProfile(t, pdir, func(v map[string]any) {
+		if v["budget_min"] != true {
+			t.Fatalf("profile.json budget_min = %v", v["budget_min"])
+		}
+		delete(v, "budget_min")
+	})
+	// load loads profile dir p and checks the logits; saved is the profile
+	// the loaded engine saves.
+	load := func(t *testing.T, p string, on, mappable bool) (saved *offload.State, _ error) {
 		defer offload.SetEmbedHost(on)()
 		model, _ := hostModel(t, dir)
 		inner := runtime.NewCPU(0)
@@ -314,8 +337,8 @@ func TestEmbedHostProfileMismatch(t *testing.T) {
 		}
 		name := uniqueName(t)
 		cfg := offload.DefaultConfig(dev)
-		if err := offload.OffloadFromProfile(model, pdir, &cfg, name); err != nil {
-			return err
+		if err := offload.OffloadFromProfile(model, p, &cfg, name); err != nil {
+			return nil, err
 		}
 		defer offload.Release(name, true)
 		b, err := kernels.NewCPUBackend(inner)
@@ -328,18 +351,45 @@ func TestEmbedHostProfileMismatch(t *testing.T) {
 				t.Fatalf("pass %d differs from the resident model", i)
 			}
 		}
-		return nil
+		out := t.TempDir()
+		if err := offload.SaveProfile(out, name); err != nil {
+			t.Fatal(err)
+		}
+		if saved, err = offload.ReadProfile(out); err != nil {
+			t.Fatal(err)
+		}
+		return saved, nil
 	}
-	if err := load(t, true, true); err != nil {
-		t.Fatalf("loading with the table mapped: %v", err)
+	for _, p := range []string{pdir, oldDir} {
+		if _, err := load(t, p, true, true); err != nil {
+			t.Fatalf("loading %s with the table mapped: %v", p, err)
+		}
 	}
+	t.Run("min/unmappable", func(t *testing.T) {
+		saved, err := load(t, pdir, true, false)
+		if err != nil {
+			t.Fatalf("a Min profile on a device that cannot map: %v", err)
+		}
+		if !saved.BudgetMin || saved.BudgetBytes != st.BudgetBytes+fp.HostTableBytes {
+			t.Errorf("re-saved budget %d min %v, want %d (the profile's %d + the table's %d) min true",
+				saved.BudgetBytes, saved.BudgetMin, st.BudgetBytes+fp.HostTableBytes, st.BudgetBytes, fp.HostTableBytes)
+		}
+		if saved.FixedBytes != st.FixedBytes+fp.HostTableBytes {
+			t.Errorf("re-saved fixed bytes %d, want %d with the table", saved.FixedBytes, st.FixedBytes+fp.HostTableBytes)
+		}
+	})
 	for _, c := range []struct {
 		name         string
+		p            string
 		on, mappable bool
 		why          string
-	}{{"FT_EMBED_HOST=0", false, true, "FT_EMBED_HOST=0"}, {"unmappable", true, false, "mapping it failed"}} {
+	}{
+		{"min/FT_EMBED_HOST=0", pdir, false, true, "FT_EMBED_HOST=0"},
+		{"old/FT_EMBED_HOST=0", oldDir, false, true, "FT_EMBED_HOST=0"},
+		{"old/unmappable", oldDir, true, false, "mapping it failed"},
+	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := load(t, c.on, c.mappable)
+			_, err := load(t, c.p, c.on, c.mappable)
 			if !errors.Is(err, offload.ErrProfileMismatch) {
 				t.Fatalf("got %v, want ErrProfileMismatch", err)
 			}

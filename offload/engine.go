@@ -110,6 +110,10 @@ type engine struct {
 	budget int64
 	ring   *ring // the transfer slots of the streamed units
 	pool   *pool // the slots of the streamed announced units (pool.go)
+	// budgetMin: budget is a Min budget (Budget.Min, or a profile saved
+	// under one), which grows by the bytes of counted tables put on the
+	// device (embedhost.go budgetBytes, profile.go checkFixedFromState).
+	budgetMin bool
 
 	// Data-dependent units: the modules that announced children, the most
 	// units one announcement named, and INFERENCE's counts.
@@ -911,6 +915,7 @@ func (e *engine) startInference() error {
 	}
 	e.tracePlanIn("from profiling", plan, in, time.Since(t0))
 	e.plan, e.planIn, e.budget = plan, in, budget
+	e.budgetMin = e.cfg.GPUBudget.Min && e.cfg.GPUBudget.Bytes > 0
 	e.staging.Free()
 	e.staging = nil
 	if err := e.placeResident(); err != nil {

@@ -91,6 +91,11 @@ type State struct {
 	Plan          PlanState   `json:"plan"`
 	// MaxAnnounced is the most units one announcement named (PlanInput's).
 	MaxAnnounced int `json:"max_announced,omitempty"`
+	// BudgetMin is true when BudgetBytes is a Min budget (Budget.Min): a
+	// load that puts a table the profile kept in mapped host memory on the
+	// device grows the budget by its bytes, as the Min budget does when
+	// offloading. Profiles without it load as before (false).
+	BudgetMin bool `json:"budget_min,omitempty"`
 }
 
 // State returns the manager's state (INFERENCE only).
@@ -105,7 +110,7 @@ func (m *Manager) State() (*State, error) {
 
 func (e *engine) state() *State {
 	st := &State{SchemaVersion: SchemaVersion, CreatedAt: time.Now().UTC(), Device: e.dev.Name(),
-		DeviceLimit: e.dev.Memory().Limit, BudgetBytes: e.budget, Include: e.cfg.Include, Exclude: e.cfg.Exclude,
+		DeviceLimit: e.dev.Memory().Limit, BudgetBytes: e.budget, BudgetMin: e.budgetMin, Include: e.cfg.Include, Exclude: e.cfg.Exclude,
 		Tensors: signature(e.model), Curve: e.curve, FixedBytes: e.fixedBytes,
 		Plan: planState(e.plan), MaxAnnounced: e.planIn.MaxAnnounced}
 	for _, p := range e.fixed {
@@ -788,14 +793,21 @@ func (e *engine) startFromState(st *State) error {
 // the profile's budget or the device's free memory (free, -1 = no limit)
 // they fail with ErrProfileMismatch naming the tables; within them the plan
 // keeps its placement with the real fixed bytes, and later replans plan
-// with them.
+// with them. A profile made under a Min budget (State.BudgetMin) grows its
+// budget by the bytes of the tables Footprint counted as in mapped host
+// memory that are on the device now (as a Min budget does when
+// offloading), so only the device's free memory can then refuse them.
 func (e *engine) checkFixedFromState(st *State, free int64) error {
 	peak := st.Plan.PeakBytes - st.FixedBytes + e.fixedBytes
+	budget := st.BudgetBytes
 	if e.fixedBytes > st.FixedBytes {
+		if st.BudgetMin && budget > 0 {
+			budget += min(e.unmappedBytes(), e.fixedBytes-st.FixedBytes)
+		}
 		over := ""
 		switch {
-		case st.BudgetBytes > 0 && peak > st.BudgetBytes:
-			over = "the profile's budget of " + runtime.FormatBytes(st.BudgetBytes)
+		case budget > 0 && peak > budget:
+			over = "the profile's budget of " + runtime.FormatBytes(budget)
 		case free >= 0 && peak > free:
 			over = "the " + runtime.FormatBytes(free) + " free on " + e.dev.Name()
 		}
@@ -809,12 +821,14 @@ func (e *engine) checkFixedFromState(st *State, free int64) error {
 				what = "on the device now: " + strings.Join(tabs, ", ")
 			}
 			return fmt.Errorf("%w: the profile's plan has %s of non-unit weights on the device, this engine %s (%s), so its peak %s exceeds %s; "+
-				"a profile made with the embedding table in mapped host memory needs FT_EMBED_HOST on and a device that maps host memory, or make a new profile",
+				"a profile made with the embedding table in mapped host memory needs FT_EMBED_HOST on and a device that maps host memory "+
+				"(one made under the minimum budget only FT_EMBED_HOST on), or make a new profile",
 				ErrProfileMismatch, runtime.FormatBytes(st.FixedBytes), runtime.FormatBytes(e.fixedBytes), what, runtime.FormatBytes(peak), over)
 		}
 	}
 	e.planIn.FixedBytes = e.fixedBytes
 	e.plan.PeakBytes = peak
+	e.budget, e.planIn.Budget = budget, budget
 	return nil
 }
 
@@ -847,7 +861,7 @@ func (e *engine) placeFromState(st *State) error {
 		}
 	}
 	e.curve = st.Curve
-	e.budget = st.BudgetBytes
+	e.budget, e.budgetMin = st.BudgetBytes, st.BudgetMin
 	e.plan = Plan{Resident: st.Plan.Resident, Slots: st.Plan.Slots, SlotBytes: st.Plan.SlotBytes, SlotOf: st.Plan.SlotOf,
 		Prefetch: st.Plan.Prefetch, PredictedSec: st.Plan.PredictedSec, FloorSec: st.Plan.FloorSec, PeakBytes: st.Plan.PeakBytes,
 		PoolSlots: st.Plan.PoolSlots, PoolSlotBytes: st.Plan.PoolSlotBytes, ExpectedMissRate: st.Plan.ExpectedMissRate, ExpectedPoolBytes: st.Plan.ExpectedPoolBytes,
