@@ -157,7 +157,12 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 		}
 		cfg := offload.DefaultConfig(dev)
 		cfg.TransferBlocks = d.blocks
-		if b == "0" {
+		budget, isMin, err := parseBenchBudget(b)
+		if err != nil {
+			return err
+		}
+		cfg.GPUBudget = budget
+		if isMin {
 			slots := max(d.blocks, 2)
 			fp, err := offload.Measure(model, cfg.Include, cfg.Exclude)
 			if err != nil {
@@ -165,8 +170,6 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 			}
 			cfg.GPUBudget = fp.Min(slots)
 			cfg.TransferBlocks = slots
-		} else if cfg.GPUBudget, err = offload.ParseBudget(b); err != nil {
-			return usageError{fmt.Errorf("--budgets: %w", err)}
 		}
 		name := fmt.Sprintf("bench-batch-%d", i)
 		manager = name

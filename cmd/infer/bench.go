@@ -27,7 +27,7 @@ budgets and prints, for each, the measured forward time next to the plan's
 prediction and its floor (max of compute and streamed bytes over the measured
 host-to-device bandwidth).
 
-Budgets: bytes (8GiB), a fraction of the device (0.25), "0" for everything
+Budgets: bytes (8GiB), a fraction of the device (0.25), "0" (or 0GiB, 0B) for everything
 streamed through --transfer-blocks slots (default 2), or "resident" for the
 model fully on the device without the offload engine.
 
@@ -248,15 +248,18 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 					cfg.HostBackend = sess.HostBackend
 				}
 				cfg.Trace = traceStep // FT_TRACE=1: each plan put in force, as run-model prints them
-				if b == "0" {
+				budget, isMin, err := parseBenchBudget(b)
+				if err != nil {
+					return err
+				}
+				cfg.GPUBudget = budget
+				if isMin {
 					fp, err := offload.Measure(shard, cfg.Include, cfg.Exclude)
 					if err != nil {
 						return err
 					}
 					cfg.GPUBudget = fp.Min(slots)
 					cfg.TransferBlocks = slots
-				} else if cfg.GPUBudget, err = offload.ParseBudget(b); err != nil {
-					return usageError{fmt.Errorf("--budgets: %w", err)}
 				}
 				name := fmt.Sprintf("bench-%d", i)
 				if len(shards) > 1 {
