@@ -139,6 +139,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 	for i, n := range fp.UnitNames {
 		rep.Units = append(rep.Units, inspectUnit{Name: n, Bytes: fp.UnitBytes[i]})
 	}
+	var budgetMin, tableMapped bool // the plan preview's budget is the minimum; the table stays in mapped host memory
 	if o.budget != "" {
 		b, err := offload.ParseBudget(o.budget)
 		if err != nil {
@@ -152,21 +153,24 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 			}
 			limit = lb.Bytes
 		}
-		var budget int64
 		if b.Bytes == 0 && b.Fraction == 0 { // "0": everything streamed, as in run-model and bench
 			slots := o.blocks
 			if slots == 0 {
 				slots = 2
 			}
-			budget = fp.MinBudget(slots)
+			b = fp.Min(slots)
 			o.blocks = slots
-		} else if budget, err = b.Resolve(limit); err != nil {
+		}
+		budget, err := b.Resolve(limit)
+		if err != nil {
 			return usagef("--gpu-budget %s is a fraction of the device: give --device-memory (the device's size) or a budget in bytes", o.budget)
 		}
 		fixed := fp.FixedBytes
 		if budget < fp.TotalBytes { // offloading: the embedding table stays on the host
 			fixed -= fp.HostTableBytes
+			tableMapped = fp.HostTableBytes > 0
 		}
+		budgetMin = b.Min
 		in := offload.PlanInput{FixedBytes: fixed, Budget: budget, Slots: o.blocks, Curve: offload.FitH2D(10e-6, 50e9)}
 		for i, n := range fp.UnitNames {
 			in.Units = append(in.Units, offload.PlanUnit{Name: n, Bytes: fp.UnitBytes[i], ComputeSec: float64(fp.UnitBytes[i]) / 4e12})
@@ -223,8 +227,16 @@ func inspectCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "unit        %-24s %12s  %s\n", u.Name, runtime.FormatBytes(u.Bytes), place)
 	}
 	if o.budget != "" {
-		fmt.Fprintf(stdout, "budget      %s: %d of %d units resident, %d transfer blocks (estimate; 'infer profile' measures)\n",
-			runtime.FormatBytes(rep.Budget), rep.ResidentUnits, len(rep.Units), rep.Slots)
+		shownBudget := runtime.FormatBytes(rep.Budget)
+		if budgetMin {
+			shownBudget += " (the minimum)"
+		}
+		table := ""
+		if tableMapped {
+			table = fmt.Sprintf(", the %s token embedding table in mapped host memory", runtime.FormatBytes(rep.HostTable))
+		}
+		fmt.Fprintf(stdout, "budget      %s: %d of %d units resident, %d transfer blocks%s (estimate; 'infer profile' measures)\n",
+			shownBudget, rep.ResidentUnits, len(rep.Units), rep.Slots, table)
 	}
 	return nil
 }
