@@ -51,9 +51,11 @@ type Options struct {
 
 // DefaultPrefetchBytes is how far ahead the one-token BF16 GEMV tile
 // prefetches each row when neither Options.PrefetchBytes nor
-// FT_HOST_PREFETCH says (FT_HOST_PREFETCH=0: none). On the H200 machine's
-// host it made one host layer 9-14% faster alone and the hybrid decode no
-// slower (bench/RESULTS.md, s9b and s10c).
+// FT_HOST_PREFETCH says (FT_HOST_PREFETCH=0: none). It was measured only
+// on the H200 machine's host with the AVX-512 kernels, where it made one
+// host layer 9-14% faster alone and the hybrid decode no slower
+// (bench/RESULTS.md, s9b and s10c); AVX2 machines, whose BF16 tile
+// prefetches too, get the same default unmeasured.
 const DefaultPrefetchBytes = 1024
 
 // Engine runs the host kernels: the SIMD GEMVs of this package over a
@@ -65,6 +67,7 @@ type Engine struct {
 	level    Level
 	k        *simd // nil at Generic
 	maxChunk int   // bytes; 0: no cap
+	prefetch int   // bytes the one-token BF16 tile prefetches ahead; 0: none
 }
 
 // NewEngine starts an Engine with o's thread count and level.
@@ -121,7 +124,9 @@ func NewEngine(o Options) (*Engine, error) {
 			pf = n
 		}
 	}
+	prefetch := 0
 	if k != nil && pf > 0 && k.r4pfBF16 != nil {
+		prefetch = pf
 		kk := *k
 		dist, f := uintptr(pf), k.r4pfBF16
 		kk.r4BF16 = func(w *uint16, ld uintptr, x *float32, n int, out *[4]float32) { f(w, ld, x, n, out, dist) }
@@ -131,7 +136,7 @@ func NewEngine(o Options) (*Engine, error) {
 	if explicitSpin {
 		pool.afterPhases = max(spin, 0)
 	}
-	return &Engine{pool: pool, level: l, k: k, maxChunk: max(kib, 0) << 10}, nil
+	return &Engine{pool: pool, level: l, k: k, maxChunk: max(kib, 0) << 10, prefetch: prefetch}, nil
 }
 
 // Level is the instruction set the Engine runs.
