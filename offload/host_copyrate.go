@@ -39,6 +39,16 @@ import (
 // Without samples (nothing streamed, or no copy finished inside a measured
 // pass) the curve is left alone.
 //
+// Two limits. A copy issued at the end of one pass for the next (the ring
+// prefetches across forwards) is a sample of the next pass, although part
+// of it runs between forwards, beside no host unit: such samples pull the
+// median toward the profiled rate, so the scale can understate the
+// sharing. And the one scale measured for a bucket applies to every copy
+// prediction of that bucket's plan inputs, including candidate plans with
+// fewer host units than the measured one (which would share DRAM less);
+// the bucket is not measured again after a replan, so a replaced plan is
+// judged by the scale its predecessor's passes measured.
+//
 // FT_HOST_COPY_MEASURE=0 turns this off (A/B runs): the copies are not
 // timed for it and the curve stands, as before. It is read when an engine
 // is built (engine.copyMeasure); a value other than unset, "0" or "1"
