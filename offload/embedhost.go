@@ -5,7 +5,6 @@ import (
 	"os"
 	goruntime "runtime"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/flextensor-go/flextensor/nn"
@@ -253,36 +252,13 @@ func sortedIndexes(m map[*nn.Parameter]int) []int {
 // fillHost reads parameter p into host, in 64 MiB pieces on several
 // goroutines (a 1 GB table from the page cache or the checkpoint file).
 func (e *engine) fillHost(p *nn.Parameter, orig *runtime.Tensor, host []byte) error {
-	const piece = 64 << 20
-	n := int64(len(host))
-	pieces := int((n + piece - 1) / piece)
-	workers := min(8, max(1, goruntime.GOMAXPROCS(0)), max(pieces, 1))
-	next := make(chan int64, pieces)
-	for off := int64(0); off < n; off += piece {
-		next <- off
-	}
-	close(next)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for off := range next {
-				end := min(off+piece, n)
-				if err := e.st.read(p, orig, off, host[off:end]); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = fmt.Errorf("embedding %s to host-mapped memory: %w", p.Name(), err)
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return first
+	workers := min(8, max(1, goruntime.GOMAXPROCS(0)))
+	return inPieces(int64(len(host)), 64<<20, workers, func(lo, hi int64) error {
+		if err := e.st.read(p, orig, lo, host[lo:hi]); err != nil {
+			return fmt.Errorf("embedding %s to host-mapped memory: %w", p.Name(), err)
+		}
+		return nil
+	})
 }
 
 // hostMappedBytes is the bytes of the tables placed in mapped host memory.

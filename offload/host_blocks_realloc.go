@@ -5,7 +5,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/flextensor-go/flextensor/runtime"
@@ -131,19 +130,13 @@ outer:
 	return nil
 }
 
-// parallelCopy copies src into dst (same length) on a few goroutines.
+// parallelCopy copies src into dst (same length) in eight pieces on as
+// many goroutines.
 func parallelCopy(dst, src []byte) {
 	const parts = 8
-	n := len(src)
-	step := (n + parts - 1) / parts
-	var wg sync.WaitGroup
-	for lo := 0; lo < n; lo += step {
-		hi := min(lo+step, n)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			copy(dst[lo:hi], src[lo:hi])
-		}()
-	}
-	wg.Wait()
+	n := int64(len(src))
+	_ = inPieces(n, max((n+parts-1)/parts, 1), parts, func(lo, hi int64) error {
+		copy(dst[lo:hi], src[lo:hi])
+		return nil
+	})
 }
