@@ -197,6 +197,13 @@ type Backend struct {
 	NormTail    bool
 	tailCounter *runtime.DeviceBuffer // gemv_persist_f32acc_norm's last-block counter (normtail.go)
 
+	// VarlenContig lets PackedPrefillAttention run (varlencontig.go: a
+	// batched forward whose prefill sequences all start at position 0 reads
+	// their keys and values from the packed rows of the forward, not the
+	// paged pool); off, it declines. New sets it when FT_VARLEN_CONTIG=1
+	// (A/B runs).
+	VarlenContig bool
+
 	// NormRows says when RMSNorm and AddRMSNorm of an F32 residual run
 	// normrows.cu's many-rows kernels (same bits, normrows.go). New sets
 	// it from FT_NORM_ROWS.
@@ -412,7 +419,8 @@ func New(dev runtime.Device) (*Backend, error) {
 		GEMM:         gemmMode,
 		NoFusedNorm:  noFusedNormFromEnv(),
 		NoMergedGEMM: noMergedFromEnv(),
-		NormTail:     normTailFromEnv()}
+		NormTail:     normTailFromEnv(),
+		VarlenContig: varlenContigFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV

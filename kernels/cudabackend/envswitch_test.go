@@ -25,6 +25,7 @@ func TestCheckEnvSwitch(t *testing.T) {
 		{"FT_FLASH", "1", `"legacy"`},
 		{"FT_FUSE_NORM", "on", `"0", "1"`},
 		{"FT_NORM_TAIL", "true", `"0", "1"`},
+		{"FT_VARLEN_CONTIG", "on", `"0", "1"`},
 		{"FT_DECODE_PIPE", "2", `"0", "1"`},
 		{"FT_FP8_GEMM_SCALES", "rescaled", `"rescale"`},
 		{"FT_PREFILL_VARIANT", "wg9", `"wg3"`},

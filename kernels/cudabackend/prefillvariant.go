@@ -24,6 +24,7 @@ type prefillVariant struct {
 	keys      int    // key positions per tile (sm90a variants)
 	stages    int    // key/value stages in shared memory (sm90a variants)
 	extra     string // sm90a variants: the file of kernels/cuda/sm90a/extra compiled in a module of its own ("": SourceSM90a's module)
+	contig    bool   // also built over packed contiguous keys and values of sequences starting at position 0 (contigKernel)
 }
 
 // prefillVariants lists the configurations; the first is the default.
@@ -53,7 +54,9 @@ var prefillVariants = []prefillVariant{
 	// previous one) are on the tensor cores, ordered by two named barriers;
 	// same layout and shared memory. The default on compute capability 9.0;
 	// fa2 where the module is missing.
-	{name: "wg3", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3},
+	// Its varlen kernel also comes over the packed contiguous keys and
+	// values of fresh sequences (contig; FT_VARLEN_CONTIG, varlencontig.go).
+	{name: "wg3", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200
@@ -112,6 +115,16 @@ func (v prefillVariant) kernel(d int, varlen bool) string {
 		return fmt.Sprintf("%sd%d_bf16", kind, d)
 	}
 	return fmt.Sprintf("%s%s_d%d_bf16", kind, v.name, d)
+}
+
+// contigKernel is the name of the variant's varlen kernel of head width d
+// over the packed contiguous keys and values of sequences that start at
+// position 0 (Backend.PackedPrefillAttention), or "" where it has none.
+func (v prefillVariant) contigKernel(d int) string {
+	if !v.contig || !v.hasWidth(d) {
+		return ""
+	}
+	return fmt.Sprintf("attn_varlen_contig_prefill_%s_d%d_bf16", v.name, d)
 }
 
 // hasWidth reports whether the variant is built for head width d.

@@ -116,6 +116,16 @@ func loadPrefillWG(dev *cuda.Device, extra string) (map[string]*cuda.Function, e
 				}
 				fns[name] = f
 			}
+			if name := v.contigKernel(d); name != "" {
+				f, err := mod.Function(name)
+				if err != nil {
+					return nil, err
+				}
+				if err := f.SetMaxDynamicSharedMemory(v.smem(d)); err != nil {
+					return nil, err
+				}
+				fns[name] = f
+			}
 		}
 	}
 	return fns, nil

@@ -45,6 +45,10 @@ type batchState struct {
 	decodeKV kernels.PagedKV
 	prefKV   kernels.PagedKV
 	prefQ    []int32 // query starts of the prefills, relative to row starts[nDecode]
+	// prefFresh: every prefill starts at position 0 (nothing cached
+	// before), so its keys and values are exactly its packed rows of this
+	// forward (kernels.PackedPrefillAttender).
+	prefFresh bool
 	// positions and pool rows of the packed tokens, for
 	// kernels.BatchRoPEStorer
 	positions, slots []int32
@@ -207,6 +211,12 @@ func (m *Model) planBatch(b kernels.Backend, cache *kvcache.Paged, entries []Bat
 	for _, s := range bs.starts[bs.nDecode:] {
 		bs.prefQ = append(bs.prefQ, int32(s-base))
 	}
+	bs.prefFresh = true
+	for _, e := range bs.packed[bs.nDecode:] {
+		if e.Seq.Len() != 0 {
+			bs.prefFresh = false
+		}
+	}
 	return bs, ids, nil
 }
 
@@ -260,7 +270,7 @@ func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtim
 			return err
 		}
 		att := rows(w.att, T) // [T,H,d]
-		if err := a.attendBatch(b, att, q, bs); err != nil {
+		if err := a.attendBatch(b, att, q, k, v, bs); err != nil {
 			return err
 		}
 		return a.output(b, out, att, acc)
@@ -268,10 +278,12 @@ func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtim
 }
 
 // attendBatch writes att[T,H,d] from q over each sequence's positions: the
-// decode rows with one paged decode attention, the prefill rows with one
-// varlen prefill attention, or sequence by sequence over gathered copies
-// where the backend has neither.
-func (a *Attention) attendBatch(b kernels.Backend, att, q *runtime.Tensor, bs *batchState) error {
+// decode rows with one paged decode attention; the prefill rows, where all
+// start at position 0, with one packed prefill attention over their own
+// rows of k and v [T,K,d] (rotated; the pool holds copies) if the backend
+// takes it, else with one varlen prefill attention over the pool; or
+// sequence by sequence over gathered copies where the backend has neither.
+func (a *Attention) attendBatch(b kernels.Backend, att, q, k, v *runtime.Tensor, bs *batchState) error {
 	kp, vp := bs.cache.K[a.Layer], bs.cache.V[a.Layer]
 	nd, T := bs.starts[bs.nDecode], q.Dim(0)
 	done := make([]bool, len(bs.packed))
@@ -283,7 +295,19 @@ func (a *Attention) attendBatch(b kernels.Backend, att, q *runtime.Tensor, bs *b
 			done[i] = true
 		}
 	}
-	if f, ok := b.(kernels.VarlenPrefillAttender); ok && nd < T {
+	packed := false
+	if f, ok := b.(kernels.PackedPrefillAttender); ok && nd < T && bs.prefFresh && k.DType() == kp.DType() {
+		ran, err := f.PackedPrefillAttention(slice(att, nd, T), slice(q, nd, T), slice(k, nd, T), slice(v, nd, T), bs.prefQ, a.Window)
+		if err != nil {
+			return err
+		}
+		packed = ran
+	}
+	if packed {
+		for i := bs.nDecode; i < len(bs.packed); i++ {
+			done[i] = true
+		}
+	} else if f, ok := b.(kernels.VarlenPrefillAttender); ok && nd < T {
 		if err := f.VarlenPrefillAttention(slice(att, nd, T), slice(q, nd, T), kp, vp, bs.prefQ, bs.prefKV, a.Window); err != nil {
 			return err
 		}

@@ -321,3 +321,40 @@ extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg3_d
 		int maxBlocks, int bs, float scale_log2, int window) {
 	prefill_wg3_varlen<64>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
 }
+
+// prefill_wg3_varlen_contig is prefill_wg3_varlen for packed sequences that
+// all start at position 0 in this forward (nothing cached before): sequence
+// seq's keys and values are its own packed rows qStarts[seq].. of k and v
+// [T,K,HD] (k already rotated), read as a contiguous cache with no block
+// table. Rows past the tile's last query are never read (wg_load_kv
+// zero-fills at kvEnd, which is at most the sequence's end), so a tile does
+// not see the next sequence's rows.
+template <int HD>
+__device__ __forceinline__ void prefill_wg3_varlen_contig(bf16_t* out, const bf16_t* q, const bf16_t* k, const bf16_t* v, int H, int K,
+		const int* tiles, const int* qStarts, float scale_log2, int window) {
+	const int h = blockIdx.x;
+	const int seq = tiles[2 * blockIdx.y], qtile = tiles[2 * blockIdx.y + 1];
+	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
+	const usize qs = (usize)H * HD, ks = (usize)K * HD;
+	const wg_contig kv = {ks};
+	prefill_wg3_body<HD, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
+		qtile, 0, scale_log2, window, kv);
+}
+
+// attn_varlen_contig_prefill_wg3_d128_bf16 is
+// attn_varlen_prefill_wg3_d128_bf16 over the packed keys and values of
+// sequences starting at position 0 (prefill_wg3_varlen_contig): grid (H,
+// tiles), tile blockIdx.y of the (sequence, query tile) list, 256 threads,
+// WG_SMEM(128, 128, 3) bytes.
+extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_contig_prefill_wg3_d128_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
+	prefill_wg3_varlen_contig<128>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
+}
+
+// attn_varlen_contig_prefill_wg3_d64_bf16 is
+// attn_varlen_contig_prefill_wg3_d128_bf16 for head width 64,
+// WG_SMEM(64, 128, 3) bytes.
+extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_contig_prefill_wg3_d64_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
+	prefill_wg3_varlen_contig<64>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
+}

@@ -1,0 +1,43 @@
+package cudabackend
+
+import (
+	"os"
+	"sort"
+)
+
+// The packed prefill attention of fresh sequences (FT_VARLEN_CONTIG,
+// Backend.VarlenContig; kernels.PackedPrefillAttender): when every prefill
+// sequence of a batched forward starts at position 0, its keys and values
+// are exactly its own packed rows of this forward (k rotated in place by
+// the RoPE + store kernel, which still fills the pool for the decode steps
+// after), so wg3's varlen kernel reads them as a contiguous cache with a
+// (sequence, query tile) table and no block table
+// (attn_varlen_contig_prefill_wg3_*, kernels/cuda/sm90a/prefill_wg3.cu).
+// Same kernel body, same key order, so the same bits as the paged path.
+// This file has no build tag so that the table is tested without a GPU.
+
+// varlenContigFromEnv is the default of Backend.VarlenContig:
+// FT_VARLEN_CONTIG=1; "" and "0" leave it off (New rejects other values).
+func varlenContigFromEnv() bool { return os.Getenv("FT_VARLEN_CONTIG") == "1" }
+
+// packedTiles lists the query tiles of rows rows each of the packed
+// sequences (sequence s in rows qStarts[s]..qStarts[s+1]−1, all at
+// positions from 0) as (sequence, tile) pairs, the tiles that see the most
+// keys first (ties in sequence and tile order): varlenTiles with every
+// sequence fresh.
+func packedTiles(qStarts []int32, rows int32) []int32 {
+	type tile struct{ seq, qt, end int32 }
+	var tiles []tile
+	for s := 0; s+1 < len(qStarts); s++ {
+		n := qStarts[s+1] - qStarts[s]
+		for qt := int32(0); qt*rows < n; qt++ {
+			tiles = append(tiles, tile{int32(s), qt, min(n, qt*rows+rows)})
+		}
+	}
+	sort.SliceStable(tiles, func(i, j int) bool { return tiles[i].end > tiles[j].end })
+	pairs := make([]int32, 0, 2*len(tiles))
+	for _, tl := range tiles {
+		pairs = append(pairs, tl.seq, tl.qt)
+	}
+	return pairs
+}

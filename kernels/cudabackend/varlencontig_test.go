@@ -1,0 +1,97 @@
+package cudabackend
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	kcuda "github.com/flextensor-go/flextensor/kernels/cuda"
+)
+
+// TestVarlenContigTiles: the packed tile list covers every query row of
+// every sequence exactly once in tiles of the given rows (1-token, empty
+// and exact-multiple sequences included), the tiles that see the most keys
+// first, ties in sequence order; 64 sequences of 512 give 256 tiles, the
+// four tiles of each rank together.
+func TestVarlenContigTiles(t *testing.T) {
+	qStarts := []int32{0, 1, 301, 301, 429, 560} // 1, 300, 0, 128, 131 queries
+	got := packedTiles(qStarts, 128)
+	// Ends 300 (seq 1 tile 2), 256 (seq 1 tile 1), 131 (seq 4 tile 1),
+	// 128 (seq 1 tile 0, seq 3, seq 4 tile 0), 1 (seq 0).
+	want := []int32{1, 2, 1, 1, 4, 1, 1, 0, 3, 0, 4, 0, 0, 0}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("tiles %v, want %v", got, want)
+	}
+	for _, rows := range []int32{64, 128} {
+		tiles := packedTiles(qStarts, rows)
+		seen := make([]int, qStarts[len(qStarts)-1])
+		for i := 0; i < len(tiles); i += 2 {
+			s, qt := tiles[i], tiles[i+1]
+			n := qStarts[s+1] - qStarts[s]
+			if qt*rows >= n {
+				t.Fatalf("rows %d: tile %d of sequence %d (%d queries) is empty", rows, qt, s, n)
+			}
+			for r := qt * rows; r < min(n, qt*rows+rows); r++ {
+				seen[qStarts[s]+r]++
+			}
+		}
+		for r, c := range seen {
+			if c != 1 {
+				t.Errorf("rows %d: query row %d in %d tiles", rows, r, c)
+			}
+		}
+	}
+	starts := make([]int32, 65)
+	for i := range starts {
+		starts[i] = int32(512 * i)
+	}
+	big := packedTiles(starts, 128)
+	if len(big) != 2*256 {
+		t.Fatalf("64 × 512: %d tiles, want 256", len(big)/2)
+	}
+	for i := 0; i < 256; i++ {
+		if s, qt := big[2*i], big[2*i+1]; qt != int32(3-i/64) || s != int32(i%64) {
+			t.Fatalf("64 × 512: tile %d is (%d, %d), want (%d, %d)", i, s, qt, i%64, 3-i/64)
+		}
+	}
+	if len(packedTiles([]int32{0}, 128)) != 0 || len(packedTiles(nil, 128)) != 0 {
+		t.Errorf("no sequences gave tiles")
+	}
+}
+
+// TestVarlenContigKernelNames: wg3 has the packed kernels for head widths
+// 64 and 128, declared in SourceSM90a; no other variant names one, and
+// none for widths it is not built for.
+func TestVarlenContigKernelNames(t *testing.T) {
+	sm90a := kcuda.KernelsSM90a()
+	for _, v := range prefillVariants {
+		for _, d := range []int{32, 64, 128} {
+			name := v.contigKernel(d)
+			switch {
+			case v.name == "wg3" && (d == 64 || d == 128):
+				if want := fmt.Sprintf("attn_varlen_contig_prefill_wg3_d%d_bf16", d); name != want {
+					t.Errorf("wg3 d%d: %q, want %q", d, name, want)
+				}
+				if !slices.Contains(sm90a, name) {
+					t.Errorf("%s not in SourceSM90a", name)
+				}
+			case name != "":
+				t.Errorf("%s d%d: packed kernel %q, want none", v.name, d, name)
+			}
+		}
+	}
+}
+
+// TestVarlenContigFromEnv: FT_VARLEN_CONTIG=1 turns the packed path on;
+// unset and "0" leave it off.
+func TestVarlenContigFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		want  bool
+	}{{"", false}, {"0", false}, {"1", true}} {
+		t.Setenv("FT_VARLEN_CONTIG", c.value)
+		if got := varlenContigFromEnv(); got != c.want {
+			t.Errorf("FT_VARLEN_CONTIG=%q: %v, want %v", c.value, got, c.want)
+		}
+	}
+}
