@@ -51,6 +51,7 @@ var extraEnv = map[string][]string{
 	"FT_NORM_TAIL":           {"", "0", "1"},                   // "1": the one-token o_proj/down_proj GEMVs' last block writes the RMSNorm after them (measured slower, off by default; A/B runs, cuda builds)
 	"FT_VARLEN_CONTIG":       {"", "0", "1"},                   // "1": a batched forward whose prefills all start at position 0 runs their attention over the packed keys and values of the forward, not the paged pool (off by default until measured; A/B runs, cuda builds)
 	"FT_FUSE_ROPE":           {"", "0", "1"},                   // "1": a decode step's RoPE and KV store in the q/k/v GEMV's epilogue, not their own launch (measured slower, off by default; A/B runs, cuda builds)
+	"FT_DECODE_MEGA":         {"", "0", "1"},                   // "1": a plain BF16 layer's one-token step as one persistent kernel with grid barriers (not yet measured, off by default; A/B runs, cuda builds)
 	"FT_FP8_GEMV":            {"", "legacy"},                   // "legacy": FP8 weights through the first FP8 kernels, one GEMV launch per projection (A/B runs, cuda builds)
 	"FT_FP8_VARIANT":         fp8VariantValues,                 // the tuning of the one-token FP8 GEMVs: auto (default, per kind and width) or one forced, e.g. u8r1s (A/B sweeps, cuda builds)
 	"FT_FP8_ADD":             {"", "0", "1"},                   // "0": a decode step's FP8 o_proj/down_proj write their products and separate adds put them into the residual, instead of the GEMV adding (A/B runs, cuda builds)

@@ -8,7 +8,8 @@
 // norm.cu (RMSNorm), normrows.cu (RMSNorm of many rows), normtail.cu (the
 // residual-adding GEMV with the RMSNorm after it done by its last block),
 // rope.cu (RoPE, fused RoPE + KV store, also at per-token positions and
-// pool rows), rope_qkv.cu (a decode step's q/k/v GEMV with the biases, RoPE
+// pool rows), decodelayer.cu (a plain layer's one-token step as one
+// persistent kernel with grid barriers between its phases, FT_DECODE_MEGA), rope_qkv.cu (a decode step's q/k/v GEMV with the biases, RoPE
 // and the KV store in its epilogue), decode_tr.cu (the transposed one-query
 // decode attention), gemv.cu
 // (one-token matrix-vector products; gemvpipe.cu: their software-pipelined

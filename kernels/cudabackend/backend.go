@@ -194,7 +194,13 @@ type Backend struct {
 	// NormTail lets MatMulAddNorm run (normtail.go: the one-token
 	// residual-adding GEMV whose last block writes the RMSNorm after it);
 	// off, it declines. New sets it when FT_NORM_TAIL=1 (A/B runs).
-	NormTail    bool
+	NormTail bool
+	// DecodeMega runs a plain layer's one-token step as one persistent
+	// kernel (DecodeLayer, decodelayer.go). New sets it when
+	// FT_DECODE_MEGA=1 (A/B runs); off by default.
+	DecodeMega bool
+	mega       megaState // the persistent layer kernel's barrier and partials
+
 	tailCounter *runtime.DeviceBuffer // gemv_persist_f32acc_norm's last-block counter (normtail.go)
 
 	// VarlenContig lets PackedPrefillAttention run (varlencontig.go: a
@@ -252,6 +258,7 @@ type kernelSet struct {
 	merged        mergedKernels   // column splits after a merged GEMM (merged.go)
 	qkvRoPE       *cuda.Function  // gemv3_rope_store_bf16 (qkvrope.go)
 	gemvPipe      gemvPipeKernels // pipelined twins of the one-token GEMVs (gemvpipe.go)
+	decodeLayer   *cuda.Function  // decode_layer_bf16 (decodelayer.go)
 
 	normRows normRowsKernels // many-rows RMSNorm (normrows.go)
 }
@@ -310,6 +317,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	ks.loadQKVRoPE(get)
 	ks.normRows = loadNormRows(get)
 	ks.loadGEMVPipe(get)
+	ks.decodeLayer = get("decode_layer_bf16")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -420,7 +428,8 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoFusedNorm:  noFusedNormFromEnv(),
 		NoMergedGEMM: noMergedFromEnv(),
 		NormTail:     normTailFromEnv(),
-		VarlenContig: varlenContigFromEnv()}
+		VarlenContig: varlenContigFromEnv(),
+		DecodeMega:   decodeMegaFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV
@@ -445,6 +454,7 @@ func (b *Backend) Close() error {
 	b.fp8lt.buf, b.merged, b.tailCounter = nil, nil, nil // b.merged is on b.retired
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
+	b.mega.free()
 	b.moe.free()
 	b.sampleMeta.free()
 	b.stage.Free()

@@ -27,6 +27,7 @@ var envSwitches = map[string][]string{
 	"FT_FLASH":           {"", "legacy"},
 	"FT_FP8_GEMV":        {"", "legacy"},
 	"FT_DECODE_PIPE":     {"", "0", "1"},
+	"FT_DECODE_MEGA":     {"", "0", "1"},
 	"FT_FP8_GEMM_SCALES": {"", "rescale"},
 	"FT_FP8_FUSE":        {"", "0", "1"},
 	"FT_FUSE_NORM":       {"", "0", "1"},

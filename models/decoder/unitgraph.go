@@ -62,6 +62,7 @@ type layerGraph struct {
 	binds    uint64          // the tree's bind generation when weights were last checked
 	weights  []weightAt      // where params were at the capture
 	captures int
+	op       bool // the graph holds the layer as one DecodeLayer op
 }
 
 // graphKey is what a replay depends on besides the step inputs and the
@@ -126,14 +127,30 @@ func (g *layerGraph) run(l *Layer, b kernels.Backend, w *workspace, x *runtime.T
 		for i, p := range g.params {
 			weights[i] = where(p)
 		}
-		gr, err := g.b.CaptureStep(func() error { return l.body(b, w, x, cache) })
+		g.op = false
+		gr, err := g.b.CaptureStep(func() error {
+			// The whole layer as one backend op where the backend has one
+			// for it (hostlayer.go), else op by op.
+			ran, err := l.decodeLayer(b, w, x, cache, nil)
+			if ran || err != nil {
+				g.op = ran
+				return err
+			}
+			return l.body(b, w, x, cache)
+		})
 		if err != nil {
 			return fmt.Errorf("capturing %s: %w", l.Node().Name(), err)
 		}
 		g.g, g.key, g.binds, g.weights = gr, key, binds, weights
 		g.captures++
 	}
-	return g.g.Replay()
+	if err := g.g.Replay(); err != nil {
+		return err
+	}
+	if g.op {
+		w.normed = tailNormed{} // x changed: no norm of it is pending
+	}
+	return nil
 }
 
 // GraphCaptures reports how many times each layer captured its graph (for

@@ -1,0 +1,185 @@
+//go:build cuda
+
+package cudabackend
+
+import (
+	"os"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/flextensor-go/flextensor/runtime/cuda"
+)
+
+// A plain layer's one-token step as one persistent kernel
+// (kernels.DecodeLayerer; kernels/cuda/decodelayer.cu's decode_layer_bf16):
+// one block of 512 threads a multiprocessor, all resident at once, the
+// norms, the q/k/v GEMV, RoPE, the KV append, attention, o_proj, the
+// gate·up·SiLU GEMV and down_proj as phases between grid barriers, each
+// block prefetching its share of the next phase's weights into shared
+// memory (cp.async) before it waits. Backend.DecodeMega turns it on
+// (FT_DECODE_MEGA=1); off by default until measured on the GPU.
+
+// megaThreads is decode_layer_bf16's block size (DL_THREADS).
+const megaThreads = 512
+
+// megaAttnBytes is the kernel's attention scratch in shared memory with g
+// query heads per KV head (at most 8) of width 128, f32: q [g·128], k
+// [128], (max, sum) [16 warps·8·2], the warps' merge tree [8·g·128].
+func megaAttnBytes(g int) int { return g*128*4 + 128*4 + 16*8*2*4 + 8*g*128*4 }
+
+// megaSmemMax is the dynamic shared memory a block of the kernel may ask
+// for on compute capability 9.0 (227 KiB), less 1 KiB for its static
+// shared memory and a margin.
+const megaSmemMax = 227*1024 - 1024
+
+// decodeMegaFromEnv is the default of Backend.DecodeMega: FT_DECODE_MEGA
+// "1" (checked by checkEnvSwitches: "", "0" or "1").
+func decodeMegaFromEnv() bool { return os.Getenv("FT_DECODE_MEGA") == "1" }
+
+// megaState is the kernel's device memory: the grid barrier's two words
+// (zeroed once; the kernel leaves them ready) and the attention partials.
+// Neither moves while a graph may use it: a larger partial buffer retires
+// the old one.
+type megaState struct {
+	bar, part   *runtime.DeviceBuffer
+	smemSet     bool // the kernel's dynamic shared memory limit is raised
+	blocksPerSM int
+}
+
+func (m *megaState) free() {
+	m.bar.Free()
+	m.part.Free()
+	m.bar, m.part = nil, nil
+}
+
+// megaShape is what decode_layer_bf16 needs to know of a layer.
+type megaShape struct{ D, H, KV, I, C int }
+
+// megaCovers checks a's operands against what the kernel takes and
+// returns the shape; ok false: the op declines.
+func (b *Backend) megaCovers(a kernels.DecodeLayer) (s megaShape, ok bool) {
+	if a.Window != 0 || len(a.InvFreq) != 64 || b.dev.ComputeCapability() != 90 {
+		return s, false
+	}
+	if !b.here(a.X) || a.X.DType() != runtime.F32 {
+		return s, false
+	}
+	for _, t := range []*runtime.Tensor{a.InNorm, a.PostNorm, a.WQ, a.WK, a.WV, a.WO, a.WGate, a.WUp, a.WDown,
+		a.KCache, a.VCache, a.Q, a.K, a.V, a.Att, a.Gate} {
+		if !b.here(t) || t.DType() != runtime.BF16 || t.Ptr()%16 != 0 {
+			return s, false
+		}
+	}
+	if a.X.Ptr()%16 != 0 {
+		return s, false
+	}
+	D := a.X.NumElements()
+	qs, ks, vs, os_, gs, us, ds, cs := a.WQ.Shape(), a.WK.Shape(), a.WV.Shape(), a.WO.Shape(), a.WGate.Shape(), a.WUp.Shape(), a.WDown.Shape(), a.KCache.Shape()
+	if len(qs) != 2 || len(ks) != 2 || len(vs) != 2 || len(os_) != 2 || len(gs) != 2 || len(us) != 2 || len(ds) != 2 || len(cs) != 3 {
+		return s, false
+	}
+	const d = 128
+	if D == 0 || D%8 != 0 || qs[1] != D || ks[1] != D || vs[1] != D || gs[1] != D || us[1] != D || qs[0]%d != 0 || ks[0]%d != 0 ||
+		!ks.Equal(vs) || os_[0] != D || os_[1] != qs[0] || !gs.Equal(us) || ds[0] != D || ds[1] != gs[0] || cs[2] != d ||
+		!cs.Equal(a.VCache.Shape()) || cs[1] != ks[0]/d {
+		return s, false
+	}
+	H, KV, I, C := qs[0]/d, ks[0]/d, gs[0], cs[0]
+	if KV == 0 || H%KV != 0 || H/KV > 8 || I == 0 || I%8 != 0 || a.Pos < 0 || a.Pos >= C ||
+		a.InNorm.NumElements() != D || a.PostNorm.NumElements() != D ||
+		a.Q.NumElements() < H*d || a.Att.NumElements() < H*d || a.K.NumElements() < KV*d || a.V.NumElements() < KV*d ||
+		a.Gate.NumElements() < I {
+		return s, false
+	}
+	return megaShape{D: D, H: H, KV: KV, I: I, C: C}, true
+}
+
+// megaSmem is the kernel's dynamic shared memory for s: the prefetch
+// buffer (all that is left, a multiple of 16 bytes), the act vector and
+// the attention scratch; ok false when the two last do not fit.
+func megaSmem(s megaShape) (pf, total int, ok bool) {
+	act := max(s.D, s.H*128, s.I) * 2
+	act = (act + 15) &^ 15
+	attn := megaAttnBytes(s.H / s.KV)
+	pf = (megaSmemMax - act - attn) &^ 15
+	if pf < 0 {
+		return 0, 0, false
+	}
+	return pf, pf + act + attn, true
+}
+
+// DecodeLayer runs a's step as one decode_layer_bf16 launch
+// (kernels.DecodeLayerer). It declines (false, nothing enqueued) unless
+// DecodeMega is set, the device has compute capability 9.0 and the
+// operands are what the kernel takes: an F32 residual, BF16 weights,
+// caches and scratch on this device, 16-byte aligned, head width 128, at
+// most 8 query heads per KV head, no sliding window, D and I multiples of
+// 8, the position inside the cache. Stages is not filled.
+func (b *Backend) DecodeLayer(a kernels.DecodeLayer) (bool, error) {
+	if !b.DecodeMega {
+		return false, nil
+	}
+	s, ok := b.megaCovers(a)
+	if !ok {
+		return false, nil
+	}
+	pf, smem, ok := megaSmem(s)
+	if !ok {
+		return false, nil
+	}
+	f := b.k.decodeLayer
+	m := &b.mega
+	if !m.smemSet {
+		if err := f.SetMaxDynamicSharedMemory(megaSmemMax); err != nil {
+			return false, nil
+		}
+		m.smemSet = true
+	}
+	n, err := f.MaxActiveBlocksPerSM(megaThreads, smem)
+	if err != nil {
+		return false, err
+	}
+	if n < 1 {
+		return false, nil
+	}
+	grid := n * b.sms
+	if m.bar == nil {
+		const size = 256
+		buf, err := b.dev.Alloc(size, "decode layer barrier")
+		if err != nil {
+			return false, err
+		}
+		if err := b.aux.Upload(buf.Ptr(), make([]byte, size)); err != nil {
+			buf.Free()
+			return false, err
+		}
+		m.bar = buf
+	}
+	partBytes := int64(max(grid, s.KV)) * int64(s.H/s.KV) * 130 * 4
+	if m.part == nil || m.part.Size() < partBytes {
+		buf, err := b.dev.Alloc(partBytes, "decode layer attention partials")
+		if err != nil {
+			return false, err
+		}
+		if m.part != nil {
+			b.retired = append(b.retired, m.part) // a captured graph may still read it
+		}
+		m.part = buf
+	}
+	tab, err := b.ropeTable(a.InvFreq)
+	if err != nil {
+		return false, err
+	}
+	posp, p0 := b.posArgs(a.Pos)
+	D, H, KV, I := int64(s.D), int64(s.H), int64(s.KV), int64(s.I)
+	bytes := 2*((H+2*KV)*128*D+D*H*128+3*I*D) + 2*2*int64(a.Pos+1)*KV*128
+	return true, f.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: megaThreads}, smem,
+		cuda.Ptr(a.X.Ptr()), cuda.Ptr(a.InNorm.Ptr()), cuda.Ptr(a.PostNorm.Ptr()), cuda.F32(a.InEps), cuda.F32(a.PostEps),
+		cuda.Ptr(a.WQ.Ptr()), cuda.Ptr(a.WK.Ptr()), cuda.Ptr(a.WV.Ptr()), cuda.Ptr(a.WO.Ptr()),
+		cuda.Ptr(a.WGate.Ptr()), cuda.Ptr(a.WUp.Ptr()), cuda.Ptr(a.WDown.Ptr()),
+		cuda.Ptr(a.KCache.Ptr()), cuda.Ptr(a.VCache.Ptr()), cuda.Ptr(a.Q.Ptr()), cuda.Ptr(a.K.Ptr()), cuda.Ptr(a.V.Ptr()),
+		cuda.Ptr(a.Att.Ptr()), cuda.Ptr(a.Gate.Ptr()), cuda.Ptr(m.part.Ptr()), cuda.Ptr(m.bar.Ptr()), cuda.Ptr(tab),
+		cuda.I32(s.D), cuda.I32(s.H), cuda.I32(s.KV), cuda.I32(s.I), cuda.I32(s.C), posp, p0, cuda.I32(pf))
+}
+
+var _ kernels.DecodeLayerer = (*Backend)(nil)
