@@ -141,6 +141,11 @@ type engine struct {
 
 	tok tokenPlans // plans per tokens per forward (tokens.go)
 
+	// The pass in progress and the last one finished (passinfo.go).
+	pass, lastPass     PassInfo
+	passSeq, passSlots int
+	passRes, passHost  []bool
+
 	st *stager // packs units into host blocks, uploads weights
 
 	rateBlocksOn bool // FT_HOST_BLOCK_RATES is not "0" (host_blocks.go)
@@ -540,6 +545,7 @@ func (e *engine) beginPass() error {
 		return err
 	}
 	e.hostMeasureBegin()
+	e.passBegin()
 	if e.phase == PhaseInference && e.measuring() {
 		return e.timing.begin(e)
 	}
@@ -577,6 +583,7 @@ func (e *engine) finishPass(ferr error) error {
 		}
 		return err
 	}
+	e.passEnd()
 	return nil
 }
 

@@ -132,6 +132,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	if *tokens <= 0 || *context < 0 || *iters <= 0 || *warm < 0 {
 		return usagef("--tokens, --iters must be positive; --context, --warmup not negative")
 	}
+	traceTokens, err := tokenTraceOn()
+	if err != nil {
+		return err
+	}
 	list := strings.Split(*budgets, ",")
 	if d.gpuBudget != "" || d.profile != "" {
 		return usagef("bench takes its budgets from --budgets; --gpu-budget and --profile do not apply")
@@ -224,7 +228,11 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			if o.kernelProfile {
 				kp = &kernelProfiler{w: stdout, dev: backend.Device()}
 			}
-			times, err = measureForwards(m, backend, *mode, *tokens, *context, *warm, *iters, uint64(i), kp)
+			var tt *tokenTracer
+			if traceTokens {
+				tt = newTokenTracer(stderr, "forward", nil)
+			}
+			times, err = measureForwards(m, backend, *mode, *tokens, *context, *warm, *iters, uint64(i), kp, tt)
 			if err == nil && *mode == "decode" {
 				var gt []float64
 				if gt, err = measureGraphSteps(m, backend, *context, *iters); err == nil && len(gt) > 0 {
@@ -279,7 +287,16 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			if ent.host {
 				skip += hostPre
 			}
-			times, err = measureForwards(model, backend, *mode, *tokens, *context, skip, *iters, uint64(i), nil)
+			var tt *tokenTracer
+			if traceTokens {
+				var pass func() offload.PassInfo
+				if len(names) == 1 {
+					pass = offload.GetOffloadManager(names[0]).LastPass
+				}
+				fmt.Fprintf(stderr, "token-trace: budget %s: %d forwards skipped (the context's prefill first), then %d timed\n", row.Budget, skip, *iters)
+				tt = newTokenTracer(stderr, "forward", pass)
+			}
+			times, err = measureForwards(model, backend, *mode, *tokens, *context, skip, *iters, uint64(i), nil, tt)
 			if err == nil {
 				err = fillPlanRows(&row, names, devs)
 			}
@@ -363,7 +380,9 @@ func fillPlanRow(row *benchRow, name string, dev runtime.Device) error {
 
 // measureForwards runs warm then iters forwards, returning wall times (ms).
 // With kp set, one more forward runs after them under a kernel profile.
-func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, context, warm, iters int, seed uint64, kp *kernelProfiler) ([]float64, error) {
+// With tt set (FT_TOKEN_TRACE=1), every forward is traced and the steady
+// ones summarised.
+func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, context, warm, iters int, seed uint64, kp *kernelProfiler, tt *tokenTracer) ([]float64, error) {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	randIDs := func(n int) []int32 {
 		ids := make([]int32, n)
@@ -394,8 +413,12 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 		if err != nil {
 			return 0, err
 		}
+		called := time.Now()
 		if err := b.ReadF32(logits, lt); err != nil { // waits for the device
 			return 0, err
+		}
+		if tt != nil {
+			tt.step(called.Sub(start), time.Since(called))
 		}
 		return float64(time.Since(start).Microseconds()) / 1e3, nil
 	}
@@ -426,6 +449,9 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 		}
 	}
 	traceTimed(s0, out)
+	if tt != nil {
+		tt.summary()
+	}
 	if kp != nil {
 		ids := randIDs(1)
 		title := fmt.Sprintf("one decode step at context %d", context+warm+iters)

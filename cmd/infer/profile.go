@@ -89,7 +89,7 @@ func profileCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	// Discovery (the prefill) and two profiling passes (decode steps) lead
 	// to INFERENCE; one more step checks the plan runs.
-	if _, err := measureForwards(sess.Model, sess.Backend, "decode", 0, *context, 3, 1, 1, nil); err != nil {
+	if _, err := measureForwards(sess.Model, sess.Backend, "decode", 0, *context, 3, 1, 1, nil, nil); err != nil {
 		return err
 	}
 	if err := offload.SaveProfile(*out, sess.Manager); err != nil {

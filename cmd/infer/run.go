@@ -15,6 +15,7 @@ import (
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/models/tokenizer"
+	"github.com/flextensor-go/flextensor/offload"
 	"github.com/spf13/pflag"
 )
 
@@ -121,6 +122,10 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 	if err := o.dev.checkOffloadFlags(); err != nil {
 		return err
 	}
+	traceTokens, err := tokenTraceOn()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	sess, err := openSession(o.dev)
 	if err != nil {
@@ -191,6 +196,17 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 	if tok != nil && !o.jsonOut {
 		stream = tok.NewStreamDecoder()
 	}
+	var tt *tokenTracer // FT_TOKEN_TRACE=1
+	var onStep func(forward, pick time.Duration)
+	if traceTokens {
+		var pass func() offload.PassInfo
+		if sess.Manager != "" {
+			pass = offload.GetOffloadManager(sess.Manager).LastPass
+		}
+		tt = newTokenTracer(stderr, "token", pass)
+		onStep = tt.step
+		tt.start()
+	}
 	start = time.Now()
 	var firstToken, firstAt, lastAt time.Duration
 	var tokenAt []time.Duration // when each token was chosen, from start
@@ -220,6 +236,7 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			}
 			return nil
 		},
+		OnStep:       onStep,
 		MaxNewTokens: o.maxNew,
 		Sampling:     kernels.SampleParams{Temperature: o.temperature, TopK: o.topK, TopP: o.topP},
 		Seed:         o.seed,
@@ -233,6 +250,9 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		return model.ExplainNonFinite(err, sess.Checkpoint)
 	}
 	genDur := time.Since(start)
+	if tt != nil {
+		tt.summary()
+	}
 	if o.dev.offloadTiming {
 		defer sess.printTiming(stderr)
 	}

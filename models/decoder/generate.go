@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -25,6 +26,11 @@ type GenerateOptions struct {
 	// OnToken, when set, sees each new token as it is chosen; an error stops
 	// generation and is returned.
 	OnToken func(id int32) error
+	// OnStep, when set, sees each step's wall times just before OnToken:
+	// the forward's call (on an asynchronous device its launches and the
+	// work done on the host inside it) and the token's pick (there also
+	// the wait for the forward's tail on the device, and the readback).
+	OnStep func(forward, pick time.Duration)
 	// Eager runs every step op by op. Otherwise, on a backend that can
 	// capture graphs (kernels.StepCapturer) and a model without hooks,
 	// one-token steps replay a captured DecodeGraph.
@@ -57,10 +63,12 @@ func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions)
 	steps := stepper{eager: opt.Eager}
 	defer steps.close()
 	for len(out) < opt.MaxNewTokens {
+		t0 := time.Now()
 		lt, err := steps.forward(m, b, cache, next)
 		if err != nil {
 			return out, err
 		}
+		t1 := time.Now()
 		id, err := pickToken(b, lt, logits, opt.Sampling, rng)
 		if err != nil {
 			for _, v := range logits {
@@ -69,6 +77,9 @@ func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions)
 				}
 			}
 			return out, err
+		}
+		if opt.OnStep != nil {
+			opt.OnStep(t1.Sub(t0), time.Since(t1))
 		}
 		tok := int32(id)
 		out = append(out, tok)

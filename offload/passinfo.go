@@ -1,0 +1,161 @@
+package offload
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Per-pass account: what the engine did with each forward of the root, so
+// that a caller timing its own steps (run-model's FT_TOKEN_TRACE, bench's)
+// can tell the steady passes of a plan from the ones that discover,
+// profile, measure or change placements, and see the plan each ran under.
+
+// PassInfo describes one finished forward of an offloaded model.
+type PassInfo struct {
+	// Seq numbers the passes the engine finished, from 1 (0: none yet).
+	Seq int
+	// Phase is the phase the pass ran in.
+	Phase Phase
+	// Tokens is the pass's tokens per forward (0 without a TokenCounter).
+	Tokens int
+	// Measuring lists what the pass measured besides computing, in the
+	// order below; empty for a steady INFERENCE pass: "host units" (or
+	// "host units warm-up") while host units are timed for a replan,
+	// "copies" when the copies beside them are timed too, "bucket N" while
+	// a tokens-per-forward bucket is measured, "strategy replan", "timing"
+	// (Config.OffloadTiming). DISCOVERY and PROFILING passes are measuring
+	// by their phase and list nothing.
+	Measuring []string
+	// Suspended is true when the pass ran with profiling suspended.
+	Suspended bool
+	// Resident, Streamed and Host count the units of the plan in force
+	// when the pass began (INFERENCE only), PlanTokens its tokens per
+	// forward (0: unknown).
+	Resident, Streamed, Host, PlanTokens int
+	// PlanChanged is true when the pass's end put another placement in
+	// force (a replan applied, a switch of tokens bucket, the end of
+	// PROFILING), so the next pass starts from moved units and idle slots.
+	PlanChanged bool
+	// AfterChange is true when the previous pass's end changed the
+	// placement: this pass started from moved units and idle slots.
+	AfterChange bool
+}
+
+// Steady reports whether the pass ran the plan in force with nothing
+// measured and no placement changed before or after it: what a decode
+// rate is made of (bench skips the others).
+func (p PassInfo) Steady() bool {
+	return p.Seq > 0 && p.Phase == PhaseInference && len(p.Measuring) == 0 && !p.Suspended && !p.PlanChanged && !p.AfterChange
+}
+
+// String is a one-line account, e.g. "pass 9 INFERENCE T=1, plan 15/7/10
+// (res/str/host) for T=1, steady".
+func (p PassInfo) String() string {
+	if p.Seq == 0 {
+		return "no pass yet"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "pass %d %v T=%d", p.Seq, p.Phase, p.Tokens)
+	if p.Phase == PhaseInference {
+		fmt.Fprintf(&b, ", plan %d/%d/%d (res/str/host) for T=%d", p.Resident, p.Streamed, p.Host, p.PlanTokens)
+	}
+	switch {
+	case p.Steady():
+		b.WriteString(", steady")
+	case p.Phase != PhaseInference:
+		b.WriteString(", profiling")
+	}
+	if len(p.Measuring) > 0 {
+		fmt.Fprintf(&b, ", measuring %s", strings.Join(p.Measuring, "+"))
+	}
+	if p.Suspended {
+		b.WriteString(", profiling suspended")
+	}
+	if p.AfterChange {
+		b.WriteString(", first under a new placement")
+	}
+	if p.PlanChanged {
+		b.WriteString(", placement changed after it")
+	}
+	return b.String()
+}
+
+// passBegin records the pass's start (beginPass, after the bucket and host
+// measurement decisions: a switch of tokens bucket puts its plan in force
+// at the pass's entry, before this).
+func (e *engine) passBegin() {
+	p := PassInfo{Phase: e.phase, Tokens: e.tok.passT, Suspended: e.m.suspended > 0,
+		AfterChange: e.lastPass.PlanChanged || (e.passSeq > 0 && e.placementMoved())}
+	if e.phase == PhaseInference {
+		for u := range e.plan.Resident {
+			switch {
+			case e.plan.IsHost(u):
+				p.Host++
+			case e.plan.Resident[u]:
+				p.Resident++
+			default:
+				p.Streamed++
+			}
+		}
+		p.PlanTokens = e.plan.Tokens
+		if e.hm.on {
+			if e.hm.passes < replanWarm {
+				p.Measuring = append(p.Measuring, "host units warm-up")
+			} else {
+				p.Measuring = append(p.Measuring, "host units")
+			}
+			if e.ring != nil && e.ring.logCopies {
+				p.Measuring = append(p.Measuring, "copies")
+			}
+		}
+		if e.tok.measure != nil {
+			p.Measuring = append(p.Measuring, fmt.Sprintf("bucket %d", e.tok.measure.ref))
+		}
+		if e.replan.state == ReplanInProgress {
+			p.Measuring = append(p.Measuring, "strategy replan")
+		}
+		if e.cfg.OffloadTiming != TimingOff {
+			p.Measuring = append(p.Measuring, "timing")
+		}
+	}
+	e.pass = p
+	e.notePlacement()
+}
+
+// placementMoved reports whether the plan in force places units otherwise
+// than when notePlacement last ran.
+func (e *engine) placementMoved() bool {
+	return !slices.Equal(e.passRes, e.plan.Resident) || !slices.Equal(e.passHost, e.plan.Host) || e.passSlots != e.plan.Slots
+}
+
+// notePlacement keeps the plan in force's placement (no allocation a pass
+// once the slices have grown).
+func (e *engine) notePlacement() {
+	e.passRes = append(e.passRes[:0], e.plan.Resident...)
+	e.passHost = append(e.passHost[:0], e.plan.Host...)
+	e.passSlots = e.plan.Slots
+}
+
+// passEnd completes the pass's record once it ended without error.
+func (e *engine) passEnd() {
+	e.passSeq++
+	p := e.pass
+	p.Seq = e.passSeq
+	if e.phase == PhaseInference {
+		p.PlanChanged = p.Phase != PhaseInference || e.placementMoved()
+	}
+	e.notePlacement()
+	e.lastPass = p
+}
+
+// LastPass reports the last forward the manager finished without error
+// (Seq 0 before any).
+func (m *Manager) LastPass() PassInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil {
+		return PassInfo{}
+	}
+	return m.e.lastPass
+}

@@ -1,0 +1,36 @@
+package offload
+
+import "testing"
+
+// TestPassInfoSteady: only an INFERENCE pass that measured nothing, ran
+// with profiling on, and had no placement change before or after it is
+// steady, and its line says so; each other kind says why it is not.
+func TestPassInfoSteady(t *testing.T) {
+	base := PassInfo{Seq: 9, Phase: PhaseInference, Tokens: 1, Resident: 15, Streamed: 7, Host: 10, PlanTokens: 1}
+	cases := []struct {
+		name   string
+		p      PassInfo
+		steady bool
+		line   string
+	}{
+		{"steady", base, true, "pass 9 INFERENCE T=1, plan 15/7/10 (res/str/host) for T=1, steady"},
+		{"none yet", PassInfo{}, false, "no pass yet"},
+		{"profiling", PassInfo{Seq: 2, Phase: PhaseProfiling, Tokens: 1}, false, "pass 2 PROFILING T=1, profiling"},
+		{"measuring", func() PassInfo { p := base; p.Measuring = []string{"host units", "copies"}; return p }(), false,
+			"pass 9 INFERENCE T=1, plan 15/7/10 (res/str/host) for T=1, measuring host units+copies"},
+		{"suspended", func() PassInfo { p := base; p.Suspended = true; return p }(), false,
+			"pass 9 INFERENCE T=1, plan 15/7/10 (res/str/host) for T=1, profiling suspended"},
+		{"changed after", func() PassInfo { p := base; p.PlanChanged = true; return p }(), false,
+			"pass 9 INFERENCE T=1, plan 15/7/10 (res/str/host) for T=1, placement changed after it"},
+		{"first after a change", func() PassInfo { p := base; p.AfterChange = true; return p }(), false,
+			"pass 9 INFERENCE T=1, plan 15/7/10 (res/str/host) for T=1, first under a new placement"},
+	}
+	for _, c := range cases {
+		if got := c.p.Steady(); got != c.steady {
+			t.Errorf("%s: Steady() = %v, want %v", c.name, got, c.steady)
+		}
+		if got := c.p.String(); got != c.line {
+			t.Errorf("%s: %q, want %q", c.name, got, c.line)
+		}
+	}
+}
