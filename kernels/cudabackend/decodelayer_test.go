@@ -419,7 +419,7 @@ func TestDecodeMegaDeclines(t *testing.T) {
 	a = w.operands(t, x, 5)
 	a.InvFreq = w.inv[:32]
 	a.KCache, a.VCache = gpu(t, runtime.BF16, nil, c.C, 2*c.KV, 64), gpu(t, runtime.BF16, nil, c.C, 2*c.KV, 64)
-	a.WQ = gpu(t, runtime.BF16, w.wq, 2*c.H*64/2, c.D)
+	a.WQ = gpu(t, runtime.BF16, w.wq, 2*c.H*64, c.D) // 2H heads 64 wide: the same rows as H heads 128 wide
 	check("head width 64", a)
 	// 16 query heads on one KV head.
 	n := 16

@@ -228,7 +228,7 @@ static CUresult ft_occupancy(CUcontext ctx, int* n, CUfunction f, int block, siz
 	return cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, block, smem);
 }
 
-#define FT_MAX_ARGS 24
+#define FT_MAX_ARGS 32
 
 // ft_launch launches f with nargs 8-byte argument slots: each kernel
 // parameter is read from the start of its slot (4-byte parameters from the
