@@ -59,6 +59,16 @@ __device__ __forceinline__ void dl_grid_sync(unsigned* bar, unsigned nb) {
 	__syncthreads();
 }
 
+// dl_mark records, when tr is set (a test's phase trace), the global
+// timer at point k of block blk: tr[blk·DL_MARKS + k], in ns.
+#define DL_MARKS 16
+__device__ __forceinline__ void dl_mark(unsigned long long* tr, int blk, int k) {
+	if (tr == 0 || threadIdx.x != 0) return;
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	tr[blk * DL_MARKS + k] = t;
+}
+
 // dl_share is block blk's task range [t0, t1) of n tasks over nb blocks.
 __device__ __forceinline__ void dl_share(int n, int blk, int nb, int& t0, int& t1) {
 	t0 = (int)((long long)n * blk / nb);
@@ -276,7 +286,7 @@ extern "C" __global__ void __launch_bounds__(DL_THREADS, 1) decode_layer_bf16(fl
 		const bf16_t* __restrict__ wg, const bf16_t* __restrict__ wu, const bf16_t* __restrict__ wd,
 		bf16_t* kc, bf16_t* vc, bf16_t* qs, bf16_t* ks, bf16_t* vs, bf16_t* att, bf16_t* gate,
 		float* part, unsigned* bar, const float* __restrict__ inv,
-		int D, int H, int KV, int I, int C, const int* posp, int pos0, int pf) {
+		int D, int H, int KV, int I, int C, const int* posp, int pos0, int pf, unsigned long long* tr) {
 	extern __shared__ uint4 dl_smem[];
 	__shared__ float red[32];
 	__shared__ int next;
@@ -296,15 +306,19 @@ extern "C" __global__ void __launch_bounds__(DL_THREADS, 1) decode_layer_bf16(fl
 	const int n8D = D >> 3;
 	dl_share(nq + 2 * nk, blk, nb, t0, t1);
 	P = dl_prefetch_count(0, t0, t1, n8D, pf);
+	dl_mark(tr, blk, 0);
 	dl_prefetch(0, t0, P, wq, wk, wv, nq, nk, n8D, buf);
 	dl_norm(x, inNorm, inEps, D, hs, red);
+	dl_mark(tr, blk, 1);
 	dl_gemv(0, t0, t1, P, buf, wq, wk, wv, nq, nk, n8D, xv, x, qs, ks, vs, gate, &next);
 	const int n8A = nq >> 3;
 	int o0, o1;
 	dl_share(D, blk, nb, o0, o1);
 	const int Po = dl_prefetch_count(1, o0, o1, n8A, pf);
+	dl_mark(tr, blk, 2);
 	dl_prefetch(1, o0, Po, wo, 0, 0, D, 0, n8A, buf);
 	dl_grid_sync(bar, nb);
+	dl_mark(tr, blk, 3);
 
 	// 2: attention items (KV head, chunk).
 	{
@@ -462,7 +476,9 @@ extern "C" __global__ void __launch_bounds__(DL_THREADS, 1) decode_layer_bf16(fl
 			}
 			__syncthreads();
 		}
+		dl_mark(tr, blk, 4);
 		dl_grid_sync(bar, nb);
+		dl_mark(tr, blk, 5);
 
 		// 3: merge the chunks per query head into att.
 		for (int hq = blk; hq < H; hq += nb) {
@@ -482,27 +498,35 @@ extern "C" __global__ void __launch_bounds__(DL_THREADS, 1) decode_layer_bf16(fl
 				att[(usize)hq * DL_HD + i] = f2bf(A / S);
 			}
 		}
+		dl_mark(tr, blk, 6);
 		dl_grid_sync(bar, nb);
+		dl_mark(tr, blk, 7);
 	}
 
 	// 4: x += WO·att.
 	dl_copy_act(att, nq, hs);
 	dl_gemv(1, o0, o1, Po, buf, wo, 0, 0, D, 0, n8A, xv, x, qs, ks, vs, gate, &next);
+	dl_mark(tr, blk, 8);
 	dl_share(I, blk, nb, t0, t1);
 	P = dl_prefetch_count(2, t0, t1, n8D, pf);
 	dl_prefetch(2, t0, P, wg, wu, 0, I, I, n8D, buf);
 	dl_grid_sync(bar, nb);
+	dl_mark(tr, blk, 9);
 
 	// 5: gate = silu(WGate·h)·(WUp·h), h = RMSNorm(x)·postNorm.
 	dl_norm(x, postNorm, postEps, D, hs, red);
+	dl_mark(tr, blk, 10);
 	dl_gemv(2, t0, t1, P, buf, wg, wu, 0, I, I, n8D, xv, x, qs, ks, vs, gate, &next);
 	const int n8I = I >> 3;
 	dl_share(D, blk, nb, o0, o1);
 	P = dl_prefetch_count(3, o0, o1, n8I, pf);
+	dl_mark(tr, blk, 11);
 	dl_prefetch(3, o0, P, wd, 0, 0, D, 0, n8I, buf);
 	dl_grid_sync(bar, nb);
+	dl_mark(tr, blk, 12);
 
 	// 6: x += WDown·gate.
 	dl_copy_act(gate, I, hs);
 	dl_gemv(3, o0, o1, P, buf, wd, 0, 0, D, 0, n8I, xv, x, qs, ks, vs, gate, &next);
+	dl_mark(tr, blk, 13);
 }

@@ -44,7 +44,11 @@ type megaState struct {
 	bar, part   *runtime.DeviceBuffer
 	smemSet     bool // the kernel's dynamic shared memory limit is raised
 	blocksPerSM int
+	trace       uintptr // a test's phase trace buffer (megaMarks uint64 a block), or 0
 }
+
+// megaMarks is the kernel's timer reads a block in a phase trace (DL_MARKS).
+const megaMarks = 16
 
 func (m *megaState) free() {
 	m.bar.Free()
@@ -179,7 +183,7 @@ func (b *Backend) DecodeLayer(a kernels.DecodeLayer) (bool, error) {
 		cuda.Ptr(a.WGate.Ptr()), cuda.Ptr(a.WUp.Ptr()), cuda.Ptr(a.WDown.Ptr()),
 		cuda.Ptr(a.KCache.Ptr()), cuda.Ptr(a.VCache.Ptr()), cuda.Ptr(a.Q.Ptr()), cuda.Ptr(a.K.Ptr()), cuda.Ptr(a.V.Ptr()),
 		cuda.Ptr(a.Att.Ptr()), cuda.Ptr(a.Gate.Ptr()), cuda.Ptr(m.part.Ptr()), cuda.Ptr(m.bar.Ptr()), cuda.Ptr(tab),
-		cuda.I32(s.D), cuda.I32(s.H), cuda.I32(s.KV), cuda.I32(s.I), cuda.I32(s.C), posp, p0, cuda.I32(pf))
+		cuda.I32(s.D), cuda.I32(s.H), cuda.I32(s.KV), cuda.I32(s.I), cuda.I32(s.C), posp, p0, cuda.I32(pf), cuda.Ptr(m.trace))
 }
 
 var _ kernels.DecodeLayerer = (*Backend)(nil)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -461,5 +462,76 @@ func TestDecodeMegaTime(t *testing.T) {
 		floor := time.Duration(float64(weights+kv) / 4.12e12 * 1e9)
 		fmt.Printf("decode layer, context %d: one kernel %v (mean back to back %v), separate ops %v (%v), HBM floor (%.0f MB at 4.12 TB/s) %v\n",
 			ctx, mega, megaMean, sep, sepMean, float64(weights+kv)/1e6, floor)
+	}
+}
+
+// TestDecodeMegaPhases prints where the one-kernel layer's time goes at
+// Llama-3-8B's shape, context 512: for each of the kernel's timer points
+// (dl_mark), the median and the latest block's time since the earliest
+// block started, from one traced launch after a warm-up. It asserts only
+// that every block recorded every point in order.
+func TestDecodeMegaPhases(t *testing.T) {
+	needGPU(t)
+	if gdev.ComputeCapability() != 90 {
+		t.Skipf("compute capability %d, want 9.0", gdev.ComputeCapability())
+	}
+	withMega(t)
+	rng := newRNG(t)
+	c := megaCase{D: 4096, H: 32, KV: 8, I: 14336, C: 8192}
+	w := newMegaWeights(t, rng, c)
+	x := randBF16(rng, c.D, 1)
+	names := []string{"start", "norm", "q/k/v", "barrier 1", "attention", "barrier 2", "merge", "barrier 3",
+		"o_proj", "barrier 4", "post-norm", "gate·up", "barrier 5", "down (end)"}
+	for _, ctx := range []int{512, 8192} {
+		a := w.operands(t, x, ctx-1)
+		for i := 0; i < 3; i++ { // warm-up
+			if ran, err := gb.DecodeLayer(a); err != nil || !ran {
+				t.Fatalf("warm-up: ran %v, %v", ran, err)
+			}
+		}
+		grid := gb.sms * max(1, gb.mega.blocksPerSM)
+		tr := gpu(t, runtime.F32, make([]float32, 2*megaMarks*grid*4), 2*megaMarks*grid*4) // zeroed; generous: blocksPerSM may be unset
+		gb.mega.trace = tr.Ptr()
+		ran, err := gb.DecodeLayer(a)
+		gb.mega.trace = 0
+		if err != nil || !ran {
+			t.Fatalf("traced launch: ran %v, %v", ran, err)
+		}
+		raw := make([]byte, tr.NumBytes())
+		if err := gb.ReadBytes(raw, tr); err != nil {
+			t.Fatal(err)
+		}
+		nb := 0
+		marks := func(b, k int) uint64 {
+			o := 8 * (b*megaMarks + k)
+			return uint64(raw[o]) | uint64(raw[o+1])<<8 | uint64(raw[o+2])<<16 | uint64(raw[o+3])<<24 |
+				uint64(raw[o+4])<<32 | uint64(raw[o+5])<<40 | uint64(raw[o+6])<<48 | uint64(raw[o+7])<<56
+		}
+		for nb < len(raw)/(8*megaMarks) && marks(nb, 0) != 0 {
+			nb++
+		}
+		if nb == 0 {
+			t.Fatal("no block recorded its start")
+		}
+		t0 := marks(0, 0)
+		for b := 0; b < nb; b++ {
+			t0 = min(t0, marks(b, 0))
+		}
+		fmt.Printf("decode layer phases, context %d, %d blocks (µs since the first block's start: median, latest block):\n", ctx, nb)
+		prevMed := 0.0
+		for k, name := range names {
+			v := make([]float64, nb)
+			for b := 0; b < nb; b++ {
+				m := marks(b, k)
+				if m < t0 || (k > 0 && m < marks(b, k-1)) {
+					t.Fatalf("block %d: point %d (%s) out of order", b, k, name)
+				}
+				v[b] = float64(m-t0) / 1e3
+			}
+			sort.Float64s(v)
+			med := v[nb/2]
+			fmt.Printf("  %-12s %8.2f %8.2f   (+%.2f)\n", name, med, v[nb-1], med-prevMed)
+			prevMed = med
+		}
 	}
 }

@@ -72,7 +72,7 @@ func TestDecodeMegaModelGPU(t *testing.T) {
 		cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = 256, 512, 2
 		cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 4, 2, 128
 		dir := t.TempDir()
-		if err := llama.MakeCheckpoint(dir, cfg, 11, 0); err != nil {
+		if err := llama.MakeCheckpoint(dir, cfg, 11, 1<<30); err != nil {
 			t.Fatal(err)
 		}
 		m := load(t, dir, d.Dev)
