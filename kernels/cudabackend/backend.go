@@ -206,8 +206,7 @@ type Backend struct {
 	// VarlenContig lets PackedPrefillAttention run (varlencontig.go: a
 	// batched forward whose prefill sequences all start at position 0 reads
 	// their keys and values from the packed rows of the forward, not the
-	// paged pool); off, it declines. New sets it when FT_VARLEN_CONTIG=1
-	// (A/B runs).
+	// paged pool); off, it declines. New sets it unless FT_VARLEN_CONTIG=0.
 	VarlenContig bool
 
 	// NormRows says when RMSNorm and AddRMSNorm of an F32 residual run

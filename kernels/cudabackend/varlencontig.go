@@ -16,9 +16,11 @@ import (
 // Same kernel body, same key order, so the same bits as the paged path.
 // This file has no build tag so that the table is tested without a GPU.
 
-// varlenContigFromEnv is the default of Backend.VarlenContig:
-// FT_VARLEN_CONTIG=1; "" and "0" leave it off (New rejects other values).
-func varlenContigFromEnv() bool { return os.Getenv("FT_VARLEN_CONTIG") == "1" }
+// varlenContigFromEnv is the default of Backend.VarlenContig: on unless
+// FT_VARLEN_CONTIG=0 (New rejects values other than "", "0" and "1"). On
+// by default since s11a/s11b: 64 × 512 packed prefill 739.3 and 742.8 ms
+// against 748.9 and 748.6 off, interleaved (bench/RESULTS.md).
+func varlenContigFromEnv() bool { return os.Getenv("FT_VARLEN_CONTIG") != "0" }
 
 // packedTiles lists the query tiles of rows rows each of the packed
 // sequences (sequence s in rows qStarts[s]..qStarts[s+1]−1, all at

@@ -82,13 +82,13 @@ func TestVarlenContigKernelNames(t *testing.T) {
 	}
 }
 
-// TestVarlenContigFromEnv: FT_VARLEN_CONTIG=1 turns the packed path on;
-// unset and "0" leave it off.
+// TestVarlenContigFromEnv: the packed path is on unset and with
+// FT_VARLEN_CONTIG=1, off with "0".
 func TestVarlenContigFromEnv(t *testing.T) {
 	for _, c := range []struct {
 		value string
 		want  bool
-	}{{"", false}, {"0", false}, {"1", true}} {
+	}{{"", true}, {"0", false}, {"1", true}} {
 		t.Setenv("FT_VARLEN_CONTIG", c.value)
 		if got := varlenContigFromEnv(); got != c.want {
 			t.Errorf("FT_VARLEN_CONTIG=%q: %v, want %v", c.value, got, c.want)
