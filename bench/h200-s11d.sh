@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 11, calls d and e: the one-kernel decode layer as h4 reorganised it, its files copied in
-# from branch h4-mega2 (d: 09549c3, a checkpoint; e: 36f4d4d, the tip): its tests, per-layer time and
+# from branch h4-mega2 (d: 09549c3, a checkpoint; e: 36f4d4d; f: 0088706, bulk-copy prefetch): its tests, per-layer time and
 # phase trace.
 # Usage (repo root, GPU machine): bash bench/h200-s11d.sh OUTDIR
 set -uo pipefail
