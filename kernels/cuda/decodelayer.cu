@@ -21,9 +21,12 @@
 //     the caches' row p; barrier;
 //  3. the chunks merged into att (bf16), the outputs shared out over all
 //     blocks; barrier;
-//  4. x += WO·att; barrier (WGate/WUp prefetch between arrival and wait);
+//  4. x += WO·att; barrier (the first half of the WGate/WUp prefetch
+//     between arrival and wait, the second once the post-norm's loads are
+//     out);
 //  5. h = RMSNorm(x)·postNorm; gate = silu(WGate·h)·(WUp·h) (bf16);
-//     barrier (WDown prefetch between arrival and wait);
+//     barrier (WDown prefetch likewise in two halves, the second once the
+//     gate vector's loads are out);
 //  6. x += WDown·gate.
 // Data written inside the kernel by other blocks is read with __ldcg (L2,
 // never a stale L1 line).
@@ -119,19 +122,21 @@ __device__ __forceinline__ int dl_prefetch_count(int mode, int t0, int t1, int n
 	return min(t1 - t0, pf / tb);
 }
 
-// dl_prefetch starts the cp.async copies of the block's first P tasks of
-// a phase into buf (task k at k·taskBytes, a pair's rows one after the
-// other) and commits them. The copies are split into the units dl_gemv
-// hands out (two tasks, or one pair: 2·n8 uint4), unit s copied by warp
-// s mod DL_WARPS, the warp that computes it: a warp then waits only for
-// its own copies (no block-wide wait).
+// dl_prefetch starts the cp.async copies of units [u0, u1) of the block's
+// first P tasks of a phase into buf (task k at k·taskBytes, a pair's rows
+// one after the other) and commits them. The copies are split into the
+// units dl_gemv hands out (two tasks, or one pair: 2·n8 uint4; there are
+// dl_prefetch_units of them), unit s copied by warp s mod DL_WARPS, the
+// warp that computes it: a warp then waits only for its own copies (no
+// block-wide wait).
 __device__ __forceinline__ void dl_prefetch(int mode, int t0, int P, const bf16_t* a, const bf16_t* b, const bf16_t* c,
-		int na, int nb, int n8, uint4* buf) {
+		int na, int nb, int n8, uint4* buf, int u0, int u1) {
 	const int per = mode == 2 ? 2 * n8 : n8;
 	const int total = P * per, U = 2 * n8;
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-	for (int s0 = w * U; s0 < total; s0 += DL_WARPS * U) {
-		const int s1 = min(s0 + U, total);
+	int su = u0 + ((w - u0) % DL_WARPS + DL_WARPS) % DL_WARPS; // the first unit ≥ u0 of warp w
+	for (; su < u1 && su * U < total; su += DL_WARPS) {
+		const int s0 = su * U, s1 = min(s0 + U, total);
 		for (int e = s0 + lane; e < s1; e += 32) {
 			const int k = e / per, j = e - k * per;
 			const uint4 *r0, *r1;
@@ -142,6 +147,9 @@ __device__ __forceinline__ void dl_prefetch(int mode, int t0, int P, const bf16_
 	}
 	cp_async_commit();
 }
+
+// dl_prefetch_units is the number of dl_gemv units in P prefetched tasks.
+__device__ __forceinline__ int dl_prefetch_units(int mode, int P) { return mode == 2 ? P : (P + 1) / 2; }
 
 // dl_ld loads 16 bytes of a weight row: from shared memory (SMEM) or
 // through the read-only path.
@@ -320,11 +328,27 @@ __device__ void dl_norm(const float* x, const bf16_t* nw, float eps, int n, bf16
 	__syncthreads();
 }
 
-// dl_copy_act copies n bf16 values written by other blocks into hs.
-__device__ void dl_copy_act(const bf16_t* src, int n, bf16_t* hs) {
+// dl_copy_act copies n bf16 values written by other blocks into hs; the
+// first loads (4 uint4 a thread) are issued before mid() runs (a weight
+// prefetch that would otherwise delay them).
+template <class F>
+__device__ void dl_copy_act(const bf16_t* src, int n, bf16_t* hs, F mid) {
 	const int n8 = n >> 3;
-	for (int i = threadIdx.x; i < n8; i += DL_THREADS)
-		reinterpret_cast<uint4*>(hs)[i] = __ldcg(reinterpret_cast<const uint4*>(src) + i);
+	const uint4* s4 = reinterpret_cast<const uint4*>(src);
+	uint4* h4 = reinterpret_cast<uint4*>(hs);
+	uint4 r[4];
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const int i = threadIdx.x + k * DL_THREADS;
+		if (i < n8) r[k] = __ldcg(s4 + i);
+	}
+	mid();
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const int i = threadIdx.x + k * DL_THREADS;
+		if (i < n8) h4[i] = r[k];
+	}
+	for (int i = threadIdx.x + 4 * DL_THREADS; i < n8; i += DL_THREADS) h4[i] = __ldcg(s4 + i);
 	__syncthreads();
 }
 
@@ -361,7 +385,7 @@ extern "C" __global__ void __launch_bounds__(DL_THREADS, 1) decode_layer_bf16(fl
 	dl_share(nq + 2 * nk, blk, nb, t0, t1);
 	P = dl_prefetch_count(0, t0, t1, n8D, pf);
 	dl_mark(tr, blk, 0);
-	dl_norm(x, inNorm, inEps, D, hs, red, [&] { dl_prefetch(0, t0, P, wq, wk, wv, nq, nk, n8D, buf); });
+	dl_norm(x, inNorm, inEps, D, hs, red, [&] { dl_prefetch(0, t0, P, wq, wk, wv, nq, nk, n8D, buf, 0, dl_prefetch_units(0, P)); });
 	dl_mark(tr, blk, 1);
 	dl_gemv(0, t0, t1, P, buf, wq, wk, wv, nq, nk, n8D, xv, x, qs, ks, vs, gate, &next);
 	const int n8A = nq >> 3;
@@ -386,7 +410,7 @@ extern "C" __global__ void __launch_bounds__(DL_THREADS, 1) decode_layer_bf16(fl
 			}
 		}
 	}
-	dl_prefetch(1, o0, Po, wo, 0, 0, D, 0, n8A, buf);
+	dl_prefetch(1, o0, Po, wo, 0, 0, D, 0, n8A, buf, 0, dl_prefetch_units(1, Po));
 	dl_wait(bar, gen);
 	dl_mark(tr, blk, 3);
 
@@ -635,9 +659,8 @@ extern "C" __global__ void __launch_bounds__(DL_THREADS, 1) decode_layer_bf16(fl
 					const int g = hq / G, h = hq - g * G;
 					for (int c = ci; c < chunks; c += 16) {
 						const float* pc = part + ((usize)(g * chunks + c) * G + h) * (DL_HD + 2);
-						const float mc = __ldcg(pc);
-						if (mc == -FT_INF) continue;
-						const float lc = __ldcg(pc + 1), ac = __ldcg(pc + 2 + i);
+						const float mc = __ldcg(pc), lc = __ldcg(pc + 1), ac = __ldcg(pc + 2 + i); // one round trip
+						if (mc == -FT_INF) continue; // an empty chunk (its acc is not written)
 						const float mn = fmaxf(M, mc);
 						const float a0 = M == -FT_INF ? 0.f : exp2f(M - mn), a1 = exp2f(mc - mn);
 						S = S * a0 + lc * a1;
@@ -666,31 +689,35 @@ extern "C" __global__ void __launch_bounds__(DL_THREADS, 1) decode_layer_bf16(fl
 	}
 
 	// 4: x += WO·att.
-	dl_copy_act(att, nq, hs);
+	dl_copy_act(att, nq, hs, [] {});
 	dl_gemv(1, o0, o1, Po, buf, wo, 0, 0, D, 0, n8A, xv, x, qs, ks, vs, gate, &next);
 	dl_mark(tr, blk, 8);
 	dl_share(I, blk, nb, t0, t1);
 	P = dl_prefetch_count(2, t0, t1, n8D, pf);
+	// The prefetch in two halves: the first while the grid waits, the
+	// second once the post-norm's loads of x are out.
+	int uh = dl_prefetch_units(2, P) / 2;
 	gen = dl_arrive(bar, nb);
-	dl_prefetch(2, t0, P, wg, wu, 0, I, I, n8D, buf);
+	dl_prefetch(2, t0, P, wg, wu, 0, I, I, n8D, buf, 0, uh);
 	dl_wait(bar, gen);
 	dl_mark(tr, blk, 9);
 
 	// 5: gate = silu(WGate·h)·(WUp·h), h = RMSNorm(x)·postNorm.
-	dl_norm(x, postNorm, postEps, D, hs, red, [] {});
+	dl_norm(x, postNorm, postEps, D, hs, red, [&] { dl_prefetch(2, t0, P, wg, wu, 0, I, I, n8D, buf, uh, dl_prefetch_units(2, P)); });
 	dl_mark(tr, blk, 10);
 	dl_gemv(2, t0, t1, P, buf, wg, wu, 0, I, I, n8D, xv, x, qs, ks, vs, gate, &next);
 	const int n8I = I >> 3;
 	dl_share(D, blk, nb, o0, o1);
 	P = dl_prefetch_count(3, o0, o1, n8I, pf);
 	dl_mark(tr, blk, 11);
+	uh = dl_prefetch_units(3, P) / 2; // two halves, as before the post-norm
 	gen = dl_arrive(bar, nb);
-	dl_prefetch(3, o0, P, wd, 0, 0, D, 0, n8I, buf);
+	dl_prefetch(3, o0, P, wd, 0, 0, D, 0, n8I, buf, 0, uh);
 	dl_wait(bar, gen);
 	dl_mark(tr, blk, 12);
 
 	// 6: x += WDown·gate.
-	dl_copy_act(gate, I, hs);
+	dl_copy_act(gate, I, hs, [&] { dl_prefetch(3, o0, P, wd, 0, 0, D, 0, n8I, buf, uh, dl_prefetch_units(3, P)); });
 	dl_gemv(3, o0, o1, P, buf, wd, 0, 0, D, 0, n8I, xv, x, qs, ks, vs, gate, &next);
 	dl_mark(tr, blk, 13);
 }
