@@ -2,11 +2,12 @@
 // (kernels.DecodeLayer; cudabackend's decodelayer.go): one block of
 // DL_THREADS threads a multiprocessor, all resident at once, phases
 // separated by a self-resetting grid barrier. Each block owns an even
-// share of every GEMV's rows; before it waits at a barrier it starts
-// cp.async copies of the first rows of its share of the NEXT phase's
-// weights into its shared-memory buffer (weights never depend on the
-// activations), so that HBM keeps streaming while the grid waits, the
-// norm and the attention run.
+// share of every GEMV's rows; before it waits at a barrier one thread
+// starts bulk copies (the copy engine, completing on an mbarrier) of the
+// first rows of its share of the NEXT phase's weights into its
+// shared-memory buffer (weights never depend on the activations), so that
+// HBM keeps streaming while the grid waits, the norm and the attention
+// run, and no thread stalls on the copies until it needs the rows.
 //
 // Phases (head width 128, G = H/KV query heads per KV head, G ≤ 8):
 //  0. h = RMSNorm(x)·inNorm into shared memory (bf16, redundantly in every
@@ -21,12 +22,10 @@
 //     the caches' row p; barrier;
 //  3. the chunks merged into att (bf16), the outputs shared out over all
 //     blocks; barrier;
-//  4. x += WO·att; barrier (the first half of the WGate/WUp prefetch
-//     between arrival and wait, the second once the post-norm's loads are
-//     out);
+//  4. x += WO·att; barrier (the WGate/WUp prefetch issued between
+//     arrival and wait);
 //  5. h = RMSNorm(x)·postNorm; gate = silu(WGate·h)·(WUp·h) (bf16);
-//     barrier (WDown prefetch likewise in two halves, the second once the
-//     gate vector's loads are out);
+//     barrier (the WDown prefetch likewise);
 //  6. x += WDown·gate.
 // Data written inside the kernel by other blocks is read with __ldcg (L2,
 // never a stale L1 line).
@@ -122,34 +121,99 @@ __device__ __forceinline__ int dl_prefetch_count(int mode, int t0, int t1, int n
 	return min(t1 - t0, pf / tb);
 }
 
-// dl_prefetch starts the cp.async copies of units [u0, u1) of the block's
-// first P tasks of a phase into buf (task k at k·taskBytes, a pair's rows
-// one after the other) and commits them. The copies are split into the
-// units dl_gemv hands out (two tasks, or one pair: 2·n8 uint4; there are
-// dl_prefetch_units of them), unit s copied by warp s mod DL_WARPS, the
-// warp that computes it: a warp then waits only for its own copies (no
-// block-wide wait).
-__device__ __forceinline__ void dl_prefetch(int mode, int t0, int P, const bf16_t* a, const bf16_t* b, const bf16_t* c,
-		int na, int nb, int n8, uint4* buf, int u0, int u1) {
-	const int per = mode == 2 ? 2 * n8 : n8;
-	const int total = P * per, U = 2 * n8;
-	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-	int su = u0 + ((w - u0) % DL_WARPS + DL_WARPS) % DL_WARPS; // the first unit ≥ u0 of warp w
-	for (; su < u1 && su * U < total; su += DL_WARPS) {
-		const int s0 = su * U, s1 = min(s0 + U, total);
-		for (int e = s0 + lane; e < s1; e += 32) {
-			const int k = e / per, j = e - k * per;
-			const uint4 *r0, *r1;
-			dl_task_rows(mode, t0 + k, a, b, c, na, nb, n8, r0, r1);
-			const uint4* src = j < n8 ? r0 + j : r1 + (j - n8);
-			cp_async16(buf + e, src);
-		}
+// The prefetch is one thread's handful of bulk copies (the copy engine,
+// cp.async.bulk, sm_90) that complete on the block's mbarrier mb: the
+// other threads go on at once, and a warp that needs prefetched rows
+// waits for the barrier's phase. A block's rows [t0, t0+P) of a row-major
+// matrix are contiguous, so a phase takes one copy a tensor touched (q/k/v
+// up to three), cut into pieces of at most DL_BULK bytes. Every source row
+// starts on 16 bytes (the host declines other pointers; rows are n8·16
+// bytes), as the copies need.
+#define DL_BULK 32768
+
+// dl_smem_addr is p's shared-memory address.
+__device__ __forceinline__ unsigned dl_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// dl_mb_init makes mb a one-arrival mbarrier (thread 0) and makes that
+// visible to the copy engine and every thread.
+__device__ __forceinline__ void dl_mb_init(unsigned long long* mb) {
+	if (threadIdx.x == 0) {
+		asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(dl_smem_addr(mb)) : "memory");
+		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+		asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 	}
-	cp_async_commit();
+	__syncthreads();
 }
 
-// dl_prefetch_units is the number of dl_gemv units in P prefetched tasks.
-__device__ __forceinline__ int dl_prefetch_units(int mode, int P) { return mode == 2 ? P : (P + 1) / 2; }
+// dl_mb_wait waits (every calling thread) for the phase of parity ph of
+// mb to complete; the copied bytes are then visible to the caller.
+__device__ __forceinline__ void dl_mb_wait(unsigned long long* mb, unsigned ph) {
+	const unsigned a = dl_smem_addr(mb);
+	unsigned done = 0;
+	for (;;) {
+		asm volatile(
+				"{\n\t.reg .pred p;\n\t"
+				"mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+				"selp.u32 %0, 1, 0, p;\n\t}"
+				: "=r"(done)
+				: "r"(a), "r"(ph)
+				: "memory");
+		if (done) break;
+	}
+}
+
+// dl_bulk copies bytes (a multiple of 16) from src to dst in pieces,
+// completing on mb (whose expected count the caller has raised).
+__device__ __forceinline__ void dl_bulk(void* dst, const void* src, unsigned bytes, unsigned long long* mb) {
+	const unsigned m = dl_smem_addr(mb);
+	for (unsigned o = 0; o < bytes; o += DL_BULK) {
+		const unsigned sz = min((unsigned)DL_BULK, bytes - o);
+		asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+							 dl_smem_addr(reinterpret_cast<char*>(dst) + o)),
+				"l"(reinterpret_cast<const char*>(src) + o), "r"(sz), "r"(m)
+				: "memory");
+	}
+}
+
+// dl_prefetch (thread 0; the caller has synchronised the block since the
+// last reads of buf) starts the bulk copies of the block's first P tasks
+// of a phase into buf: modes 0, 1 and 3 task k's row at k·n8 uint4, mode
+// 2 the P gate rows and then the P up rows. Each call completes one phase
+// of mb; the caller flips the parity it waits on after each call with
+// P > 0.
+__device__ __forceinline__ void dl_prefetch(int mode, int t0, int P, const bf16_t* a, const bf16_t* b, const bf16_t* c,
+		int na, int nb, int n8, uint4* buf, unsigned long long* mb) {
+	if (threadIdx.x != 0 || P <= 0) return;
+	const unsigned row = (unsigned)n8 * 16u;
+	const unsigned total = row * (unsigned)P * (mode == 2 ? 2u : 1u);
+	// The block's earlier generic reads of buf come before the copies'
+	// writes.
+	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(dl_smem_addr(mb)), "r"(total) : "memory");
+	char* d = reinterpret_cast<char*>(buf);
+	if (mode == 2) {
+		dl_bulk(d, a + (usize)t0 * n8 * 8, row * P, mb);
+		dl_bulk(d + (usize)row * P, b + (usize)t0 * n8 * 8, row * P, mb);
+		return;
+	}
+	// Tasks [t0, t0+P) over the tensors a [na rows], b [nb], c (mode 0).
+	int t = t0;
+	const int t1 = t0 + P;
+	while (t < t1) {
+		const bf16_t* base;
+		int lo, hi;
+		if (mode != 0 || t < na) {
+			base = a, lo = 0, hi = mode != 0 ? t1 : na;
+		} else if (t < na + nb) {
+			base = b, lo = na, hi = na + nb;
+		} else {
+			base = c, lo = na + nb, hi = t1;
+		}
+		const int e = min(t1, hi);
+		dl_bulk(d + (usize)(t - t0) * row, base + (usize)(t - lo) * n8 * 8, row * (unsigned)(e - t), mb);
+		t = e;
+	}
+}
 
 // dl_ld loads 16 bytes of a weight row: from shared memory (SMEM) or
 // through the read-only path.
@@ -217,56 +281,42 @@ __device__ __forceinline__ void dl_emit(int mode, int t, float y0, float y1, flo
 }
 
 // dl_gemv runs a block's tasks [t0, t1) of a phase: the first P from buf
-// (prefetched by dl_prefetch), the rest from global memory. Units are two
-// tasks, or one pair of gate/up rows. Warp w computes the prefetched units
-// w, w + DL_WARPS, … (the ones it copied; it waits for its own copies
-// only) and takes global units from a block-wide queue (next, a
-// shared-memory counter, zero on entry; left zero on exit): one global
-// unit first, so that its loads are in flight while the prefetch lands,
-// then its prefetched units, then global units while any are left.
-__device__ void dl_gemv(int mode, int t0, int t1, int P, const uint4* buf, const bf16_t* a, const bf16_t* b, const bf16_t* c,
-		int na, int nb, int n8, const uint4* xv, float* x, bf16_t* q, bf16_t* k, bf16_t* v, bf16_t* gate, int* next) {
-	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-	const int per = mode == 2 ? 2 * n8 : n8;
+// (dl_prefetch's layout, complete at parity ph of mb), the rest from
+// global memory. Units are two tasks, or one pair of gate/up rows, handed
+// out by a block-wide queue (next, a shared-memory counter, zero on entry;
+// left zero on exit): the global units first, so that their loads stream
+// while the bulk copies land, then the prefetched ones (a warp waits on mb
+// before its first).
+__device__ void dl_gemv(int mode, int t0, int t1, int P, const uint4* buf, unsigned long long* mb, unsigned ph,
+		const bf16_t* a, const bf16_t* b, const bf16_t* c, int na, int nb, int n8, const uint4* xv, float* x, bf16_t* q,
+		bf16_t* k, bf16_t* v, bf16_t* gate, int* next) {
+	const int lane = threadIdx.x & 31;
 	const int step = mode == 2 ? 1 : 2;
 	const int n = t1 - t0;
 	const int ns = (P + step - 1) / step, ng = (n - P + step - 1) / step;
-	int s = w;
-	bool first = true, waited = false;
+	bool waited = false;
 	for (;;) {
-		int i0, i1;
-		bool sm;
-		if (!first && s < ns) {
-			i0 = s * step;
-			i1 = min(i0 + step, P);
-			s += DL_WARPS;
-			sm = true;
-		} else {
-			int u = 0;
-			if (lane == 0) u = atomicAdd(next, 1);
-			u = __shfl_sync(FT_FULL, u, 0);
-			first = false;
-			if (u >= ng) {
-				if (s < ns) continue;
-				break;
-			}
-			i0 = P + u * step;
-			i1 = min(i0 + step, n);
-			sm = false;
-		}
+		int u = 0;
+		if (lane == 0) u = atomicAdd(next, 1);
+		u = __shfl_sync(FT_FULL, u, 0);
+		if (u >= ng + ns) break;
 		const uint4 *ra, *rb = 0;
 		float y0, y1;
-		if (sm) {
+		int i0;
+		if (u >= ng) {
+			i0 = (u - ng) * step;
+			const int i1 = min(i0 + step, P);
 			if (!waited) {
-				cp_async_wait0();
-				__syncwarp();
+				dl_mb_wait(mb, ph);
 				waited = true;
 			}
-			ra = buf + (usize)i0 * per;
-			if (mode == 2) rb = ra + n8;
-			else if (i0 + 1 < i1) rb = ra + per;
+			ra = buf + (usize)i0 * n8;
+			if (mode == 2) rb = buf + (usize)(P + i0) * n8;
+			else if (i0 + 1 < i1) rb = ra + n8;
 			dl_dot2<true>(ra, rb, xv, n8, y0, y1);
 		} else {
+			i0 = P + u * step;
+			const int i1 = min(i0 + step, n);
 			dl_task_rows(mode, t0 + i0, a, b, c, na, nb, n8, ra, rb);
 			if (mode != 2 && i0 + 1 < i1) {
 				const uint4* r1;
@@ -281,7 +331,6 @@ __device__ void dl_gemv(int mode, int t0, int t1, int P, const uint4* buf, const
 			if (rb) dl_emit(mode, t0 + i0 + 1, y1, 0.f, x, q, k, v, na, nb, gate);
 		}
 	}
-	cp_async_wait0();
 	__syncthreads(); // buf is free for the next phase's prefetch; every warp is past the queue
 	if (threadIdx.x == 0) *next = 0;
 }
@@ -367,6 +416,7 @@ extern "C" __global__ void __launch_bounds__(DL_THREADS, 1) decode_layer_bf16(fl
 	extern __shared__ uint4 dl_smem[];
 	__shared__ float red[32];
 	__shared__ int next;
+	__shared__ unsigned long long mb; // the prefetch's mbarrier
 	const int nb = gridDim.x, blk = blockIdx.x;
 	const int actN = max(max(D, H * DL_HD), I);
 	uint4* buf = dl_smem;
@@ -380,14 +430,17 @@ extern "C" __global__ void __launch_bounds__(DL_THREADS, 1) decode_layer_bf16(fl
 	int t0, t1, P;
 
 	// 0-1: q/k/v.
+	dl_mb_init(&mb);
+	unsigned ph = 0; // the parity of mb's phase the next prefetch completes
 	if (threadIdx.x == 0) next = 0; // dl_norm's block_sum syncs before dl_gemv uses it
 	const int n8D = D >> 3;
 	dl_share(nq + 2 * nk, blk, nb, t0, t1);
 	P = dl_prefetch_count(0, t0, t1, n8D, pf);
 	dl_mark(tr, blk, 0);
-	dl_norm(x, inNorm, inEps, D, hs, red, [&] { dl_prefetch(0, t0, P, wq, wk, wv, nq, nk, n8D, buf, 0, dl_prefetch_units(0, P)); });
+	dl_norm(x, inNorm, inEps, D, hs, red, [&] { dl_prefetch(0, t0, P, wq, wk, wv, nq, nk, n8D, buf, &mb); });
 	dl_mark(tr, blk, 1);
-	dl_gemv(0, t0, t1, P, buf, wq, wk, wv, nq, nk, n8D, xv, x, qs, ks, vs, gate, &next);
+	dl_gemv(0, t0, t1, P, buf, &mb, ph, wq, wk, wv, nq, nk, n8D, xv, x, qs, ks, vs, gate, &next);
+	if (P > 0) ph ^= 1u;
 	const int n8A = nq >> 3;
 	int o0, o1;
 	dl_share(D, blk, nb, o0, o1);
@@ -410,7 +463,7 @@ extern "C" __global__ void __launch_bounds__(DL_THREADS, 1) decode_layer_bf16(fl
 			}
 		}
 	}
-	dl_prefetch(1, o0, Po, wo, 0, 0, D, 0, n8A, buf, 0, dl_prefetch_units(1, Po));
+	dl_prefetch(1, o0, Po, wo, 0, 0, D, 0, n8A, buf, &mb);
 	dl_wait(bar, gen);
 	dl_mark(tr, blk, 3);
 
@@ -690,34 +743,32 @@ extern "C" __global__ void __launch_bounds__(DL_THREADS, 1) decode_layer_bf16(fl
 
 	// 4: x += WO·att.
 	dl_copy_act(att, nq, hs, [] {});
-	dl_gemv(1, o0, o1, Po, buf, wo, 0, 0, D, 0, n8A, xv, x, qs, ks, vs, gate, &next);
+	dl_gemv(1, o0, o1, Po, buf, &mb, ph, wo, 0, 0, D, 0, n8A, xv, x, qs, ks, vs, gate, &next);
+	if (Po > 0) ph ^= 1u;
 	dl_mark(tr, blk, 8);
 	dl_share(I, blk, nb, t0, t1);
 	P = dl_prefetch_count(2, t0, t1, n8D, pf);
-	// The prefetch in two halves: the first while the grid waits, the
-	// second once the post-norm's loads of x are out.
-	int uh = dl_prefetch_units(2, P) / 2;
 	gen = dl_arrive(bar, nb);
-	dl_prefetch(2, t0, P, wg, wu, 0, I, I, n8D, buf, 0, uh);
+	dl_prefetch(2, t0, P, wg, wu, 0, I, I, n8D, buf, &mb);
 	dl_wait(bar, gen);
 	dl_mark(tr, blk, 9);
 
 	// 5: gate = silu(WGate·h)·(WUp·h), h = RMSNorm(x)·postNorm.
-	dl_norm(x, postNorm, postEps, D, hs, red, [&] { dl_prefetch(2, t0, P, wg, wu, 0, I, I, n8D, buf, uh, dl_prefetch_units(2, P)); });
+	dl_norm(x, postNorm, postEps, D, hs, red, [] {});
 	dl_mark(tr, blk, 10);
-	dl_gemv(2, t0, t1, P, buf, wg, wu, 0, I, I, n8D, xv, x, qs, ks, vs, gate, &next);
+	dl_gemv(2, t0, t1, P, buf, &mb, ph, wg, wu, 0, I, I, n8D, xv, x, qs, ks, vs, gate, &next);
+	if (P > 0) ph ^= 1u;
 	const int n8I = I >> 3;
 	dl_share(D, blk, nb, o0, o1);
 	P = dl_prefetch_count(3, o0, o1, n8I, pf);
 	dl_mark(tr, blk, 11);
-	uh = dl_prefetch_units(3, P) / 2; // two halves, as before the post-norm
 	gen = dl_arrive(bar, nb);
-	dl_prefetch(3, o0, P, wd, 0, 0, D, 0, n8I, buf, 0, uh);
+	dl_prefetch(3, o0, P, wd, 0, 0, D, 0, n8I, buf, &mb);
 	dl_wait(bar, gen);
 	dl_mark(tr, blk, 12);
 
 	// 6: x += WDown·gate.
-	dl_copy_act(gate, I, hs, [&] { dl_prefetch(3, o0, P, wd, 0, 0, D, 0, n8I, buf, uh, dl_prefetch_units(3, P)); });
-	dl_gemv(3, o0, o1, P, buf, wd, 0, 0, D, 0, n8I, xv, x, qs, ks, vs, gate, &next);
+	dl_copy_act(gate, I, hs, [] {});
+	dl_gemv(3, o0, o1, P, buf, &mb, ph, wd, 0, 0, D, 0, n8I, xv, x, qs, ks, vs, gate, &next);
 	dl_mark(tr, blk, 13);
 }

@@ -16,7 +16,8 @@ import (
 // norms, the q/k/v GEMV, RoPE, the KV append, attention, o_proj, the
 // gate·up·SiLU GEMV and down_proj as phases between grid barriers, each
 // block prefetching its share of the next phase's weights into shared
-// memory (cp.async) before it waits. Backend.DecodeMega turns it on
+// memory (one thread's bulk copies, cp.async.bulk completing on an
+// mbarrier) before it waits. Backend.DecodeMega turns it on
 // (FT_DECODE_MEGA=1); off by default until measured on the GPU.
 
 // megaThreads is decode_layer_bf16's block size (DL_THREADS).
