@@ -16,7 +16,8 @@ import (
 // norms, the q/k/v GEMV, RoPE, the KV append, attention, o_proj, the
 // gate·up·SiLU GEMV and down_proj as phases between grid barriers, each
 // block prefetching its share of the next phase's weights into shared
-// memory (cp.async) before it waits. Backend.DecodeMega turns it on
+// memory (one thread's bulk copies, cp.async.bulk completing on an
+// mbarrier) before it waits. Backend.DecodeMega turns it on
 // (FT_DECODE_MEGA=1); off by default until measured on the GPU.
 
 // megaThreads is decode_layer_bf16's block size (DL_THREADS).
@@ -24,8 +25,9 @@ const megaThreads = 512
 
 // megaAttnBytes is the kernel's attention scratch in shared memory with g
 // query heads per KV head (at most 8) of width 128, f32: q [g·128], k
-// [128], (max, sum) [16 warps·8·2], the warps' merge tree [8·g·128].
-func megaAttnBytes(g int) int { return g*128*4 + 128*4 + 16*8*2*4 + 8*g*128*4 }
+// [128], (max, sum, rescale) [16 warps·8·2], the warps' merge tree
+// [8·g·128], the scores of a tile of 512 positions [g·512] (DL_TP).
+func megaAttnBytes(g int) int { return g*128*4 + 128*4 + 16*8*2*4 + 8*g*128*4 + g*512*4 }
 
 // megaSmemMax is the dynamic shared memory a block of the kernel may ask
 // for on compute capability 9.0 (227 KiB), less 1 KiB for its static
