@@ -1,6 +1,7 @@
 // Helpers shared by FlexTensor's CUDA kernels. The .cu files of this
 // directory are compiled as one NVRTC program, this file first (see
-// Source in embed.go); they include no headers.
+// Source in embed.go), except decodelayer.cu, compiled after this file as
+// a program of its own (SourceDecodeLayer); they include no headers.
 //
 // Storage types: bf16_t and f16_t are the raw 16-bit patterns. Every kernel
 // computes in fp32 and rounds to bf16 with round-to-nearest-even, exactly as
@@ -23,6 +24,21 @@ __device__ __forceinline__ bf16_t f2bf(float f) {
 	if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)((u >> 16) | 0x40u);
 	u += 0x7fffu + ((u >> 16) & 1u);
 	return (bf16_t)(u >> 16);
+}
+
+// rope_rotate rotates the pair (a, b) by θ = float(p)·f (cos and sin in
+// fp32, full range reduction: within an ulp of the double-precision values
+// the CPU rounds) and rounds it to bf16: r0 = a·cosθ − b·sinθ,
+// r1 = b·cosθ + a·sinθ, each product and sum rounded as written (no
+// contraction). rope.cu's rope_pair, the q/k/v GEMV with RoPE in its epilogue
+// (rope_qkv.cu) and the one-kernel decode layer (decodelayer.cu, a unit of
+// its own) share it, so they give the same bits.
+__device__ __forceinline__ void rope_rotate(float a, float b, int p, float f, bf16_t& r0, bf16_t& r1) {
+	const float th = __fmul_rn((float)p, f);
+	float s, c;
+	sincosf(th, &s, &c);
+	r0 = f2bf(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+	r1 = f2bf(__fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
 }
 
 // h2f widens IEEE binary16 bits.

@@ -43,9 +43,6 @@
 // tree [warps/2·G·128], the scores [G·DL_TP]; the host sizes it alike
 // (decodelayer.go's megaAttnBytes).
 
-// rope_rotate is rope.cu's (defined there, later in the unit).
-__device__ __forceinline__ void rope_rotate(float a, float b, int p, float f, bf16_t& r0, bf16_t& r1);
-
 // dl_arrive and dl_wait are the two halves of a grid-wide barrier over nb
 // resident blocks, so that a block can start work that needs no other
 // block's results (its next phase's weight prefetch) between them: bar[0]

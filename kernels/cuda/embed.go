@@ -9,7 +9,8 @@
 // residual-adding GEMV with the RMSNorm after it done by its last block),
 // rope.cu (RoPE, fused RoPE + KV store, also at per-token positions and
 // pool rows), decodelayer.cu (a plain layer's one-token step as one
-// persistent kernel with grid barriers between its phases, FT_DECODE_MEGA), rope_qkv.cu (a decode step's q/k/v GEMV with the biases, RoPE
+// persistent kernel with grid barriers between its phases, FT_DECODE_MEGA;
+// not part of Source: a unit of its own, SourceDecodeLayer), rope_qkv.cu (a decode step's q/k/v GEMV with the biases, RoPE
 // and the KV store in its epilogue), decode_tr.cu (the transposed one-query
 // decode attention), gemv.cu
 // (one-token matrix-vector products; gemvpipe.cu: their software-pipelined
@@ -47,9 +48,38 @@ import (
 //go:embed common.cuh *.cu
 var files embed.FS
 
-// Source is the one translation unit NVRTC compiles: common.cuh, then the
-// .cu files in name order.
+// Source is the main translation unit NVRTC compiles for every device:
+// common.cuh, then the .cu files in name order, less those of ownUnit.
 func Source() string { return unit(files, ".") }
+
+// ownUnit lists the .cu files of this directory compiled as a unit of
+// their own, not in Source, so that a backend that never runs their kernels
+// pays neither their compile time nor their compile errors.
+var ownUnit = map[string]bool{decodeLayerFile: true}
+
+// decodeLayerFile holds decode_layer_bf16 (FT_DECODE_MEGA).
+const decodeLayerFile = "decodelayer.cu"
+
+// SourceDecodeLayer is the translation unit of the one-kernel decode layer
+// (decodelayer.cu: decode_layer_bf16, FT_DECODE_MEGA): common.cuh (whose
+// helpers, rope_rotate among them, it uses), then the file after a
+// "// ---- decodelayer.cu ----" line. The CUDA backend compiles it as a
+// module of its own on the first use of the op with the switch on.
+func SourceDecodeLayer() string {
+	head, err := files.ReadFile("common.cuh")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	data, err := files.ReadFile(decodeLayerFile)
+	if err != nil {
+		panic(err)
+	}
+	return string(head) + "\n// ---- " + decodeLayerFile + " ----\n" + string(data)
+}
+
+// KernelsDecodeLayer lists the extern "C" kernel names in
+// SourceDecodeLayer.
+func KernelsDecodeLayer() []string { return kernelsIn(SourceDecodeLayer()) }
 
 //go:embed sm90a/*.cu
 var sm90aFiles embed.FS
@@ -98,7 +128,8 @@ func SourceSM90aExtra(name string) (string, error) {
 }
 
 // unit is common.cuh followed by the .cu files of dir in fsys in name
-// order, each after a "// ---- path ----" line.
+// order (at the top, less those of ownUnit), each after a
+// "// ---- path ----" line.
 func unit(fsys embed.FS, dir string) string {
 	var b strings.Builder
 	head, err := files.ReadFile("common.cuh")
@@ -112,7 +143,7 @@ func unit(fsys embed.FS, dir string) string {
 	}
 	var names []string
 	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".cu") {
+		if strings.HasSuffix(e.Name(), ".cu") && !(dir == "." && ownUnit[e.Name()]) {
 			names = append(names, e.Name())
 		}
 	}

@@ -107,3 +107,37 @@ func TestSourceSM90aExtra(t *testing.T) {
 		t.Error("unknown file has kernels")
 	}
 }
+
+// TestSourceDecodeLayer: the one-kernel decode layer's unit is common.cuh
+// (which defines rope_rotate, the rotation it shares with rope.cu) then
+// decodelayer.cu, and holds decode_layer_bf16 with a doc comment; Source,
+// which every backend compiles, holds neither that kernel nor the file, and
+// still defines rope_rotate exactly once (common.cuh's).
+func TestSourceDecodeLayer(t *testing.T) {
+	src := SourceDecodeLayer()
+	head, err := files.ReadFile("common.cuh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(src, string(head)) || !strings.Contains(src, "\n// ---- decodelayer.cu ----\n") {
+		t.Fatal("SourceDecodeLayer is not common.cuh then decodelayer.cu")
+	}
+	if !strings.Contains(string(head), "void rope_rotate(") {
+		t.Error("common.cuh does not define rope_rotate, which decodelayer.cu calls")
+	}
+	if got := KernelsDecodeLayer(); !slices.Equal(got, []string{"decode_layer_bf16"}) {
+		t.Errorf("SourceDecodeLayer's kernels: %v, want [decode_layer_bf16]", got)
+	}
+	if slices.Contains(Kernels(), "decode_layer_bf16") || strings.Contains(Source(), "// ---- decodelayer.cu ----") {
+		t.Error("decodelayer.cu is in Source, which every backend compiles")
+	}
+	if n := strings.Count(Source(), "void rope_rotate("); n != 1 {
+		t.Errorf("Source defines rope_rotate %d times, want once", n)
+	}
+	lines := strings.Split(src, "\n")
+	for i, line := range lines {
+		if strings.HasPrefix(line, "extern \"C\" __global__") && (i == 0 || !strings.HasPrefix(lines[i-1], "//")) {
+			t.Errorf("kernel at line %d has no doc comment: %s", i+1, line)
+		}
+	}
+}

@@ -1,20 +1,6 @@
 // Rotary position embeddings (HF rotate_half pairing), default or llama3
 // scaling alike: the scaling lives in the inverse-frequency table inv[d/2].
 
-// rope_rotate rotates the pair (a, b) by θ = float(p)·f (cos and sin in
-// fp32, full range reduction: within an ulp of the double-precision values
-// the CPU rounds) and rounds it to bf16: r0 = a·cosθ − b·sinθ,
-// r1 = b·cosθ + a·sinθ, each product and sum rounded as written (no
-// contraction). rope_pair and the q/k/v GEMV with RoPE in its epilogue
-// (rope_qkv.cu) share it, so they give the same bits.
-__device__ __forceinline__ void rope_rotate(float a, float b, int p, float f, bf16_t& r0, bf16_t& r1) {
-	const float th = __fmul_rn((float)p, f);
-	float s, c;
-	sincosf(th, &s, &c);
-	r0 = f2bf(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-	r1 = f2bf(__fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
-}
-
 // rope_pair rotates (x[i], x[i+d/2]) of one head by θ = float(p)·inv[i]
 // (rope_rotate), writing the rotated pair to dst (x itself, and for keys
 // also the cache row).
