@@ -257,7 +257,7 @@ type kernelSet struct {
 	merged        mergedKernels   // column splits after a merged GEMM (merged.go)
 	qkvRoPE       *cuda.Function  // gemv3_rope_store_bf16 (qkvrope.go)
 	gemvPipe      gemvPipeKernels // pipelined twins of the one-token GEMVs (gemvpipe.go)
-	decodeLayer   *cuda.Function  // decode_layer_bf16 (decodelayer.go)
+	decodeLayer   *megaModule     // decode_layer_bf16's own module, loaded on first use (decodelayer.go)
 
 	normRows normRowsKernels // many-rows RMSNorm (normrows.go)
 }
@@ -316,7 +316,10 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	ks.loadQKVRoPE(get)
 	ks.normRows = loadNormRows(get)
 	ks.loadGEMVPipe(get)
-	ks.decodeLayer = get("decode_layer_bf16")
+	ks.decodeLayer = &megaModule{dev: dev}
+	if decodeMegaFromEnv() && dev.ComputeCapability() == 90 {
+		ks.decodeLayer.function() // now, not inside a later step (or a graph capture); an error waits for DecodeLayer
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}

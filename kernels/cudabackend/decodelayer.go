@@ -3,9 +3,12 @@
 package cudabackend
 
 import (
+	"fmt"
 	"os"
+	"sync"
 
 	"github.com/flextensor-go/flextensor/kernels"
+	kcuda "github.com/flextensor-go/flextensor/kernels/cuda"
 	"github.com/flextensor-go/flextensor/runtime"
 	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
@@ -18,7 +21,24 @@ import (
 // block prefetching its share of the next phase's weights into shared
 // memory (one thread's bulk copies, cp.async.bulk completing on an
 // mbarrier) before it waits. Backend.DecodeMega turns it on
-// (FT_DECODE_MEGA=1); off by default until measured on the GPU.
+// (FT_DECODE_MEGA=1); off by default (measured slower on the H200, s11f:
+// 156.5 µs a layer against 129.8 for the separate kernels).
+//
+// The grid barrier needs every block of the grid resident at once, and
+// the launch is an ordinary one, which does not promise that: the grid is
+// the occupancy query's blocks a multiprocessor × the device's
+// multiprocessor count, which holds only when the whole GPU is this
+// context's. Under MPS with an active-thread (SM) limit, in a green
+// context, or beside work that keeps multiprocessors busy for good, the
+// kernel can wait at its first barrier for ever. A cooperative launch
+// would check residency but runtime/cuda has none (nor a check that graph
+// capture takes it).
+//
+// The kernel is a module of its own (kcuda.SourceDecodeLayer), compiled
+// and loaded on the first DecodeLayer call with DecodeMega set (or by New
+// under FT_DECODE_MEGA=1, so `FT_DECODE_MEGA=1 infer kernels --out DIR`
+// puts it in a kernel cache too): a backend with the switch off neither
+// compiles it nor fails on it.
 
 // megaThreads is decode_layer_bf16's block size (DL_THREADS).
 const megaThreads = 512
@@ -38,14 +58,54 @@ const megaSmemMax = 227*1024 - 1024
 // "1" (checked by checkEnvSwitches: "", "0" or "1").
 func decodeMegaFromEnv() bool { return os.Getenv("FT_DECODE_MEGA") == "1" }
 
+// megaModule is decode_layer_bf16's module on one device (kernelSet),
+// compiled and loaded once, its dynamic shared memory limit raised to
+// megaSmemMax; err says why it could not be had.
+type megaModule struct {
+	dev  *cuda.Device
+	once sync.Once
+	fn   *cuda.Function
+	err  error
+}
+
+// function compiles and loads the module the first time (FT_TRACE=1 says
+// so on stderr when that fails) and returns the kernel or why not.
+func (m *megaModule) function() (*cuda.Function, error) {
+	m.once.Do(func() {
+		m.fn, m.err = loadMega(m.dev)
+		if m.err != nil && os.Getenv("FT_TRACE") == "1" {
+			fmt.Fprintf(os.Stderr, "trace: the one-kernel decode layer (FT_DECODE_MEGA) is not loaded: %v\n", m.err)
+		}
+	})
+	return m.fn, m.err
+}
+
+// loadMega compiles SourceDecodeLayer for dev and returns
+// decode_layer_bf16, allowed megaSmemMax bytes of dynamic shared memory.
+func loadMega(dev *cuda.Device) (*cuda.Function, error) {
+	mod, err := dev.LoadModule("flextensor_decodelayer.cu", kcuda.SourceDecodeLayer())
+	if err != nil {
+		return nil, fmt.Errorf("compiling decodelayer.cu: %w", err)
+	}
+	f, err := mod.Function("decode_layer_bf16")
+	if err != nil {
+		return nil, err
+	}
+	if err := f.SetMaxDynamicSharedMemory(megaSmemMax); err != nil {
+		return nil, fmt.Errorf("shared memory limit %d bytes: %w", megaSmemMax, err)
+	}
+	return f, nil
+}
+
 // megaState is the kernel's device memory: the grid barrier's two words
 // (zeroed once; the kernel leaves them ready) and the attention partials.
 // Neither moves while a graph may use it: a larger partial buffer retires
-// the old one.
+// the old one. It also keeps the occupancy query's answer for the
+// dynamic shared memory last asked for (fixed for a model).
 type megaState struct {
 	bar, part   *runtime.DeviceBuffer
-	smemSet     bool // the kernel's dynamic shared memory limit is raised
-	blocksPerSM int
+	occSmem     int     // the dynamic shared memory blocksPerSM is for; 0: not queried
+	blocksPerSM int     // decode_layer_bf16's resident blocks a multiprocessor at occSmem
 	trace       uintptr // a test's phase trace buffer (megaMarks uint64 a block), or 0
 }
 
@@ -114,13 +174,41 @@ func megaSmem(s megaShape) (pf, total int, ok bool) {
 	return pf, pf + act + attn, true
 }
 
+// megaGrid is decode_layer_bf16's grid at smem bytes of dynamic shared
+// memory: the blocks a multiprocessor the occupancy query allows (asked
+// once per smem, kept in b.mega) × the device's multiprocessors, all of
+// which the grid barrier needs resident at once; 0 when not one block
+// fits (FT_TRACE=1 says so on stderr the first time).
+func (b *Backend) megaGrid(f *cuda.Function, smem int) (int, error) {
+	m := &b.mega
+	if m.occSmem != smem {
+		n, err := f.MaxActiveBlocksPerSM(megaThreads, smem)
+		if err != nil {
+			return 0, err
+		}
+		m.occSmem, m.blocksPerSM = smem, n
+		if n < 1 && os.Getenv("FT_TRACE") == "1" {
+			fmt.Fprintf(os.Stderr, "trace: the one-kernel decode layer declines: no block of %d threads with %d bytes of shared memory fits on a multiprocessor\n", megaThreads, smem)
+		}
+	}
+	return max(0, m.blocksPerSM) * b.sms, nil
+}
+
 // DecodeLayer runs a's step as one decode_layer_bf16 launch
 // (kernels.DecodeLayerer). It declines (false, nothing enqueued) unless
 // DecodeMega is set, the device has compute capability 9.0 and the
 // operands are what the kernel takes: an F32 residual, BF16 weights,
 // caches and scratch on this device, 16-byte aligned, head width 128, at
 // most 8 query heads per KV head, no sliding window, D and I multiples of
-// 8, the position inside the cache. Stages is not filled.
+// 8, the position inside the cache. It declines too when the occupancy
+// query allows no block of the kernel on a multiprocessor. With DecodeMega
+// set, a module that cannot be compiled or loaded, or a failing occupancy
+// query, is an error (not a quiet fallback to the separate ops). Stages
+// is not filled.
+//
+// The grid (occupancy × multiprocessors) must be resident all at once for
+// its barriers: not for MPS with an SM limit or green contexts, where the
+// launch can hang (see the top of decodelayer.go).
 func (b *Backend) DecodeLayer(a kernels.DecodeLayer) (bool, error) {
 	if !b.DecodeMega {
 		return false, nil
@@ -133,22 +221,18 @@ func (b *Backend) DecodeLayer(a kernels.DecodeLayer) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	f := b.k.decodeLayer
-	m := &b.mega
-	if !m.smemSet {
-		if err := f.SetMaxDynamicSharedMemory(megaSmemMax); err != nil {
-			return false, nil
-		}
-		m.smemSet = true
-	}
-	n, err := f.MaxActiveBlocksPerSM(megaThreads, smem)
+	f, err := b.k.decodeLayer.function()
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("cudabackend.DecodeLayer (FT_DECODE_MEGA): %w", err)
 	}
-	if n < 1 {
+	m := &b.mega
+	grid, err := b.megaGrid(f, smem)
+	if err != nil {
+		return false, fmt.Errorf("cudabackend.DecodeLayer (FT_DECODE_MEGA): occupancy: %w", err)
+	}
+	if grid < 1 {
 		return false, nil
 	}
-	grid := n * b.sms
 	if m.bar == nil {
 		const size = 256
 		buf, err := b.dev.Alloc(size, "decode layer barrier")
