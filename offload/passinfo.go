@@ -188,15 +188,25 @@ func (e *engine) passEnd() {
 	}
 	e.notePlacement()
 	e.lastPass = p
+	if e.m != nil {
+		e.m.setLastPass(p)
+	}
+}
+
+// setLastPass publishes p to LastPass.
+func (m *Manager) setLastPass(p PassInfo) {
+	m.lastMu.Lock()
+	m.last = p
+	m.lastMu.Unlock()
 }
 
 // LastPass reports the last forward the manager finished without error
-// (Seq 0 before any).
+// (Seq 0 before any, and after Release). It takes its own lock, not the
+// one the engine holds for a whole forward: called from another goroutine
+// during a forward it returns the previous pass at once, and a hook inside
+// the forward may call it.
 func (m *Manager) LastPass() PassInfo {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.e == nil {
-		return PassInfo{}
-	}
-	return m.e.lastPass
+	m.lastMu.Lock()
+	defer m.lastMu.Unlock()
+	return m.last
 }
