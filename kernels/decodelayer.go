@@ -65,9 +65,11 @@ type DecodeStages struct {
 }
 
 // DecodeLayerer is implemented by backends that run a whole one-token
-// decoder layer as one op (the host backend: fewer hand-offs to its worker
+// decoder layer as one op: the host backend (fewer hand-offs to its worker
 // pool, the residual adds in the output GEMVs, RoPE and the cache append
-// on the calling thread between jobs).
+// on the calling thread between jobs) and the CUDA backend with
+// FT_DECODE_MEGA=1 (one persistent kernel with grid barriers between its
+// phases, kernels/cuda/decodelayer.cu).
 type DecodeLayerer interface {
 	// DecodeLayer runs a's step, leaving in a.X, a.KCache and a.VCache
 	// the values the layer's separate ops give up to summation order.

@@ -10,7 +10,9 @@ import (
 // backend runs a plain layer's decode step as five worker-pool jobs with
 // the norms, RoPE, the cache append and the residual adds folded in
 // between or into them, where the separate ops cost a dozen calls, two
-// extra passes over the residual and the reference kernels' own dispatch.
+// extra passes over the residual and the reference kernels' own dispatch;
+// the CUDA backend, with FT_DECODE_MEGA=1, as one persistent kernel (the
+// eager step and the graphs captured from it, unitgraph.go included).
 // Layers with anything the op does not cover (biases, q/k norms, a query
 // scale, quantized or scaled weights, experts, hooks on the layer's
 // parts, tensor parallelism) run the separate ops.
