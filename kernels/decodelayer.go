@@ -76,4 +76,8 @@ type DecodeLayerer interface {
 	// ran false: the backend declines these operands (or has the fused
 	// layer switched off) and did nothing.
 	DecodeLayer(a DecodeLayer) (ran bool, err error)
+	// DecodeLayerOn reports whether the op is switched on. False:
+	// DecodeLayer declines whatever it is given, so a caller skips building
+	// its operands (the eager decode path asks before every layer).
+	DecodeLayerOn() bool
 }

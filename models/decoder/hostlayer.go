@@ -18,11 +18,13 @@ import (
 // parts, tensor parallelism) run the separate ops.
 
 // decodeLayer runs l's one-token step through b's DecodeLayer when b has
-// one and the layer is plain; ran false: it did nothing. stages, when set,
+// one switched on and the layer is plain (asked in that order, so that a
+// backend with the op off costs no operand building); ran false: it did
+// nothing. stages, when set,
 // accumulates the op's per-stage times.
 func (l *Layer) decodeLayer(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Cache, stages *kernels.DecodeStages) (bool, error) {
 	f, ok := b.(kernels.DecodeLayerer)
-	if !ok || x.Dim(0) != 1 || !l.plainDecode() {
+	if !ok || x.Dim(0) != 1 || !f.DecodeLayerOn() || !l.plainDecode() {
 		return false, nil
 	}
 	kc, vc, ok, err := directKV(cache, l.Attn.Layer)
