@@ -65,13 +65,19 @@ type DecodeStages struct {
 }
 
 // DecodeLayerer is implemented by backends that run a whole one-token
-// decoder layer as one op (the host backend: fewer hand-offs to its worker
+// decoder layer as one op: the host backend (fewer hand-offs to its worker
 // pool, the residual adds in the output GEMVs, RoPE and the cache append
-// on the calling thread between jobs).
+// on the calling thread between jobs) and the CUDA backend with
+// FT_DECODE_MEGA=1 (one persistent kernel with grid barriers between its
+// phases, kernels/cuda/decodelayer.cu).
 type DecodeLayerer interface {
 	// DecodeLayer runs a's step, leaving in a.X, a.KCache and a.VCache
 	// the values the layer's separate ops give up to summation order.
 	// ran false: the backend declines these operands (or has the fused
 	// layer switched off) and did nothing.
 	DecodeLayer(a DecodeLayer) (ran bool, err error)
+	// DecodeLayerOn reports whether the op is switched on. False:
+	// DecodeLayer declines whatever it is given, so a caller skips building
+	// its operands (the eager decode path asks before every layer).
+	DecodeLayerOn() bool
 }

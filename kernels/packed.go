@@ -39,6 +39,9 @@ func CheckPackedPrefill(op string, out, q, k, v *runtime.Tensor, qStarts []int32
 		return 0, 0, 0, 0, fmt.Errorf("%s: q %v, out %v, k %v, v %v: want [T,H,d] and [T,K,d]", op, qs, out.Shape(), ks, v.Shape())
 	}
 	T, H, K, d = qs[0], qs[1], ks[1], qs[2]
+	if H == 0 || d == 0 {
+		return 0, 0, 0, 0, fmt.Errorf("%s: q %v: want at least one query head and a head width above 0", op, qs)
+	}
 	if K == 0 || H%K != 0 {
 		return 0, 0, 0, 0, fmt.Errorf("%s: %d query heads for %d KV heads: want a multiple", op, H, K)
 	}

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -119,5 +120,18 @@ func TestVarlenContigCheckBadInput(t *testing.T) {
 	}
 	if _, _, _, _, err := CheckPackedPrefill("op", out, q, nil, v, []int32{0, 6}, 0); err == nil || !strings.Contains(err.Error(), "required") {
 		t.Errorf("nil k: %v", err)
+	}
+	// No query heads (with KV heads) or no head width: refused by shape.
+	for _, c := range []struct {
+		name         string
+		q, out, k, v *runtime.Tensor
+	}{
+		{"no query heads", mk(6, 0, 8), mk(6, 0, 8), k, v},
+		{"head width 0", mk(6, 4, 0), mk(6, 4, 0), mk(6, 2, 0), mk(6, 2, 0)},
+	} {
+		_, _, _, _, err := CheckPackedPrefill("op", c.out, c.q, c.k, c.v, []int32{0, 6}, 0)
+		if err == nil || !strings.Contains(err.Error(), "at least one query head and a head width above 0") || !strings.Contains(err.Error(), fmt.Sprint(c.q.Shape())) {
+			t.Errorf("%s: error %v, want one naming q's shape %v", c.name, err, c.q.Shape())
+		}
 	}
 }

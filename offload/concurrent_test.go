@@ -376,3 +376,50 @@ func TestManagerCallsWaitForForward(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLastPassDuringForward: LastPass does not wait for a forward in
+// flight (the engine holds the manager's lock for the whole forward): it
+// returns the pass finished before at once, and the held forward's own
+// pass once it ends; after Release it reports none.
+func TestLastPassDuringForward(t *testing.T) {
+	r := newTowerRig(t)
+	plain, _ := kernels.NewCPUBackend(r.gpu)
+	gate := &gateBackend{Backend: plain}
+	mgr := offload.GetOffloadManager(r.name)
+	for mgr.Phase() != offload.PhaseInference {
+		if err := r.forward(plain); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := mgr.LastPass()
+	if before.Seq == 0 {
+		t.Fatal("no pass recorded after the forwards")
+	}
+	gate.arm(4)
+	fwd := make(chan error, 1)
+	go func() { fwd <- r.forward(gate) }()
+	<-gate.held
+	got := make(chan offload.PassInfo, 1)
+	go func() { got <- mgr.LastPass() }()
+	select {
+	case p := <-got:
+		if p.Seq != before.Seq {
+			t.Errorf("during the forward: pass %d, want the previous one, %d", p.Seq, before.Seq)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("LastPass waited for the forward in flight")
+	}
+	close(gate.resume)
+	if err := <-fwd; err != nil {
+		t.Fatal(err)
+	}
+	if p := mgr.LastPass(); p.Seq != before.Seq+1 {
+		t.Errorf("after the forward: pass %d, want %d", p.Seq, before.Seq+1)
+	}
+	if err := mgr.Release(true); err != nil {
+		t.Fatal(err)
+	}
+	if p := mgr.LastPass(); p.Seq != 0 {
+		t.Errorf("after Release: pass %d, want none", p.Seq)
+	}
+}

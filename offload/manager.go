@@ -207,6 +207,10 @@ type Manager struct {
 	e         *engine // nil when nothing is offloaded
 	released  bool    // Release ran since the last Offload
 	suspended int     // outstanding SuspendProfiling calls
+	// lastMu guards last, the engine's last finished pass, apart from mu,
+	// which the engine holds for a whole forward (LastPass must not wait).
+	lastMu sync.Mutex
+	last   PassInfo
 	// pending is a profile LoadProfile loaded for the next Offload.
 	pending *pendingProfile
 }
@@ -304,6 +308,7 @@ func (m *Manager) Offload(model nn.Module, opts ...Option) error {
 		return fmt.Errorf("offload manager %q: %w", m.name, err)
 	}
 	m.e, m.released = e, false
+	m.setLastPass(PassInfo{})
 	return nil
 }
 
@@ -346,6 +351,7 @@ func (m *Manager) Release(preserveModel bool) error {
 	err := m.e.release(preserveModel)
 	unclaim(m.e.tree)
 	m.e, m.released, m.pending = nil, true, nil
+	m.setLastPass(PassInfo{})
 	return err
 }
 

@@ -19,14 +19,13 @@ type PassInfo struct {
 	Phase Phase
 	// Tokens is the pass's tokens per forward (0 without a TokenCounter).
 	Tokens int
-	// Measuring lists what the pass measured besides computing, in the
-	// order below; empty for a steady INFERENCE pass: "host units" (or
-	// "host units warm-up") while host units are timed for a replan,
-	// "copies" when the copies beside them are timed too, "bucket N" while
-	// a tokens-per-forward bucket is measured, "strategy replan", "timing"
-	// (Config.OffloadTiming). DISCOVERY and PROFILING passes are measuring
-	// by their phase and list nothing.
-	Measuring []string
+	// Measured is what the pass measured besides computing (0 for a
+	// steady INFERENCE pass); Measuring names it. DISCOVERY and PROFILING
+	// passes are measuring by their phase and set nothing.
+	Measured Measured
+	// Bucket is the tokens-per-forward bucket measured when Measured has
+	// MeasuredBucket.
+	Bucket int
 	// Suspended is true when the pass ran with profiling suspended.
 	Suspended bool
 	// Resident, Streamed and Host count the units of the plan in force
@@ -42,11 +41,52 @@ type PassInfo struct {
 	AfterChange bool
 }
 
+// Measured is a set of things a pass measured besides computing; the
+// engine records it as bits so that a measuring pass allocates nothing.
+type Measured uint8
+
+// The things a pass can measure, in the order Measuring names them.
+const (
+	// MeasuredHostWarm: a warm-up pass of the host units' timing.
+	MeasuredHostWarm Measured = 1 << iota
+	// MeasuredHost: host units timed for a replan.
+	MeasuredHost
+	// MeasuredCopies: the copies beside the host units timed too.
+	MeasuredCopies
+	// MeasuredBucket: a tokens-per-forward bucket (PassInfo.Bucket).
+	MeasuredBucket
+	// MeasuredReplan: a strategy replan in progress.
+	MeasuredReplan
+	// MeasuredTiming: Config.OffloadTiming on.
+	MeasuredTiming
+)
+
+// Measuring names what the pass measured, in the order of the Measured
+// bits: "host units warm-up", "host units", "copies", "bucket N",
+// "strategy replan", "timing"; nil when nothing.
+func (p PassInfo) Measuring() []string {
+	if p.Measured == 0 {
+		return nil
+	}
+	var out []string
+	names := [...]string{"host units warm-up", "host units", "copies", "", "strategy replan", "timing"}
+	for i, name := range names {
+		if p.Measured&(1<<i) == 0 {
+			continue
+		}
+		if Measured(1<<i) == MeasuredBucket {
+			name = fmt.Sprintf("bucket %d", p.Bucket)
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
 // Steady reports whether the pass ran the plan in force with nothing
 // measured and no placement changed before or after it: what a decode
 // rate is made of (bench skips the others).
 func (p PassInfo) Steady() bool {
-	return p.Seq > 0 && p.Phase == PhaseInference && len(p.Measuring) == 0 && !p.Suspended && !p.PlanChanged && !p.AfterChange
+	return p.Seq > 0 && p.Phase == PhaseInference && p.Measured == 0 && !p.Suspended && !p.PlanChanged && !p.AfterChange
 }
 
 // String is a one-line account, e.g. "pass 9 INFERENCE T=1, plan 15/7/10
@@ -66,8 +106,8 @@ func (p PassInfo) String() string {
 	case p.Phase != PhaseInference:
 		b.WriteString(", profiling")
 	}
-	if len(p.Measuring) > 0 {
-		fmt.Fprintf(&b, ", measuring %s", strings.Join(p.Measuring, "+"))
+	if p.Measured != 0 {
+		fmt.Fprintf(&b, ", measuring %s", strings.Join(p.Measuring(), "+"))
 	}
 	if p.Suspended {
 		b.WriteString(", profiling suspended")
@@ -101,22 +141,23 @@ func (e *engine) passBegin() {
 		p.PlanTokens = e.plan.Tokens
 		if e.hm.on {
 			if e.hm.passes < replanWarm {
-				p.Measuring = append(p.Measuring, "host units warm-up")
+				p.Measured |= MeasuredHostWarm
 			} else {
-				p.Measuring = append(p.Measuring, "host units")
+				p.Measured |= MeasuredHost
 			}
 			if e.ring != nil && e.ring.logCopies {
-				p.Measuring = append(p.Measuring, "copies")
+				p.Measured |= MeasuredCopies
 			}
 		}
 		if e.tok.measure != nil {
-			p.Measuring = append(p.Measuring, fmt.Sprintf("bucket %d", e.tok.measure.ref))
+			p.Measured |= MeasuredBucket
+			p.Bucket = e.tok.measure.ref
 		}
 		if e.replan.state == ReplanInProgress {
-			p.Measuring = append(p.Measuring, "strategy replan")
+			p.Measured |= MeasuredReplan
 		}
 		if e.cfg.OffloadTiming != TimingOff {
-			p.Measuring = append(p.Measuring, "timing")
+			p.Measured |= MeasuredTiming
 		}
 	}
 	e.pass = p
@@ -147,15 +188,25 @@ func (e *engine) passEnd() {
 	}
 	e.notePlacement()
 	e.lastPass = p
+	if e.m != nil {
+		e.m.setLastPass(p)
+	}
+}
+
+// setLastPass publishes p to LastPass.
+func (m *Manager) setLastPass(p PassInfo) {
+	m.lastMu.Lock()
+	m.last = p
+	m.lastMu.Unlock()
 }
 
 // LastPass reports the last forward the manager finished without error
-// (Seq 0 before any).
+// (Seq 0 before any, and after Release). It takes its own lock, not the
+// one the engine holds for a whole forward: called from another goroutine
+// during a forward it returns the previous pass at once, and a hook inside
+// the forward may call it.
 func (m *Manager) LastPass() PassInfo {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.e == nil {
-		return PassInfo{}
-	}
-	return m.e.lastPass
+	m.lastMu.Lock()
+	defer m.lastMu.Unlock()
+	return m.last
 }

@@ -1,6 +1,9 @@
 package offload
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // TestPassInfoSteady: only an INFERENCE pass that measured nothing, ran
 // with profiling on, and had no placement change before or after it is
@@ -16,8 +19,15 @@ func TestPassInfoSteady(t *testing.T) {
 		{"steady", base, true, "pass 9 INFERENCE T=1, plan 15/7/10 (res/str/host) for T=1, steady"},
 		{"none yet", PassInfo{}, false, "no pass yet"},
 		{"profiling", PassInfo{Seq: 2, Phase: PhaseProfiling, Tokens: 1}, false, "pass 2 PROFILING T=1, profiling"},
-		{"measuring", func() PassInfo { p := base; p.Measuring = []string{"host units", "copies"}; return p }(), false,
+		{"measuring", func() PassInfo { p := base; p.Measured = MeasuredHost | MeasuredCopies; return p }(), false,
 			"pass 9 INFERENCE T=1, plan 15/7/10 (res/str/host) for T=1, measuring host units+copies"},
+		{"measuring all", func() PassInfo {
+			p := base
+			p.Measured = MeasuredHostWarm | MeasuredCopies | MeasuredBucket | MeasuredReplan | MeasuredTiming
+			p.Bucket = 64
+			return p
+		}(), false,
+			"pass 9 INFERENCE T=1, plan 15/7/10 (res/str/host) for T=1, measuring host units warm-up+copies+bucket 64+strategy replan+timing"},
 		{"suspended", func() PassInfo { p := base; p.Suspended = true; return p }(), false,
 			"pass 9 INFERENCE T=1, plan 15/7/10 (res/str/host) for T=1, profiling suspended"},
 		{"changed after", func() PassInfo { p := base; p.PlanChanged = true; return p }(), false,
@@ -32,5 +42,25 @@ func TestPassInfoSteady(t *testing.T) {
 		if got := c.p.String(); got != c.line {
 			t.Errorf("%s: %q, want %q", c.name, got, c.line)
 		}
+	}
+}
+
+// TestPassBeginMeasuringNoAlloc: the engine's account of a pass that
+// measures (timing, a bucket, a replan) allocates nothing once its
+// placement slices have grown, and names what it measured.
+func TestPassBeginMeasuringNoAlloc(t *testing.T) {
+	e := &engine{m: &Manager{}, phase: PhaseInference, cfg: Config{OffloadTiming: TimingGraph},
+		plan: Plan{Resident: []bool{true, false, true}}}
+	e.tok.measure = &tokenBucket{ref: 32}
+	e.replan.state = ReplanInProgress
+	e.passBegin() // grows the placement slices
+	if allocs := testing.AllocsPerRun(100, e.passBegin); allocs != 0 {
+		t.Errorf("passBegin of a measuring pass: %v allocations, want 0", allocs)
+	}
+	if got, want := e.pass.Measuring(), []string{"bucket 32", "strategy replan", "timing"}; !slices.Equal(got, want) {
+		t.Errorf("measuring %q, want %q", got, want)
+	}
+	if e.pass.Resident != 2 || e.pass.Streamed != 1 || e.pass.Steady() {
+		t.Errorf("pass %v: want 2 resident, 1 streamed units and not steady", e.pass)
 	}
 }

@@ -345,6 +345,7 @@ func (m *Manager) LoadProfile(dir string, model nn.Module) error {
 		err := e.release(true)
 		unclaim(e.tree)
 		m.e = nil
+		m.setLastPass(PassInfo{})
 		if err != nil {
 			return fmt.Errorf("offload manager %q: LoadProfile: releasing the running engine: %w", m.name, err)
 		}

@@ -230,7 +230,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			}
 			var tt *tokenTracer
 			if traceTokens {
-				tt = newTokenTracer(stderr, "forward", nil)
+				tt = newTokenTracer(stderr, "forward")
 			}
 			times, err = measureForwards(m, backend, *mode, *tokens, *context, *warm, *iters, uint64(i), kp, tt)
 			if err == nil && *mode == "decode" {
@@ -289,12 +289,16 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			}
 			var tt *tokenTracer
 			if traceTokens {
-				var pass func() offload.PassInfo
-				if len(names) == 1 {
-					pass = offload.GetOffloadManager(names[0]).LastPass
+				var pass []func() offload.PassInfo
+				for _, name := range names {
+					pass = append(pass, offload.GetOffloadManager(name).LastPass)
 				}
-				fmt.Fprintf(stderr, "token-trace: budget %s: %d forwards skipped (the context's prefill first), then %d timed\n", row.Budget, skip, *iters)
-				tt = newTokenTracer(stderr, "forward", pass)
+				untimed := fmt.Sprintf("%d forwards untimed", skip)
+				if *mode == "decode" && *context > 0 {
+					untimed = "the context's prefill and " + untimed
+				}
+				fmt.Fprintf(stderr, "token-trace: budget %s: %s, then %d timed\n", row.Budget, untimed, *iters)
+				tt = newTokenTracer(stderr, "forward", pass...)
 			}
 			times, err = measureForwards(model, backend, *mode, *tokens, *context, skip, *iters, uint64(i), nil, tt)
 			if err == nil {
@@ -380,8 +384,9 @@ func fillPlanRow(row *benchRow, name string, dev runtime.Device) error {
 
 // measureForwards runs warm then iters forwards, returning wall times (ms).
 // With kp set, one more forward runs after them under a kernel profile.
-// With tt set (FT_TOKEN_TRACE=1), every forward is traced and the steady
-// ones summarised.
+// With tt set (FT_TOKEN_TRACE=1), every forward but the profiled one is
+// traced (the context's prefill and the warm ones as untimed) and the
+// steady ones summarised.
 func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, context, warm, iters int, seed uint64, kp *kernelProfiler, tt *tokenTracer) ([]float64, error) {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	randIDs := func(n int) []int32 {
@@ -404,7 +409,7 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 	}
 	defer cache.Free()
 	logits := make([]float32, m.Cfg.VocabSize)
-	one := func(ids []int32) (float64, error) {
+	one := func(ids []int32, tt *tokenTracer, timed bool) (float64, error) {
 		if err := interrupted(); err != nil {
 			return 0, err
 		}
@@ -418,12 +423,12 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 			return 0, err
 		}
 		if tt != nil {
-			tt.step(called.Sub(start), time.Since(called))
+			tt.step(called.Sub(start), time.Since(called), timed)
 		}
 		return float64(time.Since(start).Microseconds()) / 1e3, nil
 	}
 	if mode == "decode" && context > 0 {
-		if _, err := one(randIDs(context)); err != nil {
+		if _, err := one(randIDs(context), tt, false); err != nil {
 			return nil, err
 		}
 	}
@@ -440,7 +445,7 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 			cache.Reset()
 			ids = randIDs(tokens)
 		}
-		ms, err := one(ids)
+		ms, err := one(ids, tt, i >= warm)
 		if err != nil {
 			return nil, err
 		}
@@ -460,7 +465,7 @@ func measureForwards(m *llama.Model, b kernels.Backend, mode string, tokens, con
 			ids = randIDs(tokens)
 			title = fmt.Sprintf("a prefill of %d tokens", tokens)
 		}
-		if err := kp.profile(title, func() error { _, err := one(ids); return err }); err != nil {
+		if err := kp.profile(title, func() error { _, err := one(ids, nil, false); return err }); err != nil {
 			return nil, err
 		}
 	}

@@ -199,12 +199,17 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 	var tt *tokenTracer // FT_TOKEN_TRACE=1
 	var onStep func(forward, pick time.Duration)
 	if traceTokens {
-		var pass func() offload.PassInfo
-		if sess.Manager != "" {
-			pass = offload.GetOffloadManager(sess.Manager).LastPass
+		var pass []func() offload.PassInfo
+		names := sess.Managers // several devices: every rank's manager
+		if len(names) == 0 && sess.Manager != "" {
+			names = []string{sess.Manager}
 		}
-		tt = newTokenTracer(stderr, "token", pass)
-		onStep = tt.step
+		for _, name := range names {
+			pass = append(pass, offload.GetOffloadManager(name).LastPass)
+		}
+		tt = newTokenTracer(stderr, "token", pass...)
+		// The first step is the prompt's forward: never steady.
+		onStep = func(forward, pick time.Duration) { tt.step(forward, pick, tt.n > 0) }
 		tt.start()
 	}
 	start = time.Now()

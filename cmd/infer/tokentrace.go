@@ -19,7 +19,10 @@ import (
 // what the engine did with the pass (offload.PassInfo: its phase, the plan
 // in force, what it measured, whether the placement changed after it). At
 // the end a summary sets the steady passes' median apart from the others,
-// so that a run-model rate can be compared with bench's steady forwards.
+// so that a run-model rate can be compared with bench's steady forwards. A
+// step is steady when it is timed (not bench's context prefill or warm-up
+// forwards, not run-model's prompt forward) and every offload manager's
+// last pass was steady; untimed lines end in "; untimed".
 // Off by default: "" or "0" off, "1" on, anything else an error naming the
 // variable.
 
@@ -38,9 +41,9 @@ func tokenTraceOn() (bool, error) {
 // tokenTracer accumulates and prints the per-token lines.
 type tokenTracer struct {
 	w     io.Writer
-	what  string                  // "token" or "forward"
-	pass  func() offload.PassInfo // nil: not offloaded (or several managers)
-	last  time.Time               // the end of the previous step (zero before the first)
+	what  string                    // "token" or "forward"
+	pass  []func() offload.PassInfo // one a manager; none: not offloaded
+	last  time.Time                 // the end of the previous step (zero before the first)
 	gc    uint64
 	gcBuf []runtimemetrics.Sample
 	n     int
@@ -48,9 +51,9 @@ type tokenTracer struct {
 	steady, other [3][]float64
 }
 
-// newTokenTracer starts a tracer writing to w; pass, when set, reports the
-// offload engine's last pass.
-func newTokenTracer(w io.Writer, what string, pass func() offload.PassInfo) *tokenTracer {
+// newTokenTracer starts a tracer writing to w; pass holds, for each offload
+// manager the forward runs through, a function reporting its last pass.
+func newTokenTracer(w io.Writer, what string, pass ...func() offload.PassInfo) *tokenTracer {
 	t := &tokenTracer{w: w, what: what, pass: pass,
 		gcBuf: []runtimemetrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}}
 	t.gc = t.gcCycles()
@@ -70,8 +73,9 @@ func (t *tokenTracer) gcCycles() uint64 {
 // there).
 func (t *tokenTracer) start() { t.last = time.Now() }
 
-// step records one step that just ended: its forward and pick times.
-func (t *tokenTracer) step(forward, pick time.Duration) {
+// step records one step that just ended: its forward and pick times, and
+// whether the caller times it (only timed steps can be steady).
+func (t *tokenTracer) step(forward, pick time.Duration, timed bool) {
 	now := time.Now()
 	t.n++
 	interval := forward + pick
@@ -86,11 +90,14 @@ func (t *tokenTracer) step(forward, pick time.Duration) {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 	line := fmt.Sprintf("token-trace: %s %d: %.2f ms = forward %.2f + pick %.2f + outside %.2f; GC cycles +%d",
 		t.what, t.n, ms(interval), ms(forward), ms(pick), ms(outside), dgc)
-	steady := true
-	if t.pass != nil {
-		p := t.pass()
+	steady := timed
+	for _, pass := range t.pass {
+		p := pass()
 		line += "; " + p.String()
-		steady = p.Steady()
+		steady = steady && p.Steady()
+	}
+	if !timed {
+		line += "; untimed"
 	}
 	fmt.Fprintln(t.w, line)
 	acc := &t.other

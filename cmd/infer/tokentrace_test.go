@@ -14,7 +14,7 @@ import (
 // for one token, every token from the eighth on steady; and a summary that
 // counts steady and other tokens as the lines do. bench prints the same for
 // its forwards, one line each (the context's prefill, the skipped and the
-// timed ones). Unset prints none; another value is refused, naming it.
+// timed ones; the untimed ones never steady). Unset prints none; another value is refused, naming it.
 func TestTokenTrace(t *testing.T) {
 	const newTokens = 16
 	t.Setenv("FT_TOKEN_TRACE", "1")
@@ -103,4 +103,39 @@ func TestTokenTrace(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "FT_TOKEN_TRACE") {
 		t.Fatalf("FT_TOKEN_TRACE=yes: exit %d, stderr %q: want a usage error naming it", code, errOut)
 	}
+}
+
+// TestTokenTraceResident: without an offload manager, only the timed steps
+// are steady: bench's context prefill and warm-up forwards and run-model's
+// prompt forward are counted with the others and marked untimed.
+func TestTokenTraceResident(t *testing.T) {
+	t.Setenv("FT_TOKEN_TRACE", "1")
+	summary := regexp.MustCompile(`token-trace: (\w+)s steady: (\d+), median [0-9.]+ ms .*; others: (\d+), median`)
+	check := func(what, errOut string, lines, steady int) {
+		t.Helper()
+		if got := strings.Count(errOut, "token-trace: "+what+" "); got != lines {
+			t.Fatalf("%d %s lines, want %d:\n%s", got, what, lines, errOut)
+		}
+		if got := strings.Count(errOut, "; untimed\n"); got != lines-steady {
+			t.Fatalf("%d untimed lines, want %d:\n%s", got, lines-steady, errOut)
+		}
+		m := summary.FindStringSubmatch(errOut)
+		if m == nil || m[1] != what {
+			t.Fatalf("no %s summary:\n%s", what, errOut)
+		}
+		if s, o := m[2], m[3]; s != strconv.Itoa(steady) || o != strconv.Itoa(lines-steady) {
+			t.Fatalf("summary counts %s steady and %s others, want %d and %d:\n%s", s, o, steady, lines-steady, errOut)
+		}
+	}
+	code, _, errOut := run(t, "bench", "--device", "cpu", "--budgets", "resident", "--context", "8", "--warmup", "2", "--iters", "3")
+	if code != 0 {
+		t.Fatalf("bench: exit %d: %s", code, errOut)
+	}
+	check("forward", errOut, 1+2+3, 3) // the prefill and 2 warm-ups untimed
+
+	code, _, errOut = run(t, "run-model", "--device", "cpu", "--token-ids", "5,6,7", "--ignore-eos", "--max-new-tokens", "5")
+	if code != 0 {
+		t.Fatalf("run-model: exit %d: %s", code, errOut)
+	}
+	check("token", errOut, 5, 4) // the prompt's forward untimed
 }

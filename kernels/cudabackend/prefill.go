@@ -5,7 +5,6 @@ package cudabackend
 import (
 	"fmt"
 	"os"
-	"sort"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/runtime/cuda"
@@ -146,27 +145,6 @@ func (b *Backend) flashAttention(out, q, kc, vc uintptr, T, H, K, d int, posp, p
 	return true, f.Launch(b.s, cuda.Dim3{X: H, Y: (T + v.rows - 1) / v.rows}, cuda.Dim3{X: v.threads},
 		v.smem(d), cuda.Ptr(out), cuda.Ptr(q), cuda.Ptr(kc), cuda.Ptr(vc),
 		cuda.I32(T), cuda.I32(H), cuda.I32(K), posp, p0, cuda.F32(scale), cuda.I32(window))
-}
-
-// varlenTiles lists the query tiles of rows rows each of the packed
-// sequences as (sequence, tile) pairs, the tiles that see the most keys
-// first.
-func varlenTiles(qStarts []int32, kv kernels.PagedKV, rows int32) []int32 {
-	type tile struct{ seq, qt, end int32 }
-	var tiles []tile
-	for s := range kv.SeqLens {
-		n := qStarts[s+1] - qStarts[s]
-		pos := kv.SeqLens[s] - n
-		for qt := int32(0); qt*rows < n; qt++ {
-			tiles = append(tiles, tile{int32(s), qt, pos + min(n, qt*rows+rows)})
-		}
-	}
-	sort.SliceStable(tiles, func(i, j int) bool { return tiles[i].end > tiles[j].end })
-	pairs := make([]int32, 0, 2*len(tiles))
-	for _, tl := range tiles {
-		pairs = append(pairs, tl.seq, tl.qt)
-	}
-	return pairs
 }
 
 // varlenFlash launches the varlen prefill kernel of head width d (the

@@ -206,19 +206,6 @@ func TestPrefillVariantOccupancy(t *testing.T) {
 	}
 }
 
-// TestVarlenTiles: the tile list covers every query row once, in tiles of
-// the given rows, the tiles that see the most keys first.
-func TestVarlenTiles(t *testing.T) {
-	kv := kernels.PagedKV{SeqLens: []int32{1, 300, 200, 128}}
-	qStarts := []int32{0, 1, 301, 378, 506} // 1, 300, 77 (after 123 cached), 128 queries
-	got := varlenTiles(qStarts, kv, 128)
-	// Ends 300 (seq 1 tile 2), 256, 200 (seq 2), 128 (seq 1 tile 0), 128 (seq 3), 1.
-	want := []int32{1, 2, 1, 1, 2, 0, 1, 0, 3, 0, 0, 0}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("tiles %v, want %v", got, want)
-	}
-}
-
 // TestRoPEStoreV8MatchesLegacy: the vectorised RoPE + KV store kernels give
 // the scalar kernels' bits (q, k and the cache rows), contiguous and paged,
 // for head widths 32, 64, 80 and 128.

@@ -105,18 +105,11 @@ func loadPrefillWG(dev *cuda.Device, extra string) (map[string]*cuda.Function, e
 			if !v.hasWidth(d) {
 				continue
 			}
-			for _, varlen := range []bool{false, true} {
-				name := v.kernel(d, varlen)
-				f, err := mod.Function(name)
-				if err != nil {
-					return nil, err
+			// Fixed-length, varlen over the paged pool, packed ("": none).
+			for _, name := range []string{v.kernel(d, false), v.kernel(d, true), v.contigKernel(d)} {
+				if name == "" {
+					continue
 				}
-				if err := f.SetMaxDynamicSharedMemory(v.smem(d)); err != nil {
-					return nil, err
-				}
-				fns[name] = f
-			}
-			if name := v.contigKernel(d); name != "" {
 				f, err := mod.Function(name)
 				if err != nil {
 					return nil, err

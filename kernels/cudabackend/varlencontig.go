@@ -3,6 +3,8 @@ package cudabackend
 import (
 	"os"
 	"sort"
+
+	"github.com/flextensor-go/flextensor/kernels"
 )
 
 // The packed prefill attention of fresh sequences (FT_VARLEN_CONTIG,
@@ -14,7 +16,8 @@ import (
 // (sequence, query tile) table and no block table
 // (attn_varlen_contig_prefill_wg3_*, kernels/cuda/sm90a/prefill_wg3.cu).
 // Same kernel body, same key order, so the same bits as the paged path.
-// This file has no build tag so that the table is tested without a GPU.
+// This file has no build tag so that the tables (varlenTiles for the paged
+// path too) are tested without a GPU.
 
 // varlenContigFromEnv is the default of Backend.VarlenContig: on unless
 // FT_VARLEN_CONTIG=0 (New rejects values other than "", "0" and "1"). On
@@ -26,14 +29,26 @@ func varlenContigFromEnv() bool { return os.Getenv("FT_VARLEN_CONTIG") != "0" }
 // sequences (sequence s in rows qStarts[s]..qStarts[s+1]−1, all at
 // positions from 0) as (sequence, tile) pairs, the tiles that see the most
 // keys first (ties in sequence and tile order): varlenTiles with every
-// sequence fresh.
+// sequence fresh (its length its own rows).
 func packedTiles(qStarts []int32, rows int32) []int32 {
+	lens := make([]int32, max(len(qStarts)-1, 0))
+	for s := range lens {
+		lens[s] = qStarts[s+1] - qStarts[s]
+	}
+	return varlenTiles(qStarts, kernels.PagedKV{SeqLens: lens}, rows)
+}
+
+// varlenTiles lists the query tiles of rows rows each of the packed
+// sequences as (sequence, tile) pairs, the tiles that see the most keys
+// first.
+func varlenTiles(qStarts []int32, kv kernels.PagedKV, rows int32) []int32 {
 	type tile struct{ seq, qt, end int32 }
 	var tiles []tile
-	for s := 0; s+1 < len(qStarts); s++ {
+	for s := range kv.SeqLens {
 		n := qStarts[s+1] - qStarts[s]
+		pos := kv.SeqLens[s] - n
 		for qt := int32(0); qt*rows < n; qt++ {
-			tiles = append(tiles, tile{int32(s), qt, min(n, qt*rows+rows)})
+			tiles = append(tiles, tile{int32(s), qt, pos + min(n, qt*rows+rows)})
 		}
 	}
 	sort.SliceStable(tiles, func(i, j int) bool { return tiles[i].end > tiles[j].end })

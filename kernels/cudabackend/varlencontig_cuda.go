@@ -15,7 +15,7 @@ import (
 // start at position 0, over their own packed keys and values k, v [T,K,d]
 // (kernels.PackedPrefillAttender; varlencontig.go): one launch of wg3's
 // contiguous varlen kernel. It reports false, doing nothing, unless
-// VarlenContig is on (FT_VARLEN_CONTIG=1), LegacyFlash off, the chosen
+// VarlenContig is on (on unless FT_VARLEN_CONTIG=0), LegacyFlash off, the chosen
 // prefill variant (FT_PREFILL_VARIANT) has the kernel for head width d
 // (wg3: 64 and 128) and the device loaded it (compute capability 9.0),
 // every row is 16-byte aligned, and the tiles fit the grid; the caller then

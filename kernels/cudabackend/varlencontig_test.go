@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/kernels"
 	kcuda "github.com/flextensor-go/flextensor/kernels/cuda"
 )
 
@@ -56,6 +57,37 @@ func TestVarlenContigTiles(t *testing.T) {
 	}
 	if len(packedTiles([]int32{0}, 128)) != 0 || len(packedTiles(nil, 128)) != 0 {
 		t.Errorf("no sequences gave tiles")
+	}
+	// The packed table is the paged one's for fresh sequences (each
+	// sequence's length its own rows), and differs once one has a cached
+	// prefix.
+	for _, st := range [][]int32{qStarts, starts, {0, 7}, {0, 128, 129, 400, 400, 1000}} {
+		lens := make([]int32, len(st)-1)
+		for s := range lens {
+			lens[s] = st[s+1] - st[s]
+		}
+		for _, rows := range []int32{64, 128} {
+			if p, v := packedTiles(st, rows), varlenTiles(st, kernels.PagedKV{SeqLens: lens}, rows); !slices.Equal(p, v) {
+				t.Errorf("starts %v rows %d: packed %v, paged %v", st, rows, p, v)
+			}
+		}
+	}
+	cached := kernels.PagedKV{SeqLens: []int32{1, 300 + 200, 0, 128, 131}} // sequence 1 after 200 cached
+	if p, v := packedTiles(qStarts, 128), varlenTiles(qStarts, cached, 128); slices.Equal(p, v) {
+		t.Errorf("a cached prefix left the order unchanged: %v", p)
+	}
+}
+
+// TestVarlenTiles: the tile list covers every query row once, in tiles of
+// the given rows, the tiles that see the most keys first.
+func TestVarlenTiles(t *testing.T) {
+	kv := kernels.PagedKV{SeqLens: []int32{1, 300, 200, 128}}
+	qStarts := []int32{0, 1, 301, 378, 506} // 1, 300, 77 (after 123 cached), 128 queries
+	got := varlenTiles(qStarts, kv, 128)
+	// Ends 300 (seq 1 tile 2), 256, 200 (seq 2), 128 (seq 1 tile 0), 128 (seq 3), 1.
+	want := []int32{1, 2, 1, 1, 2, 0, 1, 0, 3, 0, 0, 0}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("tiles %v, want %v", got, want)
 	}
 }
 

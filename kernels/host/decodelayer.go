@@ -45,6 +45,10 @@ func layerModeFrom(o int) (int, error) {
 	}
 }
 
+// DecodeLayerOn reports whether DecodeLayer may run: not at Level Generic
+// (no fast kernels) and not switched off (FT_HOST_LAYER=0).
+func (b *Backend) DecodeLayerOn() bool { return b.layerMode != layerOff && b.e.k != nil }
+
 // DecodeLayer runs one token's plain decoder layer (kernels.DecodeLayer)
 // as one pool job of five phases (decodePhased; FT_HOST_LAYER=jobs: five
 // pool jobs, decodeJobs) — fused q/k/v, attention, o_proj adding into the
@@ -58,8 +62,7 @@ func layerModeFrom(o int) (int, error) {
 // weights other than BF16, F16 or F32, and for activations or caches
 // other than F32.
 func (b *Backend) DecodeLayer(a kernels.DecodeLayer) (bool, error) {
-	e := b.e
-	if b.layerMode == layerOff || e.k == nil {
+	if !b.DecodeLayerOn() {
 		return false, nil
 	}
 	var ms [7]kernels.Mat

@@ -157,7 +157,7 @@ func TestHostGenerateSteadyLikeBench(t *testing.T) {
 		measure := ps[3:6]
 		want := []string{"host units warm-up", "host units", "host units"}
 		for i, p := range measure {
-			if p.Phase != offload.PhaseInference || len(p.Measuring) == 0 || p.Measuring[0] != want[i] || p.PlanTokens != 1 {
+			if p.Phase != offload.PhaseInference || len(p.Measuring()) == 0 || p.Measuring()[0] != want[i] || p.PlanTokens != 1 {
 				t.Fatalf("%s: pass %d %v: want INFERENCE measuring %s under the plan for one token", c.name, p.Seq, p, want[i])
 			}
 		}

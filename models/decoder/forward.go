@@ -192,7 +192,7 @@ func (l *Layer) Forward(b kernels.Backend, w *workspace, x *runtime.Tensor, cach
 		if l.graph != nil && !w.onHost && x.Dim(0) == 1 {
 			return l.graph.run(l, b, w, x, cache)
 		}
-		if ran, err := l.decodeLayer(b, w, x, cache, nil); ran || err != nil { // one op on the host backend (hostlayer.go)
+		if ran, err := l.decodeLayer(b, w, x, cache, nil); ran || err != nil { // one op where the backend has it (hostlayer.go)
 			return err
 		}
 		return l.body(b, w, x, cache)

@@ -10,17 +10,21 @@ import (
 // backend runs a plain layer's decode step as five worker-pool jobs with
 // the norms, RoPE, the cache append and the residual adds folded in
 // between or into them, where the separate ops cost a dozen calls, two
-// extra passes over the residual and the reference kernels' own dispatch.
+// extra passes over the residual and the reference kernels' own dispatch;
+// the CUDA backend, with FT_DECODE_MEGA=1, as one persistent kernel (the
+// eager step and the graphs captured from it, unitgraph.go included).
 // Layers with anything the op does not cover (biases, q/k norms, a query
 // scale, quantized or scaled weights, experts, hooks on the layer's
 // parts, tensor parallelism) run the separate ops.
 
 // decodeLayer runs l's one-token step through b's DecodeLayer when b has
-// one and the layer is plain; ran false: it did nothing. stages, when set,
+// one switched on and the layer is plain (asked in that order, so that a
+// backend with the op off costs no operand building); ran false: it did
+// nothing. stages, when set,
 // accumulates the op's per-stage times.
 func (l *Layer) decodeLayer(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Cache, stages *kernels.DecodeStages) (bool, error) {
 	f, ok := b.(kernels.DecodeLayerer)
-	if !ok || x.Dim(0) != 1 || !l.plainDecode() {
+	if !ok || x.Dim(0) != 1 || !f.DecodeLayerOn() || !l.plainDecode() {
 		return false, nil
 	}
 	kc, vc, ok, err := directKV(cache, l.Attn.Layer)

@@ -17,7 +17,8 @@ import (
 // slot never alias inside one graph. A layer captures its graph at its first
 // one-token forward and again whenever any of its weights (a new slot or
 // placement after a replan), the KV cache or the model's workspace are other
-// memory than at the capture: after any Parameter.Bind on the tree
+// memory than at the capture, or the backend's one-op layer was switched
+// on or off since (kernels.DecodeLayerer.DecodeLayerOn; FT_DECODE_MEGA): after any Parameter.Bind on the tree
 // (nn.Tree.BindGeneration) the layer compares every parameter's buffer and
 // offset with those it captured. Prefills run op by op.
 func UnitGraphs(b kernels.Backend) func(nn.Module) error {
@@ -71,6 +72,7 @@ type graphKey struct {
 	ws      *workspace
 	kc, vc  *runtime.DeviceBuffer
 	backend kernels.Backend
+	layerOp bool // the backend's one-op layer switched on at the capture
 }
 
 // weightAt is where a parameter's tensor lives.
@@ -121,6 +123,9 @@ func (g *layerGraph) run(l *Layer, b kernels.Backend, w *workspace, x *runtime.T
 	}
 	kc, vc := cache.View(l.Index)
 	key := graphKey{ws: w, kc: kc.Buffer(), vc: vc.Buffer(), backend: b}
+	if dl, ok := b.(kernels.DecodeLayerer); ok {
+		key.layerOp = dl.DecodeLayerOn()
+	}
 	if !g.current(l, key) {
 		g.close()
 		binds, weights := l.Node().Tree().BindGeneration(), make([]weightAt, len(g.params))
