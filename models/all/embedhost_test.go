@@ -7,9 +7,7 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/testmodel"
-	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/offload"
-	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // TestEmbedHostFamilies: every family fixture (Llama, Qwen2, Qwen3 with its
@@ -43,24 +41,15 @@ func TestEmbedHostFamilies(t *testing.T) {
 				t.Fatal(err)
 			}
 			m := load(t, fx.dir, host)
-			dev := runtime.NewCPU(0)
-			cb, err := kernels.NewCPUBackend(dev)
-			if err != nil {
-				t.Fatal(err)
-			}
+			dev, cb := offloadDevice(t)
+			defer dev.Close()
 			name := fmt.Sprintf("%s-%d", t.Name(), len(fp.UnitBytes))
 			cfg := offload.DefaultConfig(dev)
 			cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(2)}
 			cfg.TransferBlocks = 2
 			cfg.OffloadTiming = offload.TimingEager
-			if err := offload.Offload(m, &cfg, name); err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := offload.Release(name, true); err != nil {
-					t.Error(err)
-				}
-			}()
+			_, release := offloadAs(t, m, &cfg, name)
+			defer release()
 			got := testmodel.Run(t, m, strictBackend{cb, dev}, prompt, 4)
 			for i := range want {
 				if !slices.Equal(got[i], want[i]) {

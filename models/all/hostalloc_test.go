@@ -5,12 +5,9 @@ import (
 	goruntime "runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/flextensor-go/flextensor/internal/testmodel"
-	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/offload"
-	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // TestHostDecodeAllocs: Llama with every layer computed on the host (the
@@ -30,35 +27,22 @@ import (
 //     the units' bytes, with the mappings reaching beyond them apart.
 func TestHostDecodeAllocs(t *testing.T) {
 	fx := batchFixtures[0] // llama: the host layers run as one op
-	hostDev, hb := cpu(t)
-	resident := load(t, fx.dir, hostDev)
 	prompt := []int32{3, 17, 42, 5, 9, 11, 2}
 	const steps = 6
-	want := testmodel.Run(t, resident, hb, prompt, steps)
+	hostDev, resident, want := residentRun(t, fx.dir, prompt, steps)
 
-	dev := runtime.NewCPU(0)
+	dev, cb := offloadDevice(t)
 	defer dev.Close()
-	cb, err := kernels.NewCPUBackend(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
 	_, _, total := unitBytes(t, resident)
 	cfg := offload.DefaultConfig(dev)
 	cfg.HostBackend = slowHost{hostBackend(t)}
 	cfg.HostUnits = []string{"model.layers.*"}
 	cfg.PinnedMemory = true
-	var traced []string
-	cfg.Trace = func(step string, _ time.Duration) { traced = append(traced, step) }
+	traced := collectTrace(&cfg)
 	const name = "host-decode-allocs"
 	m := load(t, fx.dir, hostDev)
-	if err := offload.Offload(m, &cfg, name); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := offload.Release(name, true); err != nil {
-			t.Error(err)
-		}
-	}()
+	_, release := offloadAs(t, m, &cfg, name)
+	defer release()
 	testmodel.Run(t, m, cb, prompt, steps) // discovery, profiling
 	got := testmodel.Run(t, m, cb, prompt, steps)
 	if n := len(offload.HostUnits(name)); n != len(m.Layers) {
@@ -70,13 +54,13 @@ func TestHostDecodeAllocs(t *testing.T) {
 		}
 	}
 	var pinned string
-	for _, s := range traced {
+	for _, s := range traced() {
 		if strings.HasPrefix(s, "pinned: ") {
 			pinned = s
 		}
 	}
 	if pinned == "" || !strings.Contains(pinned, " MiB on huge pages") {
-		t.Fatalf("no pinned huge-page coverage traced: %q", traced)
+		t.Fatalf("no pinned huge-page coverage traced: %q", traced())
 	}
 	t.Logf("%s (units: %d bytes)", pinned, total)
 	if f := strings.Fields(pinned); len(f) < 4 || f[3] != fmt.Sprintf("%.1f", float64(total)/(1<<20)) {

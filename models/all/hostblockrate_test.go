@@ -6,13 +6,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/flextensor-go/flextensor/internal/testmodel"
-	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/kernels/host"
 	"github.com/flextensor-go/flextensor/offload"
-	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // The engine rates blocks through this method (a compile-time check: a
@@ -53,11 +49,9 @@ func (r ratedHost) RateHostBlock(data []byte) (float64, error) {
 // block), so the choice is the planner's alone.
 func TestHostBlockRates(t *testing.T) {
 	fx := batchFixtures[0] // llama: 4 layers
-	hostDev, cb0 := cpu(t)
-	resident := load(t, fx.dir, hostDev)
 	prompt := []int32{3, 17, 42, 5}
 	const steps = 3
-	want := testmodel.Run(t, resident, cb0, prompt, steps)
+	hostDev, resident, want := residentRun(t, fx.dir, prompt, steps)
 	unit, _, _ := unitBytes(t, resident)
 	const fast, slow = 1e13, 1e7 // slow layers' estimates 1 s: off the host on any loaded machine
 	for _, c := range []struct {
@@ -65,55 +59,28 @@ func TestHostBlockRates(t *testing.T) {
 	}{{"rated", ""}, {"off", "0"}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv("FT_HOST_BLOCK_RATES", c.env)
-			dev := runtime.NewCPU(0)
+			dev, cb := offloadDevice(t)
 			defer dev.Close()
-			cb, err := kernels.NewCPUBackend(dev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls := 0
-			rh := ratedHost{Backend: hostBackend(t), bw: float64(unit) / 1e-6, rates: []float64{slow, slow, fast, slow, slow},
-				mu: &sync.Mutex{}, calls: &calls}
+			rh := newRatedHost(t, unit, slow, slow, fast, slow, slow)
 			cfg := hybridConfig(t, resident, dev, rh.Backend, 1)
 			cfg.HostBackend, cfg.HostUnits = rh, nil
-			var traceMu sync.Mutex
-			var lines []string
-			cfg.Trace = func(step string, _ time.Duration) {
-				traceMu.Lock()
-				lines = append(lines, step)
-				traceMu.Unlock()
-			}
+			lines := collectTrace(&cfg)
 			name := "host-block-rates-" + c.name
 			m := load(t, fx.dir, hostDev)
-			if err := offload.Offload(m, &cfg, name); err != nil {
-				t.Fatal(err)
-			}
-			defer offload.Release(name, true)
-			mgr := offload.GetOffloadManager(name)
+			mgr, release := offloadAs(t, m, &cfg, name)
+			defer release()
 			var firstHost []string
 			var in offload.PlanInput
-			cache, err := m.NewKVCache(cb, len(prompt)+steps)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cache.Free()
-			got, err := testmodel.Steps(m, cb, cache, prompt, steps, func(step int, logits []float32) int32 {
+			got := generate(t, m, cb, prompt, steps, func(int) {
 				if firstHost == nil && mgr.Phase() == offload.PhaseInference {
 					firstHost = unitNames(mgr.HostUnits())
+					var err error
 					if in, err = mgr.PlanInput(); err != nil {
 						t.Error(err)
 					}
 				}
-				return testmodel.Argmax(step, logits)
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range want {
-				if d := maxDiff(got[i], want[i]); d > 1e-5 {
-					t.Fatalf("step %d: logits differ by %g", i, d)
-				}
-			}
+			matchResident(t, got, want)
 			if firstHost == nil {
 				t.Fatal("no INFERENCE pass")
 			}
@@ -123,7 +90,7 @@ func TestHostBlockRates(t *testing.T) {
 				est[u.Name] = u.HostSecPerToken
 			}
 			if c.env == "0" {
-				if calls != 0 || len(rates) != 0 {
+				if calls := *rh.calls; calls != 0 || len(rates) != 0 {
 					t.Fatalf("rates off: %d blocks rated, rates %v", calls, rates)
 				}
 				if len(firstHost) < 2 {
@@ -136,7 +103,7 @@ func TestHostBlockRates(t *testing.T) {
 				}
 				return
 			}
-			if calls < 4 {
+			if calls := *rh.calls; calls < 4 {
 				t.Fatalf("%d blocks rated, want the 4 layers'", calls)
 			}
 			for i, n := range []string{"model.layers.0", "model.layers.1", "model.layers.2", "model.layers.3"} {
@@ -150,7 +117,7 @@ func TestHostBlockRates(t *testing.T) {
 			if !slices.Equal(firstHost, []string{"model.layers.2"}) {
 				t.Fatalf("host units %v, want the fast block's layer 2 alone", firstHost)
 			}
-			all := strings.Join(lines, "\n")
+			all := strings.Join(lines(), "\n")
 			for _, w := range []string{"host block rates: 4 blocks rated, GB/s min 0.0 / median 0.0 / max 10000.0, 1 fast", "host units' blocks (unit:GB/s) 2:10000.0, fastest block off the host 0:0.0"} {
 				if !strings.Contains(all, w) {
 					t.Errorf("trace lacks %q:\n%s", w, all)
@@ -170,11 +137,9 @@ func TestHostBlockRates(t *testing.T) {
 // malformed value is an error from Offload naming the variable.
 func TestHostBlockRealloc(t *testing.T) {
 	fx := batchFixtures[0] // llama: 4 layers
-	hostDev, cb0 := cpu(t)
-	resident := load(t, fx.dir, hostDev)
 	prompt := []int32{3, 17, 42, 5}
 	const steps = 3
-	want := testmodel.Run(t, resident, cb0, prompt, steps)
+	hostDev, resident, want := residentRun(t, fx.dir, prompt, steps)
 	unit, _, _ := unitBytes(t, resident)
 	const fast, slow = 1e13, 1e9
 	for _, c := range []struct {
@@ -184,70 +149,41 @@ func TestHostBlockRealloc(t *testing.T) {
 	}{{"on", "3", 6, fast}, {"unset", "", 4, slow}, {"bad", "many", 0, 0}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv("FT_HOST_BLOCK_REALLOC", c.env)
-			dev := runtime.NewCPU(0)
+			dev, cb := offloadDevice(t)
 			defer dev.Close()
-			cb, err := kernels.NewCPUBackend(dev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls := 0
-			rh := ratedHost{Backend: hostBackend(t), bw: float64(unit) / 1e-6, rates: []float64{fast, slow, fast, fast, slow, fast, slow},
-				mu: &sync.Mutex{}, calls: &calls}
+			rh := newRatedHost(t, unit, fast, slow, fast, fast, slow, fast, slow)
 			cfg := hybridConfig(t, resident, dev, rh.Backend, 1)
 			cfg.HostBackend = rh // layer 1 forced onto the host
-			var traceMu sync.Mutex
-			var lines []string
-			cfg.Trace = func(step string, _ time.Duration) {
-				traceMu.Lock()
-				lines = append(lines, step)
-				traceMu.Unlock()
-			}
+			lines := collectTrace(&cfg)
 			name := "host-block-realloc-" + c.name
 			m := load(t, fx.dir, hostDev)
-			err = offload.Offload(m, &cfg, name)
 			if c.name == "bad" {
-				if err == nil || !strings.Contains(err.Error(), "FT_HOST_BLOCK_REALLOC") {
+				if err := offload.Offload(m, &cfg, name); err == nil || !strings.Contains(err.Error(), "FT_HOST_BLOCK_REALLOC") {
 					t.Fatalf("FT_HOST_BLOCK_REALLOC=%s: error %v, want one naming the variable", c.env, err)
 				}
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer offload.Release(name, true)
-			mgr := offload.GetOffloadManager(name)
+			mgr, release := offloadAs(t, m, &cfg, name)
+			defer release()
 			var rate1 float64
-			cache, err := m.NewKVCache(cb, len(prompt)+steps)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cache.Free()
-			got, err := testmodel.Steps(m, cb, cache, prompt, steps, func(step int, logits []float32) int32 {
+			got := generate(t, m, cb, prompt, steps, func(int) {
 				if rate1 == 0 && mgr.Phase() == offload.PhaseInference {
 					if !slices.Contains(unitNames(mgr.HostUnits()), "model.layers.1") {
 						t.Errorf("host units %v lack the forced layer 1", unitNames(mgr.HostUnits()))
 					}
 					rate1 = mgr.HostBlockRates()["model.layers.1"]
 					rh.mu.Lock()
-					if n := calls; n != c.calls {
+					if n := *rh.calls; n != c.calls {
 						t.Errorf("%d blocks rated when INFERENCE began, want %d", n, c.calls)
 					}
 					rh.mu.Unlock()
 				}
-				return testmodel.Argmax(step, logits)
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range want {
-				if d := maxDiff(got[i], want[i]); d > 1e-5 {
-					t.Fatalf("step %d: logits differ by %g", i, d)
-				}
-			}
+			matchResident(t, got, want)
 			if rate1 != c.rate1 {
 				t.Fatalf("layer 1's block rate %g in INFERENCE, want %g", rate1, c.rate1)
 			}
-			all := strings.Join(lines, "\n")
+			all := strings.Join(lines(), "\n")
 			w := "host block realloc: 1 of 1 slow host units moved to fast blocks (unit:GB/s 1:1.0->10000.0), 2 fresh blocks tried"
 			if has := strings.Contains(all, w); has != (c.env != "") {
 				t.Errorf("trace has %q: %v, want %v:\n%s", w, has, c.env != "", all)

@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flextensor-go/flextensor/internal/testmodel"
-	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/offload"
-	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // TestHostCopyRateReplan: a hybrid generation whose streamed units' copies
@@ -21,18 +18,12 @@ import (
 // and in HostTimes, and the logits stay the resident run's.
 func TestHostCopyRateReplan(t *testing.T) {
 	fx := batchFixtures[0] // llama: 4 layers
-	hostDev, cb0 := cpu(t)
-	resident := load(t, fx.dir, hostDev)
 	prompt := []int32{3, 17, 42, 5, 9, 11, 2}
 	const steps = 12
-	want := testmodel.Run(t, resident, cb0, prompt, steps)
+	hostDev, resident, want := residentRun(t, fx.dir, prompt, steps)
 
-	dev := runtime.NewCPU(0)
+	dev, cb := offloadDevice(t)
 	defer dev.Close()
-	cb, err := kernels.NewCPUBackend(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
 	unit, _, _ := unitBytes(t, resident)
 	var slow atomic.Bool
 	var slowed atomic.Int64
@@ -44,38 +35,17 @@ func TestHostCopyRateReplan(t *testing.T) {
 		return nil
 	}
 	cfg := hybridConfig(t, resident, dev, hostBackend(t), 1)
-	var traced []string
-	cfg.Trace = func(step string, _ time.Duration) { traced = append(traced, step) }
+	traced := collectTrace(&cfg)
 	const name = "host-copy-rate"
 	m := load(t, fx.dir, hostDev)
-	if err := offload.Offload(m, &cfg, name); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := offload.Release(name, true); err != nil {
-			t.Error(err)
-		}
-	}()
-	mgr := offload.GetOffloadManager(name)
-	cache, err := m.NewKVCache(cb, len(prompt)+steps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Free()
-	got, err := testmodel.Steps(m, cb, cache, prompt, steps, func(step int, logits []float32) int32 {
+	mgr, release := offloadAs(t, m, &cfg, name)
+	defer release()
+	got := generate(t, m, cb, prompt, steps, func(int) {
 		if mgr.Phase() == offload.PhaseInference {
 			slow.Store(true)
 		}
-		return testmodel.Argmax(step, logits)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range want {
-		if d := maxDiff(got[i], want[i]); d > 1e-5 {
-			t.Fatalf("step %d: logits differ by %g", i, d)
-		}
-	}
+	matchResident(t, got, want)
 	if len(offload.OffloadUnits(name)) == 0 || slowed.Load() == 0 {
 		t.Fatalf("streamed units %v, %d slowed copies: the test needs streamed copies in INFERENCE", unitNames(offload.OffloadUnits(name)), slowed.Load())
 	}
@@ -88,7 +58,7 @@ func TestHostCopyRateReplan(t *testing.T) {
 			ht.CopyScale, ht.CopySamples, ht.CopyBytesPerSec, ht.ProfiledCopyBytesPerSec)
 	}
 	var line string
-	for _, s := range traced {
+	for _, s := range traced() {
 		if strings.Contains(s, "after measuring host units") {
 			line = s
 		}

@@ -7,7 +7,6 @@ import (
 	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/offload"
-	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // plainHost is a host backend that does not measure the host's DRAM read
@@ -41,12 +40,8 @@ func TestHostDRAMSetting(t *testing.T) {
 			t.Setenv("FT_HOST_DRAM_GBPS", c.env)
 			hostDev, _ := cpu(t)
 			resident := load(t, fx.dir, hostDev)
-			dev := runtime.NewCPU(0)
+			dev, cb := offloadDevice(t)
 			defer dev.Close()
-			cb, err := kernels.NewCPUBackend(dev)
-			if err != nil {
-				t.Fatal(err)
-			}
 			hb := hostBackend(t)
 			cfg := hybridConfig(t, resident, dev, hb, 2)
 			if c.plain {
@@ -55,10 +50,8 @@ func TestHostDRAMSetting(t *testing.T) {
 			cfg.OffloadTiming = offload.TimingEager
 			name := "host-dram-" + strings.ReplaceAll(c.name, " ", "-")
 			m := load(t, fx.dir, hostDev)
-			if err := offload.Offload(m, &cfg, name); err != nil {
-				t.Fatal(err)
-			}
-			defer offload.Release(name, true)
+			mgr, release := offloadAs(t, m, &cfg, name)
+			defer release()
 			prompt := []int32{3, 17, 42, 5}
 			var runErr error
 			for range 2 {
@@ -75,7 +68,6 @@ func TestHostDRAMSetting(t *testing.T) {
 			if runErr != nil {
 				t.Fatal(runErr)
 			}
-			mgr := offload.GetOffloadManager(name)
 			if len(mgr.HostUnits()) != 1 {
 				t.Fatalf("host units %v, want layer 1", unitNames(mgr.HostUnits()))
 			}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/kernels/host"
 	"github.com/flextensor-go/flextensor/offload"
@@ -47,33 +46,20 @@ func (s sleepyHost) DecodeLayer(a kernels.DecodeLayer) (bool, error) {
 // measured decode forward. The logits stay the resident run's throughout.
 func TestHostMeasuredReplan(t *testing.T) {
 	fx := batchFixtures[0] // llama: 4 layers
-	hostDev, cb0 := cpu(t)
-	resident := load(t, fx.dir, hostDev)
 	prompt := []int32{3, 17, 42, 5, 9, 11, 2}
 	const steps = 20
-	want := testmodel.Run(t, resident, cb0, prompt, steps)
+	hostDev, resident, want := residentRun(t, fx.dir, prompt, steps)
 
-	dev := runtime.NewCPU(0)
+	dev, cb := offloadDevice(t)
 	defer dev.Close()
-	cb, err := kernels.NewCPUBackend(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const nap = 60 * time.Millisecond
 	cfg := hybridConfig(t, resident, dev, hostBackend(t), 1)
 	cfg.HostBackend = sleepyHost{hostBackend(t), nap}
 	cfg.ProfilingIters = 4 // medians of device compute steady enough on a loaded machine
 	const name = "host-measured-replan"
 	m := load(t, fx.dir, hostDev)
-	if err := offload.Offload(m, &cfg, name); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := offload.Release(name, true); err != nil {
-			t.Error(err)
-		}
-	}()
-	mgr := offload.GetOffloadManager(name)
+	mgr, release := offloadAs(t, m, &cfg, name)
+	defer release()
 
 	var (
 		firstHost  []string
@@ -82,16 +68,11 @@ func TestHostMeasuredReplan(t *testing.T) {
 		lastReturn time.Time
 		settled    = -1
 	)
-	cache, err := m.NewKVCache(cb, len(prompt)+steps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Free()
-	got, err := testmodel.Steps(m, cb, cache, prompt, steps, func(step int, logits []float32) int32 {
+	got := generate(t, m, cb, prompt, steps, func(step int) {
 		now := time.Now()
 		defer func() { lastReturn = time.Now() }()
 		if mgr.Phase() != offload.PhaseInference {
-			return testmodel.Argmax(step, logits)
+			return
 		}
 		ht := mgr.HostTimes()
 		switch {
@@ -106,16 +87,8 @@ func TestHostMeasuredReplan(t *testing.T) {
 		case settled >= 0 && step > settled:
 			fwd = append(fwd, now.Sub(lastReturn).Seconds())
 		}
-		return testmodel.Argmax(step, logits)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range want {
-		if d := maxDiff(got[i], want[i]); d > 1e-5 {
-			t.Fatalf("step %d: logits differ by %g", i, d)
-		}
-	}
+	matchResident(t, got, want)
 	if len(firstHost) < 2 {
 		t.Fatalf("the estimate's plan computes %v on the host: want the forced layer and more (the estimate says the host is free)", firstHost)
 	}

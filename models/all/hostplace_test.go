@@ -69,14 +69,12 @@ func hostPlacement(t *testing.T, dir, family string, units int64) int64 {
 	fx := struct{ dir, family string }{dir, family}
 	{
 		{
-			hostDev, hb := cpu(t)
-			resident := load(t, fx.dir, hostDev)
 			prompt := []int32{3, 17, 42, 5, 9, 11, 2}
 			const steps = 6
-			want := testmodel.Run(t, resident, hb, prompt, steps)
+			hostDev, resident, want := residentRun(t, fx.dir, prompt, steps)
 
 			unit, fixed, _ := unitBytes(t, resident)
-			dev := runtime.NewCPU(0)
+			dev, cb := offloadDevice(t)
 			defer dev.Close()
 			cpuHost := runtime.NewCPUNamed("host", 0)
 			defer cpuHost.Close()
@@ -86,10 +84,6 @@ func hostPlacement(t *testing.T, dir, family string, units int64) int64 {
 			}
 			defer hbk.Close()
 			m := load(t, fx.dir, hostDev)
-			cb, err := kernels.NewCPUBackend(dev)
-			if err != nil {
-				t.Fatal(err)
-			}
 			name := fmt.Sprintf("%s-%s", t.Name(), fx.family)
 			cfg := offload.DefaultConfig(dev)
 			cfg.GPUBudget = offload.Budget{Bytes: fixed + units*unit}
@@ -97,14 +91,8 @@ func hostPlacement(t *testing.T, dir, family string, units int64) int64 {
 			cfg.HostBackend = countedHost{slowHost{hbk}, &runs}
 			cfg.HostUnits = []string{"model.layers.1"}
 			cfg.OffloadTiming = offload.TimingEager
-			if err := offload.Offload(m, &cfg, name); err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := offload.Release(name, true); err != nil {
-					t.Error(err)
-				}
-			}()
+			_, release := offloadAs(t, m, &cfg, name)
+			defer release()
 			sb := strictBackend{cb, dev}
 			// The first run passes discovery and profiling; the second
 			// runs the three-way plan throughout.

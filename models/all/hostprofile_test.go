@@ -63,18 +63,12 @@ func unitNames(ns []offload.NamedModule) []string {
 func TestHostPlacementProfile(t *testing.T) {
 	for _, fx := range batchFixtures {
 		t.Run(fx.family, func(t *testing.T) {
-			hostDev, hb0 := cpu(t)
-			resident := load(t, fx.dir, hostDev)
 			prompt := []int32{3, 17, 42, 5, 9, 11, 2}
 			const steps = 4
-			want := testmodel.Run(t, resident, hb0, prompt, steps)
+			hostDev, resident, want := residentRun(t, fx.dir, prompt, steps)
 
-			dev := runtime.NewCPU(0)
+			dev, cb := offloadDevice(t)
 			defer dev.Close()
-			cb, err := kernels.NewCPUBackend(dev)
-			if err != nil {
-				t.Fatal(err)
-			}
 			hb := hostBackend(t)
 			cfg := hybridConfig(t, resident, dev, hb, 2)
 			name := "host-profile-" + fx.family
@@ -135,12 +129,7 @@ func TestHostPlacementProfile(t *testing.T) {
 			if got := unitNames(offload.ResidentUnits(pname)); !slices.Equal(got, res) {
 				t.Fatalf("resident units after loading %v, want %v", got, res)
 			}
-			got := testmodel.Run(t, pm, strictBackend{cb, dev}, prompt, steps)
-			for i := range want {
-				if d := maxDiff(got[i], want[i]); d > 1e-5 {
-					t.Fatalf("step %d: logits differ by %g", i, d)
-				}
-			}
+			matchResident(t, testmodel.Run(t, pm, strictBackend{cb, dev}, prompt, steps), want)
 		})
 	}
 }
@@ -211,24 +200,14 @@ func TestHostPlacementTiming(t *testing.T) {
 	fx := batchFixtures[0] // llama: 4 layers, all three placements
 	hostDev, _ := cpu(t)
 	resident := load(t, fx.dir, hostDev)
-	dev := runtime.NewCPU(0)
+	dev, cb := offloadDevice(t)
 	defer dev.Close()
-	cb, err := kernels.NewCPUBackend(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := hybridConfig(t, resident, dev, hostBackend(t), 2)
 	cfg.OffloadTiming = offload.TimingEager
 	const name = "host-timing"
 	m := load(t, fx.dir, hostDev)
-	if err := offload.Offload(m, &cfg, name); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := offload.Release(name, true); err != nil {
-			t.Error(err)
-		}
-	}()
+	_, release := offloadAs(t, m, &cfg, name)
+	defer release()
 	prompt := []int32{3, 17, 42, 5}
 	testmodel.Run(t, m, cb, prompt, 3)
 	if _, err := offload.CollectOffloadTiming(name); err != nil { // drop the passes before INFERENCE settled

@@ -11,7 +11,6 @@ import (
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/offload"
-	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // TestHostGenerateSteadyLikeBench: a hybrid model (layer 1 computed on the
@@ -46,24 +45,14 @@ func TestHostGenerateSteadyLikeBench(t *testing.T) {
 		ht     offload.HostTimes
 	}
 	offloaded := func(t *testing.T, name string, drive func(m *decoder.Model, cb kernels.Backend, mgr *offload.Manager) []offload.PassInfo) run {
-		dev := runtime.NewCPU(0)
+		dev, cb := offloadDevice(t)
 		defer dev.Close()
-		cb, err := kernels.NewCPUBackend(dev)
-		if err != nil {
-			t.Fatal(err)
-		}
 		cfg := hybridConfig(t, resident, dev, hostBackend(t), 1)
 		m := load(t, fx.dir, hostDev)
-		if err := offload.Offload(m, &cfg, name); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := offload.Release(name, true); err != nil {
-				t.Error(err)
-			}
-		}()
-		mgr := offload.GetOffloadManager(name)
+		mgr, release := offloadAs(t, m, &cfg, name)
+		defer release()
 		r := run{passes: drive(m, cb, mgr)}
+		var err error
 		if r.plan, err = mgr.Plan(); err != nil {
 			t.Fatal(err)
 		}

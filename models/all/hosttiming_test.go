@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flextensor-go/flextensor/internal/testmodel"
-	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/offload"
-	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // TestHostReplanTimingTable: a generation (prompt, then one-token decode
@@ -29,42 +26,22 @@ func TestHostReplanTimingTable(t *testing.T) {
 	prompt := []int32{3, 17, 42, 5, 9, 11, 2}
 	const steps = 14
 
-	dev := runtime.NewCPU(0)
+	dev, cb := offloadDevice(t)
 	defer dev.Close()
-	cb, err := kernels.NewCPUBackend(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := hybridConfig(t, resident, dev, hostBackend(t), 1)
 	cfg.HostBackend = sleepyHost{hostBackend(t), 30 * time.Millisecond}
 	cfg.OffloadTiming = offload.TimingEager
-	var traced []string
-	cfg.Trace = func(step string, _ time.Duration) { traced = append(traced, step) }
+	traced := collectTrace(&cfg)
 	const name = "host-replan-timing"
 	m := load(t, fx.dir, hostDev)
-	if err := offload.Offload(m, &cfg, name); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := offload.Release(name, true); err != nil {
-			t.Error(err)
-		}
-	}()
-	mgr := offload.GetOffloadManager(name)
+	mgr, release := offloadAs(t, m, &cfg, name)
+	defer release()
 	var firstHost []string
-	cache, err := m.NewKVCache(cb, len(prompt)+steps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Free()
-	if _, err := testmodel.Steps(m, cb, cache, prompt, steps, func(step int, logits []float32) int32 {
+	generate(t, m, cb, prompt, steps, func(int) {
 		if mgr.Phase() == offload.PhaseInference && firstHost == nil {
 			firstHost = unitNames(offload.HostUnits(name))
 		}
-		return testmodel.Argmax(step, logits)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	if ht := mgr.HostTimes(); ht.Applied != 1 {
 		t.Fatalf("%d measured-host replans applied, want 1 (the test needs a placement change)", ht.Applied)
 	}
@@ -121,7 +98,7 @@ func TestHostReplanTimingTable(t *testing.T) {
 		}
 	}
 	var plans []string
-	for _, s := range traced {
+	for _, s := range traced() {
 		if strings.HasPrefix(s, "plan ") {
 			plans = append(plans, s)
 		}
