@@ -244,6 +244,17 @@ func withMega(t *testing.T) {
 	t.Cleanup(func() { gb.DecodeMega = saved })
 }
 
+// needMega skips t without a GPU of compute capability 9.0 (the only one
+// the kernel runs on), else turns DecodeMega on for t (withMega).
+func needMega(t *testing.T) {
+	t.Helper()
+	needGPU(t)
+	if gdev.ComputeCapability() != 90 {
+		t.Skipf("compute capability %d, want 9.0", gdev.ComputeCapability())
+	}
+	withMega(t)
+}
+
 // cacheRow is row pos of a [C,KV,128] cache read back.
 func cacheRow(all []float32, pos, KV int) []float32 { return all[pos*KV*128 : (pos+1)*KV*128] }
 
@@ -253,11 +264,7 @@ func cacheRow(all []float32, pos, KV int) []float32 { return all[pos*KV*128 : (p
 // 3e-2·|want|), at Llama-3-8B's shape and small ones, at contexts 1, 37,
 // 512 and 4,100 (the positions 0, 36, 511, 4,099).
 func TestDecodeMegaLayer(t *testing.T) {
-	needGPU(t)
-	if gdev.ComputeCapability() != 90 {
-		t.Skipf("the one-kernel layer runs on compute capability 9.0 only (this GPU: %d)", gdev.ComputeCapability())
-	}
-	withMega(t)
+	needMega(t)
 	rng := newRNG(t)
 	for _, c := range []megaCase{
 		{D: 4096, H: 32, KV: 8, I: 14336, C: 4160},
@@ -312,11 +319,7 @@ func TestDecodeMegaLayer(t *testing.T) {
 // a graph captured once and replayed at positions 3, 700, 0, 129 and 2,047
 // (read from the step buffer) gives the eager launch's bits at each.
 func TestDecodeMegaGraph(t *testing.T) {
-	needGPU(t)
-	if gdev.ComputeCapability() != 90 {
-		t.Skipf("compute capability %d, want 9.0", gdev.ComputeCapability())
-	}
-	withMega(t)
+	needMega(t)
 	rng := newRNG(t)
 	c := megaCase{D: 4096, H: 32, KV: 8, I: 14336, C: 2048}
 	w := newMegaWeights(t, rng, c)
@@ -484,11 +487,7 @@ func TestDecodeMegaTime(t *testing.T) {
 	if !runNames("DecodeMegaTime") {
 		t.Skip("a print-only timing: runs only with -run DecodeMegaTime")
 	}
-	needGPU(t)
-	if gdev.ComputeCapability() != 90 {
-		t.Skipf("compute capability %d, want 9.0", gdev.ComputeCapability())
-	}
-	withMega(t)
+	needMega(t)
 	rng := newRNG(t)
 	c := megaCase{D: 4096, H: 32, KV: 8, I: 14336, C: 8192}
 	w := newMegaWeights(t, rng, c)
@@ -520,11 +519,7 @@ func TestDecodeMegaTime(t *testing.T) {
 // at least 1) × the multiprocessors, that every block of it, and no block
 // past it, recorded its points, and in order.
 func TestDecodeMegaPhases(t *testing.T) {
-	needGPU(t)
-	if gdev.ComputeCapability() != 90 {
-		t.Skipf("compute capability %d, want 9.0", gdev.ComputeCapability())
-	}
-	withMega(t)
+	needMega(t)
 	rng := newRNG(t)
 	c := megaCase{D: 4096, H: 32, KV: 8, I: 14336, C: 8192}
 	w := newMegaWeights(t, rng, c)

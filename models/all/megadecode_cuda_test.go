@@ -50,6 +50,38 @@ func closeLogits(t *testing.T, what string, got, want [][]float32, tol float64) 
 	}
 }
 
+// megaBackend is d's CUDA backend where the one-kernel layer can run
+// (compute capability 9.0), else t is skipped; DecodeMega is restored
+// after t.
+func megaBackend(t *testing.T, d devtest.Device) *cudabackend.Backend {
+	t.Helper()
+	gb, ok := d.Backend.(*cudabackend.Backend)
+	if !ok {
+		t.Skipf("the one-kernel layer is the CUDA backend's; %s has none", d.Name)
+	}
+	if gd, ok := d.Dev.(interface{ ComputeCapability() int }); !ok || gd.ComputeCapability() != 90 {
+		t.Skip("the one-kernel layer runs on compute capability 9.0 only")
+	}
+	saved := gb.DecodeMega
+	t.Cleanup(func() { gb.DecodeMega = saved })
+	return gb
+}
+
+// megaCheckpoint writes a random Llama of the given depth whose heads are
+// 128 wide (the tiny fixtures' 32 are declined by the one-kernel layer):
+// D 256, I 512, 4 query heads on 2 KV heads; it returns its directory.
+func megaCheckpoint(t *testing.T, layers int) string {
+	t.Helper()
+	cfg := llama.Shapes["deep-test"]
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = 256, 512, layers
+	cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 4, 2, 128
+	dir := t.TempDir()
+	if err := llama.MakeCheckpoint(dir, cfg, 11, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // TestDecodeMegaModelGPU: a random 2-layer Llama of head width 128 (the
 // tiny fixtures' heads are 32 wide, which the one-kernel layer declines):
 // with DecodeMega on, every layer of every eager one-token step and of the
@@ -59,22 +91,8 @@ func closeLogits(t *testing.T, what string, got, want [][]float32, tol float64) 
 // eager ones.
 func TestDecodeMegaModelGPU(t *testing.T) {
 	devtest.Each(t, func(t *testing.T, d devtest.Device) {
-		gb, ok := d.Backend.(*cudabackend.Backend)
-		if !ok {
-			t.Skipf("the one-kernel layer is the CUDA backend's; %s has none", d.Name)
-		}
-		if gd, ok := d.Dev.(interface{ ComputeCapability() int }); !ok || gd.ComputeCapability() != 90 {
-			t.Skip("the one-kernel layer runs on compute capability 9.0 only")
-		}
-		saved := gb.DecodeMega
-		defer func() { gb.DecodeMega = saved }()
-		cfg := llama.Shapes["deep-test"]
-		cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = 256, 512, 2
-		cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 4, 2, 128
-		dir := t.TempDir()
-		if err := llama.MakeCheckpoint(dir, cfg, 11, 1<<30); err != nil {
-			t.Fatal(err)
-		}
+		gb := megaBackend(t, d)
+		dir := megaCheckpoint(t, 2)
 		m := load(t, dir, d.Dev)
 		L := len(m.Layers)
 		be := &megaCounter{Backend: gb}

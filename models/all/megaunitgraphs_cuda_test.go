@@ -10,9 +10,7 @@ import (
 	"github.com/flextensor-go/flextensor/internal/devtest"
 	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
-	"github.com/flextensor-go/flextensor/kernels/cudabackend"
 	"github.com/flextensor-go/flextensor/models/decoder"
-	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/runtime"
 )
@@ -28,23 +26,9 @@ import (
 // it off again recaptures op by op and gives the first run's bits.
 func TestDecodeMegaUnitGraphsGPU(t *testing.T) {
 	devtest.Each(t, func(t *testing.T, d devtest.Device) {
-		gb, ok := d.Backend.(*cudabackend.Backend)
-		if !ok {
-			t.Skipf("the one-kernel layer is the CUDA backend's; %s has none", d.Name)
-		}
-		if gd, ok := d.Dev.(interface{ ComputeCapability() int }); !ok || gd.ComputeCapability() != 90 {
-			t.Skip("the one-kernel layer runs on compute capability 9.0 only")
-		}
-		saved := gb.DecodeMega
-		defer func() { gb.DecodeMega = saved }()
+		gb := megaBackend(t, d)
 		gb.DecodeMega = false
-		cfg := llama.Shapes["deep-test"]
-		cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers = 256, 512, 4
-		cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 4, 2, 128
-		dir := t.TempDir()
-		if err := llama.MakeCheckpoint(dir, cfg, 11, 1<<30); err != nil {
-			t.Fatal(err)
-		}
+		dir := megaCheckpoint(t, 4)
 		host := runtime.NewCPU(0)
 		defer host.Close()
 		m := load(t, dir, host)
