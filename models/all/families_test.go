@@ -125,14 +125,26 @@ func maxDiff(got, want []float32) float64 {
 // transformers', and the 24-token greedy continuation is identical, op by
 // op and through the fused/graph step path alike.
 func TestGolden(t *testing.T) {
-	for _, fx := range fixtures {
+	checkGolden(t, fixtures, v4Dialect)
+}
+
+// checkGolden runs the golden comparison of TestGolden and TestMoEGolden on
+// each fixture, in the transformers 5 config.json dialect and in the
+// transformers 4 one that v4 writes: the registry picks the fixture's
+// family, the logits of every prompt position and of the long prompt's
+// last are within 1e-3 of transformers', the greedy continuation is
+// identical eager and through the step path, and both dialects parse to
+// the same config.
+func checkGolden(t *testing.T, fxs []struct{ dir, family string }, v4 func(t *testing.T, dir string) string) {
+	t.Helper()
+	for _, fx := range fxs {
 		ref := readReference(t, fx.dir)
 		var cfgs []decoder.Config
 		for _, dialect := range []string{"transformers5", "transformers4"} {
 			t.Run(fx.family+"/"+dialect, func(t *testing.T) {
 				dir := fx.dir
 				if dialect == "transformers4" {
-					dir = v4Dialect(t, fx.dir)
+					dir = v4(t, fx.dir)
 				}
 				data, path, err := readConfig(dir)
 				if err != nil {

@@ -56,56 +56,7 @@ func moeV4Dialect(t *testing.T, dir string) string {
 // the 40-token prompt's last, and its 24-token greedy continuation, op by
 // op and through Generate's step path alike.
 func TestMoEGolden(t *testing.T) {
-	for _, fx := range moeFixtures {
-		ref := readReference(t, fx.dir)
-		var cfgs []decoder.Config
-		for _, dialect := range []string{"transformers5", "transformers4"} {
-			t.Run(fx.family+"/"+dialect, func(t *testing.T) {
-				dir := fx.dir
-				if dialect == "transformers4" {
-					dir = moeV4Dialect(t, fx.dir)
-				}
-				data, path, err := readConfig(dir)
-				if err != nil {
-					t.Fatal(err)
-				}
-				f, err := models.Lookup(data, path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if f.Name != fx.family {
-					t.Fatalf("registry picked %s, want %s", f.Name, fx.family)
-				}
-				dev, b := cpu(t)
-				m := load(t, dir, dev)
-				cfgs = append(cfgs, m.Cfg)
-				V := m.Cfg.VocabSize
-				for p, ids := range ref.InputIDs {
-					got := testmodel.Forward(t, m, b, ids, true)
-					for i := range ids {
-						if d := maxDiff(got[i*V:(i+1)*V], ref.Logits[p][i]); d > 1e-3 {
-							t.Errorf("prompt %d position %d: logits differ from transformers by %.2g", p, i, d)
-						}
-					}
-				}
-				if d := maxDiff(testmodel.Forward(t, m, b, ref.LongPrompt, false), ref.LongLastLogits); d > 1e-3 {
-					t.Errorf("40-token prompt: last logits differ from transformers by %.2g", d)
-				}
-				for _, eager := range []bool{true, false} {
-					got, err := m.Generate(b, ref.GreedyPrompt, decoder.GenerateOptions{MaxNewTokens: 24, IgnoreEOS: true, Eager: eager})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !slices.Equal(got, ref.GreedyContinuation) {
-						t.Errorf("eager %v: greedy continuation\n got  %v\n want %v", eager, got, ref.GreedyContinuation)
-					}
-				}
-			})
-		}
-		if len(cfgs) == 2 && !reflect.DeepEqual(cfgs[0], cfgs[1]) {
-			t.Errorf("%s: the dialects parse differently:\n v5 %+v\n v4 %+v", fx.family, cfgs[0], cfgs[1])
-		}
-	}
+	checkGolden(t, moeFixtures, moeV4Dialect)
 }
 
 // TestMoEKnobs: each fixture's model has its family's expert layout, named
