@@ -3,14 +3,12 @@ package all_test
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
 	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/decoder"
-	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/runtime"
 )
@@ -26,44 +24,14 @@ func TestFamiliesEveryDevice(t *testing.T) {
 			t.Run(fx.family, func(t *testing.T) {
 				ref := readReference(t, fx.dir)
 				m := load(t, fx.dir, d.Dev)
-				V := m.Cfg.VocabSize
-				for p, ids := range ref.InputIDs {
-					got := testmodel.Forward(t, m, d.Backend, ids, true)
-					for i := range ids {
-						g, w := kernels.Argmax(got[i*V:(i+1)*V]), kernels.Argmax(ref.Logits[p][i])
-						if g != w {
-							t.Errorf("prompt %d position %d: top-1 %d, transformers %d (max diff %.3g)", p, i, g, w, maxDiff(got[i*V:(i+1)*V], ref.Logits[p][i]))
-						}
-					}
-				}
-				for _, eager := range []bool{true, false} {
-					got, err := m.Generate(d.Backend, ref.GreedyPrompt, decoder.GenerateOptions{MaxNewTokens: len(ref.GreedyContinuation), IgnoreEOS: true, Eager: eager})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !slices.Equal(got, ref.GreedyContinuation) {
-						t.Errorf("eager %v: greedy continuation\n got  %v\n want %v", eager, got, ref.GreedyContinuation)
-					}
-				}
+				checkTop1Greedy(t, m, d.Backend, ref)
 
 				prompt, steps := ref.LongPrompt, 6
 				want := testmodel.Run(t, m, d.Backend, prompt, steps)
 				host := runtime.NewCPU(0)
 				defer host.Close()
 				off := load(t, fx.dir, host)
-				var unit, fixed int64
-				for _, l := range off.Layers {
-					var n int64
-					for _, p := range nn.Parameters(l) {
-						n += (p.Peek().NumBytes() + 255) / 256 * 256
-					}
-					unit = max(unit, n)
-				}
-				for _, p := range nn.Parameters(off) {
-					if !strings.HasPrefix(p.Name(), "model.layers.") {
-						fixed += (p.Peek().NumBytes() + 255) / 256 * 256
-					}
-				}
+				unit, fixed, _ := unitBytes(t, off)
 				name := fmt.Sprintf("%s-every-device", t.Name())
 				cfg := offload.DefaultConfig(d.Dev)
 				cfg.GPUBudget = offload.Budget{Bytes: fixed + 2*unit}
@@ -89,4 +57,30 @@ func TestFamiliesEveryDevice(t *testing.T) {
 			})
 		}
 	})
+}
+
+// checkTop1Greedy checks m on backend b against transformers' reference:
+// the top-1 token at every position of each prompt, and the greedy
+// continuation op by op (eager) and through the step path.
+func checkTop1Greedy(t *testing.T, m *decoder.Model, b kernels.Backend, ref reference) {
+	t.Helper()
+	V := m.Cfg.VocabSize
+	for p, ids := range ref.InputIDs {
+		got := testmodel.Forward(t, m, b, ids, true)
+		for i := range ids {
+			g, w := kernels.Argmax(got[i*V:(i+1)*V]), kernels.Argmax(ref.Logits[p][i])
+			if g != w {
+				t.Errorf("prompt %d position %d: top-1 %d, transformers %d (max diff %.3g)", p, i, g, w, maxDiff(got[i*V:(i+1)*V], ref.Logits[p][i]))
+			}
+		}
+	}
+	for _, eager := range []bool{true, false} {
+		got, err := m.Generate(b, ref.GreedyPrompt, decoder.GenerateOptions{MaxNewTokens: len(ref.GreedyContinuation), IgnoreEOS: true, Eager: eager})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, ref.GreedyContinuation) {
+			t.Errorf("eager %v: greedy continuation\n got  %v\n want %v", eager, got, ref.GreedyContinuation)
+		}
+	}
 }

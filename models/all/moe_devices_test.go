@@ -2,13 +2,11 @@ package all_test
 
 import (
 	"math"
-	"slices"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
 	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
-	"github.com/flextensor-go/flextensor/models/decoder"
 )
 
 // TestMoEEveryDevice: on every device (the CPU, and the GPU in a cuda build),
@@ -24,25 +22,8 @@ func TestMoEEveryDevice(t *testing.T) {
 			t.Run(fx.family, func(t *testing.T) {
 				ref := readReference(t, fx.dir)
 				m := load(t, fx.dir, d.Dev)
+				checkTop1Greedy(t, m, d.Backend, ref)
 				V := m.Cfg.VocabSize
-				for p, ids := range ref.InputIDs {
-					got := testmodel.Forward(t, m, d.Backend, ids, true)
-					for i := range ids {
-						g, w := kernels.Argmax(got[i*V:(i+1)*V]), kernels.Argmax(ref.Logits[p][i])
-						if g != w {
-							t.Errorf("prompt %d position %d: top-1 %d, transformers %d (max diff %.3g)", p, i, g, w, maxDiff(got[i*V:(i+1)*V], ref.Logits[p][i]))
-						}
-					}
-				}
-				for _, eager := range []bool{true, false} {
-					got, err := m.Generate(d.Backend, ref.GreedyPrompt, decoder.GenerateOptions{MaxNewTokens: len(ref.GreedyContinuation), IgnoreEOS: true, Eager: eager})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !slices.Equal(got, ref.GreedyContinuation) {
-						t.Errorf("eager %v: greedy continuation\n got  %v\n want %v", eager, got, ref.GreedyContinuation)
-					}
-				}
 				// A prefill of all but the last 4 tokens, then 4 one-token
 				// steps, against the full prompt's logits.
 				prompt := ref.LongPrompt
