@@ -37,13 +37,7 @@ type seqPlan struct {
 // one of a single token) finishing at different steps, two joining a batch
 // already decoding (a forward that mixes prefills and decode steps).
 func plans(vocab int) []seqPlan {
-	prompt := func(n, seed int) []int32 {
-		p := make([]int32, n)
-		for i := range p {
-			p[i] = int32((seed*131 + i*37 + 11) % vocab)
-		}
-		return p
-	}
+	prompt := func(n, seed int) []int32 { return planPrompt(n, seed, vocab) }
 	return []seqPlan{
 		{prompt(23, 1), 5, 0},
 		{prompt(3, 2), 2, 0},
@@ -52,6 +46,28 @@ func plans(vocab int) []seqPlan {
 		{prompt(9, 5), 4, 2},
 		{prompt(17, 6), 3, 3},
 	}
+}
+
+// planPrompt is a prompt of n tokens below vocab, a different one for
+// each seed.
+func planPrompt(n, seed, vocab int) []int32 {
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32((seed*131 + i*37 + 11) % vocab)
+	}
+	return p
+}
+
+// runAlone runs each plan's sequence alone through Forward on b (its
+// prompt, then its greedy steps) and returns its logits per forward: what
+// a batched run of ps must give.
+func runAlone(t *testing.T, m *decoder.Model, b kernels.Backend, ps []seqPlan) [][][]float32 {
+	t.Helper()
+	want := make([][][]float32, len(ps))
+	for i, p := range ps {
+		want[i] = testmodel.Run(t, m, b, p.prompt, p.steps)
+	}
+	return want
 }
 
 // runBatched runs the plans through ForwardBatch, every active sequence in
@@ -149,10 +165,7 @@ func TestBatchEqualsAlone(t *testing.T) {
 			dev, b := cpu(t)
 			m := load(t, fx.dir, dev)
 			ps := plans(m.Cfg.VocabSize)
-			want := make([][][]float32, len(ps))
-			for i, p := range ps {
-				want[i] = testmodel.Run(t, m, b, p.prompt, p.steps)
-			}
+			want := runAlone(t, m, b, ps)
 			for _, tc := range []struct {
 				name string
 				b    kernels.Backend
@@ -182,31 +195,18 @@ func TestBatchOffloaded(t *testing.T) {
 			host, hb := cpu(t)
 			resident := load(t, fx.dir, host)
 			ps := plans(resident.Cfg.VocabSize)
-			want := make([][][]float32, len(ps))
-			for i, p := range ps {
-				want[i] = testmodel.Run(t, resident, hb, p.prompt, p.steps)
-			}
+			want := runAlone(t, resident, hb, ps)
 			unit, fixed, _ := unitBytes(t, resident)
-			dev := runtime.NewCPU(0)
+			dev, cb := offloadDevice(t)
 			defer dev.Close()
 			m := load(t, fx.dir, host)
-			cb, err := kernels.NewCPUBackend(dev)
-			if err != nil {
-				t.Fatal(err)
-			}
 			name := fmt.Sprintf("%s-%s", t.Name(), fx.family)
 			cfg := offload.DefaultConfig(dev)
 			cfg.GPUBudget = offload.Budget{Bytes: fixed + 2*unit}
 			cfg.TransferBlocks = 2
 			cfg.OffloadTiming = offload.TimingEager
-			if err := offload.Offload(m, &cfg, name); err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := offload.Release(name, true); err != nil {
-					t.Error(err)
-				}
-			}()
+			_, release := offloadAs(t, m, &cfg, name)
+			defer release()
 			sb := strictBackend{cb, dev}
 			cache, err := m.NewPagedCache(sb, 64, 4)
 			if err != nil {

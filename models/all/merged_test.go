@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -118,10 +117,7 @@ func TestMergedGEMMWiring(t *testing.T) {
 			host, hb := cpu(t)
 			resident := load(t, fx.dir, host)
 			ps := plans(resident.Cfg.VocabSize)
-			want := make([][][]float32, len(ps))
-			for i, p := range ps {
-				want[i] = testmodel.Run(t, resident, hb, p.prompt, p.steps)
-			}
+			want := runAlone(t, resident, hb, ps)
 			L := resident.Cfg.NumHiddenLayers
 
 			t.Run("not adjacent", func(t *testing.T) {
@@ -140,25 +136,15 @@ func TestMergedGEMMWiring(t *testing.T) {
 
 			t.Run("offloaded resident", func(t *testing.T) {
 				_, fixed, total := unitBytes(t, resident)
-				dev := runtime.NewCPU(0)
+				dev, cb := offloadDevice(t)
 				defer dev.Close()
 				m := load(t, fx.dir, host)
-				cb, err := kernels.NewCPUBackend(dev)
-				if err != nil {
-					t.Fatal(err)
-				}
 				name := fmt.Sprintf("%s-%s", t.Name(), fx.family)
 				cfg := offload.DefaultConfig(dev)
 				cfg.GPUBudget = offload.Budget{Bytes: fixed + total + 1<<20}
 				cfg.OffloadTiming = offload.TimingEager
-				if err := offload.Offload(m, &cfg, name); err != nil {
-					t.Fatal(err)
-				}
-				defer func() {
-					if err := offload.Release(name, true); err != nil {
-						t.Error(err)
-					}
-				}()
+				_, release := offloadAs(t, m, &cfg, name)
+				defer release()
 				mb := &mergingCPU{CPUBackend: cb}
 				cache, err := m.NewPagedCache(mb, 64, 4)
 				if err != nil {

@@ -44,10 +44,7 @@ func TestMoEEveryDevice(t *testing.T) {
 				}
 
 				ps := plans(V)
-				want := make([][][]float32, len(ps))
-				for i, p := range ps {
-					want[i] = testmodel.Run(t, m, d.Backend, p.prompt, p.steps)
-				}
+				want := runAlone(t, m, d.Backend, ps)
 				pc, err := m.NewPagedCache(d.Backend, 64, 16)
 				if err != nil {
 					t.Fatal(err)

@@ -78,10 +78,7 @@ func TestMoEOffloadEqualsResident(t *testing.T) {
 				prompt, steps := ref.LongPrompt[:20], 8
 				want := testmodel.Run(t, resident, d.Backend, prompt, steps)
 				ps := plans(resident.Cfg.VocabSize)
-				wantB := make([][][]float32, len(ps))
-				for i, p := range ps {
-					wantB[i] = testmodel.Run(t, resident, d.Backend, p.prompt, p.steps)
-				}
+				wantB := runAlone(t, resident, d.Backend, ps)
 				host := runtime.NewCPU(0)
 				defer host.Close()
 				_, budgets := moeBudgets(t, load(t, fx.dir, host))

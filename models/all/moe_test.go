@@ -96,10 +96,7 @@ func TestMoEBatchEqualsAlone(t *testing.T) {
 			dev, b := cpu(t)
 			m := load(t, fx.dir, dev)
 			ps := plans(m.Cfg.VocabSize)
-			want := make([][][]float32, len(ps))
-			for i, p := range ps {
-				want[i] = testmodel.Run(t, m, b, p.prompt, p.steps)
-			}
+			want := runAlone(t, m, b, ps)
 			cache, err := m.NewPagedCache(b, 64, 4)
 			if err != nil {
 				t.Fatal(err)

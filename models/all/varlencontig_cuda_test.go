@@ -50,13 +50,7 @@ func contigModel(t *testing.T, d int, dev runtime.Device) *decoder.Model {
 // contigPlans are prompts of lengths around the 128-row tile (1, 2, 127,
 // 128, 129, 300, 513) joining at three steps, beside decode steps.
 func contigPlans(vocab int) []seqPlan {
-	prompt := func(n, seed int) []int32 {
-		p := make([]int32, n)
-		for i := range p {
-			p[i] = int32((seed*131 + i*37 + 11) % vocab)
-		}
-		return p
-	}
+	prompt := func(n, seed int) []int32 { return planPrompt(n, seed, vocab) }
 	return []seqPlan{
 		{prompt(300, 1), 3, 0},
 		{prompt(129, 2), 2, 0},
