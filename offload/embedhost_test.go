@@ -30,6 +30,33 @@ func wideVocabDir(t *testing.T, tied bool) string {
 	return dir
 }
 
+// wideVocabSetup writes wideVocabDir(t, tied) and returns it with the
+// embedding tests' prompt, the resident model's logits for it and steps
+// decode steps, and the model's footprint.
+func wideVocabSetup(t *testing.T, tied bool, steps int) (string, []int32, [][]float32, offload.Footprint) {
+	t.Helper()
+	dir := wideVocabDir(t, tied)
+	prompt := []int32{5, 17, 4000, 99, 3}
+	want := residentReference(t, dir, prompt, steps)
+	probe, _ := hostModel(t, dir)
+	fp, err := offload.Measure(probe, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, prompt, want, fp
+}
+
+// sameAsResident fails the test at the first pass whose logits are not
+// want's bit for bit.
+func sameAsResident(t *testing.T, got, want [][]float32) {
+	t.Helper()
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("pass %d differs from the resident model", i)
+		}
+	}
+}
+
 // embedRun offloads dir's model onto a fresh CPU compute device under
 // budget (2 transfer blocks) with FT_EMBED_HOST on or off, checks the
 // logits against want bit for bit, and returns the resident unit count,
@@ -103,14 +130,7 @@ func maxAbs(a, b []float32) float64 {
 // bit (the CPU device reads the table in place); with FT_EMBED_HOST=0, and
 // when everything fits, the table is on the device.
 func TestEmbedHostFreesUnits(t *testing.T) {
-	dir := wideVocabDir(t, false)
-	prompt := []int32{5, 17, 4000, 99, 3}
-	want := residentReference(t, dir, prompt, 4)
-	probe, _ := hostModel(t, dir)
-	fp, err := offload.Measure(probe, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, prompt, want, fp := wideVocabSetup(t, false, 4)
 	const table = 4096 * 64 * 2
 	unit := fp.MaxUnitBytes
 	if table < 3*unit {
@@ -144,14 +164,7 @@ func TestEmbedHostFreesUnits(t *testing.T) {
 // it stays on the device while the layers stream, and the logits equal the
 // resident model's.
 func TestEmbedHostTied(t *testing.T) {
-	dir := wideVocabDir(t, true)
-	prompt := []int32{5, 17, 4000, 99, 3}
-	want := residentReference(t, dir, prompt, 3)
-	probe, _ := hostModel(t, dir)
-	fp, err := offload.Measure(probe, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, prompt, want, fp := wideVocabSetup(t, true, 3)
 	for _, budget := range []int64{fp.MinBudget(2), fp.MinBudget(2) + 3*fp.MaxUnitBytes} {
 		t.Run(fmt.Sprint(budget), func(t *testing.T) {
 			_, usage, mapped := embedRun(t, dir, budget, true, prompt, want)
@@ -198,14 +211,7 @@ func (unmappableCPU) AllocMapped(int64, string) (*runtime.DeviceBuffer, []byte, 
 // (Footprint.Min, which counts the table as mapped) gets the table's bytes
 // back instead of failing at the first plan.
 func TestEmbedHostMapFails(t *testing.T) {
-	dir := wideVocabDir(t, false)
-	prompt := []int32{5, 17, 4000, 99, 3}
-	want := residentReference(t, dir, prompt, 2)
-	probe, _ := hostModel(t, dir)
-	fp, err := offload.Measure(probe, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, prompt, want, fp := wideVocabSetup(t, false, 2)
 	if fp.HostTableBytes == 0 {
 		t.Fatal("the footprint counts no host table")
 	}
@@ -243,11 +249,7 @@ func embedMapFails(t *testing.T, dir string, budget offload.Budget, prompt []int
 	}
 	defer offload.Release(name, true)
 	got := run(t, model, b, prompt, 2)
-	for i := range want {
-		if !slices.Equal(got[i], want[i]) {
-			t.Fatalf("pass %d differs from the resident model", i)
-		}
-	}
+	sameAsResident(t, got, want)
 	if m := offload.HostMappedParams(name); len(m) != 0 {
 		t.Errorf("host-mapped %q on a device that refused the mapping", m)
 	}
@@ -277,14 +279,7 @@ func embedMapFails(t *testing.T, dir string, budget offload.Budget, prompt []int
 // (the footprint did not count the table then, so a Min budget does not
 // grow by it). With the table mapped again both load and run as profiled.
 func TestEmbedHostProfileMismatch(t *testing.T) {
-	dir := wideVocabDir(t, false)
-	prompt := []int32{5, 17, 4000, 99, 3}
-	want := residentReference(t, dir, prompt, 2)
-	probe, _ := hostModel(t, dir)
-	fp, err := offload.Measure(probe, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, prompt, want, fp := wideVocabSetup(t, false, 2)
 	if fp.HostTableBytes == 0 {
 		t.Fatal("the footprint counts no host table")
 	}
@@ -346,11 +341,7 @@ func TestEmbedHostProfileMismatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := run(t, model, b, prompt, 2)
-		for i := range want {
-			if !slices.Equal(got[i], want[i]) {
-				t.Fatalf("pass %d differs from the resident model", i)
-			}
-		}
+		sameAsResident(t, got, want)
 		out := t.TempDir()
 		if err := offload.SaveProfile(out, name); err != nil {
 			t.Fatal(err)
