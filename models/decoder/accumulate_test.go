@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/kernels"
-	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -26,13 +25,6 @@ func (a *adder) MatMulAdd(y, x, w *runtime.Tensor) error {
 	return kernels.MatMulAdd(a.Backend, y, x, w, tmp)
 }
 
-// watchO is a hook that watches the o_proj of one layer.
-type watchO struct{ o nn.Module }
-
-func (h watchO) Enter(nn.Module) error             { return nil }
-func (h watchO) Exit(_ nn.Module, err error) error { return err }
-func (h watchO) Watches(m nn.Module) bool          { return m == h.o }
-
 // TestResidualAccumulate: on a backend with MatMulAdder every layer's
 // o_proj and down_proj add into the residual stream (two calls a layer and
 // forward) and the logits of a prefill and decode steps are exactly those
@@ -41,14 +33,7 @@ func (h watchO) Watches(m nn.Module) bool          { return m == h.o }
 func TestResidualAccumulate(t *testing.T) {
 	m, b, _ := loadTiny(t)
 	prompt, ids := []int32{5, 17, 42, 3}, []int32{7, 8, 9}
-	run := func(be kernels.Backend) [][]float32 {
-		cache, err := m.NewKVCache(be, 16)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cache.Free()
-		return steps(t, m, be, cache, prompt, ids)
-	}
+	run := func(be kernels.Backend) [][]float32 { return freshSteps(t, m, be, prompt, ids) }
 	want := run(b)
 	a := &adder{Backend: b}
 	got := run(a)
@@ -70,7 +55,7 @@ func TestResidualAccumulate(t *testing.T) {
 		t.Fatalf("NoResidualAccumulate: %d MatMulAdd calls", a.calls)
 	}
 
-	remove := m.Tree().AddHook(watchO{o: m.Layers[1].Attn.O})
+	remove := m.Tree().AddHook(watchOne{m: m.Layers[1].Attn.O})
 	a.calls = 0
 	got = run(a)
 	remove()
@@ -113,14 +98,7 @@ func TestResidualViaNorm(t *testing.T) {
 		t.Fatal("the CPU backend has no AddRMSNorm")
 	}
 	prompt, ids := []int32{5, 17, 42, 3}, []int32{7, 8}
-	run := func(be kernels.Backend) [][]float32 {
-		cache, err := m.NewKVCache(be, 16)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cache.Free()
-		return steps(t, m, be, cache, prompt, ids)
-	}
+	run := func(be kernels.Backend) [][]float32 { return freshSteps(t, m, be, prompt, ids) }
 	want := run(b)
 	v := &viaNorm{adder: &adder{Backend: b}, minT: 2}
 	got := run(v)
@@ -133,7 +111,7 @@ func TestResidualViaNorm(t *testing.T) {
 			t.Fatalf("forward %d: logits with the residual added in the norm differ from the reference", i)
 		}
 	}
-	remove := m.Tree().AddHook(watchO{o: m.Layers[0].PostNorm})
+	remove := m.Tree().AddHook(watchOne{m: m.Layers[0].PostNorm})
 	v.normCalls = 0
 	run(v)
 	remove()

@@ -10,6 +10,7 @@ import (
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/models/llama"
+	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -31,6 +32,26 @@ func steps(t *testing.T, m *decoder.Model, b kernels.Backend, cache decoder.Cach
 	}
 	return out
 }
+
+// freshSteps runs steps over a fresh KV cache of 16 positions on b,
+// freed after.
+func freshSteps(t *testing.T, m *decoder.Model, b kernels.Backend, prompt, ids []int32) [][]float32 {
+	t.Helper()
+	cache, err := m.NewKVCache(b, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Free()
+	return steps(t, m, b, cache, prompt, ids)
+}
+
+// watchOne is a hook that watches one module, which turns off the fused
+// paths that would skip it.
+type watchOne struct{ m nn.Module }
+
+func (h watchOne) Enter(nn.Module) error             { return nil }
+func (h watchOne) Exit(_ nn.Module, err error) error { return err }
+func (h watchOne) Watches(m nn.Module) bool          { return m == h.m }
 
 // appendOnly is a Cache that is not Direct: the attention must go through
 // Append (as a paged cache would make it), never write into the view.

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/kernels"
-	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -84,13 +83,6 @@ func (p *normProjector) NormMatMul(out, x, nw *runtime.Tensor, eps float32, w *r
 
 var _ kernels.NormProjector = (*normProjector)(nil)
 
-// watchModule is a hook that watches one module.
-type watchModule struct{ m nn.Module }
-
-func (h watchModule) Enter(nn.Module) error             { return nil }
-func (h watchModule) Exit(_ nn.Module, err error) error { return err }
-func (h watchModule) Watches(m nn.Module) bool          { return m == h.m }
-
 // TestFoldedNorms: on a backend with kernels.NormProjector every one-token
 // step folds each layer's two norms into the q/k/v and gate·up·SiLU
 // projections (none for the prefill's layers) and the final norm into the
@@ -101,14 +93,7 @@ func (h watchModule) Watches(m nn.Module) bool          { return m == h.m }
 func TestFoldedNorms(t *testing.T) {
 	m, b, _ := loadTiny(t)
 	prompt, ids := []int32{5, 17, 42, 3}, []int32{7, 8, 9}
-	run := func(be kernels.Backend) [][]float32 {
-		cache, err := m.NewKVCache(be, 16)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cache.Free()
-		return steps(t, m, be, cache, prompt, ids)
-	}
+	run := func(be kernels.Backend) [][]float32 { return freshSteps(t, m, be, prompt, ids) }
 	want := run(&adder{Backend: b})
 	same := func(what string, got [][]float32) {
 		t.Helper()
@@ -128,7 +113,7 @@ func TestFoldedNorms(t *testing.T) {
 	p = &normProjector{adder: adder{Backend: b}, decline: true}
 	same("declined", run(p))
 
-	remove := m.Tree().AddHook(watchModule{m: m.Layers[0].InputNorm})
+	remove := m.Tree().AddHook(watchOne{m: m.Layers[0].InputNorm})
 	p = &normProjector{adder: adder{Backend: b}}
 	got := run(p)
 	remove()

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/kernels"
-	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -35,13 +34,6 @@ func (f *tailer) RMSNorm(out, x, w *runtime.Tensor, eps float32) error {
 	return f.adder.Backend.RMSNorm(out, x, w, eps)
 }
 
-// watchNorm is a hook that watches one module (a norm).
-type watchNorm struct{ m nn.Module }
-
-func (h watchNorm) Enter(nn.Module) error             { return nil }
-func (h watchNorm) Exit(_ nn.Module, err error) error { return err }
-func (h watchNorm) Watches(m nn.Module) bool          { return m == h.m }
-
 // TestNormTail: on a backend with MatMulAddNormer, every one-token step's
 // o_proj and down_proj also leave the norm after them (2 fused calls a
 // layer, and of all the norms of a step only the first layer's input norm
@@ -53,14 +45,7 @@ func (h watchNorm) Watches(m nn.Module) bool          { return m == h.m }
 func TestNormTail(t *testing.T) {
 	m, b, _ := loadTiny(t)
 	prompt, ids := []int32{5, 17, 42, 3}, []int32{7, 8, 9}
-	run := func(be kernels.Backend) [][]float32 {
-		cache, err := m.NewKVCache(be, 16)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cache.Free()
-		return steps(t, m, be, cache, prompt, ids)
-	}
+	run := func(be kernels.Backend) [][]float32 { return freshSteps(t, m, be, prompt, ids) }
 	same := func(what string, got, want [][]float32) {
 		t.Helper()
 		for i := range want {
@@ -85,7 +70,7 @@ func TestNormTail(t *testing.T) {
 		t.Errorf("%d MatMulAdd calls outside the fused op, want %d (the prefill's)", n, 2*L)
 	}
 
-	remove := m.Tree().AddHook(watchNorm{m: m.Layers[1].PostNorm})
+	remove := m.Tree().AddHook(watchOne{m: m.Layers[1].PostNorm})
 	f = &tailer{adder: adder{Backend: b}}
 	got := run(f)
 	remove()

@@ -33,14 +33,7 @@ func TestFusedQKVRoPE(t *testing.T) {
 	m, b, _ := loadTiny(t)
 	cb := b.(*kernels.CPUBackend)
 	prompt, ids := []int32{5, 17, 42, 3}, []int32{7, 8, 9, 10}
-	run := func(be kernels.Backend) [][]float32 {
-		cache, err := m.NewKVCache(be, 16)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cache.Free()
-		return steps(t, m, be, cache, prompt, ids)
-	}
+	run := func(be kernels.Backend) [][]float32 { return freshSteps(t, m, be, prompt, ids) }
 	want := run(&qkvRoPEFuser{CPUBackend: cb, decline: true})
 	same := func(what string, got [][]float32) {
 		t.Helper()
@@ -64,7 +57,7 @@ func TestFusedQKVRoPE(t *testing.T) {
 	f = &qkvRoPEFuser{CPUBackend: cb, decline: true}
 	same("declined", run(f))
 
-	remove := m.Tree().AddHook(watchModule{m: m.Layers[0].Attn.Q})
+	remove := m.Tree().AddHook(watchOne{m: m.Layers[0].Attn.Q})
 	f = &qkvRoPEFuser{CPUBackend: cb}
 	got := run(f)
 	remove()
