@@ -99,3 +99,27 @@ func checkClose(t *testing.T, what string, got []float32, want []float64, abs, r
 		}
 	}
 }
+
+// randTensors returns a maker of tensors on dev of the given dtype (F32, or
+// BF16 for any other) and shape, filled from rng uniformly in [-1, 1).
+func randTensors(t *testing.T, dev runtime.Device, rng *rand.Rand) func(dt runtime.DType, shape ...int) *runtime.Tensor {
+	return func(dt runtime.DType, shape ...int) *runtime.Tensor {
+		t.Helper()
+		x, err := runtime.NewTensor(dev, dt, shape, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dt == runtime.F32 {
+			for i := range x.F32() {
+				x.F32()[i] = rng.Float32()*2 - 1
+			}
+		} else {
+			bs := x.Bytes()
+			for i := 0; i+1 < len(bs); i += 2 {
+				v := runtime.F32ToBF16(rng.Float32()*2 - 1)
+				bs[i], bs[i+1] = byte(v), byte(v>>8)
+			}
+		}
+		return x
+	}
+}

@@ -29,24 +29,7 @@ func TestMatMulAdd(t *testing.T) {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	mk := func(dt runtime.DType, shape ...int) *runtime.Tensor {
-		x, err := runtime.NewTensor(dev, dt, shape, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if dt == runtime.F32 {
-			for i := range x.F32() {
-				x.F32()[i] = rng.Float32()*2 - 1
-			}
-		} else {
-			bs := x.Bytes()
-			for i := 0; i+1 < len(bs); i += 2 {
-				v := runtime.F32ToBF16(rng.Float32()*2 - 1)
-				bs[i], bs[i+1] = byte(v), byte(v>>8)
-			}
-		}
-		return x
-	}
+	mk := randTensors(t, dev, rng)
 	const T, D, N = 3, 40, 24
 	for _, wdt := range []runtime.DType{runtime.F32, runtime.BF16} {
 		x, w := mk(runtime.F32, T, D), mk(wdt, N, D)

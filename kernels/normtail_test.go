@@ -44,24 +44,7 @@ func TestMatMulAddNorm(t *testing.T) {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
-	mk := func(dt runtime.DType, shape ...int) *runtime.Tensor {
-		x, err := runtime.NewTensor(dev, dt, shape, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if dt == runtime.F32 {
-			for i := range x.F32() {
-				x.F32()[i] = rng.Float32()*2 - 1
-			}
-		} else {
-			bs := x.Bytes()
-			for i := 0; i+1 < len(bs); i += 2 {
-				v := runtime.F32ToBF16(rng.Float32()*2 - 1)
-				bs[i], bs[i+1] = byte(v), byte(v>>8)
-			}
-		}
-		return x
-	}
+	mk := randTensors(t, dev, rng)
 	clone := func(x *runtime.Tensor) *runtime.Tensor {
 		c := mk(x.DType(), x.Shape()...)
 		copy(c.Bytes(), x.Bytes())
