@@ -7,7 +7,6 @@ import (
 
 	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
-	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/place"
@@ -27,11 +26,7 @@ func TestPackEvict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ts []loader.NamedTensor
-	for _, p := range nn.Parameters(src) {
-		ts = append(ts, loader.NamedTensor{Name: p.Name(), DType: p.Peek().DType(), Shape: p.Peek().Shape(), Data: p.Peek().Bytes()})
-	}
-	ck := testmodel.WriteCheckpoint(t, ts)
+	ck := testmodel.WriteCheckpoint(t, namedTensors(src, ""))
 	x, _ := runtime.NewTensor(host, runtime.F32, runtime.Shape{2, dim}, "x")
 	for i := range x.F32() {
 		x.F32()[i] = float32(i%7) - 3

@@ -890,16 +890,22 @@ func TestSeed_PassErrorOnCausingPass(t *testing.T) {
 	}
 }
 
+// namedTensors is m's parameters (all but the one named skip) as
+// checkpoint tensors sharing the parameters' bytes.
+func namedTensors(m nn.Module, skip string) []loader.NamedTensor {
+	var ts []loader.NamedTensor
+	for _, p := range nn.Parameters(m) {
+		if p.Name() != skip {
+			ts = append(ts, loader.NamedTensor{Name: p.Name(), DType: p.Peek().DType(), Shape: p.Peek().Shape(), Data: p.Peek().Bytes()})
+		}
+	}
+	return ts
+}
+
 // writeSeedCheckpoint writes m's weights (all but skip) as a checkpoint.
 func writeSeedCheckpoint(t *testing.T, m nn.Module, skip string) *loader.Checkpoint {
 	t.Helper()
-	var ts []loader.NamedTensor
-	for _, p := range nn.Parameters(m) {
-		if p.Name() == skip {
-			continue
-		}
-		ts = append(ts, loader.NamedTensor{Name: p.Name(), DType: p.Peek().DType(), Shape: p.Peek().Shape(), Data: p.Peek().Bytes()})
-	}
+	ts := namedTensors(m, skip)
 	dir := t.TempDir()
 	if err := loader.WriteFile(filepath.Join(dir, loader.SingleFileName), ts, nil); err != nil {
 		t.Fatal(err)
@@ -1017,12 +1023,7 @@ func TestSeed_LoadFromProfileNotStrict(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfgJSON, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var ts []loader.NamedTensor
-	for _, p := range nn.Parameters(hm) {
-		if p.Name() != gone {
-			ts = append(ts, loader.NamedTensor{Name: p.Name(), DType: p.Peek().DType(), Shape: p.Peek().Shape(), Data: p.Peek().Bytes()})
-		}
-	}
+	ts := namedTensors(hm, gone)
 	if err := loader.WriteFile(filepath.Join(dir, loader.SingleFileName), ts, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/loader"
-	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/place"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -66,13 +65,11 @@ func TestCustomModelFromCheckpoint(t *testing.T) {
 	}
 
 	write := func(edit func(*loader.NamedTensor)) *loader.Checkpoint {
-		var ts []loader.NamedTensor
-		for _, p := range nn.Parameters(tower) {
-			nt := loader.NamedTensor{Name: p.Name(), DType: p.Peek().DType(), Shape: p.Peek().Shape(), Data: p.Peek().Bytes()}
+		ts := namedTensors(tower, "")
+		for i := range ts {
 			if edit != nil {
-				edit(&nt)
+				edit(&ts[i])
 			}
-			ts = append(ts, nt)
 		}
 		return testmodel.WriteCheckpoint(t, ts)
 	}
