@@ -4,7 +4,6 @@ package cudabackend
 
 import (
 	"fmt"
-	"math"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/runtime"
@@ -20,20 +19,6 @@ func bulkVariantNames() []string {
 		}
 	}
 	return names
-}
-
-// sameBits reports the first index where got and want differ bit for bit
-// (NaN included), or -1.
-func sameBits(got, want []float32) int {
-	if len(got) != len(want) {
-		return 0
-	}
-	for i := range got {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			return i
-		}
-	}
-	return -1
 }
 
 // TestDecodeBulkVariant: the bulk-copy variants of the transposed decode
