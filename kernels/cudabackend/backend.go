@@ -344,7 +344,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	if extra, ok := wantsPrefillWG(prefillVariantFromEnv()); ok {
 		ks.prefill.wg[extra].load() // now, not inside a later launch (or a graph capture)
 	}
-	if err := ks.decodeMMA.sizeWave(dev.Multiprocessors()); err != nil {
+	if err := ks.decodeMMA.sizeWave(dev.Multiprocessors(), dev.ComputeCapability()); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	modules[dev] = ks
