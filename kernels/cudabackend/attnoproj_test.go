@@ -111,9 +111,12 @@ func withAttnOProj(t *testing.T, pre int) {
 
 // TestAttnOProjGPU: the fused one-token attention + o_proj (AttnOProj,
 // attn_oproj_g{G}_bf16) against today's Attention then MatMulAdd on the
-// GPU and against a float64 Go reference, within |diff| ≤ 2e-3 + 1e-3·|y|
-// (the attention's output is rounded to bf16 on every path; the sums run
-// in other orders, so a rounding may land one bf16 step apart), at
+// GPU within |diff| ≤ 4e-3 + 1e-3·|y| (today's attention rounds its
+// probabilities to bf16 for the tensor-core products, the fused one keeps
+// them F32, and both round the output to bf16: o differs by about a bf16
+// step, about 3e-4 of y at 1σ here) and against a float64 Go reference
+// within 2e-3 + 1e-3·|y| (only the bf16 rounding of o may land a step
+// apart), at
 // Llama-3-8B's shape (32 query heads, 8 KV heads, hidden 4096) and small
 // ones with G = 1, 2, 4, 8, contexts 1, 7, 128, 512 and 1,000 in a cache
 // of 1,024 positions, with 128 weight rows prefetched, none, and all. A
@@ -137,7 +140,7 @@ func TestAttnOProjGPU(t *testing.T) {
 				if slices.Equal(got, y0) {
 					t.Fatalf("%s: y unchanged", name)
 				}
-				compare(t, name+": against Attention then MatMulAdd", got, o.separate(t, y0, ctx-1), 2e-3, 1e-3)
+				compare(t, name+": against Attention then MatMulAdd", got, o.separate(t, y0, ctx-1), 4e-3, 1e-3)
 				if s.H <= 8 || ctx <= 128 || ctx == 1000 {
 					compare(t, name+": against the float64 reference", got, o.reference(y0, ctx-1), 2e-3, 1e-3)
 				}
