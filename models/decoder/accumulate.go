@@ -68,6 +68,23 @@ func (a *Attention) output(b kernels.Backend, out, att *runtime.Tensor, acc kern
 	return a.O.Forward(b, out, att)
 }
 
+// attnOProj runs one token's attention and the output projection that
+// adds it into out as one backend op (kernels.AttnOProjer, issue 21) where
+// the projection adds (acc) as a plain BF16 weight without bias (not an
+// FP8 adder), the layer has no sliding window and q holds one token; ran
+// false (nothing enqueued) otherwise, or where the backend declines, and
+// the caller runs the attention and the projection.
+func (a *Attention) attnOProj(b kernels.Backend, out, q, kc, vc *runtime.Tensor, pos0 int, acc kernels.MatMulAdder) (bool, error) {
+	f, ok := b.(kernels.AttnOProjer)
+	if !ok || acc == nil || q.Dim(0) != 1 || a.Window != 0 || !accumulable(a.O) {
+		return false, nil
+	}
+	if _, isFP8 := acc.(fp8Adder); isFP8 {
+		return false, nil
+	}
+	return f.AttnOProj(out, q, kc, vc, a.O.Weight.Tensor(), pos0)
+}
+
 // residualViaNorm returns the backend's kernels.ResidualNormer where a
 // forward of T tokens should write its output projection in bf16 and add
 // it to the residual in the post-attention norm (an A/B path for long
