@@ -12,7 +12,8 @@ import (
 )
 
 // Moving host units to fast memory (FT_HOST_BLOCK_REALLOC=N; off by
-// default, to be measured first). When a plan in force computes a unit on
+// default: measured in s12c with no gain, since the planner already puts
+// host units on the fastest blocks). When a plan in force computes a unit on
 // the host whose block reads slowly (below hostBlockFastFrac of the
 // fastest rated block), the engine allocates fresh blocks for it and rates
 // each: the first fast one gets the unit's bytes and replaces its block.
