@@ -52,9 +52,6 @@ var extraEnv = map[string][]string{
 	"FT_VARLEN_CONTIG":       {"", "0", "1"},                   // "0": a batched forward whose prefills all start at position 0 runs their attention over the paged pool as before; the packed path (their keys and values from the forward's packed rows) is the default since s11b (cuda builds)
 	"FT_FUSE_ROPE":           {"", "0", "1"},                   // "1": a decode step's RoPE and KV store in the q/k/v GEMV's epilogue, not their own launch (measured slower, off by default; A/B runs, cuda builds)
 	"FT_DECODE_MEGA":         {"", "0", "1"},                   // "1": a plain BF16 layer's one-token step as one persistent kernel with grid barriers (measured slower than the separate kernels, 156.5 against 129.8 µs a layer in s11f; off by default, an experiment; cuda builds)
-	"FT_ATTN_OPROJ":          {"", "0", "1"},                   // "1": one token's decode attention fused with the o_proj that adds into the residual, the o_proj weights streaming while the attention computes (BF16 W_o, head width 128, KV-cache capacity ≤ FT_ATTN_OPROJ_MAXCTX; not yet measured, off by default; A/B runs, cuda builds)
-	"FT_ATTN_OPROJ_MAXCTX":   nil,                              // the largest KV-cache capacity FT_ATTN_OPROJ=1 fuses (default 1024, at most 4096; cuda builds)
-	"FT_ATTN_OPROJ_PREROWS":  nil,                              // W_o rows each block of FT_ATTN_OPROJ=1 copies into shared memory before its attention (default 128; A/B sweeps, cuda builds)
 	"FT_FP8_GEMV":            {"", "legacy"},                   // "legacy": FP8 weights through the first FP8 kernels, one GEMV launch per projection (A/B runs, cuda builds)
 	"FT_FP8_VARIANT":         fp8VariantValues,                 // the tuning of the one-token FP8 GEMVs: auto (default, per kind and width) or one forced, e.g. u8r1s (A/B sweeps, cuda builds)
 	"FT_FP8_ADD":             {"", "0", "1"},                   // "0": a decode step's FP8 o_proj/down_proj write their products and separate adds put them into the residual, instead of the GEMV adding (A/B runs, cuda builds)
@@ -85,8 +82,8 @@ var extraEnv = map[string][]string{
 	// layout of the tensor-core prefill attention: auto (per call) or one
 	// for every call (A/B runs, cuda builds; kernels/cudabackend/prefillvariant.go)
 	"FT_PREFILL_VARIANT": {"", "auto", "base", "w4m32", "w8q", "m64", "fa2", "wg", "wg3"},
-	"FT_DECODE_VARIANT":  {"", "s3w4h1r", "s3w4h1o", "s2w4h1o", "s2w4h1r", "s4w4h1r", "s3w8h1r", "s2w4h4r", "s3w4h4r", "s2w8h8r", "s3w8h8r", "s3w4h1rf", "s3w2h1rf", "s4w2h1rf", "s4w1h1rf", "s6w1h1rf", "s3w4h1t", "s2w4h1t", "s4w2h1t", "s3w2h1t", "s3w4h1tf", "s4w2h1tf", "s6w2h1b", "s3w4h1b"}, // compiled variant of the pipelined decode attention at head width 128 (kernels/cudabackend/decode.go pipeVariants; A/B runs, cuda builds)
-	"FT_DECODE_SPLITS":   nil,                                                                                                                                                                                                                                                                      // splits per (row, KV head block) of the pipelined decode attention's grid (A/B runs, cuda builds)
+	"FT_DECODE_VARIANT":  {"", "s3w4h1r", "s3w4h1o", "s2w4h1o", "s2w4h1r", "s4w4h1r", "s3w8h1r", "s2w4h4r", "s3w4h4r", "s2w8h8r", "s3w8h8r", "s3w4h1rf", "s3w2h1rf", "s4w2h1rf", "s4w1h1rf", "s6w1h1rf", "s3w4h1t", "s2w4h1t", "s4w2h1t", "s3w2h1t", "s3w4h1tf", "s4w2h1tf"}, // compiled variant of the pipelined decode attention at head width 128 (kernels/cudabackend/decode.go pipeVariants; A/B runs, cuda builds)
+	"FT_DECODE_SPLITS":   nil,                                                                                                                                                                                                                                                // splits per (row, KV head block) of the pipelined decode attention's grid (A/B runs, cuda builds)
 }
 
 // envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.

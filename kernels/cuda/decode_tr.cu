@@ -67,24 +67,15 @@
 //   - launch, dependent-launch wait, prologue (split arithmetic, query
 //     loads, first issue): ~2–3 µs (the whole kernel is ~7 µs at 512).
 // So ~3–4 µs of the 19 are the stream running below the HBM rate, ~2 µs
-// the merge, ~3 µs fixed. BULK aims at the first.
+// the merge, ~3 µs fixed.
 //
-// BULK (the "b" variants, sm_90): each ring stage is filled by 32 bulk
-// copies (cp.async.bulk, the copy engine), one whole 256-byte row a lane
-// (lanes 0-15 the 16 key rows, 16-31 the value rows), completing on one
-// mbarrier per warp and stage that lane 0 arms for the stage's 8 KiB: one
-// copy instruction a lane and group instead of 16 cp.async (a sixteenth
-// of the requests through the SM's load path), no commit/wait groups, and
-// the wait is the mbarrier's phase. Rows sit unswizzled at 2·HD+16 bytes
-// apart (the copies write whole rows), which keeps ldmatrix's eight rows
-// of one chunk in eight bank groups. With the copy engine doing the
-// copying, fewer warps keep as much in flight: s6w2h1b has 2 warps a block
-// with 6 stages (6 groups, 48 KiB, in flight a warp before its first
-// wait; 104 KiB a block, still 2 blocks an SM), so each warp walks 8 groups at 8,192
-// and the block combines 2 warps' partials, not 4; s3w4h1b is the
-// default's shape with only the copies changed. The math, the splits and
-// the merge are the default's, so results are as deterministic (fixed
-// split and reduction order) and within rounding of it.
+// Tried for the first and removed (s12a, H200 2026-12-02; do not re-try as
+// is): filling each ring stage by cp.async.bulk, one 256-byte row a lane
+// completing on an mbarrier a stage (FT_DECODE_VARIANT s3w4h1b, the
+// default's shape, and s6w2h1b, 2 warps with 6 stages). The resident step
+// took 4.96 and 5.12–5.15 ms at context 8,192 against the default's
+// 4.61–4.64, and s6w2h1b 6.29 against 5.40 at 32,000: small bulk copies do
+// not stream faster than 16-byte cp.async here.
 
 // cp_async16_s copies 16 bytes from global memory to the shared-memory
 // address dst (a 32-bit shared address, as smem_u32 gives).
@@ -111,75 +102,17 @@ __device__ __forceinline__ unsigned movmatrix_t(unsigned a) {
 	return d;
 }
 
-// The BULK copies (sm_90: cp.async.bulk and mbarrier transaction
-// counts; before sm_90 the helpers trap, and decode.go offers the bulk
-// variants only on sm_90).
-
-// tr_mb_init (the whole warp) makes the S mbarriers at mb0, mb0+8, ...
-// one-arrival barriers, visible to the copy engine and to every lane.
-template <int S>
-__device__ __forceinline__ void tr_mb_init(unsigned mb0, int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	if (lane == 0) {
-#pragma unroll
-		for (int s = 0; s < S; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mb0 + 8 * s) : "memory");
-		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-		asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-	}
-	__syncwarp();
-#else
-	__trap();
-#endif
-}
-
-// tr_bulk_issue (every lane of the warp) copies ROW bytes from src to the
-// shared address dst, completing on the mbarrier mb, which lane 0 arms
-// for the 32 rows of the warp (one arrival, 32·ROW bytes). The caller has
-// met the warp at __syncwarp since its last reads of the stage.
-template <int ROW>
-__device__ __forceinline__ void tr_bulk_issue(unsigned dst, const void* src, unsigned mb, int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-	if (lane == 0) asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mb), "r"(32 * ROW) : "memory");
-	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src),
-			"r"(ROW), "r"(mb)
-			: "memory");
-#else
-	__trap();
-#endif
-}
-
-// tr_mb_wait (every lane) waits for the phase of parity ph of the
-// mbarrier mb; the bytes copied in that phase are then visible to it.
-__device__ __forceinline__ void tr_mb_wait(unsigned mb, unsigned ph) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	unsigned done = 0;
-	do {
-		asm volatile(
-				"{\n\t.reg .pred p;\n\t"
-				"mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-				"selp.u32 %0, 1, 0, p;\n\t}"
-				: "=r"(done)
-				: "r"(mb), "r"(ph)
-				: "memory");
-	} while (!done);
-#else
-	__trap();
-#endif
-}
-
 // decode_tr_body: block (kvh, split, t) = blockIdx (x, y, z), NW·32
 // threads, S ring stages per warp, query row t and KV head kvh; arguments,
 // splits and outputs as decode_pipe_body's with one KV head a block.
-template <int HD, int S, int NW, bool FAST, bool BULK, bool PAGED>
+template <int HD, int S, int NW, bool FAST, bool PAGED>
 __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table, int maxBlocks, int bs,
 		const int* posp, int pos0, float scale_log2, int window) {
 	constexpr int CH = HD / 8;          // 16-byte chunks of a row
 	constexpr int KS = HD / 16;         // k-steps of Sᵀ, 16-row tiles of Oᵀ
 	constexpr int ROW = HD * 2;         // bytes of a row
-	constexpr int RS = BULK ? ROW + 16 : ROW;  // bytes between rows in shared memory (BULK: padded)
-	constexpr int TILE = 16 * RS;       // bytes of 16 keys (or values)
+	constexpr int TILE = 16 * ROW;      // bytes of 16 keys (or values)
 	constexpr int STAGE = 2 * TILE;     // keys, then values
 	constexpr int RPI = 32 / CH;        // rows one warp copy instruction covers
 	constexpr int NI = 16 / RPI;        // copy instructions per tile and operand
@@ -187,8 +120,6 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	extern __shared__ uint4 pipe_smem[];
 	__shared__ float sm_m[NW][8], sm_l[NW][8];
 	__shared__ int isLast;
-	// BULK: one mbarrier per warp and stage (stage s of warp w at w·S+s).
-	__shared__ alignas(8) unsigned long long tr_mb[BULK ? NW * S : 1];
 	if (!FAST) ft_pdl_wait();
 	const int split = blockIdx.y, t = blockIdx.z;
 	const int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -230,10 +161,6 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	const int myg = ng > warp ? (ng - warp + NW - 1) / NW : 0;  // warp-uniform
 	auto first = [&](int i) -> int { return beg + (warp + NW * i) * 16; };
 	const unsigned ring = smem_u32(pipe_smem) + warp * (S * STAGE);
-	// mbOf: the mbarrier of the stage at shared address st (BULK).
-	const unsigned mb0 = smem_u32(tr_mb) + warp * S * 8;
-	auto mbOf = [&](unsigned st) -> unsigned { return mb0 + (st - ring) / STAGE * 8; };
-	if (BULK) tr_mb_init<S>(mb0, lane);
 	// The copies: lane copies chunk cc of rows kk = kr0 + RPI·x, x < NI, to
 	// dofs[x] in the stage (the swizzle); the same offsets every group.
 	const int cc = lane % CH, kr0 = lane / CH;
@@ -247,17 +174,6 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	// issue starts the copies of group i into stage st; row is this lane's
 	// row of key lane&15 (PAGED; the contiguous rows are the positions).
 	auto issue = [&](unsigned st, int i, int row) {
-		if (BULK) {
-			// One bulk copy a lane: lanes 0-15 the key rows of keys 0-15,
-			// lanes 16-31 their value rows (row: key lane&15's), into the
-			// padded rows of the stage, completing on the stage's mbarrier
-			// (lane 0 arms it for the tile's 32 rows). The fence orders the
-			// warp's earlier ldmatrix reads of the stage (generic proxy)
-			// before the copy engine's writes.
-			tr_bulk_issue<ROW>(st + (lane >> 4) * TILE + (lane & 15) * RS, (lane < 16 ? kb : vb) + (usize)row * rs,
-					mbOf(st), lane);
-			return;
-		}
 		const int p0 = first(i);
 		if (!PAGED && p0 + 16 <= end) {
 			// A whole group: rows p0 .. p0+15, RPI·rs elements per step.
@@ -302,18 +218,16 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 #pragma unroll
 	for (int s = 0; s < S - 1; s++) {
 		if (s < myg) issue(ring + s * STAGE, s, pr[s]);
-		if (!BULK) cp_async_commit();
+		cp_async_commit();
 	}
 	if (FAST) loadQ();
 	// ldmatrix lanes: K (A, [key][d]): matrix lane/8 is rows 8((lane/8)&1)..
 	// +7, chunk 2j + lane/16; Vᵀ (A by .trans): keys 8(lane/16) .. +7,
 	// chunk 2md + (lane/8)&1. Both rows are ≡ lane (mod 8): the swizzle.
-	// BULK: rows unswizzled at RS = ROW+16 bytes apart, so the eight
-	// rows of one chunk still fall in eight different bank groups.
-	const int sw = BULK ? 0 : lane & 7;
-	const unsigned kaddr = (((lane >> 3) & 1) * 8 + (lane & 7)) * RS;
+	const int sw = lane & 7;
+	const unsigned kaddr = (((lane >> 3) & 1) * 8 + sw) * ROW;
 	const int kh = lane >> 4;
-	const unsigned vaddr = TILE + ((lane >> 4) * 8 + (lane & 7)) * RS;
+	const unsigned vaddr = TILE + ((lane >> 4) * 8 + sw) * ROW;
 	const int vh = (lane >> 3) & 1;
 	int nrow = pr[S - 1];
 	// Stages: group i in st (i%S), group i+S−1 copied into wst ((i−1)%S).
@@ -323,16 +237,11 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 		const int nx = i + S - 1;
 		__syncwarp();  // every lane's reads of stage wst (iteration i−1) are done
 		if (nx < myg) issue(wst, nx, nrow);
-		if (!BULK) cp_async_commit();
-		if ((PAGED || BULK) && nx + 1 < myg) nrow = rowOf(first(nx + 1) + (lane & 15));
+		cp_async_commit();
+		if (PAGED && nx + 1 < myg) nrow = rowOf(first(nx + 1) + (lane & 15));
 		wst = st;
-		if (BULK) {
-			// Group i is stage i%S's use i/S: the phase of that parity.
-			tr_mb_wait(mbOf(st), (unsigned)(i / S) & 1u);
-		} else {
-			cp_async_wait_n<S - 1>();
-			__syncwarp();  // the other lanes' copies of group i are in too
-		}
+		cp_async_wait_n<S - 1>();
+		__syncwarp();  // the other lanes' copies of group i are in too
 		const int p0 = first(i);
 		// All key fragments first, then the products (ldsm is volatile:
 		// interleaved, each product would wait for its load).
@@ -386,7 +295,7 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 		st += STAGE;
 		if (st == ringEnd) st = ring;
 	}
-	if (!BULK) cp_async_wait0();  // BULK: every issued group was waited for in the loop
+	cp_async_wait0();
 #pragma unroll
 	for (int x = 4; x < 32; x <<= 1) {
 		l0 += __shfl_xor_sync(FT_FULL, l0, x);
@@ -423,38 +332,32 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 }
 
 // FT_TR_VARIANT defines the two kernels of one transposed variant (head
-// width HD, S stages, NW warps, one KV head a block; C: t for the cp.async
-// ring, b for the bulk copies (BULK); F: f for the FAST path of
-// decode_pipe.cu, else empty), with the arguments and grids of
+// width HD, S stages, NW warps, one KV head a block; F: f for the FAST
+// path of decode_pipe.cu, else empty), with the arguments and grids of
 // decode_pipe.cu's kernels of the same names:
 //
-// attn_decode_pipe_d{HD}_s{S}w{NW}h1{C}{F}_bf16 over a contiguous cache;
-// attn_paged_decode_pipe_d{HD}_s{S}w{NW}h1{C}{F}_bf16 over paged pools.
-#define FT_TR_VARIANT(HD, S, NW, C, F, FAST, BULK)                                                                                          \
+// attn_decode_pipe_d{HD}_s{S}w{NW}h1t{F}_bf16 over a contiguous cache;
+// attn_paged_decode_pipe_d{HD}_s{S}w{NW}h1t{F}_bf16 over paged pools.
+#define FT_TR_VARIANT(HD, S, NW, F, FAST)                                                                                                   \
 	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
-			attn_decode_pipe_d##HD##_s##S##w##NW##h1##C##F##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,          \
+			attn_decode_pipe_d##HD##_s##S##w##NW##h1t##F##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,            \
 					const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* posp, int pos0,                 \
 					float scale_log2, int window) {                                                                                        \
-		decode_tr_body<HD, S, NW, FAST, BULK, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1, posp, \
-				pos0, scale_log2, window);                                                                                                 \
+		decode_tr_body<HD, S, NW, FAST, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1, posp, pos0, \
+				scale_log2, window);                                                                                                       \
 	}                                                                                                                                  \
 	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
-			attn_paged_decode_pipe_d##HD##_s##S##w##NW##h1##C##F##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,    \
+			attn_paged_decode_pipe_d##HD##_s##S##w##NW##h1t##F##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,      \
 					const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table,         \
 					int maxBlocks, int bs, float scale_log2, int window) {                                                                 \
-		decode_tr_body<HD, S, NW, FAST, BULK, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks, bs,   \
-				nullptr, 0, scale_log2, window);                                                                                           \
+		decode_tr_body<HD, S, NW, FAST, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks, bs, nullptr, \
+				0, scale_log2, window);                                                                                                    \
 	}
 
-// The transposed variants; decode.go's pipeVariants lists them (Tr, Bulk).
-FT_TR_VARIANT(128, 3, 4, t, , false, false)
-FT_TR_VARIANT(128, 2, 4, t, , false, false)
-FT_TR_VARIANT(128, 4, 2, t, , false, false)
-FT_TR_VARIANT(128, 3, 2, t, , false, false)
-FT_TR_VARIANT(128, 3, 4, t, f, true, false)
-FT_TR_VARIANT(128, 4, 2, t, f, true, false)
-// BULK (issue 21 at context 8,192): s6w2h1b is the design (half the warps,
-// five groups in flight a warp); s3w4h1b the default's shape with only the
-// copy mechanism changed, to tell the two effects apart in an A/B.
-FT_TR_VARIANT(128, 6, 2, b, , false, true)
-FT_TR_VARIANT(128, 3, 4, b, , false, true)
+// The transposed variants; decode.go's pipeVariants lists them (Tr).
+FT_TR_VARIANT(128, 3, 4, , false)
+FT_TR_VARIANT(128, 2, 4, , false)
+FT_TR_VARIANT(128, 4, 2, , false)
+FT_TR_VARIANT(128, 3, 2, , false)
+FT_TR_VARIANT(128, 3, 4, f, true)
+FT_TR_VARIANT(128, 4, 2, f, true)

@@ -3,8 +3,7 @@
 // them at run time with NVRTC for the GPU it finds. It is pure Go and builds
 // everywhere; nothing in it is generated.
 //
-// Files: common.cuh (helpers, first), attnoproj.cu (one token's decode
-// attention fused with the residual-adding o_proj, FT_ATTN_OPROJ), elementwise.cu (add, SiLU·up,
+// Files: common.cuh (helpers, first), elementwise.cu (add, SiLU·up,
 // embedding gather, KV-cache row stores, casts, random fill, argmax),
 // norm.cu (RMSNorm), normrows.cu (RMSNorm of many rows), normtail.cu (the
 // residual-adding GEMV with the RMSNorm after it done by its last block),

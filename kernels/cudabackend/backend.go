@@ -203,18 +203,6 @@ type Backend struct {
 
 	tailCounter *runtime.DeviceBuffer // gemv_persist_f32acc_norm's last-block counter (normtail.go)
 
-	// AttnOProjFused lets AttnOProj run (attnoproj.go: one token's decode
-	// attention fused with the residual-adding o_proj); off, it declines.
-	// New sets it when FT_ATTN_OPROJ=1 (A/B runs; not yet measured).
-	AttnOProjFused bool
-	// AttnOProjMaxCtx is the largest KV-cache capacity AttnOProj takes
-	// (FT_ATTN_OPROJ_MAXCTX, default 1024); AttnOProjPreRows the W_o rows
-	// each of its blocks copies into shared memory before its attention
-	// (FT_ATTN_OPROJ_PREROWS, default 128).
-	AttnOProjMaxCtx, AttnOProjPreRows int
-	aoPart, aoCnt                     *runtime.DeviceBuffer // AttnOProj's partials and chunk counters
-	aoSmemSet                         map[int]int           // by G: 1 once the AttnOProj kernel is allowed attnOProjSmemMax, −1 where the device refused
-
 	// VarlenContig lets PackedPrefillAttention run (varlencontig.go: a
 	// batched forward whose prefill sequences all start at position 0 reads
 	// their keys and values from the packed rows of the forward, not the
@@ -258,19 +246,18 @@ type kernelSet struct {
 	moe           moeKernels      // mixture-of-experts row ops (moe.go)
 	moeFused      moeFusedKernels // fused mixture-of-experts ops (moefused.go)
 	decodeMMA     decodeMMAKernels
-	addRMS        *cuda.Function         // add_rmsnorm_f32_bf16 (addnorm.go)
-	fp8           *fp8Kernels            // FP8 GEMVs and dequantization at HBM speed (fp8gemv.go)
-	rmsPair       *cuda.Function         // rmsnorm_pair_bf16_v8 (qknorm.go)
-	prefill       prefillKernels         // prefill attention and vectorised RoPE + store (prefill.go)
-	gemvAcc       *cuda.Function         // gemv_persist_f32acc (matmuladd.go)
-	gemvAccNorm   *cuda.Function         // gemv_persist_f32acc_norm (normtail.go)
-	fp8gemm       fp8GemmKernels         // per-token quantization and rescaling (fp8gemm.go)
-	norm          *normKernels           // GEMVs with the RMSNorm folded in (normgemv.go)
-	merged        mergedKernels          // column splits after a merged GEMM (merged.go)
-	qkvRoPE       *cuda.Function         // gemv3_rope_store_bf16 (qkvrope.go)
-	gemvPipe      gemvPipeKernels        // pipelined twins of the one-token GEMVs (gemvpipe.go)
-	decodeLayer   *megaModule            // decode_layer_bf16's own module, loaded on first use (decodelayer.go)
-	attnOProj     map[int]*cuda.Function // attn_oproj_g{G}_bf16 by G (attnoproj.go)
+	addRMS        *cuda.Function  // add_rmsnorm_f32_bf16 (addnorm.go)
+	fp8           *fp8Kernels     // FP8 GEMVs and dequantization at HBM speed (fp8gemv.go)
+	rmsPair       *cuda.Function  // rmsnorm_pair_bf16_v8 (qknorm.go)
+	prefill       prefillKernels  // prefill attention and vectorised RoPE + store (prefill.go)
+	gemvAcc       *cuda.Function  // gemv_persist_f32acc (matmuladd.go)
+	gemvAccNorm   *cuda.Function  // gemv_persist_f32acc_norm (normtail.go)
+	fp8gemm       fp8GemmKernels  // per-token quantization and rescaling (fp8gemm.go)
+	norm          *normKernels    // GEMVs with the RMSNorm folded in (normgemv.go)
+	merged        mergedKernels   // column splits after a merged GEMM (merged.go)
+	qkvRoPE       *cuda.Function  // gemv3_rope_store_bf16 (qkvrope.go)
+	gemvPipe      gemvPipeKernels // pipelined twins of the one-token GEMVs (gemvpipe.go)
+	decodeLayer   *megaModule     // decode_layer_bf16's own module, loaded on first use (decodelayer.go)
 
 	normRows normRowsKernels // many-rows RMSNorm (normrows.go)
 }
@@ -318,10 +305,9 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		addRMS: get("add_rmsnorm_f32_bf16"), rmsPair: get("rmsnorm_pair_bf16_v8"),
 		prefill: loadPrefill(get),
 		gemvAcc: get("gemv_persist_f32acc"), gemvAccNorm: get("gemv_persist_f32acc_norm"),
-		fp8:       loadFP8(get),
-		fp8gemm:   loadFP8Gemm(get),
-		merged:    loadMerged(get),
-		attnOProj: loadAttnOProj(get),
+		fp8:     loadFP8(get),
+		fp8gemm: loadFP8Gemm(get),
+		merged:  loadMerged(get),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
@@ -358,7 +344,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	if extra, ok := wantsPrefillWG(prefillVariantFromEnv()); ok {
 		ks.prefill.wg[extra].load() // now, not inside a later launch (or a graph capture)
 	}
-	if err := ks.decodeMMA.sizeWave(dev.Multiprocessors(), dev.ComputeCapability()); err != nil {
+	if err := ks.decodeMMA.sizeWave(dev.Multiprocessors()); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	modules[dev] = ks
@@ -414,10 +400,6 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
-	ao, err := attnOProjFromEnv()
-	if err != nil {
-		return nil, fmt.Errorf("cudabackend: %w", err)
-	}
 	if err := checkEnvSwitches(); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
@@ -451,7 +433,6 @@ func New(dev runtime.Device) (*Backend, error) {
 		VarlenContig: varlenContigFromEnv(),
 		DecodeMega:   decodeMegaFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
-	b.AttnOProjFused, b.AttnOProjMaxCtx, b.AttnOProjPreRows = ao.on, ao.maxCtx, ao.preRows
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV
 	cd.AtClose(b.Close)
@@ -469,11 +450,10 @@ func (b *Backend) ActDType() runtime.DType { return runtime.BF16 }
 // calls it; calling it earlier is fine too.
 func (b *Backend) Close() error {
 	err := b.s.Synchronize()
-	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf, b.tailCounter, b.aoPart, b.aoCnt) {
+	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf, b.tailCounter) {
 		buf.Free()
 	}
 	b.fp8lt.buf, b.merged, b.tailCounter = nil, nil, nil // b.merged is on b.retired
-	b.aoPart, b.aoCnt = nil, nil
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
 	b.mega.free()

@@ -55,19 +55,17 @@ type pipeKernels struct {
 // the dependent-launch wait, the query after the first copies, a merge in
 // one round trip) or Tr: the transposed products of decode_tr.cu (keys as
 // the 16 rows of the MMA, Sᵀ = K·Qᵀ and Oᵀ = Vᵀ·Pᵀ, one KV head a block;
-// Rows does not apply); Bulk (with Tr) fills each ring stage by bulk
-// copies (cp.async.bulk, one 256-byte row a lane) that complete on an
-// mbarrier per stage instead of the lanes' cp.async groups (sm_90 only).
+// Rows does not apply).
 type pipeVariant struct {
-	D, S, W, H           int
-	Rows, Fast, Tr, Bulk bool
+	D, S, W, H     int
+	Rows, Fast, Tr bool
 }
 
 // Name is the variant's part of its kernel names and its FT_DECODE_VARIANT
 // value: s3w4h1r is 3 stages, 4 warps, 1 KV head a block, whole-row key
 // copies ("o": each lane copies the key pieces it reads; "t": the
-// transposed kernel of decode_tr.cu; "b": the same fed by bulk copies); a
-// trailing "f" is the FAST path (s3w4h1rf, s3w4h1tf).
+// transposed kernel of decode_tr.cu); a trailing "f" is the FAST path
+// (s3w4h1rf, s3w4h1tf).
 func (v pipeVariant) Name() string {
 	c := "o"
 	if v.Rows {
@@ -75,9 +73,6 @@ func (v pipeVariant) Name() string {
 	}
 	if v.Tr {
 		c = "t"
-	}
-	if v.Bulk {
-		c = "b"
 	}
 	if v.Fast {
 		c += "f"
@@ -92,15 +87,8 @@ func (v pipeVariant) kernel(prefix string) string {
 }
 
 // ring is the variant's cp.async ring in bytes: W warps × S stages × SLOTS
-// 16-byte pieces × 32 lanes, SLOTS = 2·D/32 (keys) + 4·D/64 (values); the
-// bulk ring's stages are 16 keys and 16 values of 2·D+16 bytes a row (the
-// padding keeps ldmatrix free of bank conflicts).
-func (v pipeVariant) ring() int {
-	if v.Bulk {
-		return v.W * v.S * 2 * 16 * (2*v.D + 16)
-	}
-	return v.W * v.S * (2*(v.D/32) + 4*(v.D/64)) * 32 * 16
-}
+// 16-byte pieces × 32 lanes, SLOTS = 2·D/32 (keys) + 4·D/64 (values).
+func (v pipeVariant) ring() int { return v.W * v.S * (2*(v.D/32) + 4*(v.D/64)) * 32 * 16 }
 
 // smem is the dynamic shared memory of a launch with nsplit splits and G
 // query heads per KV head: the ring or, where larger, the scratch after
@@ -115,40 +103,34 @@ func (v pipeVariant) smem(nsplit, G int) int {
 // pipeVariants are the compiled variants (decode_pipe.cu's FT_PIPE_VARIANT
 // lines); the first of each head width is its default.
 var pipeVariants = []pipeVariant{
-	{64, 4, 4, 1, false, false, false, false},
-	{128, 3, 4, 1, true, false, false, false},
-	{128, 3, 4, 1, false, false, false, false},
-	{128, 2, 4, 1, false, false, false, false},
-	{128, 2, 4, 1, true, false, false, false},
-	{128, 4, 4, 1, true, false, false, false},
-	{128, 3, 8, 1, true, false, false, false},
-	{128, 2, 4, 4, true, false, false, false},
-	{128, 3, 4, 4, true, false, false, false},
-	{128, 2, 8, 8, true, false, false, false},
-	{128, 3, 8, 8, true, false, false, false},
+	{64, 4, 4, 1, false, false, false},
+	{128, 3, 4, 1, true, false, false},
+	{128, 3, 4, 1, false, false, false},
+	{128, 2, 4, 1, false, false, false},
+	{128, 2, 4, 1, true, false, false},
+	{128, 4, 4, 1, true, false, false},
+	{128, 3, 8, 1, true, false, false},
+	{128, 2, 4, 4, true, false, false},
+	{128, 3, 4, 4, true, false, false},
+	{128, 2, 8, 8, true, false, false},
+	{128, 3, 8, 8, true, false, false},
 	// The FAST path (issues 15, 21): the default's shape, then smaller
 	// blocks (2 and 1 warps: the batch's (row, KV head) items spread over
 	// every SM in one wave, no block-wide merge of warps for W = 1).
-	{128, 3, 4, 1, true, true, false, false},
-	{128, 3, 2, 1, true, true, false, false},
-	{128, 4, 2, 1, true, true, false, false},
-	{128, 4, 1, 1, true, true, false, false},
-	{128, 6, 1, 1, true, true, false, false},
+	{128, 3, 4, 1, true, true, false},
+	{128, 3, 2, 1, true, true, false},
+	{128, 4, 2, 1, true, true, false},
+	{128, 4, 1, 1, true, true, false},
+	{128, 6, 1, 1, true, true, false},
 	// The transposed products (decode_tr.cu, issues 15, 21): one KV head a
 	// block, fewer instructions and registers a key group; s3w4h1t is the
 	// default over a contiguous cache (contigPipeDefault).
-	{128, 3, 4, 1, false, false, true, false},
-	{128, 2, 4, 1, false, false, true, false},
-	{128, 4, 2, 1, false, false, true, false},
-	{128, 3, 2, 1, false, false, true, false},
-	{128, 3, 4, 1, false, true, true, false},
-	{128, 4, 2, 1, false, true, true, false},
-	// The transposed products fed by bulk copies (decode_tr.cu's BULK,
-	// issue 21 at context 8,192; sm_90): s6w2h1b half the warps of the
-	// default with five groups in flight a warp (the design); s3w4h1b the
-	// default's shape with only the copies changed (the control).
-	{128, 6, 2, 1, false, false, true, true},
-	{128, 3, 4, 1, false, false, true, true},
+	{128, 3, 4, 1, false, false, true},
+	{128, 2, 4, 1, false, false, true},
+	{128, 4, 2, 1, false, false, true},
+	{128, 3, 2, 1, false, false, true},
+	{128, 3, 4, 1, false, true, true},
+	{128, 4, 2, 1, false, true, true},
 }
 
 // PipeVariantNames are the FT_DECODE_VARIANT values (head width 128; head
@@ -190,10 +172,8 @@ const pipeMaxSplit = 256
 
 // sizeWave sets wave from the d128 kernel's occupancy, lets the pipelined
 // kernels take up to pipeMaxShared bytes of dynamic shared memory and
-// sets each variant's wave from its ring. Below compute capability 9.0 (cc,
-// as Device.ComputeCapability gives it) the bulk variants are dropped: their
-// copies need sm_90.
-func (k *decodeMMAKernels) sizeWave(sms, cc int) error {
+// sets each variant's wave from its ring.
+func (k *decodeMMAKernels) sizeWave(sms int) error {
 	n, err := k.paged[128].MaxActiveBlocksPerSM(128, 0)
 	if err != nil {
 		return err
@@ -201,10 +181,6 @@ func (k *decodeMMAKernels) sizeWave(sms, cc int) error {
 	k.wave = max(1, n) * sms
 	for v, pk := range k.pipe {
 		if pk.contig == nil || pk.paged == nil {
-			continue
-		}
-		if v.Bulk && cc < 90 {
-			delete(k.pipe, v)
 			continue
 		}
 		// The limit counts the kernel's static shared memory too, and

@@ -61,28 +61,19 @@ func accumulable(p *nn.Linear) bool { return p.Bias == nil && plain(p) }
 
 // output applies the output projection to att: out = O·att (+ bias)
 // through O's forward, or with acc, out += O·att.
+//
+// Tried and removed (s12a, H200 2026-12-02): one token's decode attention
+// fused with this residual-adding o_proj in one kernel (FT_ATTN_OPROJ),
+// each block computing its KV head's whole attention before its W_o rows'
+// product. The graph step at context 512 took 4.65–4.67 ms against
+// 4.27–4.28 (run-model 4.34 against 4.22 ms a token): the attention,
+// redone by the 16 row chunks of a head, lengthened the step's latency
+// chain instead of hiding under the W_o stream.
 func (a *Attention) output(b kernels.Backend, out, att *runtime.Tensor, acc kernels.MatMulAdder) error {
 	if acc != nil {
 		return acc.MatMulAdd(out, att, a.O.Weight.Tensor())
 	}
 	return a.O.Forward(b, out, att)
-}
-
-// attnOProj runs one token's attention and the output projection that
-// adds it into out as one backend op (kernels.AttnOProjer, issue 21) where
-// the projection adds (acc) as a plain BF16 weight without bias (not an
-// FP8 adder), the layer has no sliding window and q holds one token; ran
-// false (nothing enqueued) otherwise, or where the backend declines, and
-// the caller runs the attention and the projection.
-func (a *Attention) attnOProj(b kernels.Backend, out, q, kc, vc *runtime.Tensor, pos0 int, acc kernels.MatMulAdder) (bool, error) {
-	f, ok := b.(kernels.AttnOProjer)
-	if !ok || acc == nil || q.Dim(0) != 1 || a.Window != 0 || !accumulable(a.O) {
-		return false, nil
-	}
-	if _, isFP8 := acc.(fp8Adder); isFP8 {
-		return false, nil
-	}
-	return f.AttnOProj(out, q, kc, vc, a.O.Weight.Tensor(), pos0)
 }
 
 // residualViaNorm returns the backend's kernels.ResidualNormer where a

@@ -316,10 +316,7 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 			return err
 		}
 		kc, vc := cache.View(a.Layer) // [C,K,d]
-		if ran, err := a.attnOProj(b, out, q, kc, vc, cache.Len(), acc); err != nil || ran {
-			return err
-		}
-		att := rows(w.att, T) // [T,H,d]
+		att := rows(w.att, T)         // [T,H,d]
 		if err := kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window); err != nil {
 			return err
 		}
