@@ -69,7 +69,7 @@ type GenRequest struct {
 	// PromptIDs, completions: a prompt given as token ids (PromptIsIDs).
 	PromptIDs   []int32
 	PromptIsIDs bool
-	MaxTokens   int // 0: not given (the rest of the context)
+	MaxTokens   int // 0: not given (Options.DefaultMaxTokens)
 	Temperature float32
 	TopP        float32
 	Seed        *uint64 // nil: a random seed

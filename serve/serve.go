@@ -65,6 +65,14 @@ type Options struct {
 	// APIKey, when set, is required as "Authorization: Bearer KEY" on
 	// /v1/ requests (compared in constant time).
 	APIKey string
+	// DefaultMaxTokens is the completion limit of a request that gives no
+	// max_tokens (nor max_completion_tokens); 0: DefaultMaxTokens. It is
+	// capped by the context's room and by what the KV cache holds for one
+	// sequence, so leaving max_tokens out never makes a request too long.
+	// (The scheduler reserves a request's KV blocks for every position it
+	// can reach when admitting it, so this limit is also what a request
+	// without max_tokens holds of the cache.)
+	DefaultMaxTokens int
 	// MaxRequestBytes caps a request body; 0: 4 MiB.
 	MaxRequestBytes int64
 	// RetryAfter is the Retry-After of a 429; 0: 1 s.
@@ -83,6 +91,10 @@ type Options struct {
 	// wait time and the passes measured since the last call.
 	OffloadStats func() (transfer, wait time.Duration, passes int)
 }
+
+// DefaultMaxTokens is Options.DefaultMaxTokens when left 0: the completion
+// limit of a request without max_tokens.
+const DefaultMaxTokens = 1024
 
 // Server serves one model through one scheduler.
 type Server struct {
@@ -116,6 +128,12 @@ func New(m *decoder.Model, b kernels.Backend, cache *kvcache.Paged, sched genera
 	}
 	if opt.MaxRequestBytes == 0 {
 		opt.MaxRequestBytes = 4 << 20
+	}
+	if opt.DefaultMaxTokens == 0 {
+		opt.DefaultMaxTokens = DefaultMaxTokens
+	}
+	if opt.DefaultMaxTokens < 0 {
+		return nil, fmt.Errorf("serve.New: DefaultMaxTokens %d is negative", opt.DefaultMaxTokens)
 	}
 	if opt.MaxRequestBytes < 0 {
 		return nil, fmt.Errorf("serve.New: MaxRequestBytes %d is negative", opt.MaxRequestBytes)

@@ -66,6 +66,7 @@ type serveOptions struct {
 	queue             int
 	maxBatchTokens    int
 	maxContext        int
+	defaultMaxTokens  int
 	maxRequestBytes   int64
 	readTimeout       time.Duration
 	readHeaderTimeout time.Duration
@@ -84,6 +85,7 @@ func serveFlags(fs *pflag.FlagSet) *serveOptions {
 	fs.IntVar(&o.queue, "queue", 256, "most requests waiting for a place in the batch; beyond it 429 Too Many Requests")
 	fs.IntVar(&o.maxBatchTokens, "max-batch-tokens", 512, "most tokens in one forward (long prompts are prefilled in chunks between decode steps)")
 	fs.IntVar(&o.maxContext, "max-context", 0, "most positions a request may reach, prompt and completion (default: the model's max_position_embeddings)")
+	fs.IntVar(&o.defaultMaxTokens, "default-max-tokens", serve.DefaultMaxTokens, "completion limit of a request that gives no max_tokens (capped by the context and by what the KV cache holds for one request)")
 	fs.Int64Var(&o.maxRequestBytes, "max-request-bytes", 4<<20, "largest request body accepted (413 beyond)")
 	fs.DurationVar(&o.readTimeout, "read-timeout", 60*time.Second, "time to read a whole request")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time to read a request's headers")
@@ -112,6 +114,8 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 		return usagef("--max-batch-tokens %d must be positive", o.maxBatchTokens)
 	case o.maxContext < 0:
 		return usagef("--max-context %d is negative", o.maxContext)
+	case o.defaultMaxTokens <= 0:
+		return usagef("--default-max-tokens %d must be positive", o.defaultMaxTokens)
 	case o.maxRequestBytes <= 0:
 		return usagef("--max-request-bytes %d must be positive", o.maxRequestBytes)
 	case o.readTimeout <= 0 || o.readHeaderTimeout <= 0 || o.idleTimeout <= 0 || o.shutdownTimeout <= 0:
@@ -181,7 +185,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	opt := serve.Options{
 		ModelName: name, Tokenizer: tok, Template: tmpl, StopTokens: stops, APIKey: o.apiKey,
-		MaxRequestBytes: o.maxRequestBytes, Logger: logger, ReadTimeout: o.readTimeout,
+		DefaultMaxTokens: o.defaultMaxTokens, MaxRequestBytes: o.maxRequestBytes, Logger: logger, ReadTimeout: o.readTimeout,
 		ReadHeaderTimeout: o.readHeaderTimeout, IdleTimeout: o.idleTimeout, DrainTimeout: o.shutdownTimeout,
 	}
 	if sess.Manager != "" && o.dev.offloadTiming {
