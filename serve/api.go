@@ -97,6 +97,71 @@ type rawRequest struct {
 		IncludeUsage *bool `json:"include_usage"`
 	} `json:"stream_options"`
 	N json.RawMessage `json:"n"`
+	// Fields that would change what the answer holds, which this server
+	// does not do: refused rather than ignored (see unsupported).
+	ResponseFormat json.RawMessage `json:"response_format"`
+	Tools          json.RawMessage `json:"tools"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	Functions      json.RawMessage `json:"functions"`
+	FunctionCall   json.RawMessage `json:"function_call"`
+	Logprobs       json.RawMessage `json:"logprobs"`
+	TopLogprobs    json.RawMessage `json:"top_logprobs"`
+	Echo           json.RawMessage `json:"echo"`
+}
+
+// unsupported refuses, as a 400 "not supported: FIELD", the fields that
+// change the output contract (structured output, tool calls, log
+// probabilities, an echoed prompt) when they ask for anything but the
+// plain behaviour: response_format other than {"type": "text"}, a
+// non-empty tools or functions list, tool_choice or function_call other
+// than "none" or "auto", logprobs true (or a number, the completions form),
+// top_logprobs above 0, echo true.
+func (raw *rawRequest) unsupported() error {
+	refuse := func(field, why string) error {
+		return badRequest(field, "unsupported_parameter", "not supported: %s (%s)", field, why)
+	}
+	if given(raw.ResponseFormat) {
+		var rf struct {
+			Type *string `json:"type"`
+		}
+		if err := json.Unmarshal(raw.ResponseFormat, &rf); err != nil || rf.Type == nil || *rf.Type != "text" {
+			return refuse("response_format", "this server makes plain text; only {\"type\": \"text\"} is accepted")
+		}
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"tools", raw.Tools}, {"functions", raw.Functions}} {
+		if !given(f.raw) {
+			continue
+		}
+		var list []json.RawMessage
+		if err := json.Unmarshal(f.raw, &list); err != nil || len(list) > 0 {
+			return refuse(f.name, "this server makes no tool calls")
+		}
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"tool_choice", raw.ToolChoice}, {"function_call", raw.FunctionCall}} {
+		if !given(f.raw) {
+			continue
+		}
+		var mode string
+		if err := json.Unmarshal(f.raw, &mode); err != nil || (mode != "none" && mode != "auto") {
+			return refuse(f.name, "this server makes no tool calls; only \"none\" or \"auto\" is accepted")
+		}
+	}
+	if given(raw.Logprobs) && string(bytes.TrimSpace(raw.Logprobs)) != "false" {
+		return refuse("logprobs", "this server returns no log probabilities")
+	}
+	if given(raw.TopLogprobs) && string(bytes.TrimSpace(raw.TopLogprobs)) != "0" {
+		return refuse("top_logprobs", "this server returns no log probabilities")
+	}
+	if given(raw.Echo) && string(bytes.TrimSpace(raw.Echo)) != "false" {
+		return refuse("echo", "the prompt is not echoed")
+	}
+	return nil
 }
 
 // DecodeRequest reads a request body for the chat endpoint (chat true) or
@@ -113,6 +178,9 @@ func DecodeRequest(body []byte, isChat bool) (*GenRequest, error) {
 	}
 	if dec.More() {
 		return nil, badRequest("", "invalid_json", "the request body holds more than one JSON value")
+	}
+	if err := raw.unsupported(); err != nil {
+		return nil, err
 	}
 	r := &GenRequest{Chat: isChat, Temperature: 1, TopP: 1}
 	if raw.Model != nil {
@@ -284,8 +352,9 @@ func floatField(raw json.RawMessage, name string) (float64, error) {
 	return v, nil
 }
 
-// decodeMessages reads the chat messages: role strings and content that is
-// a string, a list of text parts, or null.
+// decodeMessages reads the chat messages: a role (system, developer, read as
+// system, user or assistant) and content that is a string or a list of
+// text parts.
 func decodeMessages(raw json.RawMessage) ([]chat.Message, error) {
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
@@ -306,7 +375,19 @@ func decodeMessages(raw json.RawMessage) ([]chat.Message, error) {
 		}
 		var role string
 		if err := json.Unmarshal(m.Role, &role); err != nil || role == "" {
-			return nil, badRequest(param+".role", "invalid_value", "%s.role must be a non-empty string (system, user, assistant, ...)", param)
+			return nil, badRequest(param+".role", "invalid_value", "%s.role must be a non-empty string (system, user or assistant)", param)
+		}
+		switch role {
+		case "system", "user", "assistant":
+		case "developer":
+			role = "system" // the newer name of the system role
+		case "tool", "function":
+			return nil, badRequest(param+".role", "unsupported_parameter", "%s.role is %q: not supported (this server makes no tool calls)", param, role)
+		default:
+			return nil, badRequest(param+".role", "invalid_value", "%s.role is %q; want system, developer, user or assistant", param, role)
+		}
+		if !given(m.Content) {
+			return nil, badRequest(param+".content", "invalid_value", "%s.content is missing or null; give a string or a list of text parts", param)
 		}
 		text, err := decodeContent(m.Content, param+".content")
 		if err != nil {
@@ -317,14 +398,11 @@ func decodeMessages(raw json.RawMessage) ([]chat.Message, error) {
 	return out, nil
 }
 
-// decodeContent flattens a message content: a string, null (empty), or a
+// decodeContent flattens a message content: a string or a
 // list of {"type": "text", "text": ...} parts joined with newlines. Other
 // part types (images, audio) are refused: the models served take text.
 func decodeContent(raw json.RawMessage, param string) (string, error) {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
 	var s string
 	if raw[0] == '"' {
 		if err := json.Unmarshal(raw, &s); err != nil {
@@ -357,8 +435,8 @@ func decodeContent(raw json.RawMessage, param string) (string, error) {
 	return strings.Join(texts, "\n"), nil
 }
 
-// decodePrompt reads a completions prompt: a string, a list of one string,
-// or a list of token ids.
+// decodePrompt reads a completions prompt: a string, a list of token ids,
+// or a list of one prompt (a string or a list of token ids).
 func decodePrompt(raw json.RawMessage, r *GenRequest) error {
 	raw = bytes.TrimSpace(raw)
 	if raw[0] == '"' {
@@ -374,21 +452,36 @@ func decodePrompt(raw json.RawMessage, r *GenRequest) error {
 	if len(list) == 0 {
 		return badRequest("prompt", "invalid_value", "prompt is an empty list")
 	}
-	if first := bytes.TrimSpace(list[0]); len(first) > 0 && first[0] == '"' {
+	if first := bytes.TrimSpace(list[0]); len(first) > 0 && (first[0] == '"' || first[0] == '[') {
+		// A list of prompts (strings or token id lists): one is served.
 		if len(list) != 1 {
-			return badRequest("prompt", "invalid_value", "prompt lists %d prompts; send one prompt per request", len(list))
+			return badRequest("prompt", "invalid_value", "prompt lists %d prompts; this server takes one prompt per request", len(list))
+		}
+		if first[0] == '[' {
+			if err := json.Unmarshal(first, &list); err != nil {
+				return badRequest("prompt[0]", "invalid_type", "prompt[0] must be a list of token ids")
+			}
+			if len(list) == 0 {
+				return badRequest("prompt[0]", "invalid_value", "prompt[0] is an empty list of token ids")
+			}
+			return decodeIDs(list, "prompt[0]", r)
 		}
 		if err := json.Unmarshal(list[0], &r.Prompt); err != nil {
 			return badRequest("prompt[0]", "invalid_type", "prompt[0] is not a valid string")
 		}
 		return nil
 	}
+	return decodeIDs(list, "prompt", r)
+}
+
+// decodeIDs reads a prompt given as token ids (param names the list).
+func decodeIDs(list []json.RawMessage, param string, r *GenRequest) error {
 	r.PromptIsIDs = true
 	r.PromptIDs = make([]int32, len(list))
 	for i, item := range list {
 		var id int64
 		if err := json.Unmarshal(item, &id); err != nil || id < 0 || id > math.MaxInt32 {
-			return badRequest(fmt.Sprintf("prompt[%d]", i), "invalid_type", "prompt[%d] is %s; a token id list holds non-negative integers", i, abbreviate(item))
+			return badRequest(fmt.Sprintf("%s[%d]", param, i), "invalid_type", "%s[%d] is %s; a token id list holds non-negative integers", param, i, abbreviate(item))
 		}
 		r.PromptIDs[i] = int32(id)
 	}

@@ -1,8 +1,11 @@
 package serve_test
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/models/chat"
 	"github.com/flextensor-go/flextensor/models/kvcache"
 	"github.com/flextensor-go/flextensor/serve"
 )
@@ -64,5 +67,60 @@ func TestDefaultMaxTokens(t *testing.T) {
 	}
 	if n := small.KVBlocksInUse(); n != 0 {
 		t.Errorf("%d KV blocks in use after", n)
+	}
+}
+
+// TestRequestValidation: unknown roles and null content are 400s naming
+// the message; fields that change what the answer holds (structured
+// output, tools, log probabilities, echo) are refused as "not supported";
+// their plain settings and a prompt given as a list of one prompt are
+// served.
+func TestRequestValidation(t *testing.T) {
+	ts := newServer(t, serverConfig{})
+	refused := []struct {
+		name, path, body, param, msg string
+	}{
+		{"unknown role", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}, {"role": "robot", "content": "beep"}]}`, "messages[1].role", `"robot"`},
+		{"tool role", "/v1/chat/completions", `{"messages": [{"role": "tool", "content": "x"}]}`, "messages[0].role", "not supported"},
+		{"null content", "/v1/chat/completions", `{"messages": [{"role": "user", "content": null}]}`, "messages[0].content", "null"},
+		{"no content", "/v1/chat/completions", `{"messages": [{"role": "system", "content": "s"}, {"role": "user"}]}`, "messages[1].content", "missing"},
+		{"json_object", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}`, "response_format", "not supported: response_format"},
+		{"json_schema", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}}`, "response_format", "not supported: response_format"},
+		{"tools", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}`, "tools", "not supported: tools"},
+		{"tool_choice required", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}`, "tool_choice", "not supported: tool_choice"},
+		{"tool_choice a function", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "f"}}}`, "tool_choice", "not supported: tool_choice"},
+		{"functions", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]}`, "functions", "not supported: functions"},
+		{"chat logprobs", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "logprobs": true}`, "logprobs", "not supported: logprobs"},
+		{"top_logprobs", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}`, "top_logprobs", "not supported: top_logprobs"},
+		{"completions logprobs", "/v1/completions", `{"prompt": "x", "logprobs": 2}`, "logprobs", "not supported: logprobs"},
+		{"echo", "/v1/completions", `{"prompt": "x", "echo": true}`, "echo", "not supported: echo"},
+		{"two token id prompts", "/v1/completions", `{"prompt": [[1, 2], [3]]}`, "prompt", "2 prompts"},
+		{"an empty token id prompt", "/v1/completions", `{"prompt": [[]]}`, "prompt[0]", "empty"},
+		{"a bad id in a nested prompt", "/v1/completions", `{"prompt": [[1, "a"]]}`, "prompt[0][1]", "token id"},
+	}
+	for _, c := range refused {
+		code, out, _ := ts.post(t, c.path, c.body)
+		msg, _ := field(out, "error", "message").(string)
+		if code != 400 || field(out, "error", "param") != c.param || !strings.Contains(msg, c.msg) {
+			t.Errorf("%s: %d %v; want 400, param %s, a message with %q", c.name, code, out, c.param, c.msg)
+		}
+	}
+
+	// The plain settings of those fields change nothing.
+	want := reference(t, chatPromptIDs(t, chat.Message{Role: "system", Content: "Be brief."}, chat.Message{Role: "user", Content: "Hi"}), 4, greedy, 0)
+	code, out, _ := ts.post(t, "/v1/chat/completions", `{"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+		"max_tokens": 4, "temperature": 0, "response_format": {"type": "text"}, "tools": [], "tool_choice": "none", "logprobs": false, "top_logprobs": 0}`)
+	if code != 200 || field(out, "choices", 0, "message", "content") != refText(want) {
+		t.Errorf("plain settings, developer role: %d %v; want the reference %q", code, out, refText(want))
+	}
+	prompt := "The quick brown fox"
+	ids := encode(t, prompt, true)
+	wantText := refText(reference(t, ids, 5, greedy, 0))
+	idList, _ := json.Marshal(ids)
+	for _, p := range []string{`[` + string(idList) + `]`, `["` + prompt + `"]`} {
+		code, out, _ := ts.post(t, "/v1/completions", `{"prompt": `+p+`, "max_tokens": 5, "temperature": 0, "echo": false}`)
+		if code != 200 || field(out, "choices", 0, "text") != wantText || field(out, "usage", "prompt_tokens") != float64(len(ids)) {
+			t.Errorf("prompt %s: %d %v; want the reference %q", p, code, out, wantText)
+		}
 	}
 }
