@@ -2,6 +2,7 @@ package serve_test
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -121,6 +122,45 @@ func TestRequestValidation(t *testing.T) {
 		code, out, _ := ts.post(t, "/v1/completions", `{"prompt": `+p+`, "max_tokens": 5, "temperature": 0, "echo": false}`)
 		if code != 200 || field(out, "choices", 0, "text") != wantText || field(out, "usage", "prompt_tokens") != float64(len(ids)) {
 			t.Errorf("prompt %s: %d %v; want the reference %q", p, code, out, wantText)
+		}
+	}
+}
+
+// TestAuthFirst: with an API key, every /v1/ path without the right key is
+// a 401 (an unknown one too, and a wrong method), before a 404 or 405; the
+// Bearer scheme is case-insensitive.
+func TestAuthFirst(t *testing.T) {
+	ts := newServer(t, serverConfig{opt: serve.Options{APIKey: "sekret"}})
+	for _, c := range []struct{ method, path string }{
+		{http.MethodPost, "/v1/embeddings"}, {http.MethodGet, "/v1/nothing/here"}, {http.MethodGet, "/v1/chat/completions"}, {http.MethodPost, "/v1/models"},
+	} {
+		for _, key := range []string{"", "Bearer wrong"} {
+			req, _ := http.NewRequest(c.method, ts.url(c.path), strings.NewReader(`{}`))
+			if key != "" {
+				req.Header.Set("Authorization", key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") == "" {
+				t.Errorf("%s %s with %q: %d, want 401 with WWW-Authenticate", c.method, c.path, key, resp.StatusCode)
+			}
+		}
+	}
+	// With the key: 404 and 405 as before.
+	if code, out, _ := ts.post(t, "/v1/embeddings", `{}`, "Authorization", "Bearer sekret"); code != 404 {
+		t.Errorf("unknown path with the key: %d %v", code, out)
+	}
+	for _, scheme := range []string{"bearer", "BEARER", "Bearer", "beaRer"} {
+		if code, out, _ := ts.post(t, "/v1/completions", `{"prompt": "x", "max_tokens": 1}`, "Authorization", scheme+" sekret"); code != 200 {
+			t.Errorf("scheme %q: %d %v", scheme, code, out)
+		}
+	}
+	for _, h := range []string{"Basic sekret", "Bearersekret", "sekret"} {
+		if code, _, _ := ts.post(t, "/v1/completions", `{"prompt": "x", "max_tokens": 1}`, "Authorization", h); code != 401 {
+			t.Errorf("Authorization %q: %d, want 401", h, code)
 		}
 	}
 }

@@ -290,8 +290,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, ready func(addr net
 	return nil
 }
 
-// routes is the server's handler: the routes, authentication for /v1/,
-// the request log and metrics around them.
+// routes is the server's handler: authentication for /v1/ (before a path
+// or method is checked), the routes, the request log and metrics around
+// them.
 func (s *Server) routes() http.Handler {
 	type route struct {
 		method string
@@ -318,15 +319,20 @@ func (s *Server) routes() http.Handler {
 		}
 		label := path
 		switch {
+		case (rt.auth || strings.HasPrefix(path, "/v1/")) && !s.authorized(r):
+			// Before the route and method checks, so that without the key
+			// nothing about /v1/ shows.
+			if !ok {
+				label = "other"
+			}
+			rw.Header().Set("WWW-Authenticate", `Bearer realm="flextensor"`)
+			writeError(rw, &APIError{Status: 401, Type: "invalid_request_error", Code: "invalid_api_key", Message: "missing or incorrect API key: send Authorization: Bearer <key>"})
 		case !ok:
 			label = "other"
 			writeError(rw, &APIError{Status: 404, Type: "invalid_request_error", Code: "not_found", Message: fmt.Sprintf("no route %s %s; the API is under /v1/ (chat/completions, completions, models)", r.Method, path)})
 		case r.Method != rt.method && !(r.Method == http.MethodHead && rt.method == http.MethodGet):
 			rw.Header().Set("Allow", rt.method)
 			writeError(rw, &APIError{Status: 405, Type: "invalid_request_error", Code: "method_not_allowed", Message: fmt.Sprintf("%s takes %s, not %s", path, rt.method, r.Method)})
-		case rt.auth && !s.authorized(r):
-			rw.Header().Set("WWW-Authenticate", `Bearer realm="flextensor"`)
-			writeError(rw, &APIError{Status: 401, Type: "invalid_request_error", Code: "invalid_api_key", Message: "missing or incorrect API key: send Authorization: Bearer <key>"})
 		default:
 			rt.h(rw, r)
 		}
@@ -359,9 +365,9 @@ func (s *Server) authorized(r *http.Request) bool {
 	if s.opt.APIKey == "" {
 		return true
 	}
-	auth := r.Header.Get("Authorization")
-	key, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok {
+	// The scheme is case-insensitive (RFC 7235).
+	scheme, key, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
 	h := sha256.Sum256([]byte(strings.TrimSpace(key)))
