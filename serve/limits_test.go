@@ -2,9 +2,12 @@ package serve_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/flextensor-go/flextensor/models/chat"
 	"github.com/flextensor-go/flextensor/models/kvcache"
@@ -162,5 +165,69 @@ func TestAuthFirst(t *testing.T) {
 		if code, _, _ := ts.post(t, "/v1/completions", `{"prompt": "x", "max_tokens": 1}`, "Authorization", h); code != 401 {
 			t.Errorf("Authorization %q: %d, want 401", h, code)
 		}
+	}
+}
+
+// metricValues reads the server's /metrics into name → value.
+func metricValues(t *testing.T, ts *testServer) map[string]float64 {
+	t.Helper()
+	code, body := ts.get(t, "/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	values := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		var name string
+		var v float64
+		if _, err := fmt.Sscanf(line, "%s %g", &name, &v); err == nil && !strings.HasPrefix(line, "#") {
+			values[name] = v
+		}
+	}
+	return values
+}
+
+// TestOffloadMetrics: the flextensor_offload_* counters exist only with
+// offload timing (Options.OffloadStats), and the passes of a burst that
+// ends (the engine going idle) within a second are counted.
+func TestOffloadMetrics(t *testing.T) {
+	plain := newServer(t, serverConfig{})
+	plain.post(t, "/v1/completions", `{"prompt": "x", "max_tokens": 2}`)
+	for name := range metricValues(t, plain) {
+		if strings.HasPrefix(name, "flextensor_offload_") {
+			t.Errorf("/metrics has %s without offload timing", name)
+		}
+	}
+
+	// A stand-in for the offload manager: passes accumulate as the test
+	// says and each call takes them.
+	var mu sync.Mutex
+	pending, calls := 0, 0
+	stats := func() (time.Duration, time.Duration, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		n := pending
+		pending = 0
+		return time.Duration(n) * time.Millisecond, time.Duration(n) * 2 * time.Millisecond, n
+	}
+	ts := newServer(t, serverConfig{opt: serve.Options{OffloadStats: stats}})
+	mu.Lock()
+	pending = 7
+	mu.Unlock()
+	if code, out, _ := ts.post(t, "/v1/completions", `{"prompt": "x", "max_tokens": 3}`); code != 200 {
+		t.Fatalf("%d %v", code, out)
+	}
+	var v map[string]float64
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		v = metricValues(t, ts)
+		if v["flextensor_offload_passes_total"] == 7 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v["flextensor_offload_passes_total"] != 7 || v["flextensor_offload_transfer_seconds_total"] != 0.007 || v["flextensor_offload_wait_seconds_total"] != 0.014 {
+		t.Errorf("after an idle engine: offload passes %v, transfer %v s, wait %v s; want 7, 0.007, 0.014",
+			v["flextensor_offload_passes_total"], v["flextensor_offload_transfer_seconds_total"], v["flextensor_offload_wait_seconds_total"])
 	}
 }

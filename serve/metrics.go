@@ -72,8 +72,13 @@ func newMetrics(s *Server) *metrics {
 		gaugeFunc("kv_blocks_in_use", "Paged KV cache blocks held by sequences.", s.KVBlocksInUse),
 		gaugeFunc("kv_blocks_total", "Paged KV cache blocks in all.", s.cache.TotalBlocks),
 		m.tokens, m.tokensPerSec, m.ttft, m.itl, m.requests, m.duration, m.inflight, m.steps, m.stepTime,
-		m.offTransfer, m.offWait, m.offPasses,
 	)
+	if s.opt.OffloadStats != nil {
+		// Only where offload timing is measured (infer serve
+		// --offload-timing on an offloaded model); elsewhere they would
+		// read 0 as if measured.
+		reg.MustRegister(m.offTransfer, m.offWait, m.offPasses)
+	}
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	return m
 }

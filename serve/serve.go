@@ -87,8 +87,10 @@ type Options struct {
 	// after its context ends before cancelling them; 0: 30 s.
 	DrainTimeout time.Duration
 	// OffloadStats, when set, is called on the scheduling goroutine between
-	// steps (at most once a second) and returns the offload transfer and
-	// wait time and the passes measured since the last call.
+	// steps (at most once a second, and after the last step before the
+	// engine idles) and returns the offload transfer and wait time and the
+	// passes measured since the last call; /metrics has the
+	// flextensor_offload_* counters only when it is set.
 	OffloadStats func() (transfer, wait time.Duration, passes int)
 }
 
@@ -213,7 +215,9 @@ func (s *Server) Run(ctx context.Context) {
 				s.opt.Logger.Error("forward failed", "err", err.Error())
 			}
 		}
-		if s.opt.OffloadStats != nil && time.Since(lastOffload) >= time.Second {
+		// At most once a second while busy, and after the last step before
+		// idling, so that every pass is counted.
+		if s.opt.OffloadStats != nil && (time.Since(lastOffload) >= time.Second || !more) {
 			lastOffload = time.Now()
 			tr, wait, passes := s.opt.OffloadStats()
 			s.metrics.offload(tr, wait, passes)
