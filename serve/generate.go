@@ -238,7 +238,7 @@ func (s *Server) prepare(req *GenRequest) (*job, *APIError) {
 	if req.Chat {
 		j.id = newID("chatcmpl-")
 		if s.opt.Template == nil {
-			return nil, badRequest("messages", "no_chat_template", "the model has no chat template; use /v1/completions with a plain prompt")
+			return nil, badRequest("messages", "no_chat_template", "the served checkpoint has no chat_template (in tokenizer_config.json) and no built-in chat format fits its tokenizer, so chat messages cannot be rendered; use /v1/completions with a plain prompt")
 		}
 		s.tmplMu.Lock()
 		text, err := s.opt.Template.Render(req.Messages, chat.Options{AddGenerationPrompt: true})

@@ -42,8 +42,10 @@ in-flight requests finish (up to --shutdown-timeout).
 
 Chat requests are rendered with the checkpoint's chat template
 (tokenizer_config.json); a checkpoint without one uses the Llama 3 format
-(the bundled tiny model has neither a template nor the Llama 3 chat tokens,
-so its chat prompts are the Llama 3 format as plain text).
+when its tokenizer has the Llama 3 chat tokens, as run-model --chat does.
+Otherwise (a base model; the bundled tiny model) there is no chat format:
+/v1/chat/completions answers 400 (no_chat_template) and /v1/completions
+takes plain prompts.
 
 Usage:
   infer serve [--model DIR|ORG/NAME] [--host H] [--port P] [flags]
@@ -240,10 +242,12 @@ func serveKVBlocks(flag string, m *decoder.Model, b kernels.Backend, maxSeqs, ma
 }
 
 // serveChatTemplate is the chat template the server renders messages
-// with, the ids of its end tokens, and a note when it is a fallback: the
-// checkpoint's own, else the Llama 3 format (as run-model --chat), else,
-// for a checkpoint whose tokenizer lacks the Llama 3 chat tokens (the
-// bundled tiny model), the Llama 3 format as plain text.
+// with, the ids of its end tokens, and a note when it is not the
+// checkpoint's own: the checkpoint's template, else the Llama 3 format for
+// a Llama 3 instruct tokenizer, else none (nil), as run-model --chat and
+// tokenize --messages decide, so that /v1/chat/completions refuses a
+// checkpoint the CLI refuses rather than render a format the model was not
+// trained on.
 func serveChatTemplate(dir string, tok *tokenizer.Tokenizer) (*chat.Template, []int32, string, error) {
 	tmpl, err := chatTemplate(dir, tok)
 	note := ""
@@ -251,17 +255,7 @@ func serveChatTemplate(dir string, tok *tokenizer.Tokenizer) (*chat.Template, []
 		if !errors.As(err, new(usageError)) {
 			return nil, nil, "", err
 		}
-		var bos *string
-		if id, ok := tok.BOS(); ok {
-			if t, ok := tok.Token(id); ok {
-				bos = &t
-			}
-		}
-		eot := "<|eot_id|>"
-		if tmpl, err = chat.New(llama3Template, bos, &eot, "the built-in Llama 3 chat format"); err != nil {
-			return nil, nil, "", err
-		}
-		note = "the checkpoint has no chat template and its tokenizer lacks the Llama 3 chat tokens; chat messages are rendered in the Llama 3 format as plain text"
+		return nil, nil, "the checkpoint has no chat_template and its tokenizer lacks the Llama 3 chat tokens, so there is no chat format: /v1/chat/completions answers 400; use /v1/completions with plain prompts", nil
 	} else if _, ferr := os.Stat(filepath.Join(dir, "tokenizer_config.json")); errors.Is(ferr, fs.ErrNotExist) {
 		note = "the checkpoint has no tokenizer_config.json; chat messages use the built-in Llama 3 format"
 	}

@@ -87,7 +87,9 @@ func TestServeProcess(t *testing.T) {
 	if err != nil {
 		t.Skip("curl is not installed: skipping the README curl examples")
 	}
-	cmd, addr, stderr := startServe(t, []string{"FT_MAX_CONCURRENCY=3", "FT_QUEUE=7"})
+	// The chat examples need a checkpoint with a chat template (the
+	// bundled model has none).
+	cmd, addr, stderr := startServe(t, []string{"FT_MAX_CONCURRENCY=3", "FT_QUEUE=7"}, "--model", chatCheckpoint(t))
 	if !strings.Contains(stderr.String(), "up to 3 requests at once") {
 		t.Errorf("FT_MAX_CONCURRENCY=3 not applied:\n%s", stderr.String())
 	}
