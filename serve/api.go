@@ -69,7 +69,8 @@ type GenRequest struct {
 	// PromptIDs, completions: a prompt given as token ids (PromptIsIDs).
 	PromptIDs   []int32
 	PromptIsIDs bool
-	MaxTokens   int // 0: not given (Options.DefaultMaxTokens)
+	idsParam    string // the token id list's param: prompt, or prompt[0] when nested
+	MaxTokens   int    // 0: not given (Options.DefaultMaxTokens)
 	Temperature float32
 	TopP        float32
 	Seed        *uint64 // nil: a random seed
@@ -476,7 +477,7 @@ func decodePrompt(raw json.RawMessage, r *GenRequest) error {
 
 // decodeIDs reads a prompt given as token ids (param names the list).
 func decodeIDs(list []json.RawMessage, param string, r *GenRequest) error {
-	r.PromptIsIDs = true
+	r.PromptIsIDs, r.idsParam = true, param
 	r.PromptIDs = make([]int32, len(list))
 	for i, item := range list {
 		var id int64

@@ -257,7 +257,7 @@ func (s *Server) prepare(req *GenRequest) (*job, *APIError) {
 			j.prompt = req.PromptIDs
 			for i, id := range j.prompt {
 				if int(id) >= s.model.Cfg.VocabSize {
-					return nil, badRequest(fmt.Sprintf("prompt[%d]", i), "invalid_value", "token id %d is outside the vocabulary of %d", id, s.model.Cfg.VocabSize)
+					return nil, badRequest(fmt.Sprintf("%s[%d]", req.idsParam, i), "invalid_value", "token id %d is outside the vocabulary of %d", id, s.model.Cfg.VocabSize)
 				}
 			}
 		} else {

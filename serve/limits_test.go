@@ -101,6 +101,7 @@ func TestRequestValidation(t *testing.T) {
 		{"two token id prompts", "/v1/completions", `{"prompt": [[1, 2], [3]]}`, "prompt", "2 prompts"},
 		{"an empty token id prompt", "/v1/completions", `{"prompt": [[]]}`, "prompt[0]", "empty"},
 		{"a bad id in a nested prompt", "/v1/completions", `{"prompt": [[1, "a"]]}`, "prompt[0][1]", "token id"},
+		{"an id outside the vocabulary in a nested prompt", "/v1/completions", `{"prompt": [[1, 99999]]}`, "prompt[0][1]", "vocabulary"},
 	}
 	for _, c := range refused {
 		code, out, _ := ts.post(t, c.path, c.body)
