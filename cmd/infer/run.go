@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -95,11 +94,12 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 	// Ctrl-C stops generation between tokens (and Open between its steps);
 	// the deferred Close releases device and pinned memory before the
 	// command returns.
-	if fs.Changed("token-ids") && strings.TrimSpace(o.tokenIDs) == "" {
-		return usagef("--token-ids is empty: give comma-separated token ids, e.g. --token-ids 1,2,3")
+	var promptText *string
+	if fs.Changed("prompt") {
+		promptText = &o.prompt
 	}
-	if (o.prompt == "") == (o.tokenIDs == "") {
-		return usagef("give exactly one of --prompt TEXT or --token-ids 1,2,3")
+	if err := checkPromptSource(flagFields, promptText, fs.Changed("token-ids"), strings.TrimSpace(o.tokenIDs) == ""); err != nil {
+		return err
 	}
 	if o.chat && o.prompt == "" {
 		return usagef("--chat needs --prompt")
@@ -113,10 +113,7 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			return err
 		}
 	}
-	if o.maxNew < 0 {
-		return usagef("--max-new-tokens %d is negative", o.maxNew)
-	}
-	if err := checkSampling(o.temperature, o.topK, o.topP); err != nil {
+	if err := checkRequestParams(flagFields, o.maxNew, o.temperature, o.topK, o.topP); err != nil {
 		return err
 	}
 	if err := o.dev.checkOffloadFlags(); err != nil {
@@ -174,22 +171,8 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			tok = t
 		}
 	}
-	for i, id := range prompt {
-		if int(id) >= model.Cfg.VocabSize {
-			return usagef("--token-ids: id %d at position %d is outside the vocabulary [0, %d)", id, i, model.Cfg.VocabSize)
-		}
-	}
-	if n, ctxLen := len(prompt)+o.maxNew, model.Cfg.MaxPositionEmbeddings; n > ctxLen {
-		what := "--token-ids gives"
-		if o.prompt != "" {
-			what = "--prompt is"
-		}
-		hint := fmt.Sprintf("lower --max-new-tokens to %d", ctxLen-len(prompt))
-		if len(prompt) >= ctxLen {
-			hint = "shorten the prompt"
-		}
-		return usagef("%s %d tokens and --max-new-tokens %d: %d positions exceed the model's context of %d (max_position_embeddings in config.json); %s",
-			what, len(prompt), o.maxNew, n, ctxLen, hint)
+	if err := checkRequestFits(flagFields, model.Cfg, prompt, o.prompt != "", o.maxNew, stops); err != nil {
+		return err
 	}
 	// Text streams to stdout as tokens are chosen (not with --json).
 	var stream *tokenizer.StreamDecoder
@@ -315,22 +298,6 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 	fmt.Fprintln(stderr)
 	if st := sess.poolStats(); st.Calls > 0 {
 		fmt.Fprintln(stderr, formatPoolStats(st))
-	}
-	return nil
-}
-
-// checkSampling refuses sampling flags that would be ignored or mean
-// nothing: a temperature that is negative, NaN or infinite, a negative
-// top-k, a top-p outside (0, 1] (0 would keep no token).
-func checkSampling(temperature float32, topK int, topP float32) error {
-	t := float64(temperature)
-	switch {
-	case math.IsNaN(t) || math.IsInf(t, 0) || t < 0:
-		return usagef("--temperature %g: want a finite number ≥ 0 (0 = greedy)", temperature)
-	case topK < 0:
-		return usagef("--top-k %d: want ≥ 0 (0 = all tokens)", topK)
-	case !(topP > 0 && topP <= 1):
-		return usagef("--top-p %g: want a number in (0, 1] (1 = all tokens; 0 would keep none)", topP)
 	}
 	return nil
 }
