@@ -55,6 +55,7 @@ type batchResult struct {
 	PromptIDs    []int32 `json:"prompt_ids"`
 	GeneratedIDs []int32 `json:"generated_ids"`
 	Text         *string `json:"text,omitempty"`
+	Seed         *uint64 `json:"seed,omitempty"` // a sampled request's seed (the line's, --seed's, or drawn at random)
 	FinishReason string  `json:"finish_reason"`
 	Error        string  `json:"error,omitempty"`
 }
@@ -128,6 +129,8 @@ func parseBatchLine(text []byte, o *runOptions) (generate.Request, *string, erro
 	}
 	if l.Seed != nil {
 		r.Seed = *l.Seed
+	} else if !o.seedGiven && r.Sampling.Temperature > 0 {
+		r.Seed = randomSeed() // reported in the result line
 	}
 	if l.IgnoreEOS != nil {
 		r.IgnoreEOS = *l.IgnoreEOS
@@ -343,6 +346,10 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 	var failed, tokens int
 	for i, r := range reqs {
 		res := batchResult{Index: i, Line: r.line, PromptIDs: nonNil(r.req.Prompt), GeneratedIDs: []int32{}}
+		if r.err == nil && r.req.Sampling.Temperature > 0 {
+			seed := r.req.Seed
+			res.Seed = &seed
+		}
 		switch h := handles[i]; {
 		case r.err != nil:
 			res.FinishReason, res.Error = string(generate.FinishError), r.err.Error()
