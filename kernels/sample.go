@@ -25,15 +25,16 @@ func Argmax(x []float32) int {
 	return best
 }
 
-// SampleParams configures Sample. Temperature ≤ 0 means greedy; TopK 0 keeps
-// every token; TopP 0 or 1 keeps every token.
+// SampleParams configures Sample. Temperature 0 means greedy (a negative one
+// is an error, Validate); TopK 0 keeps every token; TopP 0 or 1 keeps every
+// token.
 type SampleParams struct {
 	Temperature float32
 	TopK        int
 	TopP        float32
 }
 
-// Sample draws a token id from logits. Temperature ≤ 0 returns
+// Sample draws a token id from logits. Temperature 0 returns
 // Argmax(logits) (rng may then be nil). Otherwise, with p = softmax(logits/T)
 // computed in float64: keep the TopK most probable tokens (all when TopK is 0
 // or ≥ len(logits)); renormalise and keep the smallest prefix of them, sorted
@@ -49,7 +50,7 @@ func Sample(logits []float32, p SampleParams, rng *rand.Rand) (int, error) {
 		return 0, errors.New("kernels.Sample: empty logits")
 	}
 	if err := p.Validate(); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("kernels.Sample: %w", err)
 	}
 	inf := float32(math.Inf(1))
 	mx, arg := -inf, -1
@@ -329,12 +330,19 @@ func draw(c []cand, rng *rand.Rand) int {
 	return int(c[len(c)-1].id) // u rounded up to the mass
 }
 
-// Validate reports parameters no sampler accepts: a NaN temperature or top-p,
-// top-p outside [0, 1], a negative top-k.
+// Validate reports parameters no sampler accepts, naming the field: a
+// temperature that is negative, NaN or infinite (0 means greedy), a negative
+// top-k, a top-p that is NaN or outside [0, 1]. Sample, decoder's Generate
+// and the batch scheduler (models/generate) all check with it.
 func (p SampleParams) Validate() error {
-	if p.Temperature != p.Temperature || p.TopP != p.TopP || p.TopP < 0 || p.TopP > 1 || p.TopK < 0 {
-		return fmt.Errorf("kernels.Sample: bad parameters temperature %v, top-k %d, top-p %v (want top-k ≥ 0, 0 ≤ top-p ≤ 1)",
-			p.Temperature, p.TopK, p.TopP)
+	t := float64(p.Temperature)
+	switch {
+	case t != t || math.IsInf(t, 0) || t < 0:
+		return fmt.Errorf("sampling temperature %v: want a finite number ≥ 0 (0 = greedy)", p.Temperature)
+	case p.TopK < 0:
+		return fmt.Errorf("sampling top-k %d: want ≥ 0 (0 = every token)", p.TopK)
+	case !(p.TopP >= 0 && p.TopP <= 1):
+		return fmt.Errorf("sampling top-p %v: want a number in [0, 1] (0 or 1 = every token)", p.TopP)
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func TestSampleGreedy(t *testing.T) {
 	for range 50 {
 		logits := randF32(r, 1+r.IntN(300))
 		want := Argmax(logits)
-		for _, p := range []SampleParams{{}, {Temperature: -1, TopK: 5}, {Temperature: 1, TopK: 1}, {Temperature: 0.7, TopK: 1, TopP: 0.5}} {
+		for _, p := range []SampleParams{{}, {TopK: 5}, {Temperature: 1, TopK: 1}, {Temperature: 0.7, TopK: 1, TopP: 0.5}} {
 			if got, err := Sample(logits, p, rng); err != nil || got != want {
 				t.Fatalf("Sample(%+v) = %d, %v; want argmax %d", p, got, err, want)
 			}
@@ -223,10 +223,12 @@ func TestSampleErrors(t *testing.T) {
 		want   string
 	}{
 		{nil, SampleParams{Temperature: 1}, rng, "empty logits"},
-		{[]float32{1}, SampleParams{Temperature: nan}, rng, "bad parameters"},
-		{[]float32{1}, SampleParams{Temperature: 1, TopP: nan}, rng, "bad parameters"},
-		{[]float32{1}, SampleParams{Temperature: 1, TopP: 1.5}, rng, "bad parameters"},
-		{[]float32{1}, SampleParams{Temperature: 1, TopK: -1}, rng, "bad parameters"},
+		{[]float32{1}, SampleParams{Temperature: nan}, rng, "temperature NaN"},
+		{[]float32{1}, SampleParams{Temperature: -1}, rng, "temperature -1"},
+		{[]float32{1}, SampleParams{Temperature: float32(math.Inf(1))}, rng, "temperature +Inf"},
+		{[]float32{1}, SampleParams{Temperature: 1, TopP: nan}, rng, "top-p NaN"},
+		{[]float32{1}, SampleParams{Temperature: 1, TopP: 1.5}, rng, "top-p 1.5"},
+		{[]float32{1}, SampleParams{Temperature: 1, TopK: -1}, rng, "top-k -1"},
 		{[]float32{1, nan}, SampleParams{Temperature: 1}, rng, "logit 1 of 2 is NaN"},
 		{[]float32{float32(math.Inf(1))}, SampleParams{Temperature: 1}, rng, "is +Inf"},
 		{[]float32{float32(math.Inf(-1))}, SampleParams{Temperature: 1}, rng, "all 1 logits are -Inf"},

@@ -3,12 +3,15 @@ package session_test
 import (
 	"encoding/json"
 	"errors"
-	"github.com/flextensor-go/flextensor/loader"
+	"math"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/loader"
+	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/runtime/cuda"
@@ -284,5 +287,50 @@ func TestProfileMissingTensorWarns(t *testing.T) {
 	defer s.Close()
 	if len(warned) != 1 || !strings.Contains(warned[0], dropped) || !strings.Contains(warned[0], "zeros") {
 		t.Fatalf("warnings %q, want one naming %s", warned, dropped)
+	}
+}
+
+// TestGenerateBadArguments: Generate refuses a nil backend, bad sampling
+// values and a closed session with errors naming what is wrong, never a
+// panic or a message about memory.
+func TestGenerateBadArguments(t *testing.T) {
+	ref := readReference(t)
+	s, err := session.Open("", "cpu", session.Options{DeviceMemory: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	opt := func(p kernels.SampleParams) llama.GenerateOptions {
+		return llama.GenerateOptions{MaxNewTokens: 2, Sampling: p}
+	}
+	nan := float32(math.NaN())
+	for _, c := range []struct {
+		name string
+		b    kernels.Backend
+		opt  llama.GenerateOptions
+		want string
+	}{
+		{"nil backend", nil, opt(kernels.SampleParams{}), "nil backend"},
+		{"temperature -1", s.Backend, opt(kernels.SampleParams{Temperature: -1}), "temperature -1"},
+		{"temperature NaN", s.Backend, opt(kernels.SampleParams{Temperature: nan}), "temperature NaN"},
+		{"temperature +Inf", s.Backend, opt(kernels.SampleParams{Temperature: float32(math.Inf(1))}), "temperature +Inf"},
+		{"top-k -2", s.Backend, opt(kernels.SampleParams{Temperature: 1, TopK: -2}), "top-k -2"},
+		{"top-p 1.5", s.Backend, opt(kernels.SampleParams{Temperature: 1, TopP: 1.5}), "top-p 1.5"},
+	} {
+		ids, err := s.Model.Generate(c.b, ref.GreedyPrompt, c.opt)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Generate = %v, %v; want an error containing %q", c.name, ids, err, c.want)
+		}
+	}
+	// The same session still generates after the refusals.
+	if ids, err := s.Model.Generate(s.Backend, ref.GreedyPrompt, llama.GenerateOptions{MaxNewTokens: 2, IgnoreEOS: true}); err != nil || len(ids) != 2 {
+		t.Fatalf("after the refusals: %v, %v", ids, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := s.Model.Generate(s.Backend, ref.GreedyPrompt, llama.GenerateOptions{MaxNewTokens: 2})
+	if !errors.Is(err, decoder.ErrClosed) || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("Generate after Close = %v, %v; want decoder.ErrClosed", ids, err)
 	}
 }

@@ -28,7 +28,7 @@ type batchFlags struct {
 }
 
 func (f *batchFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.file, "batch-file", "", "run many requests batched: a JSON object per line with prompt or token_ids, and optionally max_new_tokens, temperature, top_k, top_p, seed, stop_token_ids, ignore_eos (defaults: the flags)")
+	fs.StringVar(&f.file, "batch-file", "", "run many requests batched: a JSON object per line with prompt or token_ids, and optionally max_new_tokens, temperature, top_k, top_p, seed, stop_token_ids, ignore_eos (defaults: the flags; each line is checked as the flags are, a bad one gets an error result naming its line and field)")
 	fs.StringVar(&f.out, "out", "", "with --batch-file: write a JSON result per line here (default stdout)")
 	fs.IntVar(&f.maxSeqs, "max-seqs", 256, "with --batch-file: most requests in one forward")
 	fs.IntVar(&f.maxBatchTokens, "max-batch-tokens", 512, "with --batch-file: most tokens in one forward (long prompts are prefilled in chunks between decode steps)")
@@ -55,6 +55,7 @@ type batchResult struct {
 	PromptIDs    []int32 `json:"prompt_ids"`
 	GeneratedIDs []int32 `json:"generated_ids"`
 	Text         *string `json:"text,omitempty"`
+	Seed         *uint64 `json:"seed,omitempty"` // a sampled request's seed (the line's, --seed's, or drawn at random)
 	FinishReason string  `json:"finish_reason"`
 	Error        string  `json:"error,omitempty"`
 }
@@ -109,8 +110,8 @@ func parseBatchLine(text []byte, o *runOptions) (generate.Request, *string, erro
 	if dec.More() {
 		return generate.Request{}, nil, errors.New("more than one JSON value on the line")
 	}
-	if (l.Prompt == nil) == (l.TokenIDs == nil) {
-		return generate.Request{}, nil, errors.New("give exactly one of prompt or token_ids")
+	if err := checkPromptSource(lineFields, l.Prompt, l.TokenIDs != nil, len(l.TokenIDs) == 0); err != nil {
+		return generate.Request{}, nil, err
 	}
 	r := generate.Request{Prompt: l.TokenIDs, MaxNewTokens: o.maxNew, Seed: o.seed, IgnoreEOS: o.ignoreEOS, StopTokens: l.StopTokenIDs,
 		Sampling: kernels.SampleParams{Temperature: o.temperature, TopK: o.topK, TopP: o.topP}}
@@ -128,9 +129,16 @@ func parseBatchLine(text []byte, o *runOptions) (generate.Request, *string, erro
 	}
 	if l.Seed != nil {
 		r.Seed = *l.Seed
+	} else if !o.seedGiven && r.Sampling.Temperature > 0 {
+		r.Seed = randomSeed() // reported in the result line
 	}
 	if l.IgnoreEOS != nil {
 		r.IgnoreEOS = *l.IgnoreEOS
+	}
+	// The checks run-model's flags get (the flags' own values were
+	// checked before the file was read).
+	if err := checkRequestParams(lineFields, r.MaxNewTokens, r.Sampling.Temperature, r.Sampling.TopK, r.Sampling.TopP); err != nil {
+		return generate.Request{}, nil, err
 	}
 	return r, l.Prompt, nil
 }
@@ -212,8 +220,10 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 		return usagef("--batch-file always writes JSON lines; leave out --json")
 	case f.maxSeqs <= 0 || f.maxBatchTokens <= 0:
 		return usagef("--max-seqs %d and --max-batch-tokens %d must be positive", f.maxSeqs, f.maxBatchTokens)
-	case o.maxNew < 0:
-		return usagef("--max-new-tokens %d is negative", o.maxNew)
+	}
+	// The flags give every line's defaults: checked as run-model checks them.
+	if err := checkRequestParams(flagFields, o.maxNew, o.temperature, o.topK, o.topP); err != nil {
+		return err
 	}
 	reqs, err := readBatchFile(f.file, o)
 	if err != nil {
@@ -250,21 +260,27 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		if r.err != nil || r.text == nil {
+		if r.err != nil {
 			continue
 		}
-		if tok == nil {
-			r.err = fmt.Errorf("line %d: %w", r.line, tokErr)
-			continue
+		if r.text != nil {
+			if tok == nil {
+				r.err = fmt.Errorf("line %d: %w", r.line, tokErr)
+				continue
+			}
+			ids, err := tok.Encode(*r.text, true)
+			if err != nil {
+				r.err = fmt.Errorf("line %d: prompt: %w", r.line, err)
+				continue
+			}
+			r.req.Prompt = make([]int32, len(ids))
+			for j, id := range ids {
+				r.req.Prompt[j] = int32(id)
+			}
 		}
-		ids, err := tok.Encode(*r.text, true)
-		if err != nil {
-			r.err = fmt.Errorf("line %d: prompt: %w", r.line, err)
-			continue
-		}
-		r.req.Prompt = make([]int32, len(ids))
-		for j, id := range ids {
-			r.req.Prompt[j] = int32(id)
+		// As run-model checks --token-ids or --prompt and --max-new-tokens.
+		if err := checkRequestFits(lineFields, m.Cfg, r.req.Prompt, r.text != nil, r.req.MaxNewTokens, r.req.StopTokens); err != nil {
+			r.err = fmt.Errorf("%s line %d: %w", f.file, r.line, err)
 		}
 	}
 	blocks, err := kvCacheBlocks(o.dev.kvCache, m, b, reqs)
@@ -330,6 +346,10 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 	var failed, tokens int
 	for i, r := range reqs {
 		res := batchResult{Index: i, Line: r.line, PromptIDs: nonNil(r.req.Prompt), GeneratedIDs: []int32{}}
+		if r.err == nil && r.req.Sampling.Temperature > 0 {
+			seed := r.req.Seed
+			res.Seed = &seed
+		}
 		switch h := handles[i]; {
 		case r.err != nil:
 			res.FinishReason, res.Error = string(generate.FinishError), r.err.Error()

@@ -98,9 +98,9 @@ func TestRunModelBatchFile(t *testing.T) {
 	}
 	for i, want := range map[int]string{
 		2: "line 3: not a request object",
-		4: "line 6: give exactly one of prompt or token_ids",
+		4: "line 6: give exactly one of prompt TEXT or token_ids",
 		5: `line 7: not a request object: json: unknown field "bogus"`,
-		6: "line 8: generate: the request does not fit: a prompt of 301 tokens is longer than the context of 256",
+		6: "line 8: token_ids gives 301 tokens and max_new_tokens 2: 303 positions exceed the model's context of 256",
 		7: "line 9: generate: the request does not fit",
 	} {
 		if r := res[i]; r.FinishReason != "error" || !strings.Contains(r.Error, want) || len(r.GeneratedIDs) != 0 {
@@ -220,5 +220,62 @@ func TestBenchBatchPrefill(t *testing.T) {
 	}
 	if code, _, errOut := run(t, "bench", "--batch", "2", "--mode", "prefill", "--kv-cache", "1MiB"); code != 2 || !strings.Contains(errOut, "--kv-cache does not apply to --mode prefill") {
 		t.Errorf("--kv-cache with prefill: exit %d, %q", code, errOut)
+	}
+}
+
+// TestRunModelBatchLineValidation: a batch line is checked as run-model's
+// flags are (the same code): a request longer than the context, an empty
+// prompt or token list, stop tokens outside the vocabulary and bad sampling
+// values are error results naming the line and the field, as the flags give
+// them, while the good lines run.
+func TestRunModelBatchLineValidation(t *testing.T) {
+	in := writeBatch(t,
+		`{"token_ids": [5, 6], "max_new_tokens": 100000}`,
+		`{"prompt": ""}`,
+		`{"token_ids": [5], "stop_token_ids": [7, 99999]}`,
+		`{"token_ids": [5], "temperature": -1}`,
+		`{"token_ids": [5], "top_p": 0}`,
+		`{"token_ids": []}`,
+		`{"token_ids": [5, 6], "max_new_tokens": -3}`,
+		`{"token_ids": [5, 6, 7], "max_new_tokens": 3, "ignore_eos": true}`,
+		`{"prompt": "The license grants", "max_new_tokens": 2, "ignore_eos": true}`,
+	)
+	out := filepath.Join(t.TempDir(), "results.jsonl")
+	code, _, errOut := run(t, "run-model", "--batch-file", in, "--out", out)
+	if code != 1 || !strings.Contains(errOut, "7 of 9 requests failed") {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	res := readResults(t, out)
+	if len(res) != 9 {
+		t.Fatalf("%d result lines, want 9", len(res))
+	}
+	for i, c := range []struct {
+		line string   // the batch line's error
+		flag []string // the same request as flags; nil: no flag spells it
+		want string   // the flags' error
+	}{
+		{"line 1: token_ids gives 2 tokens and max_new_tokens 100000: 100002 positions exceed the model's context of 256",
+			[]string{"--token-ids", "5,6", "--max-new-tokens", "100000"}, "--token-ids gives 2 tokens and --max-new-tokens 100000: 100002 positions exceed"},
+		{"line 2: prompt is empty", []string{"--prompt", ""}, "--prompt is empty"},
+		{"line 3: stop_token_ids: id 99999 at position 1 is outside the vocabulary [0, 512)", nil, ""},
+		{"line 4: temperature -1: want a finite number ≥ 0", []string{"--token-ids", "5", "--temperature", "-1"}, "--temperature -1: want a finite number ≥ 0"},
+		{"line 5: top_p 0: want a number in (0, 1]", []string{"--token-ids", "5", "--top-p", "0"}, "--top-p 0: want a number in (0, 1]"},
+		{"line 6: token_ids is empty", []string{"--token-ids", ""}, "--token-ids is empty"},
+		{"line 7: max_new_tokens -3 is negative", []string{"--token-ids", "5,6", "--max-new-tokens", "-3"}, "--max-new-tokens -3 is negative"},
+	} {
+		if r := res[i]; r.FinishReason != "error" || !strings.Contains(r.Error, c.line) || len(r.GeneratedIDs) != 0 {
+			t.Errorf("result %d: %+v, want an error containing %q", i, r, c.line)
+		}
+		if c.flag == nil {
+			continue
+		}
+		if code, _, e := run(t, append([]string{"run-model"}, c.flag...)...); code != 2 || !strings.Contains(e, c.want) {
+			t.Errorf("run-model %q: exit %d, %s; want a usage error containing %q", c.flag, code, e, c.want)
+		}
+	}
+	for i, n := range map[int]int{7: 3, 8: 2} {
+		if r := res[i]; r.Error != "" || r.FinishReason != "length" || len(r.GeneratedIDs) != n {
+			t.Errorf("result %d: %+v, want a run of the length asked", i, r)
+		}
 	}
 }

@@ -223,3 +223,17 @@ func TestChatTemplate(t *testing.T) {
 		t.Errorf("--system without --chat: exit %d %q", code, errOut)
 	}
 }
+
+// TestTokenizeBundledErrorNamesModel: tokenize without --model or
+// --tokenizer uses the bundled model, extracted to a temporary directory;
+// an error about it names the bundled model, not that directory.
+func TestTokenizeBundledErrorNamesModel(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "m.json")
+	if err := os.WriteFile(f, []byte(`[{"role": "user", "content": "x"}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, "tokenize", "--messages", f, "--json")
+	if code != 2 || !strings.Contains(errOut, bundledName+" has no chat_template") || strings.Contains(errOut, "flextensor-tiny-llama") {
+		t.Errorf("tokenize --messages with the bundled model: exit %d, %q; want exit 2 naming %q, no temporary directory", code, errOut, bundledName)
+	}
+}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -35,17 +35,21 @@ Examples:
   infer run-model --prompt "The license grants"
   infer run-model --model ./Llama-3.1-8B-Instruct --chat --prompt "Name three rivers." --temperature 0.7
   infer run-model --model ./Qwen3-8B --chat --system "Answer in French." --prompt "Name three rivers."
+  infer run-model --token-ids 37,235,396 --max-new-tokens 20
+  infer run-model --model ./Llama-3.1-8B --token-ids 128000,9906 --temperature 0.7 --top-p 0.9 --seed 1
+  infer run-model --token-ids 37,235 --json
+  infer run-model --model ./llama3-8b --device cuda:0 --gpu-budget 8GiB --token-ids 128000,9906 --offload-timing
+  infer run-model --device cpu --device-memory 1MiB --gpu-budget 0.9 --token-ids 37,235 --offload-timing
 
 --chat renders the prompt with the checkpoint's own chat template
 (tokenizer_config.json's chat_template, as transformers' apply_chat_template
 does, with the generation prompt) and stops at the template's end tokens
 (e.g. <|im_end|>, <|eot_id|>). Only a checkpoint without a chat_template
 falls back to the built-in Llama 3 instruct format.
-  infer run-model --token-ids 37,235,396 --max-new-tokens 20
-  infer run-model --model ./Llama-3.1-8B --token-ids 128000,9906 --temperature 0.7 --top-p 0.9 --seed 1
-  infer run-model --token-ids 37,235 --json
-  infer run-model --model ./llama3-8b --device cuda:0 --gpu-budget 8GiB --token-ids 128000,9906 --offload-timing
-  infer run-model --device cpu --device-memory 1MiB --gpu-budget 0.9 --token-ids 37,235 --offload-timing
+
+With --temperature > 0 and no --seed, each run draws a seed at random and
+prints it ("seed N (drawn at random; --seed N repeats this run)" on stderr,
+"seed" in --json); --seed N repeats that run's tokens.
 `
 
 type runOptions struct {
@@ -59,6 +63,7 @@ type runOptions struct {
 	topK        int
 	topP        float32
 	seed        uint64
+	seedGiven   bool // --seed was given; else a sampled run draws one (randomSeed)
 	jsonOut     bool
 	ignoreEOS   bool
 	batch       batchFlags
@@ -74,7 +79,7 @@ func runModelFlags(fs *pflag.FlagSet) *runOptions {
 	fs.Float32Var(&o.temperature, "temperature", 0, "sampling temperature; 0 = greedy")
 	fs.IntVar(&o.topK, "top-k", 0, "sample from the k most likely tokens; 0 = all")
 	fs.Float32Var(&o.topP, "top-p", 1, "sample from the smallest set of tokens with this much probability")
-	fs.Uint64Var(&o.seed, "seed", 0, "sampling seed")
+	fs.Uint64Var(&o.seed, "seed", 0, "sampling seed (with --temperature > 0); without it each run draws one at random and reports it (stderr, --json \"seed\", a batch result's \"seed\") so --seed N repeats the run")
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of text")
 	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after an end-of-sequence token")
 	o.dev.register(fs)
@@ -89,17 +94,19 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	o.dev.progress = newProgress(stderr)
+	o.seedGiven = fs.Changed("seed")
 	if batched, err := maybeRunBatch(o, stdout, stderr); batched {
 		return err
 	}
 	// Ctrl-C stops generation between tokens (and Open between its steps);
 	// the deferred Close releases device and pinned memory before the
 	// command returns.
-	if fs.Changed("token-ids") && strings.TrimSpace(o.tokenIDs) == "" {
-		return usagef("--token-ids is empty: give comma-separated token ids, e.g. --token-ids 1,2,3")
+	var promptText *string
+	if fs.Changed("prompt") {
+		promptText = &o.prompt
 	}
-	if (o.prompt == "") == (o.tokenIDs == "") {
-		return usagef("give exactly one of --prompt TEXT or --token-ids 1,2,3")
+	if err := checkPromptSource(flagFields, promptText, fs.Changed("token-ids"), strings.TrimSpace(o.tokenIDs) == ""); err != nil {
+		return err
 	}
 	if o.chat && o.prompt == "" {
 		return usagef("--chat needs --prompt")
@@ -113,10 +120,7 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			return err
 		}
 	}
-	if o.maxNew < 0 {
-		return usagef("--max-new-tokens %d is negative", o.maxNew)
-	}
-	if err := checkSampling(o.temperature, o.topK, o.topP); err != nil {
+	if err := checkRequestParams(flagFields, o.maxNew, o.temperature, o.topK, o.topP); err != nil {
 		return err
 	}
 	if err := o.dev.checkOffloadFlags(); err != nil {
@@ -174,22 +178,8 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			tok = t
 		}
 	}
-	for i, id := range prompt {
-		if int(id) >= model.Cfg.VocabSize {
-			return usagef("--token-ids: id %d at position %d is outside the vocabulary [0, %d)", id, i, model.Cfg.VocabSize)
-		}
-	}
-	if n, ctxLen := len(prompt)+o.maxNew, model.Cfg.MaxPositionEmbeddings; n > ctxLen {
-		what := "--token-ids gives"
-		if o.prompt != "" {
-			what = "--prompt is"
-		}
-		hint := fmt.Sprintf("lower --max-new-tokens to %d", ctxLen-len(prompt))
-		if len(prompt) >= ctxLen {
-			hint = "shorten the prompt"
-		}
-		return usagef("%s %d tokens and --max-new-tokens %d: %d positions exceed the model's context of %d (max_position_embeddings in config.json); %s",
-			what, len(prompt), o.maxNew, n, ctxLen, hint)
+	if err := checkRequestFits(flagFields, model.Cfg, prompt, o.prompt != "", o.maxNew, stops); err != nil {
+		return err
 	}
 	// Text streams to stdout as tokens are chosen (not with --json).
 	var stream *tokenizer.StreamDecoder
@@ -211,6 +201,11 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 		// The first step is the prompt's forward: never steady.
 		onStep = func(forward, pick time.Duration) { tt.step(forward, pick, tt.n > 0) }
 		tt.start()
+	}
+	sampled := o.temperature > 0
+	if sampled && !o.seedGiven {
+		o.seed = randomSeed()
+		fmt.Fprintf(stderr, "seed %d (drawn at random; --seed %d repeats this run)\n", o.seed, o.seed)
 	}
 	start = time.Now()
 	var firstToken, firstAt, lastAt time.Duration
@@ -285,6 +280,9 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 			"pinned_peak_bytes":     dev.HostMemory().Peak,
 			"device_peak_bytes":     dev.Memory().Peak,
 		}
+		if sampled { // the seed the tokens were drawn with
+			out["seed"] = o.seed
+		}
 		out["io_rchar"], out["io_read_bytes"] = ioCounters()
 		if st := sess.poolStats(); st.Calls > 0 {
 			out["expert_hit_rate"] = st.HitRate()
@@ -319,21 +317,10 @@ func runModel(args []string, stdout, stderr io.Writer) (err error) {
 	return nil
 }
 
-// checkSampling refuses sampling flags that would be ignored or mean
-// nothing: a temperature that is negative, NaN or infinite, a negative
-// top-k, a top-p outside (0, 1] (0 would keep no token).
-func checkSampling(temperature float32, topK int, topP float32) error {
-	t := float64(temperature)
-	switch {
-	case math.IsNaN(t) || math.IsInf(t, 0) || t < 0:
-		return usagef("--temperature %g: want a finite number ≥ 0 (0 = greedy)", temperature)
-	case topK < 0:
-		return usagef("--top-k %d: want ≥ 0 (0 = all tokens)", topK)
-	case !(topP > 0 && topP <= 1):
-		return usagef("--top-p %g: want a number in (0, 1] (1 = all tokens; 0 would keep none)", topP)
-	}
-	return nil
-}
+// randomSeed draws a sampling seed for a run or request given none, so
+// that sampled runs differ (as serve's requests do) and the reported seed
+// repeats one.
+func randomSeed() uint64 { return rand.Uint64() }
 
 // printable replaces the control characters of generated text (escape
 // sequences a random or hostile model could emit to a terminal) with U+FFFD,

@@ -251,6 +251,10 @@ func (s *session) printTiming(w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if note := noTimingNote(offload.GetOffloadManager(s.Manager)); rep == nil && note != "" {
+		fmt.Fprint(w, note)
+		return nil
+	}
 	fmt.Fprint(w, offload.FormatOffloadTimingTable(rep))
 	return nil
 }

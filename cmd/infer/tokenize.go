@@ -57,7 +57,7 @@ func tokenizeFlags(fs *pflag.FlagSet) *tokenizeOptions {
 	return &o
 }
 
-func tokenizeCmd(args []string, stdout, stderr io.Writer) error {
+func tokenizeCmd(args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("tokenize", tokenizeUsage, stderr)
 	o := tokenizeFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -81,11 +81,13 @@ func tokenizeCmd(args []string, stdout, stderr io.Writer) error {
 		path = dir
 	}
 	if path == "" {
-		dir, cleanup, err := flextensor.ExtractTinyLlama()
-		if err != nil {
-			return err
+		dir, cleanup, xerr := flextensor.ExtractTinyLlama()
+		if xerr != nil {
+			return xerr
 		}
 		defer cleanup()
+		// Errors name the bundled model, not its temporary directory.
+		defer func() { err = bundledError(err, dir) }()
 		path = dir
 	}
 	tok, err := loadTokenizer(path)

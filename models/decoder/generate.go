@@ -16,6 +16,10 @@ import (
 // new tokens do not fit in the model's context (max_position_embeddings).
 var ErrContextLength = errors.New("longer than the model's context")
 
+// ErrClosed is wrapped by Generate's error when the model was closed (its
+// session's Close frees the weights).
+var ErrClosed = errors.New("the model is closed (its session was closed)")
+
 // GenerateOptions steer Generate.
 type GenerateOptions struct {
 	MaxNewTokens int                  // stop after this many new tokens
@@ -40,7 +44,23 @@ type GenerateOptions struct {
 // Generate runs the prompt, then chooses up to MaxNewTokens tokens one at a
 // time, stopping after an EOS token (which is included). It returns the new
 // tokens.
+//
+// Bad arguments are errors naming what is wrong: a nil backend, a closed
+// model (ErrClosed), an empty prompt, a negative MaxNewTokens, sampling
+// values kernels.SampleParams.Validate refuses, too many positions
+// (ErrContextLength).
 func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions) ([]int32, error) {
+	switch {
+	case m == nil:
+		return nil, errors.New("decoder.Generate: nil model")
+	case m.closed:
+		return nil, fmt.Errorf("decoder.Generate: %w", ErrClosed)
+	case b == nil:
+		return nil, errors.New("decoder.Generate: nil backend (give the session's Backend)")
+	}
+	if err := opt.Sampling.Validate(); err != nil {
+		return nil, fmt.Errorf("decoder.Generate: %w", err)
+	}
 	if len(prompt) == 0 {
 		return nil, errors.New("decoder.Generate: empty prompt")
 	}

@@ -97,6 +97,8 @@ type Model struct {
 	NoResidualAccumulate bool
 	// mergeTrace counts the layers that ran merged GEMMs (merged.go).
 	mergeTrace mergeTrace
+	// closed is set by Close: Generate then refuses with ErrClosed.
+	closed bool
 }
 
 // PassTokens is the number of tokens the forward in progress carries (or

@@ -110,8 +110,9 @@ func (m *Model) checkUnused(ck *loader.Checkpoint) error {
 }
 
 // Close frees the weights the model loaded and its workspace. A closed model
-// must not run.
+// must not run: Generate refuses it with ErrClosed.
 func (m *Model) Close() {
+	m.closed = true
 	m.closeGroup()
 	m.closeMoETables()
 	for _, b := range m.owned {

@@ -193,10 +193,8 @@ func (s *Scheduler) check(r Request) error {
 		return fmt.Errorf("%w: an empty prompt", ErrBadRequest)
 	case r.MaxNewTokens < 0:
 		return fmt.Errorf("%w: max new tokens %d is negative", ErrBadRequest, r.MaxNewTokens)
-	case r.Sampling.Temperature < 0 || r.Sampling.Temperature != r.Sampling.Temperature || r.Sampling.TopK < 0 ||
-		!(r.Sampling.TopP >= 0 && r.Sampling.TopP <= 1):
-		return fmt.Errorf("%w: sampling temperature %v (≥ 0), top-k %d (≥ 0), top-p %v (in [0,1])",
-			ErrBadRequest, r.Sampling.Temperature, r.Sampling.TopK, r.Sampling.TopP)
+	case r.Sampling.Validate() != nil:
+		return fmt.Errorf("%w: %w", ErrBadRequest, r.Sampling.Validate())
 	case len(r.Prompt) > s.opt.MaxContext:
 		return fmt.Errorf("%w: a prompt of %d tokens is longer than the context of %d", ErrTooLong, len(r.Prompt), s.opt.MaxContext)
 	}
