@@ -149,13 +149,13 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 		}
 	}()
 	m, b := sess.Model, sess.Backend
-	tok, err := loadTokenizer(sess.Dir)
+	tok, err := loadServeTokenizer(sess)
 	if err != nil {
-		return bundledError(err, sess.Dir)
+		return err
 	}
 	tmpl, stops, note, err := serveChatTemplate(sess.Dir, tok)
 	if err != nil {
-		return bundledError(err, sess.Dir)
+		return sess.rewriteBundled(err)
 	}
 	maxContext := o.maxContext
 	if maxContext == 0 {
@@ -208,6 +208,20 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	fmt.Fprintln(stderr, "infer serve: stopped; in-flight requests drained")
 	return nil
+}
+
+// loadServeTokenizer loads the model's tokenizer.json, which the server
+// needs for text prompts, chat and its answers' text.
+func loadServeTokenizer(sess *session) (*tokenizer.Tokenizer, error) {
+	path := filepath.Join(sess.Dir, "tokenizer.json")
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no tokenizer at %s: infer serve needs the checkpoint's tokenizer.json (for text prompts, chat and the answers' text)", sess.describe("tokenizer.json"))
+	}
+	tok, err := loadTokenizer(path)
+	if err != nil {
+		return nil, sess.rewriteBundled(err)
+	}
+	return tok, nil
 }
 
 func isDir(path string) bool {

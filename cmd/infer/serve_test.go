@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -167,5 +168,27 @@ func TestServeFlags(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("serve %v: exit %d, stderr %q; want 2 naming %s", c.args, code, stderr.String(), c.want)
 		}
+	}
+}
+
+// TestServeNoTokenizer: a checkpoint without tokenizer.json fails naming
+// the file's real path, not the bundled model nor run-model's --token-ids.
+func TestServeNoTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		data, err := os.ReadFile(filepath.Join("../../testdata/tiny-llama", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stdout, stderr strings.Builder
+	code := runMain([]string{"serve", "--port", "0", "--model", dir}, &stdout, &stderr)
+	msg := stderr.String()
+	if code != 1 || !strings.Contains(msg, filepath.Join(dir, "tokenizer.json")) ||
+		strings.Contains(msg, "bundled") || strings.Contains(msg, "--token-ids") {
+		t.Errorf("serve without tokenizer.json: exit %d, stderr %q; want 1 naming %s", code, msg, filepath.Join(dir, "tokenizer.json"))
 	}
 }
