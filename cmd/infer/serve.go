@@ -149,6 +149,10 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 		}
 	}()
 	m, b := sess.Model, sess.Backend
+	if trained := m.Cfg.MaxPositionEmbeddings; trained > 0 && o.maxContext > trained {
+		return usagef("--max-context %d exceeds the model's trained context (max_position_embeddings %d in %s): positions past it give wrong answers",
+			o.maxContext, trained, sess.describe("config.json"))
+	}
 	tok, err := loadServeTokenizer(sess)
 	if err != nil {
 		return err

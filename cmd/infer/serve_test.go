@@ -162,6 +162,8 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--log-format", "xml"}, "--log-format"},
 		{[]string{"--kv-cache", "lots"}, "--kv-cache"},
 		{[]string{"--transfer-blocks", "2"}, "--transfer-blocks"},
+		// Past the trained context (the tiny model's 256) answers are wrong.
+		{[]string{"--max-context", "1000"}, "--max-context 1000 exceeds the model's trained context (max_position_embeddings 256"},
 	} {
 		var stdout, stderr strings.Builder
 		code := runMain(append([]string{"serve", "--port", "0"}, c.args...), &stdout, &stderr)
