@@ -260,17 +260,33 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, ready func(addr net
 	defer cancel()
 	err := hs.Shutdown(drainCtx)
 	if err != nil {
-		// Past the drain timeout: cancel what is left and close.
+		// Past the drain timeout: cancel what is left, give the handlers
+		// cancelGrace to answer (a stream's last event names the
+		// cancellation, then data: [DONE]), then close what still hangs.
 		s.sched.CancelAll()
 		s.notify()
-		hs.Close()
+		graceCtx, cancelGraceCtx := context.WithTimeout(context.Background(), cancelGrace)
+		if hs.Shutdown(graceCtx) != nil {
+			hs.Close()
+		}
+		cancelGraceCtx()
 	}
 	s.inflight.Wait()
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("drain: requests still running after %v were cancelled", s.opt.DrainTimeout)
+		return fmt.Errorf("%w: requests still running after %v were cancelled", ErrDrainTimeout, s.opt.DrainTimeout)
 	}
 	return nil
 }
+
+// ErrDrainTimeout is (wrapped in) Serve's error when requests were still
+// running DrainTimeout after its context ended and were cancelled; their
+// clients got a cancellation answer (a stream: an error event, then
+// data: [DONE]).
+var ErrDrainTimeout = errors.New("drain timeout")
+
+// cancelGrace is how long the handlers of requests cancelled at the drain
+// timeout get to write their last answer before the connections close.
+const cancelGrace = time.Second
 
 // routes is the server's handler: the routes, authentication for /v1/,
 // the request log and metrics around them.

@@ -207,6 +207,13 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 		fmt.Fprintf(stderr, "infer serve: %s on %s, KV cache %d blocks (%s), up to %d requests at once; listening on http://%s\n",
 			name, sess.Device.Name(), blocks, runtime.FormatBytes(cache.Bytes()), o.maxConcurrency, addr)
 	})
+	if errors.Is(err, serve.ErrDrainTimeout) {
+		// The stop was asked for, and cancelling what outlasts
+		// --shutdown-timeout is what that flag promises: not a failure
+		// (exit 0, so that a supervisor does not take it for a crash).
+		fmt.Fprintf(stderr, "infer serve: stopped; %v (--shutdown-timeout)\n", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
