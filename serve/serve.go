@@ -82,6 +82,10 @@ type Options struct {
 	// steps (at most once a second) and returns the offload transfer and
 	// wait time and the passes measured since the last call.
 	OffloadStats func() (transfer, wait time.Duration, passes int)
+	// Failed, when set, reports an error that leaves the model unable to
+	// run (an offload engine that failed); /health then answers 503 with
+	// it as the reason.
+	Failed func() error
 }
 
 // Server serves one model through one scheduler.
@@ -370,6 +374,12 @@ func (s *Server) healthHandler(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining"})
 		return
+	}
+	if s.opt.Failed != nil {
+		if err := s.opt.Failed(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "failed", "reason": err.Error()})
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "model": s.opt.ModelName,
 		"running": s.sched.Running(), "waiting": s.sched.Waiting(), "kv_blocks_in_use": s.KVBlocksInUse(), "kv_blocks_total": s.cache.TotalBlocks()})

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -673,5 +674,26 @@ func TestDrainTimeout(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after the drain timeout")
+	}
+}
+
+// TestHealthFailed: once Options.Failed reports an error (an offload
+// engine that failed), /health is a 503 giving it as the reason.
+func TestHealthFailed(t *testing.T) {
+	var failed atomic.Pointer[error]
+	ts := newServer(t, serverConfig{opt: serve.Options{Failed: func() error {
+		if e := failed.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}}})
+	if code, body := ts.get(t, "/health"); code != 200 || !strings.Contains(string(body), `"status":"ok"`) {
+		t.Fatalf("GET /health before the failure: %d %s", code, body)
+	}
+	e := errors.New("budget 50.00 MiB exceeds the free memory of cpu")
+	failed.Store(&e)
+	code, body := ts.get(t, "/health")
+	if code != 503 || !strings.Contains(string(body), `"status":"failed"`) || !strings.Contains(string(body), "budget 50.00 MiB exceeds") {
+		t.Errorf("GET /health after the failure: %d %s; want 503 with the reason", code, body)
 	}
 }

@@ -174,6 +174,14 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("--kv-cache: %w", err)
 	}
 	defer cache.Close()
+	if sess.Manager != "" {
+		// The offload plan is made after profiling, on the first requests:
+		// a budget that the KV cache left no room for fails here instead.
+		if err := offload.GetOffloadManager(sess.Manager).CheckDeviceFit(); err != nil {
+			return fmt.Errorf("the offload budget and the KV cache (%d blocks, %s) do not fit the device together: %w; give a smaller --gpu-budget or --kv-cache",
+				blocks, runtime.FormatBytes(cache.Bytes()), err)
+		}
+	}
 	name := o.modelName
 	if name == "" {
 		name = filepath.Base(sess.Dir)
@@ -190,6 +198,9 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	if sess.Manager != "" && o.dev.offloadTiming {
 		opt.OffloadStats = offloadStats(sess.Manager)
+	}
+	if sess.Manager != "" {
+		opt.Failed = offload.GetOffloadManager(sess.Manager).Failed
 	}
 	srv, err := serve.New(m, b, cache, generate.Options{MaxSeqs: o.maxConcurrency, MaxQueue: o.queue,
 		MaxBatchTokens: o.maxBatchTokens, MaxContext: maxContext}, opt)

@@ -194,3 +194,15 @@ func TestServeNoTokenizer(t *testing.T) {
 		t.Errorf("serve without tokenizer.json: exit %d, stderr %q; want 1 naming %s", code, msg, filepath.Join(dir, "tokenizer.json"))
 	}
 }
+
+// TestServeBudgetPreflight: an offload budget that the KV cache leaves no
+// room for is refused at start (it used to start, report healthy, then
+// fail every completion with a 500), naming the budget and the KV cache.
+func TestServeBudgetPreflight(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := runMain([]string{"serve", "--port", "0", "--model", "../../testdata/tiny-llama", "--gpu-budget", "50MiB", "--device-memory", "64MiB"}, &stdout, &stderr)
+	msg := stderr.String()
+	if code != 1 || !strings.Contains(msg, "budget 50.00 MiB exceeds the free memory of cpu") || !strings.Contains(msg, "KV cache (512 blocks, 16.00 MiB)") {
+		t.Errorf("serve --gpu-budget 50MiB --device-memory 64MiB: exit %d, stderr %q; want 1 naming the budget and the KV cache", code, msg)
+	}
+}
