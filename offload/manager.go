@@ -312,6 +312,38 @@ func (m *Manager) Offload(model nn.Module, opts ...Option) error {
 	return nil
 }
 
+// CheckDeviceFit repeats Offload's pre-flight check of the budget and the
+// transfer blocks against the device's free memory as it is now: a caller
+// that allocates device memory of its own after Offload (a KV cache) calls
+// it to fail at once, not at the plan made after profiling. nil when
+// nothing is offloaded or the plan is already made (INFERENCE).
+func (m *Manager) CheckDeviceFit() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil || m.e.phase == PhaseInference || m.e.failed != nil {
+		return nil
+	}
+	ours := m.e.fixedBytes
+	if m.e.staging != nil {
+		ours += m.e.staging.Size()
+	}
+	if err := m.e.checkDeviceFit(ours); err != nil {
+		return fmt.Errorf("offload manager %q: %w", m.name, err)
+	}
+	return nil
+}
+
+// Failed is the error that made the manager's engine unusable (its
+// forwards then return ErrEngineFailed until Release), or nil.
+func (m *Manager) Failed() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil {
+		return nil
+	}
+	return m.e.failed
+}
+
 // claim registers model's tree as offloaded by m; a model may be offloaded
 // by one manager at a time.
 func (m *Manager) claim(model nn.Module) (*nn.Tree, error) {

@@ -92,6 +92,10 @@ type Options struct {
 	// passes measured since the last call; /metrics has the
 	// flextensor_offload_* counters only when it is set.
 	OffloadStats func() (transfer, wait time.Duration, passes int)
+	// Failed, when set, reports an error that leaves the model unable to
+	// run (an offload engine that failed); /health then answers 503 with
+	// it as the reason.
+	Failed func() error
 }
 
 // DefaultMaxTokens is Options.DefaultMaxTokens when left 0: the completion
@@ -282,17 +286,33 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, ready func(addr net
 	defer cancel()
 	err := hs.Shutdown(drainCtx)
 	if err != nil {
-		// Past the drain timeout: cancel what is left and close.
+		// Past the drain timeout: cancel what is left, give the handlers
+		// cancelGrace to answer (a stream's last event names the
+		// cancellation, then data: [DONE]), then close what still hangs.
 		s.sched.CancelAll()
 		s.notify()
-		hs.Close()
+		graceCtx, cancelGraceCtx := context.WithTimeout(context.Background(), cancelGrace)
+		if hs.Shutdown(graceCtx) != nil {
+			hs.Close()
+		}
+		cancelGraceCtx()
 	}
 	s.inflight.Wait()
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("drain: requests still running after %v were cancelled", s.opt.DrainTimeout)
+		return fmt.Errorf("%w: requests still running after %v were cancelled", ErrDrainTimeout, s.opt.DrainTimeout)
 	}
 	return nil
 }
+
+// ErrDrainTimeout is (wrapped in) Serve's error when requests were still
+// running DrainTimeout after its context ended and were cancelled; their
+// clients got a cancellation answer (a stream: an error event, then
+// data: [DONE]).
+var ErrDrainTimeout = errors.New("drain timeout")
+
+// cancelGrace is how long the handlers of requests cancelled at the drain
+// timeout get to write their last answer before the connections close.
+const cancelGrace = time.Second
 
 // routes is the server's handler: authentication for /v1/ (before a path
 // or method is checked), the routes, the request log and metrics around
@@ -382,6 +402,12 @@ func (s *Server) healthHandler(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining"})
 		return
+	}
+	if s.opt.Failed != nil {
+		if err := s.opt.Failed(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "failed", "reason": err.Error()})
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "model": s.opt.ModelName,
 		"running": s.sched.Running(), "waiting": s.sched.Waiting(), "kv_blocks_in_use": s.KVBlocksInUse(), "kv_blocks_total": s.cache.TotalBlocks()})

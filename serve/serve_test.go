@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,12 +13,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/chat"
 	"github.com/flextensor-go/flextensor/models/generate"
+	"github.com/flextensor-go/flextensor/runtime"
 	"github.com/flextensor-go/flextensor/serve"
 )
 
@@ -611,5 +614,86 @@ func TestPage(t *testing.T) {
 	code, body := ts.get(t, "/")
 	if code != 200 || !strings.Contains(string(body), "/v1/chat/completions") || !strings.Contains(string(body), "<textarea") {
 		t.Errorf("GET /: %d, %d bytes", code, len(body))
+	}
+}
+
+// slowBackend is the CPU backend with every MatMul a millisecond slower,
+// so that a generation outlasts a short drain timeout.
+type slowBackend struct{ *kernels.CPUBackend }
+
+func (b slowBackend) MatMul(out, x, w *runtime.Tensor) error {
+	time.Sleep(time.Millisecond)
+	return b.CPUBackend.MatMul(out, x, w)
+}
+
+// TestDrainTimeout: a stream still running at the drain timeout is
+// cancelled, and its client still gets the cancellation event and
+// data: [DONE] (the connection is not cut); Serve returns ErrDrainTimeout.
+func TestDrainTimeout(t *testing.T) {
+	cpu, ok := served.Backend.(*kernels.CPUBackend)
+	if !ok {
+		t.Skipf("the served backend is %T, not the CPU backend", served.Backend)
+	}
+	cache, err := served.Model.NewPagedCache(served.Backend, 64, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	srv, err := serve.New(served.Model, slowBackend{cpu}, cache, generate.Options{},
+		serve.Options{Tokenizer: tok, Template: tmpl, ModelName: "tiny", DrainTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln, nil) }()
+	resp, err := http.Post("http://"+ln.Addr().String()+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt": "Drain", "max_tokens": 200, "stream": true, "temperature": 0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	cancel() // SIGTERM; 200 tokens take seconds here, far past the 100 ms drain
+	rest, err := io.ReadAll(br)
+	resp.Body.Close()
+	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") || !strings.Contains(string(rest), `"code":"cancelled"`) {
+		t.Errorf("the stream cancelled at the drain timeout did not end with the cancellation and [DONE]: %v\n%s", err, rest)
+	}
+	select {
+	case err := <-served:
+		if !errors.Is(err, serve.ErrDrainTimeout) {
+			t.Errorf("Serve: %v; want ErrDrainTimeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after the drain timeout")
+	}
+}
+
+// TestHealthFailed: once Options.Failed reports an error (an offload
+// engine that failed), /health is a 503 giving it as the reason.
+func TestHealthFailed(t *testing.T) {
+	var failed atomic.Pointer[error]
+	ts := newServer(t, serverConfig{opt: serve.Options{Failed: func() error {
+		if e := failed.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}}})
+	if code, body := ts.get(t, "/health"); code != 200 || !strings.Contains(string(body), `"status":"ok"`) {
+		t.Fatalf("GET /health before the failure: %d %s", code, body)
+	}
+	e := errors.New("budget 50.00 MiB exceeds the free memory of cpu")
+	failed.Store(&e)
+	code, body := ts.get(t, "/health")
+	if code != 503 || !strings.Contains(string(body), `"status":"failed"`) || !strings.Contains(string(body), "budget 50.00 MiB exceeds") {
+		t.Errorf("GET /health after the failure: %d %s; want 503 with the reason", code, body)
 	}
 }

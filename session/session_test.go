@@ -334,3 +334,55 @@ func TestGenerateBadArguments(t *testing.T) {
 		t.Fatalf("Generate after Close = %v, %v; want decoder.ErrClosed", ids, err)
 	}
 }
+
+// TestOffloadPreflight: a budget or transfer blocks that cannot fit the
+// device's memory fail at Open, naming the numbers, not at the plan after
+// the first forwards; and Manager.CheckDeviceFit fails once the caller
+// took the room the budget needs (a KV cache).
+func TestOffloadPreflight(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts session.Options
+		is   error
+		want []string
+	}{
+		{"a byte budget over the device", session.Options{DeviceMemory: 64 << 20, GPUBudget: "100GiB"}, nil,
+			[]string{"budget 100.00 GiB exceeds the free memory of cpu", "64.00 MiB free of 64.00 MiB"}},
+		{"the minimum for 100 transfer blocks over the device", session.Options{DeviceMemory: 1 << 20, GPUBudget: "0", TransferBlocks: 100}, nil,
+			[]string{"minimum with 100 transfer block(s)", "exceeds the free memory of cpu", "1.00 MiB free"}},
+		{"100 transfer blocks over the budget", session.Options{DeviceMemory: 2 << 20, GPUBudget: "1.5MiB", TransferBlocks: 100}, offload.ErrBudget,
+			[]string{"budget 1.50 MiB is below the least any plan needs", "4 transfer block(s)"}},
+	} {
+		s, err := session.Open("", "cpu", c.opts)
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: Open succeeded", c.name)
+			continue
+		}
+		if c.is != nil && !errors.Is(err, c.is) {
+			t.Errorf("%s: %v; want %v", c.name, err, c.is)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v; want it to say %q", c.name, err, w)
+			}
+		}
+	}
+	s, err := session.Open("", "cpu", session.Options{DeviceMemory: 64 << 20, GPUBudget: "50MiB", Manager: "preflight-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := offload.GetOffloadManager("preflight-test")
+	if err := m.CheckDeviceFit(); err != nil {
+		t.Fatalf("before the caller's allocation: %v", err)
+	}
+	kv, err := s.Device.Alloc(16<<20, "a KV cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Free()
+	if err := m.CheckDeviceFit(); err == nil || !strings.Contains(err.Error(), "budget 50.00 MiB exceeds the free memory of cpu") {
+		t.Errorf("a 50 MiB budget after 16 MiB of 64 taken: %v", err)
+	}
+}

@@ -155,13 +155,17 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 		}
 	}()
 	m, b := sess.Model, sess.Backend
-	tok, err := loadTokenizer(sess.Dir)
+	if trained := m.Cfg.MaxPositionEmbeddings; trained > 0 && o.maxContext > trained {
+		return usagef("--max-context %d exceeds the model's trained context (max_position_embeddings %d in %s): positions past it give wrong answers",
+			o.maxContext, trained, sess.describe("config.json"))
+	}
+	tok, err := loadServeTokenizer(sess)
 	if err != nil {
-		return bundledError(err, sess.Dir)
+		return err
 	}
 	tmpl, stops, note, err := serveChatTemplate(sess.Dir, tok)
 	if err != nil {
-		return bundledError(err, sess.Dir)
+		return sess.rewriteBundled(err)
 	}
 	maxContext := o.maxContext
 	if maxContext == 0 {
@@ -176,6 +180,14 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("--kv-cache: %w", err)
 	}
 	defer cache.Close()
+	if sess.Manager != "" {
+		// The offload plan is made after profiling, on the first requests:
+		// a budget that the KV cache left no room for fails here instead.
+		if err := offload.GetOffloadManager(sess.Manager).CheckDeviceFit(); err != nil {
+			return fmt.Errorf("the offload budget and the KV cache (%d blocks, %s) do not fit the device together: %w; give a smaller --gpu-budget or --kv-cache",
+				blocks, runtime.FormatBytes(cache.Bytes()), err)
+		}
+	}
 	name := o.modelName
 	if name == "" {
 		name = filepath.Base(sess.Dir)
@@ -193,6 +205,9 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 	if sess.Manager != "" && o.dev.offloadTiming {
 		opt.OffloadStats = offloadStats(sess.Manager)
 	}
+	if sess.Manager != "" {
+		opt.Failed = offload.GetOffloadManager(sess.Manager).Failed
+	}
 	srv, err := serve.New(m, b, cache, generate.Options{MaxSeqs: o.maxConcurrency, MaxQueue: o.queue,
 		MaxBatchTokens: o.maxBatchTokens, MaxContext: maxContext}, opt)
 	if err != nil {
@@ -209,11 +224,32 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 		fmt.Fprintf(stderr, "infer serve: %s on %s, KV cache %d blocks (%s), up to %d requests at once; listening on http://%s\n",
 			name, sess.Device.Name(), blocks, runtime.FormatBytes(cache.Bytes()), o.maxConcurrency, addr)
 	})
+	if errors.Is(err, serve.ErrDrainTimeout) {
+		// The stop was asked for, and cancelling what outlasts
+		// --shutdown-timeout is what that flag promises: not a failure
+		// (exit 0, so that a supervisor does not take it for a crash).
+		fmt.Fprintf(stderr, "infer serve: stopped; %v (--shutdown-timeout)\n", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(stderr, "infer serve: stopped; in-flight requests drained")
 	return nil
+}
+
+// loadServeTokenizer loads the model's tokenizer.json, which the server
+// needs for text prompts, chat and its answers' text.
+func loadServeTokenizer(sess *session) (*tokenizer.Tokenizer, error) {
+	path := filepath.Join(sess.Dir, "tokenizer.json")
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no tokenizer at %s: infer serve needs the checkpoint's tokenizer.json (for text prompts, chat and the answers' text)", sess.describe("tokenizer.json"))
+	}
+	tok, err := loadTokenizer(path)
+	if err != nil {
+		return nil, sess.rewriteBundled(err)
+	}
+	return tok, nil
 }
 
 func isDir(path string) bool {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -163,11 +164,47 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--log-format", "xml"}, "--log-format"},
 		{[]string{"--kv-cache", "lots"}, "--kv-cache"},
 		{[]string{"--transfer-blocks", "2"}, "--transfer-blocks"},
+		// Past the trained context (the tiny model's 256) answers are wrong.
+		{[]string{"--max-context", "1000"}, "--max-context 1000 exceeds the model's trained context (max_position_embeddings 256"},
 	} {
 		var stdout, stderr strings.Builder
 		code := runMain(append([]string{"serve", "--port", "0"}, c.args...), &stdout, &stderr)
 		if code != 2 || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("serve %v: exit %d, stderr %q; want 2 naming %s", c.args, code, stderr.String(), c.want)
 		}
+	}
+}
+
+// TestServeNoTokenizer: a checkpoint without tokenizer.json fails naming
+// the file's real path, not the bundled model nor run-model's --token-ids.
+func TestServeNoTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		data, err := os.ReadFile(filepath.Join("../../testdata/tiny-llama", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stdout, stderr strings.Builder
+	code := runMain([]string{"serve", "--port", "0", "--model", dir}, &stdout, &stderr)
+	msg := stderr.String()
+	if code != 1 || !strings.Contains(msg, filepath.Join(dir, "tokenizer.json")) ||
+		strings.Contains(msg, "bundled") || strings.Contains(msg, "--token-ids") {
+		t.Errorf("serve without tokenizer.json: exit %d, stderr %q; want 1 naming %s", code, msg, filepath.Join(dir, "tokenizer.json"))
+	}
+}
+
+// TestServeBudgetPreflight: an offload budget that the KV cache leaves no
+// room for is refused at start (it used to start, report healthy, then
+// fail every completion with a 500), naming the budget and the KV cache.
+func TestServeBudgetPreflight(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := runMain([]string{"serve", "--port", "0", "--model", "../../testdata/tiny-llama", "--gpu-budget", "50MiB", "--device-memory", "64MiB"}, &stdout, &stderr)
+	msg := stderr.String()
+	if code != 1 || !strings.Contains(msg, "budget 50.00 MiB exceeds the free memory of cpu") || !strings.Contains(msg, "KV cache (512 blocks, 16.00 MiB)") {
+		t.Errorf("serve --gpu-budget 50MiB --device-memory 64MiB: exit %d, stderr %q; want 1 naming the budget and the KV cache", code, msg)
 	}
 }

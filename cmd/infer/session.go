@@ -86,6 +86,15 @@ func (s *session) name() string {
 	return s.Dir
 }
 
+// rewriteBundled is err with the temporary directory of the bundled model
+// named as the bundled model; err as it is for any other model.
+func (s *session) rewriteBundled(err error) error {
+	if !s.bundled {
+		return err
+	}
+	return bundledError(err, s.Dir)
+}
+
 // bundledError rewrites the temporary directory of the bundled model in
 // err's text as the bundled model's name.
 func bundledError(err error, dir string) error {
