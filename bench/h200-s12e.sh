@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Session 12, call f (about 5 minutes): the review fixes on the GPU. The
+# Session 12, call e (about 5 minutes): the review fixes on the GPU. The
 # offload pre-flight check (budget and transfer blocks against the device's
 # free memory at Offload) now runs on every device of known size, a GPU
 # included; the sampling validation moved into kernels.SampleParams. GPU
 # tests of the offload, hybrid and batch paths, then the hybrid bench at
 # budgets 0 and 8 GiB, run-model at 8 GiB + host and with sampling, and
 # serve refusing a budget the KV cache leaves no room for.
-# Usage (repo root, GPU machine): bash bench/h200-s12f.sh OUTDIR
+# Usage (repo root, GPU machine): bash bench/h200-s12e.sh OUTDIR
 set -uo pipefail
 source .devtools/env.sh
 out=${1:?}; mkdir -p "$out"
