@@ -321,15 +321,14 @@ func (s *Server) routes() http.Handler {
 	type route struct {
 		method string
 		h      http.HandlerFunc
-		auth   bool
 	}
 	table := map[string]route{
-		"/v1/chat/completions": {http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.generateHandler(w, r, true) }, true},
-		"/v1/completions":      {http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.generateHandler(w, r, false) }, true},
-		"/v1/models":           {http.MethodGet, s.modelsHandler, true},
-		"/health":              {http.MethodGet, s.healthHandler, false},
-		"/metrics":             {http.MethodGet, s.metrics.handler.ServeHTTP, false},
-		"/":                    {http.MethodGet, pageHandler, false},
+		"/v1/chat/completions": {http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.generateHandler(w, r, true) }},
+		"/v1/completions":      {http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.generateHandler(w, r, false) }},
+		"/v1/models":           {http.MethodGet, s.modelsHandler},
+		"/health":              {http.MethodGet, s.healthHandler},
+		"/metrics":             {http.MethodGet, s.metrics.handler.ServeHTTP},
+		"/":                    {http.MethodGet, pageHandler},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -339,11 +338,11 @@ func (s *Server) routes() http.Handler {
 		path := r.URL.Path
 		rt, ok := table[path]
 		if !ok && strings.HasPrefix(path, "/v1/models/") {
-			rt, ok = route{http.MethodGet, s.modelsHandler, true}, true
+			rt, ok = route{http.MethodGet, s.modelsHandler}, true
 		}
 		label := path
 		switch {
-		case (rt.auth || strings.HasPrefix(path, "/v1/")) && !s.authorized(r):
+		case strings.HasPrefix(path, "/v1/") && !s.authorized(r):
 			// Before the route and method checks, so that without the key
 			// nothing about /v1/ shows.
 			if !ok {
