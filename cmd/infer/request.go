@@ -25,15 +25,16 @@ var (
 
 // checkPromptSource refuses a request without exactly one non-empty prompt:
 // prompt text (nil when not given) or token ids (tokenIDsGiven, with
-// tokenIDsEmpty when given as an empty list).
+// tokenIDsEmpty when given as an empty list). Both given is refused first,
+// even when one of them is empty, so that neither is silently dropped.
 func checkPromptSource(f requestFields, prompt *string, tokenIDsGiven, tokenIDsEmpty bool) error {
 	switch {
+	case (prompt != nil) == tokenIDsGiven:
+		return usagef("give exactly one of %s TEXT or %s 1,2,3", f.prompt, f.tokenIDs)
 	case tokenIDsGiven && tokenIDsEmpty:
 		return usagef("%s is empty: give token ids, e.g. 1,2,3", f.tokenIDs)
-	case prompt != nil && *prompt == "" && !tokenIDsGiven:
+	case prompt != nil && *prompt == "":
 		return usagef("%s is empty: give some text (or %s)", f.prompt, f.tokenIDs)
-	case (prompt != nil && *prompt != "") == tokenIDsGiven:
-		return usagef("give exactly one of %s TEXT or %s 1,2,3", f.prompt, f.tokenIDs)
 	}
 	return nil
 }
