@@ -188,13 +188,14 @@ func (s *Scheduler) Submit(r Request) (*Handle, error) {
 }
 
 func (s *Scheduler) check(r Request) error {
+	sampErr := r.Sampling.Validate()
 	switch {
 	case len(r.Prompt) == 0:
 		return fmt.Errorf("%w: an empty prompt", ErrBadRequest)
 	case r.MaxNewTokens < 0:
 		return fmt.Errorf("%w: max new tokens %d is negative", ErrBadRequest, r.MaxNewTokens)
-	case r.Sampling.Validate() != nil:
-		return fmt.Errorf("%w: %w", ErrBadRequest, r.Sampling.Validate())
+	case sampErr != nil:
+		return fmt.Errorf("%w: %w", ErrBadRequest, sampErr)
 	case len(r.Prompt) > s.opt.MaxContext:
 		return fmt.Errorf("%w: a prompt of %d tokens is longer than the context of %d", ErrTooLong, len(r.Prompt), s.opt.MaxContext)
 	}
