@@ -225,10 +225,10 @@ func TestBenchBatchPrefill(t *testing.T) {
 
 // TestRunModelBatchLineValidation: a batch line is checked as run-model's
 // flags are (the same code): a request longer than the context, an empty
-// prompt or token list, both a prompt (even empty) and token ids, stop tokens
-// outside the vocabulary and bad sampling
-// values are error results naming the line and the field, as the flags give
-// them, while the good lines run.
+// prompt or token list, both a prompt (even empty) and token ids, stop
+// tokens outside the vocabulary and bad sampling values are error results
+// naming the line and the field, as the flags give them, while the good
+// lines run.
 func TestRunModelBatchLineValidation(t *testing.T) {
 	in := writeBatch(t,
 		`{"token_ids": [5, 6], "max_new_tokens": 100000}`,
