@@ -726,6 +726,9 @@ func (e *engine) passProgress() {
 // fail marks the engine unusable: later forwards return ErrEngineFailed.
 func (e *engine) fail(err error) error {
 	e.failed = err
+	if e.m != nil && e.m.e == e {
+		e.m.failed.Store(&err)
+	}
 	return err
 }
 

@@ -14,6 +14,14 @@ type PipelineState struct {
 	Pending                 int // copy timings not yet consumed
 }
 
+// HoldManagerLock locks the named manager's mutex, as a forward pass holds
+// it, until the returned function is called.
+func HoldManagerLock(name string) (unlock func()) {
+	m := GetOffloadManager(name)
+	m.mu.Lock()
+	return m.mu.Unlock
+}
+
 // PipelineStateOf reads the named manager's engine state under its mutex.
 func PipelineStateOf(name string) PipelineState {
 	m := GetOffloadManager(name)

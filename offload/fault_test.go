@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/llama"
@@ -318,9 +319,24 @@ func (r *rig) release() {
 }
 
 // failedEngine checks a manager whose plan could not be built: forwards and
-// UpdateState say ErrEngineFailed and name the cause; Release cleans up.
+// UpdateState say ErrEngineFailed and name the cause; Failed names it too,
+// without waiting for the manager's lock (a forward pass holds it); Release
+// cleans up and clears Failed.
 func (r *rig) failedEngine(cause error) {
 	r.t.Helper()
+	unlock := offload.HoldManagerLock(r.name)
+	got := make(chan error, 1)
+	go func() { got <- offload.GetOffloadManager(r.name).Failed() }()
+	select {
+	case err := <-got:
+		unlock()
+		if err == nil || !strings.Contains(err.Error(), cause.Error()) {
+			r.t.Fatalf("Failed() = %v, want an error naming %q", err, cause)
+		}
+	case <-time.After(5 * time.Second):
+		unlock()
+		r.t.Fatal("Failed() waits for the manager's lock (held by a forward pass)")
+	}
 	if _, err := r.forward(); !errors.Is(err, offload.ErrEngineFailed) || !strings.Contains(err.Error(), cause.Error()) {
 		r.t.Fatalf("forward on a failed engine = %v, want ErrEngineFailed naming %q", err, cause)
 	}
@@ -331,6 +347,9 @@ func (r *rig) failedEngine(cause error) {
 		r.t.Fatalf("failed engine state %+v", st)
 	}
 	r.release()
+	if err := offload.GetOffloadManager(r.name).Failed(); err != nil {
+		r.t.Fatalf("Failed() after Release = %v, want nil", err)
+	}
 }
 
 // TestFaultCopy: a host-to-device copy fails in each phase. The forward

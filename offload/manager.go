@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/flextensor-go/flextensor/nn"
 )
@@ -213,6 +214,22 @@ type Manager struct {
 	last   PassInfo
 	// pending is a profile LoadProfile loaded for the next Offload.
 	pending *pendingProfile
+	// failed is the current engine's failure (nil when none or no engine),
+	// kept apart from mu for the same reason as last: Failed must not wait
+	// for a forward pass. setEngine and engine.fail write it.
+	failed atomic.Pointer[error]
+}
+
+// setEngine makes e (nil: none) the manager's engine, with its failure if it
+// already has one (m.mu held).
+func (m *Manager) setEngine(e *engine) {
+	m.e = e
+	if e != nil && e.failed != nil {
+		err := e.failed
+		m.failed.Store(&err)
+	} else {
+		m.failed.Store(nil)
+	}
 }
 
 // pendingProfile is a profile waiting for Offload: the state and, when
@@ -307,7 +324,8 @@ func (m *Manager) Offload(model nn.Module, opts ...Option) error {
 		unclaim(tree)
 		return fmt.Errorf("offload manager %q: %w", m.name, err)
 	}
-	m.e, m.released = e, false
+	m.setEngine(e)
+	m.released = false
 	m.setLastPass(PassInfo{})
 	return nil
 }
@@ -334,14 +352,13 @@ func (m *Manager) CheckDeviceFit() error {
 }
 
 // Failed is the error that made the manager's engine unusable (its
-// forwards then return ErrEngineFailed until Release), or nil.
+// forwards then return ErrEngineFailed until Release), or nil. It does not
+// wait for a forward pass in progress.
 func (m *Manager) Failed() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.e == nil {
-		return nil
+	if p := m.failed.Load(); p != nil {
+		return *p
 	}
-	return m.e.failed
+	return nil
 }
 
 // claim registers model's tree as offloaded by m; a model may be offloaded
@@ -382,7 +399,8 @@ func (m *Manager) Release(preserveModel bool) error {
 	}
 	err := m.e.release(preserveModel)
 	unclaim(m.e.tree)
-	m.e, m.released, m.pending = nil, true, nil
+	m.setEngine(nil)
+	m.released, m.pending = true, nil
 	m.setLastPass(PassInfo{})
 	return err
 }

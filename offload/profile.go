@@ -344,7 +344,7 @@ func (m *Manager) LoadProfile(dir string, model nn.Module) error {
 		target, src, o := e.model, e.src, e.opts
 		err := e.release(true)
 		unclaim(e.tree)
-		m.e = nil
+		m.setEngine(nil)
 		m.setLastPass(PassInfo{})
 		if err != nil {
 			return fmt.Errorf("offload manager %q: LoadProfile: releasing the running engine: %w", m.name, err)
@@ -502,7 +502,8 @@ func LoadModelFromProfile(model nn.Module, src WeightSource, st *State, cfg *Con
 		if err := bp.PlaceBuffers(dev); err != nil {
 			err = errors.Join(fmt.Errorf("LoadModelFromProfile: placing the model's buffers on %s: %w", dev.Name(), err), m.e.release(true))
 			unclaim(m.e.tree)
-			m.e, m.released = nil, true
+			m.setEngine(nil)
+			m.released = true
 			return nil, err
 		}
 		rep.BufferDevice = dev.Name()
@@ -689,7 +690,8 @@ func (m *Manager) adoptLocked(model nn.Module, st *State, src WeightSource, o of
 		unclaim(tree)
 		return fmt.Errorf("offload manager %q: %w", m.name, err)
 	}
-	m.e, m.released = e, false
+	m.setEngine(e)
+	m.released = false
 	return nil
 }
 

@@ -277,15 +277,17 @@ func (s *Server) prepare(req *GenRequest) (*job, *APIError) {
 			"the prompt is %d tokens; the model's context is %d, leaving no room for a completion", len(j.prompt), s.maxContext)
 	}
 	room := s.maxContext - len(j.prompt)
-	// Without max_tokens: the server's default, capped by the context and
-	// by the positions the whole KV cache holds for one sequence (the
-	// scheduler reserves prompt + new − 1 positions), so that leaving
-	// max_tokens out is never by itself a 400.
-	j.maxNew = min(s.opt.DefaultMaxTokens, room, s.cache.TotalBlocks()*s.cache.BlockSize()-len(j.prompt)+1)
-	if req.MaxTokens == 0 && j.maxNew < 1 {
-		return nil, badRequest(param, "context_length_exceeded",
-			"the prompt is %d tokens; the KV cache holds %d positions in all, leaving no room for a completion (give a larger --kv-cache)",
-			len(j.prompt), s.cache.TotalBlocks()*s.cache.BlockSize())
+	if req.MaxTokens == 0 {
+		// Without max_tokens: the server's default, capped by the context
+		// and by what the whole KV cache holds for one request of this
+		// prompt (the scheduler's rule), so that leaving max_tokens out is
+		// never by itself a 400.
+		j.maxNew = min(s.opt.DefaultMaxTokens, room, s.sched.MaxNewFor(len(j.prompt)))
+		if j.maxNew < 1 {
+			return nil, badRequest(param, "context_length_exceeded",
+				"the prompt is %d tokens; the KV cache holds %d positions in all, leaving no room for a completion (give a larger --kv-cache)",
+				len(j.prompt), s.cache.TotalBlocks()*s.cache.BlockSize())
+		}
 	}
 	if req.MaxTokens > 0 {
 		if req.MaxTokens > room {

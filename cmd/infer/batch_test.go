@@ -225,9 +225,10 @@ func TestBenchBatchPrefill(t *testing.T) {
 
 // TestRunModelBatchLineValidation: a batch line is checked as run-model's
 // flags are (the same code): a request longer than the context, an empty
-// prompt or token list, stop tokens outside the vocabulary and bad sampling
-// values are error results naming the line and the field, as the flags give
-// them, while the good lines run.
+// prompt or token list, both a prompt (even empty) and token ids, stop
+// tokens outside the vocabulary and bad sampling values are error results
+// naming the line and the field, as the flags give them, while the good
+// lines run.
 func TestRunModelBatchLineValidation(t *testing.T) {
 	in := writeBatch(t,
 		`{"token_ids": [5, 6], "max_new_tokens": 100000}`,
@@ -237,17 +238,18 @@ func TestRunModelBatchLineValidation(t *testing.T) {
 		`{"token_ids": [5], "top_p": 0}`,
 		`{"token_ids": []}`,
 		`{"token_ids": [5, 6], "max_new_tokens": -3}`,
+		`{"prompt": "", "token_ids": [5, 6, 7]}`,
 		`{"token_ids": [5, 6, 7], "max_new_tokens": 3, "ignore_eos": true}`,
 		`{"prompt": "The license grants", "max_new_tokens": 2, "ignore_eos": true}`,
 	)
 	out := filepath.Join(t.TempDir(), "results.jsonl")
 	code, _, errOut := run(t, "run-model", "--batch-file", in, "--out", out)
-	if code != 1 || !strings.Contains(errOut, "7 of 9 requests failed") {
+	if code != 1 || !strings.Contains(errOut, "8 of 10 requests failed") {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}
 	res := readResults(t, out)
-	if len(res) != 9 {
-		t.Fatalf("%d result lines, want 9", len(res))
+	if len(res) != 10 {
+		t.Fatalf("%d result lines, want 10", len(res))
 	}
 	for i, c := range []struct {
 		line string   // the batch line's error
@@ -262,6 +264,7 @@ func TestRunModelBatchLineValidation(t *testing.T) {
 		{"line 5: top_p 0: want a number in (0, 1]", []string{"--token-ids", "5", "--top-p", "0"}, "--top-p 0: want a number in (0, 1]"},
 		{"line 6: token_ids is empty", []string{"--token-ids", ""}, "--token-ids is empty"},
 		{"line 7: max_new_tokens -3 is negative", []string{"--token-ids", "5,6", "--max-new-tokens", "-3"}, "--max-new-tokens -3 is negative"},
+		{"line 8: give exactly one of prompt TEXT or token_ids", []string{"--prompt", "", "--token-ids", "5,6,7"}, "give exactly one of --prompt TEXT or --token-ids"},
 	} {
 		if r := res[i]; r.FinishReason != "error" || !strings.Contains(r.Error, c.line) || len(r.GeneratedIDs) != 0 {
 			t.Errorf("result %d: %+v, want an error containing %q", i, r, c.line)
@@ -273,7 +276,7 @@ func TestRunModelBatchLineValidation(t *testing.T) {
 			t.Errorf("run-model %q: exit %d, %s; want a usage error containing %q", c.flag, code, e, c.want)
 		}
 	}
-	for i, n := range map[int]int{7: 3, 8: 2} {
+	for i, n := range map[int]int{8: 3, 9: 2} {
 		if r := res[i]; r.Error != "" || r.FinishReason != "length" || len(r.GeneratedIDs) != n {
 			t.Errorf("result %d: %+v, want a run of the length asked", i, r)
 		}

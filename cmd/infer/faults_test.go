@@ -346,7 +346,7 @@ func TestFlagAndEnvFaults(t *testing.T) {
 		{"--temperature Inf", with("--temperature", "Inf"), nil, 2, []string{"--temperature +Inf: want a finite number ≥ 0"}},
 		{"--temperature NaN", with("--temperature", "NaN"), nil, 2, []string{"--temperature NaN"}},
 		{"--temperature negative", with("--temperature", "-1"), nil, 2, []string{"--temperature -1"}},
-		{"--top-p 0", with("--top-p", "0"), nil, 2, []string{"--top-p 0: want a number in (0, 1]", "0 would keep none"}},
+		{"--top-p 0", with("--top-p", "0"), nil, 2, []string{"--top-p 0: want a number in (0, 1]", "1 keeps all tokens"}},
 		{"--top-p 2", with("--top-p", "2"), nil, 2, []string{"--top-p 2"}},
 		{"--top-k negative", with("--top-k", "-3"), nil, 2, []string{"--top-k -3"}},
 		{"--gpu-budget 0 streams everything", with("--gpu-budget", "0", "--offload-timing", "--max-new-tokens", "8"), nil, 0, []string{"model.layers.3", "streamed"}},

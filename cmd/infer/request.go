@@ -25,23 +25,25 @@ var (
 
 // checkPromptSource refuses a request without exactly one non-empty prompt:
 // prompt text (nil when not given) or token ids (tokenIDsGiven, with
-// tokenIDsEmpty when given as an empty list).
+// tokenIDsEmpty when given as an empty list). Both given is refused first,
+// even when one of them is empty, so that neither is silently dropped.
 func checkPromptSource(f requestFields, prompt *string, tokenIDsGiven, tokenIDsEmpty bool) error {
 	switch {
+	case (prompt != nil) == tokenIDsGiven:
+		return usagef("give exactly one of %s TEXT or %s 1,2,3", f.prompt, f.tokenIDs)
 	case tokenIDsGiven && tokenIDsEmpty:
 		return usagef("%s is empty: give token ids, e.g. 1,2,3", f.tokenIDs)
-	case prompt != nil && *prompt == "" && !tokenIDsGiven:
+	case prompt != nil && *prompt == "":
 		return usagef("%s is empty: give some text (or %s)", f.prompt, f.tokenIDs)
-	case (prompt != nil && *prompt != "") == tokenIDsGiven:
-		return usagef("give exactly one of %s TEXT or %s 1,2,3", f.prompt, f.tokenIDs)
 	}
 	return nil
 }
 
 // checkRequestParams refuses limits and sampling values that would be
 // ignored or mean nothing: a negative max new tokens, a temperature that is
-// negative, NaN or infinite, a negative top-k, a top-p outside (0, 1] (0
-// would keep no token).
+// negative, NaN or infinite, a negative top-k, a top-p outside (0, 1] (1
+// keeps all tokens; 0, which the sampler also reads as all, is refused so
+// that there is one way to say it).
 func checkRequestParams(f requestFields, maxNew int, temperature float32, topK int, topP float32) error {
 	t := float64(temperature)
 	switch {
@@ -52,7 +54,7 @@ func checkRequestParams(f requestFields, maxNew int, temperature float32, topK i
 	case topK < 0:
 		return usagef("%s %d: want ≥ 0 (0 = all tokens)", f.topK, topK)
 	case !(topP > 0 && topP <= 1):
-		return usagef("%s %g: want a number in (0, 1] (1 = all tokens; 0 would keep none)", f.topP, topP)
+		return usagef("%s %g: want a number in (0, 1]; 1 keeps all tokens", f.topP, topP)
 	}
 	return nil
 }

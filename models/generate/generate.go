@@ -168,7 +168,8 @@ func (s *Scheduler) Submit(r Request) (*Handle, error) {
 	}
 	maxNew := min(r.MaxNewTokens, s.opt.MaxContext-len(r.Prompt)+1)
 	h := &Handle{req: r, done: make(chan struct{}), maxNew: maxNew, positions: len(r.Prompt) + max(maxNew, 1) - 1}
-	if need := s.cache.BlocksFor(h.positions); need > s.cache.TotalBlocks() {
+	if max(maxNew, 1) > s.MaxNewFor(len(r.Prompt)) {
+		need := s.cache.BlocksFor(h.positions)
 		return nil, fmt.Errorf("%w: %d prompt + %d new tokens need %d KV blocks of %d positions; the cache has %d in all (give a larger --kv-cache)",
 			ErrTooLong, len(r.Prompt), maxNew, need, s.cache.BlockSize(), s.cache.TotalBlocks())
 	}
@@ -187,14 +188,24 @@ func (s *Scheduler) Submit(r Request) (*Handle, error) {
 	return h, nil
 }
 
+// MaxNewFor is the most new tokens the whole KV cache can hold for one
+// request with a prompt of promptLen tokens: Submit reserves KV blocks for
+// promptLen + max(new tokens, 1) − 1 positions (the last token is never fed
+// back) and refuses a request needing more blocks than the cache has. Below
+// 1, the prompt alone does not fit. It does not count the context limit.
+func (s *Scheduler) MaxNewFor(promptLen int) int {
+	return s.cache.TotalBlocks()*s.cache.BlockSize() - promptLen + 1
+}
+
 func (s *Scheduler) check(r Request) error {
+	sampErr := r.Sampling.Validate()
 	switch {
 	case len(r.Prompt) == 0:
 		return fmt.Errorf("%w: an empty prompt", ErrBadRequest)
 	case r.MaxNewTokens < 0:
 		return fmt.Errorf("%w: max new tokens %d is negative", ErrBadRequest, r.MaxNewTokens)
-	case r.Sampling.Validate() != nil:
-		return fmt.Errorf("%w: %w", ErrBadRequest, r.Sampling.Validate())
+	case sampErr != nil:
+		return fmt.Errorf("%w: %w", ErrBadRequest, sampErr)
 	case len(r.Prompt) > s.opt.MaxContext:
 		return fmt.Errorf("%w: a prompt of %d tokens is longer than the context of %d", ErrTooLong, len(r.Prompt), s.opt.MaxContext)
 	}

@@ -353,6 +353,17 @@ func TestSchedulerBadInput(t *testing.T) {
 	if _, err := big.Submit(generate.Request{Prompt: prompt(V, 10, 3), MaxNewTokens: 10}); !errors.Is(err, generate.ErrTooLong) || !strings.Contains(err.Error(), "the cache has 4 in all") {
 		t.Errorf("more blocks than the cache: %v", err)
 	}
+	// MaxNewFor is Submit's limit: 16 positions hold a 10-token prompt and
+	// 7 new tokens (the last is never fed back), not 8.
+	if n := big.MaxNewFor(10); n != 7 {
+		t.Errorf("MaxNewFor(10) = %d over 16 positions, want 7", n)
+	}
+	if _, err := big.Submit(generate.Request{Prompt: prompt(V, 10, 3), MaxNewTokens: big.MaxNewFor(10) + 1}); !errors.Is(err, generate.ErrTooLong) {
+		t.Errorf("MaxNewFor(10)+1 new tokens: %v, want ErrTooLong", err)
+	}
+	if _, err := big.Submit(generate.Request{Prompt: prompt(V, 10, 3), MaxNewTokens: big.MaxNewFor(10)}); err != nil {
+		t.Errorf("MaxNewFor(10) new tokens: %v, want it queued", err)
+	}
 	// A request capped by the context ends with "length" at its end.
 	if err := s.Run(context.Background()); err != nil {
 		t.Fatal(err)
