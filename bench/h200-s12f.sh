@@ -9,6 +9,7 @@ out=${1:?}; mkdir -p "$out"
 source bench/lib.sh
 compile_tests models/all
 wait
+export FT_KERNEL_CACHE=$PWD/bin/kernels
 log tests
 TT=200 runt model all models/all 'TestOffloadedEqualsResident|TestHostPlacementDevice|TestBatchOffloaded|TestMoEOffloadEqualsResident'
 cat "$out/tests.txt"
