@@ -503,12 +503,32 @@ func TestDisconnect(t *testing.T) {
 // TestDrain: when Serve's context ends, a request in flight finishes,
 // new connections are refused, and Serve returns.
 func TestDrain(t *testing.T) {
+	rest, url, serveErr := drainStream(t, served.Backend, serve.Options{}, 60)
+	if !strings.HasSuffix(rest, "data: [DONE]\n\n") || !strings.Contains(rest, `"finish_reason":"`) {
+		t.Errorf("the in-flight stream did not finish:\n%s", rest)
+	}
+	if serveErr != nil {
+		t.Errorf("Serve: %v", serveErr)
+	}
+	if _, err := http.Get(url + "/health"); err == nil {
+		t.Error("the server still accepts connections after the drain")
+	}
+}
+
+// drainStream serves the tiny model on b with opt (tokenizer, template and
+// name filled in) under a context of its own, starts a streamed completion
+// of maxNew tokens, ends the context once the first event has come (SIGTERM,
+// as the command sees it) and reads the rest of the stream. It returns
+// that rest, the server's base URL and what Serve returned.
+func drainStream(t *testing.T, b kernels.Backend, opt serve.Options, maxNew int) (string, string, error) {
+	t.Helper()
 	cache, err := served.Model.NewPagedCache(served.Backend, 64, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cache.Close()
-	srv, err := serve.New(served.Model, served.Backend, cache, generate.Options{}, serve.Options{Tokenizer: tok, Template: tmpl, ModelName: "tiny"})
+	t.Cleanup(func() { cache.Close() })
+	opt.Tokenizer, opt.Template, opt.ModelName = tok, tmpl, "tiny"
+	srv, err := serve.New(served.Model, b, cache, generate.Options{}, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,10 +537,12 @@ func TestDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln, nil) }()
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln, nil) }()
 	url := "http://" + ln.Addr().String()
-	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt": "Drain", "max_tokens": 60, "stream": true, "temperature": 0}`))
+	resp, err := http.Post(url+"/v1/completions", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"prompt": "Drain", "max_tokens": %d, "stream": true, "temperature": 0}`, maxNew)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,23 +550,19 @@ func TestDrain(t *testing.T) {
 	if _, err := br.ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
-	cancel() // SIGTERM, as the command sees it
+	cancel()
 	rest, err := io.ReadAll(br)
 	resp.Body.Close()
-	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") || !strings.Contains(string(rest), `"finish_reason":"`) {
-		t.Errorf("the in-flight stream did not finish: %v\n%s", err, rest)
+	if err != nil {
+		t.Errorf("reading the stream after the context ended: %v", err)
 	}
 	select {
-	case err := <-served:
-		if err != nil {
-			t.Errorf("Serve: %v", err)
-		}
+	case serveErr := <-done:
+		return string(rest), url, serveErr
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after the drain")
 	}
-	if _, err := http.Get(url + "/health"); err == nil {
-		t.Error("the server still accepts connections after the drain")
-	}
+	return "", "", nil
 }
 
 func TestMetricsAndLog(t *testing.T) {
@@ -634,46 +652,13 @@ func TestDrainTimeout(t *testing.T) {
 	if !ok {
 		t.Skipf("the served backend is %T, not the CPU backend", served.Backend)
 	}
-	cache, err := served.Model.NewPagedCache(served.Backend, 64, 0)
-	if err != nil {
-		t.Fatal(err)
+	// 200 tokens take seconds on the slowed backend, far past the 100 ms drain.
+	rest, _, serveErr := drainStream(t, slowBackend{cpu}, serve.Options{DrainTimeout: 100 * time.Millisecond}, 200)
+	if !strings.HasSuffix(rest, "data: [DONE]\n\n") || !strings.Contains(rest, `"code":"cancelled"`) {
+		t.Errorf("the stream cancelled at the drain timeout did not end with the cancellation and [DONE]:\n%s", rest)
 	}
-	defer cache.Close()
-	srv, err := serve.New(served.Model, slowBackend{cpu}, cache, generate.Options{},
-		serve.Options{Tokenizer: tok, Template: tmpl, ModelName: "tiny", DrainTimeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln, nil) }()
-	resp, err := http.Post("http://"+ln.Addr().String()+"/v1/completions", "application/json",
-		strings.NewReader(`{"prompt": "Drain", "max_tokens": 200, "stream": true, "temperature": 0}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(resp.Body)
-	if _, err := br.ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
-	cancel() // SIGTERM; 200 tokens take seconds here, far past the 100 ms drain
-	rest, err := io.ReadAll(br)
-	resp.Body.Close()
-	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") || !strings.Contains(string(rest), `"code":"cancelled"`) {
-		t.Errorf("the stream cancelled at the drain timeout did not end with the cancellation and [DONE]: %v\n%s", err, rest)
-	}
-	select {
-	case err := <-served:
-		if !errors.Is(err, serve.ErrDrainTimeout) {
-			t.Errorf("Serve: %v; want ErrDrainTimeout", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve did not return after the drain timeout")
+	if !errors.Is(serveErr, serve.ErrDrainTimeout) {
+		t.Errorf("Serve: %v; want ErrDrainTimeout", serveErr)
 	}
 }
 
