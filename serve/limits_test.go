@@ -1,6 +1,7 @@
 package serve_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/chat"
 	"github.com/flextensor-go/flextensor/models/kvcache"
 	"github.com/flextensor-go/flextensor/serve"
@@ -230,5 +232,55 @@ func TestOffloadMetrics(t *testing.T) {
 	if v["flextensor_offload_passes_total"] != 7 || v["flextensor_offload_transfer_seconds_total"] != 0.007 || v["flextensor_offload_wait_seconds_total"] != 0.014 {
 		t.Errorf("after an idle engine: offload passes %v, transfer %v s, wait %v s; want 7, 0.007, 0.014",
 			v["flextensor_offload_passes_total"], v["flextensor_offload_transfer_seconds_total"], v["flextensor_offload_wait_seconds_total"])
+	}
+}
+
+// TestPreemptionMetric: three requests whose prompts fit a cache of 3
+// blocks but whose reaches (30 new tokens each) do not fit together: the
+// first two run at once, the second is preempted when both cross into
+// their second block, and every answer is still its reference (a greedy
+// one, and a sampled one with its seed); /metrics counts the preemptions
+// as the scheduler does.
+func TestPreemptionMetric(t *testing.T) {
+	ts := newServer(t, serverConfig{blocks: 3, noStart: true})
+	sampled := kernels.SampleParams{Temperature: 0.9}
+	reqs := []struct {
+		prompt string
+		temp   float64
+		seed   uint64
+		sp     kernels.SampleParams
+	}{{"The quick brown fox", 0, 0, greedy}, {"Once upon a time", 0.9, 5, sampled}, {"Hello there", 0, 0, greedy}}
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, out, _ := ts.post(t, "/v1/completions", map[string]any{"prompt": r.prompt, "max_tokens": 30, "temperature": r.temp, "seed": r.seed})
+			if code != 200 {
+				t.Errorf("request %d: %d %v", i, code, out)
+				return
+			}
+			want := refText(reference(t, encode(t, r.prompt, true), 30, r.sp, r.seed))
+			if got := field(out, "choices", 0, "text"); got != want {
+				t.Errorf("request %d: %q, want its reference %q", i, got, want)
+			}
+		}()
+		// Queued in order, so the sampled one is the second admitted.
+		waitFor(t, 5*time.Second, "the request to queue", func() bool { return ts.Scheduler().Waiting() == i+1 })
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { ts.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	wg.Wait()
+	n := ts.Scheduler().Preemptions()
+	if n == 0 {
+		t.Errorf("no preemption: three requests reaching 3 blocks each ran in a cache of 3")
+	}
+	if v := metricValues(t, ts)["flextensor_scheduler_preemptions_total"]; v != float64(n) {
+		t.Errorf("scheduler_preemptions_total %v, the scheduler counted %d", v, n)
+	}
+	if n := ts.KVBlocksInUse(); n != 0 {
+		t.Errorf("%d KV blocks in use after", n)
 	}
 }

@@ -48,6 +48,9 @@ func newMetrics(s *Server) *metrics {
 	gaugeFunc := func(name, help string, fn func() int) prometheus.GaugeFunc {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts(f(name, help)), func() float64 { return float64(fn()) })
 	}
+	counterFunc := func(name, help string, fn func() int64) prometheus.CounterFunc {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts(f(name, help)), func() float64 { return float64(fn()) })
+	}
 	m.tokens = prometheus.NewCounter(prometheus.CounterOpts(f("generated_tokens_total", "Tokens generated, all requests.")))
 	m.tokensPerSec = prometheus.NewGauge(prometheus.GaugeOpts(f("generation_tokens_per_second", "Tokens generated per second over the last window of about a second.")))
 	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "flextensor", Name: "time_to_first_token_seconds",
@@ -71,6 +74,7 @@ func newMetrics(s *Server) *metrics {
 		gaugeFunc("running_sequences", "Requests in the running batch.", s.sched.Running),
 		gaugeFunc("kv_blocks_in_use", "Paged KV cache blocks held by sequences.", s.KVBlocksInUse),
 		gaugeFunc("kv_blocks_total", "Paged KV cache blocks in all.", s.cache.TotalBlocks),
+		counterFunc("scheduler_preemptions_total", "Running requests preempted (KV blocks freed, requeued to prefill again) because the KV cache ran out of blocks.", s.sched.Preemptions),
 		m.tokens, m.tokensPerSec, m.ttft, m.itl, m.requests, m.duration, m.inflight, m.steps, m.stepTime,
 	)
 	if s.opt.OffloadStats != nil {

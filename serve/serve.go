@@ -69,9 +69,8 @@ type Options struct {
 	// max_tokens (nor max_completion_tokens); 0: DefaultMaxTokens. It is
 	// capped by the context's room and by what the KV cache holds for one
 	// sequence, so leaving max_tokens out never makes a request too long.
-	// (The scheduler reserves a request's KV blocks for every position it
-	// can reach when admitting it, so this limit is also what a request
-	// without max_tokens holds of the cache.)
+	// (The scheduler takes a request's KV blocks as it grows, not for this
+	// whole limit at admission; a large default costs no concurrency.)
 	DefaultMaxTokens int
 	// MaxRequestBytes caps a request body; 0: 4 MiB.
 	MaxRequestBytes int64

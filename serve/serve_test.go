@@ -426,9 +426,11 @@ func TestQueueFull(t *testing.T) {
 	}
 }
 
-// TestKVWait: with KV blocks for about two requests, eight concurrent
-// ones wait their turn and all finish with their own reference output; a
-// long prompt is prefilled in chunks between the others' decode steps.
+// TestKVWait: with KV blocks for the whole reach of about two requests,
+// eight concurrent ones wait their turn (or, admitted on their prompts'
+// blocks, are preempted as the others grow) and all finish with their own
+// reference output; a long prompt is prefilled in chunks between the
+// others' decode steps.
 func TestKVWait(t *testing.T) {
 	ts := newServer(t, serverConfig{blocks: 12, sched: generate.Options{MaxBatchTokens: 16}})
 	prompts := []string{"The quick brown fox", "Once upon a time", strings.Repeat("a long prompt ", 12), "Hello", "Lorem ipsum", "x y z", "One two three", "Go"}
@@ -584,13 +586,16 @@ func TestMetricsAndLog(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"flextensor_queue_depth", "flextensor_running_sequences", "flextensor_kv_blocks_in_use",
-		"flextensor_generation_tokens_per_second"} {
+		"flextensor_generation_tokens_per_second", "flextensor_scheduler_preemptions_total"} {
 		if _, ok := values[name]; !ok {
 			t.Errorf("/metrics lacks %s", name)
 		}
 	}
 	if values["flextensor_kv_blocks_total"] != 512 || values["flextensor_kv_blocks_in_use"] != 0 {
 		t.Errorf("kv blocks: %v total, %v in use", values["flextensor_kv_blocks_total"], values["flextensor_kv_blocks_in_use"])
+	}
+	if n := values["flextensor_scheduler_preemptions_total"]; n != 0 {
+		t.Errorf("scheduler_preemptions_total %v with 512 blocks for two short requests, want 0", n)
 	}
 	gen := values["flextensor_generated_tokens_total"]
 	if gen < 2 || gen > 10 {

@@ -2,14 +2,30 @@
 // many requests, each with its own sampling settings, seed, stop tokens and
 // limits, and serves all running ones with one batched forward per step
 // (decoder.Model.ForwardBatch over a paged KV cache). Requests are admitted
-// between steps when the cache has blocks for them, wait in a bounded queue
-// when it has not, stream their tokens through a callback, can be cancelled
-// (their blocks are freed at the next step) and retire as they finish.
-// Long prompts are prefilled in chunks interleaved with other requests'
-// decode steps.
+// between steps when the cache has blocks for their prompts, wait in a
+// bounded queue when it has not, stream their tokens through a callback,
+// can be cancelled (their blocks are freed at the next step) and retire as
+// they finish. Long prompts are prefilled in chunks interleaved with other
+// requests' decode steps.
+//
+// KV blocks are taken lazily: admission takes the blocks of a request's
+// prompt (and only when 1% of the cache's blocks, at least one, stay free
+// beside them for the running requests to grow into, unless nothing else
+// runs), and each
+// step takes, before its forward, the blocks that forward's decode
+// positions need, the oldest request first. When the pool runs short the
+// most recently admitted requests are preempted (never the oldest, which
+// the whole cache always holds: Submit refuses a request whose whole reach
+// does not fit): their blocks are freed and they go back to the front of
+// the queue; readmitted, they prefill their prompt and the tokens generated
+// so far again (all but the last, the next decode input) and continue with
+// the same sampler, so their tokens neither change nor repeat.
+// Scheduler.Preemptions counts them.
 //
 // A request gives the tokens decoder.Model.Generate gives for it alone
-// (same seed, same sampling), batched or not.
+// (same seed, same sampling), batched or not, preempted or not (up to
+// rounding: a prefilled position's keys and values can differ in the last
+// bits from the ones a decode step stored).
 package generate
 
 import (
@@ -79,7 +95,8 @@ type Options struct {
 	// 0: 512.
 	MaxBatchTokens int
 	// MaxQueue is the most requests waiting for admission; Submit beyond it
-	// is ErrQueueFull. 0: 1024.
+	// is ErrQueueFull (preempted requests go back to the queue regardless).
+	// 0: 1024.
 	MaxQueue int
 	// MaxContext is the most positions a request may reach (prompt plus
 	// new tokens); 0: the model's max_position_embeddings.
@@ -99,8 +116,10 @@ type Scheduler struct {
 
 	mu      sync.Mutex // guards the lists
 	nextID  int
-	waiting []*Handle
-	running []*Handle
+	waiting []*Handle // in order of submission (preempted ones at the front)
+	running []*Handle // in order of admission, which is submission order
+
+	preemptions atomic.Int64
 }
 
 // New makes a scheduler for m on b over cache (shaped for m:
@@ -140,12 +159,13 @@ type Handle struct {
 	res       Result
 
 	// Step's state.
-	seq       *kvcache.Seq
-	rng       *rand.Rand
-	maxNew    int // MaxNewTokens capped by the context
-	fed       int // prompt tokens forwarded so far
-	gen       []int32
-	positions int // positions the request reserves: prompt + maxNew − 1
+	seq    *kvcache.Seq // nil while waiting (also after a preemption)
+	rng    *rand.Rand   // made at the first admission, kept over preemptions
+	maxNew int          // MaxNewTokens capped by the context
+	gen    []int32
+	// replay is what a preempted request prefills again: its prompt and
+	// all its generated tokens but the last; nil before a preemption.
+	replay []int32
 }
 
 // Done is closed when the request has finished.
@@ -167,9 +187,9 @@ func (s *Scheduler) Submit(r Request) (*Handle, error) {
 		return nil, err
 	}
 	maxNew := min(r.MaxNewTokens, s.opt.MaxContext-len(r.Prompt)+1)
-	h := &Handle{req: r, done: make(chan struct{}), maxNew: maxNew, positions: len(r.Prompt) + max(maxNew, 1) - 1}
+	h := &Handle{req: r, done: make(chan struct{}), maxNew: maxNew}
 	if max(maxNew, 1) > s.MaxNewFor(len(r.Prompt)) {
-		need := s.cache.BlocksFor(h.positions)
+		need := s.cache.BlocksFor(len(r.Prompt) + max(maxNew, 1) - 1)
 		return nil, fmt.Errorf("%w: %d prompt + %d new tokens need %d KV blocks of %d positions; the cache has %d in all (give a larger --kv-cache)",
 			ErrTooLong, len(r.Prompt), maxNew, need, s.cache.BlockSize(), s.cache.TotalBlocks())
 	}
@@ -189,10 +209,12 @@ func (s *Scheduler) Submit(r Request) (*Handle, error) {
 }
 
 // MaxNewFor is the most new tokens the whole KV cache can hold for one
-// request with a prompt of promptLen tokens: Submit reserves KV blocks for
-// promptLen + max(new tokens, 1) − 1 positions (the last token is never fed
-// back) and refuses a request needing more blocks than the cache has. Below
-// 1, the prompt alone does not fit. It does not count the context limit.
+// request with a prompt of promptLen tokens: a request reaches promptLen +
+// max(new tokens, 1) − 1 positions (the last token is never fed back), and
+// Submit refuses one whose reach needs more blocks than the whole cache has
+// (blocks are taken as the request grows, but it must be able to finish
+// alone). Below 1, the prompt alone does not fit. It does not count the
+// context limit.
 func (s *Scheduler) MaxNewFor(promptLen int) int {
 	return s.cache.TotalBlocks()*s.cache.BlockSize() - promptLen + 1
 }
@@ -217,10 +239,10 @@ func (s *Scheduler) check(r Request) error {
 	return nil
 }
 
-// Cancel ends the request: waiting, it leaves the queue; running, it
-// retires at the next Step, its KV blocks freed. Its result has
-// FinishCancelled and the tokens chosen so far. Cancelling a finished
-// request does nothing. Safe from any goroutine.
+// Cancel ends the request: waiting (also after a preemption), it leaves the
+// queue; running, it retires at the next Step, its KV blocks freed. Its
+// result has FinishCancelled and the tokens chosen so far. Cancelling a
+// finished request does nothing. Safe from any goroutine.
 func (h *Handle) Cancel() { h.cancelled.Store(true) }
 
 // Waiting is the number of requests in the queue.
@@ -237,6 +259,12 @@ func (s *Scheduler) Running() int {
 	return len(s.running)
 }
 
+// Preemptions is the number of times a running request was preempted
+// (its KV blocks freed and it put back at the front of the queue, to
+// prefill again when readmitted) because the cache ran out of blocks for
+// the running requests' next positions, since the scheduler was made.
+func (s *Scheduler) Preemptions() int64 { return s.preemptions.Load() }
+
 func (h *Handle) finish(reason FinishReason, err error) {
 	if h.seq != nil {
 		h.seq.Free()
@@ -248,36 +276,38 @@ func (h *Handle) finish(reason FinishReason, err error) {
 	close(h.done)
 }
 
-// Step retires cancelled requests, admits waiting ones while the cache has
-// blocks for them (in order of submission: one that does not fit holds the
-// ones behind it), runs one batched forward of every running request's
-// next tokens (a decode step, or the next chunk of its prompt) and retires
-// the requests that finished. It reports whether any request is left
-// (running or waiting). A forward that fails ends the requests in it with
-// FinishError and is returned.
+// Step retires cancelled requests; takes the KV blocks of every decoding
+// request's next position, oldest first, preempting the most recently
+// admitted requests while the cache is short (see the package doc); in a
+// step that preempted none, admits waiting requests while the cache has
+// blocks for their prompts (in order of submission: one that does not fit
+// holds the ones behind it); runs one batched forward of every running
+// request's next tokens (a decode step, or the next chunk of its prompt)
+// and retires the requests that finished. It reports whether any request
+// is left (running or waiting). A forward that fails ends the requests in
+// it with FinishError and is returned.
 func (s *Scheduler) Step() (bool, error) {
 	s.stepMu.Lock()
 	defer s.stepMu.Unlock()
 	s.retireCancelled()
 	s.mu.Lock()
-	s.admit()
-	entries, in := s.plan()
+	preempted, failed, failErrs := s.grow()
+	if !preempted {
+		s.admit()
+	}
+	entries, in, sample := s.plan()
 	s.mu.Unlock()
+	for i, h := range failed {
+		h.finish(FinishError, failErrs[i])
+	}
 	if len(entries) == 0 {
 		return s.left(), nil
 	}
 	V := s.m.Cfg.VocabSize
-	sample := make([]bool, len(in))
 	lt, err := s.m.ForwardBatch(s.b, s.cache, entries)
 	var ids []int
 	var errs []error
 	if err == nil {
-		for i, h := range in {
-			if len(h.gen) == 0 && h.fed+len(entries[i].IDs) < len(h.req.Prompt) {
-				continue // a prompt chunk: its logits are not needed yet
-			}
-			sample[i] = true
-		}
 		ids, errs, err = s.choose(lt, in, sample, V)
 	}
 	if err != nil {
@@ -286,11 +316,6 @@ func (s *Scheduler) Step() (bool, error) {
 		}
 		s.drop(in)
 		return s.left(), err
-	}
-	for i, h := range in {
-		if len(h.gen) == 0 {
-			h.fed += len(entries[i].IDs)
-		}
 	}
 	var finished []*Handle
 	for i, h := range in {
@@ -468,57 +493,144 @@ func (s *Scheduler) retireCancelled() {
 	}
 }
 
+// admissionWatermarkPercent is the share of the cache's blocks (at least
+// one block) that admission leaves free while other requests run: the
+// running requests take a block every BlockSize decode steps each, and a
+// request admitted into the last free blocks would be preempted at the
+// next block boundary, its prefill wasted. Nothing running, a request is
+// admitted into the whole cache.
+const admissionWatermarkPercent = 1
+
+// prefill is what the request prefills: its prompt or, readmitted after a
+// preemption, its replay.
+func (h *Handle) prefill() []int32 {
+	if h.replay != nil {
+		return h.replay
+	}
+	return h.req.Prompt
+}
+
+// decoding reports whether the running request's prefill is all in the
+// cache, so its next forward feeds back its last token.
+func (h *Handle) decoding() bool { return len(h.gen) > 0 && h.seq.Len() >= len(h.prefill()) }
+
+// grow takes the KV blocks of every decoding request's next position (the
+// one this step's forward writes), in order of admission. When the pool is
+// short it preempts the most recently admitted request (perhaps the one
+// growing) and tries again; the oldest is never preempted. It reports
+// whether it preempted any, and the requests that cannot grow even alone
+// (only when the cache is used by more than this scheduler, or a bug),
+// taken off the list, with their errors, for the caller to finish. s.mu is
+// held.
+func (s *Scheduler) grow() (preempted bool, failed []*Handle, errs []error) {
+	for i := 0; i < len(s.running); i++ {
+		h := s.running[i]
+		if !h.decoding() {
+			continue // a prefill: admission took its blocks
+		}
+		for {
+			err := h.seq.Reserve(1)
+			if err == nil {
+				break
+			}
+			if errors.Is(err, kvcache.ErrOutOfBlocks) && len(s.running) > 1 {
+				victim := s.running[len(s.running)-1] // not running[0]: i ≤ the last
+				s.preempt(victim)
+				preempted = true
+				if victim == h {
+					break
+				}
+				continue
+			}
+			failed = append(failed, h)
+			errs = append(errs, fmt.Errorf("generate: request %d at position %d: %w", h.ID, h.seq.Len(), err))
+			s.running = slices.Delete(s.running, i, i+1)
+			i--
+			break
+		}
+	}
+	return preempted, failed, errs
+}
+
+// preempt frees the running request h's blocks and puts it at the front of
+// the queue, with the tokens to prefill again when it is readmitted (its
+// generated tokens and sampler are kept). h is the last of s.running. s.mu
+// is held.
+func (s *Scheduler) preempt(h *Handle) {
+	h.seq.Free()
+	h.seq = nil
+	h.replay = nil
+	if len(h.gen) > 0 {
+		h.replay = slices.Concat(h.req.Prompt, h.gen[:len(h.gen)-1])
+	}
+	s.running = s.running[:len(s.running)-1]
+	s.waiting = slices.Insert(s.waiting, 0, h)
+	s.preemptions.Add(1)
+}
+
 // admit moves waiting requests into the cache while there is room: a
-// sequence slot and the blocks for every position the request can reach
-// (so a running request never runs out of blocks). s.mu is held.
+// sequence slot and the blocks of what the request prefills (its prompt,
+// or its replay after a preemption), beside the watermark
+// (admissionWatermarkPercent) when other requests run. s.mu is held.
 func (s *Scheduler) admit() {
+	watermark := max(1, s.cache.TotalBlocks()*admissionWatermarkPercent/100)
 	for len(s.waiting) > 0 && len(s.running) < s.opt.MaxSeqs {
 		h := s.waiting[0]
-		if s.cache.BlocksFor(h.positions) > s.cache.FreeBlocks() {
+		n := len(h.prefill())
+		need := s.cache.BlocksFor(n)
+		if len(s.running) > 0 {
+			need += watermark
+		}
+		if need > s.cache.FreeBlocks() {
 			return
 		}
-		h.seq = s.cache.NewSeq()
-		if err := h.seq.Reserve(h.positions); err != nil {
-			h.seq.Free()
-			h.seq = nil
+		seq := s.cache.NewSeq()
+		if err := seq.Reserve(n); err != nil {
+			seq.Free()
 			return
 		}
-		h.rng = rand.New(rand.NewPCG(h.req.Seed, h.req.Seed^0x9e3779b97f4a7c15)) // as decoder.Generate seeds it
+		h.seq = seq
+		if h.rng == nil {
+			h.rng = rand.New(rand.NewPCG(h.req.Seed, h.req.Seed^0x9e3779b97f4a7c15)) // as decoder.Generate seeds it
+		}
 		s.waiting = s.waiting[1:]
 		s.running = append(s.running, h)
 	}
 }
 
 // plan picks this step's entries: every decoding request's last token,
-// then prompt chunks within MaxBatchTokens (at least one chunk, so a step
-// always progresses). s.mu is held.
-func (s *Scheduler) plan() ([]decoder.BatchEntry, []*Handle) {
-	var entries []decoder.BatchEntry
-	var in []*Handle
+// then prefill chunks within MaxBatchTokens (at least one chunk, so a step
+// always progresses); sample[i] says whether entry i's logits give its
+// request's next token (a decode step, or the last chunk of a prompt; not
+// a replay's, whose next token is already chosen). s.mu is held.
+func (s *Scheduler) plan() (entries []decoder.BatchEntry, in []*Handle, sample []bool) {
 	budget := s.opt.MaxBatchTokens
 	for _, h := range s.running {
-		if len(h.gen) > 0 {
+		if h.decoding() {
 			entries = append(entries, decoder.BatchEntry{Seq: h.seq, IDs: h.gen[len(h.gen)-1:]})
 			in = append(in, h)
+			sample = append(sample, true)
 			budget--
 		}
 	}
 	for _, h := range s.running {
-		if len(h.gen) > 0 {
+		if h.decoding() {
 			continue
 		}
-		n := min(len(h.req.Prompt)-h.fed, budget)
+		p, fed := h.prefill(), h.seq.Len()
+		n := min(len(p)-fed, budget)
 		if n <= 0 {
 			if len(entries) > 0 {
 				continue
 			}
-			n = min(len(h.req.Prompt)-h.fed, s.opt.MaxBatchTokens)
+			n = min(len(p)-fed, s.opt.MaxBatchTokens)
 		}
-		entries = append(entries, decoder.BatchEntry{Seq: h.seq, IDs: h.req.Prompt[h.fed : h.fed+n]})
+		entries = append(entries, decoder.BatchEntry{Seq: h.seq, IDs: p[fed : fed+n]})
 		in = append(in, h)
+		sample = append(sample, len(h.gen) == 0 && fed+n == len(p))
 		budget -= n
 	}
-	return entries, in
+	return entries, in, sample
 }
 
 // Run steps until no request is left, or ctx ends (then every request is

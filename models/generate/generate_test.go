@@ -14,6 +14,7 @@ import (
 	_ "github.com/flextensor-go/flextensor/models/all"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/models/generate"
+	"github.com/flextensor-go/flextensor/models/kvcache"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -278,7 +279,10 @@ func TestSchedulerCancel(t *testing.T) {
 	if r := hs[2].Wait(); r.Finish != generate.FinishCancelled || len(r.Generated) != 0 {
 		t.Errorf("cancelled waiting request: %q with %d tokens", r.Finish, len(r.Generated))
 	}
-	if got, want := cache.FreeBlocks(), free+cache.BlocksFor(5+20-1); got != want {
+	// Its blocks come back: those of its 5 prompt positions and the 2
+	// tokens fed back (blocks are taken as a request grows; request 1's
+	// next position is in a block it holds).
+	if got, want := cache.FreeBlocks(), free+cache.BlocksFor(5+3-1); got != want {
 		t.Errorf("%d blocks free after the cancel, want %d", got, want)
 	}
 	if err := s.Run(context.Background()); err != nil {
@@ -394,4 +398,189 @@ func must(h *generate.Handle, err error) *generate.Handle {
 		panic(err)
 	}
 	return h
+}
+
+// preemptRequests are four requests whose prompts (5 to 8 tokens: 8 blocks
+// of 4) and the admission watermark (1 block) fit a cache of 10 blocks, but
+// whose whole reaches (16 to 19 positions: 19 blocks) do not: all four are
+// admitted at once and preempted as they grow. The last two are sampled
+// with their own seeds; the last is the most recently admitted, the first
+// preempted (after its first token), the third next (after 6).
+func preemptRequests(vocab int) []generate.Request {
+	sampled := kernels.SampleParams{Temperature: 0.8, TopK: 20, TopP: 0.9}
+	return []generate.Request{
+		{Prompt: prompt(vocab, 5, 11), MaxNewTokens: 12, IgnoreEOS: true},
+		{Prompt: prompt(vocab, 6, 12), MaxNewTokens: 12, IgnoreEOS: true},
+		{Prompt: prompt(vocab, 7, 13), MaxNewTokens: 12, Sampling: kernels.SampleParams{Temperature: 1.1}, Seed: 21, IgnoreEOS: true},
+		{Prompt: prompt(vocab, 8, 14), MaxNewTokens: 12, Sampling: sampled, Seed: 22, IgnoreEOS: true},
+	}
+}
+
+// preemptRig is a scheduler over a cache of 10 blocks of 4 positions
+// (prefill chunks of at most 8 tokens, so a replay is prefilled in chunks
+// too) with requests submitted, what they streamed and, for each, the
+// steps whose forward chose its tokens.
+type preemptRig struct {
+	s        *generate.Scheduler
+	cache    *kvcache.Paged
+	hs       []*generate.Handle
+	streamed [][]int32
+	stepOf   [][]int
+	step     int // steps run
+}
+
+func newPreemptRig(t *testing.T, m *decoder.Model, b kernels.Backend, reqs []generate.Request) *preemptRig {
+	t.Helper()
+	cache, err := m.NewPagedCache(b, 10, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cache.Close)
+	s, err := generate.New(m, b, cache, generate.Options{MaxBatchTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &preemptRig{s: s, cache: cache, streamed: make([][]int32, len(reqs)), stepOf: make([][]int, len(reqs))}
+	for i, r := range reqs {
+		r.OnToken = func(id int32) {
+			g.streamed[i] = append(g.streamed[i], id)
+			g.stepOf[i] = append(g.stepOf[i], g.step)
+		}
+		g.hs = append(g.hs, must(s.Submit(r)))
+	}
+	return g
+}
+
+// next runs one step and reports whether any request is left.
+func (g *preemptRig) next(t *testing.T) bool {
+	t.Helper()
+	g.step++
+	more, err := g.s.Step()
+	if err != nil {
+		t.Fatalf("step %d: %v", g.step, err)
+	}
+	return more
+}
+
+// allFree checks that every block is back and no sequence is live.
+func (g *preemptRig) allFree(t *testing.T) {
+	t.Helper()
+	if g.cache.FreeBlocks() != g.cache.TotalBlocks() || g.cache.LiveSeqs() != 0 {
+		t.Errorf("after the run: %d of %d blocks free, %d sequences live", g.cache.FreeBlocks(), g.cache.TotalBlocks(), g.cache.LiveSeqs())
+	}
+}
+
+// preempted reports whether a request's tokens came with a gap: a request
+// that runs gets a token every step once its prompt is in, so a gap is a
+// preemption (no token at the preempting step, none while it waits, none
+// at the step that prefills its replay).
+func preempted(steps []int) bool {
+	for i := 1; i < len(steps); i++ {
+		if steps[i] != steps[i-1]+1 {
+			return true
+		}
+	}
+	return false
+}
+
+// TestSchedulerPreemption: requests whose prompts fit the cache together
+// but whose whole reaches do not all run at once from the first step, are
+// preempted as they grow (never the oldest), and still give the tokens
+// decoder.Generate gives each alone — greedy ones and sampled ones with
+// their seeds (the sampler goes on with the same stream after the
+// replay) — streamed once each, finishing with "length"; every block comes
+// back. On every family, and on the first with device-style picks
+// (argmaxBackend: the temperature-only request draws on the "device" from
+// the same generator).
+func TestSchedulerPreemption(t *testing.T) {
+	for fi, fx := range fixtures {
+		for _, withArgmax := range []bool{false, true} {
+			if withArgmax && fi > 0 {
+				continue
+			}
+			name := fx.family
+			if withArgmax {
+				name += "/argmax"
+			}
+			t.Run(name, func(t *testing.T) {
+				m, b := load(t, fx.dir)
+				if withArgmax {
+					b = &argmaxBackend{CPUBackend: b.(*kernels.CPUBackend)}
+				}
+				reqs := preemptRequests(m.Cfg.VocabSize)
+				g := newPreemptRig(t, m, b, reqs)
+				s, hs, streamed, stepOf := g.s, g.hs, g.streamed, g.stepOf
+				for more := true; more; {
+					more = g.next(t)
+					if g.step == 1 && s.Running() != len(reqs) {
+						t.Errorf("after the first step %d requests run, %d wait; want all %d running", s.Running(), s.Waiting(), len(reqs))
+					}
+				}
+				if s.Preemptions() == 0 {
+					t.Errorf("no preemption: %d requests reaching 19 blocks in all ran in a cache of %d", len(reqs), g.cache.TotalBlocks())
+				}
+				for i, h := range hs {
+					res := h.Wait()
+					want := alone(t, m, b, reqs[i])
+					if !slices.Equal(res.Generated, want) || res.Finish != generate.FinishLength || res.Err != nil {
+						t.Errorf("request %d: %v (%s, %v), alone %v", i, res.Generated, res.Finish, res.Err, want)
+					}
+					if !slices.Equal(streamed[i], res.Generated) {
+						t.Errorf("request %d: streamed %v, result %v", i, streamed[i], res.Generated)
+					}
+				}
+				if preempted(stepOf[0]) {
+					t.Errorf("the oldest request was preempted: its tokens came at steps %v", stepOf[0])
+				}
+				// The block counts do not depend on the tokens: the two
+				// newest (the sampled ones) are preempted, the third after
+				// 6 tokens, so its replay is prefilled in two chunks.
+				for _, i := range []int{2, 3} {
+					if !preempted(stepOf[i]) {
+						t.Errorf("request %d (sampled) was not preempted: its tokens came at steps %v", i, stepOf[i])
+					}
+				}
+				g.allFree(t)
+			})
+		}
+	}
+}
+
+// TestSchedulerCancelPreempted: a request cancelled while it waits after a
+// preemption finishes "cancelled" with the tokens it had (streamed once,
+// none after), holds no blocks, and the others finish as alone.
+func TestSchedulerCancelPreempted(t *testing.T) {
+	m, b := load(t, fixtures[0].dir)
+	reqs := preemptRequests(m.Cfg.VocabSize)
+	g := newPreemptRig(t, m, b, reqs)
+	s, hs, streamed := g.s, g.hs, g.streamed
+	last := len(reqs) - 1
+	for s.Preemptions() == 0 {
+		if !g.next(t) {
+			t.Fatalf("all requests finished after %d steps without a preemption", g.step)
+		}
+	}
+	if s.Waiting() != 1 || s.Running() != last {
+		t.Fatalf("after the first preemption: %d wait, %d run; want 1 and %d", s.Waiting(), s.Running(), last)
+	}
+	had := slices.Clone(streamed[last])
+	if len(had) == 0 {
+		t.Fatalf("the preempted request had no tokens yet")
+	}
+	hs[last].Cancel()
+	if err := s.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := hs[last].Wait(); r.Finish != generate.FinishCancelled || !slices.Equal(r.Generated, had) || !slices.Equal(streamed[last], had) {
+		t.Errorf("the cancelled preempted request: %v (%s), streamed %v; it had %v", r.Generated, r.Finish, streamed[last], had)
+	}
+	if want := alone(t, m, b, reqs[last]); !slices.Equal(had, want[:len(had)]) {
+		t.Errorf("the cancelled request's tokens %v are not the start of its tokens alone %v", had, want)
+	}
+	for i := range last {
+		if r, want := hs[i].Wait(), alone(t, m, b, reqs[i]); !slices.Equal(r.Generated, want) || r.Finish != generate.FinishLength {
+			t.Errorf("request %d: %v (%s), alone %v", i, r.Generated, r.Finish, want)
+		}
+	}
+	g.allFree(t)
 }
