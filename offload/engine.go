@@ -328,7 +328,7 @@ func (e *engine) startDiscovery() error {
 	}
 	// Before the host packing and the staging block: a budget or transfer
 	// blocks that cannot fit fail here, not at the plan after profiling.
-	if err := e.checkDeviceFit(e.fixedBytes); err != nil {
+	if err := e.checkDeviceFit(e.ownDeviceBytes()); err != nil {
 		return err
 	}
 	e.st.freeStaging()
@@ -899,28 +899,29 @@ func (e *engine) startInference() error {
 	if err := e.hostInputs(&in); err != nil {
 		return err
 	}
-	mem := e.dev.Memory()
-	ours := e.fixedBytes + e.staging.Size()
-	free := int64(0)
-	if mem.Limit > 0 {
-		free = mem.Limit - (mem.InUse - ours)
+	room, known, err := e.deviceRoom(e.ownDeviceBytes())
+	if err != nil {
+		return err
 	}
 	budget, err := e.budgetBytes()
 	if err != nil {
 		return err
 	}
-	if budget == 0 { // no budget and no device limit: everything may stay
-		budget = e.fixedBytes
-		for _, u := range e.units {
-			budget += u.bytes
+	if budget == 0 { // no budget and no known capacity: everything may stay
+		budget = e.modelDeviceBytes()
+	}
+	if known && e.cfg.GPUBudget.Bytes > 0 {
+		if err := e.budgetOverFree(budget, runtime.FormatBytes(budget), room); err != nil {
+			return err
 		}
 	}
-	if mem.Limit > 0 && budget > free {
-		if e.cfg.GPUBudget.Bytes > 0 {
-			return fmt.Errorf("budget %s exceeds the free memory of %s (%s free of %s, the rest held by activations and other allocations)",
-				runtime.FormatBytes(budget), e.dev.Name(), runtime.FormatBytes(free), runtime.FormatBytes(mem.Limit))
-		}
-		budget = free
+	// A budget that is not a byte count (a fraction, the device's
+	// capacity) is cut to the free memory of a device with a limit. On a
+	// GPU without one the plan keeps it: cutting it to the card's free
+	// memory would leave nothing for the activations allocated after the
+	// plan, and it changes what the plan keeps resident (not measured).
+	if known && !room.card && budget > room.free {
+		budget = room.free
 	}
 	in.Budget = budget
 	t0 := time.Now()
@@ -937,47 +938,6 @@ func (e *engine) startInference() error {
 		return err
 	}
 	return e.allocSlots()
-}
-
-// checkDeviceFit is the pre-flight check of the budget and the transfer
-// blocks against the device's free memory (its limit less what others
-// hold; ours, the engine's own device bytes, count as free): an explicit
-// byte budget must fit in it, and the least any plan needs (the non-unit
-// weights plus min(transfer blocks, units) slots of at least the smallest
-// unit, or every unit resident, which is no less) must fit in both it and
-// the budget. A device without a memory limit is not checked.
-func (e *engine) checkDeviceFit(ours int64) error {
-	mem := e.dev.Memory()
-	if mem.Limit <= 0 || len(e.units) == 0 {
-		return nil
-	}
-	free := mem.Limit - (mem.InUse - ours)
-	budget, err := e.budgetBytes()
-	if err != nil {
-		return err
-	}
-	minUnit := e.units[0].bytes
-	for _, u := range e.units {
-		minUnit = min(minUnit, u.bytes)
-	}
-	slots := min(max(e.cfg.TransferBlocks, 1), len(e.units))
-	need := e.fixedBytes + int64(slots)*minUnit
-	what := fmt.Sprintf("%s of non-unit weights plus %d transfer block(s) of at least %s (the smallest unit) = %s",
-		runtime.FormatBytes(e.fixedBytes), slots, runtime.FormatBytes(minUnit), runtime.FormatBytes(need))
-	freeText := fmt.Sprintf("%s free of %s, the rest held by other allocations", runtime.FormatBytes(free), runtime.FormatBytes(mem.Limit))
-	budgetText := runtime.FormatBytes(budget)
-	if e.cfg.GPUBudget.Min {
-		budgetText += fmt.Sprintf(" (the model's minimum with %d transfer block(s))", e.cfg.TransferBlocks)
-	}
-	switch {
-	case e.cfg.GPUBudget.Bytes > 0 && budget > free:
-		return fmt.Errorf("budget %s exceeds the free memory of %s (%s)", budgetText, e.dev.Name(), freeText)
-	case budget > 0 && !e.cfg.GPUBudget.Min && need > budget:
-		return fmt.Errorf("%w: budget %s is below the least any plan needs: %s", ErrBudget, runtime.FormatBytes(budget), what)
-	case need > free:
-		return fmt.Errorf("the least any plan needs, %s, exceeds the free memory of %s (%s)", what, e.dev.Name(), freeText)
-	}
-	return nil
 }
 
 // allocSlots records each unit's placement from the plan, allocates the

@@ -341,11 +341,7 @@ func (m *Manager) CheckDeviceFit() error {
 	if m.e == nil || m.e.phase == PhaseInference || m.e.failed != nil {
 		return nil
 	}
-	ours := m.e.fixedBytes
-	if m.e.staging != nil {
-		ours += m.e.staging.Size()
-	}
-	if err := m.e.checkDeviceFit(ours); err != nil {
+	if err := m.e.checkDeviceFit(m.e.ownDeviceBytes()); err != nil {
 		return fmt.Errorf("offload manager %q: %w", m.name, err)
 	}
 	return nil

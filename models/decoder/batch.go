@@ -80,8 +80,12 @@ func (bs *batchState) free() {
 // appends every layer's keys and values, commits the positions and returns
 // the logits [N,V], row i those of entry i's last token. The returned
 // tensor is the model's workspace: read it before the next forward. On an
-// error no sequence's length changes.
+// error no sequence's length changes. After Close it returns an error
+// wrapping ErrClosed and runs nothing.
 func (m *Model) ForwardBatch(b kernels.Backend, cache *kvcache.Paged, entries []BatchEntry) (*runtime.Tensor, error) {
+	if err := m.checkOpen("decoder.ForwardBatch"); err != nil {
+		return nil, err
+	}
 	if m.tp != nil {
 		return nil, errors.New("decoder.ForwardBatch: not implemented for a sharded model")
 	}

@@ -113,11 +113,29 @@ func rows(t *runtime.Tensor, n int) *runtime.Tensor {
 //
 // On a sharded model (Group) it runs every shard in lockstep and returns
 // rank 0's logits; cache must be the one the model's NewKVCache made.
+// After Close it returns an error wrapping ErrClosed and runs nothing.
 func (m *Model) Forward(b kernels.Backend, cache Cache, ids []int32, allLogits bool) (*runtime.Tensor, error) {
+	if err := m.checkOpen("decoder.Forward"); err != nil {
+		return nil, err
+	}
 	if m.group != nil {
 		return m.group.forward(b, cache, ids, allLogits)
 	}
 	return m.localForward(b, cache, ids, allLogits)
+}
+
+// checkOpen is the error of a forward entry point (op names it) on a nil
+// or closed model: Close freed the weights and the workspace, so running
+// would read freed memory (on a GPU, device addresses the driver may have
+// handed to another allocation) and allocate a new workspace nothing frees.
+func (m *Model) checkOpen(op string) error {
+	switch {
+	case m == nil:
+		return fmt.Errorf("%s: nil model", op)
+	case m.closed:
+		return fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+	return nil
 }
 
 // checkForward is Forward's checks of its arguments.

@@ -16,8 +16,9 @@ import (
 // new tokens do not fit in the model's context (max_position_embeddings).
 var ErrContextLength = errors.New("longer than the model's context")
 
-// ErrClosed is wrapped by Generate's error when the model was closed (its
-// session's Close frees the weights).
+// ErrClosed is wrapped by the error of Generate, Forward, ForwardBatch and
+// DecodeGraph.StepAt when the model was closed (its session's Close frees
+// the weights).
 var ErrClosed = errors.New("the model is closed (its session was closed)")
 
 // GenerateOptions steer Generate.

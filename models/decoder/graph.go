@@ -73,6 +73,9 @@ func (g *DecodeGraph) Step(id int32) (*runtime.Tensor, error) { return g.StepAt(
 // StepAt runs token id at position pos ≤ cache.Len() (positions from pos on
 // are overwritten; the cache then holds pos+1 positions) and returns the logits.
 func (g *DecodeGraph) StepAt(id int32, pos int) (*runtime.Tensor, error) {
+	if g.m.closed {
+		return nil, fmt.Errorf("decoder.DecodeGraph: %w", ErrClosed)
+	}
 	if id < 0 || int(id) >= g.m.Cfg.VocabSize {
 		return nil, fmt.Errorf("decoder.DecodeGraph: token id %d is outside the vocabulary [0, %d)", id, g.m.Cfg.VocabSize)
 	}

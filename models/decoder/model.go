@@ -97,7 +97,8 @@ type Model struct {
 	NoResidualAccumulate bool
 	// mergeTrace counts the layers that ran merged GEMMs (merged.go).
 	mergeTrace mergeTrace
-	// closed is set by Close: Generate then refuses with ErrClosed.
+	// closed is set by Close: Generate, Forward, ForwardBatch and
+	// DecodeGraph.StepAt then refuse with ErrClosed.
 	closed bool
 }
 

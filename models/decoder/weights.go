@@ -110,7 +110,8 @@ func (m *Model) checkUnused(ck *loader.Checkpoint) error {
 }
 
 // Close frees the weights the model loaded and its workspace. A closed model
-// must not run: Generate refuses it with ErrClosed.
+// must not run: Generate, Forward, ForwardBatch and a captured
+// DecodeGraph's steps refuse it with ErrClosed.
 func (m *Model) Close() {
 	m.closed = true
 	m.closeGroup()

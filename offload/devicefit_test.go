@@ -1,0 +1,188 @@
+package offload
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// fakeCard is a device without a memory limit that reports its card's free
+// memory, as a GPU does (cuda.Device.FreeMemory, TotalMemory); the memory
+// itself is a cpu device's.
+type fakeCard struct {
+	runtime.Device
+	free, total int64 // what the "driver" reports
+	err         error
+}
+
+func (f *fakeCard) Name() string { return "fake-gpu" }
+
+func (f *fakeCard) FreeMemory() (free, total int64, err error) { return f.free, f.total, f.err }
+
+func (f *fakeCard) TotalMemory() int64 { return f.total }
+
+const mib = 1 << 20
+
+// fitEngine is an engine with just what the device-fit check reads:
+// fixed MiB of non-unit weights and units of the given MiB.
+func fitEngine(dev runtime.Device, budget string, blocks int, fixed int64, units ...int64) (*engine, error) {
+	var b Budget
+	if budget != "" {
+		var err error
+		if b, err = ParseBudget(budget); err != nil {
+			return nil, err
+		}
+	}
+	e := &engine{dev: dev, fixedBytes: fixed * mib, cfg: Config{GPUBudget: b, TransferBlocks: blocks}, phase: PhaseDiscovery}
+	for i, n := range units {
+		e.units = append(e.units, &unit{idx: i, name: "layer", bytes: n * mib})
+	}
+	return e, nil
+}
+
+// TestCheckDeviceFitCard: on a device without a memory limit that reports
+// its card's free memory (a GPU), the pre-flight check compares with that
+// free memory plus the engine's own bytes: a byte budget is a cap, so one
+// above the model's size passes wherever the model fits and fails only
+// when the model (or the budget, when smaller) does not, naming the budget,
+// what the plan can use and the free memory; the least plan is checked
+// too; a driver error is reported; a cpu device without a limit is not
+// checked.
+func TestCheckDeviceFitCard(t *testing.T) {
+	cpu := runtime.NewCPU(0)
+	defer cpu.Close()
+	// The model: 1 MiB of non-unit weights (the engine's own), 4 units of
+	// 2 MiB: at most 9 MiB on the device.
+	for _, c := range []struct {
+		name   string
+		budget string
+		blocks int
+		free   int64 // MiB the driver reports free (the engine's own 1 MiB not in it)
+		want   []string
+	}{
+		{"a budget above the model and above the free memory", "100MiB", 1, 20, nil},
+		{"a budget that fits only with the engine's own bytes", "5MiB", 1, 4, nil},
+		{"the default budget (the card)", "", 1, 20, nil},
+		{"a budget over the free memory", "5MiB", 1, 3,
+			[]string{"budget 5.00 MiB exceeds the free memory of fake-gpu", "4.00 MiB free of the card's 80.00 MiB"}},
+		{"a budget above the model that does not fit", "100MiB", 1, 5,
+			[]string{"budget 100.00 MiB, of which the plan can use at most 9.00 MiB", "6.00 MiB free of the card's 80.00 MiB"}},
+		{"the least plan over the free memory", "", 4, 3,
+			[]string{"the least any plan needs", "4 transfer block(s) of at least 2.00 MiB", "= 9.00 MiB", "4.00 MiB free of the card's"}},
+	} {
+		dev := &fakeCard{Device: cpu, free: c.free * mib, total: 80 * mib}
+		e, err := fitEngine(dev, c.budget, c.blocks, 1, 2, 2, 2, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = e.checkDeviceFit(e.ownDeviceBytes())
+		if c.want == nil {
+			if err != nil {
+				t.Errorf("%s: %v; want it to pass", c.name, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s: passed; want an error", c.name)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v; want it to say %q", c.name, err, w)
+			}
+		}
+	}
+	boom := errors.New("driver says no")
+	e, err := fitEngine(&fakeCard{Device: cpu, err: boom, total: 80 * mib}, "5MiB", 1, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.checkDeviceFit(e.ownDeviceBytes()); !errors.Is(err, boom) || !strings.Contains(err.Error(), "free memory of fake-gpu") {
+		t.Errorf("a failing FreeMemory: %v; want its error, naming the device", err)
+	}
+	e, err = fitEngine(cpu, "100GiB", 100, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.checkDeviceFit(e.ownDeviceBytes()); err != nil {
+		t.Errorf("a cpu device without a limit: %v; want no check", err)
+	}
+}
+
+// TestCheckDeviceFitOwnBytes: Offload's check and Manager.CheckDeviceFit
+// count the engine's own device bytes (its non-unit weights and, while it
+// has one, its staging block) as free, through one definition, on a device
+// with a limit as on a card.
+func TestCheckDeviceFitOwnBytes(t *testing.T) {
+	limited := runtime.NewCPU(16 * mib)
+	defer limited.Close()
+	plain := runtime.NewCPU(0)
+	defer plain.Close()
+	card := &fakeCard{Device: plain, free: 6 * mib, total: 80 * mib}
+	for _, c := range []struct {
+		name string
+		dev  runtime.Device
+		take func() (free func(), err error) // another allocation of 1 MiB
+	}{
+		// 16 MiB limit: 3 MiB of the engine's, 7 MiB of another's: 9 MiB
+		// free to the engine.
+		{"limit", limited, func() (func(), error) {
+			b, err := limited.Alloc(1*mib, "another allocation")
+			if err != nil {
+				return nil, err
+			}
+			return b.Free, nil
+		}},
+		// The card reports 6 MiB free, the engine holds 3 of its own.
+		{"card", card, func() (func(), error) {
+			card.free -= 1 * mib
+			return func() { card.free += 1 * mib }, nil
+		}},
+	} {
+		e, err := fitEngine(c.dev, "9MiB", 1, 0, 2, 2, 2, 2, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fixed, err := c.dev.Alloc(1*mib, "non-unit weights")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.fixedBytes = fixed.Size()
+		if e.staging, err = c.dev.Alloc(2*mib, "offload staging block"); err != nil {
+			t.Fatal(err)
+		}
+		other, err := c.dev.Alloc(7*mib, "a KV cache")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &Manager{name: "fit-" + c.name}
+		m.setEngine(e)
+		if got := e.ownDeviceBytes(); got != 3*mib {
+			t.Errorf("%s: own device bytes %d; want the weights and the staging block, %d", c.name, got, 3*mib)
+		}
+		if err := m.CheckDeviceFit(); err != nil {
+			t.Errorf("%s: Manager.CheckDeviceFit with a 9 MiB budget and 9 MiB free counting the engine's own: %v", c.name, err)
+		}
+		// Without the staging block counted only 7 MiB are free.
+		err = e.checkDeviceFit(e.fixedBytes)
+		if err == nil || !strings.Contains(err.Error(), "budget 9.00 MiB exceeds the free memory of "+c.dev.Name()) ||
+			!strings.Contains(err.Error(), "7.00 MiB free of") {
+			t.Errorf("%s: the check without the staging block: %v; want the 9 MiB budget over 7 MiB free", c.name, err)
+		}
+		release, err := c.take()
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = m.CheckDeviceFit()
+		if err == nil || !strings.Contains(err.Error(), "offload manager \"fit-"+c.name+"\": budget 9.00 MiB exceeds") ||
+			!strings.Contains(err.Error(), "8.00 MiB free of") {
+			t.Errorf("%s: Manager.CheckDeviceFit after another 1 MiB was taken: %v; want the manager's error naming 8 MiB free", c.name, err)
+		}
+		release()
+		e.staging.Free()
+		fixed.Free()
+		other.Free()
+	}
+}
