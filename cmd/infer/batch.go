@@ -382,8 +382,12 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 			return err
 		}
 	}
-	fmt.Fprintf(stderr, "%d requests, %d tokens in %v (%.1f tokens/s) on %s, KV cache %d blocks (%s)\n", len(reqs), tokens,
-		dur.Round(time.Millisecond), float64(tokens)/dur.Seconds(), sess.Device.Name(), blocks, runtime.FormatBytes(cache.Bytes()))
+	preempted := ""
+	if n := sched.Preemptions(); n > 0 {
+		preempted = fmt.Sprintf(", %d preemptions (requests re-prefilled when the cache ran short; a larger --kv-cache avoids them)", n)
+	}
+	fmt.Fprintf(stderr, "%d requests, %d tokens in %v (%.1f tokens/s) on %s, KV cache %d blocks (%s)%s\n", len(reqs), tokens,
+		dur.Round(time.Millisecond), float64(tokens)/dur.Seconds(), sess.Device.Name(), blocks, runtime.FormatBytes(cache.Bytes()), preempted)
 	if runErr != nil {
 		return runErr
 	}

@@ -282,3 +282,33 @@ func TestRunModelBatchLineValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestRunModelBatchPreempts: a batch whose requests together reach past
+// the KV cache (each fits alone) preempts some and re-prefills them, says
+// so at the end, and gives the tokens of a run whose cache holds them all.
+func TestRunModelBatchPreempts(t *testing.T) {
+	in := writeBatch(t,
+		`{"token_ids": [5, 6, 7], "max_new_tokens": 40, "ignore_eos": true}`,
+		`{"token_ids": [9, 8, 7, 6], "max_new_tokens": 40, "ignore_eos": true}`,
+		`{"token_ids": [3, 4], "max_new_tokens": 40, "temperature": 0.8, "seed": 7, "ignore_eos": true}`,
+		`{"token_ids": [11, 12, 13, 14, 15], "max_new_tokens": 40, "ignore_eos": true}`,
+	)
+	results := func(kv string) ([]batchResult, string) {
+		out := filepath.Join(t.TempDir(), "results.jsonl")
+		code, _, errOut := run(t, "run-model", "--batch-file", in, "--out", out, "--kv-cache", kv)
+		if code != 0 {
+			t.Fatalf("--kv-cache %s: exit %d, %s", kv, code, errOut)
+		}
+		return readResults(t, out), errOut
+	}
+	small, errSmall := results("160KiB")
+	roomy, errRoomy := results("4MiB")
+	if !strings.Contains(errSmall, "preemptions") || strings.Contains(errRoomy, "preemptions") {
+		t.Errorf("preemptions reported with the small cache: %q; with the roomy one: %q", errSmall, errRoomy)
+	}
+	for i := range roomy {
+		if !slices.Equal(small[i].GeneratedIDs, roomy[i].GeneratedIDs) || len(roomy[i].GeneratedIDs) != 40 {
+			t.Errorf("request %d: %v preempted, %v not", i, small[i].GeneratedIDs, roomy[i].GeneratedIDs)
+		}
+	}
+}
