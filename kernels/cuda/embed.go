@@ -8,7 +8,8 @@
 // norm.cu (RMSNorm), normrows.cu (RMSNorm of many rows), normtail.cu (the
 // residual-adding GEMV with the RMSNorm after it done by its last block),
 // rope.cu (RoPE, fused RoPE + KV store, also at per-token positions and
-// pool rows), decodelayer.cu (a plain layer's one-token step as one
+// pool rows), qknorm_rope.cu (a Qwen3-style layer's per-head q/k RMSNorm,
+// RoPE and KV store as one kernel), decodelayer.cu (a plain layer's one-token step as one
 // persistent kernel with grid barriers between its phases, FT_DECODE_MEGA;
 // not part of Source: a unit of its own, SourceDecodeLayer), rope_qkv.cu (a decode step's q/k/v GEMV with the biases, RoPE
 // and the KV store in its epilogue), decode_tr.cu (the transposed one-query

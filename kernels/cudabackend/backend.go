@@ -183,6 +183,11 @@ type Backend struct {
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
 	NoFusedRoPE bool
+	// QKNormRoPETokens is the most tokens for which NormRoPEStoreKV runs
+	// (qknormrope.go: the q/k norms, RoPE and KV store as one kernel);
+	// it declines larger calls, all of them at 0, none at −1. New sets it
+	// from FT_QKNORM_ROPE: 1 unset or "1", 0 for "0", −1 for "all".
+	QKNormRoPETokens int
 
 	// NoMergedGEMM turns MatMulMerged and GateUpSiLUMerged off (they then
 	// say they did not run): q, k, v and gate, up of a several-token
@@ -256,6 +261,7 @@ type kernelSet struct {
 	norm          *normKernels    // GEMVs with the RMSNorm folded in (normgemv.go)
 	merged        mergedKernels   // column splits after a merged GEMM (merged.go)
 	qkvRoPE       *cuda.Function  // gemv3_rope_store_bf16 (qkvrope.go)
+	qkNormRoPE    *cuda.Function  // qknorm_rope_store_bf16 (qknormrope.go)
 	gemvPipe      gemvPipeKernels // pipelined twins of the one-token GEMVs (gemvpipe.go)
 	decodeLayer   *megaModule     // decode_layer_bf16's own module, loaded on first use (decodelayer.go)
 
@@ -302,7 +308,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		gemvFP8: get("gemv_fp8"), dequantFP8: get("dequant_fp8_bf16"),
 		sample: get("sample_rows"),
 		paged:  loadPaged(get), moe: loadMoE(get), moeFused: loadMoEFused(get), decodeMMA: loadDecodeMMA(get),
-		addRMS: get("add_rmsnorm_f32_bf16"), rmsPair: get("rmsnorm_pair_bf16_v8"),
+		addRMS: get("add_rmsnorm_f32_bf16"), rmsPair: get("rmsnorm_pair_bf16_v8"), qkNormRoPE: get("qknorm_rope_store_bf16"),
 		prefill: loadPrefill(get),
 		gemvAcc: get("gemv_persist_f32acc"), gemvAccNorm: get("gemv_persist_f32acc_norm"),
 		fp8:     loadFP8(get),
@@ -433,6 +439,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		VarlenContig: varlenContigFromEnv(),
 		DecodeMega:   decodeMegaFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
+	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV
 	cd.AtClose(b.Close)

@@ -7,7 +7,8 @@
 // kernels of package kernels/cuda, compiled with NVRTC when the backend is
 // made. It also has the optional capabilities of package kernels: CUDA-graph
 // capture of a forward step (kernels.StepCapturer), a fused RoPE + KV-cache
-// store (kernels.RoPEStorer), argmax on the device (kernels.Argmaxer), and
+// store (kernels.RoPEStorer), Qwen3's per-head q/k norms with RoPE and the
+// KV store in one kernel (kernels.NormRoPEStorer), argmax on the device (kernels.Argmaxer), and
 // for batches over a paged KV cache: decode attention split across thread
 // blocks (kernels.PagedDecodeAttender), tensor-core flash attention over
 // packed variable-length prefills (kernels.VarlenPrefillAttender) and RoPE +

@@ -39,7 +39,7 @@ func (b *Backend) PairRMSNorm(x, wx, y, wy *runtime.Tensor, eps float32) error {
 	if ra+rb == 0 {
 		return nil
 	}
-	threads := min(1024, max(32, (dim/8+31)/32*32)) // as RMSNorm picks for BF16 rows: the same sums
+	threads := normThreads(dim) // as RMSNorm picks for BF16 rows: the same sums
 	bytes := int64(ra+rb)*int64(dim)*4 + 2*int64(dim)*2
 	return b.k.rmsPair.LaunchBytes(b.s, bytes, cuda.Dim3{X: ra + rb}, cuda.Dim3{X: threads}, 0,
 		cuda.Ptr(x.Ptr()), cuda.Ptr(wx.Ptr()), cuda.I32(ra), cuda.Ptr(y.Ptr()), cuda.Ptr(wy.Ptr()), cuda.I32(dim), cuda.F32(eps))

@@ -262,3 +262,7 @@ func (b *Backend) MatMulAddNorm(y, x, w, out, nw *runtime.Tensor, eps float32) (
 // ProjectRoPEStoreKV declines (kernels.QKVRoPEStorer) for the same reason:
 // the q/k/v products then run on this backend's MultiMatMul.
 func (b *Backend) ProjectRoPEStoreKV(kernels.QKVRoPE) (bool, error) { return false, nil }
+
+// NormRoPEStoreKV declines (kernels.NormRoPEStorer) likewise: the q/k
+// norms, RoPE and KV store then run on this backend's own kernels.
+func (b *Backend) NormRoPEStoreKV(kernels.QKNormRoPE) (bool, error) { return false, nil }

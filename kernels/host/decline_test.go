@@ -8,7 +8,7 @@ import (
 )
 
 // TestHostDeclinesReferenceFusions: the fused capabilities the embedded
-// reference backend always runs (the norm tail, q/k/v + RoPE + KV store)
+// reference backend always runs (the norm tail, q/k/v + RoPE + KV store, q/k norms + RoPE + KV store)
 // decline on the host backend, so the decoder keeps its threaded kernels.
 func TestHostDeclinesReferenceFusions(t *testing.T) {
 	dev := runtime.NewCPU(0)
@@ -28,6 +28,14 @@ func TestHostDeclinesReferenceFusions(t *testing.T) {
 		t.Fatal("the host backend is no QKVRoPEStorer: the method that declines is gone")
 	} else if ran, err := f.ProjectRoPEStoreKV(kernels.QKVRoPE{}); ran || err != nil {
 		t.Errorf("ProjectRoPEStoreKV: ran %v, err %v; want a decline", ran, err)
+	}
+	if f, ok := be.(kernels.NormRoPEStorer); !ok {
+		t.Fatal("the host backend is no NormRoPEStorer: the method that declines is gone")
+	} else if ran, err := f.NormRoPEStoreKV(kernels.QKNormRoPE{}); ran || err != nil {
+		t.Errorf("NormRoPEStoreKV: ran %v, err %v; want a decline", ran, err)
+	}
+	if ran, _ := b.CPUBackend.NormRoPEStoreKV(kernels.QKNormRoPE{}); !ran {
+		t.Error("the reference CPUBackend declined NormRoPEStoreKV; this test no longer guards anything")
 	}
 	// The reference itself runs (and so would have been inherited).
 	if ran, _ := b.CPUBackend.ProjectRoPEStoreKV(kernels.QKVRoPE{}); !ran {

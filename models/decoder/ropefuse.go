@@ -13,7 +13,8 @@ import (
 // norm (it would sit between the projection and the rotation), a Direct
 // cache and no hook watching the projections; the backend may decline the
 // operands. Otherwise (and when a pending norm folds into the projections
-// instead: normfuse.go) project, qkNorm and ropeAndAppend.
+// instead: normfuse.go) project, then qkNorm and ropeAndAppend: one op
+// where the backend fuses them (normRoPEStore), else two.
 func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed, q, k, v *runtime.Tensor, cache Cache) error {
 	f, ok := b.(kernels.QKVRoPEStorer)
 	_, direct := cache.(Direct)
@@ -42,10 +43,32 @@ func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed,
 	if err := a.project(b, in, q, k, v); err != nil {
 		return err
 	}
+	if ran, err := a.normRoPEStore(b, invFreq, q, k, v, cache); err != nil || ran {
+		return err
+	}
 	if err := a.qkNorm(b, q, k); err != nil {
 		return err
 	}
 	return a.ropeAndAppend(b, invFreq, q, k, v, cache)
+}
+
+// normRoPEStore runs qkNorm and ropeAndAppend as one op where the backend
+// fuses them (kernels.NormRoPEStorer): the layer has q/k norms of one eps
+// over the head width, the cache is Direct and no hook watches the norms.
+// ran is false when it does not apply or the backend declines; nothing
+// then ran.
+func (a *Attention) normRoPEStore(b kernels.Backend, invFreq []float32, q, k, v *runtime.Tensor, cache Cache) (bool, error) {
+	f, ok := b.(kernels.NormRoPEStorer)
+	if !ok || a.QNorm == nil || a.KNorm == nil || a.QNorm.Eps != a.KNorm.Eps || a.QNorm.Dim != a.KNorm.Dim ||
+		q.Dim(-1) != a.QNorm.Dim || !nn.Unwatched(a.QNorm, a.KNorm) {
+		return false, nil
+	}
+	if _, direct := cache.(Direct); !direct {
+		return false, nil
+	}
+	kc, vc := cache.View(a.Layer)
+	return f.NormRoPEStoreKV(kernels.QKNormRoPE{Q: q, K: k, V: v, QNorm: a.QNorm.Weight.Tensor(), KNorm: a.KNorm.Weight.Tensor(),
+		Eps: a.QNorm.Eps, KCache: kc, VCache: vc, Pos: cache.Len(), InvFreq: invFreq})
 }
 
 // foldNorm runs the q/k/v projections with the pending norm of in folded
