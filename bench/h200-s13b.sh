@@ -21,7 +21,7 @@ export FT_KERNEL_CACHE=$PWD/bin/kernels
 q3=/tmp/qwen3-8b
 (timeout 240 $b make-model --shape qwen3-8b --out $q3 >"$out/make-model-q3.txt" 2>&1) &
 log tests
-TT=150 runt kern cudabackend kernels/cudabackend 'TestNormRoPEStoreKVGPU|TestCapturedStep$'
+TT=150 runt kern cudabackend kernels/cudabackend 'TestNormRoPEStoreKVGPU|TestPairRMSNormGPU|TestRoPEStoreKV$|TestCapturedStep$|TestCheckEnvSwitch'
 TT=200 runt model all models/all 'TestFamiliesEveryDevice|TestBatchEveryDevice|TestFusedDecodeSwitchesGPU|TestOffloadedEqualsResident'
 TT=120 runt fit offload offload '^TestGPUDeviceFitCard$'
 TT=150 runt sched infer cmd/infer 'TestCUDASched'
@@ -34,8 +34,10 @@ one q3-off FT_QKNORM_ROPE=0 -- --model $q3 $D --context 512
 m=$q3 rmodel q3-on NOOP=1 -- --max-new-tokens 256
 m=$q3 rmodel q3-off FT_QKNORM_ROPE=0 -- --max-new-tokens 256
 m=$q3 rmodel q3-on2 NOOP=1 -- --max-new-tokens 256
+echo "run-model q3 generated ids, on vs off: $(cmp -s <(grep generated: "$out/rm-q3-on.txt") <(grep generated: "$out/rm-q3-off.txt") && echo same || echo DIFFERENT)" | tee -a "$out/summary.txt"
 one q3-on-kprof NOOP=1 -- --model $q3 $D --context 512 --kernel-profile
 one q3-8k NOOP=1 -- --model $q3 $D --context 8192
+one q3-8k-off FT_QKNORM_ROPE=0 -- --model $q3 $D --context 8192
 # serve: a budget below the model plus a KV cache over the card must be refused (naming both);
 # a budget above the model with a cache that fits must start.
 timeout 90 $b serve --model $q3 --device cuda:0 --gpu-budget 14GiB --kv-cache 130GiB --port 0 >"$out/serve-refuse.txt" 2>&1
