@@ -3,10 +3,12 @@
 package offload_test
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/runtime"
 	"github.com/flextensor-go/flextensor/runtime/cuda"
@@ -20,7 +22,15 @@ import (
 // here plain device buffers) took the card's free memory, the error naming
 // the budget and the free memory, and accepted again once they are freed.
 func TestGPUDeviceFitCard(t *testing.T) {
-	f := newGPUFixture(t, gpuDeepDir(t))
+	// Layers of ~30 MB: a budget below the model is then far above the few
+	// MiB the driver never hands out, so filling the card can go below it.
+	dir := filepath.Join(t.TempDir(), "wide")
+	mc := llama.Shapes["deep-test"]
+	mc.HiddenSize, mc.IntermediateSize, mc.NumAttentionHeads, mc.NumKeyValueHeads, mc.HeadDim = 1024, 4096, 8, 2, 128
+	if err := llama.MakeCheckpoint(dir, mc, 11, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	f := newGPUFixture(t, dir)
 	if limit := f.dev.Memory().Limit; limit > 0 {
 		t.Fatalf("cuda:0 has a memory limit (%d bytes); the test is of a device without one", limit)
 	}
