@@ -4,7 +4,9 @@ package session_test
 // TestREADMESnippet keeps the two equal and runs generate on the CPU.
 
 import (
-	"github.com/flextensor-go/flextensor/models/llama"
+	"errors"
+
+	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/session"
 )
@@ -13,13 +15,16 @@ import (
 // model) on device ("cuda:0", "cpu"), keeping at most 8 GiB of weights on the
 // device (the rest streams from pinned host memory), and saves the offload
 // profile in profile for the next process (session.Options{ProfileDir: profile}).
-func generate(dir, device, profile string, prompt []int32) ([]int32, error) {
+func generate(dir, device, profile string, prompt []int32) (_ []int32, err error) {
 	s, err := session.Open(dir, device, session.Options{GPUBudget: "8GiB"})
 	if err != nil {
 		return nil, err // without -tags cuda, "cuda:0" fails here: built without CUDA
 	}
-	defer s.Close() // the manager, the model, the checkpoint, the device
-	ids, err := s.Model.Generate(s.Backend, prompt, llama.GenerateOptions{MaxNewTokens: 32, IgnoreEOS: true})
+	// Close releases the manager, the model, the checkpoint and the device;
+	// it reports device memory still held (KV caches made on s.Model are
+	// the caller's to free first).
+	defer func() { err = errors.Join(err, s.Close()) }()
+	ids, err := s.Model.Generate(s.Backend, prompt, decoder.GenerateOptions{MaxNewTokens: 32, IgnoreEOS: true})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,11 @@
 //	defer s.Close()
 //	ids, err := s.Model.Generate(s.Backend, prompt, decoder.GenerateOptions{MaxNewTokens: 32})
 //
+// A session's model may be shared by goroutines: it runs one forward at a
+// time (decoder.Model); models/generate.Scheduler serves many requests in
+// one batched forward. KV caches made on the model (NewKVCache,
+// NewPagedCache) are the caller's to free before Close.
+//
 // The package compiles with and without the cuda build tag; without it a
 // cuda device fails to open with an error wrapping cuda.ErrNotBuilt.
 package session
@@ -20,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -140,6 +146,7 @@ type Session struct {
 	host    *runtime.CPUDevice // holds the weights while offloaded
 	hostDev *runtime.CPUDevice // HostBackend's device
 	cleanup []func()
+	closeMu sync.Mutex // serialises Close
 	closed  bool
 }
 
@@ -371,12 +378,31 @@ func (s *Session) UnitGraphOptions() []offload.Option {
 }
 
 // Close releases the offload manager, the model, the checkpoint, the devices
-// and the extracted bundled model. It may be called more than once.
+// and the extracted bundled model. It may be called more than once, and
+// from any goroutine, also while another runs the model: it first stops
+// the model (decoder.Model.Stop), which waits for the forward in progress
+// and makes every later entry point (Generate, Forward, ForwardBatch,
+// NewKVCache, NewPagedCache, a DecodeGraph's step) return an error
+// wrapping decoder.ErrClosed; a Generate running meanwhile returns its
+// tokens so far with that error. KV caches the caller made on the model
+// (decoder.Model.NewKVCache, NewPagedCache, and so a
+// generate.Scheduler's) must be freed (KVCache.Free, kvcache.Paged.Close)
+// before Close, which otherwise returns an error naming the device memory
+// still held. It must not be called from inside a forward (an offload
+// hook); a Generate's OnToken may call it.
 func (s *Session) Close() error {
-	if s == nil || s.closed {
+	if s == nil {
+		return nil
+	}
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
 		return nil
 	}
 	s.closed = true
+	if s.Model != nil {
+		s.Model.Stop() // no forward runs past this; the offload engine is free to go
+	}
 	var errs []error
 	if len(s.Managers) > 0 {
 		for _, name := range s.Managers {

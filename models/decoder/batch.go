@@ -21,7 +21,21 @@ type BatchEntry struct {
 // NewPagedCache allocates a paged KV cache shaped for the model (its
 // layers, KV heads and head width) in b's activation dtype on b's device:
 // blocks blocks of blockSize positions (0: kvcache.DefaultBlockSize).
+// The cache is the caller's: close it (kvcache.Paged.Close) before the
+// model's session, whose Close otherwise reports the device memory still
+// held. After Stop or Close it returns an error wrapping ErrClosed.
 func (m *Model) NewPagedCache(b kernels.Backend, blocks, blockSize int) (*kvcache.Paged, error) {
+	if m == nil {
+		return nil, errors.New("decoder.NewPagedCache: nil model")
+	}
+	if b == nil {
+		return nil, errors.New("decoder.NewPagedCache: nil backend")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, fmt.Errorf("decoder.NewPagedCache: %w", ErrClosed)
+	}
 	if m.tp != nil {
 		return nil, errors.New("decoder: batched forwards (a paged KV cache) are not implemented for a sharded model; run one sequence at a time (Generate, Forward)")
 	}
@@ -80,9 +94,42 @@ func (bs *batchState) free() {
 // appends every layer's keys and values, commits the positions and returns
 // the logits [N,V], row i those of entry i's last token. The returned
 // tensor is the model's workspace: read it before the next forward. On an
-// error no sequence's length changes. After Close it returns an error
-// wrapping ErrClosed and runs nothing.
+// error no sequence's length changes. It holds the model's forward lock
+// (see Model); another goroutine's forward may overwrite the returned
+// logits once it returns, which ForwardBatchFunc avoids. After Stop or
+// Close it returns an error wrapping ErrClosed and runs nothing.
 func (m *Model) ForwardBatch(b kernels.Backend, cache *kvcache.Paged, entries []BatchEntry) (*runtime.Tensor, error) {
+	if m == nil {
+		return nil, errors.New("decoder.ForwardBatch: nil model")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.forwardBatch(b, cache, entries)
+}
+
+// ForwardBatchFunc is ForwardBatch followed by read of its logits, both
+// under the model's forward lock, so that no other goroutine's forward
+// overwrites the logits before read has used them. read must not call
+// the model's forwards (the lock is not re-entrant); its error is
+// returned, after the forward's positions were committed.
+func (m *Model) ForwardBatchFunc(b kernels.Backend, cache *kvcache.Paged, entries []BatchEntry, read func(logits *runtime.Tensor) error) error {
+	if m == nil {
+		return errors.New("decoder.ForwardBatch: nil model")
+	}
+	if read == nil {
+		return errors.New("decoder.ForwardBatchFunc: nil read function")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	lt, err := m.forwardBatch(b, cache, entries)
+	if err != nil {
+		return err
+	}
+	return read(lt)
+}
+
+// forwardBatch is ForwardBatch with the forward lock held.
+func (m *Model) forwardBatch(b kernels.Backend, cache *kvcache.Paged, entries []BatchEntry) (*runtime.Tensor, error) {
 	if err := m.checkOpen("decoder.ForwardBatch"); err != nil {
 		return nil, err
 	}

@@ -5,10 +5,12 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/models/decoder"
+	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// TestForwardAfterClose: Forward, ForwardBatch and a captured decode
-// graph's Step on a closed model return an error wrapping
+// TestForwardAfterClose: Forward, ForwardBatch(Func), a captured decode
+// graph's Step, CaptureDecode, NewKVCache and NewPagedCache on a closed
+// model return an error wrapping
 // decoder.ErrClosed and run nothing: no cache position is written or
 // committed and no new workspace is allocated (before, Forward ran on the
 // freed weights: on the CPU a misleading error about host-addressable
@@ -47,6 +49,18 @@ func TestForwardAfterClose(t *testing.T) {
 	}
 	if _, err := g.Step(7); !errors.Is(err, decoder.ErrClosed) {
 		t.Errorf("DecodeGraph.Step after Close: %v; want decoder.ErrClosed", err)
+	}
+	if _, err := m.NewPagedCache(b, 4, 8); !errors.Is(err, decoder.ErrClosed) {
+		t.Errorf("NewPagedCache after Close: %v; want decoder.ErrClosed", err)
+	}
+	if _, err := m.NewKVCache(b, 4); !errors.Is(err, decoder.ErrClosed) {
+		t.Errorf("NewKVCache after Close: %v; want decoder.ErrClosed", err)
+	}
+	if _, err := m.CaptureDecode(&fakeCapturer{Backend: b}, cache); !errors.Is(err, decoder.ErrClosed) {
+		t.Errorf("CaptureDecode after Close: %v; want decoder.ErrClosed", err)
+	}
+	if err := m.ForwardBatchFunc(b, paged, []decoder.BatchEntry{{Seq: seq, IDs: []int32{6}}}, func(*runtime.Tensor) error { return nil }); !errors.Is(err, decoder.ErrClosed) {
+		t.Errorf("ForwardBatchFunc after Close: %v; want decoder.ErrClosed", err)
 	}
 	if cache.Len() != 2 || seq.Len() != 2 {
 		t.Errorf("cache lengths %d and %d after the refused forwards; want 2 and 2", cache.Len(), seq.Len())

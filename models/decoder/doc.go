@@ -8,6 +8,13 @@
 // binding weights from a checkpoint. A family (models/llama) is a config
 // parser, a Names table and a registration.
 //
+// A Model may be called from several goroutines but runs one forward at a
+// time (its forward lock; see Model): concurrent Generate calls interleave
+// their steps and each gives what it gives alone. Use
+// models/generate.Scheduler to serve many requests in one batched forward.
+// KV caches made on a model (NewKVCache, NewPagedCache) are the caller's to
+// free before the model's session closes.
+//
 // Dimension letters: T tokens in a forward, D hidden size, H query heads, K
 // key/value heads, d head width, I MLP inner width, V vocabulary, C cache
 // capacity.

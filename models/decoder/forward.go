@@ -109,12 +109,27 @@ func rows(t *runtime.Tensor, n int) *runtime.Tensor {
 // Forward runs the tokens ids at positions cache.Len()..cache.Len()+T-1,
 // appends their keys and values to the cache, and returns the logits: [T,V]
 // when allLogits, else [1,V] for the last token. The returned tensor is the
-// model's workspace: read it before the next Forward.
+// model's workspace: read it before the next forward on the model, by this
+// goroutine or any other (Generate and ForwardBatchFunc read their logits
+// under the model's forward lock; with Forward that is the caller's to
+// arrange when it shares the model).
 //
+// It holds the model's forward lock (see Model): one forward at a time.
 // On a sharded model (Group) it runs every shard in lockstep and returns
 // rank 0's logits; cache must be the one the model's NewKVCache made.
-// After Close it returns an error wrapping ErrClosed and runs nothing.
+// After Stop or Close it returns an error wrapping ErrClosed and runs
+// nothing.
 func (m *Model) Forward(b kernels.Backend, cache Cache, ids []int32, allLogits bool) (*runtime.Tensor, error) {
+	if m == nil {
+		return nil, errors.New("decoder.Forward: nil model")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.forward(b, cache, ids, allLogits)
+}
+
+// forward is Forward with the forward lock held.
+func (m *Model) forward(b kernels.Backend, cache Cache, ids []int32, allLogits bool) (*runtime.Tensor, error) {
 	if err := m.checkOpen("decoder.Forward"); err != nil {
 		return nil, err
 	}
@@ -421,8 +436,11 @@ func lastRow(x *runtime.Tensor) *runtime.Tensor {
 }
 
 // WorkspaceBytes is the device memory the model's activation workspace holds
-// now (0 before the first forward or after Close).
+// now (0 before the first forward or after Close). It waits for the forward
+// in progress, if any.
 func (m *Model) WorkspaceBytes() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.ws == nil {
 		return 0
 	}

@@ -30,8 +30,23 @@ type DecodeGraph struct {
 }
 
 // CaptureDecode records a one-token step of m over cache on b. The cache's
-// contents and length are unchanged; nothing runs until Step.
+// contents and length are unchanged; nothing runs until Step. It holds the
+// model's forward lock; after Stop or Close it returns an error wrapping
+// ErrClosed.
 func (m *Model) CaptureDecode(b kernels.Backend, cache Cache) (*DecodeGraph, error) {
+	if m == nil {
+		return nil, errors.New("decoder.CaptureDecode: nil model")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.captureDecode(b, cache)
+}
+
+// captureDecode is CaptureDecode with the forward lock held.
+func (m *Model) captureDecode(b kernels.Backend, cache Cache) (*DecodeGraph, error) {
+	if err := m.checkOpen("decoder.CaptureDecode"); err != nil {
+		return nil, err
+	}
 	sc, ok := b.(kernels.StepCapturer)
 	if !ok {
 		return nil, fmt.Errorf("decoder.CaptureDecode: the %T backend cannot capture graphs", b)
@@ -55,7 +70,7 @@ func (m *Model) CaptureDecode(b kernels.Backend, cache Cache) (*DecodeGraph, err
 	var logits *runtime.Tensor
 	g, err := sc.CaptureStep(func() error {
 		var err error
-		logits, err = m.Forward(b, cache, []int32{0}, false) // the id only sizes the work
+		logits, err = m.forward(b, cache, []int32{0}, false) // the id only sizes the work (the lock is held)
 		return err
 	})
 	_ = cache.Truncate(n) // n ≤ Len(): cannot fail
@@ -71,8 +86,17 @@ func (m *Model) CaptureDecode(b kernels.Backend, cache Cache) (*DecodeGraph, err
 func (g *DecodeGraph) Step(id int32) (*runtime.Tensor, error) { return g.StepAt(id, g.cache.Len()) }
 
 // StepAt runs token id at position pos ≤ cache.Len() (positions from pos on
-// are overwritten; the cache then holds pos+1 positions) and returns the logits.
+// are overwritten; the cache then holds pos+1 positions) and returns the
+// logits. It holds the model's forward lock (see Model); after the model's
+// Stop or Close it returns an error wrapping ErrClosed.
 func (g *DecodeGraph) StepAt(id int32, pos int) (*runtime.Tensor, error) {
+	g.m.mu.Lock()
+	defer g.m.mu.Unlock()
+	return g.stepAt(id, pos)
+}
+
+// stepAt is StepAt with the model's forward lock held.
+func (g *DecodeGraph) stepAt(id int32, pos int) (*runtime.Tensor, error) {
 	if g.m.closed {
 		return nil, fmt.Errorf("decoder.DecodeGraph: %w", ErrClosed)
 	}
@@ -116,9 +140,11 @@ func (g *DecodeGraph) Close() error {
 	return err
 }
 
-// stepper runs Generate's forwards: one-token steps through a DecodeGraph
-// when the backend can capture one (made at the first such step), the rest
-// through Forward.
+// stepper runs Generate's forwards, with the model's forward lock held:
+// one-token steps through a DecodeGraph when the backend can capture one
+// (made at the first such step, and again when another goroutine's larger
+// forward replaced the workspace between two steps), the rest through
+// Forward.
 type stepper struct {
 	eager bool
 	g     *DecodeGraph
@@ -126,7 +152,13 @@ type stepper struct {
 
 func (s *stepper) forward(m *Model, b kernels.Backend, cache Cache, ids []int32) (*runtime.Tensor, error) {
 	if len(ids) != 1 || s.eager {
-		return m.Forward(b, cache, ids, false)
+		return m.forward(b, cache, ids, false)
+	}
+	if s.g != nil && s.g.ws != m.ws && !m.closed {
+		// Another Generate's larger forward (between two of this one's
+		// steps) grew the workspace the graph recorded: record it again.
+		s.g.Close()
+		s.g = nil
 	}
 	if s.g == nil {
 		_, ok := b.(kernels.StepCapturer)
@@ -140,19 +172,20 @@ func (s *stepper) forward(m *Model, b kernels.Backend, cache Cache, ids []int32)
 		}
 		if !ok {
 			s.eager = true
-			return m.Forward(b, cache, ids, false)
+			return m.forward(b, cache, ids, false)
 		}
-		g, err := m.CaptureDecode(b, cache)
+		g, err := m.captureDecode(b, cache)
 		if err != nil {
 			return nil, err
 		}
 		s.g = g
 	}
-	return s.g.Step(ids[0])
+	return s.g.stepAt(ids[0], s.g.cache.Len())
 }
 
 func (s *stepper) close() {
 	if s.g != nil {
 		s.g.Close()
+		s.g = nil
 	}
 }

@@ -1,6 +1,7 @@
 package decoder
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/flextensor-go/flextensor/kernels"
@@ -56,8 +57,27 @@ type KVCache struct {
 	host *hostKV
 }
 
-// NewKVCache allocates a cache of capacity positions on b's device.
+// NewKVCache allocates a cache of capacity positions on b's device. The
+// cache is the caller's: free it (KVCache.Free) before the model's session
+// closes, whose Close otherwise reports the device memory still held.
+// After Stop or Close it returns an error wrapping ErrClosed.
 func (m *Model) NewKVCache(b kernels.Backend, capacity int) (*KVCache, error) {
+	if m == nil {
+		return nil, errors.New("decoder.NewKVCache: nil model")
+	}
+	if b == nil {
+		return nil, errors.New("decoder.NewKVCache: nil backend")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.newKVCache(b, capacity)
+}
+
+// newKVCache is NewKVCache with the forward lock held.
+func (m *Model) newKVCache(b kernels.Backend, capacity int) (*KVCache, error) {
+	if m.closed {
+		return nil, fmt.Errorf("decoder.NewKVCache: %w", ErrClosed)
+	}
 	if capacity <= 0 {
 		return nil, fmt.Errorf("decoder: KV cache capacity %d must be positive", capacity)
 	}

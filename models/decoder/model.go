@@ -3,6 +3,7 @@ package decoder
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/nn"
@@ -64,6 +65,15 @@ type Layer struct {
 
 // Model is a decoder-only transformer for causal LM: embedding, layers,
 // final norm, LM head.
+//
+// A Model may be used from several goroutines, but it runs one forward at
+// a time: Forward, ForwardBatch, a DecodeGraph's step and each step of
+// Generate take the model's forward lock, and the others wait (the
+// activations live in one workspace per model). Two Generate calls on one
+// model therefore interleave step by step, each over its own KV cache,
+// and give each the tokens it gives alone; they do not run faster than one
+// after the other. To serve many requests at once, use
+// models/generate.Scheduler: it runs them in one batched forward.
 type Model struct {
 	nn.Base
 	Cfg     Config
@@ -97,9 +107,22 @@ type Model struct {
 	NoResidualAccumulate bool
 	// mergeTrace counts the layers that ran merged GEMMs (merged.go).
 	mergeTrace mergeTrace
-	// closed is set by Close: Generate, Forward, ForwardBatch and
-	// DecodeGraph.StepAt then refuse with ErrClosed.
+	// mu is the forward lock: every forward (Forward, ForwardBatch, a
+	// DecodeGraph's step, each step of Generate with its token's pick)
+	// holds it, and so do Stop, Close and the calls that allocate on the
+	// model's behalf (NewKVCache, NewPagedCache). The workspace ws, closed
+	// and live are guarded by it. Internal paths that run inside a forward
+	// (capture, the stepper, a sharded group's ranks) call the unlocked
+	// variants: the lock is not re-entrant.
+	mu sync.Mutex
+	// closed is set by Stop and Close: Generate, Forward, ForwardBatch,
+	// CaptureDecode, DecodeGraph.StepAt, NewKVCache and NewPagedCache then
+	// refuse with ErrClosed.
 	closed bool
+	// live are the KV caches of the Generate calls in progress, with their
+	// steppers (a captured DecodeGraph): Stop and Close free them (a Generate between steps, in its OnToken say, holds
+	// no lock), and the Generate then returns ErrClosed at its next step.
+	live map[*KVCache]*stepper
 }
 
 // PassTokens is the number of tokens the forward in progress carries (or

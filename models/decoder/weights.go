@@ -109,11 +109,43 @@ func (m *Model) checkUnused(ck *loader.Checkpoint) error {
 		ck.Dir(), len(unused), m.Cfg.NumHiddenLayers, m.Cfg.Summary(), strings.Join(list, ", "))
 }
 
-// Close frees the weights the model loaded and its workspace. A closed model
-// must not run: Generate, Forward, ForwardBatch and a captured
-// DecodeGraph's steps refuse it with ErrClosed.
-func (m *Model) Close() {
+// Stop closes the model to new work without freeing its weights: it waits
+// for the forward in progress (each forward holds the model's forward
+// lock, see Model), marks the model closed, and frees the KV caches of the
+// Generate calls in progress, which return their tokens so far with
+// ErrClosed at their next step. Afterwards Generate, Forward,
+// ForwardBatch, CaptureDecode, DecodeGraph steps, NewKVCache and
+// NewPagedCache return errors wrapping ErrClosed. A session's Close calls
+// it before it releases what the forwards use (an offload engine), then
+// Close. It must not be called from inside a forward (an offload hook):
+// the forward lock is not re-entrant. Callbacks of Generate (OnToken,
+// OnStep) run outside the lock and may call it.
+func (m *Model) Stop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stop()
+}
+
+// stop is Stop with the forward lock held.
+func (m *Model) stop() {
 	m.closed = true
+	for c, steps := range m.live {
+		steps.close()
+		c.Free()
+	}
+	m.live = nil
+}
+
+// Close frees the weights the model loaded and its workspace, after Stop:
+// it waits for the forward in progress and then refuses new ones with
+// ErrClosed. A Generate running in another goroutine returns the tokens it
+// chose with an error wrapping ErrClosed; its KV cache is freed here. KV
+// caches made with NewKVCache and NewPagedCache are the caller's to free.
+// The same rule as Stop's: not from inside a forward.
+func (m *Model) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stop()
 	m.closeGroup()
 	m.closeMoETables()
 	for _, b := range m.owned {

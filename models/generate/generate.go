@@ -26,6 +26,15 @@
 // (same seed, same sampling), batched or not, preempted or not (up to
 // rounding: a prefilled position's keys and values can differ in the last
 // bits from the ones a decode step stored).
+//
+// Each step's forward and the choice of its tokens hold the model's
+// forward lock (decoder.Model: one forward at a time), so Generate calls
+// on the same model from other goroutines are safe; they wait for the
+// step. The paged cache a Scheduler runs over is the caller's (made with
+// decoder.Model.NewPagedCache): stop the scheduler and close the cache
+// (kvcache.Paged.Close) before the model's session, whose Close otherwise
+// returns an error naming the device memory still held. After the
+// session's Close, a step fails with an error wrapping decoder.ErrClosed.
 package generate
 
 import (
@@ -123,7 +132,8 @@ type Scheduler struct {
 }
 
 // New makes a scheduler for m on b over cache (shaped for m:
-// m.NewPagedCache).
+// m.NewPagedCache; the caller closes it, after the scheduler's last step
+// and before the model's session).
 func New(m *decoder.Model, b kernels.Backend, cache *kvcache.Paged, opt Options) (*Scheduler, error) {
 	if m == nil || b == nil || cache == nil {
 		return nil, errors.New("generate.New: a model, a backend and a KV cache are needed")
@@ -304,12 +314,15 @@ func (s *Scheduler) Step() (bool, error) {
 		return s.left(), nil
 	}
 	V := s.m.Cfg.VocabSize
-	lt, err := s.m.ForwardBatch(s.b, s.cache, entries)
 	var ids []int
 	var errs []error
-	if err == nil {
+	// The tokens are chosen under the model's forward lock: another
+	// goroutine's forward on the model would overwrite the logits.
+	err := s.m.ForwardBatchFunc(s.b, s.cache, entries, func(lt *runtime.Tensor) error {
+		var err error
 		ids, errs, err = s.choose(lt, in, sample, V)
-	}
+		return err
+	})
 	if err != nil {
 		for _, h := range in {
 			h.finish(FinishError, err)

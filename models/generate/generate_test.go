@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/kernels"
@@ -583,4 +584,73 @@ func TestSchedulerCancelPreempted(t *testing.T) {
 		}
 	}
 	g.allFree(t)
+}
+
+// TestSchedulerBesideGenerate: a Scheduler stepping in one goroutine while
+// two others call Generate on the same model gives every request the
+// tokens it gives alone, and so does every Generate: the scheduler's
+// forward and the choice of its tokens hold the model's forward lock
+// (decoder.Model.ForwardBatchFunc), so a Generate's forward cannot
+// overwrite the logits between the two.
+func TestSchedulerBesideGenerate(t *testing.T) {
+	m, b := load(t, fixtures[0].dir)
+	reqs := requests(m.Cfg.VocabSize)
+	want := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		want[i] = alone(t, m, b, r)
+	}
+	cache, err := m.NewPagedCache(b, 12, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	s, err := generate.New(m, b, cache, generate.Options{MaxSeqs: 3, MaxBatchTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hs []*generate.Handle
+	for _, r := range reqs {
+		hs = append(hs, must(s.Submit(r)))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			more, err := s.Step()
+			if err != nil {
+				errs <- fmt.Errorf("scheduler step: %v", err)
+				return
+			}
+			if !more {
+				return
+			}
+		}
+	}()
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range 3 {
+				i := (2*g + c) % len(reqs)
+				r := reqs[i]
+				got, err := m.Generate(b, r.Prompt, decoder.GenerateOptions{MaxNewTokens: r.MaxNewTokens, Sampling: r.Sampling,
+					Seed: r.Seed, StopTokens: r.StopTokens, IgnoreEOS: r.IgnoreEOS})
+				if err != nil || !slices.Equal(got, want[i]) {
+					errs <- fmt.Errorf("Generate of request %d beside the scheduler: %v, %v; alone %v", i, got, err, want[i])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i, h := range hs {
+		if res := h.Wait(); res.Err != nil || !slices.Equal(res.Generated, want[i]) {
+			t.Errorf("request %d in the scheduler beside Generate: %v, %v; alone %v", i, res.Generated, res.Err, want[i])
+		}
+	}
 }
