@@ -19,7 +19,7 @@ type CPUDevice struct {
 	mu        sync.Mutex
 	streams   []*cpuStream
 	closed    atomic.Bool // set by Close: allocations and NewStream then fail
-	name      string // "" = "cpu" (NewCPUNamed)
+	name      string      // "" = "cpu" (NewCPUNamed)
 	// CopyFault, when set, is called before each copy a stream runs; an error
 	// it returns fails that copy (fault injection for tests).
 	CopyFault func(op string, bytes int64) error
