@@ -120,7 +120,9 @@ func TestRegisterConflict(t *testing.T) {
 // stays (llama.Register may run after its init).
 func TestRegisterSameClaimsKeepsFirst(t *testing.T) {
 	again := llama.Family
-	again.New = func([]byte, string) (*decoder.Model, error) { return nil, errors.New("the second registration's New ran") }
+	again.New = func([]byte, string) (*decoder.Model, error) {
+		return nil, errors.New("the second registration's New ran")
+	}
 	models.Register(again)
 	llama.Register()
 	m, err := models.New(tinyDir)
