@@ -85,8 +85,8 @@ var (
 	ErrBadRequest = errors.New("generate: bad request")
 	// ErrCacheTooSmall is the kind of ErrTooLong that a larger KV cache
 	// (more blocks in m.NewPagedCache) would admit: the request fits the
-	// context but not the whole cache. Such errors match both.
-	ErrCacheTooSmall = errors.New("generate: the KV cache is too small for the request")
+	// context but not the whole cache. It wraps ErrTooLong.
+	ErrCacheTooSmall = fmt.Errorf("%w: the KV cache is too small", ErrTooLong)
 )
 
 // Options size a Scheduler.
@@ -206,8 +206,8 @@ func (s *Scheduler) Submit(r Request) (*Handle, error) {
 	h := &Handle{req: r, done: make(chan struct{}), maxNew: maxNew}
 	if max(maxNew, 1) > s.MaxNewFor(len(r.Prompt)) {
 		need := s.cache.BlocksFor(len(r.Prompt) + max(maxNew, 1) - 1)
-		return nil, fmt.Errorf("%w: %w: %d prompt + %d new tokens need %d KV blocks of %d positions; the cache has %d in all (give a larger KV cache)",
-			ErrTooLong, ErrCacheTooSmall, len(r.Prompt), maxNew, need, s.cache.BlockSize(), s.cache.TotalBlocks())
+		return nil, fmt.Errorf("%w: %d prompt + %d new tokens need %d KV blocks of %d positions; the cache has %d in all",
+			ErrCacheTooSmall, len(r.Prompt), maxNew, need, s.cache.BlockSize(), s.cache.TotalBlocks())
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
