@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/flextensor-go/flextensor/runtime"
@@ -49,6 +50,9 @@ type CPUBackend struct {
 
 // NewCPUBackend returns the CPU backend for dev (a CPU device).
 func NewCPUBackend(dev runtime.Device) (*CPUBackend, error) {
+	if dev == nil {
+		return nil, errors.New("kernels.NewCPUBackend: nil device (want a cpu device)")
+	}
 	if dev.Kind() != runtime.KindCPU {
 		return nil, fmt.Errorf("kernels: the CPU backend needs a cpu device, got %s", dev.Name())
 	}
@@ -62,7 +66,11 @@ func (b *CPUBackend) Device() runtime.Device { return b.dev }
 func (b *CPUBackend) ActDType() runtime.DType { return runtime.F32 }
 
 // AsMat views a CPU tensor of rank 1 or 2 as a Mat (rank 1 is one row).
+// A nil t (an unbound weight) is an error.
 func AsMat(t *runtime.Tensor) (Mat, error) {
+	if t == nil {
+		return Mat{}, errors.New("kernels: the weight is nil (not bound)")
+	}
 	s := t.Shape()
 	rows, cols := 1, 0
 	switch len(s) {
@@ -88,7 +96,12 @@ func AsMat(t *runtime.Tensor) (Mat, error) {
 	return m, nil
 }
 
+// f32 is the host values of an F32 activation tensor; name says which
+// argument it is in errors (a nil t is one).
 func f32(name string, t *runtime.Tensor) ([]float32, error) {
+	if t == nil {
+		return nil, fmt.Errorf("kernels: %s is nil", name)
+	}
 	if t.DType() != runtime.F32 {
 		return nil, fmt.Errorf("kernels: %s is %v, the CPU backend wants F32 activations", name, t.DType())
 	}
@@ -266,6 +279,9 @@ func (b *CPUBackend) Add(out, x, y *runtime.Tensor) error {
 
 // ReadF32 copies src to dst, widening BF16/F16.
 func (b *CPUBackend) ReadF32(dst []float32, src *runtime.Tensor) error {
+	if src == nil {
+		return errors.New("kernels.ReadF32: src is nil")
+	}
 	if len(dst) != src.NumElements() {
 		return fmt.Errorf("kernels.ReadF32: dst holds %d values, src %v has %d", len(dst), src.Shape(), src.NumElements())
 	}

@@ -9,6 +9,7 @@ import (
 // BiasAdder adds a bias to every row: x[t,n] += bias[n] for x of rows of
 // width N and bias of N values (a projection's bias, after its MatMul).
 type BiasAdder interface {
+	// AddBias adds bias to every row of x in place.
 	AddBias(x, bias *runtime.Tensor) error
 }
 
@@ -16,6 +17,7 @@ type BiasAdder interface {
 // position P sees positions max(0, P−window+1)..P only; window 0 is
 // Attention.
 type WindowAttender interface {
+	// AttentionWindow is Attention where each query sees its last window positions.
 	AttentionWindow(out, q, kCache, vCache *runtime.Tensor, pos0, window int) error
 }
 

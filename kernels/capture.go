@@ -32,6 +32,7 @@ type StepCapturer interface {
 // same as RoPE(q, pos0, invFreq); RoPE(k, pos0, invFreq); StoreKV(kCache, k,
 // pos0); StoreKV(vCache, v, pos0), in one op.
 type RoPEStorer interface {
+	// RoPEStoreKV rotates q and k and stores k and v at rows pos0.. of the caches.
 	RoPEStoreKV(q, k, v, kCache, vCache *runtime.Tensor, pos0 int, invFreq []float32) error
 }
 
@@ -41,6 +42,7 @@ type RoPEStorer interface {
 // kernels.Sample does, to say which). Only R ints cross to the host instead
 // of R×V logits.
 type Argmaxer interface {
+	// ArgmaxRows writes each row's greedy token (or −1) to dst.
 	ArgmaxRows(dst []int32, x *runtime.Tensor) error
 }
 
@@ -51,17 +53,20 @@ type Argmaxer interface {
 // u·total), in float32; −1 when the row holds a NaN or +Inf, or only −Inf.
 // Only R ints cross to the host.
 type DeviceSampler interface {
+	// SampleRows writes each row's drawn token (or −1) to dst.
 	SampleRows(dst []int32, x *runtime.Tensor, invT, u []float32) error
 }
 
 // MultiMatMuler computes several projections of one input in one op:
 // outs[i][T,N_i] = x[T,D]·ws[i][N_i,D]ᵀ (one launch for a token's q, k and v).
 type MultiMatMuler interface {
+	// MatMulN computes outs[i] = x·ws[i]ᵀ for every i in one op.
 	MatMulN(outs []*runtime.Tensor, x *runtime.Tensor, ws []*runtime.Tensor) error
 }
 
 // GateUpSiLUer fuses Llama's MLP before its down projection for one token:
 // out[1,I] = silu(x·wgᵀ)·(x·wuᵀ), silu(g) = g·σ(g), for x of one row.
 type GateUpSiLUer interface {
+	// GateUpSiLU computes out = silu(x·wgᵀ)·(x·wuᵀ) for x of one row.
 	GateUpSiLU(out, x, wg, wu *runtime.Tensor) error
 }

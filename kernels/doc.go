@@ -11,7 +11,11 @@
 //
 // Kernels run on several goroutines when the work is large enough to pay for
 // the hand-off (see parallelFor) and inline otherwise, so a decode step of a
-// tiny model is not dominated by scheduling. Size mismatches a caller can
+// tiny model is not dominated by scheduling. The helper goroutines
+// (GOMAXPROCS−1 of them, as GOMAXPROCS was at the first large kernel) form
+// one process-wide pool, started lazily by the first kernel that spreads
+// its work and never stopped: they are not a leak, but a goroutine-leak
+// check around a test that ran a model sees them. Size mismatches a caller can
 // cause return errors naming the kernel and the sizes; the few kernels with
 // no error result (SiLUMul, Add, the conversions) panic on mismatched
 // lengths, which is a programming error.

@@ -47,6 +47,7 @@ func (l FP8Layout) ScaleShape(n, k int) runtime.Shape {
 // FP8MatMuler is a backend that multiplies by FP8 weights:
 // out[T,N] = x[T,D]·dequant(w[N,D], scale)ᵀ, F32 accumulation.
 type FP8MatMuler interface {
+	// MatMulFP8 computes out = x·dequant(w, scale)ᵀ.
 	MatMulFP8(out, x, w, scale *runtime.Tensor, layout FP8Layout) error
 }
 

@@ -10,6 +10,7 @@ import (
 // x[T,D]·dequant(ws[i], scales[i])ᵀ, every weight's scales laid out as
 // layout says (one launch for a token's q, k and v on the GPU).
 type FP8MultiMatMuler interface {
+	// MatMulNFP8 computes outs[i] = x·dequant(ws[i], scales[i])ᵀ for every i in one op.
 	MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scales []*runtime.Tensor, layout FP8Layout) error
 }
 
@@ -17,6 +18,7 @@ type FP8MultiMatMuler interface {
 // silu(x·dequant(wg, sg)ᵀ)·(x·dequant(wu, su)ᵀ) for x of one row. up is
 // scratch of out's shape that an unfused path may write.
 type FP8GateUpSiLUer interface {
+	// GateUpSiLUFP8 computes out = silu(x·dequant(wg)ᵀ)·(x·dequant(wu)ᵀ) for x of one row.
 	GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layout FP8Layout) error
 }
 

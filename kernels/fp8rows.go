@@ -11,6 +11,7 @@ package kernels
 type FP8RowsFuser interface {
 	FP8MultiMatMuler
 	FP8GateUpSiLUer
+	// FusesFP8Rows reports whether the fused FP8 ops share one quantization of x at rows tokens.
 	FusesFP8Rows(rows int) bool
 }
 

@@ -16,6 +16,7 @@ import "github.com/flextensor-go/flextensor/runtime"
 // per-weight MatMuls up to the summation order of the GEMM algorithm the
 // backend picks for the merged shape.
 type MergedMatMuler interface {
+	// MatMulMerged computes outs[i] = x·ws[i]ᵀ as one GEMM, or reports ran false.
 	MatMulMerged(outs []*runtime.Tensor, x *runtime.Tensor, ws []*runtime.Tensor) (ran bool, err error)
 }
 
@@ -25,6 +26,7 @@ type MergedMatMuler interface {
 // while reading its two halves (so gate, up and SiLUMul become two
 // launches). ran false: not taken, nothing written, as for MatMulMerged.
 type MergedGateUpSiLUer interface {
+	// GateUpSiLUMerged computes out = silu(x·wgᵀ)·(x·wuᵀ) from one GEMM, or reports ran false.
 	GateUpSiLUMerged(out, x, wg, wu *runtime.Tensor) (ran bool, err error)
 }
 

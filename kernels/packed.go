@@ -20,6 +20,7 @@ import (
 // backend does not take this call (switched off, no kernel for the head
 // width, …); the caller then takes the paged path.
 type PackedPrefillAttender interface {
+	// PackedPrefillAttention attends the packed fresh sequences over their own rows, or reports false.
 	PackedPrefillAttention(out, q, k, v *runtime.Tensor, qStarts []int32, window int) (bool, error)
 }
 

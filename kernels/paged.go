@@ -64,6 +64,7 @@ func (kv PagedKV) Check(qStarts []int32, poolRows int) (maxLen int, err error) {
 //
 //	out[s,h] = Σ_p softmax_p(q[s,h]·k_s[p]/√d) · v_s[p].
 type PagedDecodeAttender interface {
+	// PagedDecodeAttention attends each sequence's one query over its cached positions.
 	PagedDecodeAttention(out, q, kPool, vPool *runtime.Tensor, kv PagedKV, window int) error
 }
 
@@ -76,6 +77,7 @@ type PagedDecodeAttender interface {
 // positions max(0, P−window+1)..P (window 0: 0..P), read through the block
 // table. QStarts has N+1 entries, QStarts[0] = 0 and QStarts[N] = T.
 type VarlenPrefillAttender interface {
+	// VarlenPrefillAttention attends each sequence's queries causally over its cached positions.
 	VarlenPrefillAttention(out, q, kPool, vPool *runtime.Tensor, qStarts []int32, kv PagedKV, window int) error
 }
 
@@ -236,6 +238,7 @@ func (b *CPUBackend) VarlenPrefillAttention(out, q, kPool, vPool *runtime.Tensor
 // It is RoPE and StoreKV per token, for a batch whose tokens sit at
 // unrelated positions and pool rows (decoder.ForwardBatch).
 type BatchRoPEStorer interface {
+	// RoPEStoreKVAt rotates each token at its position and stores its k and v at its slot.
 	RoPEStoreKVAt(q, k, v, kPool, vPool *runtime.Tensor, positions, slots []int32, invFreq []float32) error
 }
 

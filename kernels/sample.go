@@ -29,9 +29,9 @@ func Argmax(x []float32) int {
 // is an error, Validate); TopK 0 keeps every token; TopP 0 or 1 keeps every
 // token.
 type SampleParams struct {
-	Temperature float32
-	TopK        int
-	TopP        float32
+	Temperature float32 // divides the logits; 0: greedy
+	TopK        int     // keep the TopK most likely tokens; 0: all
+	TopP        float32 // keep the most likely tokens whose mass reaches TopP; 0 or 1: all
 }
 
 // Sample draws a token id from logits. Temperature 0 returns

@@ -10,6 +10,7 @@ import (
 // scales the rotated queries by the square of a yarn or longrope attention
 // factor (transformers scales cos and sin, so q and k, by it).
 type Scaler interface {
+	// Scale multiplies x by s in place.
 	Scale(x *runtime.Tensor, s float32) error
 }
 

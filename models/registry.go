@@ -48,8 +48,12 @@ var (
 )
 
 // Register adds f to the registry. It panics when f has no name or New, or
-// claims an architecture or model type another family has: both are
-// programmer errors at init time.
+// claims an architecture or model type another family has, or takes a
+// registered family's name with other claims: programmer errors at init
+// time. Registering a name again with the same claims (architectures and
+// model types) does nothing, so a family's Register may run more than once
+// (llama.Register after its init); the first registration stays, even when
+// the later one's New or Shapes differ: a family cannot be overridden.
 func Register(f Family) {
 	if f.Name == "" || f.New == nil {
 		panic("models.Register: a family needs a Name and New")
@@ -159,8 +163,11 @@ func New(dir string) (*decoder.Model, error) {
 
 // Load builds the model of the checkpoint in dir (New) and binds its
 // weights on dev (decoder.Model.LoadCheckpoint). Close the model, then the
-// checkpoint, when done.
+// checkpoint, when done. A nil dev is an error.
 func Load(dir string, dev runtime.Device) (*decoder.Model, *loader.Checkpoint, error) {
+	if dev == nil {
+		return nil, nil, fmt.Errorf("models.Load %s: nil device", dir)
+	}
 	return decoder.Builder(checkedNew).Load(dir, dev)
 }
 

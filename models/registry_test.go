@@ -1,6 +1,7 @@
 package models_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models"
+	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/models/llama"
 	"github.com/flextensor-go/flextensor/runtime"
 )
@@ -111,4 +113,32 @@ func TestRegisterConflict(t *testing.T) {
 		}
 	}()
 	models.Register(models.Family{Name: "other", Architectures: []string{"LlamaForCausalLM"}, New: llama.Family.New})
+}
+
+// TestRegisterSameClaimsKeepsFirst: registering a family's name again with
+// the same claims does nothing, even with another New: the first family
+// stays (llama.Register may run after its init).
+func TestRegisterSameClaimsKeepsFirst(t *testing.T) {
+	again := llama.Family
+	again.New = func([]byte, string) (*decoder.Model, error) {
+		return nil, errors.New("the second registration's New ran")
+	}
+	models.Register(again)
+	llama.Register()
+	m, err := models.New(tinyDir)
+	if err != nil {
+		t.Fatalf("after registering llama again: %v", err)
+	}
+	m.Close()
+}
+
+// TestLoadNilDevice: models.Load with a nil device is an error, not a panic.
+func TestLoadNilDevice(t *testing.T) {
+	m, ck, err := models.Load(tinyDir, nil)
+	if err == nil || !strings.Contains(err.Error(), "nil device") {
+		t.Errorf("models.Load(dir, nil): %v", err)
+	}
+	if m != nil || ck != nil {
+		t.Errorf("models.Load(dir, nil) returned a model or checkpoint")
+	}
 }

@@ -10,6 +10,7 @@ package nn
 // announced (a hook must not fail a pass for that), and a module called
 // without being announced must still work (more slowly).
 type Announcer interface {
+	// Announce says parent's forward will call next, in that order.
 	Announce(parent Module, next []Module)
 }
 

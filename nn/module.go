@@ -59,11 +59,22 @@ func Init(m Module, name string) *Tree {
 }
 
 // Attach makes child a child of parent under the local name; the child's
-// qualified name is parent's name + "." + local.
+// qualified name is parent's name + "." + local. Building a module tree is
+// code, not input, and its mistakes panic: a parent with no tree (not
+// under an Init root), an empty local name, or one that parent already
+// has a child under (two modules of one qualified name).
 func Attach(parent Module, local string, child Module) {
 	p, c := parent.Node(), child.Node()
 	if p.tree == nil {
 		panic("nn.Attach: parent has no tree; call nn.Init on the root first")
+	}
+	if local == "" {
+		panic(fmt.Sprintf("nn.Attach: an empty local name under %q", p.name))
+	}
+	for _, sib := range p.children {
+		if sib.Node().local == local {
+			panic(fmt.Sprintf("nn.Attach: %q already has a child named %q", p.name, local))
+		}
 	}
 	c.self, c.local, c.tree = child, local, p.tree
 	c.name = local
@@ -127,7 +138,16 @@ type Parameter struct {
 	local string
 	owner *Base
 	t     atomic.Pointer[runtime.Tensor]
+	// declared is the shape the owning layer declared (Linear [out, in],
+	// Embedding [vocab, dim], RMSNorm [dim]); nil: any.
+	declared runtime.Shape
 }
+
+// Declared is the shape the owning layer declared for the parameter
+// (Linear's weight [Out, In], bias [Out], FP8 scales as the layout says,
+// Embedding's [Vocab, Dim], RMSNorm's [Dim]); nil when any shape goes (a
+// parameter added with AddParam).
+func (p *Parameter) Declared() runtime.Shape { return p.declared }
 
 // Name is the qualified name ("model.layers.0.mlp.up_proj.weight").
 func (p *Parameter) Name() string { return p.name }
@@ -149,11 +169,15 @@ func (p *Parameter) Tensor() *runtime.Tensor {
 // Peek is the tensor without notifying the read observer.
 func (p *Parameter) Peek() *runtime.Tensor { return p.t.Load() }
 
-// Bind points the parameter at t. When the parameter already holds a tensor,
-// t must have the same dtype and shape.
+// Bind points the parameter at t. t must have the shape the layer declared
+// (Declared), when it declared one; when the parameter already holds a
+// tensor, t must have its dtype and shape.
 func (p *Parameter) Bind(t *runtime.Tensor) error {
 	if t == nil {
 		return fmt.Errorf("parameter %s: bind to nil tensor", p.name)
+	}
+	if p.declared != nil && !t.Shape().Equal(p.declared) {
+		return fmt.Errorf("parameter %s: bind %v %v: the layer declares shape %v", p.name, t.DType(), t.Shape(), p.declared)
 	}
 	if old := p.t.Load(); old != nil && (old.DType() != t.DType() || !old.Shape().Equal(t.Shape())) {
 		return fmt.Errorf("parameter %s: bind %v %v over %v %v: dtype or shape differs",
@@ -247,8 +271,11 @@ var ErrPanicked = errors.New("forward panicked")
 // an error wrapping ErrPanicked, and the panic then propagates to the caller
 // unchanged, so a caller that recovers sees it. The hooks of one Call are
 // those installed when it began: a hook removed during a forward still exits
-// the calls it entered.
+// the calls it entered. A nil m or fn is an error.
 func Call(m Module, fn func() error) error {
+	if m == nil || fn == nil {
+		return errors.New("nn.Call: a module and a forward function are needed (got a nil one)")
+	}
 	t := m.Node().tree
 	if t == nil {
 		return fn()

@@ -8,6 +8,7 @@ package nn
 // fused op, skipping their Calls, only when no hook watches those children
 // (Unwatched).
 type Watcher interface {
+	// Watches reports whether the hook's Enter or Exit acts on m.
 	Watches(m Module) bool
 }
 

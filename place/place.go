@@ -150,9 +150,14 @@ type binding struct {
 //     device memory;
 //   - any other device: device buffers filled through a Stager on the
 //     device's compute stream (WithStream, WithStaging).
+//
+// A nil src or dev is an error.
 func Bind(root nn.Module, src Source, dev runtime.Device, opts ...Option) (_ *Weights, err error) {
 	if src == nil {
 		return nil, errors.New("place.Bind: no weight source")
+	}
+	if dev == nil {
+		return nil, errors.New("place.Bind: nil device")
 	}
 	var o options
 	for _, f := range opts {

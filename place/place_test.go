@@ -472,3 +472,15 @@ func TestStagerUploadsPiecesAndHostBlocks(t *testing.T) {
 		t.Fatalf("out-of-range piece: %v", err)
 	}
 }
+
+// TestBindNilDevice: Bind with a nil device is an error naming it, and
+// nothing is bound.
+func TestBindNilDevice(t *testing.T) {
+	m := newNet()
+	if _, err := place.Bind(m, newMemSource(tensors()), nil); err == nil || !strings.Contains(err.Error(), "nil device") {
+		t.Errorf("Bind on a nil device: %v", err)
+	}
+	if m.Embed.Weight.Peek() != nil {
+		t.Error("Bind on a nil device bound a parameter")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,8 +18,8 @@ type CPUDevice struct {
 	compute   *syncStream
 	mu        sync.Mutex
 	streams   []*cpuStream
-	closed    bool
-	name      string // "" = "cpu" (NewCPUNamed)
+	closed    atomic.Bool // set by Close: allocations and NewStream then fail
+	name      string      // "" = "cpu" (NewCPUNamed)
 	// CopyFault, when set, is called before each copy a stream runs; an error
 	// it returns fails that copy (fault injection for tests).
 	CopyFault func(op string, bytes int64) error
@@ -67,8 +68,16 @@ func (d *CPUDevice) SetMemoryLimit(limit int64) { d.mem.SetLimit(limit) }
 // ResetPeak sets the device pool's peak to its bytes in use.
 func (d *CPUDevice) ResetPeak() { d.mem.ResetPeak() }
 
-// Alloc takes zeroed device memory.
+// errClosed is what allocating on a closed cpu device gives.
+func (d *CPUDevice) errClosed(op, label string) error {
+	return fmt.Errorf("%s: %s %q after Close", d.Name(), op, label)
+}
+
+// Alloc takes zeroed device memory. After Close it is an error.
 func (d *CPUDevice) Alloc(bytes int64, label string) (*DeviceBuffer, error) {
+	if d.closed.Load() {
+		return nil, d.errClosed("allocation", label)
+	}
 	if d.AllocFault != nil {
 		if err := d.AllocFault(label, bytes); err != nil {
 			return nil, fmt.Errorf("cpu device memory: allocation %q of %s: %w", label, FormatBytes(bytes), err)
@@ -81,8 +90,12 @@ func (d *CPUDevice) Alloc(bytes int64, label string) (*DeviceBuffer, error) {
 }
 
 // Wrap accounts existing memory (an mmapped checkpoint, say) as device memory
-// without copying it. Free releases the accounting; the memory stays the caller's.
+// without copying it. Free releases the accounting; the memory stays the
+// caller's. After Close it is an error.
 func (d *CPUDevice) Wrap(data []byte, label string) (*DeviceBuffer, error) {
+	if d.closed.Load() {
+		return nil, d.errClosed("wrap", label)
+	}
 	n := int64(len(data))
 	if err := d.mem.Reserve(n, label); err != nil {
 		return nil, err
@@ -90,8 +103,11 @@ func (d *CPUDevice) Wrap(data []byte, label string) (*DeviceBuffer, error) {
 	return NewDeviceBuffer(d, n, label, data, 0, func() { d.mem.Release(n) }), nil
 }
 
-// AllocHost takes zeroed host memory.
+// AllocHost takes zeroed host memory. After Close it is an error.
 func (d *CPUDevice) AllocHost(bytes int64, label string) (*HostBuffer, error) {
+	if d.closed.Load() {
+		return nil, d.errClosed("host allocation", label)
+	}
 	if err := d.host.Reserve(bytes, label); err != nil {
 		return nil, err
 	}
@@ -106,7 +122,7 @@ func (d *CPUDevice) Compute() Stream { return d.compute }
 func (d *CPUDevice) NewStream(name string) (Stream, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.closed.Load() {
 		return nil, errors.New("cpu device: NewStream after Close")
 	}
 	s := &cpuStream{dev: d, name: name, work: make(chan func(), 1024), stopped: make(chan struct{})}
@@ -115,12 +131,14 @@ func (d *CPUDevice) NewStream(name string) (Stream, error) {
 	return s, nil
 }
 
-// Close stops the device's streams. Device or host bytes still in use are
-// reported as an error (they are leaks of the caller's).
+// Close stops the device's streams; allocations after it fail. Device or
+// host bytes still in use are reported as an error (they are leaks of the
+// caller's); freeing them after Close is fine.
 func (d *CPUDevice) Close() error {
 	d.mu.Lock()
 	streams := d.streams
-	d.streams, d.closed = nil, true
+	d.streams = nil
+	d.closed.Store(true)
 	d.mu.Unlock()
 	var errs []error
 	for _, s := range streams {

@@ -15,7 +15,11 @@ type Tensor struct {
 }
 
 // NewTensor allocates a tensor on dev; label names the allocation in errors.
+// A nil dev is an error.
 func NewTensor(dev Device, dt DType, shape Shape, label string) (*Tensor, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("tensor %q: nil device", label)
+	}
 	if err := shape.Validate(); err != nil {
 		return nil, fmt.Errorf("tensor %q: %w", label, err)
 	}
@@ -32,6 +36,9 @@ func NewTensor(dev Device, dt DType, shape Shape, label string) (*Tensor, error)
 // TensorOn makes a tensor over bytes [offset, offset+size) of buf; it fails
 // when they do not fit.
 func TensorOn(buf *DeviceBuffer, offset int64, dt DType, shape Shape) (*Tensor, error) {
+	if buf == nil {
+		return nil, fmt.Errorf("tensor %v %v: nil buffer", dt, shape)
+	}
 	if err := shape.Validate(); err != nil {
 		return nil, err
 	}

@@ -71,6 +71,10 @@ func TestDefaultMaxTokens(t *testing.T) {
 	if code != 400 || field(out, "error", "code") != "context_length_exceeded" {
 		t.Errorf("max_tokens %d over a %d-position cache: %d %v", positions+1, positions, code, out)
 	}
+	// The scheduler's error names the cache; the server adds its flag.
+	if msg, _ := field(out, "error", "message").(string); !strings.Contains(msg, "give a larger --kv-cache") || !strings.Contains(msg, "KV blocks") {
+		t.Errorf("max_tokens %d over a %d-position cache: message %q, want the scheduler's error and the --kv-cache hint", positions+1, positions, msg)
+	}
 	if n := small.KVBlocksInUse(); n != 0 {
 		t.Errorf("%d KV blocks in use after", n)
 	}

@@ -303,7 +303,7 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 			continue
 		}
 		if handles[i], err = sched.Submit(r.req); err != nil {
-			r.err = fmt.Errorf("line %d: %w", r.line, err)
+			r.err = fmt.Errorf("line %d: %w%s", r.line, err, kvCacheHint(err))
 		}
 	}
 	start := time.Now()
@@ -399,4 +399,13 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("%d of %d requests failed (their result lines in %s say why)", failed, len(reqs), where)
 	}
 	return nil
+}
+
+// kvCacheHint is what the CLI adds to a scheduler error that a larger KV
+// cache would cure: the flag that sizes it.
+func kvCacheHint(err error) string {
+	if errors.Is(err, generate.ErrCacheTooSmall) {
+		return " (give a larger --kv-cache)"
+	}
+	return ""
 }

@@ -80,11 +80,11 @@ const (
 
 // Result is a finished request.
 type Result struct {
-	ID        int // the order of submission, from 0
-	Prompt    []int32
-	Generated []int32
-	Finish    FinishReason
-	Err       error // with FinishError
+	ID        int          // the order of submission, from 0
+	Prompt    []int32      // the request's prompt
+	Generated []int32      // the new tokens, in order (empty, not nil, when none)
+	Finish    FinishReason // why it ended
+	Err       error        // with FinishError
 }
 
 // Errors of Submit (wrapped with the details).
@@ -92,6 +92,10 @@ var (
 	ErrQueueFull  = errors.New("generate: the wait queue is full")
 	ErrTooLong    = errors.New("generate: the request does not fit")
 	ErrBadRequest = errors.New("generate: bad request")
+	// ErrCacheTooSmall is the kind of ErrTooLong that a larger KV cache
+	// (more blocks in m.NewPagedCache) would admit: the request fits the
+	// context but not the whole cache. It wraps ErrTooLong.
+	ErrCacheTooSmall = fmt.Errorf("%w: the KV cache is too small", ErrTooLong)
 )
 
 // Options size a Scheduler.
@@ -108,7 +112,9 @@ type Options struct {
 	// 0: 1024.
 	MaxQueue int
 	// MaxContext is the most positions a request may reach (prompt plus
-	// new tokens); 0: the model's max_position_embeddings.
+	// new tokens); 0: the model's max_position_embeddings. New refuses a
+	// MaxContext beyond max_position_embeddings when the config has one
+	// (positions past the trained context give wrong answers).
 	MaxContext int
 }
 
@@ -133,7 +139,8 @@ type Scheduler struct {
 
 // New makes a scheduler for m on b over cache (shaped for m:
 // m.NewPagedCache; the caller closes it, after the scheduler's last step
-// and before the model's session).
+// and before the model's session). A Scheduler must be made with New: a
+// zero one refuses every request.
 func New(m *decoder.Model, b kernels.Backend, cache *kvcache.Paged, opt Options) (*Scheduler, error) {
 	if m == nil || b == nil || cache == nil {
 		return nil, errors.New("generate.New: a model, a backend and a KV cache are needed")
@@ -150,6 +157,10 @@ func New(m *decoder.Model, b kernels.Backend, cache *kvcache.Paged, opt Options)
 	if opt.MaxQueue == 0 {
 		opt.MaxQueue = 1024
 	}
+	if trained := m.Cfg.MaxPositionEmbeddings; trained > 0 && opt.MaxContext > trained {
+		return nil, fmt.Errorf("generate.New: Options.MaxContext %d exceeds the model's context (max_position_embeddings %d): positions past it give wrong answers",
+			opt.MaxContext, trained)
+	}
 	if opt.MaxContext == 0 {
 		opt.MaxContext = m.Cfg.MaxPositionEmbeddings
 	}
@@ -161,7 +172,7 @@ func New(m *decoder.Model, b kernels.Backend, cache *kvcache.Paged, opt Options)
 
 // Handle is a submitted request.
 type Handle struct {
-	ID  int
+	ID  int // the order of submission, from 0 (as Result.ID)
 	req Request
 
 	cancelled atomic.Bool
@@ -187,12 +198,17 @@ func (h *Handle) Wait() Result {
 	return h.res
 }
 
-// Submit queues r. Bad requests (an empty prompt, a token outside the
-// vocabulary, negative limits, bad sampling settings) are ErrBadRequest;
-// a prompt longer than the context, or a request needing more KV blocks
-// than the whole cache, ErrTooLong; a full queue, ErrQueueFull. A request
-// with MaxNewTokens 0 finishes at once.
+// Submit queues r. Bad requests (an empty prompt, a prompt or stop token
+// outside the vocabulary, negative limits, bad sampling settings) are
+// ErrBadRequest; a prompt longer than the context, ErrTooLong; a request
+// needing more KV blocks than the whole cache, ErrTooLong and
+// ErrCacheTooSmall; a full queue, ErrQueueFull. A request with
+// MaxNewTokens 0 finishes at once. On a Scheduler not made with New it is
+// an error.
 func (s *Scheduler) Submit(r Request) (*Handle, error) {
+	if s == nil || s.m == nil {
+		return nil, errNotNew
+	}
 	if err := s.check(r); err != nil {
 		return nil, err
 	}
@@ -200,8 +216,8 @@ func (s *Scheduler) Submit(r Request) (*Handle, error) {
 	h := &Handle{req: r, done: make(chan struct{}), maxNew: maxNew}
 	if max(maxNew, 1) > s.MaxNewFor(len(r.Prompt)) {
 		need := s.cache.BlocksFor(len(r.Prompt) + max(maxNew, 1) - 1)
-		return nil, fmt.Errorf("%w: %d prompt + %d new tokens need %d KV blocks of %d positions; the cache has %d in all (give a larger --kv-cache)",
-			ErrTooLong, len(r.Prompt), maxNew, need, s.cache.BlockSize(), s.cache.TotalBlocks())
+		return nil, fmt.Errorf("%w: %d prompt + %d new tokens need %d KV blocks of %d positions; the cache has %d in all",
+			ErrCacheTooSmall, len(r.Prompt), maxNew, need, s.cache.BlockSize(), s.cache.TotalBlocks())
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -224,8 +240,11 @@ func (s *Scheduler) Submit(r Request) (*Handle, error) {
 // Submit refuses one whose reach needs more blocks than the whole cache has
 // (blocks are taken as the request grows, but it must be able to finish
 // alone). Below 1, the prompt alone does not fit. It does not count the
-// context limit.
+// context limit. On a Scheduler not made with New it is 0.
 func (s *Scheduler) MaxNewFor(promptLen int) int {
+	if s.cache == nil {
+		return 0
+	}
 	return s.cache.TotalBlocks()*s.cache.BlockSize() - promptLen + 1
 }
 
@@ -246,8 +265,16 @@ func (s *Scheduler) check(r Request) error {
 			return fmt.Errorf("%w: token id %d at position %d is outside the vocabulary [0, %d)", ErrBadRequest, id, i, s.m.Cfg.VocabSize)
 		}
 	}
+	for i, id := range r.StopTokens {
+		if id < 0 || int(id) >= s.m.Cfg.VocabSize {
+			return fmt.Errorf("%w: stop token %d (StopTokens[%d]) is outside the vocabulary [0, %d)", ErrBadRequest, id, i, s.m.Cfg.VocabSize)
+		}
+	}
 	return nil
 }
+
+// errNotNew is what a Scheduler not made with New answers.
+var errNotNew = errors.New("generate: the Scheduler was not made with generate.New")
 
 // Cancel ends the request: waiting (also after a preemption), it leaves the
 // queue; running, it retires at the next Step, its KV blocks freed. Its
@@ -295,8 +322,12 @@ func (h *Handle) finish(reason FinishReason, err error) {
 // request's next tokens (a decode step, or the next chunk of its prompt)
 // and retires the requests that finished. It reports whether any request
 // is left (running or waiting). A forward that fails ends the requests in
-// it with FinishError and is returned.
+// it with FinishError and is returned. On a Scheduler not made with New it
+// is an error.
 func (s *Scheduler) Step() (bool, error) {
+	if s.m == nil {
+		return false, errNotNew
+	}
 	s.stepMu.Lock()
 	defer s.stepMu.Unlock()
 	s.retireCancelled()

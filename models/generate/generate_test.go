@@ -341,6 +341,8 @@ func TestSchedulerBadInput(t *testing.T) {
 		{"empty prompt", generate.Request{MaxNewTokens: 1}, generate.ErrBadRequest, "empty prompt"},
 		{"vocabulary", generate.Request{Prompt: []int32{1, int32(V)}, MaxNewTokens: 1}, generate.ErrBadRequest, fmt.Sprintf("token id %d at position 1", V)},
 		{"negative", generate.Request{Prompt: []int32{1}, MaxNewTokens: -1}, generate.ErrBadRequest, "negative"},
+		{"negative stop token", generate.Request{Prompt: []int32{1}, MaxNewTokens: 1, StopTokens: []int32{2, -5}}, generate.ErrBadRequest, "stop token -5 (StopTokens[1]) is outside the vocabulary"},
+		{"stop token past the vocabulary", generate.Request{Prompt: []int32{1}, MaxNewTokens: 1, StopTokens: []int32{int32(V)}}, generate.ErrBadRequest, fmt.Sprintf("stop token %d (StopTokens[0])", V)},
 		{"sampling", generate.Request{Prompt: []int32{1}, MaxNewTokens: 1, Sampling: kernels.SampleParams{TopP: 2}}, generate.ErrBadRequest, "top-p 2"},
 		{"longer than the context", generate.Request{Prompt: prompt(V, 13, 2), MaxNewTokens: 1}, generate.ErrTooLong, "13 tokens is longer than the context of 12"},
 		{"queue full", generate.Request{Prompt: []int32{1}, MaxNewTokens: 1}, generate.ErrQueueFull, "1 requests wait"},
@@ -355,8 +357,13 @@ func TestSchedulerBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := big.Submit(generate.Request{Prompt: prompt(V, 10, 3), MaxNewTokens: 10}); !errors.Is(err, generate.ErrTooLong) || !strings.Contains(err.Error(), "the cache has 4 in all") {
-		t.Errorf("more blocks than the cache: %v", err)
+	if _, err := big.Submit(generate.Request{Prompt: prompt(V, 10, 3), MaxNewTokens: 10}); !errors.Is(err, generate.ErrTooLong) || !errors.Is(err, generate.ErrCacheTooSmall) ||
+		!strings.Contains(err.Error(), "the cache has 4 in all") || strings.Contains(err.Error(), "--") {
+		t.Errorf("more blocks than the cache: %v (want ErrTooLong and ErrCacheTooSmall, naming no CLI flag)", err)
+	}
+	// A prompt longer than the context is not a cache problem.
+	if _, err := s.Submit(generate.Request{Prompt: prompt(V, 13, 2), MaxNewTokens: 1}); errors.Is(err, generate.ErrCacheTooSmall) {
+		t.Errorf("a prompt longer than the context: %v matches ErrCacheTooSmall", err)
 	}
 	// MaxNewFor is Submit's limit: 16 positions hold a 10-token prompt and
 	// 7 new tokens (the last is never fed back), not 8.
@@ -652,5 +659,45 @@ func TestSchedulerBesideGenerate(t *testing.T) {
 		if res := h.Wait(); res.Err != nil || !slices.Equal(res.Generated, want[i]) {
 			t.Errorf("request %d in the scheduler beside Generate: %v, %v; alone %v", i, res.Generated, res.Err, want[i])
 		}
+	}
+}
+
+// TestNewMaxContext: New refuses a MaxContext beyond the model's
+// max_position_embeddings, naming both, and takes one at or below it.
+func TestNewMaxContext(t *testing.T) {
+	m, b := load(t, fixtures[0].dir)
+	cache, err := m.NewPagedCache(b, 4, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	trained := m.Cfg.MaxPositionEmbeddings
+	if trained <= 0 {
+		t.Fatalf("fixture %s has no max_position_embeddings", fixtures[0].dir)
+	}
+	_, err = generate.New(m, b, cache, generate.Options{MaxContext: trained + 1})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("MaxContext %d", trained+1)) || !strings.Contains(err.Error(), fmt.Sprintf("max_position_embeddings %d", trained)) {
+		t.Errorf("MaxContext %d over %d: %v, want an error naming both", trained+1, trained, err)
+	}
+	if _, err := generate.New(m, b, cache, generate.Options{MaxContext: trained}); err != nil {
+		t.Errorf("MaxContext at the model's context: %v", err)
+	}
+}
+
+// TestZeroScheduler: a Scheduler not made with New says so instead of
+// refusing requests for odd reasons or panicking.
+func TestZeroScheduler(t *testing.T) {
+	var s generate.Scheduler
+	if _, err := s.Submit(generate.Request{Prompt: []int32{1}, MaxNewTokens: 1}); err == nil || !strings.Contains(err.Error(), "not made with generate.New") {
+		t.Errorf("Submit on a zero Scheduler: %v", err)
+	}
+	if _, err := s.Step(); err == nil || !strings.Contains(err.Error(), "not made with generate.New") {
+		t.Errorf("Step on a zero Scheduler: %v", err)
+	}
+	if err := s.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "not made with generate.New") {
+		t.Errorf("Run on a zero Scheduler: %v", err)
+	}
+	if n := s.MaxNewFor(1); n != 0 {
+		t.Errorf("MaxNewFor on a zero Scheduler: %d", n)
 	}
 }

@@ -29,9 +29,11 @@ var ErrOutOfBlocks = errors.New("kvcache: out of KV blocks")
 
 // Config is a paged cache's shape.
 type Config struct {
-	Layers, KVHeads, HeadDim int
-	BlockSize                int // positions per block; 0: DefaultBlockSize
-	Blocks                   int // blocks in the pool
+	Layers    int // the model's layers (one key and one value pool each)
+	KVHeads   int // key/value heads of a position
+	HeadDim   int // values of a head
+	BlockSize int // positions per block; 0: DefaultBlockSize
+	Blocks    int // blocks in the pool
 }
 
 // BlockBytes is the memory of one block over all layers, keys and values,
