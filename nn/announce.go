@@ -32,3 +32,13 @@ func Announce(parent Module, next ...Module) {
 		}
 	}
 }
+
+// ChildAnnouncer is an optional interface of a Module whose forward
+// announces (Announce) the children it calls, which children depending on
+// the data (a mixture-of-experts block and its experts). AnnouncesChildren
+// reports whether it does, so that a hook knows it before any forward: an
+// offloading engine checks its device budget at Offload against the plan
+// that serves such children from its pool of slots.
+type ChildAnnouncer interface {
+	AnnouncesChildren() bool
+}

@@ -159,7 +159,14 @@ type Config struct {
 	Include, Exclude []string
 	// GPUBudget bounds the device bytes the engine takes (resident weights,
 	// non-unit weights and transfer blocks); activations and KV caches are
-	// the model's and not counted.
+	// the model's and not counted. It is a cap: a budget above the model's
+	// size keeps every unit resident. Offload refuses a budget below the
+	// least plan the planner can make (the non-unit weights plus one
+	// transfer block of the largest unit, or TransferBlocks blocks, plus
+	// one pool slot for the largest expert) with an error wrapping
+	// ErrBudget, on any device; a budget (or that least plan) over the
+	// device's free memory, where the device knows it, with an error
+	// wrapping runtime.ErrOutOfMemory.
 	GPUBudget Budget
 	// TransferBlocks is the number of transfer slots; 0 lets the planner
 	// choose (1 to 4).

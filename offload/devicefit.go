@@ -3,6 +3,7 @@ package offload
 import (
 	"fmt"
 
+	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -83,7 +84,7 @@ func (e *engine) budgetOverFree(budget int64, budgetText string, room deviceRoom
 	if use <= room.free {
 		return nil
 	}
-	return fmt.Errorf("budget %s exceeds the free memory of %s (%s)", budgetText, e.dev.Name(), room.describe())
+	return fmt.Errorf("budget %s exceeds the free memory of %s (%s): %w", budgetText, e.dev.Name(), room.describe(), runtime.ErrOutOfMemory)
 }
 
 // describe says how much of the device is free, for errors.
@@ -95,49 +96,80 @@ func (r deviceRoom) describe() string {
 	return fmt.Sprintf("%s free of %s, the rest held by activations and other allocations", runtime.FormatBytes(r.free), runtime.FormatBytes(r.total))
 }
 
+// leastPlan is the least budget the plan after profiling can be made
+// under (leastBudget, the planner's own floor), for the engine's units as
+// it will plan them: their bytes, the units forced onto the host
+// (Config.HostUnits with a host backend) and the units that will be
+// announced (experts: units under a module that is an nn.ChildAnnouncer;
+// the rest are only known once a forward announced them).
+func (e *engine) leastPlan() (planFloor, error) {
+	forced, err := e.forcedHostUnits()
+	if err != nil {
+		return planFloor{}, err
+	}
+	var announcers []nn.Module
+	if e.model != nil {
+		for _, m := range nn.Modules(e.model) {
+			if a, ok := m.(nn.ChildAnnouncer); ok && a.AnnouncesChildren() {
+				announcers = append(announcers, m)
+			}
+		}
+	}
+	in := PlanInput{FixedBytes: e.fixedBytes, Slots: e.cfg.TransferBlocks}
+	for _, u := range e.units {
+		pu := PlanUnit{Name: u.name, Bytes: u.bytes, Announced: u.announced, ForceHost: forced[u]}
+		for _, a := range announcers {
+			pu.Announced = pu.Announced || (u.mod != a && under(u.mod, a))
+		}
+		in.Units = append(in.Units, pu)
+	}
+	return leastBudget(in), nil
+}
+
 // checkDeviceFit is the pre-flight check of the budget and the transfer
-// blocks against the device's room (deviceRoom: its free memory with ours,
-// the engine's own device bytes, counted as free): an explicit byte budget
-// must fit in it (budgetOverFree: on a GPU without a memory limit only the
-// part of the budget the model can use), and the least any plan needs (the
-// non-unit weights plus min(transfer blocks, units) slots of at least the
-// smallest unit, or every unit resident, which is no less) must fit in
-// both it and the budget. A device whose room is unknown (the cpu device
-// without a memory limit) is not checked.
+// blocks. Whatever the device, a budget (a byte count, or a fraction or
+// "min" resolved against the device) must hold the least plan the planner
+// can make (leastPlan: its own floor), else an error wrapping ErrBudget;
+// a budget above the model's size is a cap and passes. Against the
+// device's room (deviceRoom: its free memory with ours, the engine's own
+// device bytes, counted as free), where it is known, an explicit byte
+// budget must fit (budgetOverFree: on a GPU without a memory limit only
+// the part of the budget the model can use) and so must the least plan;
+// those errors wrap runtime.ErrOutOfMemory. The cpu device without a
+// memory limit has no known room: only the budget is checked there.
 func (e *engine) checkDeviceFit(ours int64) error {
 	if len(e.units) == 0 {
 		return nil
-	}
-	room, known, err := e.deviceRoom(ours)
-	if err != nil || !known {
-		return err
 	}
 	budget, err := e.budgetBytes()
 	if err != nil {
 		return err
 	}
-	minUnit := e.units[0].bytes
-	for _, u := range e.units {
-		minUnit = min(minUnit, u.bytes)
+	least, err := e.leastPlan()
+	if err != nil {
+		return err
 	}
-	slots := min(max(e.cfg.TransferBlocks, 1), len(e.units))
-	need := e.fixedBytes + int64(slots)*minUnit
-	what := fmt.Sprintf("%s of non-unit weights plus %d transfer block(s) of at least %s (the smallest unit) = %s",
-		runtime.FormatBytes(e.fixedBytes), slots, runtime.FormatBytes(minUnit), runtime.FormatBytes(need))
+	parts := least.describe(runtime.FormatBytes)
+	what := fmt.Sprintf("%s: %s", runtime.FormatBytes(least.bytes), parts)
 	budgetText := runtime.FormatBytes(budget)
 	if e.cfg.GPUBudget.Min {
 		budgetText += fmt.Sprintf(" (the model's minimum with %d transfer block(s))", e.cfg.TransferBlocks)
+	}
+	if budget > 0 && least.bytes > budget {
+		return fmt.Errorf("%w: budget %s is below the least any plan needs, %s (%d < %d bytes): %s",
+			ErrBudget, budgetText, runtime.FormatBytes(least.bytes), budget, least.bytes, parts)
+	}
+	room, known, err := e.deviceRoom(ours)
+	if err != nil || !known {
+		return err
 	}
 	if e.cfg.GPUBudget.Bytes > 0 {
 		if err := e.budgetOverFree(budget, budgetText, room); err != nil {
 			return err
 		}
 	}
-	switch {
-	case budget > 0 && !e.cfg.GPUBudget.Min && need > budget:
-		return fmt.Errorf("%w: budget %s is below the least any plan needs: %s", ErrBudget, runtime.FormatBytes(budget), what)
-	case need > room.free:
-		return fmt.Errorf("the least any plan needs, %s, exceeds the free memory of %s (%s)", what, e.dev.Name(), room.describe())
+	if least.bytes > room.free {
+		return fmt.Errorf("the least any plan needs, %s, exceeds the free memory of %s (%s): %w", what, e.dev.Name(), room.describe(), runtime.ErrOutOfMemory)
 	}
 	return nil
 }

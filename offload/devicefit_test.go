@@ -2,6 +2,7 @@ package offload
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -37,7 +38,7 @@ func fitEngine(dev runtime.Device, budget string, blocks int, fixed int64, units
 	}
 	e := &engine{dev: dev, fixedBytes: fixed * mib, cfg: Config{GPUBudget: b, TransferBlocks: blocks}, phase: PhaseDiscovery}
 	for i, n := range units {
-		e.units = append(e.units, &unit{idx: i, name: "layer", bytes: n * mib})
+		e.units = append(e.units, &unit{idx: i, name: fmt.Sprint("layer", i), bytes: n * mib})
 	}
 	return e, nil
 }
@@ -69,8 +70,12 @@ func TestCheckDeviceFitCard(t *testing.T) {
 			[]string{"budget 5.00 MiB exceeds the free memory of fake-gpu", "4.00 MiB free of the card's 80.00 MiB"}},
 		{"a budget above the model that does not fit", "100MiB", 1, 5,
 			[]string{"budget 100.00 MiB, of which the plan can use at most 9.00 MiB", "6.00 MiB free of the card's 80.00 MiB"}},
-		{"the least plan over the free memory", "", 4, 3,
-			[]string{"the least any plan needs", "4 transfer block(s) of at least 2.00 MiB", "= 9.00 MiB", "4.00 MiB free of the card's"}},
+		{"the least plan over the free memory", "", 3, 3,
+			[]string{"the least any plan needs, 7.00 MiB", "3 transfer blocks of 2.00 MiB", "1.00 MiB of non-unit weights", "4.00 MiB free of the card's"}},
+		// With 4 blocks the least is the whole model (1 + 4 × 2 MiB), no more.
+		{"the whole model as the least plan", "", 4, 7,
+			[]string{"the least any plan needs, 9.00 MiB: the whole model resident", "8.00 MiB free of the card's"}},
+		{"the least plan fits", "", 3, 6, nil},
 	} {
 		dev := &fakeCard{Device: cpu, free: c.free * mib, total: 80 * mib}
 		e, err := fitEngine(dev, c.budget, c.blocks, 1, 2, 2, 2, 2)
@@ -87,6 +92,9 @@ func TestCheckDeviceFitCard(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: passed; want an error", c.name)
 			continue
+		}
+		if !errors.Is(err, runtime.ErrOutOfMemory) || errors.Is(err, ErrBudget) {
+			t.Errorf("%s: %v; want it to wrap runtime.ErrOutOfMemory (and not ErrBudget)", c.name, err)
 		}
 		for _, w := range c.want {
 			if !strings.Contains(err.Error(), w) {
@@ -107,7 +115,50 @@ func TestCheckDeviceFitCard(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := e.checkDeviceFit(e.ownDeviceBytes()); err != nil {
-		t.Errorf("a cpu device without a limit: %v; want no check", err)
+		t.Errorf("a cpu device without a limit: %v; want no check of the room", err)
+	}
+}
+
+// TestCheckDeviceFitBudgetFloor: the budget is checked against the
+// planner's own floor (leastBudget) whether or not the device's room is
+// known: one transfer block of the largest unit (not the smallest), the
+// requested blocks, and a budget above the model's size passes (a cap).
+func TestCheckDeviceFitBudgetFloor(t *testing.T) {
+	cpu := runtime.NewCPU(0)
+	defer cpu.Close()
+	limited := runtime.NewCPU(64 * mib)
+	defer limited.Close()
+	// 1 MiB of non-unit weights, units of 1, 3 and 2 MiB: the least plan
+	// with one block is 1 + 3 = 4 MiB, with two blocks 1 + 2 × 3 = 7 MiB
+	// (or 1 + 3 resident + 2 × 2 = 8), the whole model 7 MiB.
+	for _, dev := range []runtime.Device{cpu, limited, &fakeCard{Device: cpu, free: 60 * mib, total: 80 * mib}} {
+		for _, c := range []struct {
+			budget string
+			blocks int
+			want   string // "" passes
+		}{
+			{"4MiB", 1, ""},
+			{"4194303", 1, "budget 4.00 MiB is below the least any plan needs, 4.00 MiB (4194303 < 4194304 bytes): one transfer block of 3.00 MiB (sized to the unit \"layer1\") + 1.00 MiB of non-unit weights"},
+			{"3MiB", 1, "least any plan needs, 4.00 MiB"},
+			{"6MiB", 2, "least any plan needs, 7.00 MiB (6291456 < 7340032 bytes): the whole model resident"},
+			{"7MiB", 2, ""},
+			{"50MiB", 2, ""},
+		} {
+			e, err := fitEngine(dev, c.budget, c.blocks, 1, 1, 3, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = e.checkDeviceFit(e.ownDeviceBytes())
+			if c.want == "" {
+				if err != nil {
+					t.Errorf("%s: budget %s, %d blocks: %v; want it to pass", dev.Name(), c.budget, c.blocks, err)
+				}
+				continue
+			}
+			if !errors.Is(err, ErrBudget) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: budget %s, %d blocks: %v; want ErrBudget saying %q", dev.Name(), c.budget, c.blocks, err, c.want)
+			}
+		}
 	}
 }
 

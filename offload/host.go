@@ -118,28 +118,39 @@ func (e *engine) exitHost(u *unit) {
 	}
 }
 
+// forcedHostUnits is the units Config.HostUnits places on the host (none
+// without a host backend).
+func (e *engine) forcedHostUnits() (map[*unit]bool, error) {
+	forced := map[*unit]bool{}
+	if e.cfg.HostBackend == nil || len(e.cfg.HostUnits) == 0 {
+		return forced, nil
+	}
+	mods, err := nn.MatchOutermost(e.model, e.cfg.HostUnits, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range mods {
+		u := e.byMod[m]
+		if u == nil {
+			return nil, fmt.Errorf("offload config: HostUnits matches %s, which is not an offload unit", m.Node().Name())
+		}
+		forced[u] = true
+	}
+	if len(forced) == 0 {
+		return nil, fmt.Errorf("offload config: HostUnits %q match no unit", e.cfg.HostUnits)
+	}
+	return forced, nil
+}
+
 // hostInputs fills the host fields of in: each unit's host seconds per
 // token from the measured host bandwidth, the forced units, and the hop.
 func (e *engine) hostInputs(in *PlanInput) error {
 	if e.cfg.HostBackend == nil {
 		return nil
 	}
-	forced := map[*unit]bool{}
-	if len(e.cfg.HostUnits) > 0 {
-		mods, err := nn.MatchOutermost(e.model, e.cfg.HostUnits, nil)
-		if err != nil {
-			return err
-		}
-		for _, m := range mods {
-			u := e.byMod[m]
-			if u == nil {
-				return fmt.Errorf("offload config: HostUnits matches %s, which is not an offload unit", m.Node().Name())
-			}
-			forced[u] = true
-		}
-		if len(forced) == 0 {
-			return fmt.Errorf("offload config: HostUnits %q match no unit", e.cfg.HostUnits)
-		}
+	forced, err := e.forcedHostUnits()
+	if err != nil {
+		return err
 	}
 	if e.hostBW == 0 {
 		bw, err := e.measureHostBW()

@@ -62,11 +62,14 @@ var (
 
 // Errors callers can test for with errors.Is.
 var (
-	ErrNotOffloaded    = errors.New("no model is offloaded by this manager")
-	ErrAlreadyOffload  = errors.New("model is already offloaded")
-	ErrNotInference    = errors.New("manager is not in the INFERENCE phase")
-	ErrUnbalanced      = errors.New("ResumeProfiling without a matching SuspendProfiling")
-	ErrEngineFailed    = errors.New("offload engine failed; Release the manager")
+	ErrNotOffloaded   = errors.New("no model is offloaded by this manager")
+	ErrAlreadyOffload = errors.New("model is already offloaded")
+	ErrNotInference   = errors.New("manager is not in the INFERENCE phase")
+	ErrUnbalanced     = errors.New("ResumeProfiling without a matching SuspendProfiling")
+	ErrEngineFailed   = errors.New("offload engine failed; Release the manager")
+	// ErrNameInUse: Offload with a manager name that already offloads
+	// another model (a manager offloads one model at a time).
+	ErrNameInUse       = errors.New("manager name in use")
 	ErrNothingIncluded = errors.New("include patterns match no module")
 )
 
@@ -283,8 +286,12 @@ func (m *Manager) Phase() Phase {
 // Offload takes over model: it finds the units (the outermost modules
 // matching the include patterns), packs their weights, and installs the traps
 // on the model's tree. The model must have been built with its weights in
-// host-addressable memory (a cpu device). Offloading a model twice, or a
-// second model with one manager, is an error.
+// host-addressable memory (a cpu device). Offloading a model twice
+// (ErrAlreadyOffload), or a second model with one manager (ErrNameInUse),
+// is an error. Before anything is staged the budget is checked against the
+// least plan and the device's free memory (Config.GPUBudget: ErrBudget,
+// runtime.ErrOutOfMemory), so a budget Offload accepts does not fail at the
+// plan made after profiling.
 //
 // After LoadProfile the manager adopts the loaded profile instead (as
 // OffloadFromState): no DISCOVERY or PROFILING, the model goes straight to
@@ -302,8 +309,8 @@ func (m *Manager) Offload(model nn.Module, opts ...Option) error {
 	if !m.cfg.Enabled {
 		return nil
 	}
-	if m.e != nil {
-		return fmt.Errorf("offload manager %q: %w (a manager offloads one model; Release it first)", m.name, ErrAlreadyOffload)
+	if err := m.inUseLocked(model); err != nil {
+		return err
 	}
 	if p := m.pending; p != nil {
 		m.pending = nil
@@ -355,6 +362,18 @@ func (m *Manager) Failed() error {
 		return *p
 	}
 	return nil
+}
+
+// inUseLocked is the error of Offload(model) while m already offloads a
+// model (m.mu held): the same model, or another one under the same name.
+func (m *Manager) inUseLocked(model nn.Module) error {
+	switch {
+	case m.e == nil:
+		return nil
+	case m.e.model == model:
+		return fmt.Errorf("offload manager %q: %w by it (Release it first)", m.name, ErrAlreadyOffload)
+	}
+	return fmt.Errorf("offload: manager name %q is in use by another model; give another name or Release it: %w", m.name, ErrNameInUse)
 }
 
 // claim registers model's tree as offloaded by m; a model may be offloaded

@@ -322,8 +322,10 @@ func Simulate(in PlanInput, resident []bool, slots int) (sec float64, ok bool) {
 //
 // Errors: no units; a negative size, time, budget or slot count; a bad curve
 // (or none while something must be streamed); and, wrapping ErrBudget, a
-// budget below FixedBytes plus the largest unit (one transfer block) or, for a
-// requested slot count, below the smallest plan with that many slots.
+// budget below the least plan (leastBudget, planfloor.go: FixedBytes plus
+// the largest unit in one transfer block; for a requested slot count, the
+// smallest plan with that many slots; with announced units, one pool slot
+// more), which the error names with what it is made of.
 func MakePlan(in PlanInput) (Plan, error) {
 	if err := in.validate(); err != nil {
 		return Plan{}, err
@@ -341,12 +343,8 @@ func MakePlan(in PlanInput) (Plan, error) {
 func makeTwoWayPlan(in PlanInput) (Plan, error) {
 	n := len(in.Units)
 	var total int64
-	largest := 0
-	for i, u := range in.Units {
+	for _, u := range in.Units {
 		total += u.Bytes
-		if u.Bytes > in.Units[largest].Bytes {
-			largest = i
-		}
 	}
 	p := newPlanProblem(in)
 	if in.FixedBytes+total <= in.Budget {
@@ -356,19 +354,17 @@ func makeTwoWayPlan(in PlanInput) (Plan, error) {
 		}
 		return p.plan(all, 0), nil
 	}
-	lu := in.Units[largest]
-	if need := in.FixedBytes + lu.Bytes; need > in.Budget {
-		return Plan{}, fmt.Errorf("offload: plan: %w: budget %d bytes < %d bytes needed for fixed %d bytes + largest unit %q (%d bytes) in one transfer block",
-			ErrBudget, in.Budget, need, in.FixedBytes, lu.Name, lu.Bytes)
+	if f := leastBudget(in); f.bytes > in.Budget {
+		return Plan{}, f.budgetErr(in.Budget)
 	}
 	if len(in.Curve.Points) == 0 {
 		return Plan{}, fmt.Errorf("offload: plan: the H2D curve has no points but not all %d units fit the budget (%d bytes), so some must be streamed", n, in.Budget)
 	}
 	res, slots, ok := p.search(in.Slots)
-	if !ok {
-		need, unit := p.minPeak(max(in.Slots, 1))
-		return Plan{}, fmt.Errorf("offload: plan: %w: budget %d bytes < %d bytes needed for %d transfer blocks (sized to unit %q, %d bytes) plus fixed and resident bytes",
-			ErrBudget, in.Budget, need, in.Slots, in.Units[unit].Name, in.Units[unit].Bytes)
+	if !ok { // not expected: the search tries the plan leastBudget counts
+		f := leastBudget(in)
+		return Plan{}, fmt.Errorf("offload: plan: %w: no plan found under a budget of %d bytes, although the least plan needs %d bytes (%s)",
+			ErrBudget, in.Budget, f.bytes, f.describe(planBytes))
 	}
 	return p.plan(res, slots), nil
 }
@@ -585,27 +581,6 @@ func (p *planProblem) plan(res []bool, slots int) Plan {
 	}
 	pl.FloorSec = max(p.sumComp, xfer)
 	return pl
-}
-
-// minPeak is the smallest PeakBytes of a plan with up to slots slots that
-// streams every unit no larger than one unit's size, and that unit.
-func (p *planProblem) minPeak(slots int) (int64, int) {
-	best, unit := int64(math.MaxInt64), 0
-	for c, size := range p.bytes {
-		var forced int64
-		cnt := 0
-		for _, b := range p.bytes {
-			if b > size {
-				forced += b
-			} else {
-				cnt++
-			}
-		}
-		if need := p.in.FixedBytes + forced + int64(min(slots, cnt))*size; need < best {
-			best, unit = need, c
-		}
-	}
-	return best, unit
 }
 
 // planCand is a candidate plan: resident set, requested slots, score.

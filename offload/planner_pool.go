@@ -38,7 +38,7 @@ func (in *PlanInput) hasAnnounced() bool {
 //     reserve of pool slots for the announced ones: MaxAnnounced slots (so
 //     that an MoE layer's routed experts can all be copied at once) sized
 //     to the largest announced unit, or one slot when that reserve does not
-//     leave room for the dense plan.
+//     leave room for the dense plan (or, with no dense units, does not fit).
 //  3. What the dense plan leaves (reserve included) goes to the announced
 //     units: the most used ones are made resident, in order of the copies
 //     a pass they would cost streamed (RunShare, then Calls: the bytes
@@ -75,14 +75,16 @@ func makePoolPlan(in PlanInput) (Plan, error) {
 		}
 		return poolPlanOf(in, res, Plan{}, 0, 0), nil
 	}
-	if need := in.FixedBytes + maxAnn; need > in.Budget {
-		return Plan{}, fmt.Errorf("offload: plan: %w: budget %d bytes < %d bytes needed for fixed %d bytes + one pool slot for the largest announced unit (%d bytes)",
-			ErrBudget, in.Budget, need, in.FixedBytes, maxAnn)
+	if f := leastBudget(in); f.bytes > in.Budget {
+		return Plan{}, f.budgetErr(in.Budget)
 	}
 	reserve := min(max(in.MaxAnnounced, 1), len(ann))
 	var dp Plan
 	for {
 		if len(dense) == 0 {
+			if reserve > 1 && in.FixedBytes+int64(reserve)*maxAnn > in.Budget {
+				reserve = 1 // as with dense units: one slot when the reserve does not fit
+			}
 			dp = Plan{PeakBytes: in.FixedBytes + int64(reserve)*maxAnn}
 			break
 		}

@@ -102,7 +102,10 @@ type State struct {
 func (m *Manager) State() (*State, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.e == nil || m.e.phase != PhaseInference {
+	if m.e == nil {
+		return nil, fmt.Errorf("offload manager %q: State: %w (it offloads no model)", m.name, ErrNotOffloaded)
+	}
+	if m.e.phase != PhaseInference {
 		return nil, fmt.Errorf("offload manager %q: State: %w", m.name, ErrNotInference)
 	}
 	return m.e.state(), nil
@@ -230,8 +233,17 @@ func (st *State) Validate(model nn.Module) error {
 
 // SaveProfile writes the named manager's state to dir/profile.json (dir ""
 // = the configuration's ProfileDir). The write is atomic (temporary file and
-// rename).
-func SaveProfile(dir, name string) error { return GetOffloadManager(name).SaveProfile(dir) }
+// rename). A manager that offloads no model has no state to save: an error
+// wrapping ErrNotOffloaded (with name "", the default manager's, saying that
+// no name was given: a session that is not offloaded has Manager "").
+func SaveProfile(dir, name string) error {
+	m := GetOffloadManager(name)
+	if name == "" && m.Phase() == PhaseIdle { // PhaseIdle: it holds no model
+		return fmt.Errorf("offload: SaveProfile: no manager name given, and the default manager %q offloads no model (a session that is not offloaded has no manager: its Manager is \"\" without GPUBudget or ProfileDir): %w",
+			DefaultManagerName, ErrNotOffloaded)
+	}
+	return m.SaveProfile(dir)
+}
 
 // SaveProfile writes the manager's state (see the package function).
 func (m *Manager) SaveProfile(dir string) error {
@@ -638,8 +650,8 @@ func adopt(model nn.Module, st *State, cfg *Config, name string, src WeightSourc
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.e != nil {
-		return fmt.Errorf("offload manager %q: %w (Release it first)", m.name, ErrAlreadyOffload)
+	if err := m.inUseLocked(model); err != nil {
+		return err
 	}
 	m.pending = nil
 	return m.adoptLocked(model, st, src, o, allowReplan)

@@ -56,7 +56,14 @@ type Options struct {
 	// non-layer weights and TransferBlocks (default 2) transfer slots, the
 	// same meaning as in infer bench and infer inspect. A fraction on a
 	// device of unknown size (a cpu device without DeviceMemory) is an
-	// error before anything is loaded.
+	// error before anything is loaded. A budget is a cap: one above the
+	// model's size keeps it all on the device. Open refuses a budget that
+	// cannot work, before the first forward: below the least plan the
+	// planner can make (the non-layer weights and one transfer block of
+	// the largest layer, or TransferBlocks of them, plus a pool slot for
+	// an expert) with an error wrapping offload.ErrBudget; a budget or
+	// least plan over the device's free memory with an error wrapping
+	// runtime.ErrOutOfMemory. Both can be matched with errors.Is.
 	GPUBudget string
 	// TransferBlocks is the number of offload transfer slots (0 = the
 	// planner chooses).
@@ -89,7 +96,8 @@ type Options struct {
 	// checkpoint lacks (they run as zeros, the seed's strict=False).
 	Warn func(msg string)
 	// Manager names the offload manager; empty picks a unique name
-	// ("session-N"), which Session.Manager reports.
+	// ("session-N"), which Session.Manager reports. A name that already
+	// offloads another model is refused (offload.ErrNameInUse).
 	Manager string
 	// Context, when set, stops Open between its steps (extracting the
 	// bundled model, opening the device, loading, offloading) once it is

@@ -129,7 +129,9 @@ func RepoDir(cache, repo string) string {
 // REVISION names the snapshot directly. The snapshot must hold config.json
 // (its files may be symlinks into blobs/; the loader follows them). Nothing
 // is fetched: a model that is not cached is an error that suggests
-// 'infer pull NAME'.
+// 'infer pull NAME'. A missing directory, or a Hub name not in the cache,
+// is an error wrapping fs.ErrNotExist (os.ErrNotExist); the Hub is named
+// only when nameOrDir is shaped like ORG/NAME.
 func Resolve(nameOrDir string) (string, error) {
 	return ResolveIn(CacheDir(), nameOrDir)
 }
@@ -146,14 +148,30 @@ func ResolveIn(cache, nameOrDir string) (string, error) {
 		}
 		return "", fmt.Errorf("model %q is a file, not a checkpoint directory or a Hub name", nameOrDir)
 	}
+	if !errors.Is(statErr, fs.ErrNotExist) {
+		return "", fmt.Errorf("model %q: %w", nameOrDir, statErr)
+	}
+	missing := func() error {
+		var pe *fs.PathError
+		if errors.As(statErr, &pe) {
+			statErr = pe.Err
+		}
+		return fmt.Errorf("model %q: no such directory (%w)", nameOrDir, statErr)
+	}
 	repo, rev, err := ParseName(nameOrDir)
-	if err != nil {
-		return "", fmt.Errorf("model %q: no such directory, and not a Hub name: %v", nameOrDir, err)
+	if err != nil { // not a Hub name: a missing directory
+		return "", missing()
 	}
 	repoDir := RepoDir(cache, repo)
 	if _, err := os.Stat(repoDir); err != nil {
-		return "", fmt.Errorf("model %q: no such directory, and not in the Hugging Face cache (looked for %s); run 'infer pull %s' to download it",
-			nameOrDir, repoDir, nameOrDir)
+		if !strings.Contains(repo, "/") { // a bare NAME is looked up, but named as a directory
+			return "", missing()
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("model %q: no such directory, and reading the Hugging Face cache: %w", nameOrDir, err)
+		}
+		return "", fmt.Errorf("model %q: no such directory, and not in the Hugging Face cache (looked for %s); run 'infer pull %s' to download it: %w",
+			nameOrDir, repoDir, nameOrDir, fs.ErrNotExist)
 	}
 	commit, err := refCommit(repoDir, rev)
 	if err != nil {

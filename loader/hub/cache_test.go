@@ -1,6 +1,7 @@
 package hub_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,13 +106,21 @@ func TestResolveErrors(t *testing.T) {
 		!strings.Contains(err.Error(), "infer pull Qwen/Qwen3-70B") {
 		t.Errorf("missing model: %v", err)
 	}
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing model: %v; want it to wrap os.ErrNotExist", err)
+	}
 	_, err = hub.ResolveIn(cache, "Qwen/Qwen3-8B@v2")
 	if err == nil || !strings.Contains(err.Error(), `revision "v2" is not in the cache`) {
 		t.Errorf("missing revision: %v", err)
 	}
-	_, err = hub.ResolveIn(cache, "/no/such/dir")
-	if err == nil || !strings.Contains(err.Error(), "no such directory") {
-		t.Errorf("missing directory: %v", err)
+	// A missing directory, absolute or a bare relative name, wraps
+	// os.ErrNotExist and does not speak of the Hub (not shaped ORG/NAME).
+	for _, name := range []string{"/no/such/dir", "no-such-dir", "./a/b/c"} {
+		_, err = hub.ResolveIn(cache, name)
+		if err == nil || !strings.Contains(err.Error(), "no such directory") || !errors.Is(err, os.ErrNotExist) ||
+			strings.Contains(err.Error(), "Hub") || strings.Contains(err.Error(), "Hugging Face") {
+			t.Errorf("missing directory %q: %v; want \"no such directory\" wrapping os.ErrNotExist, without the Hub", name, err)
+		}
 	}
 	_, err = hub.ResolveIn(cache, "")
 	if err == nil {

@@ -217,6 +217,11 @@ type MoEBlock struct {
 	mods     []nn.Module // Experts as modules, for nn.Unwatched
 }
 
+// AnnouncesChildren reports that the block announces the experts it calls
+// (nn.ChildAnnouncer): an offloading engine knows before any forward that
+// they are data-dependent.
+func (p *MoEBlock) AnnouncesChildren() bool { return true }
+
 // newMoEBlock attaches layer l's expert block where names puts it.
 func newMoEBlock(l *Layer, cfg *Config, names MoENames, linear func(nn.Module, string, int, int) *nn.Linear) *MoEBlock {
 	D, E, I := cfg.HiddenSize, cfg.MoE.Experts, cfg.MoE.IntermediateSize
