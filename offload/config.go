@@ -162,11 +162,16 @@ type Config struct {
 	// the model's and not counted. It is a cap: a budget above the model's
 	// size keeps every unit resident. Offload refuses a budget below the
 	// least plan the planner can make (the non-unit weights plus one
-	// transfer block of the largest unit, or TransferBlocks blocks, plus
-	// one pool slot for the largest expert) with an error wrapping
-	// ErrBudget, on any device; a budget (or that least plan) over the
-	// device's free memory, where the device knows it, with an error
-	// wrapping runtime.ErrOutOfMemory.
+	// transfer block of the largest unit, or TransferBlocks blocks sized
+	// so that larger units stay resident, whichever needs least, plus one
+	// pool slot for the largest expert) with an error wrapping ErrBudget,
+	// on any device; a budget (or that least plan) over the device's free
+	// memory, where the device knows it, with an error wrapping
+	// runtime.ErrOutOfMemory. On a GPU without a memory limit a byte or
+	// fractional budget is checked for what of it the model can use; the
+	// zero Budget (the whole card) is not, only the least plan: its plan
+	// keeps up to the card's size resident, not cut to the free memory.
+	// On a device with a limit a fraction is cut to the free memory.
 	GPUBudget Budget
 	// TransferBlocks is the number of transfer slots; 0 lets the planner
 	// choose (1 to 4).

@@ -66,7 +66,7 @@ func (e *engine) modelDeviceBytes() int64 {
 	return n
 }
 
-// budgetOverFree is the error of a byte budget (described by budgetText)
+// budgetOverFree is the error of a budget (described by budgetText)
 // the device has no room for, or nil. With a memory limit the budget itself
 // must fit: the limit is the device's size as the caller set it. On a
 // card without a limit the budget is a cap (its default is the whole card):
@@ -87,6 +87,40 @@ func (e *engine) budgetOverFree(budget int64, budgetText string, room deviceRoom
 	return fmt.Errorf("budget %s exceeds the free memory of %s (%s): %w", budgetText, e.dev.Name(), room.describe(), runtime.ErrOutOfMemory)
 }
 
+// budgetText describes the resolved budget (bytes) as the user gave it,
+// for errors: the bytes, and the fraction they are of the device or that
+// they are the model's minimum.
+func (e *engine) budgetText(budget int64) string {
+	b := e.cfg.GPUBudget
+	switch {
+	case b.Bytes > 0 && b.Min:
+		return fmt.Sprintf("%s (the model's minimum with %d transfer block(s))", runtime.FormatBytes(budget), e.cfg.TransferBlocks)
+	case b.Bytes == 0 && b.Fraction > 0:
+		return fmt.Sprintf("%s (%.3g of the device's %s)", runtime.FormatBytes(budget), b.Fraction, runtime.FormatBytes(DeviceCapacity(e.dev)))
+	}
+	return runtime.FormatBytes(budget)
+}
+
+// givenBudgetOverFree is budgetOverFree for the budget the user gave,
+// resolved to budget bytes, where it is checked against the room: a byte
+// budget on any device whose room is known, and a fraction on a card
+// without a memory limit (min(fraction × card, the model) must fit the
+// free memory: the plan does not cut it, see startInference). A fraction
+// on a device with a limit is not checked: the plan cuts it to the free
+// memory. The default budget (none given: the device's capacity) is not
+// checked either: on a card it is the whole card, and the plan keeps
+// min(card, model) resident without cutting it to the free memory (as
+// before this check existed), so a model larger than the card's free
+// memory but not than the card can fail when the plan's memory is
+// allocated; only the least plan is checked against the free memory.
+func (e *engine) givenBudgetOverFree(budget int64, room deviceRoom) error {
+	b := e.cfg.GPUBudget
+	if b.Bytes > 0 || (b.Fraction > 0 && room.card) {
+		return e.budgetOverFree(budget, e.budgetText(budget), room)
+	}
+	return nil
+}
+
 // describe says how much of the device is free, for errors.
 func (r deviceRoom) describe() string {
 	if r.card {
@@ -101,7 +135,10 @@ func (r deviceRoom) describe() string {
 // it will plan them: their bytes, the units forced onto the host
 // (Config.HostUnits with a host backend) and the units that will be
 // announced (experts: units under a module that is an nn.ChildAnnouncer;
-// the rest are only known once a forward announced them).
+// the rest are only known once a forward announced them). Forced host
+// units the plan after profiling would refuse are an error here: one that
+// cannot be computed on the host (hostInputs), or any beside announced
+// units (makePoolPlan).
 func (e *engine) leastPlan() (planFloor, error) {
 	forced, err := e.forcedHostUnits()
 	if err != nil {
@@ -121,7 +158,15 @@ func (e *engine) leastPlan() (planFloor, error) {
 		for _, a := range announcers {
 			pu.Announced = pu.Announced || (u.mod != a && under(u.mod, a))
 		}
+		if pu.ForceHost && (pu.Announced || len(u.shared) > 0) {
+			return planFloor{}, hostUnitErr(u.name) // as hostInputs says after profiling
+		}
 		in.Units = append(in.Units, pu)
+	}
+	// The plan after profiling refuses forced host units beside announced
+	// ones (makePoolPlan): say so now, with its words.
+	if err := poolForceHostErr(&in); err != nil {
+		return planFloor{}, err
 	}
 	return leastBudget(in), nil
 }
@@ -135,8 +180,11 @@ func (e *engine) leastPlan() (planFloor, error) {
 // device bytes, counted as free), where it is known, an explicit byte
 // budget must fit (budgetOverFree: on a GPU without a memory limit only
 // the part of the budget the model can use) and so must the least plan;
-// those errors wrap runtime.ErrOutOfMemory. The cpu device without a
-// memory limit has no known room: only the budget is checked there.
+// those errors wrap runtime.ErrOutOfMemory. A fractional budget on a GPU
+// without a limit is checked the same way (givenBudgetOverFree); the
+// default budget (none given) is not, only the least plan is. The cpu
+// device without a memory limit has no known room: only the budget is
+// checked there.
 func (e *engine) checkDeviceFit(ours int64) error {
 	if len(e.units) == 0 {
 		return nil
@@ -151,10 +199,7 @@ func (e *engine) checkDeviceFit(ours int64) error {
 	}
 	parts := least.describe(runtime.FormatBytes)
 	what := fmt.Sprintf("%s: %s", runtime.FormatBytes(least.bytes), parts)
-	budgetText := runtime.FormatBytes(budget)
-	if e.cfg.GPUBudget.Min {
-		budgetText += fmt.Sprintf(" (the model's minimum with %d transfer block(s))", e.cfg.TransferBlocks)
-	}
+	budgetText := e.budgetText(budget)
 	if budget > 0 && least.bytes > budget {
 		return fmt.Errorf("%w: budget %s is below the least any plan needs, %s (%d < %d bytes): %s",
 			ErrBudget, budgetText, runtime.FormatBytes(least.bytes), budget, least.bytes, parts)
@@ -163,10 +208,8 @@ func (e *engine) checkDeviceFit(ours int64) error {
 	if err != nil || !known {
 		return err
 	}
-	if e.cfg.GPUBudget.Bytes > 0 {
-		if err := e.budgetOverFree(budget, budgetText, room); err != nil {
-			return err
-		}
+	if err := e.givenBudgetOverFree(budget, room); err != nil {
+		return err
 	}
 	if least.bytes > room.free {
 		return fmt.Errorf("the least any plan needs, %s, exceeds the free memory of %s (%s): %w", what, e.dev.Name(), room.describe(), runtime.ErrOutOfMemory)

@@ -3,6 +3,7 @@
 package offload_test
 
 import (
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +22,8 @@ import (
 // refused by Manager.CheckDeviceFit once other allocations (a KV cache,
 // here plain device buffers) took the card's free memory, the error naming
 // the budget and the free memory, and accepted again once they are freed.
+// A fraction of the card (0.9) with the card nearly full is refused at Offload,
+// naming the fraction and the free memory (runtime.ErrOutOfMemory).
 func TestGPUDeviceFitCard(t *testing.T) {
 	// Layers of ~30 MB: a budget below the model is then far above the few
 	// MiB the driver never hands out, so filling the card can go below it.
@@ -66,6 +69,27 @@ func TestGPUDeviceFitCard(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A fraction of the card is checked as a byte budget is: with less
+	// than half the model's bytes free (the non-unit weights, 1 MB, still
+	// fit), 0.9 of the card (what of it the model can use) is refused at
+	// Offload, naming the fraction and the free memory.
+	taken := fillCard(t, f.dev, fp.TotalBytes/2)
+	cfg.GPUBudget = offload.Budget{Fraction: 0.9}
+	name = uniqueName(t)
+	err = offload.Offload(f.model, &cfg, name)
+	for _, b := range taken {
+		b.Free()
+	}
+	if err == nil {
+		offload.Release(name, true)
+		t.Fatal("a budget of 0.9 of the card with less than the model free: Offload passed; want it refused")
+	}
+	if !errors.Is(err, runtime.ErrOutOfMemory) || !strings.Contains(err.Error(), "(0.9 of the device's") ||
+		!strings.Contains(err.Error(), "exceeds the free memory of cuda:0") {
+		t.Fatalf("a budget of 0.9 of the card with less than the model free: %v; want runtime.ErrOutOfMemory naming the fraction and the free memory", err)
+	}
+	t.Logf("0.9 of the card with less than the model free: %v", err)
+
 	cfg.GPUBudget = offload.Budget{Bytes: fp.MinBudget(2) + 2*fp.MaxUnitBytes}
 	if cfg.GPUBudget.Bytes >= fp.TotalBytes {
 		t.Fatalf("budget %d is not below the model's %d bytes", cfg.GPUBudget.Bytes, fp.TotalBytes)
@@ -79,7 +103,7 @@ func TestGPUDeviceFitCard(t *testing.T) {
 	if err := m.CheckDeviceFit(); err != nil {
 		t.Fatalf("before other allocations: %v", err)
 	}
-	taken := fillCard(t, f.dev, fp.MaxUnitBytes)
+	taken = fillCard(t, f.dev, fp.MaxUnitBytes)
 	err = m.CheckDeviceFit()
 	for _, b := range taken {
 		b.Free()

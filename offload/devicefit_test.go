@@ -119,6 +119,81 @@ func TestCheckDeviceFitCard(t *testing.T) {
 	}
 }
 
+// TestCheckDeviceFitFraction: on a card without a memory limit a
+// fractional budget is checked against the free memory as a byte budget
+// is: what of it the plan can use, min(fraction × card, the model), must
+// fit, else an error wrapping runtime.ErrOutOfMemory naming the fraction,
+// its bytes and the free memory; the default budget (none given) keeps
+// passing wherever the least plan fits; and on a device with a memory
+// limit a fraction over the free memory still passes (the plan cuts it to
+// the free memory).
+func TestCheckDeviceFitFraction(t *testing.T) {
+	cpu := runtime.NewCPU(0)
+	defer cpu.Close()
+	// 1 MiB of non-unit weights (the engine's own) and 4 units of 2 MiB:
+	// at most 9 MiB on the device; the least plan (one block) 3 MiB. The
+	// card is 80 MiB.
+	for _, c := range []struct {
+		name   string
+		budget string
+		free   int64 // MiB the driver reports free (the engine's own 1 MiB not in it)
+		want   []string
+	}{
+		{"a fraction above the model, the model fits", "0.5", 20, nil},
+		{"a fraction above the model, the model fits with the engine's own bytes", "0.5", 8, nil},
+		{"a fraction under the free memory", "0.05", 5, nil},
+		{"a fraction above the model, the model does not fit", "0.5", 5,
+			[]string{"budget 40.00 MiB (0.5 of the device's 80.00 MiB), of which the plan can use at most 9.00 MiB", "exceeds the free memory of fake-gpu", "6.00 MiB free of the card's 80.00 MiB"}},
+		{"a fraction under the model over the free memory", "0.05", 2,
+			[]string{"budget 4.00 MiB (0.05 of the device's 80.00 MiB) exceeds the free memory of fake-gpu", "3.00 MiB free of the card's 80.00 MiB"}},
+		// The default budget is the whole card: not checked against the
+		// free memory (unchanged), only the least plan is.
+		{"the default budget, the model over the free memory", "", 5, nil},
+	} {
+		dev := &fakeCard{Device: cpu, free: c.free * mib, total: 80 * mib}
+		e, err := fitEngine(dev, c.budget, 1, 1, 2, 2, 2, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = e.checkDeviceFit(e.ownDeviceBytes())
+		if c.want == nil {
+			if err != nil {
+				t.Errorf("%s: %v; want it to pass", c.name, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s: passed; want an error", c.name)
+			continue
+		}
+		if !errors.Is(err, runtime.ErrOutOfMemory) || errors.Is(err, ErrBudget) {
+			t.Errorf("%s: %v; want it to wrap runtime.ErrOutOfMemory (and not ErrBudget)", c.name, err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v; want it to say %q", c.name, err, w)
+			}
+		}
+	}
+	// A device with a limit: 64 MiB, 60 MiB held by another allocation,
+	// 5 MiB free counting the engine's 1 MiB: a fraction of 0.5 (32 MiB)
+	// passes, as before (the plan cuts it to the free memory).
+	limited := runtime.NewCPU(64 * mib)
+	defer limited.Close()
+	other, err := limited.Alloc(60*mib, "a KV cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Free()
+	e, err := fitEngine(limited, "0.5", 1, 1, 2, 2, 2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.checkDeviceFit(e.ownDeviceBytes()); err != nil {
+		t.Errorf("a fraction over the free memory of a device with a limit: %v; want it to pass (cut to the free memory)", err)
+	}
+}
+
 // TestCheckDeviceFitBudgetFloor: the budget is checked against the
 // planner's own floor (leastBudget) whether or not the device's room is
 // known: one transfer block of the largest unit (not the smallest), the

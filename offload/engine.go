@@ -910,8 +910,8 @@ func (e *engine) startInference() error {
 	if budget == 0 { // no budget and no known capacity: everything may stay
 		budget = e.modelDeviceBytes()
 	}
-	if known && e.cfg.GPUBudget.Bytes > 0 {
-		if err := e.budgetOverFree(budget, runtime.FormatBytes(budget), room); err != nil {
+	if known {
+		if err := e.givenBudgetOverFree(budget, room); err != nil {
 			return err
 		}
 	}
@@ -920,6 +920,10 @@ func (e *engine) startInference() error {
 	// GPU without one the plan keeps it: cutting it to the card's free
 	// memory would leave nothing for the activations allocated after the
 	// plan, and it changes what the plan keeps resident (not measured).
+	// A fraction given there was checked against the free memory above
+	// (what of it the model can use must fit); the default budget (the
+	// whole card) is not: a model that fits the card but not its free
+	// memory fails when the plan's memory is allocated.
 	if known && !room.card && budget > room.free {
 		budget = room.free
 	}

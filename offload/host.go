@@ -142,6 +142,12 @@ func (e *engine) forcedHostUnits() (map[*unit]bool, error) {
 	return forced, nil
 }
 
+// hostUnitErr is the error for a unit HostUnits names that cannot be
+// computed on the host (hostInputs; leastPlan says it before profiling).
+func hostUnitErr(name string) error {
+	return fmt.Errorf("offload config: HostUnits names %s, which cannot be computed on the host (a data-dependent unit, or one reading another unit's parameters)", name)
+}
+
 // hostInputs fills the host fields of in: each unit's host seconds per
 // token from the measured host bandwidth, the forced units, and the hop.
 func (e *engine) hostInputs(in *PlanInput) error {
@@ -181,7 +187,7 @@ func (e *engine) hostInputs(in *PlanInput) error {
 	for i, u := range e.units {
 		if u.announced || len(u.shared) > 0 {
 			if forced[u] {
-				return fmt.Errorf("offload config: HostUnits names %s, which cannot be computed on the host (a data-dependent unit, or one reading another unit's parameters)", u.name)
+				return hostUnitErr(u.name)
 			}
 			continue
 		}

@@ -63,7 +63,14 @@ type SwitchMoE struct {
 	Router  *nn.Linear
 	Experts []*TowerBlock
 	Shared  *TowerBlock
+	// announcer makes the block an nn.ChildAnnouncer that says so
+	// (AnnouncesChildren), as a model's MoE block does: the engine's
+	// pre-flight check then counts its units as announced.
+	announcer bool
 }
+
+// AnnouncesChildren is the announcer field (nn.ChildAnnouncer).
+func (m *SwitchMoE) AnnouncesChildren() bool { return m.announcer }
 
 // OffloadUnits makes the dense blocks, each expert and the shared blocks
 // the units (offload.UnitSelector).

@@ -20,6 +20,22 @@ func (u PlanUnit) copies() float64 {
 	return min(u.Calls, 1)
 }
 
+// poolForceHostErr is the pool plan's error for an input with announced
+// units and a unit forced onto the host (the first such), or nil: host
+// placement does not combine with announced units yet. The engine's
+// pre-flight check (leastPlan) returns the same error.
+func poolForceHostErr(in *PlanInput) error {
+	if !in.hasAnnounced() {
+		return nil
+	}
+	for _, u := range in.Units {
+		if u.ForceHost {
+			return fmt.Errorf("offload: plan: unit %q is forced onto the host, but host placement does not combine with data-dependent (announced) units such as experts yet", u.Name)
+		}
+	}
+	return nil
+}
+
 // hasAnnounced reports whether any unit is announced.
 func (in *PlanInput) hasAnnounced() bool {
 	for _, u := range in.Units {
@@ -64,9 +80,9 @@ func makePoolPlan(in PlanInput) (Plan, error) {
 		} else {
 			dense = append(dense, i)
 		}
-		if u.ForceHost {
-			return Plan{}, fmt.Errorf("offload: plan: unit %q is forced onto the host, but host placement does not combine with data-dependent (announced) units such as experts yet", u.Name)
-		}
+	}
+	if err := poolForceHostErr(&in); err != nil {
+		return Plan{}, err
 	}
 	res := make([]bool, n)
 	if in.FixedBytes+total <= in.Budget {

@@ -60,10 +60,13 @@ type Options struct {
 	// model's size keeps it all on the device. Open refuses a budget that
 	// cannot work, before the first forward: below the least plan the
 	// planner can make (the non-layer weights and one transfer block of
-	// the largest layer, or TransferBlocks of them, plus a pool slot for
-	// an expert) with an error wrapping offload.ErrBudget; a budget or
-	// least plan over the device's free memory with an error wrapping
-	// runtime.ErrOutOfMemory. Both can be matched with errors.Is.
+	// the largest layer, or TransferBlocks blocks sized so that larger
+	// layers stay resident, whichever the planner can do least, plus a
+	// pool slot for an expert) with an error wrapping offload.ErrBudget;
+	// a budget or least plan over the device's free memory with an error
+	// wrapping runtime.ErrOutOfMemory (on a GPU without a memory limit a
+	// budget, in bytes or a fraction, is checked for what of it the model
+	// can use). Both can be matched with errors.Is.
 	GPUBudget string
 	// TransferBlocks is the number of offload transfer slots (0 = the
 	// planner chooses).
