@@ -86,16 +86,7 @@ func NormRoPEStoreKVRef(b Backend, a QKNormRoPE) error {
 	if err := b.RMSNorm(kh, kh, a.KNorm, a.Eps); err != nil {
 		return err
 	}
-	if err := b.RoPE(a.Q, a.Pos, a.InvFreq); err != nil {
-		return err
-	}
-	if err := b.RoPE(a.K, a.Pos, a.InvFreq); err != nil {
-		return err
-	}
-	if err := b.StoreKV(a.KCache, a.K, a.Pos); err != nil {
-		return err
-	}
-	return b.StoreKV(a.VCache, a.V, a.Pos)
+	return ropeStoreRef(b, a.Q, a.K, a.V, a.KCache, a.VCache, a.Pos, a.InvFreq)
 }
 
 // NormRoPEStoreKV is NormRoPEStoreKVRef on the CPU: it always runs.

@@ -99,16 +99,23 @@ func ProjectRoPEStoreKVRef(b Backend, a QKVRoPE) error {
 			}
 		}
 	}
-	if err := b.RoPE(a.Q, a.Pos, a.InvFreq); err != nil {
+	return ropeStoreRef(b, a.Q, a.K, a.V, a.KCache, a.VCache, a.Pos, a.InvFreq)
+}
+
+// ropeStoreRef is the tail both references share: RoPE of q and k from
+// position pos, then k and v stored into their caches at rows pos on, one
+// backend op each.
+func ropeStoreRef(b Backend, q, k, v, kc, vc *runtime.Tensor, pos int, inv []float32) error {
+	if err := b.RoPE(q, pos, inv); err != nil {
 		return err
 	}
-	if err := b.RoPE(a.K, a.Pos, a.InvFreq); err != nil {
+	if err := b.RoPE(k, pos, inv); err != nil {
 		return err
 	}
-	if err := b.StoreKV(a.KCache, a.K, a.Pos); err != nil {
+	if err := b.StoreKV(kc, k, pos); err != nil {
 		return err
 	}
-	return b.StoreKV(a.VCache, a.V, a.Pos)
+	return b.StoreKV(vc, v, pos)
 }
 
 // ProjectRoPEStoreKV is ProjectRoPEStoreKVRef on the CPU: it always runs.

@@ -68,9 +68,10 @@ func (d *CPUDevice) SetMemoryLimit(limit int64) { d.mem.SetLimit(limit) }
 // ResetPeak sets the device pool's peak to its bytes in use.
 func (d *CPUDevice) ResetPeak() { d.mem.ResetPeak() }
 
-// errClosed is what allocating on a closed cpu device gives.
+// errClosed is what allocating on a closed cpu device gives (it wraps
+// ErrDeviceClosed).
 func (d *CPUDevice) errClosed(op, label string) error {
-	return fmt.Errorf("%s: %s %q after Close", d.Name(), op, label)
+	return fmt.Errorf("%s: %s %q: %w", d.Name(), op, label, ErrDeviceClosed)
 }
 
 // Alloc takes zeroed device memory. After Close it is an error.

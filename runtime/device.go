@@ -99,6 +99,10 @@ type MemStats struct {
 // ErrOutOfMemory is wrapped by allocation failures caused by the limit.
 var ErrOutOfMemory = errors.New("out of memory")
 
+// ErrDeviceClosed is wrapped by the errors of allocations (device, wrapped
+// and host memory) asked of the cpu device after its Close.
+var ErrDeviceClosed = errors.New("device closed (allocation after Close)")
+
 // Accountant keeps MemStats for a device's pool; backends embed it.
 type Accountant struct {
 	mu    sync.Mutex

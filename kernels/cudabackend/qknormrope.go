@@ -19,7 +19,10 @@ import (
 // token; a k head's block also stores the head's k and v. FT_QKNORM_ROPE
 // picks it: unset or "1" for one-token steps (the decode step, where the
 // two launches it replaces are latency-bound), "all" for every forward
-// (prefills too), "0" never. Not measured on a GPU yet.
+// (prefills too), "0" never. Measured on the H200 at the Qwen3-8B shape
+// (s13b): graph step 4.47 ms on and off, run-model 4.40–4.43 ms a token
+// against 4.42, 291 launches against 327 in the eager kernel table, the
+// same generated ids; kept on (fewer launches, same bits, same time).
 
 // qkNormRoPEFromEnv reads FT_QKNORM_ROPE (its values are checked with the
 // other switches, envswitch.go): the most tokens a call fuses, 0 none, −1

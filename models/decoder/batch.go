@@ -114,7 +114,7 @@ func (m *Model) ForwardBatch(b kernels.Backend, cache *kvcache.Paged, entries []
 // returned, after the forward's positions were committed.
 func (m *Model) ForwardBatchFunc(b kernels.Backend, cache *kvcache.Paged, entries []BatchEntry, read func(logits *runtime.Tensor) error) error {
 	if m == nil {
-		return errors.New("decoder.ForwardBatch: nil model")
+		return errors.New("decoder.ForwardBatchFunc: nil model")
 	}
 	if read == nil {
 		return errors.New("decoder.ForwardBatchFunc: nil read function")

@@ -437,7 +437,8 @@ func lastRow(x *runtime.Tensor) *runtime.Tensor {
 
 // WorkspaceBytes is the device memory the model's activation workspace holds
 // now (0 before the first forward or after Close). It waits for the forward
-// in progress, if any.
+// in progress, if any, so it must not be called from inside a forward (an
+// offload hook): the forward lock is not re-entrant.
 func (m *Model) WorkspaceBytes() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()

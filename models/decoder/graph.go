@@ -130,8 +130,18 @@ func (g *DecodeGraph) stepAt(id int32, pos int) (*runtime.Tensor, error) {
 	return g.logits, nil
 }
 
-// Close frees the graph (not the cache or the model).
+// Close frees the graph (not the cache or the model). It holds the model's
+// forward lock, so it waits for a StepAt in progress in another goroutine;
+// like Stop, it must not be called from inside a forward.
 func (g *DecodeGraph) Close() error {
+	g.m.mu.Lock()
+	defer g.m.mu.Unlock()
+	return g.close()
+}
+
+// close is Close with the model's forward lock held (the stepper's and
+// stop's path: they hold it already).
+func (g *DecodeGraph) close() error {
 	if g.g == nil {
 		return nil
 	}
@@ -157,7 +167,7 @@ func (s *stepper) forward(m *Model, b kernels.Backend, cache Cache, ids []int32)
 	if s.g != nil && s.g.ws != m.ws && !m.closed {
 		// Another Generate's larger forward (between two of this one's
 		// steps) grew the workspace the graph recorded: record it again.
-		s.g.Close()
+		s.g.close()
 		s.g = nil
 	}
 	if s.g == nil {
@@ -185,7 +195,7 @@ func (s *stepper) forward(m *Model, b kernels.Backend, cache Cache, ids []int32)
 
 func (s *stepper) close() {
 	if s.g != nil {
-		s.g.Close()
+		s.g.close()
 		s.g = nil
 	}
 }

@@ -325,7 +325,7 @@ func (h *Handle) finish(reason FinishReason, err error) {
 // it with FinishError and is returned. On a Scheduler not made with New it
 // is an error.
 func (s *Scheduler) Step() (bool, error) {
-	if s.m == nil {
+	if s == nil || s.m == nil {
 		return false, errNotNew
 	}
 	s.stepMu.Lock()
@@ -680,6 +680,9 @@ func (s *Scheduler) plan() (entries []decoder.BatchEntry, in []*Handle, sample [
 // Run steps until no request is left, or ctx ends (then every request is
 // cancelled and retired, and ctx's error returned), or a forward fails.
 func (s *Scheduler) Run(ctx context.Context) error {
+	if s == nil || s.m == nil {
+		return errNotNew
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			s.CancelAll()
@@ -698,6 +701,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 // CancelAll cancels every waiting and running request.
 func (s *Scheduler) CancelAll() {
+	if s == nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, h := range slices.Concat(s.waiting, s.running) {

@@ -700,4 +700,12 @@ func TestZeroScheduler(t *testing.T) {
 	if n := s.MaxNewFor(1); n != 0 {
 		t.Errorf("MaxNewFor on a zero Scheduler: %d", n)
 	}
+	var nilS *generate.Scheduler
+	if _, err := nilS.Step(); err == nil || !strings.Contains(err.Error(), "not made with generate.New") {
+		t.Errorf("Step on a nil Scheduler: %v", err)
+	}
+	if err := nilS.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "not made with generate.New") {
+		t.Errorf("Run on a nil Scheduler: %v", err)
+	}
+	nilS.CancelAll() // nothing to cancel; no panic
 }
