@@ -82,25 +82,7 @@ func TestCheckDeviceFitCard(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = e.checkDeviceFit(e.ownDeviceBytes())
-		if c.want == nil {
-			if err != nil {
-				t.Errorf("%s: %v; want it to pass", c.name, err)
-			}
-			continue
-		}
-		if err == nil {
-			t.Errorf("%s: passed; want an error", c.name)
-			continue
-		}
-		if !errors.Is(err, runtime.ErrOutOfMemory) || errors.Is(err, ErrBudget) {
-			t.Errorf("%s: %v; want it to wrap runtime.ErrOutOfMemory (and not ErrBudget)", c.name, err)
-		}
-		for _, w := range c.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: %v; want it to say %q", c.name, err, w)
-			}
-		}
+		wantOverFree(t, c.name, e.checkDeviceFit(e.ownDeviceBytes()), c.want)
 	}
 	boom := errors.New("driver says no")
 	e, err := fitEngine(&fakeCard{Device: cpu, err: boom, total: 80 * mib}, "5MiB", 1, 1, 2)
@@ -155,25 +137,7 @@ func TestCheckDeviceFitFraction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = e.checkDeviceFit(e.ownDeviceBytes())
-		if c.want == nil {
-			if err != nil {
-				t.Errorf("%s: %v; want it to pass", c.name, err)
-			}
-			continue
-		}
-		if err == nil {
-			t.Errorf("%s: passed; want an error", c.name)
-			continue
-		}
-		if !errors.Is(err, runtime.ErrOutOfMemory) || errors.Is(err, ErrBudget) {
-			t.Errorf("%s: %v; want it to wrap runtime.ErrOutOfMemory (and not ErrBudget)", c.name, err)
-		}
-		for _, w := range c.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: %v; want it to say %q", c.name, err, w)
-			}
-		}
+		wantOverFree(t, c.name, e.checkDeviceFit(e.ownDeviceBytes()), c.want)
 	}
 	// A device with a limit: 64 MiB, 60 MiB held by another allocation,
 	// 5 MiB free counting the engine's 1 MiB: a fraction of 0.5 (32 MiB)
@@ -310,5 +274,30 @@ func TestCheckDeviceFitOwnBytes(t *testing.T) {
 		e.staging.Free()
 		fixed.Free()
 		other.Free()
+	}
+}
+
+// wantOverFree checks a pre-flight result: nil when want is nil, else an
+// error wrapping runtime.ErrOutOfMemory (not ErrBudget) that says every
+// string of want.
+func wantOverFree(t *testing.T, name string, err error, want []string) {
+	t.Helper()
+	switch {
+	case want == nil:
+		if err != nil {
+			t.Errorf("%s: %v; want it to pass", name, err)
+		}
+		return
+	case err == nil:
+		t.Errorf("%s: passed; want an error", name)
+		return
+	}
+	if !errors.Is(err, runtime.ErrOutOfMemory) || errors.Is(err, ErrBudget) {
+		t.Errorf("%s: %v; want it to wrap runtime.ErrOutOfMemory (and not ErrBudget)", name, err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: %v; want it to say %q", name, err, w)
+		}
 	}
 }
