@@ -439,15 +439,7 @@ type preemptRig struct {
 
 func newPreemptRig(t *testing.T, m *decoder.Model, b kernels.Backend, reqs []generate.Request) *preemptRig {
 	t.Helper()
-	cache, err := m.NewPagedCache(b, 10, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cache.Close)
-	s, err := generate.New(m, b, cache, generate.Options{MaxBatchTokens: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cache := newScheduler(t, m, b, 10, 4, generate.Options{MaxBatchTokens: 8})
 	g := &preemptRig{s: s, cache: cache, streamed: make([][]int32, len(reqs)), stepOf: make([][]int, len(reqs))}
 	for i, r := range reqs {
 		r.OnToken = func(id int32) {
@@ -606,15 +598,7 @@ func TestSchedulerBesideGenerate(t *testing.T) {
 	for i, r := range reqs {
 		want[i] = alone(t, m, b, r)
 	}
-	cache, err := m.NewPagedCache(b, 12, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Close()
-	s, err := generate.New(m, b, cache, generate.Options{MaxSeqs: 3, MaxBatchTokens: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := newScheduler(t, m, b, 12, 4, generate.Options{MaxSeqs: 3, MaxBatchTokens: 8})
 	var hs []*generate.Handle
 	for _, r := range reqs {
 		hs = append(hs, must(s.Submit(r)))

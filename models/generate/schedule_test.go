@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/models/generate"
 	"github.com/flextensor-go/flextensor/models/kvcache"
 )
@@ -63,15 +64,7 @@ func (g *stepped) next(t *testing.T, limit int) bool {
 func TestSchedulerPreemptDuringPrompt(t *testing.T) {
 	m, b := load(t, fixtures[0].dir)
 	V := m.Cfg.VocabSize
-	cache, err := m.NewPagedCache(b, 8, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cache.Close)
-	s, err := generate.New(m, b, cache, generate.Options{MaxBatchTokens: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cache := newScheduler(t, m, b, 8, 4, generate.Options{MaxBatchTokens: 4})
 	reqs := []generate.Request{
 		{Prompt: prompt(V, 3, 31), MaxNewTokens: 10, IgnoreEOS: true},
 		{Prompt: prompt(V, 24, 32), MaxNewTokens: 6, Sampling: kernels.SampleParams{Temperature: 0.9, TopK: 30}, Seed: 5, IgnoreEOS: true},
@@ -130,15 +123,7 @@ func TestSchedulerPreemptDuringPrompt(t *testing.T) {
 func TestSchedulerWatermark(t *testing.T) {
 	m, b := load(t, fixtures[0].dir)
 	V := m.Cfg.VocabSize
-	cache, err := m.NewPagedCache(b, 200, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cache.Close)
-	s, err := generate.New(m, b, cache, generate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cache := newScheduler(t, m, b, 200, 1, generate.Options{})
 	reqs := []generate.Request{
 		{Prompt: prompt(V, 1, 41), MaxNewTokens: 3, IgnoreEOS: true},
 		{Prompt: prompt(V, 198, 42), MaxNewTokens: 3, IgnoreEOS: true},
@@ -189,15 +174,7 @@ func TestSchedulerWatermark(t *testing.T) {
 func TestSchedulerSharedCacheGrowFails(t *testing.T) {
 	m, b := load(t, fixtures[0].dir)
 	V := m.Cfg.VocabSize
-	cache, err := m.NewPagedCache(b, 4, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cache.Close)
-	s1, err := generate.New(m, b, cache, generate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s1, cache := newScheduler(t, m, b, 4, 4, generate.Options{})
 	s2, err := generate.New(m, b, cache, generate.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -252,4 +229,20 @@ func TestSchedulerSharedCacheGrowFails(t *testing.T) {
 	if cache.FreeBlocks() != cache.TotalBlocks() || cache.LiveSeqs() != 0 {
 		t.Errorf("at the end: %d of %d blocks free, %d sequences live", cache.FreeBlocks(), cache.TotalBlocks(), cache.LiveSeqs())
 	}
+}
+
+// newScheduler makes a scheduler for m on b over a new paged cache of
+// blocks blocks of blockSize positions, closed when the test ends.
+func newScheduler(t *testing.T, m *decoder.Model, b kernels.Backend, blocks, blockSize int, opt generate.Options) (*generate.Scheduler, *kvcache.Paged) {
+	t.Helper()
+	cache, err := m.NewPagedCache(b, blocks, blockSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cache.Close)
+	s, err := generate.New(m, b, cache, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, cache
 }
