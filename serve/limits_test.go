@@ -12,6 +12,7 @@ import (
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/chat"
+	"github.com/flextensor-go/flextensor/models/generate"
 	"github.com/flextensor-go/flextensor/models/kvcache"
 	"github.com/flextensor-go/flextensor/serve"
 )
@@ -244,9 +245,16 @@ func TestOffloadMetrics(t *testing.T) {
 // first two run at once, the second is preempted when both cross into
 // their second block, and every answer is still its reference (a greedy
 // one, and a sampled one with its seed); /metrics counts the preemptions
-// as the scheduler does.
+// and swaps as the scheduler does. Without a swap area, and with one (the
+// preempted request is swapped out: swaps counted).
 func TestPreemptionMetric(t *testing.T) {
-	ts := newServer(t, serverConfig{blocks: 3, noStart: true})
+	for _, swap := range []int64{0, 1 << 20} {
+		t.Run(fmt.Sprintf("swap=%d", swap), func(t *testing.T) { testPreemptionMetric(t, swap) })
+	}
+}
+
+func testPreemptionMetric(t *testing.T, swapBytes int64) {
+	ts := newServer(t, serverConfig{blocks: 3, noStart: true, sched: generate.Options{SwapBytes: swapBytes}})
 	sampled := kernels.SampleParams{Temperature: 0.9}
 	reqs := []struct {
 		prompt string
@@ -281,8 +289,16 @@ func TestPreemptionMetric(t *testing.T) {
 	if n == 0 {
 		t.Errorf("no preemption: three requests reaching 3 blocks each ran in a cache of 3")
 	}
-	if v := metricValues(t, ts)["flextensor_scheduler_preemptions_total"]; v != float64(n) {
-		t.Errorf("scheduler_preemptions_total %v, the scheduler counted %d", v, n)
+	v := metricValues(t, ts)
+	if v["flextensor_scheduler_preemptions_total"] != float64(n) {
+		t.Errorf("scheduler_preemptions_total %v, the scheduler counted %d", v["flextensor_scheduler_preemptions_total"], n)
+	}
+	sw := ts.Scheduler().Swaps()
+	if v["flextensor_scheduler_swaps_total"] != float64(sw) {
+		t.Errorf("scheduler_swaps_total %v, the scheduler counted %d", v["flextensor_scheduler_swaps_total"], sw)
+	}
+	if (swapBytes > 0) != (sw > 0) {
+		t.Errorf("a swap area of %d bytes: %d swaps of %d preemptions", swapBytes, sw, n)
 	}
 	if n := ts.KVBlocksInUse(); n != 0 {
 		t.Errorf("%d KV blocks in use after", n)

@@ -25,6 +25,7 @@ type batchFlags struct {
 	file, out      string
 	maxSeqs        int
 	maxBatchTokens int
+	swapSpace      string // --swap-space: generate.Options.SwapBytes ("" the default)
 }
 
 func (f *batchFlags) register(fs *pflag.FlagSet) {
@@ -32,6 +33,7 @@ func (f *batchFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.out, "out", "", "with --batch-file: write a JSON result per line here (default stdout)")
 	fs.IntVar(&f.maxSeqs, "max-seqs", 256, "with --batch-file: most requests in one forward")
 	fs.IntVar(&f.maxBatchTokens, "max-batch-tokens", 512, "with --batch-file: most tokens in one forward (long prompts are prefilled in chunks between decode steps)")
+	fs.StringVar(&f.swapSpace, "swap-space", "", "with --batch-file: "+swapSpaceHelp)
 }
 
 // batchLine is one line of a batch file; absent fields take the flags'
@@ -196,8 +198,8 @@ func kvCacheBlocksFromFlag(flag string, m *decoder.Model, b kernels.Backend) (in
 // (reporting true), and refuses the batch flags without it.
 func maybeRunBatch(o *runOptions, stdout, stderr io.Writer) (bool, error) {
 	if o.batch.file == "" {
-		if o.batch.out != "" || o.dev.kvCache != "" {
-			return true, usagef("--out and --kv-cache apply with --batch-file only")
+		if o.batch.out != "" || o.dev.kvCache != "" || o.batch.swapSpace != "" {
+			return true, usagef("--out, --kv-cache and --swap-space apply with --batch-file only")
 		}
 		return false, nil
 	}
@@ -220,6 +222,9 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 		return usagef("--batch-file always writes JSON lines; leave out --json")
 	case f.maxSeqs <= 0 || f.maxBatchTokens <= 0:
 		return usagef("--max-seqs %d and --max-batch-tokens %d must be positive", f.maxSeqs, f.maxBatchTokens)
+	}
+	if _, _, err := parseSwapSpace(f.swapSpace); err != nil {
+		return err
 	}
 	// The flags give every line's defaults: checked as run-model checks them.
 	if err := checkRequestParams(flagFields, o.maxNew, o.temperature, o.topK, o.topP); err != nil {
@@ -292,7 +297,11 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("--kv-cache: %w", err)
 	}
 	defer cache.Close()
-	sched, err := generate.New(m, b, cache, generate.Options{MaxSeqs: f.maxSeqs, MaxBatchTokens: f.maxBatchTokens, MaxQueue: len(reqs)})
+	swap, err := swapSpaceBytes(f.swapSpace, b.Device(), cache.Bytes())
+	if err != nil {
+		return err
+	}
+	sched, err := generate.New(m, b, cache, generate.Options{MaxSeqs: f.maxSeqs, MaxBatchTokens: f.maxBatchTokens, MaxQueue: len(reqs), SwapBytes: swap})
 	if err != nil {
 		return err
 	}
@@ -382,10 +391,7 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 			return err
 		}
 	}
-	preempted := ""
-	if n := sched.Preemptions(); n > 0 {
-		preempted = fmt.Sprintf(", %d preemptions (requests re-prefilled when the cache ran short; a larger --kv-cache avoids them)", n)
-	}
+	preempted := swapReport(sched.Preemptions(), sched.Swaps())
 	fmt.Fprintf(stderr, "%d requests, %d tokens in %v (%.1f tokens/s) on %s, KV cache %d blocks (%s)%s\n", len(reqs), tokens,
 		dur.Round(time.Millisecond), float64(tokens)/dur.Seconds(), sess.Device.Name(), blocks, runtime.FormatBytes(cache.Bytes()), preempted)
 	if runErr != nil {

@@ -125,6 +125,9 @@ func TestRunModelBatchUsage(t *testing.T) {
 		{[]string{"--batch-file", writeBatch(t, `{"token_ids": [1]}`), "--kv-cache", "1KiB"}, "holds no KV block"},
 		{[]string{"--batch-file", writeBatch(t, `{"token_ids": [1]}`), "--prompt", "x"}, "leave out --prompt"},
 		{[]string{"--batch-file", "/nonexistent/prompts.jsonl"}, "--batch-file"},
+		{[]string{"--swap-space", "1GiB"}, "--swap-space apply with --batch-file only"},
+		{[]string{"--batch-file", writeBatch(t, `{"token_ids": [1]}`), "--swap-space", "lots"}, "--swap-space: memory budget \"lots\""},
+		{[]string{"--batch-file", writeBatch(t, `{"token_ids": [1]}`), "--swap-space", "0.5"}, "--swap-space 0.5: give bytes"},
 	} {
 		code, _, errOut := run(t, append([]string{"run-model"}, c.args...)...)
 		if code != 2 || !strings.Contains(errOut, c.want) {
@@ -309,6 +312,47 @@ func TestRunModelBatchPreempts(t *testing.T) {
 	for i := range roomy {
 		if !slices.Equal(small[i].GeneratedIDs, roomy[i].GeneratedIDs) || len(roomy[i].GeneratedIDs) != 40 {
 			t.Errorf("request %d: %v preempted, %v not", i, small[i].GeneratedIDs, roomy[i].GeneratedIDs)
+		}
+	}
+}
+
+// TestRunModelBatchSwapSpace: a batch whose requests outgrow a KV cache of
+// 5 blocks is preempted; by default on the CPU (and with --swap-space
+// given) preempted requests are swapped out, with --swap-space 0 they are
+// re-prefilled; the summary says which, and the tokens are the same.
+func TestRunModelBatchSwapSpace(t *testing.T) {
+	in := writeBatch(t,
+		`{"token_ids": [5, 6, 7], "max_new_tokens": 40, "ignore_eos": true}`,
+		`{"token_ids": [8, 9, 10], "max_new_tokens": 40, "ignore_eos": true}`,
+		`{"token_ids": [11, 12], "max_new_tokens": 40, "temperature": 0.9, "seed": 3, "ignore_eos": true}`,
+	)
+	var first []batchResult
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{nil, " swapped out to host memory, 0 re-prefilled"},
+		{[]string{"--swap-space", "1MiB"}, " swapped out to host memory, 0 re-prefilled"},
+		{[]string{"--swap-space", "0"}, "(0 swapped out to host memory,"},
+	} {
+		out := filepath.Join(t.TempDir(), "results.jsonl")
+		args := append([]string{"run-model", "--batch-file", in, "--out", out, "--kv-cache", "160KiB"}, c.flags...)
+		code, _, errOut := run(t, args...)
+		if code != 0 || !strings.Contains(errOut, "preemptions (") || !strings.Contains(errOut, c.want) {
+			t.Fatalf("%v: exit %d, stderr %q; want preemptions reported with %q", c.flags, code, errOut, c.want)
+		}
+		if strings.Contains(c.want, "0 re-prefilled") && strings.Contains(errOut, "(0 swapped") {
+			t.Errorf("%v: no swap: %q", c.flags, errOut)
+		}
+		res := readResults(t, out)
+		if first == nil {
+			first = res
+			continue
+		}
+		for i := range res {
+			if !slices.Equal(res[i].GeneratedIDs, first[i].GeneratedIDs) {
+				t.Errorf("%v: request %d gave %v, with the default swap space %v", c.flags, i, res[i].GeneratedIDs, first[i].GeneratedIDs)
+			}
 		}
 	}
 }

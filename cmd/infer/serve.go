@@ -75,6 +75,7 @@ type serveOptions struct {
 	idleTimeout       time.Duration
 	shutdownTimeout   time.Duration
 	logFormat         string
+	swapSpace         string // --swap-space: generate.Options.SwapBytes ("" the default)
 }
 
 func serveFlags(fs *pflag.FlagSet) *serveOptions {
@@ -94,6 +95,7 @@ func serveFlags(fs *pflag.FlagSet) *serveOptions {
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 120*time.Second, "keep-alive connections idle this long are closed")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "at SIGTERM, how long in-flight requests may take to finish before they are cancelled")
 	fs.StringVar(&o.logFormat, "log-format", "json", "request log on stderr: json, text or off")
+	fs.StringVar(&o.swapSpace, "swap-space", "", swapSpaceHelp)
 	o.dev.register(fs)
 	return &o
 }
@@ -122,6 +124,9 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 		return usagef("--max-request-bytes %d must be positive", o.maxRequestBytes)
 	case o.readTimeout <= 0 || o.readHeaderTimeout <= 0 || o.idleTimeout <= 0 || o.shutdownTimeout <= 0:
 		return usagef("--read-timeout, --read-header-timeout, --idle-timeout and --shutdown-timeout must be positive")
+	}
+	if _, _, err := parseSwapSpace(o.swapSpace); err != nil {
+		return err
 	}
 	var logger *slog.Logger
 	switch o.logFormat {
@@ -208,8 +213,12 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 	if sess.Manager != "" {
 		opt.Failed = offload.GetOffloadManager(sess.Manager).Failed
 	}
+	swap, err := swapSpaceBytes(o.swapSpace, b.Device(), cache.Bytes())
+	if err != nil {
+		return err
+	}
 	srv, err := serve.New(m, b, cache, generate.Options{MaxSeqs: o.maxConcurrency, MaxQueue: o.queue,
-		MaxBatchTokens: o.maxBatchTokens, MaxContext: maxContext}, opt)
+		MaxBatchTokens: o.maxBatchTokens, MaxContext: maxContext, SwapBytes: swap}, opt)
 	if err != nil {
 		return err
 	}
@@ -221,8 +230,8 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 		fmt.Fprintf(stderr, "infer serve: %s\n", note)
 	}
 	err = srv.Serve(cmdCtx, ln, func(addr net.Addr) {
-		fmt.Fprintf(stderr, "infer serve: %s on %s, KV cache %d blocks (%s), up to %d requests at once; listening on http://%s\n",
-			name, sess.Device.Name(), blocks, runtime.FormatBytes(cache.Bytes()), o.maxConcurrency, addr)
+		fmt.Fprintf(stderr, "infer serve: %s on %s, KV cache %d blocks (%s), swap space %s, up to %d requests at once; listening on http://%s\n",
+			name, sess.Device.Name(), blocks, runtime.FormatBytes(cache.Bytes()), runtime.FormatBytes(swap), o.maxConcurrency, addr)
 	})
 	if errors.Is(err, serve.ErrDrainTimeout) {
 		// The stop was asked for, and cancelling what outlasts

@@ -163,6 +163,8 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--queue", "-1"}, "--queue"},
 		{[]string{"--log-format", "xml"}, "--log-format"},
 		{[]string{"--kv-cache", "lots"}, "--kv-cache"},
+		{[]string{"--swap-space", "lots"}, "--swap-space"},
+		{[]string{"--swap-space", "0.25"}, "--swap-space 0.25: give bytes"},
 		{[]string{"--transfer-blocks", "2"}, "--transfer-blocks"},
 		// Past the trained context (the tiny model's 256) answers are wrong.
 		{[]string{"--max-context", "1000"}, "--max-context 1000 exceeds the model's trained context (max_position_embeddings 256"},

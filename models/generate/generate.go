@@ -16,16 +16,24 @@
 // positions need, the oldest request first. When the pool runs short the
 // most recently admitted requests are preempted (never the oldest, which
 // the whole cache always holds: Submit refuses a request whose whole reach
-// does not fit): their blocks are freed and they go back to the front of
-// the queue; readmitted, they prefill their prompt and the tokens generated
-// so far again (all but the last, the next decode input) and continue with
-// the same sampler, so their tokens neither change nor repeat.
-// Scheduler.Preemptions counts them.
+// does not fit) and go back to the front of the queue. With a swap area
+// (Options.SwapBytes) a decoding request is swapped out: its KV blocks'
+// keys and values are copied to host memory (kvcache.Swap) and the blocks
+// freed; it is readmitted when blocks for all its positions are free
+// (beside the watermark), swapped in, perhaps into other blocks, with the
+// very bits it had, and decodes on. Without room in the swap area (or
+// without one, or while still prefilling) it is recomputed: its blocks
+// are freed and, readmitted, it prefills its prompt and the tokens
+// generated so far again (all but the last, the next decode input). Either
+// way it continues with the same sampler, so its tokens neither change
+// nor repeat. Scheduler.Preemptions counts every preemption,
+// Scheduler.Swaps the ones swapped out (the rest were recomputed).
 //
 // A request gives the tokens decoder.Model.Generate gives for it alone
 // (same seed, same sampling), batched or not, preempted or not (up to
-// rounding: a prefilled position's keys and values can differ in the last
-// bits from the ones a decode step stored).
+// rounding, for a recomputed preemption only: a prefilled position's keys
+// and values can differ in the last bits from the ones a decode step
+// stored, which can change a near-tie; a swapped one gets its own back).
 //
 // Each step's forward and the choice of its tokens hold the model's
 // forward lock (decoder.Model: one forward at a time), so Generate calls
@@ -116,6 +124,11 @@ type Options struct {
 	// MaxContext beyond max_position_embeddings when the config has one
 	// (positions past the trained context give wrong answers).
 	MaxContext int
+	// SwapBytes is the most host memory (pinned on a GPU, taken as needed)
+	// that preempted requests' KV blocks are swapped out to instead of
+	// being recomputed (see the package doc); 0: none, every preemption
+	// recomputes. The swap area is the cache's: its Close frees it.
+	SwapBytes int64
 }
 
 // Scheduler runs requests in batches. Submit, Cancel and the counters are
@@ -134,7 +147,9 @@ type Scheduler struct {
 	waiting []*Handle // in order of submission (preempted ones at the front)
 	running []*Handle // in order of admission, which is submission order
 
+	swap        *kvcache.Swap // nil: no swapping
 	preemptions atomic.Int64
+	swaps       atomic.Int64
 }
 
 // New makes a scheduler for m on b over cache (shaped for m:
@@ -145,7 +160,7 @@ func New(m *decoder.Model, b kernels.Backend, cache *kvcache.Paged, opt Options)
 	if m == nil || b == nil || cache == nil {
 		return nil, errors.New("generate.New: a model, a backend and a KV cache are needed")
 	}
-	if opt.MaxSeqs < 0 || opt.MaxBatchTokens < 0 || opt.MaxQueue < 0 || opt.MaxContext < 0 {
+	if opt.MaxSeqs < 0 || opt.MaxBatchTokens < 0 || opt.MaxQueue < 0 || opt.MaxContext < 0 || opt.SwapBytes < 0 {
 		return nil, fmt.Errorf("generate.New: options %+v: none may be negative", opt)
 	}
 	if opt.MaxSeqs == 0 {
@@ -167,7 +182,15 @@ func New(m *decoder.Model, b kernels.Backend, cache *kvcache.Paged, opt Options)
 	if opt.MaxContext <= 0 {
 		return nil, errors.New("generate.New: no context length (give Options.MaxContext; the config has no max_position_embeddings)")
 	}
-	return &Scheduler{m: m, b: b, cache: cache, opt: opt}, nil
+	s := &Scheduler{m: m, b: b, cache: cache, opt: opt}
+	if opt.SwapBytes > 0 {
+		sw, err := cache.NewSwap(opt.SwapBytes)
+		if err != nil {
+			return nil, fmt.Errorf("generate.New: %w", err)
+		}
+		s.swap = sw
+	}
+	return s, nil
 }
 
 // Handle is a submitted request.
@@ -180,7 +203,7 @@ type Handle struct {
 	res       Result
 
 	// Step's state.
-	seq    *kvcache.Seq // nil while waiting (also after a preemption)
+	seq    *kvcache.Seq // nil while waiting, or swapped out after a preemption
 	rng    *rand.Rand   // made at the first admission, kept over preemptions
 	maxNew int          // MaxNewTokens capped by the context
 	gen    []int32
@@ -297,10 +320,25 @@ func (s *Scheduler) Running() int {
 }
 
 // Preemptions is the number of times a running request was preempted
-// (its KV blocks freed and it put back at the front of the queue, to
-// prefill again when readmitted) because the cache ran out of blocks for
-// the running requests' next positions, since the scheduler was made.
+// (its KV blocks freed and it put back at the front of the queue, to be
+// swapped in or prefill again when readmitted) because the cache ran out of
+// blocks for the running requests' next positions, since the scheduler was
+// made. Swaps are among them.
 func (s *Scheduler) Preemptions() int64 { return s.preemptions.Load() }
+
+// Swaps is the number of preemptions that swapped the request's KV blocks
+// out to host memory (Options.SwapBytes) rather than dropping them to be
+// recomputed: Preemptions − Swaps were recomputed.
+func (s *Scheduler) Swaps() int64 { return s.swaps.Load() }
+
+// SwapUsedBlocks is the number of KV blocks held swapped out now (0
+// without a swap area).
+func (s *Scheduler) SwapUsedBlocks() int {
+	if s == nil || s.swap == nil {
+		return 0
+	}
+	return s.swap.UsedBlocks()
+}
 
 func (h *Handle) finish(reason FinishReason, err error) {
 	if h.seq != nil {
@@ -596,30 +634,67 @@ func (s *Scheduler) grow() (preempted bool, failed []*Handle, errs []error) {
 	return preempted, failed, errs
 }
 
-// preempt frees the running request h's blocks and puts it at the front of
-// the queue, with the tokens to prefill again when it is readmitted (its
-// generated tokens and sampler are kept). h is the last of s.running. s.mu
-// is held.
+// preempt puts the running request h at the front of the queue: a
+// decoding one is swapped out when the swap area has room, else its blocks
+// are freed and it keeps the tokens to prefill again when it is readmitted
+// (its generated tokens and sampler are kept either way). h is the last of
+// s.running. s.mu is held.
 func (s *Scheduler) preempt(h *Handle) {
+	s.running = s.running[:len(s.running)-1]
+	s.waiting = slices.Insert(s.waiting, 0, h)
+	s.preemptions.Add(1)
+	if s.swap != nil && h.decoding() && s.swap.Out(h.seq) == nil {
+		s.swaps.Add(1) // a full swap area (or a failed copy): recompute
+		return
+	}
+	s.recompute(h)
+}
+
+// recompute frees h's blocks (or swapped-out blocks) and sets what it
+// prefills when readmitted: its prompt and all its generated tokens but the
+// last.
+func (s *Scheduler) recompute(h *Handle) {
 	h.seq.Free()
 	h.seq = nil
 	h.replay = nil
 	if len(h.gen) > 0 {
 		h.replay = slices.Concat(h.req.Prompt, h.gen[:len(h.gen)-1])
 	}
-	s.running = s.running[:len(s.running)-1]
-	s.waiting = slices.Insert(s.waiting, 0, h)
-	s.preemptions.Add(1)
 }
 
 // admit moves waiting requests into the cache while there is room: a
 // sequence slot and the blocks of what the request prefills (its prompt,
-// or its replay after a preemption), beside the watermark
-// (admissionWatermarkPercent) when other requests run. s.mu is held.
+// or its replay after a preemption), or of all its positions when it is
+// swapped out, beside the watermark (admissionWatermarkPercent) when other
+// requests run. s.mu is held.
 func (s *Scheduler) admit() {
 	watermark := max(1, s.cache.TotalBlocks()*admissionWatermarkPercent/100)
 	for len(s.waiting) > 0 && len(s.running) < s.opt.MaxSeqs {
 		h := s.waiting[0]
+		if h.seq != nil && h.seq.Swapped() {
+			// Its blocks and the one of the position this step decodes
+			// (grow ran before admission).
+			need := s.cache.BlocksFor(h.seq.Len() + 1)
+			if len(s.running) > 0 {
+				need += watermark
+			}
+			if need > s.cache.FreeBlocks() {
+				return
+			}
+			err := s.swap.In(h.seq)
+			if errors.Is(err, kvcache.ErrOutOfBlocks) {
+				return // the cache is shared: wait
+			}
+			if err == nil {
+				err = h.seq.Reserve(1)
+			}
+			if err == nil {
+				s.waiting = s.waiting[1:]
+				s.running = append(s.running, h)
+				continue
+			}
+			s.recompute(h) // a failed copy (or a cache shared with others): prefill instead
+		}
 		n := len(h.prefill())
 		need := s.cache.BlocksFor(n)
 		if len(s.running) > 0 {

@@ -439,7 +439,14 @@ type preemptRig struct {
 
 func newPreemptRig(t *testing.T, m *decoder.Model, b kernels.Backend, reqs []generate.Request) *preemptRig {
 	t.Helper()
-	s, cache := newScheduler(t, m, b, 10, 4, generate.Options{MaxBatchTokens: 8})
+	return newPreemptRigSwap(t, m, b, reqs, 0)
+}
+
+// newPreemptRigSwap is newPreemptRig with a swap area of swapBytes
+// (Options.SwapBytes).
+func newPreemptRigSwap(t *testing.T, m *decoder.Model, b kernels.Backend, reqs []generate.Request, swapBytes int64) *preemptRig {
+	t.Helper()
+	s, cache := newScheduler(t, m, b, 10, 4, generate.Options{MaxBatchTokens: 8, SwapBytes: swapBytes})
 	g := &preemptRig{s: s, cache: cache, streamed: make([][]int32, len(reqs)), stepOf: make([][]int, len(reqs))}
 	for i, r := range reqs {
 		r.OnToken = func(id int32) {

@@ -9,6 +9,15 @@
 //
 // A Paged cache is used from one goroutine at a time (the one running the
 // forwards); its block accounting is safe to read from others.
+//
+// A sequence can be swapped out (Swap.Out): its blocks' keys and values,
+// every layer, are copied to a host-side swap area and the blocks returned
+// to the pool, its length kept; swapped in (Swap.In) it takes free blocks,
+// perhaps others, and gets the same bits back. The copies run on the
+// device's compute stream, in order with the forwards, so they need no
+// waiting: on a GPU the swap area is pinned host memory and a swap is an
+// asynchronous copy, allocated lazily in chunks up to the swap area's byte
+// budget.
 package kvcache
 
 import (
@@ -62,12 +71,14 @@ func (c Config) BlocksForBudget(budget int64, dt runtime.DType) int {
 // Paged is a paged KV cache on one device.
 type Paged struct {
 	cfg  Config
+	dev  runtime.Device
 	K, V []*runtime.Tensor // per layer, [Blocks·BlockSize, K, d]
 	bufs []*runtime.DeviceBuffer
 
-	mu   sync.Mutex
-	free []int32 // the free blocks, a stack
-	live int     // sequences not yet freed
+	mu    sync.Mutex
+	free  []int32 // the free blocks, a stack
+	live  int     // sequences not yet freed
+	swaps []*Swap // the swap areas made by NewSwap, closed with the cache
 }
 
 // New allocates a paged cache of cfg's shape in dt on dev.
@@ -80,7 +91,7 @@ func New(dev runtime.Device, dt runtime.DType, cfg Config) (*Paged, error) {
 		return nil, fmt.Errorf("kvcache: %d blocks: the cache needs at least one (a block of %d positions takes %s)",
 			cfg.Blocks, cfg.BlockSize, runtime.FormatBytes(cfg.BlockBytes(dt)))
 	}
-	c := &Paged{cfg: cfg}
+	c := &Paged{cfg: cfg, dev: dev}
 	shape := runtime.Shape{cfg.Blocks * cfg.BlockSize, cfg.KVHeads, cfg.HeadDim}
 	for l := range cfg.Layers {
 		for _, kv := range []string{"k", "v"} {
@@ -139,9 +150,17 @@ func (c *Paged) Bytes() int64 {
 	return n
 }
 
-// Close returns the pools' memory. Sequences still live keep their
-// bookkeeping but must not be used in a forward again.
+// Close returns the pools' memory and that of the cache's swap areas.
+// Sequences still live keep their bookkeeping but must not be used in a
+// forward (or swapped in) again.
 func (c *Paged) Close() {
+	c.mu.Lock()
+	swaps := c.swaps
+	c.swaps = nil
+	c.mu.Unlock()
+	for _, sw := range swaps {
+		sw.close()
+	}
 	for _, b := range c.bufs {
 		b.Free()
 	}
@@ -155,6 +174,8 @@ type Seq struct {
 	blocks []int32
 	n      int
 	freed  bool
+	sw     *Swap     // the swap area holding it while swapped out; nil else
+	slots  []swapRef // its blocks' places in sw, in position order
 }
 
 // NewSeq starts an empty sequence (no blocks yet).
@@ -188,6 +209,9 @@ func (s *Seq) Reserve(n int) error {
 	if s.freed {
 		return errors.New("kvcache: Reserve on a freed sequence")
 	}
+	if s.sw != nil {
+		return errors.New("kvcache: Reserve on a swapped-out sequence (Swap.In first)")
+	}
 	if n < 0 {
 		return fmt.Errorf("kvcache: Reserve(%d): negative", n)
 	}
@@ -219,11 +243,16 @@ func (s *Seq) Commit(n int) error {
 	return nil
 }
 
-// Free returns the sequence's blocks to the pool; the sequence is unusable
-// after. Freeing twice does nothing.
+// Free returns the sequence's blocks to the pool (or, swapped out, its
+// places in the swap area); the sequence is unusable after. Freeing twice
+// does nothing.
 func (s *Seq) Free() {
 	if s.freed {
 		return
+	}
+	if s.sw != nil {
+		s.sw.release(s.slots)
+		s.sw, s.slots = nil, nil
 	}
 	c := s.c
 	c.mu.Lock()
@@ -246,6 +275,9 @@ func (s *Seq) Slot(p int) int {
 func (c *Paged) Store(b kernels.Backend, layer int, s *Seq, k, v *runtime.Tensor) error {
 	if s.c != c || s.freed {
 		return errors.New("kvcache: Store of a sequence that is not live in this cache")
+	}
+	if s.sw != nil {
+		return errors.New("kvcache: Store of a swapped-out sequence (Swap.In first)")
 	}
 	T := k.Dim(0)
 	if s.n+T > s.Cap() {
@@ -292,6 +324,9 @@ func (c *Paged) Layout(seqs []*Seq, news []int) kernels.PagedKV {
 func (c *Paged) Gather(b kernels.Backend, layer int, s *Seq, n int, k, v *runtime.Tensor) error {
 	if s.c != c || s.freed {
 		return errors.New("kvcache: Gather of a sequence that is not live in this cache")
+	}
+	if s.sw != nil {
+		return errors.New("kvcache: Gather of a swapped-out sequence (Swap.In first)")
 	}
 	if n > s.Cap() || n > k.Dim(0) {
 		return fmt.Errorf("kvcache: gathering %d positions of a sequence with room for %d into %d rows", n, s.Cap(), k.Dim(0))
