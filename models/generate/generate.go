@@ -644,10 +644,10 @@ func (s *Scheduler) preempt(h *Handle) {
 	s.waiting = slices.Insert(s.waiting, 0, h)
 	s.preemptions.Add(1)
 	if s.swap != nil && h.decoding() && s.swap.Out(h.seq) == nil {
-		s.swaps.Add(1) // a full swap area (or a failed copy): recompute
+		s.swaps.Add(1)
 		return
 	}
-	s.recompute(h)
+	s.recompute(h) // no swap area, a prefill, a full swap area or a failed copy
 }
 
 // recompute frees h's blocks (or swapped-out blocks) and sets what it
