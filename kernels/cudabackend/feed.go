@@ -50,6 +50,7 @@ func (f *feedState) free() {
 	f.scratch.Free()
 	f.ring.Free()
 	f.scratch, f.ring, f.ringHost, f.posted = nil, nil, nil, nil
+	f.launched = 0 // the next scratch starts its launch counter from 0 too
 }
 
 var _ kernels.TokenFeeder = (*Backend)(nil)

@@ -344,3 +344,34 @@ func TestGenerateFedNeedsGreedy(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateFedStop: a Stop of the model from OnToken, with the next
+// step in flight, ends Generate with the tokens so far and an error
+// wrapping ErrClosed, as in the step-by-step loop; the step in flight is
+// drained (read) before the cache is freed.
+func TestGenerateFedStop(t *testing.T) {
+	run := func(on bool) ([]int32, error, *fakeFeeder) {
+		m, b, _ := loadTiny(t)
+		f := newFakeFeeder(b, on)
+		n := 0
+		got, err := m.Generate(f, []int32{5, 17, 42}, decoder.GenerateOptions{MaxNewTokens: 10, IgnoreEOS: true,
+			OnToken: func(int32) error {
+				if n++; n == 3 {
+					m.Stop()
+				}
+				return nil
+			}})
+		return got, err, f
+	}
+	want, werr, _ := run(false)
+	got, gerr, f := run(true)
+	if !errors.Is(werr, decoder.ErrClosed) || !errors.Is(gerr, decoder.ErrClosed) {
+		t.Fatalf("errors: fed %v, step by step %v; want ErrClosed", gerr, werr)
+	}
+	if !slices.Equal(got, want) || len(got) != 3 || gerr.Error() != werr.Error() {
+		t.Errorf("fed: %v %v; step by step: %v %v", got, gerr, want, werr)
+	}
+	if f.posts == 0 || len(f.posted) != 0 {
+		t.Errorf("fed: %d steps posted, %v never read", f.posts, f.posted)
+	}
+}
