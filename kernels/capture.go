@@ -70,3 +70,40 @@ type GateUpSiLUer interface {
 	// GateUpSiLU computes out = silu(x·wgᵀ)·(x·wuᵀ) for x of one row.
 	GateUpSiLU(out, x, wg, wu *runtime.Tensor) error
 }
+
+// TokenFeeder feeds a captured decode step's greedy token to the next step
+// on the device (device-fed decoding): the step's graph ends with
+// ArgmaxFeed, whose pick becomes the step buffer's token and whose position
+// advances by one, so the next Replay (without SetStep) runs the chosen
+// token at the next position while the host is still reading the previous
+// one. The host learns each pick through PostFed and FedToken without a
+// synchronous copy on the replay's path. decoder.Generate uses it for greedy
+// decoding when FeedsTokens says so; a backend without it (the CPU backend)
+// decodes one synchronous step at a time.
+type TokenFeeder interface {
+	StepCapturer
+	// FeedsTokens reports whether device-fed decoding is switched on (the
+	// CUDA backend: FT_ASYNC_DECODE=1).
+	FeedsTokens() bool
+	// ArgmaxFeed enqueues (records, under CaptureStep) the greedy pick of
+	// the one-row logits x[1,V] (F32 or BF16): the first index of the
+	// largest value, −1 for a row with a NaN or +Inf or only −Inf (as
+	// Argmaxer). It writes the pick into the step buffer's token (0 for −1:
+	// the step after a −1 must be discarded), adds one to its position and
+	// keeps the pick for FedToken.
+	ArgmaxFeed(x *runtime.Tensor) error
+	// PostFed returns a ticket for the last ArgmaxFeed enqueued so far
+	// (eagerly or by the Replay of a graph that holds it): call it right
+	// after that Replay, before other work on the backend.
+	PostFed() (uint64, error)
+	// FedToken waits until the ArgmaxFeed of a ticket has run and returns
+	// its pick (−1: no greedy choice; read the logits to say why). Each
+	// ticket is read once; an unknown one, or one so old that newer picks
+	// overwrote it, is an error.
+	FedToken(ticket uint64) (int32, error)
+	// StepSets counts the backend's SetStep calls: a caller that replays
+	// without SetStep continues its own chain of fed steps only while the
+	// count is the one after its own last SetStep (another caller's SetStep
+	// moved the step buffer to that caller's token and position).
+	StepSets() uint64
+}

@@ -153,6 +153,132 @@ extern "C" __global__ void argmax_rows(int* out, const void* x, int dt, int n) {
 	}
 }
 
+// argmax_better: whether candidate (ov, oi) beats (bv, bi) under
+// argmax_rows' rule: a chosen index (≥ 0) beats none, a larger value wins,
+// equal values go to the smaller index.
+__device__ __forceinline__ bool argmax_better(float ov, int oi, float bv, int bi) {
+	return oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi));
+}
+
+// argmax_block: the block's (value, index) under argmax_better from each
+// thread's (bv, bi), valid in thread 0; sv/si are 32-entry shared scratch.
+__device__ __forceinline__ void argmax_block(float& bv, int& bi, float* sv, int* si) {
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		const float ov = __shfl_xor_sync(FT_FULL, bv, o);
+		const int oi = __shfl_xor_sync(FT_FULL, bi, o);
+		if (argmax_better(ov, oi, bv, bi)) {
+			bv = ov;
+			bi = oi;
+		}
+	}
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	if (lane == 0) {
+		sv[w] = bv;
+		si[w] = bi;
+	}
+	__syncthreads();
+	if (w == 0) {
+		bv = lane < nw ? sv[lane] : -FT_INF;
+		bi = lane < nw ? si[lane] : -1;
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) {
+			const float ov = __shfl_xor_sync(FT_FULL, bv, o);
+			const int oi = __shfl_xor_sync(FT_FULL, bi, o);
+			if (argmax_better(ov, oi, bv, bi)) {
+				bv = ov;
+				bi = oi;
+			}
+		}
+	}
+}
+
+// argmax_feed: the greedy pick of one row x[n] (F32 or BF16, dt) by many
+// blocks, for device-fed decoding (kernels.TokenFeeder; cudabackend
+// feed.go). Block b scans elements [b·chunk, (b+1)·chunk) with blockDim
+// (a multiple of 32, at most 1024) threads and stores its (value, index,
+// bad) in pv/pi/pbad[b]; the block that finishes last (counted in *done,
+// "last block done" as in normtail.cu: release fence + atomicAdd, acquire
+// fence, .cg loads; it resets *done to 0 for the next launch or replay)
+// combines them in block order, so ties keep the first index, and applies
+// argmax_rows' rule: −1 when any element is a NaN or +Inf, or all are −Inf.
+// It then writes, with *seq the number of earlier launches (a counter
+// only this kernel writes) and step[0] the position p this step ran at:
+// ring[*seq & mask] = the pick (host memory mapped into the device, read
+// after the step's event; the host counts the launches too), *seq + 1,
+// step[1] = the pick (0 for −1, so the next step embeds a valid id; the
+// host discards that step) and step[0] = p + 1.
+// Every kernel of the step that reads step[] has completed before this
+// one's ft_pdl_wait returns, and the next step's kernels start after this
+// one has completed (the next graph launch).
+extern "C" __global__ void argmax_feed(const void* x, int dt, int n, int chunk, float* pv, int* pi, int* pbad,
+		unsigned* done, unsigned* seq, int* step, int* ring, int mask) {
+	ft_pdl_wait();
+	__shared__ float sv[32];
+	__shared__ int si[32];
+	__shared__ int sbad;
+	__shared__ bool last;
+	if (threadIdx.x == 0) sbad = 0;
+	__syncthreads();
+	const int lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
+	float bv = -FT_INF;
+	int bi = -1;
+	bool bad = false;
+	for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+		const float v = load_as_f32(x, dt, (usize)i);
+		if (v != v || v == FT_INF) {
+			bad = true;
+			continue;
+		}
+		if (v == -FT_INF) continue;
+		if (bi < 0 || v > bv) {
+			bv = v;
+			bi = i;
+		}
+	}
+	if (bad) sbad = 1;
+	argmax_block(bv, bi, sv, si);  // its __syncthreads orders the sbad stores before thread 0 reads it
+	if (threadIdx.x == 0) {
+		pv[blockIdx.x] = bv;
+		pi[blockIdx.x] = bi;
+		pbad[blockIdx.x] = sbad;
+	}
+	__threadfence();  // release the partials
+	__syncthreads();
+	if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
+	__syncthreads();
+	if (!last) return;
+	__threadfence();  // acquire: every block's partials are visible from here on
+	bv = -FT_INF;
+	bi = -1;
+	bad = false;
+	for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x) {
+		const float ov = __ldcg(pv + b);
+		const int oi = __ldcg(pi + b);
+		bad |= __ldcg(pbad + b) != 0;
+		if (argmax_better(ov, oi, bv, bi)) {
+			bv = ov;
+			bi = oi;
+		}
+	}
+	__syncthreads();  // the first argmax_block's readers of sv/si/sbad are done
+	if (threadIdx.x == 0) sbad = 0;
+	__syncthreads();
+	if (bad) sbad = 1;
+	argmax_block(bv, bi, sv, si);
+	if (threadIdx.x == 0) {
+		const int id = sbad ? -1 : bi;
+		const int p = __ldcg(step);
+		const unsigned q = __ldcg(seq);
+		atomicExch(done, 0u);
+		*seq = q + 1u;
+		ring[q & (unsigned)mask] = id;
+		step[1] = id < 0 ? 0 : id;
+		step[0] = p + 1;
+		__threadfence_system();  // the ring's store reaches host memory before the grid completes
+	}
+}
+
 // add_f32: out[i] = a[i] + b[i] in fp32 (the residual stream); out may alias a or b.
 extern "C" __global__ void add_f32(float* out, const float* a, const float* b, long long n) {
 	ft_pdl_wait();

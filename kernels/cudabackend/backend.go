@@ -228,6 +228,12 @@ type Backend struct {
 	// (kernels.ResidualNormer, resacc.go). New sets it when
 	// FT_PREFILL_RESACC=1.
 	ResidualNorm bool
+
+	// AsyncDecode switches device-fed greedy decoding on (FeedsTokens,
+	// feed.go). New sets it when FT_ASYNC_DECODE=1; off by default until
+	// measured.
+	AsyncDecode bool
+	feed        feedState // argmax_feed's scratch, ring and events (feed.go)
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -243,6 +249,7 @@ type kernelSet struct {
 	attnSplit, attnCombine                                                                 *cuda.Function
 	gemvFP8, dequantFP8                                                                    *cuda.Function         // FP8 weights (fp8.go)
 	sample                                                                                 *cuda.Function         // device sampling (sample.go)
+	argmaxFeed                                                                             *cuda.Function         // argmax_feed (feed.go)
 	flash, attnDecode                                                                      map[int]*cuda.Function // by head width
 	// persistBlocks is the grid of the persistent GEMV kernels: blocks of 256
 	// threads resident at once on the whole GPU.
@@ -294,7 +301,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		add: get("add_bf16"), addV8: get("add_bf16_v8"), addF32: get("add_f32"), addF32V4: get("add_f32_v4"),
 		silu: get("silu_mul_bf16"), siluV8: get("silu_mul_bf16_v8"),
 		embed: get("embedding_bf16"), embedF32: get("embedding_f32out"), store: get("store_rows_bf16"), cast: get("cast_any"),
-		fill: get("fill_uniform_bf16"), argmax: get("argmax_rows"),
+		fill: get("fill_uniform_bf16"), argmax: get("argmax_rows"), argmaxFeed: get("argmax_feed"),
 		rms: get("rmsnorm_bf16"), rmsV8: get("rmsnorm_bf16_v8"), rmsF32: get("rmsnorm_f32in_bf16"),
 		rope: get("rope_bf16"), ropeStore: get("rope_store_bf16"),
 		gemv:      map[int]*cuda.Function{4: get("gemv_bf16_u4"), 8: get("gemv_bf16"), 16: get("gemv_bf16_u16")},
@@ -437,7 +444,8 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoMergedGEMM: noMergedFromEnv(),
 		NormTail:     normTailFromEnv(),
 		VarlenContig: varlenContigFromEnv(),
-		DecodeMega:   decodeMegaFromEnv()}
+		DecodeMega:   decodeMegaFromEnv(),
+		AsyncDecode:  asyncDecodeFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
@@ -463,6 +471,7 @@ func (b *Backend) Close() error {
 	b.fp8lt.buf, b.merged, b.tailCounter = nil, nil, nil // b.merged is on b.retired
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
+	b.feed.free()
 	b.mega.free()
 	b.moe.free()
 	b.sampleMeta.free()
@@ -1220,6 +1229,7 @@ func (b *Backend) SetStep(ids []int32, pos0 int) error {
 	if err := b.ensureStep(); err != nil {
 		return err
 	}
+	b.feed.sets++
 	if err := b.s.MemsetD32(b.step.Ptr(), uint32(pos0), 1); err != nil {
 		return err
 	}
@@ -1242,22 +1252,36 @@ func (b *Backend) CaptureStep(fn func() error) (kernels.Graph, error) {
 	if err := b.ensureStep(); err != nil {
 		return nil, err
 	}
-	b.capturing = true
+	if b.AsyncDecode {
+		if err := b.ensureFeed(); err != nil { // before the capture: ArgmaxFeed's buffers never move
+			return nil, err
+		}
+	}
+	b.capturing, b.feed.captured = true, 0
 	g, err := b.s.Capture(fn)
 	b.capturing = false
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend.CaptureStep: %w", err)
 	}
-	return &graph{s: b.s, g: g}, nil
+	return &graph{s: b.s, g: g, b: b, feeds: b.feed.captured}, nil
 }
 
 type graph struct {
-	s *cuda.Stream
-	g *cuda.Graph
+	s     *cuda.Stream
+	g     *cuda.Graph
+	b     *Backend
+	feeds int // the ArgmaxFeed launches the graph holds (feed.go counts them)
 }
 
-func (g *graph) Replay() error { return g.g.Launch(g.s) }
-func (g *graph) Close() error  { return g.g.Destroy() }
+func (g *graph) Replay() error {
+	if err := g.g.Launch(g.s); err != nil {
+		return err
+	}
+	g.b.feed.launched += uint64(g.feeds)
+	return nil
+}
+
+func (g *graph) Close() error { return g.g.Destroy() }
 
 // Nodes is the number of operations in the graph.
 func (g *graph) Nodes() int { return g.g.Nodes() }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/flextensor-go/flextensor/kernels"
@@ -42,8 +43,11 @@ type GenerateOptions struct {
 	// the forward's call (on an asynchronous device its launches and the
 	// work done on the host inside it) and the token's pick (there also
 	// the wait for the forward's tail on the device, and the readback).
-	// It runs outside the model's forward lock; the times do not include
-	// waiting for the lock.
+	// With device-fed decoding (fed.go: a backend whose
+	// kernels.TokenFeeder is switched on) they are the enqueue of the
+	// next step and the wait for this token's step instead. It runs
+	// outside the model's forward lock; the times do not include waiting
+	// for the lock.
 	OnStep func(forward, pick time.Duration)
 	// Eager runs every step op by op. Otherwise, on a backend that can
 	// capture graphs (kernels.StepCapturer) and a model without hooks,
@@ -55,6 +59,11 @@ type GenerateOptions struct {
 // time, stopping after an EOS token (which is included). It returns the new
 // tokens. On an error after the first step it returns the tokens chosen
 // before the error together with the error.
+//
+// Greedy decoding on a backend whose token feed is switched on
+// (kernels.TokenFeeder; the CUDA backend with FT_ASYNC_DECODE=1) keeps one
+// step in flight ahead of the host (fed.go); the tokens, the cache and the
+// callbacks are those of the step-by-step loop.
 //
 // Generate owns its KV cache (made at the start, freed at the end). Each
 // step (a forward and its token's pick) holds the model's forward lock
@@ -96,7 +105,7 @@ func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("decoder.Generate: %w", err)
 	}
-	steps := &stepper{eager: opt.Eager}
+	steps := &stepper{eager: opt.Eager, feed: feeder(b, opt, m.Cfg.VocabSize)}
 	cache, err := m.generateCache(b, len(prompt)+max(opt.MaxNewTokens, 1), steps)
 	if err != nil {
 		return nil, err
@@ -104,6 +113,9 @@ func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions)
 	defer m.endGenerate(cache)
 	rng := rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15))
 	logits := make([]float32, m.Cfg.VocabSize)
+	if steps.feed != nil {
+		return m.generateFed(b, cache, steps, prompt, logits, rng, ctx, opt)
+	}
 	var out []int32
 	next := prompt
 	for len(out) < opt.MaxNewTokens {
@@ -132,6 +144,10 @@ func (m *Model) Generate(b kernels.Backend, prompt []int32, opt GenerateOptions)
 	return out, nil
 }
 
+// generateEnded, when set (tests), sees the length of a Generate's cache
+// just before it is freed.
+var generateEnded atomic.Pointer[func(cacheLen int)]
+
 // generateCache makes a Generate's KV cache under the forward lock and
 // records it as live with its stepper, so that Stop frees both.
 func (m *Model) generateCache(b kernels.Backend, capacity int, steps *stepper) (*KVCache, error) {
@@ -159,6 +175,9 @@ func (m *Model) endGenerate(cache *KVCache) {
 	if steps, ok := m.live[cache]; ok {
 		delete(m.live, cache)
 		steps.close()
+		if f := generateEnded.Load(); f != nil {
+			(*f)(cache.Len())
+		}
 		cache.Free()
 	}
 }

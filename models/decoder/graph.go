@@ -27,6 +27,9 @@ type DecodeGraph struct {
 	binds  uint64
 	g      kernels.Graph
 	logits *runtime.Tensor
+	// feed, when set, is the backend whose ArgmaxFeed ends the recorded
+	// step (Generate's device-fed greedy decoding, fed.go).
+	feed kernels.TokenFeeder
 }
 
 // CaptureDecode records a one-token step of m over cache on b. The cache's
@@ -39,11 +42,12 @@ func (m *Model) CaptureDecode(b kernels.Backend, cache Cache) (*DecodeGraph, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.captureDecode(b, cache)
+	return m.captureDecode(b, cache, nil)
 }
 
-// captureDecode is CaptureDecode with the forward lock held.
-func (m *Model) captureDecode(b kernels.Backend, cache Cache) (*DecodeGraph, error) {
+// captureDecode is CaptureDecode with the forward lock held. With feed
+// set (b itself), the step ends with feed.ArgmaxFeed of its logits.
+func (m *Model) captureDecode(b kernels.Backend, cache Cache, feed kernels.TokenFeeder) (*DecodeGraph, error) {
 	if err := m.checkOpen("decoder.CaptureDecode"); err != nil {
 		return nil, err
 	}
@@ -71,13 +75,16 @@ func (m *Model) captureDecode(b kernels.Backend, cache Cache) (*DecodeGraph, err
 	g, err := sc.CaptureStep(func() error {
 		var err error
 		logits, err = m.forward(b, cache, []int32{0}, false) // the id only sizes the work (the lock is held)
+		if err == nil && feed != nil {
+			err = feed.ArgmaxFeed(logits)
+		}
 		return err
 	})
 	_ = cache.Truncate(n) // n ≤ Len(): cannot fail
 	if err != nil {
 		return nil, fmt.Errorf("decoder.CaptureDecode: %w", err)
 	}
-	return &DecodeGraph{m: m, b: sc, cache: cache, ws: m.ws, binds: binds, g: g, logits: logits}, nil
+	return &DecodeGraph{m: m, b: sc, cache: cache, ws: m.ws, binds: binds, g: g, logits: logits, feed: feed}, nil
 }
 
 // Step runs token id at position cache.Len(), appends its key and value to the
@@ -97,27 +104,44 @@ func (g *DecodeGraph) StepAt(id int32, pos int) (*runtime.Tensor, error) {
 
 // stepAt is StepAt with the model's forward lock held.
 func (g *DecodeGraph) stepAt(id int32, pos int) (*runtime.Tensor, error) {
-	if g.m.closed {
-		return nil, fmt.Errorf("decoder.DecodeGraph: %w", ErrClosed)
+	if err := g.check(pos); err != nil {
+		return nil, err
 	}
 	if id < 0 || int(id) >= g.m.Cfg.VocabSize {
 		return nil, fmt.Errorf("decoder.DecodeGraph: token id %d is outside the vocabulary [0, %d)", id, g.m.Cfg.VocabSize)
 	}
-	if n := g.cache.Len(); pos < 0 || pos > n || pos >= g.cache.Cap() {
-		return nil, fmt.Errorf("decoder.DecodeGraph: position %d with %d cached of capacity %d", pos, n, g.cache.Cap())
-	}
-	if g.g == nil {
-		return nil, errors.New("decoder.DecodeGraph: the graph is closed")
-	}
-	if g.m.ws != g.ws {
-		return nil, errors.New("decoder.DecodeGraph: the model's workspace changed since the capture (a larger Forward ran); capture again")
-	}
-	if g.m.Node().Tree().BindGeneration() != g.binds {
-		return nil, errors.New("decoder.DecodeGraph: the model's weights were rebound since the capture; capture again")
-	}
 	if err := g.b.SetStep([]int32{id}, pos); err != nil {
 		return nil, err
 	}
+	return g.replay(pos)
+}
+
+// check says why the graph cannot run a step at position pos now (the
+// forward lock held): a closed model or graph, a position outside the
+// cache, a workspace or weights changed since the capture.
+func (g *DecodeGraph) check(pos int) error {
+	if g.m.closed {
+		return fmt.Errorf("decoder.DecodeGraph: %w", ErrClosed)
+	}
+	if n := g.cache.Len(); pos < 0 || pos > n || pos >= g.cache.Cap() {
+		return fmt.Errorf("decoder.DecodeGraph: position %d with %d cached of capacity %d", pos, n, g.cache.Cap())
+	}
+	if g.g == nil {
+		return errors.New("decoder.DecodeGraph: the graph is closed")
+	}
+	if g.m.ws != g.ws {
+		return errors.New("decoder.DecodeGraph: the model's workspace changed since the capture (a larger Forward ran); capture again")
+	}
+	if g.m.Node().Tree().BindGeneration() != g.binds {
+		return errors.New("decoder.DecodeGraph: the model's weights were rebound since the capture; capture again")
+	}
+	return nil
+}
+
+// replay enqueues the recorded step at position pos (checked; the step
+// buffer set by SetStep or, on a fed graph, by the previous step's
+// ArgmaxFeed) and makes the cache hold pos+1 positions.
+func (g *DecodeGraph) replay(pos int) (*runtime.Tensor, error) {
 	if err := g.g.Replay(); err != nil {
 		return nil, err
 	}
@@ -158,6 +182,15 @@ func (g *DecodeGraph) close() error {
 type stepper struct {
 	eager bool
 	g     *DecodeGraph
+	// Device-fed greedy decoding (fed.go): feed is the backend when
+	// Generate uses it (the graph then ends with ArgmaxFeed); chain says
+	// that the step buffer holds this stepper's next token and position,
+	// valid while feed.StepSets() is still sets; pending are the
+	// positions of the fed steps posted and not yet read.
+	feed    kernels.TokenFeeder
+	chain   bool
+	sets    uint64
+	pending []fedStep
 }
 
 func (s *stepper) forward(m *Model, b kernels.Backend, cache Cache, ids []int32) (*runtime.Tensor, error) {
@@ -171,29 +204,47 @@ func (s *stepper) forward(m *Model, b kernels.Backend, cache Cache, ids []int32)
 		s.g = nil
 	}
 	if s.g == nil {
-		_, ok := b.(kernels.StepCapturer)
-		ok = ok && !m.Node().Tree().HasHooks() && m.tp == nil
-		if ok {
-			host, err := m.hostRouted(b)
-			if err != nil {
-				return nil, err
-			}
-			ok = !host
+		ok, err := graphable(m, b)
+		if err != nil {
+			return nil, err
 		}
 		if !ok {
 			s.eager = true
 			return m.forward(b, cache, ids, false)
 		}
-		g, err := m.captureDecode(b, cache)
+		g, err := m.captureDecode(b, cache, s.feed)
 		if err != nil {
 			return nil, err
 		}
 		s.g = g
 	}
+	s.chain = false // SetStep moves the step buffer off any chain of fed steps
 	return s.g.stepAt(ids[0], s.g.cache.Len())
 }
 
+// graphable says whether Generate's one-token steps on b can replay a
+// DecodeGraph: a capturing backend, a model with no hooks, not sharded,
+// with its experts (if any) routed on the device.
+func graphable(m *Model, b kernels.Backend) (bool, error) {
+	_, ok := b.(kernels.StepCapturer)
+	ok = ok && !m.Node().Tree().HasHooks() && m.tp == nil
+	if ok {
+		host, err := m.hostRouted(b)
+		if err != nil {
+			return false, err
+		}
+		ok = !host
+	}
+	return ok, nil
+}
+
+// close drains the fed steps still in flight (their work reads and writes
+// the cache the caller frees next) and frees the graph.
 func (s *stepper) close() {
+	for _, st := range s.pending {
+		_, _ = s.feed.FedToken(st.ticket) // only waits: the pick is not wanted
+	}
+	s.pending = nil
 	if s.g != nil {
 		s.g.close()
 		s.g = nil
