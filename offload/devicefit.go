@@ -135,7 +135,12 @@ func (r deviceRoom) describe() string {
 // it will plan them: their bytes, the units forced onto the host
 // (Config.HostUnits with a host backend) and the units that will be
 // announced (experts: units under a module that is an nn.ChildAnnouncer;
-// the rest are only known once a forward announced them). Forced host
+// the rest are only known once a forward announced them). Every unit under
+// such a module counts, not only the children it names to nn.Announce:
+// after profiling markAnnounced marks them all the same way (a router, or
+// an expert's Linears made units by a custom Include, are data-dependent
+// there too), so this floor is the one the plan then uses
+// (TestPreflightFloorCustomUnits). Forced host
 // units the plan after profiling would refuse are an error here: one that
 // cannot be computed on the host (hostInputs), or any beside announced
 // units (makePoolPlan).

@@ -84,3 +84,16 @@ func CopyMeasureOf(name string) bool {
 	defer m.mu.Unlock()
 	return m.e != nil && m.e.copyMeasure
 }
+
+// PreflightFloor is the least budget Offload's pre-flight check holds the
+// named manager's budget to (leastPlan), in bytes.
+func PreflightFloor(name string) (int64, error) {
+	m := GetOffloadManager(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, err := m.e.leastPlan()
+	return f.bytes, err
+}
+
+// PlannerFloor is the planner's floor of in (leastBudget), in bytes.
+func PlannerFloor(in PlanInput) int64 { return leastBudget(in).bytes }
