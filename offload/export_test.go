@@ -97,3 +97,15 @@ func PreflightFloor(name string) (int64, error) {
 
 // PlannerFloor is the planner's floor of in (leastBudget), in bytes.
 func PlannerFloor(in PlanInput) int64 { return leastBudget(in).bytes }
+
+// FootprintFloor is the planner's floor (leastBudget) of the units f
+// measured, streamed with slots transfer blocks, with f's non-unit weights
+// on the device less its mapped tables and the units below announcing
+// blocks (f.UnitAnnounced) announced.
+func FootprintFloor(f Footprint, slots int) int64 {
+	in := PlanInput{FixedBytes: f.FixedBytes - f.HostTableBytes, Slots: slots}
+	for i, b := range f.UnitBytes {
+		in.Units = append(in.Units, PlanUnit{Name: f.UnitNames[i], Bytes: b, Announced: f.UnitAnnounced[i], Calls: 1})
+	}
+	return leastBudget(in).bytes
+}
