@@ -102,14 +102,22 @@ func ProjectRoPEStoreKVRef(b Backend, a QKVRoPE) error {
 	return ropeStoreRef(b, a.Q, a.K, a.V, a.KCache, a.VCache, a.Pos, a.InvFreq)
 }
 
-// ropeStoreRef is the tail both references share: RoPE of q and k from
-// position pos, then k and v stored into their caches at rows pos on, one
-// backend op each.
-func ropeStoreRef(b Backend, q, k, v, kc, vc *runtime.Tensor, pos int, inv []float32) error {
+// RoPEQK rotates q and then k in place from position pos with inverse
+// frequencies inv, one backend RoPE op each: the unfused rotary step of an
+// attention layer (the part of RoPEStorer's contract before the cache
+// writes), for callers whose backend or cache has no fused op.
+func RoPEQK(b Backend, q, k *runtime.Tensor, pos int, inv []float32) error {
 	if err := b.RoPE(q, pos, inv); err != nil {
 		return err
 	}
-	if err := b.RoPE(k, pos, inv); err != nil {
+	return b.RoPE(k, pos, inv)
+}
+
+// ropeStoreRef is the tail both references share: RoPE of q and k from
+// position pos (RoPEQK), then k and v stored into their caches at rows pos
+// on, one backend op each.
+func ropeStoreRef(b Backend, q, k, v, kc, vc *runtime.Tensor, pos int, inv []float32) error {
+	if err := RoPEQK(b, q, k, pos, inv); err != nil {
 		return err
 	}
 	if err := b.StoreKV(kc, k, pos); err != nil {

@@ -144,3 +144,59 @@ func TestProjectRoPEStoreKVCPU(t *testing.T) {
 		}
 	})
 }
+
+// TestRoPEQK: RoPEQK rotates q and k exactly as two RoPE calls from the
+// same position do (bit for bit, GQA shapes), and a bad k is an error
+// naming RoPE's operand after q was rotated.
+func TestRoPEQK(t *testing.T) {
+	dev := runtime.NewCPU(0)
+	defer dev.Close()
+	b, err := NewCPUBackend(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(9, 2))
+	tensor := func(v []float32, shape ...int) *runtime.Tensor {
+		tt, err := runtime.NewTensor(dev, runtime.F32, shape, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tt.Buffer().Free)
+		copy(tt.F32(), v)
+		return tt
+	}
+	const T, H, KV, d, pos = 3, 4, 2, 8, 11
+	inv, err := RopeInvFreq(d, 10000, RopeScaling{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qv, kv := randF32(r, T*H*d), randF32(r, T*KV*d)
+	q, k := tensor(qv, T, H, d), tensor(kv, T, KV, d)
+	wq, wk := tensor(qv, T, H, d), tensor(kv, T, KV, d)
+	if err := RoPEQK(b, q, k, pos, inv); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.RoPE(wq, pos, inv); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.RoPE(wk, pos, inv); err != nil {
+		t.Fatal(err)
+	}
+	for i := range q.F32() {
+		if math.Float32bits(q.F32()[i]) != math.Float32bits(wq.F32()[i]) {
+			t.Fatalf("q[%d] = %v, want %v", i, q.F32()[i], wq.F32()[i])
+		}
+	}
+	for i := range k.F32() {
+		if math.Float32bits(k.F32()[i]) != math.Float32bits(wk.F32()[i]) {
+			t.Fatalf("k[%d] = %v, want %v", i, k.F32()[i], wk.F32()[i])
+		}
+	}
+	if slices.Equal(k.F32(), kv) {
+		t.Fatal("k was not rotated")
+	}
+	bad := tensor(kv, T*KV*d)
+	if err := RoPEQK(b, q, bad, pos, inv); err == nil || !strings.Contains(err.Error(), "want [T,H,d]") {
+		t.Errorf("RoPEQK with a 1-D k: %v; want RoPE's error naming the shape", err)
+	}
+}

@@ -135,7 +135,12 @@ func (r deviceRoom) describe() string {
 // it will plan them: their bytes, the units forced onto the host
 // (Config.HostUnits with a host backend) and the units that will be
 // announced (experts: units under a module that is an nn.ChildAnnouncer;
-// the rest are only known once a forward announced them). Forced host
+// the rest are only known once a forward announced them). Every unit under
+// such a module counts, not only the children it names to nn.Announce:
+// after profiling markAnnounced marks them all the same way (a router, or
+// an expert's Linears made units by a custom Include, are data-dependent
+// there too), so this floor is the one the plan then uses
+// (TestPreflightFloorCustomUnits). Forced host
 // units the plan after profiling would refuse are an error here: one that
 // cannot be computed on the host (hostInputs), or any beside announced
 // units (makePoolPlan).
@@ -146,18 +151,11 @@ func (e *engine) leastPlan() (planFloor, error) {
 	}
 	var announcers []nn.Module
 	if e.model != nil {
-		for _, m := range nn.Modules(e.model) {
-			if a, ok := m.(nn.ChildAnnouncer); ok && a.AnnouncesChildren() {
-				announcers = append(announcers, m)
-			}
-		}
+		announcers = childAnnouncers(e.model)
 	}
 	in := PlanInput{FixedBytes: e.fixedBytes, Slots: e.cfg.TransferBlocks}
 	for _, u := range e.units {
-		pu := PlanUnit{Name: u.name, Bytes: u.bytes, Announced: u.announced, ForceHost: forced[u]}
-		for _, a := range announcers {
-			pu.Announced = pu.Announced || (u.mod != a && under(u.mod, a))
-		}
+		pu := PlanUnit{Name: u.name, Bytes: u.bytes, Announced: u.announced || underAnnouncer(u.mod, announcers), ForceHost: forced[u]}
 		if pu.ForceHost && (pu.Announced || len(u.shared) > 0) {
 			return planFloor{}, hostUnitErr(u.name) // as hostInputs says after profiling
 		}
@@ -169,6 +167,29 @@ func (e *engine) leastPlan() (planFloor, error) {
 		return planFloor{}, err
 	}
 	return leastBudget(in), nil
+}
+
+// childAnnouncers is the modules of model that say they announce their
+// children (nn.ChildAnnouncer).
+func childAnnouncers(model nn.Module) []nn.Module {
+	var as []nn.Module
+	for _, m := range nn.Modules(model) {
+		if a, ok := m.(nn.ChildAnnouncer); ok && a.AnnouncesChildren() {
+			as = append(as, m)
+		}
+	}
+	return as
+}
+
+// underAnnouncer reports whether unit module mod is below one of
+// announcers (the engine counts it announced: leastPlan).
+func underAnnouncer(mod nn.Module, announcers []nn.Module) bool {
+	for _, a := range announcers {
+		if mod != a && under(mod, a) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkDeviceFit is the pre-flight check of the budget and the transfer

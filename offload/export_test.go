@@ -84,3 +84,28 @@ func CopyMeasureOf(name string) bool {
 	defer m.mu.Unlock()
 	return m.e != nil && m.e.copyMeasure
 }
+
+// PreflightFloor is the least budget Offload's pre-flight check holds the
+// named manager's budget to (leastPlan), in bytes.
+func PreflightFloor(name string) (int64, error) {
+	m := GetOffloadManager(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, err := m.e.leastPlan()
+	return f.bytes, err
+}
+
+// PlannerFloor is the planner's floor of in (leastBudget), in bytes.
+func PlannerFloor(in PlanInput) int64 { return leastBudget(in).bytes }
+
+// FootprintFloor is the planner's floor (leastBudget) of the units f
+// measured, streamed with slots transfer blocks, with f's non-unit weights
+// on the device less its mapped tables and the units below announcing
+// blocks (f.UnitAnnounced) announced.
+func FootprintFloor(f Footprint, slots int) int64 {
+	in := PlanInput{FixedBytes: f.FixedBytes - f.HostTableBytes, Slots: slots}
+	for i, b := range f.UnitBytes {
+		in.Units = append(in.Units, PlanUnit{Name: f.UnitNames[i], Bytes: b, Announced: f.UnitAnnounced[i], Calls: 1})
+	}
+	return leastBudget(in).bytes
+}

@@ -589,18 +589,37 @@ type Footprint struct {
 	// no include given): an MoE model's experts, which stream through the
 	// expert cache's pool beside the ring.
 	ModelUnits bool
+	// UnitAnnounced says of each unit whether it is below a module that
+	// announces its children (nn.ChildAnnouncer: an MoE block's experts,
+	// whatever the include): the engine's least plan counts a pool slot
+	// for such units before any pass (leastPlan).
+	UnitAnnounced []bool
 }
 
-// MinBudget is the smallest budget with slots transfer blocks and nothing
-// resident: FixedBytes - HostTableBytes (an engine under it offloads, so its
-// embedding table is in mapped host memory) + slots × MaxUnitBytes, and one
-// pool slot more (MaxUnitBytes) for a model that names its own units (its
-// data-dependent units need a slot of their own). On a device that cannot
-// map host memory the table is on the device and this is too small: give an
-// engine Min(slots), which adds it back.
+// MinBudget is the budget that streams every unit, with slots transfer
+// blocks and nothing resident: FixedBytes - HostTableBytes (an engine under
+// it offloads, so its embedding table is in mapped host memory) +
+// slots × MaxUnitBytes, and one pool slot more (MaxUnitBytes) for a model
+// that names its own units or has a unit below an announcing block
+// (UnitAnnounced): data-dependent units need a slot of their own. On a
+// device that cannot map host memory the table is on the device and this is
+// too small: give an engine Min(slots), which adds it back.
+//
+// It is not the planner's floor (leastBudget, which Offload's pre-flight
+// check and MakePlan hold a budget to), and must not be: it is the budget
+// of "stream everything" (a session's GPUBudget "0"), made before
+// discovery and profiling, and is at least that floor for the same slots
+// and units. The floor keeps units larger than the blocks resident when
+// that costs less, takes the least over the block sizes, is the whole
+// model when that is less, and sizes the pool slot to the largest announced
+// unit and the blocks to the largest other unit; this budget sizes blocks
+// and pool slot alike to the largest unit and keeps none resident, and
+// counts a pool slot also for a model's own units that only announce at
+// run time (ModelUnits), which the floor before a pass cannot know of.
+// TestMinBudgetAtLeastFloor checks it over the fixtures.
 func (f Footprint) MinBudget(slots int) int64 {
 	n := f.FixedBytes - f.HostTableBytes + int64(slots)*f.MaxUnitBytes
-	if f.ModelUnits {
+	if f.ModelUnits || slices.Contains(f.UnitAnnounced, true) {
 		n += f.MaxUnitBytes
 	}
 	return n
@@ -635,7 +654,9 @@ func Measure(model nn.Module, include, exclude []string) (Footprint, error) {
 	}
 	f := Footprint{ModelUnits: own}
 	owned := map[*nn.Parameter]bool{}
+	announcers := childAnnouncers(model)
 	for _, mod := range mods {
+		f.UnitAnnounced = append(f.UnitAnnounced, underAnnouncer(mod, announcers))
 		var n int64
 		for _, p := range nn.Parameters(mod) {
 			if p.Owner() == nil || !under(p.Owner(), mod) || p.Peek() == nil {

@@ -1038,3 +1038,74 @@ func TestFailedStagedPassMarksNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestPreflightFloorCustomUnits: with an Include that makes units below or
+// beside the experts of an announcing block (nn.ChildAnnouncer) — the
+// router a unit, or each expert's Linears — Offload's pre-flight floor is
+// the floor of the plan made after profiling: the engine counts every unit
+// under a block that announces as data-dependent, before any pass
+// (leastPlan) as after profiling (markAnnounced), not only the modules the
+// block names to nn.Announce. At that floor Offload passes and the passes
+// equal the resident model's; one byte less is refused with ErrBudget.
+func TestPreflightFloorCustomUnits(t *testing.T) {
+	inputs := switchInputs(8, 3)
+	want, _ := plainSwitch(t, inputs)
+	for _, c := range []struct {
+		name    string
+		include []string
+	}{
+		{"router", []string{"layers.*.attn", "layers.*.moe.router", "layers.*.moe.experts.*", "layers.*.moe.shared"}},
+		{"expert linears", []string{"layers.*.attn", "layers.*.moe.experts.*.*", "layers.*.moe.shared"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := devtest.NewCPU(t)
+			announcing := func() *Switch {
+				s := hostSwitch(t)
+				for _, l := range s.Layers {
+					l.MoE.announcer = true
+				}
+				return s
+			}
+			// A probe at half the model: streaming, the engine keeps the
+			// same non-unit weights on the device as at the floor (the
+			// embedding table in mapped host memory).
+			fp, err := offload.Measure(hostSwitch(t), c.include, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, probeName := offloadThis(t, announcing(), d, fp.TotalBytes/2, func(cfg *offload.Config) { cfg.Include = c.include })
+			floor, err := offload.PreflightFloor(probeName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := offload.Release(probeName, true); err != nil {
+				t.Fatal(err)
+			}
+			cfg := offload.DefaultConfig(d.Dev)
+			cfg.Include, cfg.GPUBudget = c.include, offload.Budget{Bytes: floor - 1}
+			below := uniqueName(t)
+			if err := offload.Offload(announcing(), &cfg, below); !errors.Is(err, offload.ErrBudget) {
+				if err == nil {
+					offload.Release(below, true)
+				}
+				t.Fatalf("one byte below the pre-flight floor %d: %v; want ErrBudget", floor, err)
+			}
+			s, name := offloadThis(t, announcing(), d, floor, func(cfg *offload.Config) { cfg.Include = c.include })
+			got, _ := switchPasses(t, s, compute(d), inputs)
+			sameOutputs(t, got, want, c.name+" units at the pre-flight floor")
+			m := offload.GetOffloadManager(name)
+			in, err := m.PlanInput()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pf := offload.PlannerFloor(in); pf != floor {
+				t.Errorf("the planner's floor after profiling %d bytes; the pre-flight floor %d", pf, floor)
+			}
+			for _, u := range in.Units {
+				if under := strings.Contains(u.Name, ".moe."); u.Announced != under {
+					t.Errorf("unit %s: announced %v, want %v (every unit under the announcing block)", u.Name, u.Announced, under)
+				}
+			}
+		})
+	}
+}

@@ -493,8 +493,7 @@ func LoadModelFromProfile(model nn.Module, src WeightSource, st *State, cfg *Con
 	}
 	filled, missing := FillMissing(src, st)
 	if len(missing) > 0 && lo.Strict {
-		return nil, fmt.Errorf("LoadModelFromProfile: %s lacks %d tensors of the profile (strict): %s",
-			place.Describe(src), len(missing), strings.Join(missing, ", "))
+		return nil, fmt.Errorf("LoadModelFromProfile: %w", MissingTensorsError(place.Describe(src), missing))
 	}
 	if err := adopt(model, st, cfg, name, filled, opts, true); err != nil {
 		return nil, err
@@ -524,6 +523,25 @@ func LoadModelFromProfile(model nn.Module, src WeightSource, st *State, cfg *Con
 		rep.Units, rep.Problems = m.e.diagnose()
 	}
 	return rep, nil
+}
+
+// missingShown is how many missing tensors MissingTensorsError names.
+const missingShown = 5
+
+// MissingTensorsError is the strict error for the tensors of a profile that
+// a checkpoint (described by where) lacks, missing sorted: it wraps
+// ErrProfileMismatch and gives their count and the first five names, then
+// how many more there are (a checkpoint of another model lacks tens of
+// them). Nil when nothing is missing.
+func MissingTensorsError(where string, missing []string) error {
+	if len(missing) == 0 {
+		return nil
+	}
+	list := strings.Join(missing[:min(len(missing), missingShown)], ", ")
+	if n := len(missing) - missingShown; n > 0 {
+		list += fmt.Sprintf(" … and %d more", n)
+	}
+	return fmt.Errorf("%w: %s lacks %d tensors of the profile (strict mode): %s", ErrProfileMismatch, where, len(missing), list)
 }
 
 // FillMissing wraps src so that the tensors st names and src lacks read as

@@ -3,6 +3,7 @@ package offload_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -271,4 +272,28 @@ func TestProfileBadInput(t *testing.T) {
 			t.Fatalf("SaveProfile in read-only mode = %v", err)
 		}
 	})
+}
+
+// TestMissingTensorsError: the strict error for a checkpoint lacking many
+// tensors of a profile counts them and names only the first five, then
+// how many more; a few are all named; each wraps ErrProfileMismatch.
+func TestMissingTensorsError(t *testing.T) {
+	if err := offload.MissingTensorsError("checkpoint x", nil); err != nil {
+		t.Errorf("nothing missing: %v, want nil", err)
+	}
+	var many []string
+	for i := range 76 {
+		many = append(many, fmt.Sprintf("model.layers.%02d.w", i))
+	}
+	err := offload.MissingTensorsError("checkpoint x", many)
+	msg := fmt.Sprint(err)
+	if !errors.Is(err, offload.ErrProfileMismatch) || !strings.Contains(msg, "checkpoint x lacks 76 tensors") ||
+		!strings.Contains(msg, "model.layers.00.w, model.layers.01.w, model.layers.02.w, model.layers.03.w, model.layers.04.w … and 71 more") ||
+		strings.Contains(msg, "model.layers.05.w") {
+		t.Errorf("76 missing: %v; want ErrProfileMismatch counting 76, naming the first 5 and 71 more", err)
+	}
+	err = offload.MissingTensorsError("checkpoint x", many[:5])
+	if msg := fmt.Sprint(err); !errors.Is(err, offload.ErrProfileMismatch) || !strings.HasSuffix(msg, "model.layers.03.w, model.layers.04.w") || strings.Contains(msg, "more") {
+		t.Errorf("5 missing: %v; want all 5 named and no more", err)
+	}
 }

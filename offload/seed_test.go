@@ -1029,8 +1029,8 @@ func TestSeed_LoadFromProfileNotStrict(t *testing.T) {
 	}
 	dev := runtime.NewCPU(0)
 	cfg := streamingConfig(dev, offload.TimingOff)
-	if _, _, err := models.LoadFromProfile(dir, st, cfg, uniqueName(t), true); err == nil || !strings.Contains(err.Error(), gone) {
-		t.Fatalf("strict load = %v; want an error naming %s", err, gone)
+	if _, _, err := models.LoadFromProfile(dir, st, cfg, uniqueName(t), true); !errors.Is(err, offload.ErrProfileMismatch) || !strings.Contains(err.Error(), gone) {
+		t.Fatalf("strict load = %v; want ErrProfileMismatch naming %s", err, gone)
 	}
 	name := uniqueName(t)
 	m, ck, err := models.LoadFromProfile(dir, st, cfg, name, false)

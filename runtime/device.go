@@ -100,8 +100,10 @@ type MemStats struct {
 var ErrOutOfMemory = errors.New("out of memory")
 
 // ErrDeviceClosed is wrapped by the errors of allocations (device, wrapped
-// and host memory) asked of the cpu device after its Close.
-var ErrDeviceClosed = errors.New("device closed (allocation after Close)")
+// and host memory) asked of a device after its Close: the cpu device, and
+// the CUDA device (runtime/cuda), whose streams and copies after Close give
+// it too.
+var ErrDeviceClosed = errors.New("device closed (used after Close)")
 
 // Accountant keeps MemStats for a device's pool; backends embed it.
 type Accountant struct {

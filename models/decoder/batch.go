@@ -306,10 +306,7 @@ func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtim
 				lo, hi := bs.starts[i], bs.starts[i+1]
 				qi, ki, vi := slice(q, lo, hi), slice(k, lo, hi), slice(v, lo, hi)
 				pos0 := e.Seq.Len()
-				if err := b.RoPE(qi, pos0, m.invFreq); err != nil {
-					return err
-				}
-				if err := b.RoPE(ki, pos0, m.invFreq); err != nil {
+				if err := kernels.RoPEQK(b, qi, ki, pos0, m.invFreq); err != nil {
 					return err
 				}
 				if err := bs.cache.Store(b, a.Layer, e.Seq, ki, vi); err != nil {

@@ -172,7 +172,7 @@ func (p *MLP) gateUp(b kernels.Backend, g, u *runtime.Tensor, in normed) error {
 
 // ropeAndAppend rotates q and k and appends k and v to the cache: one fused
 // op where the backend has it (kernels.RoPEStorer) and the cache is Direct,
-// else RoPE, RoPE, Append.
+// else RoPE of q and k (kernels.RoPEQK) and the cache's Append.
 func (a *Attention) ropeAndAppend(b kernels.Backend, invFreq []float32, q, k, v *runtime.Tensor, cache Cache) error {
 	pos0 := cache.Len()
 	if f, ok := b.(kernels.RoPEStorer); ok {
@@ -181,10 +181,7 @@ func (a *Attention) ropeAndAppend(b kernels.Backend, invFreq []float32, q, k, v 
 			return f.RoPEStoreKV(q, k, v, kc, vc, pos0, invFreq)
 		}
 	}
-	if err := b.RoPE(q, pos0, invFreq); err != nil {
-		return err
-	}
-	if err := b.RoPE(k, pos0, invFreq); err != nil {
+	if err := kernels.RoPEQK(b, q, k, pos0, invFreq); err != nil {
 		return err
 	}
 	return cache.Append(b, a.Layer, k, v)

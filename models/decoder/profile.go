@@ -1,9 +1,6 @@
 package decoder
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/flextensor-go/flextensor/loader"
 	"github.com/flextensor-go/flextensor/offload"
 	"github.com/flextensor-go/flextensor/place"
@@ -17,8 +14,9 @@ import (
 // blocks, each byte once, with no full copy of the model in host memory.
 // cfg.Device is the compute device.
 //
-// With strict, every tensor the profile names must be in the checkpoint and
-// the error lists all that are missing; otherwise tensors the checkpoint
+// With strict, every tensor the profile names must be in the checkpoint,
+// else an error wrapping offload.ErrProfileMismatch that counts the missing
+// ones and names the first few (offload.MissingTensorsError); otherwise tensors the checkpoint
 // lacks are filled with zeros of the profile's dtype and shape
 // (offload.FillMissing; the seed's strict=False). Close the model (after
 // releasing the manager) and the checkpoint when done.
@@ -30,8 +28,7 @@ func LoadFromProfile(m *Model, dir string, st *offload.State, cfg offload.Config
 	src, missing := offload.FillMissing(ck, st)
 	if strict && len(missing) > 0 {
 		ck.Close()
-		return nil, fmt.Errorf("checkpoint %s lacks %d tensors of the profile (strict mode): %s",
-			dir, len(missing), strings.Join(missing, ", "))
+		return nil, offload.MissingTensorsError("checkpoint "+dir, missing)
 	}
 	if len(missing) == 0 {
 		err = m.BindCheckpoint(ck, runtime.NewMeta())

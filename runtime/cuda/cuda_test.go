@@ -239,3 +239,54 @@ func TestCloseReportsLeaks(t *testing.T) {
 	}
 	b.Free()
 }
+
+// TestClosedDeviceErrDeviceClosed: after Close (with buffers still held,
+// so the context stays), allocations, a new stream and copies on the
+// device's streams are errors wrapping runtime.ErrDeviceClosed that name
+// what was asked, not calls on destroyed streams.
+func TestClosedDeviceErrDeviceClosed(t *testing.T) {
+	d, err := Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := d.Alloc(64, "dst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := d.Alloc(64, "src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin, err := d.AllocHost(64, "pin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := d.ComputeStream()
+	if err := d.Close(); err == nil || !strings.Contains(err.Error(), "still held") {
+		t.Fatalf("Close with live buffers: %v", err)
+	}
+	defer func() {
+		dst.Free()
+		src.Free()
+		pin.Free()
+	}()
+	closed := func(what, name string, err error) {
+		t.Helper()
+		if !errors.Is(err, runtime.ErrDeviceClosed) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s after Close: %v; want runtime.ErrDeviceClosed naming %q", what, err, name)
+		}
+	}
+	_, err = d.Alloc(16, "late")
+	closed("Alloc", "late", err)
+	_, err = d.AllocHost(16, "late pinned")
+	closed("AllocHost", "late pinned", err)
+	_, _, err = d.AllocMapped(16, "late mapped")
+	closed("AllocMapped", "late mapped", err)
+	_, err = d.NewStream("late stream")
+	closed("NewStream", "late stream", err)
+	closed("CopyH2D", "H2D copy", s.CopyH2D(dst, 0, pin, 0, 64))
+	closed("CopyD2H", "D2H copy", s.CopyD2H(pin, 0, src, 0, 64))
+	closed("CopyD2D", "D2D copy", s.CopyD2D(dst, 0, src, 0, 64))
+	closed("Upload", "upload", s.Upload(dst.Ptr(), make([]byte, 8)))
+	closed("Download", "download", s.Download(make([]byte, 8), src.Ptr()))
+}

@@ -42,7 +42,7 @@ type Device struct {
 	blas       []*BLAS
 	freeEvents []cEvent // recycled by the cleanups of unreachable events
 	atClose    []func() error
-	closed     bool
+	closed     atomic.Bool                   // set by Close (under mu); allocations and copies read it without mu
 	kcache     *kernelcache.Cache            // compiled modules on disk
 	kprof      atomic.Pointer[kernelProfile] // set while a kernel profile runs (kprofile.go)
 	pdl        atomic.Bool                   // programmatic dependent launch on (pdl.go)
@@ -184,6 +184,9 @@ func (d *Device) withCtx(f func() error) error {
 // allocation and its size; running out of memory, whether by the limit or on
 // the card, wraps runtime.ErrOutOfMemory.
 func (d *Device) Alloc(bytes int64, label string) (*runtime.DeviceBuffer, error) {
+	if d.closed.Load() {
+		return nil, d.errClosed("allocation", label)
+	}
 	if err := d.mem.Reserve(bytes, label); err != nil {
 		return nil, err
 	}
@@ -225,6 +228,9 @@ func (d *Device) Alloc(bytes int64, label string) (*runtime.DeviceBuffer, error)
 // in 0.56 s where cuMemHostAlloc, which the driver serialises, took 3.6 s
 // (bench/RESULTS.md). FT_PINNED=alloc selects cuMemHostAlloc for every size.
 func (d *Device) AllocHost(bytes int64, label string) (*runtime.HostBuffer, error) {
+	if d.closed.Load() {
+		return nil, d.errClosed("pinned host allocation", label)
+	}
 	if err := d.host.Reserve(bytes, label); err != nil {
 		return nil, err
 	}
@@ -258,8 +264,8 @@ func (d *Device) NewStream(name string) (runtime.Stream, error) { return d.NewCU
 func (d *Device) NewCUDAStream(name string) (*Stream, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
-		return nil, fmt.Errorf("%s: NewStream after Close", d.Name())
+	if d.closed.Load() {
+		return nil, d.errClosed("stream", name)
 	}
 	s, err := cStreamCreate(d.ctx)
 	if err != nil {
@@ -284,7 +290,7 @@ func (d *Device) Synchronize() error {
 // leaks; the memory itself goes with the context only when the process ends).
 func (d *Device) Close() error {
 	d.mu.Lock()
-	if d.closed {
+	if d.closed.Load() {
 		d.mu.Unlock()
 		return nil
 	}
@@ -296,7 +302,7 @@ func (d *Device) Close() error {
 		errs = append(errs, hooks[i]())
 	}
 	d.mu.Lock()
-	d.closed = true
+	d.closed.Store(true)
 	streams, modules, blas, events := d.streams, d.modules, d.blas, d.freeEvents
 	d.streams, d.modules, d.blas, d.freeEvents = nil, nil, nil, nil
 	d.mu.Unlock()
@@ -328,6 +334,14 @@ func (d *Device) Close() error {
 		errs = append(errs, cReleasePrimary(d.dev))
 	}
 	return errors.Join(errs...)
+}
+
+// errClosed is what an allocation, a stream or a copy asked of the device
+// after its Close gives: an error naming op and label that wraps
+// runtime.ErrDeviceClosed (the streams are destroyed by then, and the
+// context released unless memory was still held).
+func (d *Device) errClosed(op, label string) error {
+	return fmt.Errorf("%s: %s %q: %w", d.Name(), op, label, runtime.ErrDeviceClosed)
 }
 
 // AtClose registers f to run first thing in Close, last registered first:
@@ -390,7 +404,7 @@ func (d *Device) eventHandle() (cEvent, error) {
 func (d *Device) recycleEvent(e cEvent) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.closed.Load() {
 		return // the context's teardown takes it
 	}
 	d.freeEvents = append(d.freeEvents, e)

@@ -19,6 +19,9 @@ import (
 // bus. The bytes count in HostMemory. The buffer's Bytes is nil; host is the
 // memory for the caller to fill.
 func (d *Device) AllocMapped(bytes int64, label string) (*runtime.DeviceBuffer, []byte, error) {
+	if d.closed.Load() {
+		return nil, nil, d.errClosed("device-mapped host allocation", label)
+	}
 	if err := d.host.Reserve(bytes, label); err != nil {
 		return nil, nil, err
 	}

@@ -31,6 +31,15 @@ func (s *Stream) op(what string, err error) error {
 	return fmt.Errorf("%s stream %q: %s: %w", s.dev.Name(), s.name, what, err)
 }
 
+// live is nil, or, after the device's Close (its streams destroyed), an
+// error naming the operation that wraps runtime.ErrDeviceClosed.
+func (s *Stream) live(what string) error {
+	if s.dev.closed.Load() {
+		return s.dev.errClosed(what+" on stream", s.name)
+	}
+	return nil
+}
+
 func (s *Stream) copyRanges(what string, dstOff, dstSize, srcOff, srcSize, n int64) error {
 	if err := runtime.CheckRange(what+" destination", dstOff, n, dstSize); err != nil {
 		return err
@@ -42,6 +51,9 @@ func (s *Stream) copyRanges(what string, dstOff, dstSize, srcOff, srcSize, n int
 // pinned memory of this device (AllocHost) and stay untouched until the copy
 // has run (record an event after it).
 func (s *Stream) CopyH2D(dst *runtime.DeviceBuffer, dstOff int64, src *runtime.HostBuffer, srcOff, n int64) error {
+	if err := s.live("H2D copy"); err != nil {
+		return err
+	}
 	if err := s.dev.own("H2D destination", dst); err != nil {
 		return err
 	}
@@ -62,6 +74,9 @@ func (s *Stream) CopyH2D(dst *runtime.DeviceBuffer, dstOff int64, src *runtime.H
 // CopyD2H enqueues dst[dstOff:dstOff+n] = src[srcOff:srcOff+n] into pinned
 // memory of this device.
 func (s *Stream) CopyD2H(dst *runtime.HostBuffer, dstOff int64, src *runtime.DeviceBuffer, srcOff, n int64) error {
+	if err := s.live("D2H copy"); err != nil {
+		return err
+	}
 	if err := s.dev.ownHost("D2H destination", dst); err != nil {
 		return err
 	}
@@ -81,6 +96,9 @@ func (s *Stream) CopyD2H(dst *runtime.HostBuffer, dstOff int64, src *runtime.Dev
 
 // CopyD2D enqueues a device-to-device copy.
 func (s *Stream) CopyD2D(dst *runtime.DeviceBuffer, dstOff int64, src *runtime.DeviceBuffer, srcOff, n int64) error {
+	if err := s.live("D2D copy"); err != nil {
+		return err
+	}
 	if err := s.dev.own("D2D destination", dst); err != nil {
 		return err
 	}
@@ -101,12 +119,18 @@ func (s *Stream) CopyD2D(dst *runtime.DeviceBuffer, dstOff int64, src *runtime.D
 // stream first and for the copy after: a convenience for tests and small
 // tables, not for the hot path.
 func (s *Stream) Upload(dst uintptr, src []byte) error {
+	if err := s.live("upload"); err != nil {
+		return err
+	}
 	return s.op(fmt.Sprintf("upload of %d bytes", len(src)), check("cuMemcpyHtoDAsync", cH2DSync(s.dev.ctx, dst, src, s.s)))
 }
 
 // Download copies len(dst) bytes from device address src into dst once the
 // work enqueued before it has run.
 func (s *Stream) Download(dst []byte, src uintptr) error {
+	if err := s.live("download"); err != nil {
+		return err
+	}
 	return s.op(fmt.Sprintf("download of %d bytes", len(dst)), check("cuMemcpyDtoHAsync", cD2HSync(s.dev.ctx, dst, src, s.s)))
 }
 
