@@ -83,7 +83,7 @@ type GateUpSiLUer interface {
 type TokenFeeder interface {
 	StepCapturer
 	// FeedsTokens reports whether device-fed decoding is switched on (the
-	// CUDA backend: FT_ASYNC_DECODE=1).
+	// CUDA backend: unless FT_ASYNC_DECODE=0).
 	FeedsTokens() bool
 	// ArgmaxFeed enqueues (records, under CaptureStep) the greedy pick of
 	// the one-row logits x[1,V] (F32 or BF16): the first index of the

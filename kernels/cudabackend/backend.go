@@ -230,8 +230,8 @@ type Backend struct {
 	ResidualNorm bool
 
 	// AsyncDecode switches device-fed greedy decoding on (FeedsTokens,
-	// feed.go). New sets it when FT_ASYNC_DECODE=1; off by default until
-	// measured.
+	// feed.go). New sets it unless FT_ASYNC_DECODE=0: on by default since
+	// s14a (run-model 256 tokens 4.08 against 4.17 ms a token, same ids).
 	AsyncDecode bool
 	feed        feedState // argmax_feed's scratch, ring and events (feed.go)
 }

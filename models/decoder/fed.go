@@ -11,7 +11,7 @@ import (
 )
 
 // Device-fed greedy decoding (kernels.TokenFeeder; on the CUDA backend
-// FT_ASYNC_DECODE=1). Each one-token step is a DecodeGraph whose last op
+// unless FT_ASYNC_DECODE=0). Each one-token step is a DecodeGraph whose last op
 // picks the step's token on the device and feeds it, with the next
 // position, to the next replay. Generate keeps one step in flight ahead
 // of the host: it enqueues the step that chooses token k+1 (which reads

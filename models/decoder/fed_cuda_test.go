@@ -17,7 +17,7 @@ import (
 )
 
 // TestAsyncDecodeGPU: on the family fixtures, greedy Generate with the
-// CUDA backend's token feed on (AsyncDecode, FT_ASYNC_DECODE=1) returns
+// CUDA backend's token feed on (AsyncDecode, the default) returns
 // the tokens, error and final cache length of the same call with it off,
 // when the generation runs to MaxNewTokens (1, 2 and 24), stops at a stop
 // token or an EOS, OnToken fails or the Context is cancelled; with the

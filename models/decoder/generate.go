@@ -61,7 +61,7 @@ type GenerateOptions struct {
 // before the error together with the error.
 //
 // Greedy decoding on a backend whose token feed is switched on
-// (kernels.TokenFeeder; the CUDA backend with FT_ASYNC_DECODE=1) keeps one
+// (kernels.TokenFeeder; the CUDA backend unless FT_ASYNC_DECODE=0) keeps one
 // step in flight ahead of the host (fed.go); the tokens, the cache and the
 // callbacks are those of the step-by-step loop.
 //
