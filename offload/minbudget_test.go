@@ -2,6 +2,7 @@ package offload_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/models"
@@ -47,8 +48,23 @@ func TestMinBudgetAtLeastFloor(t *testing.T) {
 					if ff := offload.FootprintFloor(fp, slots); fp.MinBudget(slots) < ff {
 						t.Errorf("MinBudget(%d) = %d below the planner's floor of the footprint's units, %d", slots, fp.MinBudget(slots), ff)
 					}
-					if (moeInclude[fx] != nil) != (fp.ModelUnits || include != nil && fp.UnitAnnounced[1]) {
-						t.Errorf("footprint %+v: an MoE model's experts are not seen as announced", fp)
+					if include != nil {
+						// with the custom include: the experts are announced, the attention blocks not
+						experts := 0
+						for i, name := range fp.UnitNames {
+							expert := strings.Contains(name, ".experts.")
+							if expert {
+								experts++
+							}
+							if fp.UnitAnnounced[i] != expert {
+								t.Errorf("unit %s: announced %v, want %v", name, fp.UnitAnnounced[i], expert)
+							}
+						}
+						if experts == 0 {
+							t.Errorf("units %v: no expert", fp.UnitNames)
+						}
+					} else if fp.ModelUnits != (moeInclude[fx] != nil) {
+						t.Errorf("footprint %+v: ModelUnits %v, want it for the MoE models' own units only", fp, fp.ModelUnits)
 					}
 					cfg := offload.DefaultConfig(dev)
 					cfg.Include, cfg.TransferBlocks, cfg.GPUBudget = include, slots, fp.Min(slots)

@@ -8,7 +8,7 @@ import (
 )
 
 // swapSpaceHelp is --swap-space's help (serve and run-model --batch-file).
-const swapSpaceHelp = "batched runs: host memory that preempted requests' KV blocks are swapped out to (and back, bit for bit) instead of being recomputed when the KV cache runs short, as bytes (4GiB), 0 for none (recompute); taken only as preemptions need it (default: 4GiB on a GPU, at most a quarter of the host's available memory; on the CPU as much as the KV cache)"
+const swapSpaceHelp = "batched runs: host memory that preempted requests' KV blocks are swapped out to (and back, bit for bit) instead of being recomputed when the KV cache runs short, as bytes (4GiB), 0 for none (recompute); taken only as preemptions need it (default: 4GiB on a GPU, at most a quarter of the host's available memory; on the CPU as much as the KV cache, at most a quarter of available host memory; once taken it is kept until exit)"
 
 // defaultGPUSwap is --swap-space's default on a GPU.
 const defaultGPUSwap = 4 << 30
@@ -36,16 +36,17 @@ func parseSwapSpace(flag string) (bytes int64, set bool, err error) {
 // pinned as it fills) and saves the re-prefill on the GPU's compute; on
 // the CPU the "host" copy is a memcpy within the same memory, far cheaper
 // than a prefill there, so swapping is the normal path too, bounded by the
-// cache's own size.
+// cache's own size. Either way at most a quarter of the host memory
+// available: the area, once taken, is kept until the cache closes.
 func swapSpaceBytes(flag string, dev runtime.Device, cacheBytes int64) (int64, error) {
 	n, set, err := parseSwapSpace(flag)
 	if err != nil || set {
 		return n, err
 	}
-	if dev.Kind() != runtime.KindCUDA {
-		return cacheBytes, nil
-	}
 	n = defaultGPUSwap
+	if dev.Kind() != runtime.KindCUDA {
+		n = cacheBytes
+	}
 	if avail := runtime.HostMemAvailable(); avail > 0 {
 		n = min(n, avail/4)
 	}
