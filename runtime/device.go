@@ -101,8 +101,9 @@ var ErrOutOfMemory = errors.New("out of memory")
 
 // ErrDeviceClosed is wrapped by the errors of allocations (device, wrapped
 // and host memory) asked of a device after its Close: the cpu device, and
-// the CUDA device (runtime/cuda), whose streams and copies after Close give
-// it too.
+// the CUDA device (runtime/cuda), whose streams' copies, memsets, events,
+// waits and synchronizations after Close give it too (kernel launches and
+// graph replays are the backend's, which does not outlive its device).
 var ErrDeviceClosed = errors.New("device closed (used after Close)")
 
 // Accountant keeps MemStats for a device's pool; backends embed it.

@@ -289,4 +289,9 @@ func TestClosedDeviceErrDeviceClosed(t *testing.T) {
 	closed("CopyD2D", "D2D copy", s.CopyD2D(dst, 0, src, 0, 64))
 	closed("Upload", "upload", s.Upload(dst.Ptr(), make([]byte, 8)))
 	closed("Download", "download", s.Download(make([]byte, 8), src.Ptr()))
+	closed("MemsetD32", "memset", s.MemsetD32(dst.Ptr(), 1, 4))
+	closed("MemsetD16", "memset", s.MemsetD16(dst.Ptr(), 1, 4))
+	_, err = s.RecordEvent()
+	closed("RecordEvent", "event", err)
+	closed("Synchronize", "synchronize", s.Synchronize())
 }

@@ -136,11 +136,17 @@ func (s *Stream) Download(dst []byte, src uintptr) error {
 
 // MemsetD16 enqueues n 16-bit stores of v at device address dst.
 func (s *Stream) MemsetD16(dst uintptr, v uint16, n int64) error {
+	if err := s.live("memset"); err != nil {
+		return err
+	}
 	return s.op("memset", check("cuMemsetD16Async", cMemset16(s.dev.ctx, dst, v, n, s.s)))
 }
 
 // MemsetD32 enqueues n 32-bit stores of v at device address dst.
 func (s *Stream) MemsetD32(dst uintptr, v uint32, n int64) error {
+	if err := s.live("memset"); err != nil {
+		return err
+	}
 	return s.op("memset", check("cuMemsetD32Async", cMemset32(s.dev.ctx, dst, v, n, s.s)))
 }
 
@@ -149,6 +155,9 @@ func (s *Stream) Record() (runtime.Event, error) { return s.RecordEvent() }
 
 // RecordEvent is Record returning the concrete type.
 func (s *Stream) RecordEvent() (*Event, error) {
+	if err := s.live("event"); err != nil {
+		return nil, err
+	}
 	h, err := s.dev.eventHandle()
 	if err != nil {
 		return nil, s.op("event", err)
@@ -165,6 +174,9 @@ func (s *Stream) RecordEvent() (*Event, error) {
 
 // Wait makes work enqueued later wait for e (an event of this device).
 func (s *Stream) Wait(e runtime.Event) error {
+	if err := s.live("wait"); err != nil {
+		return err
+	}
 	ce, ok := e.(*Event)
 	if !ok || ce == nil {
 		return fmt.Errorf("%s stream %q: cannot wait on an event of type %T", s.dev.Name(), s.name, e)
@@ -180,6 +192,9 @@ func (s *Stream) Wait(e runtime.Event) error {
 // Synchronize blocks until all enqueued work is done; an error of that work
 // (CUDA errors are sticky per context) is returned.
 func (s *Stream) Synchronize() error {
+	if err := s.live("synchronize"); err != nil {
+		return err
+	}
 	return s.op("synchronize", check("cuStreamSynchronize", cStreamSync(s.dev.ctx, s.s)))
 }
 
