@@ -58,10 +58,14 @@
 // soloMinTokens tokens left (a capture and the copy cost a few steps'
 // time), and not when the copy cannot be allocated (the step then runs
 // batched, as do steps on a backend or model that cannot replay graphs:
-// decoder.ErrNoGraph). Scheduler.GraphSteps counts the solo steps. The
-// contiguous step's attention is the one Generate runs, not the paged one,
-// so a solo request's tokens are Generate's (on a GPU they can part from the
-// batched path's at near-ties, as batched and lone runs can).
+// decoder.ErrNoGraph). Scheduler.GraphSteps counts the solo steps. A solo
+// step runs the ops of Generate's decode steps (contiguous attention, not
+// the paged one; the prompt's keys and values still come from the batched
+// prefill), so on a GPU its tokens can part from the batched path's at
+// near-ties, as batched and lone runs can; on the CPU they are the same.
+// The contiguous cache is the model's (like a Generate's): a scheduler left
+// in solo mode holds it until the request ends at a later Step, or the
+// model's Stop or Close frees it.
 //
 // Each step's forward and the choice of its tokens hold the model's
 // forward lock (decoder.Model: one forward at a time), so Generate calls
@@ -463,8 +467,10 @@ func (h *Handle) finish(reason FinishReason, err error) {
 // step that preempted none, admits waiting requests while the cache has
 // blocks for their prompts (in order of submission: one that does not fit
 // holds the ones behind it); runs one batched forward of every running
-// request's next tokens (a decode step, or the next chunk of its prompt)
-// and retires the requests that finished. It reports whether any request
+// request's next tokens (a decode step, or the next chunk of its prompt;
+// in solo mode, see the package doc, the lone request's step through its
+// captured graph, after which solo mode ends when another request was
+// admitted) and retires the requests that finished. It reports whether any request
 // is left (running or waiting). A forward that fails ends the requests in
 // it with FinishError and is returned. On a Scheduler not made with New it
 // is an error.
