@@ -306,12 +306,22 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	handles := make([]*generate.Handle, len(reqs))
+	// When each request's first and last tokens came: its decode rate.
+	firstAt, lastAt := make([]time.Time, len(reqs)), make([]time.Time, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
 		if r.err != nil {
 			continue
 		}
-		if handles[i], err = sched.Submit(r.req); err != nil {
+		q := r.req
+		q.OnToken = func(int32) {
+			now := time.Now()
+			if firstAt[i].IsZero() {
+				firstAt[i] = now
+			}
+			lastAt[i] = now
+		}
+		if handles[i], err = sched.Submit(q); err != nil {
 			r.err = fmt.Errorf("line %d: %w%s", r.line, err, kvCacheHint(err))
 		}
 	}
@@ -392,8 +402,9 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 		}
 	}
 	preempted := swapReport(sched.Preemptions(), sched.Swaps())
-	fmt.Fprintf(stderr, "%d requests, %d tokens in %v (%.1f tokens/s) on %s, KV cache %d blocks (%s)%s\n", len(reqs), tokens,
-		dur.Round(time.Millisecond), float64(tokens)/dur.Seconds(), sess.Device.Name(), blocks, runtime.FormatBytes(cache.Bytes()), preempted)
+	fmt.Fprintf(stderr, "%d requests, %d tokens in %v (%.1f tokens/s) on %s, KV cache %d blocks (%s)%s%s%s\n", len(reqs), tokens,
+		dur.Round(time.Millisecond), float64(tokens)/dur.Seconds(), sess.Device.Name(), blocks, runtime.FormatBytes(cache.Bytes()), preempted,
+		batchDecodeReport(handles, firstAt, lastAt, start), graphStepReport(sched.GraphSteps()))
 	if runErr != nil {
 		return runErr
 	}
@@ -405,6 +416,51 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("%d of %d requests failed (their result lines in %s say why)", failed, len(reqs), where)
 	}
 	return nil
+}
+
+// batchDecodeReport is the decode rate of a batch run, comparable with
+// run-model's "then X ms a token": for each request with two tokens or
+// more, the time from its first token to its last over its tokens but
+// the first; with one such request ", first token after T, then X ms a
+// token", with several the mean of theirs (", decode X ms a token, the
+// mean of N requests"); "" with none.
+func batchDecodeReport(handles []*generate.Handle, firstAt, lastAt []time.Time, start time.Time) string {
+	var sum, per float64
+	n, one := 0, -1
+	for i, h := range handles {
+		if h == nil || firstAt[i].IsZero() {
+			continue
+		}
+		select {
+		case <-h.Done():
+		default:
+			continue // not run to its end (a forward failed)
+		}
+		k := len(h.Wait().Generated)
+		if k < 2 {
+			continue
+		}
+		per = decodePer(firstAt[i].Sub(start), lastAt[i].Sub(start), k)
+		sum += per
+		n, one = n+1, i
+	}
+	switch {
+	case n == 0:
+		return ""
+	case n == 1:
+		return fmt.Sprintf(", first token after %v, then %.2f ms a token", firstAt[one].Sub(start).Round(100*time.Microsecond), per)
+	default:
+		return fmt.Sprintf(", decode %.2f ms a token, the mean of %d requests", sum/float64(n), n)
+	}
+}
+
+// graphStepReport names the scheduler's graph steps (FT_SCHED_GRAPH=1), if
+// any.
+func graphStepReport(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d steps replayed a captured graph", n)
 }
 
 // kvCacheHint is what the CLI adds to a scheduler error that a larger KV

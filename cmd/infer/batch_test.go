@@ -356,3 +356,37 @@ func TestRunModelBatchSwapSpace(t *testing.T) {
 		}
 	}
 }
+
+// TestRunModelBatchDecodeRate: a batch of one request reports its decode
+// rate as run-model does ("then X ms a token"), several the mean of
+// theirs; FT_SCHED_GRAPH takes 0 and 1 (the CPU backend cannot capture,
+// so no step replays a graph and the tokens are the same) and nothing
+// else.
+func TestRunModelBatchDecodeRate(t *testing.T) {
+	one := writeBatch(t, `{"token_ids": [5, 6, 7], "max_new_tokens": 20, "ignore_eos": true}`)
+	two := writeBatch(t, `{"token_ids": [5, 6, 7], "max_new_tokens": 20, "ignore_eos": true}`,
+		`{"token_ids": [8, 9], "max_new_tokens": 4, "ignore_eos": true}`)
+	var ids [][]int32
+	for _, v := range []string{"0", "1"} {
+		t.Setenv("FT_SCHED_GRAPH", v)
+		out := filepath.Join(t.TempDir(), "r.jsonl")
+		code, _, errOut := run(t, "run-model", "--batch-file", one, "--out", out)
+		if code != 0 || !strings.Contains(errOut, "then ") || !strings.Contains(errOut, " ms a token") || strings.Contains(errOut, "captured graph") {
+			t.Fatalf("FT_SCHED_GRAPH=%s: exit %d, stderr %s", v, code, errOut)
+		}
+		ids = append(ids, readResults(t, out)[0].GeneratedIDs)
+	}
+	if len(ids[0]) != 20 || !slices.Equal(ids[0], ids[1]) {
+		t.Errorf("FT_SCHED_GRAPH=0 gave %v, =1 %v", ids[0], ids[1])
+	}
+	t.Setenv("FT_SCHED_GRAPH", "")
+	code, _, errOut := run(t, "run-model", "--batch-file", two, "--out", filepath.Join(t.TempDir(), "r.jsonl"))
+	if code != 0 || !strings.Contains(errOut, "ms a token, the mean of 2 requests") {
+		t.Fatalf("two requests: exit %d, stderr %s", code, errOut)
+	}
+	t.Setenv("FT_SCHED_GRAPH", "yes")
+	code, _, errOut = run(t, "run-model", "--batch-file", one, "--out", filepath.Join(t.TempDir(), "r.jsonl"))
+	if code == 0 || !strings.Contains(errOut, "FT_SCHED_GRAPH") {
+		t.Errorf("FT_SCHED_GRAPH=yes: exit %d, stderr %s", code, errOut)
+	}
+}

@@ -19,7 +19,8 @@ import (
 var ErrContextLength = errors.New("longer than the model's context")
 
 // ErrClosed is wrapped by the error of Generate, Forward, ForwardBatch,
-// CaptureDecode, DecodeGraph.StepAt, NewKVCache and NewPagedCache when the
+// CaptureDecode, DecodeGraph.StepAt, NewSolo, Solo.StepFunc, Solo.Sync,
+// NewKVCache and NewPagedCache when the
 // model was closed (Model.Stop or Model.Close; a session's Close does
 // both and frees the weights).
 var ErrClosed = errors.New("the model is closed (its session was closed)")

@@ -119,8 +119,9 @@ type Model struct {
 	// CaptureDecode, DecodeGraph.StepAt, NewKVCache and NewPagedCache then
 	// refuse with ErrClosed.
 	closed bool
-	// live are the KV caches of the Generate calls in progress, with their
-	// steppers (a captured DecodeGraph): Stop and Close free them (a Generate between steps, in its OnToken say, holds
+	// live are the KV caches of the Generate calls in progress and of the
+	// live Solos (solo.go), with their steppers (a captured DecodeGraph):
+	// Stop and Close free them (a Generate between steps, in its OnToken say, holds
 	// no lock), and the Generate then returns ErrClosed at its next step.
 	live map[*KVCache]*stepper
 }

@@ -113,9 +113,10 @@ func (m *Model) checkUnused(ck *loader.Checkpoint) error {
 // for the forward in progress (each forward holds the model's forward
 // lock, see Model), marks the model closed, and frees the KV caches of the
 // Generate calls in progress, which return their tokens so far with
-// ErrClosed at their next step. Afterwards Generate, Forward,
-// ForwardBatch, CaptureDecode, DecodeGraph steps, NewKVCache and
-// NewPagedCache return errors wrapping ErrClosed. A session's Close calls
+// ErrClosed at their next step, and of the live Solos. Afterwards
+// Generate, Forward, ForwardBatch, CaptureDecode, DecodeGraph steps,
+// NewSolo, Solo steps and syncs, NewKVCache and NewPagedCache return
+// errors wrapping ErrClosed. A session's Close calls
 // it before it releases what the forwards use (an offload engine), then
 // Close. It must not be called from inside a forward (an offload hook):
 // the forward lock is not re-entrant. Callbacks of Generate (OnToken,

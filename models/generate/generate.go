@@ -35,6 +35,38 @@
 // and values can differ in the last bits from the ones a decode step
 // stored, which can change a near-tie; a swapped one gets its own back).
 //
+// A request decoding alone (one running, nothing waiting that could be
+// admitted) can step through a captured graph instead of a batched forward
+// over the paged blocks (Options.SoloGraph, FT_SCHED_GRAPH; off by default
+// until measured): the scheduler's batch-1 steps then cost what
+// decoder.Model.Generate's do, one graph replay instead of some two hundred
+// launches. Of the two ways to get there, this package takes the one that
+// reuses the decoder's DecodeGraph as it is ("solo mode",
+// decoder.Model.NewSolo) rather than making the paged batched forward
+// capturable (its block table, lengths and attention split count would have
+// to live in fixed device buffers, a change to the paged kernels and every
+// batched op for one case): on entering solo mode the request's keys and
+// values are copied from its paged blocks into a contiguous cache sized for
+// its reach (prompt plus new tokens), and a one-token step is captured over
+// it; each solo step commits its position in the paged sequence too, whose
+// blocks are still reserved step by step as for a batched forward (so the
+// cache's accounting, the watermark and preemption see what they would see
+// without it), and when another request is admitted the positions stepped
+// alone are copied back into the paged blocks before the batched forward, so
+// batching resumes exactly. A request that finishes or is cancelled alone
+// has nothing to copy. Solo mode is entered only by a request with at least
+// soloMinTokens tokens left (a capture and the copy cost a few steps'
+// time), and not when the copy cannot be allocated (the step then runs
+// batched, as do steps on a backend or model that cannot replay graphs:
+// decoder.ErrNoGraph). Scheduler.GraphSteps counts the solo steps. A solo
+// step runs the ops of Generate's decode steps (contiguous attention, not
+// the paged one; the prompt's keys and values still come from the batched
+// prefill), so on a GPU its tokens can part from the batched path's at
+// near-ties, as batched and lone runs can; on the CPU they are the same.
+// The contiguous cache is the model's (like a Generate's): a scheduler left
+// in solo mode holds it until the request ends at a later Step, or the
+// model's Stop or Close frees it.
+//
 // Each step's forward and the choice of its tokens hold the model's
 // forward lock (decoder.Model: one forward at a time), so Generate calls
 // on the same model from other goroutines are safe; they wait for the
@@ -50,6 +82,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	goruntime "runtime"
 	"slices"
 	"sync"
@@ -129,7 +162,50 @@ type Options struct {
 	// being recomputed (see the package doc); 0: none, every preemption
 	// recomputes. The swap area is the cache's: its Close frees it.
 	SwapBytes int64
+	// SoloGraph says whether a request decoding alone steps through a
+	// captured graph (see the package doc); SoloGraphEnv, the zero value,
+	// leaves it to FT_SCHED_GRAPH.
+	SoloGraph SoloGraphMode
 }
+
+// SoloGraphMode is Options.SoloGraph.
+type SoloGraphMode int
+
+// The solo graph modes.
+const (
+	SoloGraphEnv SoloGraphMode = iota // FT_SCHED_GRAPH: "1" on; "0" or unset off
+	SoloGraphOff                      // every step a batched forward
+	SoloGraphOn                       // a lone decoding request replays a captured graph
+)
+
+// SchedGraphEnv is the environment variable that switches solo graph steps
+// on ("1") or off ("0"; unset: off) for schedulers whose Options.SoloGraph
+// is SoloGraphEnv. New refuses any other value.
+const SchedGraphEnv = "FT_SCHED_GRAPH"
+
+// soloGraphDefault is the mode of an unset FT_SCHED_GRAPH.
+const soloGraphDefault = false
+
+// SoloGraphFromEnv parses FT_SCHED_GRAPH: whether solo graph steps are on;
+// a value other than "", "0" or "1" is an error naming the variable.
+func SoloGraphFromEnv() (bool, error) {
+	switch v := os.Getenv(SchedGraphEnv); v {
+	case "":
+		return soloGraphDefault, nil
+	case "0":
+		return false, nil
+	case "1":
+		return true, nil
+	default:
+		return false, fmt.Errorf("%s=%q: want 0 (batched forwards only) or 1 (a request decoding alone replays a captured graph)", SchedGraphEnv, v)
+	}
+}
+
+// soloMinTokens is the fewest tokens a request must have left to enter
+// solo mode: entering copies its keys and values and captures a step
+// (about a step's work or two on a GPU, more for a long context), which
+// the replays' savings must pay back.
+const soloMinTokens = 16
 
 // Scheduler runs requests in batches. Submit, Cancel and the counters are
 // safe from any goroutine; Step and Run from one at a time.
@@ -150,6 +226,15 @@ type Scheduler struct {
 	swap        *kvcache.Swap // nil: no swapping
 	preemptions atomic.Int64
 	swaps       atomic.Int64
+
+	// Solo mode (see the package doc; Step's goroutine only): soloOn is
+	// the option; solo steps soloH, the lone running request, while set;
+	// noGraph: NewSolo said the model cannot replay graphs here.
+	soloOn     bool
+	noGraph    bool
+	solo       *decoder.Solo
+	soloH      *Handle
+	graphSteps atomic.Int64
 }
 
 // New makes a scheduler for m on b over cache (shaped for m:
@@ -162,6 +247,20 @@ func New(m *decoder.Model, b kernels.Backend, cache *kvcache.Paged, opt Options)
 	}
 	if opt.MaxSeqs < 0 || opt.MaxBatchTokens < 0 || opt.MaxQueue < 0 || opt.MaxContext < 0 || opt.SwapBytes < 0 {
 		return nil, fmt.Errorf("generate.New: options %+v: none may be negative", opt)
+	}
+	var soloOn bool
+	switch opt.SoloGraph {
+	case SoloGraphEnv:
+		on, err := SoloGraphFromEnv()
+		if err != nil {
+			return nil, fmt.Errorf("generate.New: %w", err)
+		}
+		soloOn = on
+	case SoloGraphOff:
+	case SoloGraphOn:
+		soloOn = true
+	default:
+		return nil, fmt.Errorf("generate.New: Options.SoloGraph %d is not a SoloGraphMode", opt.SoloGraph)
 	}
 	if opt.MaxSeqs == 0 {
 		opt.MaxSeqs = 256
@@ -182,7 +281,7 @@ func New(m *decoder.Model, b kernels.Backend, cache *kvcache.Paged, opt Options)
 	if opt.MaxContext <= 0 {
 		return nil, errors.New("generate.New: no context length (give Options.MaxContext; the config has no max_position_embeddings)")
 	}
-	s := &Scheduler{m: m, b: b, cache: cache, opt: opt}
+	s := &Scheduler{m: m, b: b, cache: cache, opt: opt, soloOn: soloOn}
 	if opt.SwapBytes > 0 {
 		sw, err := cache.NewSwap(opt.SwapBytes)
 		if err != nil {
@@ -207,6 +306,7 @@ type Handle struct {
 	rng    *rand.Rand   // made at the first admission, kept over preemptions
 	maxNew int          // MaxNewTokens capped by the context
 	gen    []int32
+	noSolo bool // entering solo mode failed for it: it stays batched
 	// replay is what a preempted request prefills again: its prompt and
 	// all its generated tokens but the last; nil before a preemption.
 	replay []int32
@@ -331,6 +431,16 @@ func (s *Scheduler) Preemptions() int64 { return s.preemptions.Load() }
 // recomputed: Preemptions − Swaps were recomputed.
 func (s *Scheduler) Swaps() int64 { return s.swaps.Load() }
 
+// GraphSteps is the number of steps that ran through a captured graph (a
+// request decoding alone in solo mode, see the package doc) since the
+// scheduler was made.
+func (s *Scheduler) GraphSteps() int64 {
+	if s == nil {
+		return 0
+	}
+	return s.graphSteps.Load()
+}
+
 // SwapUsedBlocks is the number of KV blocks held swapped out now (0
 // without a swap area).
 func (s *Scheduler) SwapUsedBlocks() int {
@@ -357,8 +467,10 @@ func (h *Handle) finish(reason FinishReason, err error) {
 // step that preempted none, admits waiting requests while the cache has
 // blocks for their prompts (in order of submission: one that does not fit
 // holds the ones behind it); runs one batched forward of every running
-// request's next tokens (a decode step, or the next chunk of its prompt)
-// and retires the requests that finished. It reports whether any request
+// request's next tokens (a decode step, or the next chunk of its prompt;
+// in solo mode, see the package doc, the lone request's step through its
+// captured graph, after which solo mode ends when another request was
+// admitted) and retires the requests that finished. It reports whether any request
 // is left (running or waiting). A forward that fails ends the requests in
 // it with FinishError and is returned. On a Scheduler not made with New it
 // is an error.
@@ -374,29 +486,51 @@ func (s *Scheduler) Step() (bool, error) {
 	if !preempted {
 		s.admit()
 	}
-	entries, in, sample := s.plan()
+	var alone *Handle
+	if len(s.running) == 1 {
+		alone = s.running[0]
+	}
 	s.mu.Unlock()
 	for i, h := range failed {
 		h.finish(FinishError, failErrs[i])
 	}
+	if s.solo != nil && s.soloH != alone {
+		s.leaveSolo()
+	}
+	s.mu.Lock()
+	entries, in, sample := s.plan()
+	s.mu.Unlock()
 	if len(entries) == 0 {
 		return s.left(), nil
+	}
+	if s.solo == nil && alone != nil && len(in) == 1 && in[0] == alone && alone.decoding() {
+		s.enterSolo(alone)
 	}
 	V := s.m.Cfg.VocabSize
 	var ids []int
 	var errs []error
 	// The tokens are chosen under the model's forward lock: another
 	// goroutine's forward on the model would overwrite the logits.
-	err := s.m.ForwardBatchFunc(s.b, s.cache, entries, func(lt *runtime.Tensor) error {
+	read := func(lt *runtime.Tensor) error {
 		var err error
 		ids, errs, err = s.choose(lt, in, sample, V)
 		return err
-	})
+	}
+	var err error
+	if s.solo != nil {
+		err = s.solo.StepFunc(entries[0].IDs[0], read)
+		if err == nil {
+			s.graphSteps.Add(1)
+		}
+	} else {
+		err = s.m.ForwardBatchFunc(s.b, s.cache, entries, read)
+	}
 	if err != nil {
 		for _, h := range in {
 			h.finish(FinishError, err)
 		}
 		s.drop(in)
+		s.closeSolo()
 		return s.left(), err
 	}
 	var finished []*Handle
@@ -426,7 +560,56 @@ func (s *Scheduler) Step() (bool, error) {
 		finished = append(finished, h)
 	}
 	s.drop(finished)
+	if s.solo != nil && slices.Contains(finished, s.soloH) {
+		s.closeSolo() // nothing to copy back
+	}
 	return s.left(), nil
+}
+
+// enterSolo starts solo mode for h, the lone running request about to
+// decode, when the option is on, it has soloMinTokens tokens left and the
+// model can replay a graph; the contiguous cache takes its reach (prompt
+// plus new tokens). When NewSolo fails, h stays batched (and every request,
+// when the model cannot replay graphs at all).
+func (s *Scheduler) enterSolo(h *Handle) {
+	if !s.soloOn || s.noGraph || h.noSolo || h.maxNew-len(h.gen) < soloMinTokens {
+		return
+	}
+	reach := len(h.req.Prompt) + h.maxNew - 1 // the last token is never fed back
+	solo, err := s.m.NewSolo(s.b, h.seq, reach)
+	if err != nil {
+		h.noSolo = true
+		if errors.Is(err, decoder.ErrNoGraph) {
+			s.noGraph = true
+		}
+		return
+	}
+	s.solo, s.soloH = solo, h
+}
+
+// leaveSolo ends solo mode: its request, when still live, gets the
+// positions stepped alone copied back into its paged blocks (a copy that
+// fails ends it with FinishError).
+func (s *Scheduler) leaveSolo() {
+	h, solo := s.soloH, s.solo
+	defer s.closeSolo()
+	if h.seq == nil || h.seq.Freed() {
+		return
+	}
+	if err := solo.Sync(); err != nil {
+		s.mu.Lock()
+		s.running = slices.DeleteFunc(s.running, func(x *Handle) bool { return x == h })
+		s.mu.Unlock()
+		h.finish(FinishError, err)
+	}
+}
+
+// closeSolo frees the solo graph and its cache, if any.
+func (s *Scheduler) closeSolo() {
+	if s.solo != nil {
+		s.solo.Close()
+	}
+	s.solo, s.soloH = nil, nil
 }
 
 // choose picks the next token of each in[i] with sample[i] from row i of the

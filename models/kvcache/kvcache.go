@@ -273,19 +273,30 @@ func (s *Seq) Slot(p int) int {
 // Store writes layer's new keys and values k, v [T,K,d] at the sequence's
 // positions Len()..Len()+T−1 (reserved before), one StoreKV per block run.
 func (c *Paged) Store(b kernels.Backend, layer int, s *Seq, k, v *runtime.Tensor) error {
+	return c.StoreAt(b, layer, s, s.n, k, v)
+}
+
+// StoreAt writes layer's keys and values k, v [T,K,d] at the sequence's
+// positions pos..pos+T−1 (within its reserved room; positions already
+// filled are overwritten, and Len() does not change): a copy made
+// elsewhere put back into the blocks.
+func (c *Paged) StoreAt(b kernels.Backend, layer int, s *Seq, pos int, k, v *runtime.Tensor) error {
 	if s.c != c || s.freed {
 		return errors.New("kvcache: Store of a sequence that is not live in this cache")
 	}
 	if s.sw != nil {
 		return errors.New("kvcache: Store of a swapped-out sequence (Swap.In first)")
 	}
+	if layer < 0 || layer >= c.cfg.Layers {
+		return fmt.Errorf("kvcache: Store of layer %d in a cache of %d layers", layer, c.cfg.Layers)
+	}
 	T := k.Dim(0)
-	if s.n+T > s.Cap() {
-		return fmt.Errorf("kvcache: storing %d positions after %d of a sequence with room for %d (Reserve first)", T, s.n, s.Cap())
+	if pos < 0 || pos+T > s.Cap() {
+		return fmt.Errorf("kvcache: storing %d positions after %d of a sequence with room for %d (Reserve first)", T, pos, s.Cap())
 	}
 	bs := c.cfg.BlockSize
 	for t := 0; t < T; {
-		p := s.n + t
+		p := pos + t
 		run := min(T-t, bs-p%bs) // positions left in this block
 		for _, kv := range []struct{ pool, x *runtime.Tensor }{{c.K[layer], k}, {c.V[layer], v}} {
 			x, err := kv.x.Slice(t, t+run)

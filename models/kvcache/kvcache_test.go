@@ -133,11 +133,36 @@ func TestStoreGather(t *testing.T) {
 	if kv.SeqLens[1] != int32(n) {
 		t.Errorf("layout length %d, want %d", kv.SeqLens[1], n)
 	}
+	// StoreAt overwrites positions 2..6 (across a block boundary) in place,
+	// Len() unchanged.
+	over, _ := runtime.NewTensor(dev, runtime.F32, runtime.Shape{5, 2, 3}, "over")
+	defer over.Buffer().Free()
+	for i := range over.F32() {
+		over.F32()[i] = float32(-1 - i)
+	}
+	if err := c.StoreAt(b, 1, s, 2, over, over); err != nil {
+		t.Fatal(err)
+	}
+	copy(all[2*row:], over.F32())
+	if err := c.Gather(b, 1, s, n, kd, vd); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(kd.F32()[:n*row], all) || !slices.Equal(vd.F32()[:n*row], all) || s.Len() != n {
+		t.Fatalf("after StoreAt: gathered keys differ from the stored ones, or the length %d moved from %d", s.Len(), n)
+	}
 	// A store past the reservation is an error, not a write into another's block.
 	k, _ := runtime.NewTensor(dev, runtime.F32, runtime.Shape{s.Cap() - n + 1, 2, 3}, "k")
 	defer k.Buffer().Free()
 	if err := c.Store(b, 0, s, k, k); err == nil || !strings.Contains(err.Error(), "Reserve first") {
 		t.Errorf("store past the reservation: %v", err)
+	}
+	for _, pos := range []int{-1, s.Cap() - 4} {
+		if err := c.StoreAt(b, 0, s, pos, over, over); err == nil {
+			t.Errorf("StoreAt(%d) of 5 positions with room for %d: no error", pos, s.Cap())
+		}
+	}
+	if err := c.StoreAt(b, 2, s, 0, over, over); err == nil || !strings.Contains(err.Error(), "layer 2") {
+		t.Errorf("StoreAt of layer 2 of 2: %v", err)
 	}
 	s.Free()
 	other.Free()

@@ -1,0 +1,61 @@
+//go:build cuda
+
+package generate_test
+
+import (
+	"testing"
+
+	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/models"
+	"github.com/flextensor-go/flextensor/models/generate"
+)
+
+// TestSchedulerSoloGraphCUDA: on the device's backend, one greedy request
+// through the scheduler gives the same 24 tokens with solo graph steps on
+// as with them off, and a second request arriving after the first's 6th
+// token (solo → batched → solo) gives both requests the tokens they get
+// with solo graphs off; the graph steps are counted (on a capturing
+// backend: 23 for the lone request, 5 + 26 for the pair; tiny-qwen3moe's
+// are logged, its experts replay only where the backend fuses them). The
+// CPU subtest runs it too (no capture there: no graph steps).
+func TestSchedulerSoloGraphCUDA(t *testing.T) {
+	devtest.Each(t, func(t *testing.T, d devtest.Device) {
+		for _, fx := range []struct{ name, dir string }{
+			{"tiny-llama", "../../testdata/tiny-llama"},
+			{"tiny-qwen3", "../../testdata/tiny-qwen3"},
+			{"tiny-qwen3moe", "../../testdata/tiny-qwen3moe"},
+		} {
+			t.Run(fx.name, func(t *testing.T) {
+				m, ck, err := models.Load(fx.dir, d.Dev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ck.Close()
+				defer m.Close()
+				_, capt := d.Backend.(kernels.StepCapturer)
+				V := m.Cfg.VocabSize
+				check := func(what string, got, want int64) {
+					switch {
+					case !capt && got != 0:
+						t.Errorf("%s: %d graph steps on a backend that cannot capture", what, got)
+					case capt && fx.name == "tiny-qwen3moe":
+						t.Logf("%s: %d graph steps (%d if the experts replay)", what, got, want)
+					case capt && got != want:
+						t.Errorf("%s: %d graph steps, want %d", what, got, want)
+					}
+				}
+				lone := soloRun{reqs: []generate.Request{{Prompt: prompt(V, 9, 1), MaxNewTokens: 24, IgnoreEOS: true}},
+					at: []int{-1}, after: []int{0}, cancelAt: []int{0}, blocks: 64}
+				_, on := lone.compare(t, m, d.Backend, func() {})
+				check("one request", on.graph, 23)
+				pair := soloRun{reqs: []generate.Request{
+					{Prompt: prompt(V, 9, 1), MaxNewTokens: 48, IgnoreEOS: true},
+					{Prompt: prompt(V, 5, 2), MaxNewTokens: 16, IgnoreEOS: true},
+				}, at: []int{-1, 0}, after: []int{0, 6}, cancelAt: []int{0, 0}, blocks: 64}
+				_, on = pair.compare(t, m, d.Backend, func() {})
+				check("two requests", on.graph, 5+26)
+			})
+		}
+	})
+}
