@@ -168,19 +168,10 @@ func (m *Model) enqueueFed(b kernels.Backend, cache *KVCache, steps *stepper, id
 			return noFed, true, nil
 		}
 	} else {
-		if g != nil && g.ws != m.ws {
-			g.close() // another Generate's larger forward grew the workspace: record again
-			steps.g, g = nil, nil
-		}
-		if g == nil {
-			ok, err := graphable(m, b)
-			if err != nil || !ok {
-				return noFed, false, err
-			}
-			if g, err = m.captureDecode(b, cache, steps.feed); err != nil {
-				return noFed, false, err
-			}
-			steps.g = g
+		var ok bool
+		var err error
+		if g, ok, err = steps.graph(m, b, cache); err != nil || !ok {
+			return noFed, false, err
 		}
 	}
 	pos := cache.Len()
