@@ -146,6 +146,10 @@ func (b *Backend) ArgmaxFeed(x *runtime.Tensor) error {
 	if V == 0 || x.NumElements() != V {
 		return fmt.Errorf("cudabackend.ArgmaxFeed: x %v is not one non-empty row", x.Shape())
 	}
+	if b.capturing && (b.feed.scratch == nil || b.feed.ring == nil || b.step == nil) {
+		// Making them would allocate and upload on the capturing stream.
+		return errors.New("cudabackend.ArgmaxFeed: inside a capture without the feed's buffers (CaptureStep makes them when AsyncDecode is set)")
+	}
 	if err := b.ensureStep(); err != nil {
 		return err
 	}

@@ -245,3 +245,36 @@ func TestArgmaxFeedRingWrap(t *testing.T) {
 		t.Errorf("picks kept and never read: %v", gb.feed.read)
 	}
 }
+
+// TestArgmaxFeedCaptureWithoutBuffers: ArgmaxFeed recorded by a capture
+// with AsyncDecode off (CaptureStep then makes no feed buffers) is a clear
+// error naming the missing buffers, not an allocation on the capturing
+// stream; with AsyncDecode on, the same capture works.
+func TestArgmaxFeedCaptureWithoutBuffers(t *testing.T) {
+	needGPU(t)
+	if err := gb.s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	saved := gb.AsyncDecode
+	defer func() { gb.AsyncDecode = saved }()
+	gb.feed.free() // no graph holding the old buffers is alive between tests
+	x := gpu(t, runtime.F32, feedRows(t, 100)[0], 1, 100)
+	gb.AsyncDecode = false
+	g, err := gb.CaptureStep(func() error { return gb.ArgmaxFeed(x) })
+	if err == nil {
+		g.Close()
+		t.Fatal("capture of ArgmaxFeed without the feed's buffers: no error")
+	}
+	if !strings.Contains(err.Error(), "without the feed's buffers") {
+		t.Errorf("error %q does not name the missing buffers", err)
+	}
+	if gb.feed.scratch != nil || gb.feed.ring != nil {
+		t.Errorf("the failed capture allocated the feed's buffers")
+	}
+	gb.AsyncDecode = true
+	g, err = gb.CaptureStep(func() error { return gb.ArgmaxFeed(x) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+}
