@@ -1,6 +1,10 @@
 package kernels
 
-import "github.com/flextensor-go/flextensor/runtime"
+import (
+	"errors"
+
+	"github.com/flextensor-go/flextensor/runtime"
+)
 
 // Optional capabilities of a Backend, found by type assertion. The CPU
 // backend has none of them; the CUDA backend has all.
@@ -71,6 +75,12 @@ type GateUpSiLUer interface {
 	GateUpSiLU(out, x, wg, wu *runtime.Tensor) error
 }
 
+// ErrFedLost is wrapped by TokenFeeder.FedToken's error for a posted pick
+// that the backend no longer holds (newer picks overwrote it): the step ran,
+// and running it again from the same token, position and cache gives the
+// same pick.
+var ErrFedLost = errors.New("fed pick lost")
+
 // TokenFeeder feeds a captured decode step's greedy token to the next step
 // on the device (device-fed decoding): the step's graph ends with
 // ArgmaxFeed, whose pick becomes the step buffer's token and whose position
@@ -98,8 +108,14 @@ type TokenFeeder interface {
 	PostFed() (uint64, error)
 	// FedToken waits until the ArgmaxFeed of a ticket has run and returns
 	// its pick (−1: no greedy choice; read the logits to say why). Each
-	// ticket is read once; an unknown one, or one so old that newer picks
-	// overwrote it, is an error.
+	// ticket is read once; an unknown one is an error. A posted pick should
+	// never be lost (the CUDA backend keeps a posted pick on the host before
+	// newer launches could overwrite it), but a backend that no longer holds
+	// it returns an error wrapping ErrFedLost: the step ran, so the caller
+	// may run it again to get the same pick. FedToken waits for the work
+	// enqueued up to the ticket (or, for a ticket it does not know, for all
+	// work enqueued) before it returns, error or not, so a caller that reads
+	// a ticket only to drain its step may free what the step used next.
 	FedToken(ticket uint64) (int32, error)
 	// StepSets counts the backend's SetStep calls: a caller that replays
 	// without SetStep continues its own chain of fed steps only while the

@@ -94,65 +94,6 @@ extern "C" __global__ void fill_uniform_bf16(bf16_t* dst, long long n, unsigned 
 	}
 }
 
-// argmax_rows: out[r] = the first index of the largest value of row r of
-// x[R,n], x in F32 or BF16 (dt), one block (a multiple of 32 threads, at most
-// 1024) per row; −1 when the row holds a NaN or +Inf (no greedy choice: the
-// caller reads the row to say which) or only −Inf.
-extern "C" __global__ void argmax_rows(int* out, const void* x, int dt, int n) {
-	ft_pdl_wait();
-	__shared__ float sv[32];
-	__shared__ int si[32];
-	__shared__ int sbad;
-	if (threadIdx.x == 0) sbad = 0;
-	__syncthreads();
-	const usize base = (usize)blockIdx.x * n;
-	float bv = -FT_INF;
-	int bi = -1;
-	bool bad = false;
-	for (int i = threadIdx.x; i < n; i += blockDim.x) {
-		const float v = load_as_f32(x, dt, base + i);
-		if (v != v || v == FT_INF) {
-			bad = true;
-			continue;
-		}
-		if (v == -FT_INF) continue;
-		if (bi < 0 || v > bv) {
-			bv = v;
-			bi = i;
-		}
-	}
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1) {
-		const float ov = __shfl_xor_sync(FT_FULL, bv, o);
-		const int oi = __shfl_xor_sync(FT_FULL, bi, o);
-		if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
-			bv = ov;
-			bi = oi;
-		}
-	}
-	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	if (bad) sbad = 1;
-	if (lane == 0) {
-		sv[w] = bv;
-		si[w] = bi;
-	}
-	__syncthreads();
-	if (w == 0) {
-		bv = lane < nw ? sv[lane] : -FT_INF;
-		bi = lane < nw ? si[lane] : -1;
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1) {
-			const float ov = __shfl_xor_sync(FT_FULL, bv, o);
-			const int oi = __shfl_xor_sync(FT_FULL, bi, o);
-			if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
-				bv = ov;
-				bi = oi;
-			}
-		}
-		if (lane == 0) out[blockIdx.x] = sbad ? -1 : bi;
-	}
-}
-
 // argmax_better: whether candidate (ov, oi) beats (bv, bi) under
 // argmax_rows' rule: a chosen index (≥ 0) beats none, a larger value wins,
 // equal values go to the smaller index.
@@ -191,6 +132,38 @@ __device__ __forceinline__ void argmax_block(float& bv, int& bi, float* sv, int*
 			}
 		}
 	}
+}
+
+// argmax_rows: out[r] = the first index of the largest value of row r of
+// x[R,n], x in F32 or BF16 (dt), one block (a multiple of 32 threads, at most
+// 1024) per row; −1 when the row holds a NaN or +Inf (no greedy choice: the
+// caller reads the row to say which) or only −Inf.
+extern "C" __global__ void argmax_rows(int* out, const void* x, int dt, int n) {
+	ft_pdl_wait();
+	__shared__ float sv[32];
+	__shared__ int si[32];
+	__shared__ int sbad;
+	if (threadIdx.x == 0) sbad = 0;
+	__syncthreads();
+	const usize base = (usize)blockIdx.x * n;
+	float bv = -FT_INF;
+	int bi = -1;
+	bool bad = false;
+	for (int i = threadIdx.x; i < n; i += blockDim.x) {
+		const float v = load_as_f32(x, dt, base + i);
+		if (v != v || v == FT_INF) {
+			bad = true;
+			continue;
+		}
+		if (v == -FT_INF) continue;
+		if (bi < 0 || v > bv) {
+			bv = v;
+			bi = i;
+		}
+	}
+	if (bad) sbad = 1;
+	argmax_block(bv, bi, sv, si);  // its __syncthreads orders the sbad stores before thread 0 reads it
+	if (threadIdx.x == 0) out[blockIdx.x] = sbad ? -1 : bi;
 }
 
 // argmax_feed: the greedy pick of one row x[n] (F32 or BF16, dt) by many

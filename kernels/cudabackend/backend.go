@@ -1274,6 +1274,11 @@ type graph struct {
 }
 
 func (g *graph) Replay() error {
+	if g.feeds > 0 {
+		if err := g.b.feed.harvest(uint64(g.feeds)); err != nil { // feed.go
+			return err
+		}
+	}
 	if err := g.g.Launch(g.s); err != nil {
 		return err
 	}

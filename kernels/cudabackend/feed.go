@@ -23,7 +23,11 @@ import (
 // ArgmaxFeed calls and the ArgmaxFeed nodes of each replayed graph, all on
 // the one compute stream, so in the same order), replays the next step
 // before it reads a pick, and reads it after the step's event (PostFed,
-// FedToken): no synchronous copy sits between two steps.
+// FedToken): no synchronous copy sits between two steps. A posted pick is
+// never lost: before a launch could take the ring past a posted ticket's
+// slot (another Generate replaying thousands of steps while this one's
+// OnToken stalls), harvest waits for that ticket's event (long completed)
+// and keeps its pick on the host, where FedToken finds it.
 
 // asyncDecodeFromEnv is FT_ASYNC_DECODE unset, "" or "1" (checked by
 // checkEnvSwitches): on by default since s14a measured it faster with the
@@ -45,13 +49,14 @@ type feedState struct {
 	launched uint64                 // argmax_feed launches enqueued (eager and replayed)
 	captured int                    // ArgmaxFeed calls recorded by the capture in progress
 	posted   map[uint64]*cuda.Event // PostFed's tickets not yet read, with their events
+	read     map[uint64]int32       // posted tickets' picks harvested from the ring before their slot is reused, not yet read
 	sets     uint64                 // SetStep calls
 }
 
 func (f *feedState) free() {
 	f.scratch.Free()
 	f.ring.Free()
-	f.scratch, f.ring, f.ringHost, f.posted = nil, nil, nil, nil
+	f.scratch, f.ring, f.ringHost, f.posted, f.read = nil, nil, nil, nil, nil
 	f.launched = 0 // the next scratch starts its launch counter from 0 too
 }
 
@@ -90,6 +95,34 @@ func (b *Backend) ensureFeed() error {
 	return nil
 }
 
+// harvest moves the pick of every posted ticket whose ring slot the next
+// k launches would reuse (launched+k ≥ ticket+feedRing) into read, after
+// its event: call it before enqueueing k argmax_feed launches (an eager
+// ArgmaxFeed, a graph's Replay).
+func (f *feedState) harvest(k uint64) error {
+	end := f.launched + k
+	for t, e := range f.posted {
+		if t+feedRing > end {
+			continue
+		}
+		if err := e.Synchronize(); err != nil {
+			return fmt.Errorf("cudabackend: keeping the pick of ticket %d: %w", t, err)
+		}
+		if f.read == nil {
+			f.read = map[uint64]int32{}
+		}
+		f.read[t] = f.slot(t)
+		delete(f.posted, t)
+	}
+	return nil
+}
+
+// slot is the ring's pick of ticket t (its launch has completed).
+func (f *feedState) slot(t uint64) int32 {
+	i := (t - 1) % feedRing
+	return atomic.LoadInt32((*int32)(unsafe.Pointer(&f.ringHost[4*i])))
+}
+
 // feedGrid is argmax_feed's grid and elements a block for a row of V.
 func (b *Backend) feedGrid(V int) (blocks, chunk int) {
 	blocks = min(max(b.sms, 1), feedBlocks, (V+feedMinRun-1)/feedMinRun)
@@ -113,11 +146,20 @@ func (b *Backend) ArgmaxFeed(x *runtime.Tensor) error {
 	if V == 0 || x.NumElements() != V {
 		return fmt.Errorf("cudabackend.ArgmaxFeed: x %v is not one non-empty row", x.Shape())
 	}
+	if b.capturing && (b.feed.scratch == nil || b.feed.ring == nil || b.step == nil) {
+		// Making them would allocate and upload on the capturing stream.
+		return errors.New("cudabackend.ArgmaxFeed: inside a capture without the feed's buffers (CaptureStep makes them when AsyncDecode is set)")
+	}
 	if err := b.ensureStep(); err != nil {
 		return err
 	}
 	if err := b.ensureFeed(); err != nil {
 		return err
+	}
+	if !b.capturing {
+		if err := b.feed.harvest(1); err != nil {
+			return err
+		}
 	}
 	blocks, chunk := b.feedGrid(V)
 	s := b.feed.scratch.Ptr()
@@ -151,28 +193,36 @@ func (b *Backend) PostFed() (uint64, error) {
 	}
 	t := b.feed.launched
 	b.feed.posted[t] = e
-	for old := range b.feed.posted { // tickets never read whose slots are reused by now
-		if old+feedRing <= t {
-			delete(b.feed.posted, old)
-		}
-	}
 	return t, nil
 }
 
 // FedToken waits for the argmax_feed launch of a ticket and returns its
-// pick (kernels.TokenFeeder).
+// pick (kernels.TokenFeeder): from the picks harvest kept, else from the
+// ring after the ticket's event. It waits before any error too (for an
+// unknown ticket, for all the stream's work), so a caller that reads a
+// ticket to drain its step may free the step's buffers next.
 func (b *Backend) FedToken(ticket uint64) (int32, error) {
+	if v, ok := b.feed.read[ticket]; ok {
+		delete(b.feed.read, ticket)
+		return v, nil
+	}
 	e := b.feed.posted[ticket]
 	if e == nil {
-		return 0, fmt.Errorf("cudabackend.FedToken: ticket %d is not posted (or was read, or overwritten)", ticket)
+		err := fmt.Errorf("cudabackend.FedToken: ticket %d is not posted (or was read)", ticket)
+		if b.s != nil {
+			if serr := b.s.Synchronize(); serr != nil {
+				err = errors.Join(err, serr)
+			}
+		}
+		return 0, err
 	}
 	delete(b.feed.posted, ticket)
-	if ticket+feedRing <= b.feed.launched {
-		return 0, fmt.Errorf("cudabackend.FedToken: ticket %d was overwritten by %d later picks", ticket, b.feed.launched-ticket)
-	}
 	if err := e.Synchronize(); err != nil {
 		return 0, fmt.Errorf("cudabackend.FedToken: ticket %d: %w", ticket, err)
 	}
-	slot := (ticket - 1) % feedRing
-	return atomic.LoadInt32((*int32)(unsafe.Pointer(&b.feed.ringHost[4*slot]))), nil
+	if ticket+feedRing <= b.feed.launched { // harvest keeps this from happening
+		return 0, fmt.Errorf("cudabackend.FedToken: ticket %d was overwritten by %d later picks: %w",
+			ticket, b.feed.launched-ticket, kernels.ErrFedLost)
+	}
+	return b.feed.slot(ticket), nil
 }

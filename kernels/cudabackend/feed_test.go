@@ -3,11 +3,13 @@
 package cudabackend
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
 	"unsafe"
 
+	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -174,4 +176,105 @@ func TestArgmaxFeedCaptured(t *testing.T) {
 	if p, tok := stepWords(t); p != int32(pos0+len(rows)) || tok != max(got, 0) {
 		t.Errorf("after %d replays: step buffer (position %d, token %d), want (%d, %d)", len(rows), p, tok, pos0+len(rows), max(got, 0))
 	}
+}
+
+// TestArgmaxFeedRingWrap: a posted pick survives more eager ArgmaxFeed
+// launches than the ring has slots (another Generate running thousands of
+// steps while this one's OnToken stalls): its slot is reused, but the pick
+// was kept on the host first, so FedToken of the first ticket, read last,
+// is still its row's pick, as is a ticket posted in the middle and the
+// newest; a ticket read twice is an error that is not ErrFedLost.
+func TestArgmaxFeedRingWrap(t *testing.T) {
+	needGPU(t)
+	const V = 1000
+	rows := feedRows(t, V)
+	first, later := rows[1], rows[2] // picks 0 and 3
+	if feedRef(first) == feedRef(later) {
+		t.Fatalf("test rows pick the same index %d", feedRef(first))
+	}
+	x0, x1 := gpu(t, runtime.F32, first, 1, V), gpu(t, runtime.F32, later, 1, V)
+	if err := gb.SetStep([]int32{1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := gb.ArgmaxFeed(x0); err != nil {
+		t.Fatal(err)
+	}
+	t0, err := gb.PostFed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mid uint64
+	const n = feedRing + 37
+	for i := range n {
+		if err := gb.ArgmaxFeed(x1); err != nil {
+			t.Fatalf("launch %d: %v", i, err)
+		}
+		if i == feedRing/2 {
+			if mid, err = gb.PostFed(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	last, err := gb.PostFed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last != t0+n || mid+feedRing > last {
+		t.Fatalf("tickets %d, %d, %d after %d launches", t0, mid, last, n)
+	}
+	if _, ok := gb.feed.read[t0]; !ok {
+		t.Errorf("ticket %d (slot reused by ticket %d) was not kept on the host", t0, t0+feedRing)
+	}
+	for _, c := range []struct {
+		ticket uint64
+		want   int32
+	}{{t0, feedRef(first)}, {mid, feedRef(later)}, {last, feedRef(later)}} {
+		got, err := gb.FedToken(c.ticket)
+		if err != nil {
+			t.Fatalf("ticket %d: %v", c.ticket, err)
+		}
+		if got != c.want {
+			t.Errorf("ticket %d (newest %d): pick %d, want %d", c.ticket, last, got, c.want)
+		}
+	}
+	_, err = gb.FedToken(t0)
+	if err == nil || errors.Is(err, kernels.ErrFedLost) || !strings.Contains(err.Error(), "not posted") {
+		t.Errorf("FedToken of a ticket read already: %v", err)
+	}
+	if len(gb.feed.read) != 0 {
+		t.Errorf("picks kept and never read: %v", gb.feed.read)
+	}
+}
+
+// TestArgmaxFeedCaptureWithoutBuffers: ArgmaxFeed recorded by a capture
+// with AsyncDecode off (CaptureStep then makes no feed buffers) is a clear
+// error naming the missing buffers, not an allocation on the capturing
+// stream; with AsyncDecode on, the same capture works.
+func TestArgmaxFeedCaptureWithoutBuffers(t *testing.T) {
+	needGPU(t)
+	if err := gb.s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	saved := gb.AsyncDecode
+	defer func() { gb.AsyncDecode = saved }()
+	gb.feed.free() // no graph holding the old buffers is alive between tests
+	x := gpu(t, runtime.F32, feedRows(t, 100)[0], 1, 100)
+	gb.AsyncDecode = false
+	g, err := gb.CaptureStep(func() error { return gb.ArgmaxFeed(x) })
+	if err == nil {
+		g.Close()
+		t.Fatal("capture of ArgmaxFeed without the feed's buffers: no error")
+	}
+	if !strings.Contains(err.Error(), "without the feed's buffers") {
+		t.Errorf("error %q does not name the missing buffers", err)
+	}
+	if gb.feed.scratch != nil || gb.feed.ring != nil {
+		t.Errorf("the failed capture allocated the feed's buffers")
+	}
+	gb.AsyncDecode = true
+	g, err = gb.CaptureStep(func() error { return gb.ArgmaxFeed(x) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
 }

@@ -2,6 +2,7 @@ package decoder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -23,7 +24,9 @@ import (
 // the cache and what the caller sees are those of the synchronous loop.
 // A token the device cannot choose (a NaN or +Inf in the logits, or only
 // −Inf) ends the chain: the step is run again synchronously, whose pick
-// reads its logits and reports what is wrong, as without the feed.
+// reads its logits and reports what is wrong, as without the feed. A pick
+// the backend lost (kernels.ErrFedLost) is got the same way, and the feed
+// goes on after it.
 //
 // OnStep's times in this mode: forward is the host's time to enqueue the
 // step after this token's (the graph launch and its bookkeeping, 0 when
@@ -100,6 +103,17 @@ func (m *Model) generateFed(b kernels.Backend, cache *KVCache, steps *stepper, p
 			}
 			t1 := time.Now()
 			id, err := m.fedToken(steps, pending, i)
+			if errors.Is(err, kernels.ErrFedLost) {
+				// The backend no longer holds the pick: the step ran, so
+				// running it again from the same token, position and cache
+				// gives the same pick, synchronously; the feed goes on after.
+				m.discardFed(steps, cache, after)
+				if err := m.truncateFed(cache, pending.pos, i); err != nil {
+					return out, err
+				}
+				pending, next = noFed, []int32{out[i-1]}
+				continue
+			}
 			if err != nil {
 				m.discardFed(steps, cache, after)
 				return out, err
@@ -168,19 +182,10 @@ func (m *Model) enqueueFed(b kernels.Backend, cache *KVCache, steps *stepper, id
 			return noFed, true, nil
 		}
 	} else {
-		if g != nil && g.ws != m.ws {
-			g.close() // another Generate's larger forward grew the workspace: record again
-			steps.g, g = nil, nil
-		}
-		if g == nil {
-			ok, err := graphable(m, b)
-			if err != nil || !ok {
-				return noFed, false, err
-			}
-			if g, err = m.captureDecode(b, cache, steps.feed); err != nil {
-				return noFed, false, err
-			}
-			steps.g = g
+		var ok bool
+		var err error
+		if g, ok, err = steps.graph(m, b, cache); err != nil || !ok {
+			return noFed, false, err
 		}
 	}
 	pos := cache.Len()
@@ -192,17 +197,17 @@ func (m *Model) enqueueFed(b kernels.Backend, cache *KVCache, steps *stepper, id
 			return noFed, false, fmt.Errorf("decoder.Generate: token id %d is outside the vocabulary [0, %d)", id, m.Cfg.VocabSize)
 		}
 		if err := g.b.SetStep([]int32{id}, pos); err != nil {
-			return noFed, false, err
+			return noFed, false, fmt.Errorf("decoder.Generate: token %d: %w", done+1, err)
 		}
 		steps.sets = steps.feed.StepSets()
 	}
 	steps.chain = false
 	if _, err := g.replay(pos); err != nil {
-		return noFed, false, err
+		return noFed, false, fmt.Errorf("decoder.Generate: token %d: %w", done+1, err)
 	}
 	ticket, err := steps.feed.PostFed()
 	if err != nil {
-		return noFed, false, err
+		return noFed, false, fmt.Errorf("decoder.Generate: token %d: %w", done+1, err)
 	}
 	st := fedStep{pos: pos, ticket: ticket}
 	steps.pending = append(steps.pending, st)
@@ -222,7 +227,7 @@ func (m *Model) fedToken(steps *stepper, st fedStep, done int) (int32, error) {
 	id, err := steps.feed.FedToken(st.ticket)
 	if err != nil {
 		steps.chain = false
-		return 0, err
+		return 0, fmt.Errorf("decoder.Generate: token %d: %w", done, err)
 	}
 	if id < 0 {
 		steps.chain = false

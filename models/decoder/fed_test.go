@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	goruntime "runtime"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/kernels"
@@ -22,7 +24,10 @@ import (
 // the position, keeping the pick under its launch number (PostFed's
 // ticket). Replays run at once, so FedToken never waits; the tests check
 // what the host does around them. poison (≥ 0) is a position whose logits
-// hold a NaN in every read.
+// hold a NaN in every read. ring (> 0) makes it lose picks the way a ring
+// of that many slots without the CUDA backend's harvest would: FedToken of
+// a ticket that many launches old returns kernels.ErrFedLost (counted in
+// lost).
 type fakeFeeder struct {
 	kernels.Backend
 	on                   bool
@@ -35,6 +40,8 @@ type fakeFeeder struct {
 	launched             uint64
 	feeds, posts         int
 	poison               int
+	ring                 uint64
+	lost                 int
 	errs                 []error
 }
 
@@ -157,6 +164,10 @@ func (f *fakeFeeder) FedToken(ticket uint64) (int32, error) {
 		return 0, fmt.Errorf("fakeFeeder.FedToken: ticket %d is not posted", ticket)
 	}
 	delete(f.posted, ticket)
+	if f.ring > 0 && ticket+f.ring <= f.launched {
+		f.lost++
+		return 0, fmt.Errorf("fakeFeeder.FedToken: ticket %d overwritten by %d later picks: %w", ticket, f.launched-ticket, kernels.ErrFedLost)
+	}
 	return id, nil
 }
 
@@ -373,5 +384,118 @@ func TestGenerateFedStop(t *testing.T) {
 	}
 	if f.posts == 0 || len(f.posted) != 0 {
 		t.Errorf("fed: %d steps posted, %v never read", f.posts, f.posted)
+	}
+}
+
+// TestGenerateFedStallBesideOthers: a fed Generate whose OnToken stalls
+// while another fed Generate on the same model and backend runs many steps
+// (more launches than the feed's ring holds, a longer prompt that grows
+// the workspace so the first one's graph is recorded again) returns every
+// token of its lone run, without an error, on a feed that keeps its picks
+// and on one that loses the stalled step's pick (the step runs again
+// synchronously); the other Generates return their lone runs too.
+func TestGenerateFedStallBesideOthers(t *testing.T) {
+	m, b, _ := loadTiny(t)
+	promptA := []int32{5, 17, 42}
+	promptB := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	optA := decoder.GenerateOptions{MaxNewTokens: 8, IgnoreEOS: true}
+	optB := decoder.GenerateOptions{MaxNewTokens: 12, IgnoreEOS: true}
+	refA, err := m.Generate(b, promptA, optA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refB, err := m.Generate(b, promptB, optB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ring := range []uint64{0, 4} {
+		t.Run(fmt.Sprintf("ring%d", ring), func(t *testing.T) {
+			f := newFakeFeeder(b, true)
+			f.ring = ring
+			var others [][]int32
+			var otherErrs []error
+			n := 0
+			opt := optA
+			opt.OnToken = func(int32) error {
+				if n++; n == 2 || n == 5 { // stall: another Generate runs to its end meanwhile
+					done := make(chan struct{})
+					go func() {
+						defer close(done)
+						got, err := m.Generate(f, promptB, optB)
+						others, otherErrs = append(others, got), append(otherErrs, err)
+					}()
+					<-done
+				}
+				return nil
+			}
+			got, err := m.Generate(f, promptA, opt)
+			if err != nil || !slices.Equal(got, refA) {
+				t.Errorf("stalled Generate: %v %v, alone %v", got, err, refA)
+			}
+			if len(others) != 2 {
+				t.Fatalf("%d other Generates ran, want 2", len(others))
+			}
+			for k, o := range others {
+				if otherErrs[k] != nil || !slices.Equal(o, refB) {
+					t.Errorf("other Generate %d: %v %v, alone %v", k, o, otherErrs[k], refB)
+				}
+			}
+			for _, e := range f.errs {
+				t.Error(e)
+			}
+			if f.posts == 0 || len(f.posted) != 0 {
+				t.Errorf("%d steps posted, %v never read", f.posts, f.posted)
+			}
+			if ring > 0 && f.lost == 0 {
+				t.Errorf("ring of %d: no pick was lost, so the rerun was not tested", ring)
+			}
+			if ring == 0 && f.lost != 0 {
+				t.Errorf("%d picks lost without a ring", f.lost)
+			}
+		})
+	}
+}
+
+// TestGenerateFedInterleaved: two fed Generates running at once on one
+// model and backend (their steps interleave under the forward lock, each
+// breaking the other's device chain and, with the longer prompt, growing
+// the workspace) each return their lone run's tokens; nothing posted is
+// left unread.
+func TestGenerateFedInterleaved(t *testing.T) {
+	m, b, _ := loadTiny(t)
+	prompts := [][]int32{{5, 17, 42}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}}
+	opt := decoder.GenerateOptions{MaxNewTokens: 16, IgnoreEOS: true}
+	refs := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		r, err := m.Generate(b, p, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs[i] = r
+	}
+	f := newFakeFeeder(b, true)
+	got := make([][]int32, len(prompts))
+	errs := make([]error, len(prompts))
+	var wg sync.WaitGroup
+	for i, p := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o := opt
+			o.OnToken = func(int32) error { goruntime.Gosched(); return nil }
+			got[i], errs[i] = m.Generate(f, p, o)
+		}()
+	}
+	wg.Wait()
+	for i := range prompts {
+		if errs[i] != nil || !slices.Equal(got[i], refs[i]) {
+			t.Errorf("Generate %d: %v %v, alone %v", i, got[i], errs[i], refs[i])
+		}
+	}
+	for _, e := range f.errs {
+		t.Error(e)
+	}
+	if f.posts == 0 || len(f.posted) != 0 {
+		t.Errorf("%d steps posted, %v never read", f.posts, f.posted)
 	}
 }

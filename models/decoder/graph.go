@@ -197,29 +197,40 @@ func (s *stepper) forward(m *Model, b kernels.Backend, cache Cache, ids []int32)
 	if len(ids) != 1 || s.eager {
 		return m.forward(b, cache, ids, false)
 	}
+	g, ok, err := s.graph(m, b, cache)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		s.eager = true
+		return m.forward(b, cache, ids, false)
+	}
+	s.chain = false // SetStep moves the step buffer off any chain of fed steps
+	return g.stepAt(ids[0], g.cache.Len())
+}
+
+// graph is the stepper's DecodeGraph over cache, recorded at the first
+// call and again when another Generate's larger forward (between two of
+// this one's steps) grew the workspace the graph recorded; ok is false (no
+// graph, no error) when the model cannot replay one on b (graphable). Both
+// the step-by-step forward and the fed steps (enqueueFed) get it here.
+func (s *stepper) graph(m *Model, b kernels.Backend, cache Cache) (*DecodeGraph, bool, error) {
 	if s.g != nil && s.g.ws != m.ws && !m.closed {
-		// Another Generate's larger forward (between two of this one's
-		// steps) grew the workspace the graph recorded: record it again.
 		s.g.close()
 		s.g = nil
 	}
 	if s.g == nil {
 		ok, err := graphable(m, b)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			s.eager = true
-			return m.forward(b, cache, ids, false)
+		if err != nil || !ok {
+			return nil, false, err
 		}
 		g, err := m.captureDecode(b, cache, s.feed)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		s.g = g
 	}
-	s.chain = false // SetStep moves the step buffer off any chain of fed steps
-	return s.g.stepAt(ids[0], s.g.cache.Len())
+	return s.g, true, nil
 }
 
 // graphable says whether Generate's one-token steps on b can replay a
