@@ -65,6 +65,10 @@ func (d *CPUDevice) HostMemory() MemStats { return d.host.Stats() }
 // SetMemoryLimit changes the device pool's limit (0 = none).
 func (d *CPUDevice) SetMemoryLimit(limit int64) { d.mem.SetLimit(limit) }
 
+// SetHostMemoryLimit changes the host pool's limit (AllocHost; 0 = none):
+// a host allocation beyond it fails with an error wrapping ErrOutOfMemory.
+func (d *CPUDevice) SetHostMemoryLimit(limit int64) { d.host.SetLimit(limit) }
+
 // ResetPeak sets the device pool's peak to its bytes in use.
 func (d *CPUDevice) ResetPeak() { d.mem.ResetPeak() }
 

@@ -223,9 +223,11 @@ type Scheduler struct {
 	waiting []*Handle // in order of submission (preempted ones at the front)
 	running []*Handle // in order of admission, which is submission order
 
-	swap        *kvcache.Swap // nil: no swapping
-	preemptions atomic.Int64
-	swaps       atomic.Int64
+	swap         *kvcache.Swap // nil: no swapping
+	preemptions  atomic.Int64
+	swaps        atomic.Int64
+	swapFailures atomic.Int64
+	swapErr      atomic.Pointer[error] // the first swap-out failure, not counting a full area
 
 	// Solo mode (see the package doc; Step's goroutine only): soloOn is
 	// the option; solo steps soloH, the lone running request, while set;
@@ -430,6 +432,21 @@ func (s *Scheduler) Preemptions() int64 { return s.preemptions.Load() }
 // out to host memory (Options.SwapBytes) rather than dropping them to be
 // recomputed: Preemptions − Swaps were recomputed.
 func (s *Scheduler) Swaps() int64 { return s.swaps.Load() }
+
+// SwapFailures is the number of swap-outs that failed for a reason other
+// than a full swap area (kvcache.ErrSwapFull): host memory that could not
+// be taken, a failed copy. Those preemptions were recomputed instead (the
+// tokens are not affected); SwapErr says why the first one failed.
+func (s *Scheduler) SwapFailures() int64 { return s.swapFailures.Load() }
+
+// SwapErr is the error of the first swap-out counted by SwapFailures, or
+// nil.
+func (s *Scheduler) SwapErr() error {
+	if p := s.swapErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // GraphSteps is the number of steps that ran through a captured graph (a
 // request decoding alone in solo mode, see the package doc) since the
@@ -826,9 +843,16 @@ func (s *Scheduler) preempt(h *Handle) {
 	s.running = s.running[:len(s.running)-1]
 	s.waiting = slices.Insert(s.waiting, 0, h)
 	s.preemptions.Add(1)
-	if s.swap != nil && h.decoding() && s.swap.Out(h.seq) == nil {
-		s.swaps.Add(1)
-		return
+	if s.swap != nil && h.decoding() {
+		err := s.swap.Out(h.seq)
+		if err == nil {
+			s.swaps.Add(1)
+			return
+		}
+		if !errors.Is(err, kvcache.ErrSwapFull) {
+			s.swapFailures.Add(1)
+			s.swapErr.CompareAndSwap(nil, &err)
+		}
 	}
 	s.recompute(h) // no swap area, a prefill, a full swap area or a failed copy
 }

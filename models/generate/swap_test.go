@@ -2,11 +2,13 @@ package generate_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/models/generate"
+	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // swapRun runs g to the end and checks the shared expectations.
@@ -142,5 +144,33 @@ func TestSchedulerSwapBadOption(t *testing.T) {
 	defer cache.Close()
 	if _, err := generate.New(m, b, cache, generate.Options{SwapBytes: -1}); err == nil || !strings.Contains(err.Error(), "SwapBytes:-1") {
 		t.Errorf("negative SwapBytes: %v", err)
+	}
+}
+
+// TestSchedulerSwapFailure: a swap-out that fails for another reason than a
+// full swap area (here the host memory the area would take is over the
+// device's host limit) is recomputed instead, with the lone runs' tokens;
+// SwapFailures counts it and SwapErr says why (ErrOutOfMemory).
+func TestSchedulerSwapFailure(t *testing.T) {
+	m, b := load(t, fixtures[0].dir)
+	reqs := preemptRequests(m.Cfg.VocabSize)
+	want := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		want[i] = alone(t, m, b, r)
+	}
+	dev, ok := b.Device().(*runtime.CPUDevice)
+	if !ok {
+		t.Fatalf("device %T, want the cpu device", b.Device())
+	}
+	dev.SetHostMemoryLimit(dev.HostMemory().InUse + 1) // no swap chunk fits
+	defer dev.SetHostMemoryLimit(0)
+	g := newPreemptRigSwap(t, m, b, reqs, 1<<20)
+	swapRun(t, g, want)
+	s := g.s
+	if s.Swaps() != 0 || s.SwapFailures() != s.Preemptions() {
+		t.Errorf("%d preemptions, %d swaps, %d swap failures; want every preemption a failed swap", s.Preemptions(), s.Swaps(), s.SwapFailures())
+	}
+	if err := s.SwapErr(); !errors.Is(err, runtime.ErrOutOfMemory) {
+		t.Errorf("SwapErr: %v, want an error wrapping runtime.ErrOutOfMemory", err)
 	}
 }
