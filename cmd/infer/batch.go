@@ -457,7 +457,7 @@ func batchDecodeReport(handles []*generate.Handle, firstAt, lastAt []time.Time, 
 	}
 }
 
-// graphStepReport names the scheduler's graph steps (FT_SCHED_GRAPH=1), if
+// graphStepReport names the scheduler's graph steps (solo mode), if
 // any.
 func graphStepReport(n int64) string {
 	if n == 0 {

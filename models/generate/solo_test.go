@@ -351,7 +351,7 @@ func TestSchedulerSoloStop(t *testing.T) {
 	}
 }
 
-// TestSchedGraphEnv: FT_SCHED_GRAPH takes "", "0" and "1" (default off)
+// TestSchedGraphEnv: FT_SCHED_GRAPH takes "", "0" and "1" (default on)
 // and New refuses anything else naming the variable, as it does a
 // SoloGraphMode out of range.
 func TestSchedGraphEnv(t *testing.T) {
@@ -361,7 +361,7 @@ func TestSchedGraphEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cache.Close()
-	for v, want := range map[string]bool{"": false, "0": false, "1": true} {
+	for v, want := range map[string]bool{"": true, "0": false, "1": true} {
 		t.Setenv(generate.SchedGraphEnv, v)
 		if on, err := generate.SoloGraphFromEnv(); on != want || err != nil {
 			t.Errorf("FT_SCHED_GRAPH=%q: %v, %v; want %v", v, on, err, want)
