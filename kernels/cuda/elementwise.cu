@@ -101,6 +101,29 @@ __device__ __forceinline__ bool argmax_better(float ov, int oi, float bv, int bi
 	return oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi));
 }
 
+// argmax_scan: this thread's pick among x[base + i] (F32 or BF16, dt) for
+// i = from, from + blockDim.x, … < to under argmax_rows' rule (a larger
+// value wins, the first of equal ones; −Inf is never chosen: bi stays −1),
+// and whether it met a NaN or +Inf (bad).
+__device__ __forceinline__ void argmax_scan(const void* x, int dt, usize base, int from, int to, float& bv, int& bi,
+		bool& bad) {
+	bv = -FT_INF;
+	bi = -1;
+	bad = false;
+	for (int i = from; i < to; i += blockDim.x) {
+		const float v = load_as_f32(x, dt, base + i);
+		if (v != v || v == FT_INF) {
+			bad = true;
+			continue;
+		}
+		if (v == -FT_INF) continue;
+		if (bi < 0 || v > bv) {
+			bv = v;
+			bi = i;
+		}
+	}
+}
+
 // argmax_block: the block's (value, index) under argmax_better from each
 // thread's (bv, bi), valid in thread 0; sv/si are 32-entry shared scratch.
 __device__ __forceinline__ void argmax_block(float& bv, int& bi, float* sv, int* si) {
@@ -146,21 +169,10 @@ extern "C" __global__ void argmax_rows(int* out, const void* x, int dt, int n) {
 	if (threadIdx.x == 0) sbad = 0;
 	__syncthreads();
 	const usize base = (usize)blockIdx.x * n;
-	float bv = -FT_INF;
-	int bi = -1;
-	bool bad = false;
-	for (int i = threadIdx.x; i < n; i += blockDim.x) {
-		const float v = load_as_f32(x, dt, base + i);
-		if (v != v || v == FT_INF) {
-			bad = true;
-			continue;
-		}
-		if (v == -FT_INF) continue;
-		if (bi < 0 || v > bv) {
-			bv = v;
-			bi = i;
-		}
-	}
+	float bv;
+	int bi;
+	bool bad;
+	argmax_scan(x, dt, base, threadIdx.x, n, bv, bi, bad);
 	if (bad) sbad = 1;
 	argmax_block(bv, bi, sv, si);  // its __syncthreads orders the sbad stores before thread 0 reads it
 	if (threadIdx.x == 0) out[blockIdx.x] = sbad ? -1 : bi;
@@ -194,21 +206,10 @@ extern "C" __global__ void argmax_feed(const void* x, int dt, int n, int chunk, 
 	if (threadIdx.x == 0) sbad = 0;
 	__syncthreads();
 	const int lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
-	float bv = -FT_INF;
-	int bi = -1;
-	bool bad = false;
-	for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-		const float v = load_as_f32(x, dt, (usize)i);
-		if (v != v || v == FT_INF) {
-			bad = true;
-			continue;
-		}
-		if (v == -FT_INF) continue;
-		if (bi < 0 || v > bv) {
-			bv = v;
-			bi = i;
-		}
-	}
+	float bv;
+	int bi;
+	bool bad;
+	argmax_scan(x, dt, 0, lo + threadIdx.x, hi, bv, bi, bad);
 	if (bad) sbad = 1;
 	argmax_block(bv, bi, sv, si);  // its __syncthreads orders the sbad stores before thread 0 reads it
 	if (threadIdx.x == 0) {
