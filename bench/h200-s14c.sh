@@ -3,7 +3,7 @@
 # session's defaults (the token feed and the scheduler's solo mode on):
 # run-model 256 tokens on the Llama-3-8B and Qwen3-8B shapes (feed on, and
 # off once for Qwen3), the scheduler with one request (solo on / off), and
-# the GPU tests changed since s14b (TestArgmaxFeedRingWrap corrected, the
+# solo mode's entry after an 8,000-id prompt, and the GPU tests changed since s14b (TestArgmaxFeedRingWrap corrected, the
 # solo and swap tests after the review's mends).
 # Usage (repo root, GPU machine): bash bench/h200-s14c.sh OUTDIR
 set -uo pipefail
@@ -32,6 +32,17 @@ rmodel llama-1 NOOP=1 -- --max-new-tokens 256
 sched solo NOOP=1
 sched eager FT_SCHED_GRAPH=0
 rmodel llama-2 NOOP=1 -- --max-new-tokens 256
+# solo mode's entry at a long context (review14-solo finding 1): one request of 8,000 prompt ids and
+# 128 new tokens, solo on / off / on; the first decode step pays the entry (KV copy and capture)
+python3 -c "import json; print(json.dumps({'token_ids': list(range(100, 8100)), 'max_new_tokens': 128, 'ignore_eos': True}))" >/tmp/s14-long.jsonl
+schedlong() { # tag env...
+  local tag=$1; shift
+  env "$@" timeout 90 $b run-model --model $m --device cuda:0 --batch-file /tmp/s14-long.jsonl --out "$out/long-$tag.jsonl" >"$out/long-$tag.txt" 2>&1
+  echo "long $tag rc=$?: $(tail -1 "$out/long-$tag.txt")" | tee -a "$out/summary.txt"
+}
+schedlong solo NOOP=1
+schedlong eager FT_SCHED_GRAPH=0
+schedlong solo2 NOOP=1
 m=$q3 rmodel q3-1 NOOP=1 -- --max-new-tokens 256
 m=$q3 rmodel q3-sync FT_ASYNC_DECODE=0 -- --max-new-tokens 256
 m=$q3 rmodel q3-2 NOOP=1 -- --max-new-tokens 256
