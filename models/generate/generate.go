@@ -74,11 +74,11 @@
 // (reach: prompt plus new tokens), every layer's keys and values, 128 KiB
 // a position on Llama-3-8B in BF16. When it is full before the request
 // ends, the positions stepped in it are copied back, it is freed and solo
-// mode is entered again with twice the room (up to the reach), so a
-// request stopping early at EOS never holds room for its whole MaxNewTokens;
-// one going on to its reach holds at most about twice what it uses. A
-// solo
-// step runs the ops of Generate's decode steps (contiguous attention, not
+// mode is entered again with twice the room, up to the reach (when the
+// request still has the tokens left that entry asks; else it ends
+// batched). So the cache holds at most about twice the context, or the
+// context plus soloChunk, not room for a whole MaxNewTokens that an EOS
+// may cut short. A solo step runs the ops of Generate's decode steps (contiguous attention, not
 // the paged one; the prompt's keys and values still come from the batched
 // prefill), so on a GPU its tokens can part from the batched path's at
 // near-ties, as batched and lone runs can; on the CPU they are the same.
