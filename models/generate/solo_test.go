@@ -2,6 +2,7 @@ package generate_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -440,5 +441,24 @@ func TestSchedulerSoloFailure(t *testing.T) {
 		if on.res[0].Err != nil || len(on.res[0].Generated) != q.MaxNewTokens {
 			t.Errorf("capture %d failing: %v (%d tokens)", fail, on.res[0].Err, len(on.res[0].Generated))
 		}
+	}
+	// No device memory for the contiguous cache (the paged one was taken
+	// before the fault was set).
+	gb := newGraphBackend(b)
+	dev := b.Device().(*runtime.CPUDevice)
+	defer func() { dev.AllocFault = nil }()
+	r := soloRun{reqs: []generate.Request{q}, at: []int{-1}, after: []int{0}, cancelAt: []int{0}, blocks: 16}
+	r.opt.MaxSeqs = 1
+	_, on := r.compare(t, m, gb, func() {
+		dev.AllocFault = func(label string, bytes int64) error {
+			if strings.HasPrefix(label, "kv cache layer") {
+				return fmt.Errorf("test: %q: %w", label, runtime.ErrOutOfMemory)
+			}
+			return nil
+		}
+	})
+	dev.AllocFault = nil
+	if n, err := on.s.SoloFailures(), on.s.SoloErr(); n != 1 || !errors.Is(err, runtime.ErrOutOfMemory) || on.graph != 0 || gb.captures != 0 {
+		t.Errorf("no memory for the solo cache: %d solo failures (%v), %d graph steps, %d captures; want 1 (out of memory), 0, 0", n, err, on.graph, gb.captures)
 	}
 }
