@@ -76,6 +76,7 @@ func newMetrics(s *Server) *metrics {
 		gaugeFunc("kv_blocks_total", "Paged KV cache blocks in all.", s.cache.TotalBlocks),
 		counterFunc("scheduler_preemptions_total", "Running requests preempted (requeued: swapped out to host memory, or their KV blocks freed to prefill again) because the KV cache ran out of blocks.", s.sched.Preemptions),
 		counterFunc("scheduler_graph_steps_total", "Scheduler steps of a request decoding alone that replayed a captured graph instead of a batched forward (unless FT_SCHED_GRAPH=0).", s.sched.GraphSteps),
+		counterFunc("scheduler_solo_failures_total", "Requests decoding alone whose entry into captured-graph steps failed (too little device memory for the contiguous KV copy, a failed capture); they ran batched to their end.", s.sched.SoloFailures),
 		counterFunc("scheduler_swaps_total", "Preemptions that swapped the request's KV blocks out to host memory (--swap-space) instead of recomputing them; preemptions minus swaps were recomputed.", s.sched.Swaps),
 		counterFunc("scheduler_swap_failures_total", "Swap-outs that failed for another reason than a full swap area (host memory not taken, a failed copy); those preemptions were recomputed.", s.sched.SwapFailures),
 		m.tokens, m.tokensPerSec, m.ttft, m.itl, m.requests, m.duration, m.inflight, m.steps, m.stepTime,

@@ -587,7 +587,7 @@ func TestMetricsAndLog(t *testing.T) {
 	}
 	for _, name := range []string{"flextensor_queue_depth", "flextensor_running_sequences", "flextensor_kv_blocks_in_use",
 		"flextensor_generation_tokens_per_second", "flextensor_scheduler_preemptions_total", "flextensor_scheduler_swaps_total", "flextensor_scheduler_swap_failures_total",
-		"flextensor_scheduler_graph_steps_total"} {
+		"flextensor_scheduler_graph_steps_total", "flextensor_scheduler_solo_failures_total"} {
 		if _, ok := values[name]; !ok {
 			t.Errorf("/metrics lacks %s", name)
 		}

@@ -405,6 +405,9 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 	if err := sched.SwapErr(); err != nil {
 		preempted += fmt.Sprintf(" (%d swap-outs failed and were recomputed, the first: %v)", sched.SwapFailures(), err)
 	}
+	if err := sched.SoloErr(); err != nil {
+		preempted += fmt.Sprintf(" (%d requests could not step alone through a captured graph and ran batched, the first: %v)", sched.SoloFailures(), err)
+	}
 	fmt.Fprintf(stderr, "%d requests, %d tokens in %v (%.1f tokens/s) on %s, KV cache %d blocks (%s)%s%s%s\n", len(reqs), tokens,
 		dur.Round(time.Millisecond), float64(tokens)/dur.Seconds(), sess.Device.Name(), blocks, runtime.FormatBytes(cache.Bytes()), preempted,
 		batchDecodeReport(handles, firstAt, lastAt, start), graphStepReport(sched.GraphSteps()))

@@ -44,8 +44,10 @@ type Solo struct {
 // paged cache) into a new contiguous KV cache of capacity positions
 // (more than seq.Len()) and captures a one-token step over it. Errors: a
 // closed model (ErrClosed), a model or backend that cannot replay a graph
-// (ErrNoGraph), a freed or swapped-out sequence, a cache shaped for
-// another model, too small a capacity, too little device memory. It holds
+// (ErrNoGraph), a sequence of no paged cache (not made by
+// kvcache.Paged.NewSeq), a freed or swapped-out sequence, a cache shaped
+// for another model or of another dtype or device than the backend's, too
+// small a capacity, too little device memory. It holds
 // the model's forward lock.
 func (m *Model) NewSolo(b kernels.Backend, seq *kvcache.Seq, capacity int) (*Solo, error) {
 	if m == nil || b == nil || seq == nil {
@@ -64,12 +66,18 @@ func (m *Model) NewSolo(b kernels.Backend, seq *kvcache.Seq, capacity int) (*Sol
 		return nil, fmt.Errorf("decoder.NewSolo: %w", ErrNoGraph)
 	}
 	paged := seq.Cache()
-	switch cfg, want := paged.Config(), m.PagedConfig(0, 0); {
+	if paged == nil {
+		return nil, errors.New("decoder.NewSolo: the sequence belongs to no paged cache (make it with kvcache.Paged.NewSeq)")
+	}
+	switch cfg, want, k := paged.Config(), m.PagedConfig(0, 0), paged.K[0]; {
 	case seq.Freed() || seq.Swapped():
 		return nil, errors.New("decoder.NewSolo: the sequence is freed or swapped out")
 	case cfg.Layers != want.Layers || cfg.KVHeads != want.KVHeads || cfg.HeadDim != want.HeadDim:
 		return nil, fmt.Errorf("decoder.NewSolo: the paged cache has %d layers × %d KV heads × %d, the model %d × %d × %d",
 			cfg.Layers, cfg.KVHeads, cfg.HeadDim, want.Layers, want.KVHeads, want.HeadDim)
+	case k.DType() != b.ActDType() || k.Device() != b.Device():
+		return nil, fmt.Errorf("decoder.NewSolo: the paged cache is %v on %s, the backend computes in %v on %s",
+			k.DType(), k.Device().Name(), b.ActDType(), b.Device().Name())
 	case capacity <= seq.Len():
 		return nil, fmt.Errorf("decoder.NewSolo: capacity %d leaves no room after the sequence's %d positions", capacity, seq.Len())
 	}

@@ -3,10 +3,12 @@ package decoder_test
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/models/decoder"
+	"github.com/flextensor-go/flextensor/models/kvcache"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -102,5 +104,41 @@ func TestSolo(t *testing.T) {
 	solo.Close() // Stop freed it: nothing to do
 	if _, err := m.NewSolo(f, seq, 32); !errors.Is(err, decoder.ErrClosed) {
 		t.Errorf("NewSolo after Stop: %v, want ErrClosed", err)
+	}
+}
+
+// TestSoloBadSeq: NewSolo of a sequence that belongs to no paged cache (a
+// zero kvcache.Seq), or of one whose cache has another dtype or lives on
+// another device than the backend's, is an error naming what is wrong, not
+// a panic.
+func TestSoloBadSeq(t *testing.T) {
+	m, b, dev := loadTiny(t)
+	f := newFakeFeeder(b, false)
+	if _, err := m.NewSolo(f, &kvcache.Seq{}, 16); err == nil || !strings.Contains(err.Error(), "no paged cache") {
+		t.Errorf("NewSolo of a zero Seq: %v", err)
+	}
+	other := runtime.NewCPUNamed("cpu:1", 0)
+	defer other.Close()
+	for _, tc := range []struct {
+		dev runtime.Device
+		dt  runtime.DType
+	}{{dev, runtime.BF16}, {other, runtime.F32}} {
+		paged, err := kvcache.New(tc.dev, tc.dt, m.PagedConfig(4, 4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq := paged.NewSeq()
+		if err := seq.Reserve(2); err != nil {
+			t.Fatal(err)
+		}
+		if err := seq.Commit(2); err != nil {
+			t.Fatal(err)
+		}
+		_, err = m.NewSolo(f, seq, 16)
+		if err == nil || !strings.Contains(err.Error(), "the paged cache is "+tc.dt.String()) || !strings.Contains(err.Error(), tc.dev.Name()) {
+			t.Errorf("NewSolo of a %v cache on %s: %v", tc.dt, tc.dev.Name(), err)
+		}
+		seq.Free()
+		paged.Close()
 	}
 }

@@ -46,26 +46,45 @@
 // capturable (its block table, lengths and attention split count would have
 // to live in fixed device buffers, a change to the paged kernels and every
 // batched op for one case): on entering solo mode the request's keys and
-// values are copied from its paged blocks into a contiguous cache sized for
-// its reach (prompt plus new tokens), and a one-token step is captured over
+// values are copied from its paged blocks into a contiguous cache (see
+// below for its size), and a one-token step is captured over
 // it; each solo step commits its position in the paged sequence too, whose
 // blocks are still reserved step by step as for a batched forward (so the
 // cache's accounting, the watermark and preemption see what they would see
 // without it), and when another request is admitted the positions stepped
 // alone are copied back into the paged blocks before the batched forward, so
 // batching resumes exactly. A request that finishes or is cancelled alone
-// has nothing to copy. Solo mode is entered only by a request with at least
-// soloMinTokens tokens left (a capture and the copy cost a few steps'
-// time), and not when the copy cannot be allocated (the step then runs
-// batched, as do steps on a backend or model that cannot replay graphs:
-// decoder.ErrNoGraph). Scheduler.GraphSteps counts the solo steps. A solo
-// step runs the ops of Generate's decode steps (contiguous attention, not
+// has nothing to copy. Entering costs the copy of the whole context (2 ×
+// Layers StoreKV launches for each run of physically consecutive KV
+// blocks: a few a layer for a sequence whose blocks were taken in order,
+// one a block at worst), a device allocation and a capture plus
+// instantiate of the step; none of it is measured yet, and all of it but
+// the capture grows with the context, while a replayed step saves about
+// 0.25 ms on the H200 (s14b). So solo mode is entered only by a request
+// with at least max(soloMinTokens, Len()/soloContextShare) tokens left. A
+// request whose entry fails for another reason than decoder.ErrNoGraph
+// (too little device memory for the contiguous cache, a failed capture) runs
+// batched to its end, never trying again; Scheduler.SoloFailures counts
+// those and SoloErr keeps the first. Steps on a backend or model that cannot
+// replay graphs (decoder.ErrNoGraph) run batched too. Scheduler.GraphSteps
+// counts the solo steps.
+//
+// The contiguous cache is device memory beside the paged cache (outside
+// --kv-cache): min(reach, max(2 × Len(), Len() + soloChunk)) positions
+// (reach: prompt plus new tokens), every layer's keys and values, 128 KiB
+// a position on Llama-3-8B in BF16. When it is full before the request
+// ends, the positions stepped in it are copied back, it is freed and solo
+// mode is entered again with twice the room, up to the reach (when the
+// request still has the tokens left that entry asks; else it ends
+// batched). So the cache holds at most about twice the context, or the
+// context plus soloChunk, not room for a whole MaxNewTokens that an EOS
+// may cut short. A solo step runs the ops of Generate's decode steps (contiguous attention, not
 // the paged one; the prompt's keys and values still come from the batched
 // prefill), so on a GPU its tokens can part from the batched path's at
 // near-ties, as batched and lone runs can; on the CPU they are the same.
 // The contiguous cache is the model's (like a Generate's): a scheduler left
-// in solo mode holds it until the request ends at a later Step, or the
-// model's Stop or Close frees it.
+// in solo mode (its caller no longer calling Step) holds it until the
+// request ends at a later Step, or the model's Stop or Close frees it.
 //
 // Each step's forward and the choice of its tokens hold the model's
 // forward lock (decoder.Model: one forward at a time), so Generate calls
@@ -201,11 +220,28 @@ func SoloGraphFromEnv() (bool, error) {
 	}
 }
 
-// soloMinTokens is the fewest tokens a request must have left to enter
-// solo mode: entering copies its keys and values and captures a step
-// (about a step's work or two on a GPU, more for a long context), which
-// the replays' savings must pay back.
-const soloMinTokens = 16
+// A request enters solo mode only with at least
+// max(soloMinTokens, Len()/soloContextShare) tokens left (Len(): the
+// positions its KV cache holds): entering copies its keys and values
+// (launches that grow with the context), allocates the contiguous cache
+// and captures a step, which the replays' savings (about 0.25 ms a token
+// on the H200, s14b) must pay back; at a context of 8,192 it takes 128
+// tokens left. Neither number is tuned on the GPU yet.
+const (
+	soloMinTokens    = 16
+	soloContextShare = 64
+)
+
+// soloChunk is the least room past the context a solo cache is made with:
+// it takes min(reach, max(2 × Len(), Len()+soloChunk)) positions (see the
+// package doc).
+var soloChunk = 256 // a variable for the tests
+
+// soloCapacity is the contiguous cache's size for a request at context n
+// that reaches reach positions (reach > n).
+func soloCapacity(n, reach int) int {
+	return min(reach, max(2*n, n+soloChunk))
+}
 
 // Scheduler runs requests in batches. Submit, Cancel and the counters are
 // safe from any goroutine; Step and Run from one at a time.
@@ -228,14 +264,18 @@ type Scheduler struct {
 	swaps        atomic.Int64
 	swapFailures atomic.Int64
 	swapErr      atomic.Pointer[error] // the first swap-out failure, not counting a full area
+	soloFailures atomic.Int64
+	soloErr      atomic.Pointer[error] // the first failed solo entry, not counting ErrNoGraph
 
 	// Solo mode (see the package doc; Step's goroutine only): soloOn is
 	// the option; solo steps soloH, the lone running request, while set;
-	// noGraph: NewSolo said the model cannot replay graphs here.
+	// noGraph: NewSolo said the model cannot replay graphs here; soloCap
+	// is the solo cache's capacity.
 	soloOn     bool
 	noGraph    bool
 	solo       *decoder.Solo
 	soloH      *Handle
+	soloCap    int
 	graphSteps atomic.Int64
 }
 
@@ -308,7 +348,7 @@ type Handle struct {
 	rng    *rand.Rand   // made at the first admission, kept over preemptions
 	maxNew int          // MaxNewTokens capped by the context
 	gen    []int32
-	noSolo bool // entering solo mode failed for it: it stays batched
+	noSolo bool // entering solo mode failed for it: it stays batched to its end
 	// replay is what a preempted request prefills again: its prompt and
 	// all its generated tokens but the last; nil before a preemption.
 	replay []int32
@@ -448,6 +488,30 @@ func (s *Scheduler) SwapErr() error {
 	return nil
 }
 
+// SoloFailures is the number of requests whose entry into solo mode (see
+// the package doc) failed for a reason other than decoder.ErrNoGraph: too
+// little device memory for the contiguous cache, a failed capture. Those
+// requests ran batched to their end (the tokens are not affected); SoloErr
+// says why the first one failed.
+func (s *Scheduler) SoloFailures() int64 {
+	if s == nil {
+		return 0
+	}
+	return s.soloFailures.Load()
+}
+
+// SoloErr is the error of the first solo entry counted by SoloFailures, or
+// nil.
+func (s *Scheduler) SoloErr() error {
+	if s == nil {
+		return nil
+	}
+	if p := s.soloErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // GraphSteps is the number of steps that ran through a captured graph (a
 // request decoding alone in solo mode, see the package doc) since the
 // scheduler was made.
@@ -486,11 +550,14 @@ func (h *Handle) finish(reason FinishReason, err error) {
 // holds the ones behind it); runs one batched forward of every running
 // request's next tokens (a decode step, or the next chunk of its prompt;
 // in solo mode, see the package doc, the lone request's step through its
-// captured graph, after which solo mode ends when another request was
-// admitted) and retires the requests that finished. It reports whether any request
-// is left (running or waiting). A forward that fails ends the requests in
-// it with FinishError and is returned. On a Scheduler not made with New it
-// is an error.
+// captured graph; when another request was admitted, solo mode ends first,
+// its positions copied back, and the step is batched) and retires the
+// requests that finished. It reports whether any request is left (running
+// or waiting). A forward that fails ends the requests in it with
+// FinishError and is returned; a failed copy back at the end of solo mode
+// ends the solo request with FinishError (its Result.Err says why) and is
+// not returned: the step goes on with the others. On a Scheduler not made
+// with New it is an error.
 func (s *Scheduler) Step() (bool, error) {
 	if s == nil || s.m == nil {
 		return false, errNotNew
@@ -511,7 +578,9 @@ func (s *Scheduler) Step() (bool, error) {
 	for i, h := range failed {
 		h.finish(FinishError, failErrs[i])
 	}
-	if s.solo != nil && s.soloH != alone {
+	if s.solo != nil && (s.soloH != alone || s.soloH.seq.Len() >= s.soloCap) {
+		// Another request runs beside it, or the contiguous cache is full
+		// (enterSolo below enters again with twice the room).
 		s.leaveSolo()
 	}
 	s.mu.Lock()
@@ -584,24 +653,31 @@ func (s *Scheduler) Step() (bool, error) {
 }
 
 // enterSolo starts solo mode for h, the lone running request about to
-// decode, when the option is on, it has soloMinTokens tokens left and the
-// model can replay a graph; the contiguous cache takes its reach (prompt
-// plus new tokens). When NewSolo fails, h stays batched (and every request,
-// when the model cannot replay graphs at all).
+// decode, when the option is on, it has enough tokens left for the entry to
+// pay (soloMinTokens, soloContextShare) and the model can replay a graph;
+// the contiguous cache takes soloCapacity positions. When NewSolo fails, h
+// stays batched to its end, counted in SoloFailures (and every request,
+// when the model cannot replay graphs at all: ErrNoGraph, not counted).
 func (s *Scheduler) enterSolo(h *Handle) {
-	if !s.soloOn || s.noGraph || h.noSolo || h.maxNew-len(h.gen) < soloMinTokens {
+	n := h.seq.Len()
+	if !s.soloOn || s.noGraph || h.noSolo || h.maxNew-len(h.gen) < max(soloMinTokens, n/soloContextShare) {
 		return
 	}
 	reach := len(h.req.Prompt) + h.maxNew - 1 // the last token is never fed back
-	solo, err := s.m.NewSolo(s.b, h.seq, reach)
+	capacity := soloCapacity(n, reach)
+	solo, err := s.m.NewSolo(s.b, h.seq, capacity)
 	if err != nil {
 		h.noSolo = true
 		if errors.Is(err, decoder.ErrNoGraph) {
 			s.noGraph = true
+			return
 		}
+		err = fmt.Errorf("generate: request %d at position %d, a solo cache of %d positions: %w", h.ID, n, capacity, err)
+		s.soloFailures.Add(1)
+		s.soloErr.CompareAndSwap(nil, &err)
 		return
 	}
-	s.solo, s.soloH = solo, h
+	s.solo, s.soloH, s.soloCap = solo, h, capacity
 }
 
 // leaveSolo ends solo mode: its request, when still live, gets the
@@ -626,7 +702,7 @@ func (s *Scheduler) closeSolo() {
 	if s.solo != nil {
 		s.solo.Close()
 	}
-	s.solo, s.soloH = nil, nil
+	s.solo, s.soloH, s.soloCap = nil, nil, 0
 }
 
 // choose picks the next token of each in[i] with sample[i] from row i of the
@@ -817,6 +893,20 @@ func (s *Scheduler) grow() (preempted bool, failed []*Handle, errs []error) {
 			}
 			if errors.Is(err, kvcache.ErrOutOfBlocks) && len(s.running) > 1 {
 				victim := s.running[len(s.running)-1] // not running[0]: i ≤ the last
+				if victim == s.soloH {
+					// The solo request's paged blocks hold garbage past
+					// the positions synced (see the package doc); swapping
+					// them out or recomputing from them would be wrong.
+					// It cannot happen (the invariant at preempt); fail
+					// loudly if a change ever breaks it.
+					s.running = s.running[:len(s.running)-1]
+					failed = append(failed, victim)
+					errs = append(errs, fmt.Errorf("generate: internal error: request %d would be preempted while it steps alone (solo mode), its KV blocks behind its %d positions", victim.ID, victim.seq.Len()))
+					if victim == h {
+						break
+					}
+					continue
+				}
 				s.preempt(victim)
 				preempted = true
 				if victim == h {
@@ -839,6 +929,15 @@ func (s *Scheduler) grow() (preempted bool, failed []*Handle, errs []error) {
 // are freed and it keeps the tokens to prefill again when it is readmitted
 // (its generated tokens and sampler are kept either way). h is the last of
 // s.running. s.mu is held.
+//
+// Invariant: h is never the solo request (s.soloH), whose paged blocks are
+// not written while it steps alone (kvcache.Seq.Len() counts positions
+// only the solo cache holds until Solo.Sync). Only the order of Step keeps
+// it: solo mode needs running == [soloH] at plan time, grow runs on a
+// subset of that before admit and preempts only with more than one
+// running, and leaveSolo copies the positions back before any batched
+// forward. grow fails the request with an internal error rather than
+// preempt it if a change breaks that.
 func (s *Scheduler) preempt(h *Handle) {
 	s.running = s.running[:len(s.running)-1]
 	s.waiting = slices.Insert(s.waiting, 0, h)

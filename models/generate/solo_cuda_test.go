@@ -16,7 +16,9 @@ import (
 // as with them off, and a second request arriving after the first's 6th
 // token (solo → batched → solo) gives both requests the tokens they get
 // with solo graphs off; the graph steps are counted (on a capturing
-// backend: 23 for the lone request, 5 + 26 for the pair; tiny-qwen3moe's
+// backend: 23 for the lone request, 5 + 26 for the pair; a lone request of
+// 40 tokens whose solo cache grows twice gives its tokens too, 39 graph
+// steps; tiny-qwen3moe's
 // are logged, its experts replay only where the backend fuses them). The
 // CPU subtest runs it too (no capture there: no graph steps).
 func TestSchedulerSoloGraphCUDA(t *testing.T) {
@@ -55,6 +57,14 @@ func TestSchedulerSoloGraphCUDA(t *testing.T) {
 				}, at: []int{-1, 0}, after: []int{0, 6}, cancelAt: []int{0, 0}, blocks: 64}
 				_, on = pair.compare(t, m, d.Backend, func() {})
 				check("two requests", on.graph, 5+26)
+				// A solo cache of 18 positions (soloChunk 8 past a context of
+				// 9) fills, is copied back and entered again with 36, then the
+				// reach, 48: every decode step still replays a graph.
+				restore := generate.SetSoloChunk(8)
+				lone.reqs[0].MaxNewTokens = 40
+				_, on = lone.compare(t, m, d.Backend, func() {})
+				restore()
+				check("a growing solo cache", on.graph, 39)
 			})
 		}
 	})

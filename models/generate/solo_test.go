@@ -2,6 +2,7 @@ package generate_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -26,7 +27,10 @@ type graphBackend struct {
 	stepTok           int32
 	stepPos           int
 	bad               []string // steps that embedded the wrong token
+	failCapture       int      // the capture (from 1) that fails with errCapture; 0: none
 }
+
+var errCapture = errors.New("test: the capture fails")
 
 type replayGraph struct {
 	g  *graphBackend
@@ -44,6 +48,9 @@ func (r *replayGraph) Close() error { return nil }
 
 func (g *graphBackend) CaptureStep(fn func() error) (kernels.Graph, error) {
 	g.captures++
+	if g.captures == g.failCapture {
+		return nil, errCapture
+	}
 	if err := fn(); err != nil {
 		return nil, err
 	}
@@ -254,8 +261,8 @@ func TestSchedulerSoloToBatched(t *testing.T) {
 			for _, swap := range []int64{0, 1 << 20} {
 				r.blocks, r.opt.SwapBytes, r.after = 11, swap, []int{0, 24}
 				_, on, _ := r.same(t, m, b)
-				if on.s.Preemptions() == 0 {
-					t.Errorf("swap %d: no preemption", swap)
+				if on.s.Preemptions() == 0 || on.graph == 0 {
+					t.Errorf("swap %d: %d preemptions, %d graph steps; want both", swap, on.s.Preemptions(), on.graph)
 				}
 				if swap > 0 && on.s.Swaps() == 0 {
 					t.Errorf("swap %d: no swap", swap)
@@ -382,5 +389,76 @@ func TestSchedGraphEnv(t *testing.T) {
 	}
 	if _, err := generate.New(m, b, cache, generate.Options{SoloGraph: 7}); err == nil {
 		t.Error("SoloGraph 7: no error")
+	}
+}
+
+// TestSchedulerSoloGrow: a request whose reach exceeds the first solo
+// cache (soloChunk 8: 14 positions for a context of 6) fills it, copies its
+// positions back and enters solo mode again with twice the room (28, then
+// its reach, 45), stepping every decode step through a graph (three
+// captures), with the tokens of solo graphs off.
+func TestSchedulerSoloGrow(t *testing.T) {
+	defer generate.SetSoloChunk(8)()
+	m, b := load(t, fixtures[0].dir)
+	V := m.Cfg.VocabSize
+	for _, q := range []generate.Request{
+		{Prompt: prompt(V, 6, 1), MaxNewTokens: 40, IgnoreEOS: true},
+		{Prompt: prompt(V, 6, 2), MaxNewTokens: 40, Sampling: kernels.SampleParams{Temperature: 0.9}, Seed: 4, IgnoreEOS: true},
+	} {
+		r := soloRun{reqs: []generate.Request{q}, at: []int{-1}, after: []int{0}, cancelAt: []int{0}, blocks: 16}
+		_, on, gb := r.same(t, m, b)
+		if on.graph != 39 || gb.captures != 3 || on.s.SoloFailures() != 0 {
+			t.Errorf("%v: %d graph steps, %d captures, %d solo failures; want 39, 3, 0", q.Sampling, on.graph, gb.captures, on.s.SoloFailures())
+		}
+		if want := alone(t, m, b, q); !slices.Equal(on.res[0].Generated, want) {
+			t.Errorf("%v: solo %v, Generate %v", q.Sampling, on.res[0].Generated, want)
+		}
+	}
+}
+
+// TestSchedulerSoloFailure: a solo entry that fails for another reason
+// than ErrNoGraph (here the capture) leaves the request batched to its end
+// with the same tokens, counted in SoloFailures with its error in SoloErr;
+// also when it fails at the second entry, after the first solo cache
+// filled (its positions copied back first).
+func TestSchedulerSoloFailure(t *testing.T) {
+	defer generate.SetSoloChunk(8)()
+	m, b := load(t, fixtures[0].dir)
+	q := generate.Request{Prompt: prompt(m.Cfg.VocabSize, 6, 1), MaxNewTokens: 30, IgnoreEOS: true}
+	// Failing at the first capture: no graph step; at the second: the 8
+	// steps of the first solo cache (positions 6..13).
+	for fail, graph := range map[int]int64{1: 0, 2: 8} {
+		gb := newGraphBackend(b)
+		gb.failCapture = fail
+		r := soloRun{reqs: []generate.Request{q}, at: []int{-1}, after: []int{0}, cancelAt: []int{0}, blocks: 16}
+		_, on := r.compare(t, m, gb, func() {})
+		if on.graph != graph || gb.captures != fail {
+			t.Errorf("capture %d failing: %d graph steps, %d captures; want %d, %d", fail, on.graph, gb.captures, graph, fail)
+		}
+		if n, err := on.s.SoloFailures(), on.s.SoloErr(); n != 1 || !errors.Is(err, errCapture) || !strings.Contains(err.Error(), "request 0") {
+			t.Errorf("capture %d failing: %d solo failures, first %v; want 1, the capture's error naming the request", fail, n, err)
+		}
+		if on.res[0].Err != nil || len(on.res[0].Generated) != q.MaxNewTokens {
+			t.Errorf("capture %d failing: %v (%d tokens)", fail, on.res[0].Err, len(on.res[0].Generated))
+		}
+	}
+	// No device memory for the contiguous cache (the paged one was taken
+	// before the fault was set).
+	gb := newGraphBackend(b)
+	dev := b.Device().(*runtime.CPUDevice)
+	defer func() { dev.AllocFault = nil }()
+	r := soloRun{reqs: []generate.Request{q}, at: []int{-1}, after: []int{0}, cancelAt: []int{0}, blocks: 16}
+	r.opt.MaxSeqs = 1
+	_, on := r.compare(t, m, gb, func() {
+		dev.AllocFault = func(label string, bytes int64) error {
+			if strings.HasPrefix(label, "kv cache layer") {
+				return fmt.Errorf("test: %q: %w", label, runtime.ErrOutOfMemory)
+			}
+			return nil
+		}
+	})
+	dev.AllocFault = nil
+	if n, err := on.s.SoloFailures(), on.s.SoloErr(); n != 1 || !errors.Is(err, runtime.ErrOutOfMemory) || on.graph != 0 || gb.captures != 0 {
+		t.Errorf("no memory for the solo cache: %d solo failures (%v), %d graph steps, %d captures; want 1 (out of memory), 0, 0", n, err, on.graph, gb.captures)
 	}
 }

@@ -271,9 +271,10 @@ func (s *Seq) Slot(p int) int {
 }
 
 // Store writes layer's new keys and values k, v [T,K,d] at the sequence's
-// positions Len()..Len()+T−1 (reserved before), one StoreKV per block run.
+// positions Len()..Len()+T−1 (reserved before), one StoreKV a K/V per run
+// of physically consecutive blocks.
 func (c *Paged) Store(b kernels.Backend, layer int, s *Seq, k, v *runtime.Tensor) error {
-	return c.StoreAt(b, layer, s, s.n, k, v)
+	return c.storeAt("Store", b, layer, s, s.n, k, v)
 }
 
 // StoreAt writes layer's keys and values k, v [T,K,d] at the sequence's
@@ -281,35 +282,36 @@ func (c *Paged) Store(b kernels.Backend, layer int, s *Seq, k, v *runtime.Tensor
 // filled are overwritten, and Len() does not change): a copy made
 // elsewhere put back into the blocks.
 func (c *Paged) StoreAt(b kernels.Backend, layer int, s *Seq, pos int, k, v *runtime.Tensor) error {
+	return c.storeAt("StoreAt", b, layer, s, pos, k, v)
+}
+
+// storeAt is StoreAt, its errors named after what (Store or StoreAt).
+func (c *Paged) storeAt(what string, b kernels.Backend, layer int, s *Seq, pos int, k, v *runtime.Tensor) error {
 	if s.c != c || s.freed {
-		return errors.New("kvcache: Store of a sequence that is not live in this cache")
+		return fmt.Errorf("kvcache: %s of a sequence that is not live in this cache", what)
 	}
 	if s.sw != nil {
-		return errors.New("kvcache: Store of a swapped-out sequence (Swap.In first)")
+		return fmt.Errorf("kvcache: %s of a swapped-out sequence (Swap.In first)", what)
 	}
 	if layer < 0 || layer >= c.cfg.Layers {
-		return fmt.Errorf("kvcache: Store of layer %d in a cache of %d layers", layer, c.cfg.Layers)
+		return fmt.Errorf("kvcache: %s of layer %d in a cache of %d layers", what, layer, c.cfg.Layers)
 	}
 	T := k.Dim(0)
 	if pos < 0 || pos+T > s.Cap() {
-		return fmt.Errorf("kvcache: storing %d positions after %d of a sequence with room for %d (Reserve first)", T, pos, s.Cap())
+		return fmt.Errorf("kvcache: %s of %d positions at position %d of a sequence with room for %d (Reserve first)", what, T, pos, s.Cap())
 	}
-	bs := c.cfg.BlockSize
-	for t := 0; t < T; {
-		p := pos + t
-		run := min(T-t, bs-p%bs) // positions left in this block
+	return s.slotRuns(pos, T, func(p, slot, run int) error {
 		for _, kv := range []struct{ pool, x *runtime.Tensor }{{c.K[layer], k}, {c.V[layer], v}} {
-			x, err := kv.x.Slice(t, t+run)
+			x, err := kv.x.Slice(p-pos, p-pos+run)
 			if err != nil {
 				return err
 			}
-			if err := b.StoreKV(kv.pool, x, s.Slot(p)); err != nil {
+			if err := b.StoreKV(kv.pool, x, slot); err != nil {
 				return err
 			}
 		}
-		t += run
-	}
-	return nil
+		return nil
+	})
 }
 
 // Layout is the kernels' view of seqs in a forward that adds news[i]
@@ -342,10 +344,7 @@ func (c *Paged) Gather(b kernels.Backend, layer int, s *Seq, n int, k, v *runtim
 	if n > s.Cap() || n > k.Dim(0) {
 		return fmt.Errorf("kvcache: gathering %d positions of a sequence with room for %d into %d rows", n, s.Cap(), k.Dim(0))
 	}
-	bs := c.cfg.BlockSize
-	for p := 0; p < n; {
-		run := min(n-p, bs-p%bs)
-		slot := s.Slot(p)
+	return s.slotRuns(0, n, func(p, slot, run int) error {
 		for _, kv := range []struct{ pool, dst *runtime.Tensor }{{c.K[layer], k}, {c.V[layer], v}} {
 			src, err := kv.pool.Slice(slot, slot+run)
 			if err != nil {
@@ -355,7 +354,42 @@ func (c *Paged) Gather(b kernels.Backend, layer int, s *Seq, n int, k, v *runtim
 				return err
 			}
 		}
-		p += run
+		return nil
+	})
+}
+
+// slotRuns calls f(p, slot, run) for the sequence's positions
+// pos..pos+T−1 (within its reserved room) split into runs of consecutive
+// pool rows, in order: positions p..p+run−1 sit at rows slot..slot+run−1.
+// A run spans as many blocks as are physically consecutive (a fresh
+// sequence's usually are: blockRuns), so a copy of a long context is a few
+// StoreKV a layer rather than one a block.
+func (s *Seq) slotRuns(pos, T int, f func(p, slot, run int) error) error {
+	if T <= 0 {
+		return nil
+	}
+	bs := s.c.cfg.BlockSize
+	first, last := pos/bs, (pos+T-1)/bs
+	return blockRuns(s.blocks[first:last+1], nil, func(lo, hi int) error {
+		start, end := max(pos, (first+lo)*bs), min(pos+T, (first+hi)*bs)
+		return f(start, s.Slot(start), end-start)
+	})
+}
+
+// blockRuns calls f(lo, hi) for each maximal run blocks[lo:hi] of
+// physically consecutive pool blocks (blocks[i] == blocks[i−1]+1) that
+// joins(i) also lets continue (nil: always), in order: the copies of
+// Gather, StoreAt and the swap area take one piece per run.
+func blockRuns(blocks []int32, joins func(i int) bool, f func(lo, hi int) error) error {
+	for lo := 0; lo < len(blocks); {
+		hi := lo + 1
+		for hi < len(blocks) && blocks[hi] == blocks[hi-1]+1 && (joins == nil || joins(hi)) {
+			hi++
+		}
+		if err := f(lo, hi); err != nil {
+			return err
+		}
+		lo = hi
 	}
 	return nil
 }

@@ -187,3 +187,107 @@ func TestBadConfig(t *testing.T) {
 		t.Errorf("no layers: no error")
 	}
 }
+
+// countingBackend counts StoreKV calls.
+type countingBackend struct {
+	*kernels.CPUBackend
+	stores int
+}
+
+func (b *countingBackend) StoreKV(cache, x *runtime.Tensor, pos0 int) error {
+	b.stores++
+	return b.CPUBackend.StoreKV(cache, x, pos0)
+}
+
+// TestStoreGatherRuns: StoreAt and Gather copy each run of physically
+// consecutive blocks in one StoreKV a pool, for a sequence whose blocks are
+// all consecutive and for one whose blocks are split by another's, starting
+// and ending inside blocks; every position lands at its Slot and comes
+// back in order.
+func TestStoreGatherRuns(t *testing.T) {
+	c, b0, dev := newCache(t, 12)
+	b := &countingBackend{CPUBackend: b0.(*kernels.CPUBackend)}
+	row := 2 * 3
+	runsOf := func(blocks []int32) int {
+		n := 1
+		for i := 1; i < len(blocks); i++ {
+			if blocks[i] != blocks[i-1]+1 {
+				n++
+			}
+		}
+		return n
+	}
+	fresh, other := c.NewSeq(), c.NewSeq()
+	if err := fresh.Reserve(16); err != nil { // 4 blocks taken at once
+		t.Fatal(err)
+	}
+	split := c.NewSeq() // 2 blocks, another's block, 2 blocks
+	for _, r := range []struct {
+		s *Seq
+		n int
+	}{{split, 8}, {other, 4}, {split, 16}} { // Reserve counts from Len(), 0 here
+		if err := r.s.Reserve(r.n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if runsOf(fresh.Blocks()) != 1 || runsOf(split.Blocks()) != 2 {
+		t.Fatalf("blocks %v and %v: want one run and two", fresh.Blocks(), split.Blocks())
+	}
+	for _, tc := range []struct {
+		name   string
+		s      *Seq
+		pos, T int
+	}{{"consecutive", fresh, 0, 16}, {"consecutive, inside blocks", fresh, 3, 10}, {"split", split, 0, 16}, {"split, inside blocks", split, 2, 13}} {
+		t.Run(tc.name, func(t *testing.T) {
+			x, err := runtime.NewTensor(dev, runtime.F32, runtime.Shape{tc.T, 2, 3}, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer x.Buffer().Free()
+			for i := range x.F32() {
+				x.F32()[i] = float32(1000*tc.pos + tc.T + i)
+			}
+			bs := 4
+			want := 2 * runsOf(tc.s.Blocks()[tc.pos/bs:(tc.pos+tc.T-1)/bs+1])
+			b.stores = 0
+			if err := c.StoreAt(b, 1, tc.s, tc.pos, x, x); err != nil {
+				t.Fatal(err)
+			}
+			if b.stores != want {
+				t.Errorf("StoreAt: %d StoreKV calls, want %d (blocks %v)", b.stores, want, tc.s.Blocks())
+			}
+			for i := range tc.T {
+				slot := tc.s.Slot(tc.pos + i)
+				if !slices.Equal(c.K[1].F32()[slot*row:(slot+1)*row], x.F32()[i*row:(i+1)*row]) ||
+					!slices.Equal(c.V[1].F32()[slot*row:(slot+1)*row], x.F32()[i*row:(i+1)*row]) {
+					t.Fatalf("position %d is not at its slot %d", tc.pos+i, slot)
+				}
+			}
+			n := tc.pos + tc.T
+			kd, _ := runtime.NewTensor(dev, runtime.F32, runtime.Shape{n, 2, 3}, "kd")
+			vd, _ := runtime.NewTensor(dev, runtime.F32, runtime.Shape{n, 2, 3}, "vd")
+			defer kd.Buffer().Free()
+			defer vd.Buffer().Free()
+			b.stores = 0
+			if err := c.Gather(b, 1, tc.s, n, kd, vd); err != nil {
+				t.Fatal(err)
+			}
+			if want := 2 * runsOf(tc.s.Blocks()[:(n-1)/bs+1]); b.stores != want {
+				t.Errorf("Gather: %d StoreKV calls, want %d (blocks %v)", b.stores, want, tc.s.Blocks())
+			}
+			for p := range n {
+				slot := tc.s.Slot(p)
+				if !slices.Equal(kd.F32()[p*row:(p+1)*row], c.K[1].F32()[slot*row:(slot+1)*row]) ||
+					!slices.Equal(vd.F32()[p*row:(p+1)*row], c.V[1].F32()[slot*row:(slot+1)*row]) {
+					t.Fatalf("gathered position %d differs from its slot %d", p, slot)
+				}
+			}
+			if !slices.Equal(kd.F32()[tc.pos*row:], x.F32()) {
+				t.Fatalf("gathered positions %d.. differ from the stored ones", tc.pos)
+			}
+		})
+	}
+	fresh.Free()
+	split.Free()
+	other.Free()
+}

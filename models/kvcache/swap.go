@@ -224,11 +224,9 @@ func (sw *Swap) release(refs []swapRef) {
 func (sw *Swap) copy(blocks []int32, refs []swapRef, out bool) error {
 	c := sw.c
 	st := c.dev.Compute()
-	for lo := 0; lo < len(blocks); {
-		hi := lo + 1
-		for hi < len(blocks) && blocks[hi] == blocks[hi-1]+1 && refs[hi].chunk == refs[lo].chunk && refs[hi].i == refs[hi-1].i+1 {
-			hi++
-		}
+	return blockRuns(blocks, func(i int) bool {
+		return refs[i].chunk == refs[i-1].chunk && refs[i].i == refs[i-1].i+1
+	}, func(lo, hi int) error {
 		ch := sw.chunks[refs[lo].chunk]
 		n := int64(hi-lo) * sw.rowRun
 		for l := range c.cfg.Layers {
@@ -246,9 +244,8 @@ func (sw *Swap) copy(blocks []int32, refs []swapRef, out bool) error {
 				}
 			}
 		}
-		lo = hi
-	}
-	return nil
+		return nil
+	})
 }
 
 // close frees the swap area's host memory after the copies queued on the
