@@ -17,8 +17,8 @@ import (
 // token (solo → batched → solo) gives both requests the tokens they get
 // with solo graphs off; the graph steps are counted (on a capturing
 // backend: 23 for the lone request, 5 + 26 for the pair; a lone request of
-// 40 tokens whose solo cache grows twice gives its tokens too, 39 graph
-// steps; tiny-qwen3moe's
+// 40 tokens whose solo cache fills and is entered again with twice the
+// room gives its tokens too, at least 20 graph steps; tiny-qwen3moe's
 // are logged, its experts replay only where the backend fuses them). The
 // CPU subtest runs it too (no capture there: no graph steps).
 func TestSchedulerSoloGraphCUDA(t *testing.T) {
@@ -57,14 +57,20 @@ func TestSchedulerSoloGraphCUDA(t *testing.T) {
 				}, at: []int{-1, 0}, after: []int{0, 6}, cancelAt: []int{0, 0}, blocks: 64}
 				_, on = pair.compare(t, m, d.Backend, func() {})
 				check("two requests", on.graph, 5+26)
-				// A solo cache of 18 positions (soloChunk 8 past a context of
-				// 9) fills, is copied back and entered again with 36, then the
-				// reach, 48: every decode step still replays a graph.
+				// A solo cache of about 20 positions (soloChunk 8, twice a
+				// context of 10) fills after some 10 steps, is copied back and
+				// entered again with twice the room; when that fills too, the
+				// request has fewer than soloMinTokens left and ends batched
+				// (s14c: 27 graph steps of 39). Without the re-entry it would
+				// take about 10.
 				restore := generate.SetSoloChunk(8)
 				lone.reqs[0].MaxNewTokens = 40
 				_, on = lone.compare(t, m, d.Backend, func() {})
 				restore()
-				check("a growing solo cache", on.graph, 39)
+				if capt && fx.name != "tiny-qwen3moe" && on.graph < 20 {
+					t.Errorf("a growing solo cache: %d graph steps of 39, want the re-entry's (at least 20)", on.graph)
+				}
+				t.Logf("a growing solo cache: %d graph steps of 39", on.graph)
 			})
 		}
 	})
