@@ -38,7 +38,6 @@ rmodel d4 NOOP=1 $R
 rmodel skip-attn FT_SKIP_KERNELS=attn_ $R
 rmodel skip-norm FT_SKIP_KERNELS=rmsnorm $R
 rmodel skip-rope FT_SKIP_KERNELS=rope_ $R
-rmodel skip-feed FT_SKIP_KERNELS=argmax $R
 rmodel d5 NOOP=1 $R
 m=$q3 rmodel q3-d1 NOOP=1 $R
 m=$q3 rmodel q3-tf FT_DECODE_VARIANT=s3w4h1tf $R
