@@ -12,6 +12,13 @@
 //     registers the loop consumes first, twins of every BF16, FP8 and
 //     folded-norm GEMV): the resident decode step at context 512 (CUDA
 //     graph) took 4.76 ms against 4.34 ms without.
+// New evidence since (2026-12-03, bench/h200-s15a.sh): the GEMVs are now
+// persistent (one wave), so a GEMV's blocks can be resident early only
+// behind a kernel that leaves SMs free, and dropping the decode attention
+// (8-24 blocks) takes 0.18 ms off a run-model token: HBM idles while it
+// runs. gemv3_early_bf16 and gemvpipe.cu's pipe_early kernels issue each
+// warp's first weight batch before the wait again, behind FT_GEMV_EARLY=1
+// (gemvearly.go) for an A/B.
 
 // gemv_body computes y[n] = Σ_k x[k]·w[n,k] (fp32 accumulation) for one
 // input row x[K] and weights w[N,K] (K % 8 == 0, 16-byte aligned rows), U
@@ -200,7 +207,11 @@ __device__ __forceinline__ void gemv3_row(int r, bf16_t* y0, bf16_t* y1, bf16_t*
 // projections of a decode step): y_j[n] = Σ_k x[k]·w_j[n,k] for j < 3, rows
 // n < N_j, bf16 outputs; persistent warps over the N0+N1+N2 rows. NORM:
 // x is RMSNorm(res)·nrm (norm_x_smem).
-template <bool NORM = false>
+// EARLY (gemv3_early_bf16): the warp's first batch of 16 weight loads
+// (row r0's chunks lane, lane + 32, …, when a row has that many) is issued
+// before ft_pdl_wait; the weights are not written during a step, x and
+// the outputs are touched only after the wait. Same sums, same bits.
+template <bool NORM = false, bool EARLY = false>
 __device__ __forceinline__ void gemv3_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
 		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K,
 		const float* __restrict__ res = nullptr, const bf16_t* __restrict__ nrm = nullptr, float eps = 0.f, int vt = 0) {
@@ -209,6 +220,16 @@ __device__ __forceinline__ void gemv3_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, c
 	const int nv = K >> 3;
 	const int r0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 	uint4 a[16];
+	// pre: a holds row r0's first batch (warp-uniform: r0 and nv are).
+	bool pre = false;
+	if (EARLY && r0 < N0 + N1 + N2 && nv >= 32 * 16) {
+		const uint4* wr;
+		bf16_t* yp;
+		gemv3_row(r0, y0, y1, y2, w0, w1, w2, N0, N1, K, wr, yp);
+#pragma unroll
+		for (int u = 0; u < 16; u++) a[u] = __ldg(wr + lane + 32 * u);
+		pre = true;
+	}
 	ft_pdl_wait();
 	const uint4* xv = NORM ? norm_x_smem(res, nrm, K, eps, vt) : reinterpret_cast<const uint4*>(x);
 	for (int r = r0; r < N0 + N1 + N2; r += nw) {
@@ -218,8 +239,11 @@ __device__ __forceinline__ void gemv3_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, c
 		float acc = 0.f;
 		int i = lane;
 		for (; i + 32 * 15 < nv; i += 32 * 16) {
+			if (!EARLY || !pre) {
 #pragma unroll
-			for (int u = 0; u < 16; u++) a[u] = __ldg(wr + i + 32 * u);
+				for (int u = 0; u < 16; u++) a[u] = __ldg(wr + i + 32 * u);
+			}
+			pre = false;
 #pragma unroll
 			for (int u = 0; u < 16; u++) acc += dot8(a[u], ldx<NORM>(xv, i + 32 * u));
 		}
@@ -233,6 +257,13 @@ __device__ __forceinline__ void gemv3_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, c
 extern "C" __global__ void __launch_bounds__(256) gemv3_bf16(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* x,
 		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
 	gemv3_body<false>(y0, y1, y2, x, w0, w1, w2, N0, N1, N2, K);
+}
+
+// gemv3_early_bf16 is gemv3_bf16 with its first weight loads before the
+// dependent-launch wait (gemv3_body's EARLY; FT_GEMV_EARLY=1).
+extern "C" __global__ void __launch_bounds__(256) gemv3_early_bf16(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* x,
+		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
+	gemv3_body<false, true>(y0, y1, y2, x, w0, w1, w2, N0, N1, N2, K);
 }
 
 // gemv_gateup_body is Llama's MLP up to the down projection for one

@@ -234,6 +234,12 @@ type Backend struct {
 	// s14a (run-model 256 tokens 4.08 against 4.17 ms a token, same ids).
 	AsyncDecode bool
 	feed        feedState // argmax_feed's scratch, ring and events (feed.go)
+
+	// GEMVEarly runs the one-token BF16 GEMVs' early-issue twins
+	// (gemvearly.go): each warp's first weight loads before the
+	// dependent-launch wait. New sets it when FT_GEMV_EARLY=1 (an A/B
+	// switch, off by default).
+	GEMVEarly bool
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -258,19 +264,20 @@ type kernelSet struct {
 	moe           moeKernels      // mixture-of-experts row ops (moe.go)
 	moeFused      moeFusedKernels // fused mixture-of-experts ops (moefused.go)
 	decodeMMA     decodeMMAKernels
-	addRMS        *cuda.Function  // add_rmsnorm_f32_bf16 (addnorm.go)
-	fp8           *fp8Kernels     // FP8 GEMVs and dequantization at HBM speed (fp8gemv.go)
-	rmsPair       *cuda.Function  // rmsnorm_pair_bf16_v8 (qknorm.go)
-	prefill       prefillKernels  // prefill attention and vectorised RoPE + store (prefill.go)
-	gemvAcc       *cuda.Function  // gemv_persist_f32acc (matmuladd.go)
-	gemvAccNorm   *cuda.Function  // gemv_persist_f32acc_norm (normtail.go)
-	fp8gemm       fp8GemmKernels  // per-token quantization and rescaling (fp8gemm.go)
-	norm          *normKernels    // GEMVs with the RMSNorm folded in (normgemv.go)
-	merged        mergedKernels   // column splits after a merged GEMM (merged.go)
-	qkvRoPE       *cuda.Function  // gemv3_rope_store_bf16 (qkvrope.go)
-	qkNormRoPE    *cuda.Function  // qknorm_rope_store_bf16 (qknormrope.go)
-	gemvPipe      gemvPipeKernels // pipelined twins of the one-token GEMVs (gemvpipe.go)
-	decodeLayer   *megaModule     // decode_layer_bf16's own module, loaded on first use (decodelayer.go)
+	addRMS        *cuda.Function                    // add_rmsnorm_f32_bf16 (addnorm.go)
+	fp8           *fp8Kernels                       // FP8 GEMVs and dequantization at HBM speed (fp8gemv.go)
+	rmsPair       *cuda.Function                    // rmsnorm_pair_bf16_v8 (qknorm.go)
+	prefill       prefillKernels                    // prefill attention and vectorised RoPE + store (prefill.go)
+	gemvAcc       *cuda.Function                    // gemv_persist_f32acc (matmuladd.go)
+	gemvAccNorm   *cuda.Function                    // gemv_persist_f32acc_norm (normtail.go)
+	fp8gemm       fp8GemmKernels                    // per-token quantization and rescaling (fp8gemm.go)
+	norm          *normKernels                      // GEMVs with the RMSNorm folded in (normgemv.go)
+	merged        mergedKernels                     // column splits after a merged GEMM (merged.go)
+	qkvRoPE       *cuda.Function                    // gemv3_rope_store_bf16 (qkvrope.go)
+	qkNormRoPE    *cuda.Function                    // qknorm_rope_store_bf16 (qknormrope.go)
+	gemvPipe      gemvPipeKernels                   // pipelined twins of the one-token GEMVs (gemvpipe.go)
+	gemvEarly     map[*cuda.Function]*cuda.Function // early-issue twins of gemv3_bf16 and the pipe GEMVs (gemvearly.go)
+	decodeLayer   *megaModule                       // decode_layer_bf16's own module, loaded on first use (decodelayer.go)
 
 	normRows normRowsKernels // many-rows RMSNorm (normrows.go)
 }
@@ -329,6 +336,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	ks.loadQKVRoPE(get)
 	ks.normRows = loadNormRows(get)
 	ks.loadGEMVPipe(get)
+	ks.loadGEMVEarly(get)
 	ks.decodeLayer = &megaModule{dev: dev}
 	if decodeMegaFromEnv() && dev.ComputeCapability() == 90 {
 		ks.decodeLayer.function() // now, not inside a later step (or a graph capture); an error waits for DecodeLayer
@@ -445,7 +453,8 @@ func New(dev runtime.Device) (*Backend, error) {
 		NormTail:     normTailFromEnv(),
 		VarlenContig: varlenContigFromEnv(),
 		DecodeMega:   decodeMegaFromEnv(),
-		AsyncDecode:  asyncDecodeFromEnv()}
+		AsyncDecode:  asyncDecodeFromEnv(),
+		GEMVEarly:    gemvEarlyFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc

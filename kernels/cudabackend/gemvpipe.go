@@ -60,10 +60,11 @@ func (k *gemvPipeKernels) functions() []*cuda.Function {
 	return fs
 }
 
-// sizeGEMVPipe records the pipelined GEMVs' resident blocks on sms
-// multiprocessors in persistBlocks (their grids follow their twins' rule).
+// sizeGEMVPipe records the pipelined GEMVs' and the early twins' resident
+// blocks on sms multiprocessors in persistBlocks (their grids follow their
+// twins' rule).
 func (ks *kernelSet) sizeGEMVPipe(sms int) error {
-	for _, f := range ks.gemvPipe.functions() {
+	for _, f := range append(ks.gemvPipe.functions(), ks.earlyFunctions()...) {
 		n, err := f.MaxActiveBlocksPerSM(256, 0)
 		if err != nil {
 			return err
@@ -80,10 +81,10 @@ func (ks *kernelSet) sizeGEMVPipe(sms int) error {
 // needs a batch a row (gemvpipe.cu), gemv.cu's kernels write the empty sum.
 func (b *Backend) gemvFn(f *cuda.Function, D int) *cuda.Function {
 	if b.GEMVPipe == "" || D < 8 || (b.GEMVPersistQKV && f == b.k.gemv3) {
-		return f
+		return b.early(f)
 	}
 	if t := b.k.gemvPipe.twin[b.GEMVPipe][f]; t != nil {
-		return t
+		return b.early(t)
 	}
-	return f
+	return b.early(f)
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
 
 // TestGEMVPipeBitIdentical: with GEMVPipe at each depth ("pipe";
@@ -68,23 +70,41 @@ func TestGEMVPipeBitIdentical(t *testing.T) {
 				}
 			}
 		}
-		for _, d := range append(slices.Clone(gemvPipeDepths), gemvMixed) {
-			if d == gemvMixed {
-				gb.GEMVPipe, gb.GEMVPersistQKV = gemvPipeDefault, true
-			} else {
-				gb.GEMVPipe = d
-			}
-			outs := fn()
-			gb.GEMVPipe, gb.GEMVPersistQKV = "", false
-			for j, o := range outs {
-				got := read(t, o)
-				if k := sameBits(got, want[j]); k >= 0 {
-					t.Errorf("%s output %d, FT_GEMV=%s: element %d = %v, gemv.cu's %v", what, j, d, k, got[k], want[j][k])
+		for _, early := range []bool{false, true} {
+			for _, d := range append(slices.Clone(gemvPipeDepths), gemvMixed) {
+				if d == gemvMixed {
+					gb.GEMVPipe, gb.GEMVPersistQKV = gemvPipeDefault, true
+				} else {
+					gb.GEMVPipe = d
+				}
+				gb.GEMVEarly = early
+				outs := fn()
+				gb.GEMVPipe, gb.GEMVPersistQKV, gb.GEMVEarly = "", false, false
+				for j, o := range outs {
+					got := read(t, o)
+					if k := sameBits(got, want[j]); k >= 0 {
+						t.Errorf("%s output %d, FT_GEMV=%s FT_GEMV_EARLY=%v: element %d = %v, gemv.cu's %v", what, j, d, early, k, got[k], want[j][k])
+					}
 				}
 			}
 		}
 	}
-	for _, c := range []struct{ N0, N1, N2, D int }{{4096, 1024, 1024, 4096}, {100, 37, 5, 520}, {3, 2, 1, 8}, {64, 64, 64, 2056}} {
+	// FT_GEMV_EARLY=1: every default GEMV has an early twin of its own.
+	func() {
+		defer func(was string, qkv bool) { gb.GEMVPipe, gb.GEMVPersistQKV, gb.GEMVEarly = was, qkv, false }(gb.GEMVPipe, gb.GEMVPersistQKV)
+		gb.GEMVPipe, gb.GEMVPersistQKV = gemvPipeDefault, true
+		var plain []*cuda.Function
+		for _, f := range []*cuda.Function{gb.k.gemv3, gb.k.gateUp, gb.k.gemvAcc, gb.k.gemvPersistF32} {
+			plain = append(plain, gb.gemvFn(f, 4096))
+		}
+		gb.GEMVEarly = true
+		for i, f := range []*cuda.Function{gb.k.gemv3, gb.k.gateUp, gb.k.gemvAcc, gb.k.gemvPersistF32} {
+			if e := gb.gemvFn(f, 4096); e == nil || e == plain[i] || !strings.Contains(e.Name(), "early") {
+				t.Fatalf("FT_GEMV_EARLY=1: %s has no early twin", plain[i].Name())
+			}
+		}
+	}()
+	for _, c := range []struct{ N0, N1, N2, D int }{{4096, 1024, 1024, 4096}, {100, 37, 5, 520}, {3, 2, 1, 8}, {64, 64, 64, 2056}, {40, 30, 20, 8200}} {
 		t.Run(fmt.Sprintf("qkv_%d_%d_%d_x%d", c.N0, c.N1, c.N2, c.D), func(t *testing.T) {
 			x := gpu(t, runtime.BF16, randBF16(rng, c.D, 1), 1, c.D)
 			ws := []*runtime.Tensor{weight(t, c.N0, c.D), weight(t, c.N1, c.D), weight(t, c.N2, c.D)}

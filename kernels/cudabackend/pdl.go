@@ -37,6 +37,7 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 	fs = append(fs, ks.qkvRoPE)
 	fs = append(fs, ks.normRows.functions()...)
 	fs = append(fs, ks.gemvPipe.functions()...)
+	fs = append(fs, ks.earlyFunctions()...)
 	return append(fs, ks.fp8.functions()...)
 }
 

@@ -1,0 +1,50 @@
+//go:build cuda
+
+package cudabackend
+
+import (
+	"os"
+	"strings"
+
+	"github.com/flextensor-go/flextensor/runtime/cuda"
+)
+
+// Early-issue twins of the one-token BF16 GEMVs (Backend.GEMVEarly,
+// FT_GEMV_EARLY=1; kernels/cuda/gemv.cu's gemv3_early_bf16 and
+// gemvpipe.cu's pipe_early kernels): each warp issues its first batch of
+// weight loads before the dependent-launch wait, so a GEMV behind a kernel
+// that leaves most SMs free (RMSNorm, the decode attention) streams while
+// that kernel runs. Same arguments, grids and bits as the kernels they
+// replace; an A/B switch, off by default until measured.
+
+// gemvEarlyFromEnv is the default of Backend.GEMVEarly: FT_GEMV_EARLY=1.
+func gemvEarlyFromEnv() bool { return os.Getenv("FT_GEMV_EARLY") == "1" }
+
+// loadGEMVEarly maps gemv3_bf16 and the "pipe" kernels (which must be
+// loaded: loadGEMVPipe) to their early twins.
+func (ks *kernelSet) loadGEMVEarly(get func(string) *cuda.Function) {
+	ks.gemvEarly = map[*cuda.Function]*cuda.Function{ks.gemv3: get("gemv3_early_bf16")}
+	for _, f := range ks.gemvPipe.twin["pipe"] {
+		ks.gemvEarly[f] = get(strings.Replace(f.Name(), "_pipe_", "_pipe_early_", 1))
+	}
+}
+
+// earlyFunctions are the early twins (all call ft_pdl_wait before they
+// touch x or y: pdl.go).
+func (ks *kernelSet) earlyFunctions() []*cuda.Function {
+	fs := make([]*cuda.Function, 0, len(ks.gemvEarly))
+	for _, f := range ks.gemvEarly {
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+// early is f's early twin under b.GEMVEarly, else f.
+func (b *Backend) early(f *cuda.Function) *cuda.Function {
+	if b.GEMVEarly {
+		if t := b.k.gemvEarly[f]; t != nil {
+			return t
+		}
+	}
+	return f
+}
