@@ -36,11 +36,8 @@ rmodel ejson FT_GEMV_EARLY=1 -- --max-new-tokens 256 --json
 python3 - "$out" <<'PY' | tee -a "$out/summary.txt"
 import json,sys,re
 def ids(f):
-    for l in open(f):
-        l=l.strip()
-        if l.startswith('{'):
-            try: return json.loads(l).get('generated_ids')
-            except Exception: pass
+    m=re.search(r'"generated_ids":\s*\[([^\]]*)\]', open(f).read())
+    return [int(v) for v in m.group(1).split(',') if v.strip()] if m else None
 a=ids(sys.argv[1]+'/rm-djson.txt'); b=ids(sys.argv[1]+'/rm-ejson.txt')
 print('json ids: default %s, early %s, equal %s' % (len(a or []), len(b or []), a==b and a is not None))
 PY
