@@ -48,7 +48,7 @@ var extraEnv = map[string][]string{
 	"FT_SKIP_KERNELS":        nil,                              // timing diagnostic: kernel-name prefixes whose launches are dropped (results wrong; cuda builds)
 	"FT_PDL":                 {"", "0", "1"},                   // "0": no programmatic dependent launch of the decode kernels on sm_90 (A/B runs, cuda builds)
 	"FT_FUSE_NORM":           {"", "0", "1"},                   // "1": RMSNorm folded into the one-token q/k/v, gate·up and LM head GEMVs (measured slower, off by default; A/B runs, cuda builds)
-	"FT_GEMV_EARLY":          {"", "0", "1"},                   // "1": the one-token BF16 GEMVs issue their first weight loads before the dependent-launch wait (A/B runs, cuda builds)
+	"FT_GEMV_EARLY":          {"", "0", "1"},                   // "0": the one-token BF16 GEMVs wait for the kernel before them and only then load weights (the default issues each warp's first weight loads before that wait; A/B runs, cuda builds)
 	"FT_NORM_TAIL":           {"", "0", "1"},                   // "1": the one-token o_proj/down_proj GEMVs' last block writes the RMSNorm after them (measured slower, off by default; A/B runs, cuda builds)
 	"FT_VARLEN_CONTIG":       {"", "0", "1"},                   // "0": a batched forward whose prefills all start at position 0 runs their attention over the paged pool as before; the packed path (their keys and values from the forward's packed rows) is the default since s11b (cuda builds)
 	"FT_FUSE_ROPE":           {"", "0", "1"},                   // "1": a decode step's RoPE and KV store in the q/k/v GEMV's epilogue, not their own launch (measured slower, off by default; A/B runs, cuda builds)

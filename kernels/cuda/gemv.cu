@@ -1,8 +1,8 @@
 // Matrix-vector products for one token (decode): memory-bound, so each warp
 // streams weight rows with 16-byte loads, eight in flight per lane.
 
-// Each GEMV calls ft_pdl_wait before it reads x or writes y, and loads
-// nothing before it. Two ways of starting on the weights before the wait
+// Each GEMV calls ft_pdl_wait before it reads x or writes y; only the
+// early twins (below) load weights before it. Two ways of starting on the weights before the wait
 // were measured on the H200 (2026-12-01) and removed; do not re-try them
 // without new evidence:
 //   - an L2 prefetch of each warp's first weight row: the GEMVs ran 6–20%
@@ -17,8 +17,9 @@
 // behind a kernel that leaves SMs free, and dropping the decode attention
 // (8-24 blocks) takes 0.18 ms off a run-model token: HBM idles while it
 // runs. gemv3_early_bf16 and gemvpipe.cu's pipe_early kernels issue each
-// warp's first weight batch before the wait again, behind FT_GEMV_EARLY=1
-// (gemvearly.go) for an A/B.
+// warp's first weight batch before the wait again (gemvearly.go): 0.01-0.02
+// ms a step faster in every pair measured (bench/h200-s15b.sh), on by
+// default (FT_GEMV_EARLY=0 turns them off).
 
 // gemv_body computes y[n] = Σ_k x[k]·w[n,k] (fp32 accumulation) for one
 // input row x[K] and weights w[N,K] (K % 8 == 0, 16-byte aligned rows), U

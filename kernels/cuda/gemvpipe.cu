@@ -205,7 +205,7 @@ __device__ __forceinline__ void gemv_gateup_pipe_body(bf16_t* act, const bf16_t*
 // H200 and was removed: bench/RESULTS.md, FT_GEMV=pipe8.)
 GEMV_PIPE_KERNELS(pipe, 4, 2, false)
 
-// pipe_early (FT_GEMV_EARLY=1, gemvearly.go): the pipe kernels with each
+// pipe_early (the default; FT_GEMV_EARLY=0 turns it off; gemvearly.go): the pipe kernels with each
 // warp's first batch of weights issued before ft_pdl_wait (bfp_loop's
 // EARLY), so that a GEMV launched behind a kernel that leaves most of the
 // GPU idle (RMSNorm, the decode attention) starts streaming while that

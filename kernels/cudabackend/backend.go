@@ -103,7 +103,7 @@ type Backend struct {
 	// FT_DECODE_PIPE=0 (A/B runs).
 	NoDecodePipe bool
 	// DecodePipeChunk is the fewest visible positions per split of the
-	// pipelined decode attention (0: 128); FT_DECODE_CHUNK sets it when the
+	// pipelined decode attention (0: pipeChunkDefault, 256); FT_DECODE_CHUNK sets it when the
 	// backend is made (A/B runs).
 	DecodePipeChunk int
 	// DecodePipeVariant names the compiled variant of the pipelined decode
@@ -237,8 +237,8 @@ type Backend struct {
 
 	// GEMVEarly runs the one-token BF16 GEMVs' early-issue twins
 	// (gemvearly.go): each warp's first weight loads before the
-	// dependent-launch wait. New sets it when FT_GEMV_EARLY=1 (an A/B
-	// switch, off by default).
+	// dependent-launch wait. New sets it unless FT_GEMV_EARLY=0 (on by
+	// default since s15b).
 	GEMVEarly bool
 }
 

@@ -290,13 +290,23 @@ func (b *Backend) mmaPartials(R, nsplit, H, K, d int) (po, pml, cnt uintptr, err
 }
 
 // pipeChunk is the fewest visible positions a split of the pipelined
-// kernels takes (Backend.DecodePipeChunk, default 128).
+// kernels takes (Backend.DecodePipeChunk, default pipeChunkDefault).
 func (b *Backend) pipeChunk() int {
 	if b.DecodePipeChunk > 0 {
 		return b.DecodePipeChunk
 	}
-	return 128
+	return pipeChunkDefault
 }
+
+// pipeChunkDefault is the fewest positions a split takes without
+// FT_DECODE_CHUNK. Measured on the H200 (2026-12-03, bench/h200-s15b.sh,
+// resident Llama-3-8B shape): 256 against the earlier 128 gave run-model
+// (256 tokens, contexts 12-267: one split instead of up to three, no merge
+// round trip) 4.01 against 4.04 ms a token, the graph step at 2,048 4.26
+// against 4.28 ms and at 8,192 4.52 against 4.57 (32 splits of ~256
+// positions instead of 32 of 256 and a 33rd of one); Qwen3-8B run-model
+// 4.23 against 4.26 (with FT_GEMV_EARLY).
+const pipeChunkDefault = 256
 
 // contigPipeDefault is the variant of a one-sequence decode over a
 // contiguous cache at head width 128 when FT_DECODE_VARIANT is unset: the

@@ -27,7 +27,7 @@ type decodeMode struct {
 // block; with the grid's splits fixed at 1 and 3; and every other
 // compiled variant), the single-buffered tensor-core ones and the legacy
 // ones.
-var decodeModes = append(append([]decodeMode{{name: "pipe"}, {name: "pipe chunk 16", chunk: 16},
+var decodeModes = append(append([]decodeMode{{name: "pipe"}, {name: "pipe chunk 16", chunk: 16}, {name: "pipe chunk 128", chunk: 128},
 	{name: "pipe splits 1", splits: 1}, {name: "pipe splits 3", splits: 3}}, variantModes(0)...),
 	decodeMode{name: "mma", noPipe: true}, decodeMode{name: "legacy", legacy: true})
 
