@@ -1272,29 +1272,33 @@ func (b *Backend) CaptureStep(fn func() error) (kernels.Graph, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend.CaptureStep: %w", err)
 	}
-	return &graph{s: b.s, g: g, b: b, feeds: b.feed.captured}, nil
+	return &graph{g: g, b: b, feeds: b.feed.captured}, nil
 }
 
+// graph is a captured step (kernels.Graph): replayed on the backend's
+// compute stream, where it was captured.
 type graph struct {
-	s     *cuda.Stream
 	g     *cuda.Graph
 	b     *Backend
 	feeds int // the ArgmaxFeed launches the graph holds (feed.go counts them)
 }
 
+// Replay launches the graph once on the compute stream, after the feed has
+// kept the picks its launches would overwrite.
 func (g *graph) Replay() error {
 	if g.feeds > 0 {
 		if err := g.b.feed.harvest(uint64(g.feeds)); err != nil { // feed.go
 			return err
 		}
 	}
-	if err := g.g.Launch(g.s); err != nil {
+	if err := g.g.Launch(g.b.s); err != nil {
 		return err
 	}
 	g.b.feed.launched += uint64(g.feeds)
 	return nil
 }
 
+// Close destroys the graph.
 func (g *graph) Close() error { return g.g.Destroy() }
 
 // Nodes is the number of operations in the graph.

@@ -103,32 +103,27 @@ func (m *Model) generateFed(b kernels.Backend, cache *KVCache, steps *stepper, p
 			}
 			t1 := time.Now()
 			id, err := m.fedToken(steps, pending, i)
-			if errors.Is(err, kernels.ErrFedLost) {
-				// The backend no longer holds the pick: the step ran, so
-				// running it again from the same token, position and cache
-				// gives the same pick, synchronously; the feed goes on after.
+			lost := errors.Is(err, kernels.ErrFedLost)
+			if err != nil && !lost {
+				m.discardFed(steps, cache, after)
+				return out, err
+			}
+			if lost || id < 0 {
+				// Run the step again synchronously from the same token,
+				// position and cache. Lost: the backend no longer holds
+				// the pick; the step ran, so the rerun gives the same pick
+				// and the feed goes on after. id < 0: no greedy choice;
+				// the rerun's pick reads the logits and says why, and the
+				// feed stays off.
 				m.discardFed(steps, cache, after)
 				if err := m.truncateFed(cache, pending.pos, i); err != nil {
 					return out, err
 				}
 				pending, next = noFed, []int32{out[i-1]}
+				feedOn = feedOn && lost
 				continue
-			}
-			if err != nil {
-				m.discardFed(steps, cache, after)
-				return out, err
 			}
 			fwd, pick = t1.Sub(t0), time.Since(t1)
-			if id < 0 {
-				// No greedy choice: run the step again without the feed,
-				// so that its pick reads the logits and says why.
-				m.discardFed(steps, cache, after)
-				if err := m.truncateFed(cache, pending.pos, i); err != nil {
-					return out, err
-				}
-				pending, feedOn, next = noFed, false, []int32{out[i-1]}
-				continue
-			}
 			tok = id
 			if more && after.pos < 0 && !stops(tok) {
 				// The chain broke (another caller set the step buffer, or
@@ -187,11 +182,11 @@ func (m *Model) enqueueFed(b kernels.Backend, cache *KVCache, steps *stepper, id
 		if g, ok, err = steps.graph(m, b, cache); err != nil || !ok {
 			return noFed, false, err
 		}
+		if err := g.check(cache.Len()); err != nil {
+			return noFed, false, err
+		}
 	}
 	pos := cache.Len()
-	if err := g.check(pos); err != nil {
-		return noFed, false, err
-	}
 	if set {
 		if id < 0 || int(id) >= m.Cfg.VocabSize {
 			return noFed, false, fmt.Errorf("decoder.Generate: token id %d is outside the vocabulary [0, %d)", id, m.Cfg.VocabSize)
