@@ -105,7 +105,18 @@ __device__ __forceinline__ unsigned movmatrix_t(unsigned a) {
 // decode_tr_body: block (kvh, split, t) = blockIdx (x, y, z), NW·32
 // threads, S ring stages per warp, query row t and KV head kvh; arguments,
 // splits and outputs as decode_pipe_body's with one KV head a block.
-template <int HD, int S, int NW, bool FAST, bool PAGED>
+//
+// PRE (contiguous caches only): the split and the prologue's copies of the
+// stages whose 16 rows all lie before the step's first new position are
+// issued before ft_pdl_wait. The kernel before this one (RoPE with the KV
+// store) writes only the new positions' rows and the queries, and the
+// kernels before it have finished when its blocks let this one start (it
+// calls ft_pdl_wait first), so those rows, and the position read by
+// pipe_split, are settled. The copies of the older keys and values then
+// overlap that kernel; the query, and the stages with new rows, come after
+// the wait. The stages a warp may copy early are a prefix of its stages
+// (its groups go up in position), so the commit groups keep their order.
+template <int HD, int S, int NW, bool FAST, bool PAGED, bool PRE = false>
 __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table, int maxBlocks, int bs,
 		const int* posp, int pos0, float scale_log2, int window) {
@@ -120,7 +131,8 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	extern __shared__ uint4 pipe_smem[];
 	__shared__ float sm_m[NW][8], sm_l[NW][8];
 	__shared__ int isLast;
-	if (!FAST) ft_pdl_wait();
+	constexpr bool EARLY = PRE && !PAGED;
+	if (!FAST && !EARLY) ft_pdl_wait();
 	const int split = blockIdx.y, t = blockIdx.z;
 	const int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int kvh = blockIdx.x;
@@ -144,7 +156,7 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 			qb[j][1] = g < G ? qr[8 * j + 4] : 0u;
 		}
 	};
-	if (!FAST) loadQ();
+	if (!FAST && !EARLY) loadQ();
 	// Oᵀ: o[md] holds rows d = 16md+g, 16md+8+g, columns 2tg, 2tg+1.
 	float o[KS][4];
 #pragma unroll
@@ -215,12 +227,26 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 		}
 		ft_pdl_wait();
 	}
+	int pre = 0;  // stages issued before the wait (EARLY)
+	if (EARLY) {
+		const int fresh = n - 1 - t;  // the step's first new position
+#pragma unroll
+		for (int s = 0; s < S - 1; s++) {
+			if (pre == s && s < myg && first(s) + 16 <= min(end, fresh)) {
+				issue(ring + s * STAGE, s, pr[s]);
+				cp_async_commit();
+				pre++;
+			}
+		}
+		ft_pdl_wait();
+	}
 #pragma unroll
 	for (int s = 0; s < S - 1; s++) {
+		if (s < pre) continue;
 		if (s < myg) issue(ring + s * STAGE, s, pr[s]);
 		cp_async_commit();
 	}
-	if (FAST) loadQ();
+	if (FAST || EARLY) loadQ();
 	// ldmatrix lanes: K (A, [key][d]): matrix lane/8 is rows 8((lane/8)&1)..
 	// +7, chunk 2j + lane/16; Vᵀ (A by .trans): keys 8(lane/16) .. +7,
 	// chunk 2md + (lane/8)&1. Both rows are ≡ lane (mod 8): the swizzle.
@@ -333,31 +359,35 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 
 // FT_TR_VARIANT defines the two kernels of one transposed variant (head
 // width HD, S stages, NW warps, one KV head a block; F: f for the FAST
-// path of decode_pipe.cu, else empty), with the arguments and grids of
+// path of decode_pipe.cu, p for PRE (a p variant's paged kernel is the
+// plain one: PRE applies to contiguous caches), else empty), with the
+// arguments and grids of
 // decode_pipe.cu's kernels of the same names:
 //
 // attn_decode_pipe_d{HD}_s{S}w{NW}h1t{F}_bf16 over a contiguous cache;
 // attn_paged_decode_pipe_d{HD}_s{S}w{NW}h1t{F}_bf16 over paged pools.
-#define FT_TR_VARIANT(HD, S, NW, F, FAST)                                                                                                   \
+#define FT_TR_VARIANT(HD, S, NW, F, FAST, PRE)                                                                                              \
 	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
 			attn_decode_pipe_d##HD##_s##S##w##NW##h1t##F##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,            \
 					const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* posp, int pos0,                 \
 					float scale_log2, int window) {                                                                                        \
-		decode_tr_body<HD, S, NW, FAST, false>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1, posp, pos0, \
+		decode_tr_body<HD, S, NW, FAST, false, PRE>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1, posp, pos0, \
 				scale_log2, window);                                                                                                       \
 	}                                                                                                                                  \
 	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
 			attn_paged_decode_pipe_d##HD##_s##S##w##NW##h1t##F##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,      \
 					const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table,         \
 					int maxBlocks, int bs, float scale_log2, int window) {                                                                 \
-		decode_tr_body<HD, S, NW, FAST, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks, bs, nullptr, \
+		decode_tr_body<HD, S, NW, FAST, true, PRE>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks, bs, nullptr, \
 				0, scale_log2, window);                                                                                                    \
 	}
 
 // The transposed variants; decode.go's pipeVariants lists them (Tr).
-FT_TR_VARIANT(128, 3, 4, , false)
-FT_TR_VARIANT(128, 2, 4, , false)
-FT_TR_VARIANT(128, 4, 2, , false)
-FT_TR_VARIANT(128, 3, 2, , false)
-FT_TR_VARIANT(128, 3, 4, f, true)
-FT_TR_VARIANT(128, 4, 2, f, true)
+FT_TR_VARIANT(128, 3, 4, , false, false)
+FT_TR_VARIANT(128, 2, 4, , false, false)
+FT_TR_VARIANT(128, 4, 2, , false, false)
+FT_TR_VARIANT(128, 3, 2, , false, false)
+FT_TR_VARIANT(128, 3, 4, f, true, false)
+FT_TR_VARIANT(128, 4, 2, f, true, false)
+FT_TR_VARIANT(128, 3, 4, p, false, true)
+FT_TR_VARIANT(128, 2, 4, p, false, true)

@@ -55,17 +55,19 @@ type pipeKernels struct {
 // the dependent-launch wait, the query after the first copies, a merge in
 // one round trip) or Tr: the transposed products of decode_tr.cu (keys as
 // the 16 rows of the MMA, Sᵀ = K·Qᵀ and Oᵀ = Vᵀ·Pᵀ, one KV head a block;
-// Rows does not apply).
+// Rows does not apply). Pre (transposed only): the ring's first stages
+// that hold no position this step writes are copied before the
+// dependent-launch wait, over a contiguous cache (decode_tr.cu's PRE).
 type pipeVariant struct {
-	D, S, W, H     int
-	Rows, Fast, Tr bool
+	D, S, W, H          int
+	Rows, Fast, Tr, Pre bool
 }
 
 // Name is the variant's part of its kernel names and its FT_DECODE_VARIANT
 // value: s3w4h1r is 3 stages, 4 warps, 1 KV head a block, whole-row key
 // copies ("o": each lane copies the key pieces it reads; "t": the
 // transposed kernel of decode_tr.cu); a trailing "f" is the FAST path
-// (s3w4h1rf, s3w4h1tf).
+// (s3w4h1rf, s3w4h1tf), a trailing "p" the early copies (s3w4h1tp).
 func (v pipeVariant) Name() string {
 	c := "o"
 	if v.Rows {
@@ -76,6 +78,9 @@ func (v pipeVariant) Name() string {
 	}
 	if v.Fast {
 		c += "f"
+	}
+	if v.Pre {
+		c += "p"
 	}
 	return fmt.Sprintf("s%dw%dh%d%s", v.S, v.W, v.H, c)
 }
@@ -103,34 +108,38 @@ func (v pipeVariant) smem(nsplit, G int) int {
 // pipeVariants are the compiled variants (decode_pipe.cu's FT_PIPE_VARIANT
 // lines); the first of each head width is its default.
 var pipeVariants = []pipeVariant{
-	{64, 4, 4, 1, false, false, false},
-	{128, 3, 4, 1, true, false, false},
-	{128, 3, 4, 1, false, false, false},
-	{128, 2, 4, 1, false, false, false},
-	{128, 2, 4, 1, true, false, false},
-	{128, 4, 4, 1, true, false, false},
-	{128, 3, 8, 1, true, false, false},
-	{128, 2, 4, 4, true, false, false},
-	{128, 3, 4, 4, true, false, false},
-	{128, 2, 8, 8, true, false, false},
-	{128, 3, 8, 8, true, false, false},
+	{64, 4, 4, 1, false, false, false, false},
+	{128, 3, 4, 1, true, false, false, false},
+	{128, 3, 4, 1, false, false, false, false},
+	{128, 2, 4, 1, false, false, false, false},
+	{128, 2, 4, 1, true, false, false, false},
+	{128, 4, 4, 1, true, false, false, false},
+	{128, 3, 8, 1, true, false, false, false},
+	{128, 2, 4, 4, true, false, false, false},
+	{128, 3, 4, 4, true, false, false, false},
+	{128, 2, 8, 8, true, false, false, false},
+	{128, 3, 8, 8, true, false, false, false},
 	// The FAST path (issues 15, 21): the default's shape, then smaller
 	// blocks (2 and 1 warps: the batch's (row, KV head) items spread over
 	// every SM in one wave, no block-wide merge of warps for W = 1).
-	{128, 3, 4, 1, true, true, false},
-	{128, 3, 2, 1, true, true, false},
-	{128, 4, 2, 1, true, true, false},
-	{128, 4, 1, 1, true, true, false},
-	{128, 6, 1, 1, true, true, false},
+	{128, 3, 4, 1, true, true, false, false},
+	{128, 3, 2, 1, true, true, false, false},
+	{128, 4, 2, 1, true, true, false, false},
+	{128, 4, 1, 1, true, true, false, false},
+	{128, 6, 1, 1, true, true, false, false},
 	// The transposed products (decode_tr.cu, issues 15, 21): one KV head a
 	// block, fewer instructions and registers a key group; s3w4h1t is the
 	// default over a contiguous cache (contigPipeDefault).
-	{128, 3, 4, 1, false, false, true},
-	{128, 2, 4, 1, false, false, true},
-	{128, 4, 2, 1, false, false, true},
-	{128, 3, 2, 1, false, false, true},
-	{128, 3, 4, 1, false, true, true},
-	{128, 4, 2, 1, false, true, true},
+	{128, 3, 4, 1, false, false, true, false},
+	{128, 2, 4, 1, false, false, true, false},
+	{128, 4, 2, 1, false, false, true, false},
+	{128, 3, 2, 1, false, false, true, false},
+	{128, 3, 4, 1, false, true, true, false},
+	{128, 4, 2, 1, false, true, true, false},
+	// The transposed kernel with its first copies before the wait
+	// (decode_tr.cu's PRE; issue 21, s15).
+	{128, 3, 4, 1, false, false, true, true},
+	{128, 2, 4, 1, false, false, true, true},
 }
 
 // PipeVariantNames are the FT_DECODE_VARIANT values (head width 128; head
