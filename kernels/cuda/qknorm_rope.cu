@@ -2,6 +2,10 @@
 // KV-cache store as one kernel (kernels.NormRoPEStorer; the backend side is
 // kernels/cudabackend/qknormrope.go).
 
+// qknr_inv is how many inverse frequencies a thread of
+// qknorm_rope_store_bf16 loads before its dependent-launch wait.
+#define qknr_inv 4
+
 // qknorm_rope_store_bf16: block b = blockIdx.x takes head h = b mod (H+K)
 // of token t = b div (H+K), at position p = pos + t: q head h of q[T,H,d]
 // when h < H, else k head h−H of k[T,K,d]. It normalises the head's d
@@ -23,7 +27,6 @@
 // to d = 8192) and at most qknr_inv pairs a thread; otherwise the loads stay
 // where rmsnorm_row_v8 and the rotation loop make them. The arithmetic is
 // rmsnorm_row_v8's, expression for expression.
-#define qknr_inv 4
 extern "C" __global__ void qknorm_rope_store_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc, const bf16_t* wq,
 		const bf16_t* wk, int H, int K, int d, float eps, int capacity, const int* posp, int pos0, const float* inv) {
 	extern __shared__ uint4 qknr_head[];
