@@ -305,6 +305,7 @@ func runBatch(o *runOptions, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	defer sched.Close() // frees solo mode's cache and graph before the paged cache goes
 	handles := make([]*generate.Handle, len(reqs))
 	// When each request's first and last tokens came: its decode rate.
 	firstAt, lastAt := make([]time.Time, len(reqs)), make([]time.Time, len(reqs))

@@ -274,6 +274,7 @@ type Scheduler struct {
 	// noGraph: NewSolo said the model cannot replay graphs here.
 	soloOn     bool
 	noGraph    bool
+	closed     bool // Close ran (under mu)
 	solo       *decoder.Solo
 	soloH      *Handle
 	graphSteps atomic.Int64
@@ -386,6 +387,9 @@ func (s *Scheduler) Submit(r Request) (*Handle, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrSchedulerClosed
+	}
 	if r.MaxNewTokens > 0 && len(s.waiting) >= s.opt.MaxQueue {
 		return nil, fmt.Errorf("%w (%d requests wait)", ErrQueueFull, len(s.waiting))
 	}
@@ -440,6 +444,9 @@ func (s *Scheduler) check(r Request) error {
 
 // errNotNew is what a Scheduler not made with New answers.
 var errNotNew = errors.New("generate: the Scheduler was not made with generate.New")
+
+// ErrSchedulerClosed is what Submit and Step return after Close.
+var ErrSchedulerClosed = errors.New("generate: the scheduler is closed")
 
 // Cancel ends the request: waiting (also after a preemption), it leaves the
 // queue; running, it retires at the next Step, its KV blocks freed. Its
@@ -564,6 +571,12 @@ func (s *Scheduler) Step() (bool, error) {
 	}
 	s.stepMu.Lock()
 	defer s.stepMu.Unlock()
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return false, ErrSchedulerClosed
+	}
 	s.retireCancelled()
 	s.mu.Lock()
 	preempted, failed, failErrs := s.grow()
@@ -1078,6 +1091,32 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// Close cancels every waiting and running request and retires them (each
+// finishes with FinishCancelled, its KV blocks returned to the cache), and
+// frees what the scheduler holds on the device beside the paged cache:
+// solo mode's contiguous cache and captured step. Submit and Step then
+// return ErrSchedulerClosed; Close again does nothing. It waits for a Step
+// in progress. The paged cache (and its swap area) stays the caller's to
+// close. On a Scheduler not made with New it is an error.
+func (s *Scheduler) Close() error {
+	if s == nil || s.m == nil {
+		return errNotNew
+	}
+	s.mu.Lock()
+	was := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if was {
+		return nil
+	}
+	s.CancelAll()
+	s.stepMu.Lock()
+	defer s.stepMu.Unlock()
+	s.retireCancelled()
+	s.closeSolo() // its request is retired: nothing to copy back
+	return nil
 }
 
 // CancelAll cancels every waiting and running request.

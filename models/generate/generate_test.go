@@ -700,3 +700,71 @@ func TestZeroScheduler(t *testing.T) {
 	}
 	nilS.CancelAll() // nothing to cancel; no panic
 }
+
+// TestSchedulerClose: Close retires every request, running and waiting,
+// as cancelled with its KV blocks returned; Submit and Step then fail with
+// ErrSchedulerClosed, a second Close does nothing, and Run stops at once.
+func TestSchedulerClose(t *testing.T) {
+	m, b := load(t, fixtures[0].dir)
+	cache, err := m.NewPagedCache(b, 16, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	s, err := generate.New(m, b, cache, generate.Options{MaxSeqs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := m.Cfg.VocabSize
+	var hs []*generate.Handle
+	for i, n := range []int{5, 3} {
+		h, err := s.Submit(generate.Request{Prompt: prompt(V, n, i+1), MaxNewTokens: 20, IgnoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	for range 3 {
+		if _, err := s.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Running() != 1 || s.Waiting() != 1 || cache.FreeBlocks() == cache.TotalBlocks() {
+		t.Fatalf("before Close: %d running, %d waiting, %d of %d blocks free", s.Running(), s.Waiting(), cache.FreeBlocks(), cache.TotalBlocks())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range hs {
+		select {
+		case <-h.Done():
+		default:
+			t.Fatalf("request %d not retired by Close", i)
+		}
+		if r := h.Wait(); r.Finish != generate.FinishCancelled {
+			t.Errorf("request %d after Close: %q", i, r.Finish)
+		}
+	}
+	if got := hs[0].Wait().Generated; len(got) != 3 {
+		t.Errorf("the running request had %d tokens when closed, want one a step: 3", len(got))
+	}
+	if cache.FreeBlocks() != cache.TotalBlocks() || s.Running()+s.Waiting() != 0 {
+		t.Errorf("after Close: %d of %d blocks free, %d running, %d waiting", cache.FreeBlocks(), cache.TotalBlocks(), s.Running(), s.Waiting())
+	}
+	if _, err := s.Submit(generate.Request{Prompt: prompt(V, 2, 9), MaxNewTokens: 1}); !errors.Is(err, generate.ErrSchedulerClosed) {
+		t.Errorf("Submit after Close: %v", err)
+	}
+	if more, err := s.Step(); more || !errors.Is(err, generate.ErrSchedulerClosed) {
+		t.Errorf("Step after Close: %v, %v", more, err)
+	}
+	if err := s.Run(context.Background()); !errors.Is(err, generate.ErrSchedulerClosed) {
+		t.Errorf("Run after Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	var zero generate.Scheduler
+	if err := zero.Close(); err == nil || !strings.Contains(err.Error(), "not made with generate.New") {
+		t.Errorf("Close on a zero Scheduler: %v", err)
+	}
+}
