@@ -24,8 +24,12 @@ import (
 func TestGEMVPipeBitIdentical(t *testing.T) {
 	needGPU(t)
 	rng := newRNG(t)
-	defer func(was string, qkv bool) { gb.GEMVPipe, gb.GEMVPersistQKV = was, qkv }(gb.GEMVPipe, gb.GEMVPersistQKV)
-	gb.GEMVPersistQKV = false
+	defer func(was string, qkv, early bool) {
+		gb.GEMVPipe, gb.GEMVPersistQKV, gb.GEMVEarly = was, qkv, early
+	}(gb.GEMVPipe, gb.GEMVPersistQKV, gb.GEMVEarly)
+	// The kernel choices below are checked without the early twins (on
+	// by default); the bit checks run with them off and on.
+	gb.GEMVPersistQKV, gb.GEMVEarly = false, false
 	for _, d := range gemvPipeDepths {
 		gb.GEMVPipe = d
 		if gb.gemvFn(gb.k.gemv3, 4096) == gb.k.gemv3 || gb.gemvFn(gb.k.gateUp, 4096) == gb.k.gateUp ||
@@ -33,12 +37,8 @@ func TestGEMVPipeBitIdentical(t *testing.T) {
 			t.Fatalf("GEMVPipe %q: a GEMV has no pipelined twin", d)
 		}
 		// Width 0 has no batch a row: the pipelined loop would not end.
-		// gemv.cu's kernels (or gemv3_bf16's early twin, a gemv.cu
-		// kernel too) take it.
-		for _, f := range []*cuda.Function{gb.k.gemv3, gb.k.gateUp} {
-			if got := gb.gemvFn(f, 0); got != f && got != gb.k.gemvEarly[f] || strings.Contains(got.Name(), "_pipe") {
-				t.Fatalf("GEMVPipe %q: width 0 launches %s, a pipelined twin", d, got.Name())
-			}
+		if gb.gemvFn(gb.k.gemv3, 0) != gb.k.gemv3 || gb.gemvFn(gb.k.gateUp, 0) != gb.k.gateUp {
+			t.Fatalf("GEMVPipe %q: width 0 launches a pipelined twin", d)
 		}
 	}
 	// FT_GEMV=mixed: q/k/v on gemv.cu's gemv3_bf16, the others pipelined.
@@ -93,7 +93,8 @@ func TestGEMVPipeBitIdentical(t *testing.T) {
 			}
 		}
 	}
-	// FT_GEMV_EARLY=1: every default GEMV has an early twin of its own.
+	// The early twins (the default): every default GEMV has one of its
+	// own, and width 0 stays off the pipelined loop with them too.
 	func() {
 		defer func(was string, qkv bool) { gb.GEMVPipe, gb.GEMVPersistQKV, gb.GEMVEarly = was, qkv, false }(gb.GEMVPipe, gb.GEMVPersistQKV)
 		gb.GEMVPipe, gb.GEMVPersistQKV = gemvPipeDefault, true
@@ -105,6 +106,11 @@ func TestGEMVPipeBitIdentical(t *testing.T) {
 		for i, f := range []*cuda.Function{gb.k.gemv3, gb.k.gateUp, gb.k.gemvAcc, gb.k.gemvPersistF32} {
 			if e := gb.gemvFn(f, 4096); e == nil || e == plain[i] || !strings.Contains(e.Name(), "early") {
 				t.Fatalf("FT_GEMV_EARLY=1: %s has no early twin", plain[i].Name())
+			}
+		}
+		for _, f := range []*cuda.Function{gb.k.gemv3, gb.k.gateUp} {
+			if got := gb.gemvFn(f, 0); strings.Contains(got.Name(), "_pipe") {
+				t.Fatalf("FT_GEMV_EARLY=1: width 0 launches %s, a pipelined twin", got.Name())
 			}
 		}
 	}()
