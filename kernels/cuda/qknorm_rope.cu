@@ -24,9 +24,9 @@
 // kernel of a step), so after the wait the chain holds one global read
 // (the head) instead of three (head, then weight, then inv). That needs
 // one 16-byte chunk a thread (d/8 ≤ blockDim.x, which normThreads gives up
-// to d = 8192) and at most qknr_inv pairs a thread; otherwise the loads stay
-// where rmsnorm_row_v8 and the rotation loop make them. The arithmetic is
-// rmsnorm_row_v8's, expression for expression.
+// to d = 8192, where the backend declines wider heads) and so at most
+// qknr_inv pairs a thread. The arithmetic is rmsnorm_row_v8's at that
+// block size, expression for expression.
 extern "C" __global__ void qknorm_rope_store_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc, const bf16_t* wq,
 		const bf16_t* wk, int H, int K, int d, float eps, int capacity, const int* posp, int pos0, const float* inv) {
 	extern __shared__ uint4 qknr_head[];
@@ -36,22 +36,19 @@ extern "C" __global__ void qknorm_rope_store_bf16(bf16_t* q, bf16_t* k, const bf
 	const bool isq = h < H;
 	const int kh = h - H;
 	const int n8 = d >> 3, half = d >> 1;
-	const bool pre = n8 <= (int)blockDim.x && half <= qknr_inv * (int)blockDim.x;
 	const bf16_t* w = isq ? wq : wk;
 	uint4 wc = make_uint4(0u, 0u, 0u, 0u);
 	float iv[qknr_inv];
-	if (pre) {
-		if ((int)threadIdx.x < n8) wc = reinterpret_cast<const uint4*>(w)[threadIdx.x];
+	if ((int)threadIdx.x < n8) wc = reinterpret_cast<const uint4*>(w)[threadIdx.x];
 #pragma unroll
-		for (int j = 0; j < qknr_inv; j++) {
-			const int i = threadIdx.x + j * blockDim.x;
-			iv[j] = i < half ? inv[i] : 0.f;
-		}
+	for (int j = 0; j < qknr_inv; j++) {
+		const int i = threadIdx.x + j * blockDim.x;
+		iv[j] = i < half ? inv[i] : 0.f;
 	}
 	ft_pdl_wait();
 	bf16_t* x = isq ? q + ((usize)t * H + h) * d : k + ((usize)t * K + kh) * d;
 	bf16_t* nx = (bf16_t*)qknr_head;
-	if (pre) {
+	{
 		// rmsnorm_row_v8 with at most one chunk a thread and its weight
 		// chunk in hand.
 		const int c = threadIdx.x;
@@ -74,8 +71,6 @@ extern "C" __global__ void qknorm_rope_store_bf16(bf16_t* q, bf16_t* k, const bf
 			r.w = pack_bf16(f[6] * scale * g[6], f[7] * scale * g[7]);
 			reinterpret_cast<uint4*>(nx)[c] = r;
 		}
-	} else {
-		rmsnorm_row_v8(nx, x, w, d, eps, sh);
 	}
 	__syncthreads(); // every thread's reads of x are done, and nx is whole
 	const int p = ft_pos(posp, pos0) + t;
@@ -84,21 +79,9 @@ extern "C" __global__ void qknorm_rope_store_bf16(bf16_t* q, bf16_t* k, const bf
 #pragma unroll
 	for (int j = 0; j < qknr_inv; j++) {
 		const int i = threadIdx.x + j * blockDim.x;
-		if (pre && i < half) {
+		if (i < half) {
 			bf16_t r0, r1;
 			rope_rotate(bf2f(nx[i]), bf2f(nx[i + half]), p, iv[j], r0, r1);
-			x[i] = r0;
-			x[i + half] = r1;
-			if (store) {
-				kc[crow + i] = r0;
-				kc[crow + i + half] = r1;
-			}
-		}
-	}
-	if (!pre) {
-		for (int i = threadIdx.x; i < half; i += blockDim.x) {
-			bf16_t r0, r1;
-			rope_rotate(bf2f(nx[i]), bf2f(nx[i + half]), p, inv[i], r0, r1);
 			x[i] = r0;
 			x[i + half] = r1;
 			if (store) {

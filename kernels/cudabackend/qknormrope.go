@@ -49,7 +49,7 @@ func normThreads(dim int) int { return min(1024, max(32, (dim/8+31)/32*32)) }
 // qknorm_rope_store_bf16 (kernels.NormRoPEStorer). It declines (false,
 // nothing enqueued) when QKNormRoPETokens does not cover a's tokens, or the
 // operands are not what the kernel takes: BF16 tensors on this device,
-// heads of a multiple of 8 values, 16-byte aligned; wrong shapes are an
+// heads of a multiple of 8 values up to 8,192, 16-byte aligned; wrong shapes are an
 // error.
 func (b *Backend) NormRoPEStoreKV(a kernels.QKNormRoPE) (bool, error) {
 	T, H, KV, d, err := a.Check()
@@ -65,7 +65,7 @@ func (b *Backend) NormRoPEStoreKV(a kernels.QKNormRoPE) (bool, error) {
 			return false, nil
 		}
 	}
-	if d%8 != 0 {
+	if d%8 != 0 || d/8 > 1024 { // a 16-byte chunk a thread (qknorm_rope.cu)
 		return false, nil
 	}
 	if T == 0 {
