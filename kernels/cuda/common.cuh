@@ -198,10 +198,14 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b
 // that kernel has completed and its writes are visible, then lets the next
 // kernel of the stream begin launching (its blocks take SM slots as ours
 // free them, and run up to their own ft_pdl_wait). Every such kernel calls
-// it, on every path, before it reads or writes memory that an earlier
-// kernel reads or writes; before sm_90 it is empty. Work that needs no such
-// memory may come first (the GEMVs load no weights before it: gemv.cu's
-// top comment says why).
+// it, on every path, before it reads memory that a kernel still running
+// ahead of it may write, or writes memory such a kernel may read or write;
+// before sm_90 it is empty. Work that needs no such memory may come first:
+// the early GEMV twins load weights (gemvearly.go), qknorm_rope_store its
+// norm weights and RoPE table, decode_tr.cu's PRE variants the older KV
+// rows and the position. Those rely on the order here: launch_dependents
+// comes after the wait, so when a kernel's blocks start, every kernel but
+// the one just ahead has completed. Do not move the trigger earlier.
 __device__ __forceinline__ void ft_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	asm volatile("griddepcontrol.wait;" ::: "memory");

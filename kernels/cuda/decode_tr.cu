@@ -108,11 +108,14 @@ __device__ __forceinline__ unsigned movmatrix_t(unsigned a) {
 //
 // PRE (contiguous caches only): the split and the prologue's copies of the
 // stages whose 16 rows all lie before the step's first new position are
-// issued before ft_pdl_wait. The kernel before this one (RoPE with the KV
-// store) writes only the new positions' rows and the queries, and the
-// kernels before it have finished when its blocks let this one start (it
-// calls ft_pdl_wait first), so those rows, and the position read by
-// pipe_split, are settled. The copies of the older keys and values then
+// issued before ft_pdl_wait. The kernel just ahead of this one (rope_store,
+// gemv3_rope_store under FT_FUSE_ROPE, or qknorm_rope_store) writes only
+// the new positions' rows and the queries, and its blocks let this one
+// start only after their own ft_pdl_wait (common.cuh: the trigger follows
+// the wait), so every kernel before it has completed and those rows, and
+// the position read by pipe_split, are settled. Any kernel placed directly
+// before the decode attention must write no cache row older than the
+// step's first new position. The copies of the older keys and values then
 // overlap that kernel; the query, and the stages with new rows, come after
 // the wait. The stages a warp may copy early are a prefix of its stages
 // (its groups go up in position), so the commit groups keep their order.
@@ -359,10 +362,10 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 
 // FT_TR_VARIANT defines the two kernels of one transposed variant (head
 // width HD, S stages, NW warps, one KV head a block; F: f for the FAST
-// path of decode_pipe.cu, p for PRE (a p variant's paged kernel is the
-// plain one: PRE applies to contiguous caches), else empty), with the
-// arguments and grids of
-// decode_pipe.cu's kernels of the same names:
+// path of decode_pipe.cu, p for PRE (a p variant's paged kernel compiles
+// to the plain variant's: PRE applies to contiguous caches), else empty),
+// with the arguments and grids of decode_pipe.cu's kernels of the same
+// names:
 //
 // attn_decode_pipe_d{HD}_s{S}w{NW}h1t{F}_bf16 over a contiguous cache;
 // attn_paged_decode_pipe_d{HD}_s{S}w{NW}h1t{F}_bf16 over paged pools.

@@ -200,8 +200,9 @@ __device__ __forceinline__ void fp8_store(void* y, int out, int row, float s) {
 //
 // Every kernel calls ft_pdl_wait before it reads x or writes y, so all are
 // launched as programmatic dependents (pdl.go), and loads nothing before
-// it (gemv.cu's top comment: loading weights before the wait was measured
-// slower on the H200).
+// it. The FP8 GEMVs have no early twins: s4a measured early loads slower
+// before the GEMVs were persistent, and s15b measured the BF16 early twins
+// faster or equal (gemvearly.go); untried for FP8.
 
 // gemv_fp8_v_body: y[n] = Σ_k x[k]·q[n,k]·s(n,k) for one input row x[K]
 // (bf16), y bf16 (out_f32 0) or fp32 (out_f32 1), or y[n] += that sum, y

@@ -2,9 +2,9 @@
 // streams weight rows with 16-byte loads, eight in flight per lane.
 
 // Each GEMV calls ft_pdl_wait before it reads x or writes y; only the
-// early twins (below) load weights before it. Two ways of starting on the weights before the wait
-// were measured on the H200 (2026-12-01) and removed; do not re-try them
-// without new evidence:
+// early twins (below) load weights before it. Two ways of starting on the
+// weights before the wait were measured on the H200 (2026-12-01) and
+// removed; do not re-try them without new evidence:
 //   - an L2 prefetch of each warp's first weight row: the GEMVs ran 6–20%
 //     slower (gate·up·SiLU 2.13 against 1.95 ms a step, q/k/v 0.68 against
 //     0.56), with or without dependent launch;
@@ -17,9 +17,12 @@
 // behind a kernel that leaves SMs free, and dropping the decode attention
 // (8-24 blocks) takes 0.18 ms off a run-model token: HBM idles while it
 // runs. gemv3_early_bf16 and gemvpipe.cu's pipe_early kernels issue each
-// warp's first weight batch before the wait again (gemvearly.go): 0.01-0.02
-// ms a step faster in every pair measured (bench/h200-s15b.sh), on by
-// default (FT_GEMV_EARLY=0 turns them off).
+// warp's first weight batch before the wait again (gemvearly.go): faster or
+// equal in every pair measured, by 0-0.02 ms a step (bench/h200-s15b.sh),
+// on by default (FT_GEMV_EARLY=0 turns them off). Their weights must not
+// be written by the kernel just ahead on the stream (common.cuh's
+// contract): model weights, resident or copied in on the copy stream
+// behind an event, are not.
 
 // gemv_body computes y[n] = Σ_k x[k]·w[n,k] (fp32 accumulation) for one
 // input row x[K] and weights w[N,K] (K % 8 == 0, 16-byte aligned rows), U
@@ -210,8 +213,9 @@ __device__ __forceinline__ void gemv3_row(int r, bf16_t* y0, bf16_t* y1, bf16_t*
 // x is RMSNorm(res)·nrm (norm_x_smem).
 // EARLY (gemv3_early_bf16): the warp's first batch of 16 weight loads
 // (row r0's chunks lane, lane + 32, …, when a row has that many) is issued
-// before ft_pdl_wait; the weights are not written during a step, x and
-// the outputs are touched only after the wait. Same sums, same bits.
+// before ft_pdl_wait; the weights are written by no kernel still running
+// ahead of it (see the top comment), x and the outputs are touched only
+// after the wait. Same sums, same bits.
 template <bool NORM = false, bool EARLY = false>
 __device__ __forceinline__ void gemv3_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
 		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K,
@@ -261,7 +265,8 @@ extern "C" __global__ void __launch_bounds__(256) gemv3_bf16(bf16_t* y0, bf16_t*
 }
 
 // gemv3_early_bf16 is gemv3_bf16 with its first weight loads before the
-// dependent-launch wait (gemv3_body's EARLY; FT_GEMV_EARLY=1).
+// dependent-launch wait (gemv3_body's EARLY; on by default, FT_GEMV_EARLY=0
+// turns it off).
 extern "C" __global__ void __launch_bounds__(256) gemv3_early_bf16(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* x,
 		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
 	gemv3_body<false, true>(y0, y1, y2, x, w0, w1, w2, N0, N1, N2, K);

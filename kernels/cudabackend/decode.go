@@ -312,9 +312,10 @@ func (b *Backend) pipeChunk() int {
 // resident Llama-3-8B shape): 256 against the earlier 128 gave run-model
 // (256 tokens, contexts 12-267: one split instead of up to three, no merge
 // round trip) 4.01 against 4.04 ms a token, the graph step at 2,048 4.26
-// against 4.28 ms and at 8,192 4.52 against 4.57 (32 splits of ~256
-// positions instead of 32 of 256 and a 33rd of one); Qwen3-8B run-model
-// 4.23 against 4.26 (with FT_GEMV_EARLY).
+// against 4.28 ms and at 8,192 4.52 against 4.57; Qwen3-8B run-model 4.23
+// against 4.26 (with the early GEMVs). At 8,192 the split layout is the
+// same for both (the grid's 33 splits bound it: 32 of 256 positions and
+// one of the rest), so that gain is not explained by it.
 const pipeChunkDefault = 256
 
 // contigPipeDefault is the variant of a one-sequence decode over a

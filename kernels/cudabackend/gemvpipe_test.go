@@ -96,7 +96,9 @@ func TestGEMVPipeBitIdentical(t *testing.T) {
 	// The early twins (the default): every default GEMV has one of its
 	// own, and width 0 stays off the pipelined loop with them too.
 	func() {
-		defer func(was string, qkv bool) { gb.GEMVPipe, gb.GEMVPersistQKV, gb.GEMVEarly = was, qkv, false }(gb.GEMVPipe, gb.GEMVPersistQKV)
+		defer func(was string, qkv, early bool) {
+			gb.GEMVPipe, gb.GEMVPersistQKV, gb.GEMVEarly = was, qkv, early
+		}(gb.GEMVPipe, gb.GEMVPersistQKV, gb.GEMVEarly)
 		gb.GEMVPipe, gb.GEMVPersistQKV = gemvPipeDefault, true
 		var plain []*cuda.Function
 		for _, f := range []*cuda.Function{gb.k.gemv3, gb.k.gateUp, gb.k.gemvAcc, gb.k.gemvPersistF32} {
@@ -105,12 +107,12 @@ func TestGEMVPipeBitIdentical(t *testing.T) {
 		gb.GEMVEarly = true
 		for i, f := range []*cuda.Function{gb.k.gemv3, gb.k.gateUp, gb.k.gemvAcc, gb.k.gemvPersistF32} {
 			if e := gb.gemvFn(f, 4096); e == nil || e == plain[i] || !strings.Contains(e.Name(), "early") {
-				t.Fatalf("FT_GEMV_EARLY=1: %s has no early twin", plain[i].Name())
+				t.Fatalf("early twins on: %s has no early twin", plain[i].Name())
 			}
 		}
 		for _, f := range []*cuda.Function{gb.k.gemv3, gb.k.gateUp} {
 			if got := gb.gemvFn(f, 0); strings.Contains(got.Name(), "_pipe") {
-				t.Fatalf("FT_GEMV_EARLY=1: width 0 launches %s, a pipelined twin", got.Name())
+				t.Fatalf("early twins on: width 0 launches %s, a pipelined twin", got.Name())
 			}
 		}
 	}()

@@ -6,10 +6,11 @@ import "github.com/flextensor-go/flextensor/runtime/cuda"
 
 // Programmatic dependent launch (runtime/cuda/pdl.go): on sm_90 the kernels
 // below are launched so that their blocks start while the kernel before
-// them finishes. Each of them calls ft_pdl_wait (kernels/cuda/common.cuh)
-// before it touches memory an earlier kernel reads or writes, and only
-// kernels that do are listed: one without the wait would race with the
-// kernel before it. These are the kernels of a resident decode step (the
+// them finishes. Each of them calls ft_pdl_wait (kernels/cuda/common.cuh,
+// whose comment is the contract) before it reads memory the kernel still
+// running ahead of it may write, or writes memory that kernel may touch;
+// only kernels that do are listed: one without the wait would race with
+// the kernel before it. These are the kernels of a resident decode step (the
 // one-token GEMVs, BF16 and FP8 in every tuning variant, norms, RoPE with
 // the KV store, tensor-core decode attention, residual adds, embedding,
 // argmax and sampling). The device

@@ -245,8 +245,10 @@ func soloCapacity(n, reach int) int {
 	return min(reach, max(2*n, n+soloChunk))
 }
 
-// Scheduler runs requests in batches. Submit, Cancel and the counters are
-// safe from any goroutine; Step and Run from one at a time.
+// Scheduler runs requests in batches. Submit, Cancel, the counters and
+// Close are safe from any goroutine (Close waits for a Step in progress;
+// then Submit, Step and Run return ErrSchedulerClosed); Step and Run from
+// one at a time.
 type Scheduler struct {
 	m     *decoder.Model
 	b     kernels.Backend
@@ -256,7 +258,8 @@ type Scheduler struct {
 	stepMu sync.Mutex // one Step at a time
 	logits []float32  // Step's host copy of the logits
 
-	mu      sync.Mutex // guards the lists
+	mu      sync.Mutex // guards the lists and closed
+	closed  bool       // Close has begun
 	nextID  int
 	waiting []*Handle // in order of submission (preempted ones at the front)
 	running []*Handle // in order of admission, which is submission order
@@ -274,10 +277,11 @@ type Scheduler struct {
 	// noGraph: NewSolo said the model cannot replay graphs here.
 	soloOn     bool
 	noGraph    bool
-	closed     bool // Close ran (under mu)
 	solo       *decoder.Solo
 	soloH      *Handle
 	graphSteps atomic.Int64
+
+	closeOnce sync.Once // Close's work, run once; later calls wait for it
 }
 
 // New makes a scheduler for m on b over cache (shaped for m:
@@ -445,7 +449,7 @@ func (s *Scheduler) check(r Request) error {
 // errNotNew is what a Scheduler not made with New answers.
 var errNotNew = errors.New("generate: the Scheduler was not made with generate.New")
 
-// ErrSchedulerClosed is what Submit and Step return after Close.
+// ErrSchedulerClosed is what Submit, Step and Run return after Close.
 var ErrSchedulerClosed = errors.New("generate: the scheduler is closed")
 
 // Cancel ends the request: waiting (also after a preemption), it leaves the
@@ -563,8 +567,8 @@ func (h *Handle) finish(reason FinishReason, err error) {
 // or waiting). A forward that fails ends the requests in it with
 // FinishError and is returned; a failed copy back at the end of solo mode
 // ends the solo request with FinishError (its Result.Err says why) and is
-// not returned: the step goes on with the others. On a Scheduler not made
-// with New it is an error.
+// not returned: the step goes on with the others. After Close it returns
+// ErrSchedulerClosed. On a Scheduler not made with New it is an error.
 func (s *Scheduler) Step() (bool, error) {
 	if s == nil || s.m == nil {
 		return false, errNotNew
@@ -1072,7 +1076,8 @@ func (s *Scheduler) plan() (entries []decoder.BatchEntry, in []*Handle, sample [
 }
 
 // Run steps until no request is left, or ctx ends (then every request is
-// cancelled and retired, and ctx's error returned), or a forward fails.
+// cancelled and retired, and ctx's error returned), or a forward fails, or
+// the scheduler is closed (ErrSchedulerClosed).
 func (s *Scheduler) Run(ctx context.Context) error {
 	if s == nil || s.m == nil {
 		return errNotNew
@@ -1096,26 +1101,26 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // Close cancels every waiting and running request and retires them (each
 // finishes with FinishCancelled, its KV blocks returned to the cache), and
 // frees what the scheduler holds on the device beside the paged cache:
-// solo mode's contiguous cache and captured step. Submit and Step then
-// return ErrSchedulerClosed; Close again does nothing. It waits for a Step
-// in progress. The paged cache (and its swap area) stays the caller's to
-// close. On a Scheduler not made with New it is an error.
+// solo mode's contiguous cache and captured step. Submit, Step and Run then
+// return ErrSchedulerClosed (a Run in another goroutine ends with it). It
+// waits for a Step in progress, so it must not be called from a request's
+// OnToken (which runs inside Step). Calls after the first wait until the
+// first is done and return nil. The paged cache (and its swap area) stays
+// the caller's to close. On a Scheduler not made with New it is an error.
 func (s *Scheduler) Close() error {
 	if s == nil || s.m == nil {
 		return errNotNew
 	}
-	s.mu.Lock()
-	was := s.closed
-	s.closed = true
-	s.mu.Unlock()
-	if was {
-		return nil
-	}
-	s.CancelAll()
-	s.stepMu.Lock()
-	defer s.stepMu.Unlock()
-	s.retireCancelled()
-	s.closeSolo() // its request is retired: nothing to copy back
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.CancelAll()
+		s.stepMu.Lock()
+		defer s.stepMu.Unlock()
+		s.retireCancelled()
+		s.closeSolo() // its request is retired: nothing to copy back
+	})
 	return nil
 }
 

@@ -768,3 +768,68 @@ func TestSchedulerClose(t *testing.T) {
 		t.Errorf("Close on a zero Scheduler: %v", err)
 	}
 }
+
+// TestSchedulerCloseDuringRun: Close from another goroutine while Run
+// steps long requests waits for the Step in progress, retires them all as
+// cancelled with every block back, and Run ends with ErrSchedulerClosed;
+// two concurrent Closes both return once the work is done.
+func TestSchedulerCloseDuringRun(t *testing.T) {
+	m, b := load(t, fixtures[0].dir)
+	cache, err := m.NewPagedCache(b, 64, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	s, err := generate.New(m, b, cache, generate.Options{MaxSeqs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := m.Cfg.VocabSize
+	stepped := make(chan struct{}, 1)
+	var hs []*generate.Handle
+	for i := range 3 {
+		h, err := s.Submit(generate.Request{Prompt: prompt(V, 4, i+1), MaxNewTokens: 100, IgnoreEOS: true,
+			OnToken: func(int32) {
+				select {
+				case stepped <- struct{}{}:
+				default:
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(context.Background()) }()
+	<-stepped // Run is stepping
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			for i, h := range hs { // both Closes return after the retirement
+				select {
+				case <-h.Done():
+				default:
+					t.Errorf("request %d not retired when Close returned", i)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := <-ran; !errors.Is(err, generate.ErrSchedulerClosed) {
+		t.Errorf("Run after Close: %v", err)
+	}
+	for i, h := range hs {
+		if r := h.Wait(); r.Finish != generate.FinishCancelled || len(r.Generated) >= 100 {
+			t.Errorf("request %d: %q with %d tokens", i, r.Finish, len(r.Generated))
+		}
+	}
+	if cache.FreeBlocks() != cache.TotalBlocks() {
+		t.Errorf("%d of %d blocks free after Close", cache.FreeBlocks(), cache.TotalBlocks())
+	}
+}
