@@ -204,6 +204,8 @@ func (s *Server) generateHandler(w http.ResponseWriter, r *http.Request, isChat 
 			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(s.opt.RetryAfter.Round(time.Second).Seconds()))))
 			fail(&APIError{Status: 429, Type: "rate_limit_error", Code: "queue_full",
 				Message: fmt.Sprintf("the server is busy: %d requests run and the wait queue is full; retry later", s.sched.Running())})
+		case errors.Is(err, generate.ErrSchedulerClosed):
+			fail(&APIError{Status: 503, Type: "server_error", Code: "shutting_down", Message: "the server is shutting down"})
 		case errors.Is(err, generate.ErrCacheTooSmall):
 			fail(badRequest(promptParam(req), "context_length_exceeded", "%v (give a larger --kv-cache)", err))
 		case errors.Is(err, generate.ErrTooLong):

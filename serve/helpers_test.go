@@ -123,6 +123,9 @@ func newServer(t testing.TB, cfg serverConfig) *testServer {
 		ts.http.Close()
 		cancel()
 		<-done
+		if err := srv.Close(); err != nil {
+			t.Errorf("Server.Close: %v", err)
+		}
 		cache.Close()
 	})
 	return ts

@@ -196,7 +196,7 @@ func (s *Server) notify() {
 
 // Run is the engine: it steps the scheduler while requests run or wait
 // and sleeps while none do, until ctx ends; then it cancels every request
-// left and returns. One Run at a time.
+// left and returns. One Run at a time. After Close it returns at once.
 func (s *Server) Run(ctx context.Context) {
 	s.engineMu.Lock()
 	defer s.engineMu.Unlock()
@@ -209,6 +209,9 @@ func (s *Server) Run(ctx context.Context) {
 		}
 		start := time.Now()
 		more, err := s.sched.Step()
+		if errors.Is(err, generate.ErrSchedulerClosed) {
+			return // Close ran: nothing is left to step
+		}
 		s.metrics.stepDone(time.Since(start))
 		if err != nil {
 			// The requests in the failed forward ended with FinishError
@@ -301,6 +304,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, ready func(addr net
 		return fmt.Errorf("%w: requests still running after %v were cancelled", ErrDrainTimeout, s.opt.DrainTimeout)
 	}
 	return nil
+}
+
+// Close frees what the scheduler holds on the device beside the paged
+// cache (generate.Scheduler.Close: solo mode's contiguous cache and
+// captured step), cancelling any request still in it. Call it once Serve
+// or Run has returned and before closing the cache; requests that arrive
+// later are answered 503. Calling it again does nothing.
+func (s *Server) Close() error {
+	err := s.sched.Close()
+	s.notify() // an engine still sleeping wakes and returns
+	return err
 }
 
 // ErrDrainTimeout is (wrapped in) Serve's error when requests were still

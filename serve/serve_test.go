@@ -426,6 +426,51 @@ func TestQueueFull(t *testing.T) {
 	}
 }
 
+// TestClose: Close cancels a queued request (its client gets an answer),
+// an engine started after it returns at once, and a request after it gets
+// 503 shutting_down; a second Close does nothing.
+func TestClose(t *testing.T) {
+	ts := newServer(t, serverConfig{noStart: true})
+	first := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(ts.url("/v1/completions"), "application/json", strings.NewReader(`{"prompt": "a", "max_tokens": 3}`))
+		if err != nil {
+			first <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	waitFor(t, 5*time.Second, "the request to queue", func() bool { return ts.Scheduler().Waiting() == 1 })
+	if err := ts.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-first; c == 200 || c == 0 {
+		t.Errorf("request queued at Close: status %d, want an error answer", c)
+	}
+	if w, r := ts.Scheduler().Waiting(), ts.Scheduler().Running(); w+r != 0 {
+		t.Errorf("after Close: %d waiting, %d running", w, r)
+	}
+	if ts.KVBlocksInUse() != 0 {
+		t.Errorf("after Close: %d KV blocks in use", ts.KVBlocksInUse())
+	}
+	done := make(chan struct{})
+	go func() { ts.Run(context.Background()); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run after Close did not return")
+	}
+	code, out, _ := ts.post(t, "/v1/completions", `{"prompt": "b", "max_tokens": 3}`)
+	if code != 503 || field(out, "error", "code") != "shutting_down" {
+		t.Errorf("request after Close: %d %v; want 503 shutting_down", code, out)
+	}
+	if err := ts.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
 // TestKVWait: with KV blocks for the whole reach of about two requests,
 // eight concurrent ones wait their turn (or, admitted on their prompts'
 // blocks, are preempted as the others grow) and all finish with their own

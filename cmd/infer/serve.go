@@ -222,6 +222,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	defer srv.Close() // after Serve, before the cache closes
 	// A drain may take up to --shutdown-timeout after SIGTERM; the signal
 	// watcher's hard stop waits that long and a little more.
 	defer func(g time.Duration) { interruptGrace = g }(interruptGrace)

@@ -3,6 +3,7 @@
 package generate_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
@@ -19,8 +20,9 @@ import (
 // backend: 23 for the lone request, 5 + 26 for the pair; a lone request of
 // 40 tokens whose solo cache fills and is entered again with twice the
 // room gives its tokens too, at least 20 graph steps; tiny-qwen3moe's
-// are logged, its experts replay only where the backend fuses them). The
-// CPU subtest runs it too (no capture there: no graph steps).
+// are logged, its experts replay only where the backend fuses them); Close
+// in solo mode retires the request and returns every block. The CPU
+// subtest runs it too (no capture there: no graph steps).
 func TestSchedulerSoloGraphCUDA(t *testing.T) {
 	devtest.Each(t, func(t *testing.T, d devtest.Device) {
 		for _, fx := range []struct{ name, dir string }{
@@ -71,6 +73,31 @@ func TestSchedulerSoloGraphCUDA(t *testing.T) {
 					t.Errorf("a growing solo cache: %d graph steps of 39, want the re-entry's (at least 20)", on.graph)
 				}
 				t.Logf("a growing solo cache: %d graph steps of 39", on.graph)
+				// Close in solo mode with a captured step: the request ends
+				// cancelled with the tokens it had, every block comes back,
+				// and Step then answers ErrSchedulerClosed.
+				s, cache := newScheduler(t, m, d.Backend, 64, 4, generate.Options{SoloGraph: generate.SoloGraphOn})
+				h := must(s.Submit(generate.Request{Prompt: prompt(V, 9, 1), MaxNewTokens: 100, IgnoreEOS: true}))
+				for range 12 {
+					if _, err := s.Step(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if capt && fx.name != "tiny-qwen3moe" && s.GraphSteps() == 0 {
+					t.Error("12 steps of a lone request: no graph step before Close")
+				}
+				if err := s.Close(); err != nil {
+					t.Fatalf("Close in solo mode: %v", err)
+				}
+				if r := h.Wait(); r.Finish != generate.FinishCancelled || len(r.Generated) == 0 || len(r.Generated) >= 100 {
+					t.Errorf("Close in solo mode: request %s with %d tokens", r.Finish, len(r.Generated))
+				}
+				if cache.FreeBlocks() != cache.TotalBlocks() {
+					t.Errorf("Close in solo mode: %d of %d blocks free", cache.FreeBlocks(), cache.TotalBlocks())
+				}
+				if _, err := s.Step(); !errors.Is(err, generate.ErrSchedulerClosed) {
+					t.Errorf("Step after Close: %v", err)
+				}
 			})
 		}
 	})
