@@ -6,7 +6,7 @@
 // qknorm_rope_store_bf16 loads before its dependent-launch wait.
 #define qknr_inv 4
 
-// qknorm_rope_store_bf16: block b = blockIdx.x takes head h = b mod (H+K)
+// qknorm_rope_store_body (the two kernels below): block b = blockIdx.x takes head h = b mod (H+K)
 // of token t = b div (H+K), at position p = pos + t: q head h of q[T,H,d]
 // when h < H, else k head h−H of k[T,K,d]. It normalises the head's d
 // values with weight wq or wk as rmsnorm_pair_bf16_v8 does
@@ -27,10 +27,18 @@
 // to d = 8192, where the backend declines wider heads) and so at most
 // qknr_inv pairs a thread. The arithmetic is rmsnorm_row_v8's at that
 // block size, expression for expression.
-extern "C" __global__ void qknorm_rope_store_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc, const bf16_t* wq,
-		const bf16_t* wk, int H, int K, int d, float eps, int capacity, const int* posp, int pos0, const float* inv) {
-	extern __shared__ uint4 qknr_head[];
-	__shared__ float sh[32];
+//
+// EARLY_IO (qknorm_rope_store_bf16, the default): the position is read
+// before the wait too (as decode_tr.cu's PRE reads it: written by no
+// kernel still running when this one's blocks start, common.cuh), and a k
+// block loads its v chunk right after the wait, with the head, so neither
+// read waits behind the norm (qknorm_rope_store_late_bf16, FT_QKNORM_EARLY=0,
+// reads the position after the norm's barrier and v at the end, as the
+// kernel did before). Same bits.
+template <bool EARLY_IO>
+__device__ __forceinline__ void qknorm_rope_store_body(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc,
+		const bf16_t* wq, const bf16_t* wk, int H, int K, int d, float eps, int capacity, const int* posp, int pos0,
+		const float* inv, uint4* qknr_head, float* sh) {
 	const int heads = H + K;
 	const int t = blockIdx.x / heads, h = blockIdx.x - t * heads;
 	const bool isq = h < H;
@@ -45,9 +53,14 @@ extern "C" __global__ void qknorm_rope_store_bf16(bf16_t* q, bf16_t* k, const bf
 		const int i = threadIdx.x + j * blockDim.x;
 		iv[j] = i < half ? inv[i] : 0.f;
 	}
+	int p = 0;
+	if (EARLY_IO) p = ft_pos(posp, pos0) + t;
 	ft_pdl_wait();
 	bf16_t* x = isq ? q + ((usize)t * H + h) * d : k + ((usize)t * K + kh) * d;
 	bf16_t* nx = (bf16_t*)qknr_head;
+	uint4 vv = make_uint4(0u, 0u, 0u, 0u);
+	if (EARLY_IO && !isq && p >= 0 && p < capacity && (int)threadIdx.x < n8)
+		vv = reinterpret_cast<const uint4*>(v + ((usize)t * K + kh) * d)[threadIdx.x];
 	{
 		// rmsnorm_row_v8 with at most one chunk a thread and its weight
 		// chunk in hand.
@@ -73,7 +86,7 @@ extern "C" __global__ void qknorm_rope_store_bf16(bf16_t* q, bf16_t* k, const bf
 		}
 	}
 	__syncthreads(); // every thread's reads of x are done, and nx is whole
-	const int p = ft_pos(posp, pos0) + t;
+	if (!EARLY_IO) p = ft_pos(posp, pos0) + t;
 	const bool store = !isq && p >= 0 && p < capacity;
 	const usize crow = store ? (usize)p * K * d + (usize)kh * d : 0;
 #pragma unroll
@@ -91,8 +104,30 @@ extern "C" __global__ void qknorm_rope_store_bf16(bf16_t* q, bf16_t* k, const bf
 		}
 	}
 	if (store) {
-		const uint4* vs = (const uint4*)(v + ((usize)t * K + kh) * d);
 		uint4* vd = (uint4*)(vc + crow);
-		for (int c = threadIdx.x; c < (d >> 3); c += blockDim.x) vd[c] = vs[c];
+		if (EARLY_IO) {
+			if ((int)threadIdx.x < n8) vd[threadIdx.x] = vv;
+		} else {
+			const uint4* vs = (const uint4*)(v + ((usize)t * K + kh) * d);
+			for (int c = threadIdx.x; c < (d >> 3); c += blockDim.x) vd[c] = vs[c];
+		}
 	}
+}
+
+// qknorm_rope_store_bf16 is qknorm_rope_store_body with EARLY_IO (the
+// default).
+extern "C" __global__ void qknorm_rope_store_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc, const bf16_t* wq,
+		const bf16_t* wk, int H, int K, int d, float eps, int capacity, const int* posp, int pos0, const float* inv) {
+	extern __shared__ uint4 qknr_head[];
+	__shared__ float sh[32];
+	qknorm_rope_store_body<true>(q, k, v, kc, vc, wq, wk, H, K, d, eps, capacity, posp, pos0, inv, qknr_head, sh);
+}
+
+// qknorm_rope_store_late_bf16 is qknorm_rope_store_body without EARLY_IO
+// (FT_QKNORM_EARLY=0).
+extern "C" __global__ void qknorm_rope_store_late_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc, const bf16_t* wq,
+		const bf16_t* wk, int H, int K, int d, float eps, int capacity, const int* posp, int pos0, const float* inv) {
+	extern __shared__ uint4 qknr_head[];
+	__shared__ float sh[32];
+	qknorm_rope_store_body<false>(q, k, v, kc, vc, wq, wk, H, K, d, eps, capacity, posp, pos0, inv, qknr_head, sh);
 }

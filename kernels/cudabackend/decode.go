@@ -128,8 +128,9 @@ var pipeVariants = []pipeVariant{
 	{128, 4, 1, 1, true, true, false, false},
 	{128, 6, 1, 1, true, true, false, false},
 	// The transposed products (decode_tr.cu, issues 15, 21): one KV head a
-	// block, fewer instructions and registers a key group; s3w4h1t is the
-	// default over a contiguous cache (contigPipeDefault).
+	// block, fewer instructions and registers a key group; s3w4h1t's PRE
+	// twin s3w4h1tp (below) is the default over a contiguous cache
+	// (contigPipeDefault).
 	{128, 3, 4, 1, false, false, true, false},
 	{128, 2, 4, 1, false, false, true, false},
 	{128, 4, 2, 1, false, false, true, false},
@@ -323,9 +324,14 @@ const pipeChunkDefault = 256
 // transposed kernel. Measured on the H200 (2026-12-01, bench/h200-s5c.sh,
 // Llama-3-8B shape, graph-replayed step): context 32,000 5.42 ms
 // (attention 1.458 ms) against 6.02 ms (2.04 ms) with s3w4h1r; context
-// 8,192 4.65 against 4.87 ms. Paged batches keep the first variant of
-// pipeVariants (s3w4h1r), which the batch figures were measured with.
-const contigPipeDefault = "s3w4h1t"
+// 8,192 4.65 against 4.87 ms. Since s16 its PRE twin s3w4h1tp, which
+// copies the older keys and values before the dependent-launch wait
+// (decode_tr.cu): run-model 256 tokens after 12 ids (2026-12-03,
+// bench/h200-s16a.sh) 3.99 twice against 4.03-4.04 three times for
+// Llama-3-8B, 4.11 against 4.17-4.18 for Qwen3-8B. Paged batches keep the
+// first variant of pipeVariants (s3w4h1r), which the batch figures were
+// measured with.
+const contigPipeDefault = "s3w4h1tp"
 
 // pipeFor is the pipelined variant for head width d and K KV heads:
 // Backend.DecodePipeVariant (FT_DECODE_VARIANT) by name at head width 128,
