@@ -2,12 +2,18 @@
 // streams weight rows with 16-byte loads, eight in flight per lane.
 
 // Each GEMV calls ft_pdl_wait before it reads x or writes y; only the
-// early twins (below) load weights before it. Two ways of starting on the
-// weights before the wait were measured on the H200 (2026-12-01) and
+// early twins (below) load weights before it. Three ways of starting on the
+// weights before the wait were measured on the H200 (2026-12-01, the L2
+// prefetch of the weight stream 2026-12-03) and
 // removed; do not re-try them without new evidence:
 //   - an L2 prefetch of each warp's first weight row: the GEMVs ran 6–20%
 //     slower (gate·up·SiLU 2.13 against 1.95 ms a step, q/k/v 0.68 against
 //     0.56), with or without dependent launch;
+//   - (2026-12-03, s16a) prefetch.global.L2 of the next 6 or 16 KiB of each
+//     warp's weight stream beyond the early twins' first batch, in every
+//     pipelined GEMV or only o_proj/down_proj: run-model 4.25-4.81 ms a
+//     token against 4.03-4.04 (Llama-3-8B), 4.39-5.02 against 4.17-4.18
+//     (Qwen3-8B); the more bytes, the slower;
 //   - early weight loads (each lane's first batch of 16-byte loads into the
 //     registers the loop consumes first, twins of every BF16, FP8 and
 //     folded-norm GEMV): the resident decode step at context 512 (CUDA

@@ -77,26 +77,6 @@ struct bfp_ops {
 	}
 };
 
-// bfp_l2_prefetch asks L2 for the next pf bytes of each of the R weight
-// streams of a warp whose rows are row0, row0 + step, … (< N), rb bytes a
-// row, starting skip bytes into row0: lane l takes the 128-byte lines l,
-// l + 32, … of each stretch.
-template <int R, class Rows>
-__device__ __forceinline__ void bfp_l2_prefetch(int row0, int step, int N, int rb, int skip, int pf, Rows rows) {
-	const int lane = threadIdx.x & 31;
-	const uint4* wr[R];
-	for (int row = row0, off = skip; pf > 0 && row < N; row += step, off = 0) {
-		if (off >= rb) continue;
-		rows(row, wr);
-		const int n = min(rb - off, pf);
-		for (int o = lane * 128; o < n; o += 32 * 128)
-#pragma unroll
-			for (int r = 0; r < R; r++)
-				asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(wr[r]) + off + o));
-		pf -= n;
-	}
-}
-
 // bfp_loop runs a warp's rows row0, row0 + step, … (< N) of a pipelined
 // GEMV over x (K % 8 == 0): rows(row, wr) gives the R weight rows of
 // output row, finish(row, acc) takes the lane's R sums (it reduces and
@@ -105,15 +85,7 @@ __device__ __forceinline__ void bfp_l2_prefetch(int row0, int step, int N, int r
 // wait. The weights are never written during a step, so those loads need
 // no earlier kernel; x (read in compute) and y (in finish) stay after the
 // wait. The steps are common.cuh's pipe_step / pipe_run.
-//
-// PF (with EARLY; gemvearly.go's L2 twins, FT_GEMV_L2PF): after that
-// batch, the warp also asks L2 for the next PF bytes of each matrix's
-// weight stream (the rest of row0 past batch 0, then rows row0 + step, …)
-// with prefetch.global.L2, one 128-byte line a lane at a time, so that a
-// GEMV behind a kernel that leaves HBM idle (the decode attention) has
-// more of its weights on chip when its wait returns. Prefetches change no
-// value: same bits.
-template <int R, int U, class Rows, class Finish, bool EARLY = false, int PF = 0>
+template <int R, int U, class Rows, class Finish, bool EARLY = false>
 __device__ __forceinline__ void bfp_loop(int row0, int step, int N, int K, const bf16_t* __restrict__ x, Rows rows, Finish finish) {
 	const int lane = threadIdx.x & 31;
 	const int nv = K >> 3;
@@ -128,7 +100,6 @@ __device__ __forceinline__ void bfp_loop(int row0, int step, int N, int K, const
 	if (EARLY && row0 < N) {
 		rows(row0, wr);
 		bfp_issue<R, U>(a0, wr, lane, nv);
-		if (PF > 0) bfp_l2_prefetch<R>(row0, step, N, 2 * K, 512 * U, PF, rows);
 	}
 	ft_pdl_wait();
 	if (row0 >= N) return;
@@ -144,7 +115,7 @@ __device__ __forceinline__ void bfp_loop(int row0, int step, int N, int K, const
 // U loads per lane in flight while a batch is computed: y[n] =
 // Σ_k x[k]·w[n,k] in bf16 (OUT_BF16) or fp32, or added to fp32 y (ACC);
 // persistent warps, one row at a time.
-template <int U, bool OUT_BF16, bool ACC, bool EARLY = false, int PF = 0>
+template <int U, bool OUT_BF16, bool ACC, bool EARLY = false>
 __device__ __forceinline__ void gemv_persist_pipe_body(void* y, const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, int N, int K) {
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
@@ -158,14 +129,14 @@ __device__ __forceinline__ void gemv_persist_pipe_body(void* y, const bf16_t* __
 			else ((float*)y)[row] = s;
 		}
 	};
-	bfp_loop<1, U, decltype(rows), decltype(finish), EARLY, PF>(row0, nw, N, K, x, rows, finish);
+	bfp_loop<1, U, decltype(rows), decltype(finish), EARLY>(row0, nw, N, K, x, rows, finish);
 }
 
 // gemv3_pipe_body is gemv3_body (no folded norm) pipelined, U loads per
 // lane in flight while a batch is computed: the q, k and v projections of
 // one token, y_j[n] = Σ_k x[k]·w_j[n,k] (bf16), the rows of the three
 // matrices stacked.
-template <int U, bool EARLY = false, int PF = 0>
+template <int U, bool EARLY = false>
 __device__ __forceinline__ void gemv3_pipe_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* x,
 		const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) {
 	const int lane = threadIdx.x & 31;
@@ -182,14 +153,14 @@ __device__ __forceinline__ void gemv3_pipe_body(bf16_t* y0, bf16_t* y1, bf16_t* 
 			*yp = f2bf(s);
 		}
 	};
-	bfp_loop<1, U, decltype(rows), decltype(finish), EARLY, PF>(r0, nw, N0 + N1 + N2, K, x, rows, finish);
+	bfp_loop<1, U, decltype(rows), decltype(finish), EARLY>(r0, nw, N0 + N1 + N2, K, x, rows, finish);
 }
 
 // gemv_gateup_pipe_body is gemv_gateup_body (no folded norm) pipelined,
 // U loads per lane and matrix in flight while a batch is computed: act[n]
 // = silu(g)·u, g and u the fp32 sums of row n of wg and wu, both rows
 // streamed together.
-template <int U, bool EARLY = false, int PF = 0>
+template <int U, bool EARLY = false>
 __device__ __forceinline__ void gemv_gateup_pipe_body(bf16_t* act, const bf16_t* x, const bf16_t* wg, const bf16_t* wu, int N, int K) {
 	const int lane = threadIdx.x & 31;
 	const int nw = (gridDim.x * blockDim.x) >> 5;
@@ -203,7 +174,7 @@ __device__ __forceinline__ void gemv_gateup_pipe_body(bf16_t* act, const bf16_t*
 		const float u = warp_sum(acc[1]);
 		if (lane == 0) act[row] = f2bf(g / (1.f + expf(-g)) * u);
 	};
-	bfp_loop<2, U, decltype(rows), decltype(finish), EARLY, PF>(row0, nw, N, K, x, rows, finish);
+	bfp_loop<2, U, decltype(rows), decltype(finish), EARLY>(row0, nw, N, K, x, rows, finish);
 }
 
 // GEMV_PIPE_KERNELS instantiates the four pipelined GEMVs of one depth:
@@ -211,39 +182,32 @@ __device__ __forceinline__ void gemv_gateup_pipe_body(bf16_t* act, const bf16_t*
 // (gemv_gateup_silu_bf16's), gemv_persist_<name>_f32acc (gemv_persist_f32acc's:
 // o and down into the residual) and gemv_persist_<name>_f32out
 // (gemv_persist_f32out's: the LM head); U loads per lane in flight (UG
-// per matrix for gate·up) while a batch is computed; EARLY and PF are
-// bfp_loop's.
-#define GEMV_PIPE_KERNELS(NAME, U, UG, EARLY, PF) \
+// per matrix for gate·up) while a batch is computed.
+#define GEMV_PIPE_KERNELS(NAME, U, UG, EARLY) \
 	extern "C" __global__ void __launch_bounds__(256) gemv_persist_##NAME##_f32out(float* y, const bf16_t* x, const bf16_t* w, int N, int K) { \
-		gemv_persist_pipe_body<U, false, false, EARLY, PF>(y, x, w, N, K); \
+		gemv_persist_pipe_body<U, false, false, EARLY>(y, x, w, N, K); \
 	} \
 	extern "C" __global__ void __launch_bounds__(256) gemv_persist_##NAME##_f32acc(float* y, const bf16_t* x, const bf16_t* w, int N, int K) { \
-		gemv_persist_pipe_body<U, false, true, EARLY, PF>(y, x, w, N, K); \
+		gemv_persist_pipe_body<U, false, true, EARLY>(y, x, w, N, K); \
 	} \
 	extern "C" __global__ void __launch_bounds__(256) gemv3_##NAME##_bf16(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* x, \
 			const bf16_t* w0, const bf16_t* w1, const bf16_t* w2, int N0, int N1, int N2, int K) { \
-		gemv3_pipe_body<U, EARLY, PF>(y0, y1, y2, x, w0, w1, w2, N0, N1, N2, K); \
+		gemv3_pipe_body<U, EARLY>(y0, y1, y2, x, w0, w1, w2, N0, N1, N2, K); \
 	} \
 	extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_##NAME##_bf16(bf16_t* act, const bf16_t* x, \
 			const bf16_t* wg, const bf16_t* wu, int N, int K) { \
-		gemv_gateup_pipe_body<UG, EARLY, PF>(act, x, wg, wu, N, K); \
+		gemv_gateup_pipe_body<UG, EARLY>(act, x, wg, wu, N, K); \
 	}
 
 // pipe (FT_GEMV=pipe, and mixed's non-q/k/v GEMVs): at most 64 registers (NVRTC 12.4,
 // sm_90), 4 blocks of 256 threads an SM. (A depth of twice the loads in
 // flight, about 100 registers and 2 blocks an SM, measured slower on the
 // H200 and was removed: bench/RESULTS.md, FT_GEMV=pipe8.)
-GEMV_PIPE_KERNELS(pipe, 4, 2, false, 0)
+GEMV_PIPE_KERNELS(pipe, 4, 2, false)
 
 // pipe_early (the default; FT_GEMV_EARLY=0 turns it off; gemvearly.go): the pipe kernels with each
 // warp's first batch of weights issued before ft_pdl_wait (bfp_loop's
 // EARLY), so that a GEMV launched behind a kernel that leaves most of the
 // GPU idle (RMSNorm, the decode attention) starts streaming while that
 // kernel runs. Same bits as pipe.
-GEMV_PIPE_KERNELS(pipe_early, 4, 2, true, 0)
-
-// pipe_l2pf6k, pipe_l2pf16k (FT_GEMV_L2PF, an experiment; gemvearly.go):
-// pipe_early with each warp also asking L2 for the next 6 or 16 KiB of
-// each weight stream before the wait (bfp_loop's PF). Same bits as pipe.
-GEMV_PIPE_KERNELS(pipe_l2pf6k, 4, 2, true, 6144)
-GEMV_PIPE_KERNELS(pipe_l2pf16k, 4, 2, true, 16384)
+GEMV_PIPE_KERNELS(pipe_early, 4, 2, true)

@@ -245,11 +245,6 @@ type Backend struct {
 	// dependent-launch wait. New sets it unless FT_GEMV_EARLY=0 (on by
 	// default since s15b).
 	GEMVEarly bool
-
-	// GEMVL2Prefetch picks L2-prefetching early twins (gemvearly.go; "",
-	// "0": none; "6k", "16k", "acc6k", "acc16k"). New sets it from
-	// FT_GEMV_L2PF. An experiment: it applies only with GEMVEarly.
-	GEMVL2Prefetch string
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -274,22 +269,21 @@ type kernelSet struct {
 	moe           moeKernels      // mixture-of-experts row ops (moe.go)
 	moeFused      moeFusedKernels // fused mixture-of-experts ops (moefused.go)
 	decodeMMA     decodeMMAKernels
-	addRMS        *cuda.Function                               // add_rmsnorm_f32_bf16 (addnorm.go)
-	fp8           *fp8Kernels                                  // FP8 GEMVs and dequantization at HBM speed (fp8gemv.go)
-	rmsPair       *cuda.Function                               // rmsnorm_pair_bf16_v8 (qknorm.go)
-	prefill       prefillKernels                               // prefill attention and vectorised RoPE + store (prefill.go)
-	gemvAcc       *cuda.Function                               // gemv_persist_f32acc (matmuladd.go)
-	gemvAccNorm   *cuda.Function                               // gemv_persist_f32acc_norm (normtail.go)
-	fp8gemm       fp8GemmKernels                               // per-token quantization and rescaling (fp8gemm.go)
-	norm          *normKernels                                 // GEMVs with the RMSNorm folded in (normgemv.go)
-	merged        mergedKernels                                // column splits after a merged GEMM (merged.go)
-	qkvRoPE       *cuda.Function                               // gemv3_rope_store_bf16 (qkvrope.go)
-	qkNormRoPE    *cuda.Function                               // qknorm_rope_store_bf16 (qknormrope.go)
-	qkNormLate    *cuda.Function                               // qknorm_rope_store_late_bf16 (FT_QKNORM_EARLY=0)
-	gemvPipe      gemvPipeKernels                              // pipelined twins of the one-token GEMVs (gemvpipe.go)
-	gemvEarly     map[*cuda.Function]*cuda.Function            // early-issue twins of gemv3_bf16 and the pipe GEMVs (gemvearly.go)
-	gemvL2        map[string]map[*cuda.Function]*cuda.Function // L2-prefetching early twins by FT_GEMV_L2PF value (gemvearly.go)
-	decodeLayer   *megaModule                                  // decode_layer_bf16's own module, loaded on first use (decodelayer.go)
+	addRMS        *cuda.Function                    // add_rmsnorm_f32_bf16 (addnorm.go)
+	fp8           *fp8Kernels                       // FP8 GEMVs and dequantization at HBM speed (fp8gemv.go)
+	rmsPair       *cuda.Function                    // rmsnorm_pair_bf16_v8 (qknorm.go)
+	prefill       prefillKernels                    // prefill attention and vectorised RoPE + store (prefill.go)
+	gemvAcc       *cuda.Function                    // gemv_persist_f32acc (matmuladd.go)
+	gemvAccNorm   *cuda.Function                    // gemv_persist_f32acc_norm (normtail.go)
+	fp8gemm       fp8GemmKernels                    // per-token quantization and rescaling (fp8gemm.go)
+	norm          *normKernels                      // GEMVs with the RMSNorm folded in (normgemv.go)
+	merged        mergedKernels                     // column splits after a merged GEMM (merged.go)
+	qkvRoPE       *cuda.Function                    // gemv3_rope_store_bf16 (qkvrope.go)
+	qkNormRoPE    *cuda.Function                    // qknorm_rope_store_bf16 (qknormrope.go)
+	qkNormLate    *cuda.Function                    // qknorm_rope_store_late_bf16 (FT_QKNORM_EARLY=0)
+	gemvPipe      gemvPipeKernels                   // pipelined twins of the one-token GEMVs (gemvpipe.go)
+	gemvEarly     map[*cuda.Function]*cuda.Function // early-issue twins of gemv3_bf16 and the pipe GEMVs (gemvearly.go)
+	decodeLayer   *megaModule                       // decode_layer_bf16's own module, loaded on first use (decodelayer.go)
 
 	normRows normRowsKernels // many-rows RMSNorm (normrows.go)
 }
@@ -467,7 +461,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		VarlenContig: varlenContigFromEnv(),
 		DecodeMega:   decodeMegaFromEnv(),
 		AsyncDecode:  asyncDecodeFromEnv(),
-		GEMVEarly:    gemvEarlyFromEnv(), GEMVL2Prefetch: os.Getenv("FT_GEMV_L2PF")}
+		GEMVEarly:    gemvEarlyFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.QKNormLate = os.Getenv("FT_QKNORM_EARLY") == "0"

@@ -32,7 +32,6 @@ var envSwitches = map[string][]string{
 	"FT_FP8_FUSE":        {"", "0", "1"},
 	"FT_FUSE_NORM":       {"", "0", "1"},
 	"FT_GEMV_EARLY":      {"", "0", "1"},
-	"FT_GEMV_L2PF":       {"", "0", "6k", "16k", "acc6k", "acc16k"},
 	"FT_NORM_TAIL":       {"", "0", "1"},
 	"FT_QKNORM_ROPE":     {"", "0", "1", "all"},
 	"FT_QKNORM_EARLY":    {"", "0", "1"},

@@ -36,62 +36,29 @@ import (
 // FT_GEMV_EARLY=0.
 func gemvEarlyFromEnv() bool { return os.Getenv("FT_GEMV_EARLY") != "0" }
 
-// GEMV L2 prefetch (Backend.GEMVL2Prefetch, FT_GEMV_L2PF; an experiment,
-// off by default): the early twins of the pipelined GEMVs that also ask
-// L2 for the next 6 or 16 KiB of each warp's weight stream before the
-// wait (gemvpipe.cu's pipe_l2pf6k, pipe_l2pf16k). The attention ahead of
-// o_proj leaves HBM idle for about 5 µs a layer (s15a: 0.18 ms a token),
-// more than the early twins' first batch (2 KiB a warp) fills. "6k" and
-// "16k" take them for every pipelined GEMV, "acc6k" and "acc16k" only for
-// the products into the residual (o_proj and down_proj). Same bits.
-
-// gemvL2Values are FT_GEMV_L2PF's values ("" first: off).
-var gemvL2Values = []string{"", "0", "6k", "16k", "acc6k", "acc16k"}
-
 // loadGEMVEarly maps gemv3_bf16 and the default depth's pipelined kernels
 // (which must be loaded: loadGEMVPipe) to their early twins; only that
-// depth has them (gemvpipe.cu's pipe_early), and the L2-prefetching twins
-// of each FT_GEMV_L2PF value.
+// depth has them (gemvpipe.cu's pipe_early).
 func (ks *kernelSet) loadGEMVEarly(get func(string) *cuda.Function) {
 	ks.gemvEarly = map[*cuda.Function]*cuda.Function{ks.gemv3: get("gemv3_early_bf16")}
-	ks.gemvL2 = map[string]map[*cuda.Function]*cuda.Function{}
-	for _, v := range gemvL2Values[2:] {
-		ks.gemvL2[v] = map[*cuda.Function]*cuda.Function{}
-	}
 	for _, f := range ks.gemvPipe.twin[gemvPipeDefault] {
 		ks.gemvEarly[f] = get(strings.Replace(f.Name(), "_pipe_", "_pipe_early_", 1))
-		for _, size := range []string{"6k", "16k"} {
-			t := get(strings.Replace(f.Name(), "_pipe_", "_pipe_l2pf"+size+"_", 1))
-			ks.gemvL2[size][f] = t
-			if strings.HasSuffix(f.Name(), "_f32acc") {
-				ks.gemvL2["acc"+size][f] = t
-			}
-		}
 	}
 }
 
-// earlyFunctions are the early twins, the L2-prefetching ones too (all
-// call ft_pdl_wait before they touch x or y: pdl.go).
+// earlyFunctions are the early twins (all call ft_pdl_wait before they
+// touch x or y: pdl.go).
 func (ks *kernelSet) earlyFunctions() []*cuda.Function {
 	fs := make([]*cuda.Function, 0, len(ks.gemvEarly))
 	for _, f := range ks.gemvEarly {
 		fs = append(fs, f)
 	}
-	for _, size := range []string{"6k", "16k"} {
-		for _, f := range ks.gemvL2[size] {
-			fs = append(fs, f)
-		}
-	}
 	return fs
 }
 
-// early is f's early twin under b.GEMVEarly (its L2-prefetching twin where
-// b.GEMVL2Prefetch names one for f), else f.
+// early is f's early twin under b.GEMVEarly, else f.
 func (b *Backend) early(f *cuda.Function) *cuda.Function {
 	if b.GEMVEarly {
-		if t := b.k.gemvL2[b.GEMVL2Prefetch][f]; t != nil {
-			return t
-		}
 		if t := b.k.gemvEarly[f]; t != nil {
 			return t
 		}

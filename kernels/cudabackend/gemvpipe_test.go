@@ -74,24 +74,20 @@ func TestGEMVPipeBitIdentical(t *testing.T) {
 				}
 			}
 		}
-		// Early twins off, on, and on with each size of L2 prefetch.
-		for _, mode := range []struct {
-			early bool
-			l2    string
-		}{{false, ""}, {true, ""}, {true, "6k"}, {true, "16k"}} {
+		for _, early := range []bool{false, true} {
 			for _, d := range append(slices.Clone(gemvPipeDepths), gemvMixed) {
 				if d == gemvMixed {
 					gb.GEMVPipe, gb.GEMVPersistQKV = gemvPipeDefault, true
 				} else {
 					gb.GEMVPipe = d
 				}
-				gb.GEMVEarly, gb.GEMVL2Prefetch = mode.early, mode.l2
+				gb.GEMVEarly = early
 				outs := fn()
-				gb.GEMVPipe, gb.GEMVPersistQKV, gb.GEMVEarly, gb.GEMVL2Prefetch = "", false, false, ""
+				gb.GEMVPipe, gb.GEMVPersistQKV, gb.GEMVEarly = "", false, false
 				for j, o := range outs {
 					got := read(t, o)
 					if k := sameBits(got, want[j]); k >= 0 {
-						t.Errorf("%s output %d, FT_GEMV=%s FT_GEMV_EARLY=%v FT_GEMV_L2PF=%q: element %d = %v, gemv.cu's %v", what, j, d, mode.early, mode.l2, k, got[k], want[j][k])
+						t.Errorf("%s output %d, FT_GEMV=%s FT_GEMV_EARLY=%v: element %d = %v, gemv.cu's %v", what, j, d, early, k, got[k], want[j][k])
 					}
 				}
 			}
@@ -118,20 +114,6 @@ func TestGEMVPipeBitIdentical(t *testing.T) {
 			if got := gb.gemvFn(f, 0); strings.Contains(got.Name(), "_pipe") {
 				t.Fatalf("early twins on: width 0 launches %s, a pipelined twin", got.Name())
 			}
-		}
-		// FT_GEMV_L2PF=acc6k: the products into the residual prefetch,
-		// gate·up keeps its early twin; 16k: every pipelined one.
-		defer func(was string) { gb.GEMVL2Prefetch = was }(gb.GEMVL2Prefetch)
-		gb.GEMVL2Prefetch = "acc6k"
-		if got := gb.gemvFn(gb.k.gemvAcc, 4096).Name(); !strings.Contains(got, "l2pf6k") {
-			t.Fatalf("FT_GEMV_L2PF=acc6k: the residual product launches %s", got)
-		}
-		if got := gb.gemvFn(gb.k.gateUp, 4096).Name(); !strings.Contains(got, "_pipe_early_") {
-			t.Fatalf("FT_GEMV_L2PF=acc6k: gate·up launches %s, want its early twin", got)
-		}
-		gb.GEMVL2Prefetch = "16k"
-		if got := gb.gemvFn(gb.k.gateUp, 4096).Name(); !strings.Contains(got, "l2pf16k") {
-			t.Fatalf("FT_GEMV_L2PF=16k: gate·up launches %s", got)
 		}
 	}()
 	for _, c := range []struct{ N0, N1, N2, D int }{{4096, 1024, 1024, 4096}, {100, 37, 5, 520}, {3, 2, 1, 8}, {64, 64, 64, 2056}, {40, 30, 20, 8200}} {
