@@ -1,6 +1,6 @@
 // Software-pipelined twins of gemv.cu's one-token BF16 GEMVs (the default
-// for all but q/k/v, which FT_GEMV=mixed, the default, keeps on gemv.cu's
-// gemv3_bf16; FT_GEMV=pipe runs them all here, FT_GEMV=persist none):
+// for all of them since s16, FT_GEMV=pipe; FT_GEMV=mixed keeps q/k/v on
+// gemv.cu's gemv3_bf16, FT_GEMV=persist runs none here):
 // gemv3_pipe_bf16 (q/k/v), gemv_gateup_silu_pipe_bf16, gemv_persist_pipe_f32acc
 // (o, down into the residual) and gemv_persist_pipe_f32out (the LM head).
 //

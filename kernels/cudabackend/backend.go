@@ -189,11 +189,6 @@ type Backend struct {
 	// from FT_QKNORM_ROPE: 1 unset or "1", 0 for "0", −1 for "all".
 	QKNormRoPETokens int
 
-	// QKNormLate runs qknorm_rope_store_late_bf16 for NormRoPEStoreKV:
-	// the position read after the norm and v copied at the end, the order
-	// before s16 (FT_QKNORM_EARLY=0; an A/B switch). Same bits.
-	QKNormLate bool
-
 	// NoMergedGEMM turns MatMulMerged and GateUpSiLUMerged off (they then
 	// say they did not run): q, k, v and gate, up of a several-token
 	// forward run as separate GEMMs. New sets it when FT_MERGED_GEMM=0
@@ -280,7 +275,6 @@ type kernelSet struct {
 	merged        mergedKernels                     // column splits after a merged GEMM (merged.go)
 	qkvRoPE       *cuda.Function                    // gemv3_rope_store_bf16 (qkvrope.go)
 	qkNormRoPE    *cuda.Function                    // qknorm_rope_store_bf16 (qknormrope.go)
-	qkNormLate    *cuda.Function                    // qknorm_rope_store_late_bf16 (FT_QKNORM_EARLY=0)
 	gemvPipe      gemvPipeKernels                   // pipelined twins of the one-token GEMVs (gemvpipe.go)
 	gemvEarly     map[*cuda.Function]*cuda.Function // early-issue twins of gemv3_bf16 and the pipe GEMVs (gemvearly.go)
 	decodeLayer   *megaModule                       // decode_layer_bf16's own module, loaded on first use (decodelayer.go)
@@ -329,9 +323,8 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		sample: get("sample_rows"),
 		paged:  loadPaged(get), moe: loadMoE(get), moeFused: loadMoEFused(get), decodeMMA: loadDecodeMMA(get),
 		addRMS: get("add_rmsnorm_f32_bf16"), rmsPair: get("rmsnorm_pair_bf16_v8"), qkNormRoPE: get("qknorm_rope_store_bf16"),
-		qkNormLate: get("qknorm_rope_store_late_bf16"),
-		prefill:    loadPrefill(get),
-		gemvAcc:    get("gemv_persist_f32acc"), gemvAccNorm: get("gemv_persist_f32acc_norm"),
+		prefill: loadPrefill(get),
+		gemvAcc: get("gemv_persist_f32acc"), gemvAccNorm: get("gemv_persist_f32acc_norm"),
 		fp8:     loadFP8(get),
 		fp8gemm: loadFP8Gemm(get),
 		merged:  loadMerged(get),
@@ -464,7 +457,6 @@ func New(dev runtime.Device) (*Backend, error) {
 		GEMVEarly:    gemvEarlyFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
-	b.QKNormLate = os.Getenv("FT_QKNORM_EARLY") == "0"
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV
 	cd.AtClose(b.Close)

@@ -15,6 +15,12 @@ const gemvMixed = "mixed"
 // is small but seen in every pair: graph step at 512 4.17 and 4.17 ms
 // against 4.18, run-model 4.12 and 4.14 ms a token against 4.16, graph
 // step at 8,192 4.53 against 4.56. Outputs are the same bits (gemv3_bf16
-// and gemv3_pipe_bf16 are twins). FT_GEMV=pipe gives the pipelined GEMVs
-// everywhere.
-const gemvMixedDefault = true
+// and gemv3_pipe_bf16 are twins).
+//
+// With the early twins (gemvearly.go) and the early-copy attention the
+// order turned (2026-12-03, bench/h200-s16c.sh, run-model 256 tokens,
+// three pairs each): the pipelined q/k/v 3.93 ms a token three times
+// against 3.96 three times (Llama-3-8B), 4.11 three times against
+// 4.13-4.14 (Qwen3-8B). So the pipelined GEMVs run everywhere by default
+// since s16; FT_GEMV=mixed gives the mix.
+const gemvMixedDefault = false

@@ -78,11 +78,7 @@ func (b *Backend) NormRoPEStoreKV(a kernels.QKNormRoPE) (bool, error) {
 	posp, p0 := b.posArgs(a.Pos)
 	// The bytes: q and k read and written, v read, k and v into the cache, the weights.
 	bytes := int64(T)*int64(d)*2*(2*int64(H+KV)+3*int64(KV)) + 4*int64(d)
-	f := b.k.qkNormRoPE
-	if b.QKNormLate {
-		f = b.k.qkNormLate
-	}
-	return true, f.LaunchBytes(b.s, bytes, cuda.Dim3{X: T * (H + KV)}, cuda.Dim3{X: normThreads(d)}, 2*d,
+	return true, b.k.qkNormRoPE.LaunchBytes(b.s, bytes, cuda.Dim3{X: T * (H + KV)}, cuda.Dim3{X: normThreads(d)}, 2*d,
 		cuda.Ptr(a.Q.Ptr()), cuda.Ptr(a.K.Ptr()), cuda.Ptr(a.V.Ptr()), cuda.Ptr(a.KCache.Ptr()), cuda.Ptr(a.VCache.Ptr()),
 		cuda.Ptr(a.QNorm.Ptr()), cuda.Ptr(a.KNorm.Ptr()), cuda.I32(H), cuda.I32(KV), cuda.I32(d), cuda.F32(a.Eps),
 		cuda.I32(a.KCache.Dim(0)), posp, p0, cuda.Ptr(tab))

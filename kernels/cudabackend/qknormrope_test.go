@@ -22,32 +22,25 @@ type normRoPEOperands struct{ q, k, v, kc, vc *runtime.Tensor }
 // RoPEStoreKV (rope_store_bf16, or its v8 twin from 16 tokens) leave, on
 // Qwen3-8B's heads (32 q, 8 KV, d 128), d 64, a tiny shape (d 8) and
 // prefills of 5 and 20 tokens (FT_QKNORM_ROPE=all), at positions 0, 1,
-// 1000 and the cache's last rows (the s15 kernel of FT_QKNORM_EARLY=0 too,
-// on Qwen3's shapes); and the CPU reference's values within
+// 1000 and the cache's last rows; and the CPU reference's values within
 // bf16 rounding. A graph captured at one position replays at others as
 // the eager op runs there. Declines (switched off, more tokens than
 // QKNormRoPETokens, d not a multiple of 8) enqueue nothing; bad shapes are
 // errors.
 func TestNormRoPEStoreKVGPU(t *testing.T) {
 	needGPU(t)
-	defer func(n int, late bool) { gb.QKNormRoPETokens, gb.QKNormLate = n, late }(gb.QKNormRoPETokens, gb.QKNormLate)
+	defer func(n int) { gb.QKNormRoPETokens = n }(gb.QKNormRoPETokens)
 	gb.QKNormRoPETokens = -1
 	rng := newRNG(t)
 	const C, eps = 2048, 1e-6
-	for _, c := range []struct {
-		T, H, KV, d int
-		late        bool // FT_QKNORM_EARLY=0's kernel
-	}{
-		{1, 32, 8, 128, false}, // Qwen3-8B
-		{1, 32, 8, 128, true},
-		{1, 16, 2, 64, false},
-		{1, 2, 1, 8, false},
-		{5, 32, 8, 128, false},
-		{5, 32, 8, 128, true},
-		{20, 8, 4, 64, false},
+	for _, c := range []struct{ T, H, KV, d int }{
+		{1, 32, 8, 128}, // Qwen3-8B
+		{1, 16, 2, 64},
+		{1, 2, 1, 8},
+		{5, 32, 8, 128},
+		{20, 8, 4, 64},
 	} {
-		gb.QKNormLate = c.late
-		t.Run(fmt.Sprintf("T%d_H%d_KV%d_d%d_late%v", c.T, c.H, c.KV, c.d, c.late), func(t *testing.T) {
+		t.Run(fmt.Sprintf("T%d_H%d_KV%d_d%d", c.T, c.H, c.KV, c.d), func(t *testing.T) {
 			inv, err := kernels.RopeInvFreq(c.d, 1e6, kernels.RopeScaling{})
 			if err != nil {
 				t.Fatal(err)
