@@ -133,6 +133,23 @@ func newServer(t testing.TB, cfg serverConfig) *testServer {
 
 func (ts *testServer) url(path string) string { return ts.http.URL + path }
 
+// postLater sends a completion request body from another goroutine; the
+// channel gets its status (0 if it got no answer).
+func (ts *testServer) postLater(body string) <-chan int {
+	status := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(ts.url("/v1/completions"), "application/json", strings.NewReader(body))
+		if err != nil {
+			status <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		status <- resp.StatusCode
+	}()
+	return status
+}
+
 // post sends a JSON body (a string sent as is) and decodes the response.
 func (ts *testServer) post(t testing.TB, path string, body any, hdr ...string) (int, map[string]any, http.Header) {
 	t.Helper()

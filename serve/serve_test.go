@@ -401,17 +401,7 @@ func TestAPIKey(t *testing.T) {
 // Retry-After; the queued one is served once the engine runs.
 func TestQueueFull(t *testing.T) {
 	ts := newServer(t, serverConfig{noStart: true, sched: generate.Options{MaxSeqs: 1, MaxQueue: 1}})
-	first := make(chan int, 1)
-	go func() {
-		resp, err := http.Post(ts.url("/v1/completions"), "application/json", strings.NewReader(`{"prompt": "a", "max_tokens": 3}`))
-		if err != nil {
-			first <- 0
-			return
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		first <- resp.StatusCode
-	}()
+	first := ts.postLater(`{"prompt": "a", "max_tokens": 3}`)
 	waitFor(t, 5*time.Second, "the first request to queue", func() bool { return ts.Scheduler().Waiting() == 1 })
 	code, out, hdr := ts.post(t, "/v1/completions", `{"prompt": "b", "max_tokens": 3}`)
 	if code != 429 || field(out, "error", "type") != "rate_limit_error" || hdr.Get("Retry-After") != "1" {
@@ -431,17 +421,7 @@ func TestQueueFull(t *testing.T) {
 // 503 shutting_down; a second Close does nothing.
 func TestClose(t *testing.T) {
 	ts := newServer(t, serverConfig{noStart: true})
-	first := make(chan int, 1)
-	go func() {
-		resp, err := http.Post(ts.url("/v1/completions"), "application/json", strings.NewReader(`{"prompt": "a", "max_tokens": 3}`))
-		if err != nil {
-			first <- 0
-			return
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		first <- resp.StatusCode
-	}()
+	first := ts.postLater(`{"prompt": "a", "max_tokens": 3}`)
 	waitFor(t, 5*time.Second, "the request to queue", func() bool { return ts.Scheduler().Waiting() == 1 })
 	if err := ts.Close(); err != nil {
 		t.Fatal(err)

@@ -233,15 +233,7 @@ func schedulerEqualsGenerate(t *testing.T, dir string, withArgmax bool) {
 // waiting one leaves the queue; the others finish as alone.
 func TestSchedulerCancel(t *testing.T) {
 	m, b := load(t, fixtures[0].dir)
-	cache, err := m.NewPagedCache(b, 16, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Close()
-	s, err := generate.New(m, b, cache, generate.Options{MaxSeqs: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cache := newScheduler(t, m, b, 16, 4, generate.Options{MaxSeqs: 2})
 	V := m.Cfg.VocabSize
 	reqs := []generate.Request{
 		{Prompt: prompt(V, 5, 1), MaxNewTokens: 20, IgnoreEOS: true},
@@ -775,15 +767,7 @@ func TestSchedulerClose(t *testing.T) {
 // two concurrent Closes both return once the work is done.
 func TestSchedulerCloseDuringRun(t *testing.T) {
 	m, b := load(t, fixtures[0].dir)
-	cache, err := m.NewPagedCache(b, 64, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cache.Close()
-	s, err := generate.New(m, b, cache, generate.Options{MaxSeqs: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cache := newScheduler(t, m, b, 64, 8, generate.Options{MaxSeqs: 2})
 	V := m.Cfg.VocabSize
 	stepped := make(chan struct{}, 1)
 	var hs []*generate.Handle
