@@ -183,6 +183,12 @@ type Backend struct {
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
 	NoFusedRoPE bool
+
+	// FuseQKNorm lets ProjectRoPEStoreKV take layers with q/k norms
+	// (qkvnorm.go): the q/k/v GEMV with the norms, RoPE and KV store in
+	// one launch. New sets it when FT_FUSE_QKNORM=1 (an experiment).
+	FuseQKNorm   bool
+	headCounters *runtime.DeviceBuffer // its per-head counters (zero between launches)
 	// QKNormRoPETokens is the most tokens for which NormRoPEStoreKV runs
 	// (qknormrope.go: the q/k norms, RoPE and KV store as one kernel);
 	// it declines larger calls, all of them at 0, none at −1. New sets it
@@ -274,6 +280,7 @@ type kernelSet struct {
 	norm          *normKernels                      // GEMVs with the RMSNorm folded in (normgemv.go)
 	merged        mergedKernels                     // column splits after a merged GEMM (merged.go)
 	qkvRoPE       *cuda.Function                    // gemv3_rope_store_bf16 (qkvrope.go)
+	qkvNorm       *cuda.Function                    // gemv3_qknorm_rope_early_bf16 (qkvnorm.go)
 	qkNormRoPE    *cuda.Function                    // qknorm_rope_store_bf16 (qknormrope.go)
 	gemvPipe      gemvPipeKernels                   // pipelined twins of the one-token GEMVs (gemvpipe.go)
 	gemvEarly     map[*cuda.Function]*cuda.Function // early-issue twins of gemv3_bf16 and the pipe GEMVs (gemvearly.go)
@@ -334,6 +341,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	}
 	ks.norm = loadNorm(get)
 	ks.loadQKVRoPE(get)
+	ks.loadQKVNorm(get)
 	ks.normRows = loadNormRows(get)
 	ks.loadGEMVPipe(get)
 	ks.loadGEMVEarly(get)
@@ -347,7 +355,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	ks.allowDependentLaunch()
 	ks.fp8.sms = dev.Multiprocessors()
 	ks.persistBlocks = map[*cuda.Function]int{}
-	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemvAccNorm, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down} {
+	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemvAccNorm, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down, ks.qkvNorm} {
 		n, err := f.MaxActiveBlocksPerSM(256, 0)
 		if err != nil {
 			return nil, fmt.Errorf("cudabackend: %w", err)
@@ -456,6 +464,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		AsyncDecode:  asyncDecodeFromEnv(),
 		GEMVEarly:    gemvEarlyFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
+	b.FuseQKNorm = fuseQKNormFromEnv()
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV
@@ -474,11 +483,12 @@ func (b *Backend) ActDType() runtime.DType { return runtime.BF16 }
 // calls it; calling it earlier is fine too.
 func (b *Backend) Close() error {
 	err := b.s.Synchronize()
-	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf, b.tailCounter) {
+	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf, b.tailCounter, b.headCounters) {
 		buf.Free()
 	}
 	b.fp8lt.buf, b.merged, b.tailCounter = nil, nil, nil // b.merged is on b.retired
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
+	b.headCounters = nil
 	b.meta.free()
 	b.feed.free()
 	b.mega.free()

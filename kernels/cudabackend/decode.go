@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 
+	"github.com/flextensor-go/flextensor/runtime"
 	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
 
@@ -258,19 +259,26 @@ func (b *Backend) mmaSplitsPaged(span, R, K int) int {
 }
 
 // ensureCounters returns n zeroed int32 counters for the last-block merge
-// (the kernels leave them zero). They are zeroed through the aux stream,
-// synchronously, so this is legal while the compute stream captures.
+// (the kernels leave them zero).
 func (b *Backend) ensureCounters(n int) (uintptr, error) {
+	return b.zeroedInts(&b.counters, n, "decode attention counters")
+}
+
+// zeroedInts returns at least n int32s of *slot, which kernels leave zero
+// between launches: zeroed once when (re)allocated, through the aux stream
+// and synchronously, so this is legal while the compute stream captures. A
+// buffer outgrown is retired (graphs captured earlier may still use it).
+func (b *Backend) zeroedInts(slot **runtime.DeviceBuffer, n int, what string) (uintptr, error) {
 	need := int64(4 * n)
-	if b.counters != nil && b.counters.Size() >= need {
-		return b.counters.Ptr(), nil
+	if *slot != nil && (*slot).Size() >= need {
+		return (*slot).Ptr(), nil
 	}
-	if b.counters != nil {
-		b.retired = append(b.retired, b.counters)
-		b.counters = nil
+	if *slot != nil {
+		b.retired = append(b.retired, *slot)
+		*slot = nil
 	}
 	size := max(need, 4096)
-	buf, err := b.dev.Alloc(size, "decode attention counters")
+	buf, err := b.dev.Alloc(size, what)
 	if err != nil {
 		return 0, err
 	}
@@ -278,7 +286,7 @@ func (b *Backend) ensureCounters(n int) (uintptr, error) {
 		buf.Free()
 		return 0, err
 	}
-	b.counters = buf
+	*slot = buf
 	return buf.Ptr(), nil
 }
 
