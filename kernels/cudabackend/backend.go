@@ -246,6 +246,14 @@ type Backend struct {
 	// dependent-launch wait. New sets it unless FT_GEMV_EARLY=0 (on by
 	// default since s15b).
 	GEMVEarly bool
+
+	// GEMVBlocksPerSM caps the persistent grids of the one-token BF16
+	// GEMVs that gemvFn picks at this many blocks a multiprocessor (0: as
+	// many as fit, the default), so that the next kernel's blocks can be
+	// resident while a GEMV runs and issue their early loads (gemvearly.go)
+	// before it ends. New sets it from FT_GEMV_BLOCKS (an experiment). Each
+	// row is still one warp's sum in the same order: the same bits.
+	GEMVBlocksPerSM int
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -462,7 +470,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		VarlenContig: varlenContigFromEnv(),
 		DecodeMega:   decodeMegaFromEnv(),
 		AsyncDecode:  asyncDecodeFromEnv(),
-		GEMVEarly:    gemvEarlyFromEnv()}
+		GEMVEarly:    gemvEarlyFromEnv(), GEMVBlocksPerSM: envInt("FT_GEMV_BLOCKS")}
 	b.NoFusedRoPE = noFusedRoPE
 	b.FuseQKNorm = fuseQKNormFromEnv()
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
@@ -606,7 +614,7 @@ func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 			return err
 		}
 		f = b.gemvFn(f, D)
-		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
+		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: b.gemvGrid(f, N)}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D))
 	}
 	if T == 1 && D%8 == 0 && aligned16(x.Ptr(), w.Ptr()) {
@@ -1355,7 +1363,7 @@ func (b *Backend) MatMulN(outs []*runtime.Tensor, x *runtime.Tensor, ws []*runti
 		return err
 	}
 	f := b.gemvFn(b.k.gemv3, x.Dim(-1))
-	return f.LaunchBytes(b.s, gemvBytes(N0+N1+N2, x.Dim(-1), outs[0]), cuda.Dim3{X: min(b.k.persistBlocks[f], (N0+N1+N2+7)/8)}, cuda.Dim3{X: 256}, 0,
+	return f.LaunchBytes(b.s, gemvBytes(N0+N1+N2, x.Dim(-1), outs[0]), cuda.Dim3{X: b.gemvGrid(f, N0+N1+N2)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
 		cuda.Ptr(ws[0].Ptr()), cuda.Ptr(ws[1].Ptr()), cuda.Ptr(ws[2].Ptr()), cuda.I32(N0), cuda.I32(N1), cuda.I32(N2), cuda.I32(x.Dim(-1)))
 }
@@ -1388,7 +1396,7 @@ func (b *Backend) GateUpSiLU(out, x, wg, wu *runtime.Tensor) error {
 		return err
 	}
 	f := b.gemvFn(b.k.gateUp, D)
-	return f.LaunchBytes(b.s, gemvBytes(2*N, D, out)-int64(N)*2, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
+	return f.LaunchBytes(b.s, gemvBytes(2*N, D, out)-int64(N)*2, cuda.Dim3{X: b.gemvGrid(f, N)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.I32(N), cuda.I32(D))
 }
 

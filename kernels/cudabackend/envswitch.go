@@ -41,6 +41,7 @@ var envSwitches = map[string][]string{
 	"FT_PREFILL_VARIANT": append([]string{""}, prefillVariantNames()...),
 	"FT_DECODE_SPLIT":    nil,
 	"FT_DECODE_CHUNK":    nil,
+	"FT_GEMV_BLOCKS":     nil,
 	"FT_DECODE_SPLITS":   nil,
 }
 

@@ -62,7 +62,7 @@ func (b *Backend) projectNormRoPE(a kernels.QKVRoPE, H, KV, d int) (bool, error)
 	// The bytes: the weights, x, the outputs, q and k read back and
 	// rewritten, k and v into the cache.
 	bytes := gemvBytes(N0+2*N1, D, a.Q) + int64(2*(N0+N1)+2*N1)*2
-	return true, f.LaunchBytes(b.s, bytes, cuda.Dim3{X: min(b.k.persistBlocks[f], (N0+2*N1+7)/8)}, cuda.Dim3{X: 256}, 0,
+	return true, f.LaunchBytes(b.s, bytes, cuda.Dim3{X: b.gemvGrid(f, N0+2*N1)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(a.Q.Ptr()), cuda.Ptr(a.K.Ptr()), cuda.Ptr(a.V.Ptr()), cuda.Ptr(a.X.Ptr()),
 		cuda.Ptr(a.WQ.Ptr()), cuda.Ptr(a.WK.Ptr()), cuda.Ptr(a.WV.Ptr()), cuda.I32(N0), cuda.I32(N1), cuda.I32(N1), cuda.I32(D),
 		cuda.Ptr(a.KCache.Ptr()), cuda.Ptr(a.VCache.Ptr()), cuda.Ptr(a.QNorm.Ptr()), cuda.Ptr(a.KNorm.Ptr()),
