@@ -18,12 +18,6 @@ type QKVRoPE struct {
 	KCache, VCache *runtime.Tensor // [C,KV,d]
 	Pos            int             // the token's position (the cache row written)
 	InvFreq        []float32       // the d/2 rotary frequencies
-
-	// QNorm and KNorm, when set (both or neither), are the per-head RMSNorm
-	// weights [d] of a Qwen3-style layer, applied to each q and k head (eps
-	// Eps) between the projection and the rotation.
-	QNorm, KNorm *runtime.Tensor
-	Eps          float32
 }
 
 // QKVRoPEStorer is implemented by backends that run a one-token step's
@@ -81,18 +75,11 @@ func (a QKVRoPE) Check() (H, KV, d int, err error) {
 	if a.Pos < 0 || a.Pos >= cs[0] {
 		return 0, 0, 0, fmt.Errorf("kernels.ProjectRoPEStoreKV: position %d outside the cache's %d rows", a.Pos, cs[0])
 	}
-	if (a.QNorm == nil) != (a.KNorm == nil) {
-		return 0, 0, 0, fmt.Errorf("kernels.ProjectRoPEStoreKV: a q norm without a k norm, or the other way round: want both or neither")
-	}
-	if a.QNorm != nil && (a.QNorm.NumElements() != d || a.KNorm.NumElements() != d) {
-		return 0, 0, 0, fmt.Errorf("kernels.ProjectRoPEStoreKV: norm weights %v / %v, want %d values each (the head width)", a.QNorm.Shape(), a.KNorm.Shape(), d)
-	}
 	return H, KV, d, nil
 }
 
 // ProjectRoPEStoreKVRef is ProjectRoPEStoreKV by b's separate ops: MatMul
-// for each projection, AddBias for each bias, the q/k norms where set
-// (NormRoPEStoreKVRef's RMSNorm of each head), RoPE of q and k at Pos, and
+// for each projection, AddBias for each bias, RoPE of q and k at Pos, and
 // StoreKV of k and v at row Pos.
 func ProjectRoPEStoreKVRef(b Backend, a QKVRoPE) error {
 	if _, _, _, err := a.Check(); err != nil {
@@ -111,10 +98,6 @@ func ProjectRoPEStoreKVRef(b Backend, a QKVRoPE) error {
 				return err
 			}
 		}
-	}
-	if a.QNorm != nil {
-		return NormRoPEStoreKVRef(b, QKNormRoPE{Q: a.Q, K: a.K, V: a.V, QNorm: a.QNorm, KNorm: a.KNorm, Eps: a.Eps,
-			KCache: a.KCache, VCache: a.VCache, Pos: a.Pos, InvFreq: a.InvFreq})
 	}
 	return ropeStoreRef(b, a.Q, a.K, a.V, a.KCache, a.VCache, a.Pos, a.InvFreq)
 }

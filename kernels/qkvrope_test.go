@@ -12,11 +12,10 @@ import (
 )
 
 // TestProjectRoPEStoreKVCPU: the CPU op leaves in q, k, v and the caches
-// the projections (with their biases, where given), with Qwen3-style
-// per-head q/k norms where given, q and k rotated at the position
-// (rotate-half pairs (i, i+d/2), checked against float64 arithmetic
-// written out here) and the rotated k and v in the cache row of the
-// position, every other cache row untouched; at GQA ratios 1 and 4, a
+// the projections (with their biases, where given), q and k rotated at the
+// position (rotate-half pairs (i, i+d/2), checked against float64
+// arithmetic written out here) and the rotated k and v in the cache row of
+// the position, every other cache row untouched; at GQA ratios 1 and 4, a
 // llama3-scaled table, positions 0 and the last row. Bad operands are
 // errors naming what is wrong.
 func TestProjectRoPEStoreKVCPU(t *testing.T) {
@@ -38,15 +37,14 @@ func TestProjectRoPEStoreKVCPU(t *testing.T) {
 	}
 	for _, c := range []struct {
 		H, KV, d, D, C, pos int
-		bias, norm          bool
+		bias                bool
 		scaling             RopeScaling
 	}{
-		{4, 4, 8, 24, 5, 0, false, false, RopeScaling{}},
-		{8, 2, 16, 32, 9, 8, true, false, RopeScaling{}},
-		{4, 1, 8, 16, 40, 37, true, false, RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 32}},
-		{8, 2, 16, 32, 9, 5, false, true, RopeScaling{}},
+		{4, 4, 8, 24, 5, 0, false, RopeScaling{}},
+		{8, 2, 16, 32, 9, 8, true, RopeScaling{}},
+		{4, 1, 8, 16, 40, 37, true, RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 32}},
 	} {
-		t.Run(fmt.Sprintf("H%d_KV%d_d%d_pos%d_norm%v", c.H, c.KV, c.d, c.pos, c.norm), func(t *testing.T) {
+		t.Run(fmt.Sprintf("H%d_KV%d_d%d_pos%d", c.H, c.KV, c.d, c.pos), func(t *testing.T) {
 			inv, err := RopeInvFreq(c.d, 10000, c.scaling)
 			if err != nil {
 				t.Fatal(err)
@@ -61,11 +59,6 @@ func TestProjectRoPEStoreKVCPU(t *testing.T) {
 				KCache: tensor(kc0, c.C, c.KV, c.d), VCache: tensor(vc0, c.C, c.KV, c.d), Pos: c.pos, InvFreq: inv}
 			if c.bias {
 				a.BQ, a.BK, a.BV = tensor(bq, Nq), tensor(bk, Nkv), tensor(bv, Nkv)
-			}
-			const eps = 1e-6
-			nq, nk := randF32(r, c.d), randF32(r, c.d)
-			if c.norm {
-				a.QNorm, a.KNorm, a.Eps = tensor(nq, c.d), tensor(nk, c.d), eps
 			}
 			if ran, err := b.ProjectRoPEStoreKV(a); err != nil || !ran {
 				t.Fatalf("ran %v, %v", ran, err)
@@ -95,26 +88,7 @@ func TestProjectRoPEStoreKVCPU(t *testing.T) {
 				}
 				return out
 			}
-			// norm scales each head to unit RMS and by w (where c.norm).
-			norm := func(y []float64, heads int, w []float32) []float64 {
-				if !c.norm {
-					return y
-				}
-				out := slices.Clone(y)
-				for h := range heads {
-					ss := 0.0
-					for i := range c.d {
-						ss += y[h*c.d+i] * y[h*c.d+i]
-					}
-					scale := 1 / math.Sqrt(ss/float64(c.d)+eps)
-					for i := range c.d {
-						out[h*c.d+i] = y[h*c.d+i] * scale * float64(w[i])
-					}
-				}
-				return out
-			}
-			wantQ, wantK := rotate(norm(proj(wq, bq, Nq), c.H, nq), c.H), rotate(norm(proj(wk, bk, Nkv), c.KV, nk), c.KV)
-			wantV := proj(wv, bv, Nkv)
+			wantQ, wantK, wantV := rotate(proj(wq, bq, Nq), c.H), rotate(proj(wk, bk, Nkv), c.KV), proj(wv, bv, Nkv)
 			checkClose(t, "q", a.Q.F32(), wantQ, 1e-5, 1e-5)
 			checkClose(t, "k", a.K.F32(), wantK, 1e-5, 1e-5)
 			checkClose(t, "v", a.V.F32(), wantV, 1e-5, 1e-5)
@@ -160,8 +134,6 @@ func TestProjectRoPEStoreKVCPU(t *testing.T) {
 			{"position past the cache", func(a *QKVRoPE) { a.Pos = C }, "position 6 outside the cache's 6 rows"},
 			{"negative position", func(a *QKVRoPE) { a.Pos = -1 }, "position -1"},
 			{"x of two rows", func(a *QKVRoPE) { a.X = tensor(nil, 2, D) }, "one token"},
-			{"q norm alone", func(a *QKVRoPE) { a.QNorm = tensor(nil, d) }, "both or neither"},
-			{"norm width", func(a *QKVRoPE) { a.QNorm, a.KNorm = tensor(nil, d), tensor(nil, d+2) }, "want 8 values each"},
 		} {
 			a := good()
 			tc.edit(&a)

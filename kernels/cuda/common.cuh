@@ -33,20 +33,12 @@ __device__ __forceinline__ bf16_t f2bf(float f) {
 // contraction). rope.cu's rope_pair, the q/k/v GEMV with RoPE in its epilogue
 // (rope_qkv.cu) and the one-kernel decode layer (decodelayer.cu, a unit of
 // its own) share it, so they give the same bits.
-// rope_angle and rope_apply are its two halves (qkvnorm.cu computes the
-// angles once a block, before its dependent-launch wait).
-__device__ __forceinline__ void rope_angle(int p, float f, float& s, float& c) {
+__device__ __forceinline__ void rope_rotate(float a, float b, int p, float f, bf16_t& r0, bf16_t& r1) {
 	const float th = __fmul_rn((float)p, f);
+	float s, c;
 	sincosf(th, &s, &c);
-}
-__device__ __forceinline__ void rope_apply(float a, float b, float s, float c, bf16_t& r0, bf16_t& r1) {
 	r0 = f2bf(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
 	r1 = f2bf(__fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
-}
-__device__ __forceinline__ void rope_rotate(float a, float b, int p, float f, bf16_t& r0, bf16_t& r1) {
-	float s, c;
-	rope_angle(p, f, s, c);
-	rope_apply(a, b, s, c, r0, r1);
 }
 
 // h2f widens IEEE binary16 bits.

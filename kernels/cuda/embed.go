@@ -12,13 +12,11 @@
 // RoPE and KV store as one kernel), decodelayer.cu (a plain layer's one-token step as one
 // persistent kernel with grid barriers between its phases, FT_DECODE_MEGA;
 // not part of Source: a unit of its own, SourceDecodeLayer), rope_qkv.cu (a decode step's q/k/v GEMV with the biases, RoPE
-// and the KV store in its epilogue), qkvnorm.cu (a Qwen3-style step's
-// q/k/v GEMV with the q/k norms, RoPE and KV store done by the warp that
-// finishes each head, FT_FUSE_QKNORM), decode_tr.cu (the transposed one-query
+// and the KV store in its epilogue), decode_tr.cu (the transposed one-query
 // decode attention), gemv.cu
 // (one-token matrix-vector products; gemvpipe.cu: their software-pipelined
-// twins, the default everywhere (FT_GEMV=pipe); FT_GEMV=mixed keeps q/k/v
-// on gemv.cu's, FT_GEMV=persist runs gemv.cu's everywhere), attention.cu (split-context decode
+// twins, the default for all but q/k/v (FT_GEMV=mixed); FT_GEMV=persist runs
+// gemv.cu's everywhere, FT_GEMV=pipe the twins everywhere), attention.cu (split-context decode
 // attention and FlashAttention-2-style prefill on tensor cores), paged.cu
 // (the same attentions over a paged KV cache: batched decode and packed
 // variable-length prefill read through block tables), moe.cu (a mixture of

@@ -128,20 +128,16 @@ __device__ __forceinline__ void fp8_chunk(float* acc, const uint4* a, const floa
 // fp8_rows is one lane's part of R weight rows' dot products with x:
 // acc[r] += Σ over the lane's 16-byte chunks c (lane, lane + 32, …) of
 // row r (nv chunks) of q·x (fp8_chunk). U loads per row in flight: whole
-// batches unpredicated, then one partial batch. a is the batch buffer;
-// pre: it holds the first whole batch already (fp8_first).
+// batches unpredicated, then one partial batch. a is the batch buffer.
 template <int R, int U, int X>
 __device__ __forceinline__ void fp8_rows(float* acc, const uint4* const* wr, const float4* xs, const uint4* __restrict__ xg, int nv,
-		const void* const* scale, int sdt, const usize* srow, int bshift, uint4 (&a)[U][R], bool pre = false) {
+		const void* const* scale, int sdt, const usize* srow, int bshift, uint4 (&a)[U][R]) {
 	int c0 = threadIdx.x & 31;
 	for (; c0 + 32 * (U - 1) < nv; c0 += 32 * U) {
-		if (!pre) {
 #pragma unroll
-			for (int u = 0; u < U; u++)
+		for (int u = 0; u < U; u++)
 #pragma unroll
-				for (int r = 0; r < R; r++) a[u][r] = __ldg(wr[r] + c0 + 32 * u);
-		}
-		pre = false;
+			for (int r = 0; r < R; r++) a[u][r] = __ldg(wr[r] + c0 + 32 * u);
 #pragma unroll
 		for (int u = 0; u < U; u++) fp8_chunk<R, X>(acc, a[u], xs, xg, c0 + 32 * u, scale, sdt, srow, bshift);
 	}
@@ -156,21 +152,6 @@ __device__ __forceinline__ void fp8_rows(float* acc, const uint4* const* wr, con
 		for (int u = 0; u < U; u++)
 			if (c0 + 32 * u < nv) fp8_chunk<R, X>(acc, a[u], xs, xg, c0 + 32 * u, scale, sdt, srow, bshift);
 	}
-}
-
-// fp8_first loads the first whole batch of fp8_rows (chunks lane, lane +
-// 32, … of the R rows wr) into a where the lane has one, and says whether
-// it did: the early twins issue it before ft_pdl_wait (the weights are
-// written by no kernel of a step), then fp8_rows starts from it.
-template <int R, int U>
-__device__ __forceinline__ bool fp8_first(uint4 (&a)[U][R], const uint4* const* wr, int nv) {
-	const int c0 = threadIdx.x & 31;
-	if (c0 + 32 * (U - 1) >= nv) return false;
-#pragma unroll
-	for (int u = 0; u < U; u++)
-#pragma unroll
-		for (int r = 0; r < R; r++) a[u][r] = __ldg(wr[r] + c0 + 32 * u);
-	return true;
 }
 
 // fp8_row_scale finishes a row's sum: the per-channel scale, or 1 (block
@@ -218,17 +199,17 @@ __device__ __forceinline__ void fp8_store(void* y, int out, int row, float s) {
 // pipelined variants (fp8gemvpipe.cu) keep the next batch in flight.
 //
 // Every kernel calls ft_pdl_wait before it reads x or writes y, so all are
-// launched as programmatic dependents (pdl.go). Only the early twins (EARLY,
-// below) load anything before it: their first batch of weights (fp8_first).
-// s4a measured early loads slower before the GEMVs were persistent; s15b
-// measured the BF16 early twins faster or equal (gemvearly.go).
+// launched as programmatic dependents (pdl.go), and loads nothing before
+// it. The FP8 GEMVs have no early twins: s4a measured early loads slower
+// before the GEMVs were persistent, and s15b measured the BF16 early twins
+// faster or equal (gemvearly.go); untried for FP8.
 
 // gemv_fp8_v_body: y[n] = Σ_k x[k]·q[n,k]·s(n,k) for one input row x[K]
 // (bf16), y bf16 (out_f32 0) or fp32 (out_f32 1), or y[n] += that sum, y
 // fp32 (out_f32 2: the residual stream, fp8_store). K % 16 == 0, x and w
 // 16-byte aligned, K·4 bytes of dynamic shared memory when X is 0.
 // Persistent warps, R rows each at a time.
-template <int U, int R, int X, bool EARLY = false>
+template <int U, int R, int X>
 __device__ __forceinline__ void gemv_fp8_v_body(void* y, int out_f32, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
 	extern __shared__ float4 fp8_xs[];
@@ -238,13 +219,6 @@ __device__ __forceinline__ void gemv_fp8_v_body(void* y, int out_f32, const bf16
 	const uint4* xg = reinterpret_cast<const uint4*>(x);
 	const int g0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 	uint4 a[U][R];
-	bool pre = false;
-	if (EARLY && g0 * R < N) {
-		const uint4* wr[R];
-#pragma unroll
-		for (int r = 0; r < R; r++) wr[r] = reinterpret_cast<const uint4*>(w + (usize)min(g0 * R + r, N - 1) * K);
-		pre = fp8_first<R, U>(a, wr, nv);
-	}
 	ft_pdl_wait();
 	if (X == 0) fp8_load_x(fp8_xs, x, K);
 	for (int g = g0; g * R < N; g += nw) {
@@ -260,8 +234,7 @@ __device__ __forceinline__ void gemv_fp8_v_body(void* y, int out_f32, const bf16
 			srow[r] = fp8_srow(row, bshift, sstride);
 			acc[r] = 0.f;
 		}
-		fp8_rows<R, U, X>(acc, wr, fp8_xs, xg, nv, sc, sdt, srow, bshift, a, pre);
-		pre = false;
+		fp8_rows<R, U, X>(acc, wr, fp8_xs, xg, nv, sc, sdt, srow, bshift, a);
 #pragma unroll
 		for (int r = 0; r < R; r++) {
 			const int row = g * R + r;
@@ -275,7 +248,7 @@ __device__ __forceinline__ void gemv_fp8_v_body(void* y, int out_f32, const bf16
 // step's q, k and v projections), bf16 outputs y_j[n] for n < N_j; the
 // weights share K, the scale layout and dtype. Persistent warps over the
 // N0+N1+N2 rows, R at a time (a pair may straddle two matrices).
-template <int U, int R, int X, bool EARLY = false>
+template <int U, int R, int X>
 __device__ __forceinline__ void gemv3_fp8_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
 		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
@@ -288,18 +261,6 @@ __device__ __forceinline__ void gemv3_fp8_body(bf16_t* y0, bf16_t* y1, bf16_t* y
 	const uint4* xg = reinterpret_cast<const uint4*>(x);
 	const int g0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 	uint4 a[U][R];
-	// fp8_w3 is the weight row of stacked row t.
-	auto fp8_w3 = [&](int t) -> const uint4* {
-		const unsigned char* w = t < N0 ? w0 + (usize)t * K : t < N0 + N1 ? w1 + (usize)(t - N0) * K : w2 + (usize)(t - N0 - N1) * K;
-		return reinterpret_cast<const uint4*>(w);
-	};
-	bool pre = false;
-	if (EARLY && g0 * R < T) {
-		const uint4* wr[R];
-#pragma unroll
-		for (int r = 0; r < R; r++) wr[r] = fp8_w3(min(g0 * R + r, T - 1));
-		pre = fp8_first<R, U>(a, wr, nv);
-	}
 	ft_pdl_wait();
 	if (X == 0) fp8_load_x(fp8_xs, x, K);
 	for (int g = g0; g * R < T; g += nw) {
@@ -324,8 +285,7 @@ __device__ __forceinline__ void gemv3_fp8_body(bf16_t* y0, bf16_t* y1, bf16_t* y
 			srow[r] = fp8_srow(rows[r], bshift, sstride);
 			acc[r] = 0.f;
 		}
-		fp8_rows<R, U, X>(acc, wr, fp8_xs, xg, nv, sc, sdt, srow, bshift, a, pre);
-		pre = false;
+		fp8_rows<R, U, X>(acc, wr, fp8_xs, xg, nv, sc, sdt, srow, bshift, a);
 #pragma unroll
 		for (int r = 0; r < R; r++) {
 			const float v = warp_sum(acc[r]) * fp8_row_scale(sc[r], sdt, rows[r], bshift);
@@ -338,7 +298,7 @@ __device__ __forceinline__ void gemv3_fp8_body(bf16_t* y0, bf16_t* y1, bf16_t* y
 // one token with FP8 gate and up weights: act[n] = silu(g)·u, g and u the
 // gemv_fp8_v sums of row n of wg and wu (fp32, rounded once). Each warp
 // streams R rows of both matrices together (2R·U loads in flight).
-template <int U, int R, int X, bool EARLY = false>
+template <int U, int R, int X>
 __device__ __forceinline__ void gemv_gateup_silu_fp8_body(bf16_t* act, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
 		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
@@ -350,17 +310,6 @@ __device__ __forceinline__ void gemv_gateup_silu_fp8_body(bf16_t* act, const bf1
 	constexpr int UG = U * 2 * R > 32 ? 16 / R : U; // loads per row in flight
 	const int g0 = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
 	uint4 a[UG][2 * R];
-	bool pre = false;
-	if (EARLY && g0 * R < N) {
-		const uint4* wr[2 * R];
-#pragma unroll
-		for (int r = 0; r < R; r++) {
-			const int row = min(g0 * R + r, N - 1);
-			wr[2 * r] = reinterpret_cast<const uint4*>(wg + (usize)row * K);
-			wr[2 * r + 1] = reinterpret_cast<const uint4*>(wu + (usize)row * K);
-		}
-		pre = fp8_first<2 * R, UG>(a, wr, nv);
-	}
 	ft_pdl_wait();
 	if (X == 0) fp8_load_x(fp8_xs, x, K);
 	for (int g = g0; g * R < N; g += nw) {
@@ -377,8 +326,7 @@ __device__ __forceinline__ void gemv_gateup_silu_fp8_body(bf16_t* act, const bf1
 			srow[2 * r] = srow[2 * r + 1] = fp8_srow(row, bshift, sstride);
 			acc[2 * r] = acc[2 * r + 1] = 0.f;
 		}
-		fp8_rows<2 * R, UG, X>(acc, wr, fp8_xs, xg, nv, sc, sdt, srow, bshift, a, pre);
-		pre = false;
+		fp8_rows<2 * R, UG, X>(acc, wr, fp8_xs, xg, nv, sc, sdt, srow, bshift, a);
 #pragma unroll
 		for (int r = 0; r < R; r++) {
 			const int row = g * R + r;
@@ -390,27 +338,27 @@ __device__ __forceinline__ void gemv_gateup_silu_fp8_body(bf16_t* act, const bf1
 	}
 }
 
-#define FP8V_KERNELS(NAME, U, R, X, EARLY) \
+#define FP8V_KERNELS(NAME, U, R, X) \
 	extern "C" __global__ void __launch_bounds__(256) gemv_fp8_v_##NAME(void* y, int out_f32, const bf16_t* __restrict__ x, \
 			const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) { \
-		gemv_fp8_v_body<U, R, X, EARLY>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride); \
+		gemv_fp8_v_body<U, R, X>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride); \
 	} \
 	extern "C" __global__ void __launch_bounds__(256) gemv3_fp8_##NAME(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x, \
 			const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2, \
 			const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt, \
 			int N0, int N1, int N2, int K, int bshift, int sstride) { \
-		gemv3_fp8_body<U, R, X, EARLY>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride); \
+		gemv3_fp8_body<U, R, X>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride); \
 	} \
 	extern "C" __global__ void __launch_bounds__(256) gemv_gateup_silu_fp8_##NAME(bf16_t* act, const bf16_t* __restrict__ x, \
 			const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu, \
 			const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) { \
-		gemv_gateup_silu_fp8_body<U, R, X, EARLY>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride); \
+		gemv_gateup_silu_fp8_body<U, R, X>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride); \
 	}
 
 // FP8V_VARIANT instantiates the three GEMVs for one variant: kernels
 // gemv_fp8_v_<name>, gemv3_fp8_<name> and gemv_gateup_silu_fp8_<name>,
 // name u<U>r<R><s|g> (s: x in shared memory, X 0; g: x from global, X 1).
-#define FP8V_VARIANT(NAME, U, R, X) FP8V_KERNELS(NAME, U, R, X, false)
+#define FP8V_VARIANT(NAME, U, R, X) FP8V_KERNELS(NAME, U, R, X)
 
 FP8V_VARIANT(u4r1s, 4, 1, 0)
 FP8V_VARIANT(u8r1s, 8, 1, 0)
@@ -424,13 +372,6 @@ FP8V_VARIANT(u16r1g, 16, 1, 1)
 FP8V_VARIANT(u4r2g, 4, 2, 1)
 FP8V_VARIANT(u8r2g, 8, 2, 1)
 FP8V_VARIANT(u16r2g, 16, 2, 1)
-
-// The early twins of auto's picks (FT_FP8_VARIANT=auto-early; fp8variant.go):
-// each warp's first batch of weights issued before ft_pdl_wait, as the BF16
-// early twins do (gemv.cu's top comment). Same bits as the plain variants.
-FP8V_KERNELS(u4r2se, 4, 2, 0, true)
-FP8V_KERNELS(u8r1ge, 8, 1, 1, true)
-FP8V_KERNELS(u4r1se, 4, 1, 0, true)
 
 // dequant_fp8_bf16_v16: out[n,k] = bf16(q[n,k]·s(n,k)) for an N×K weight
 // with K % 16 == 0 and block 0 or a multiple of 16 (a 16-byte chunk of a

@@ -183,12 +183,6 @@ type Backend struct {
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
 	NoFusedRoPE bool
-
-	// FuseQKNorm lets ProjectRoPEStoreKV take layers with q/k norms
-	// (qkvnorm.go): the q/k/v GEMV with the norms, RoPE and KV store in
-	// one launch. New sets it when FT_FUSE_QKNORM=1 (an experiment).
-	FuseQKNorm   bool
-	headCounters *runtime.DeviceBuffer // its per-head counters (zero between launches)
 	// QKNormRoPETokens is the most tokens for which NormRoPEStoreKV runs
 	// (qknormrope.go: the q/k norms, RoPE and KV store as one kernel);
 	// it declines larger calls, all of them at 0, none at −1. New sets it
@@ -246,14 +240,6 @@ type Backend struct {
 	// dependent-launch wait. New sets it unless FT_GEMV_EARLY=0 (on by
 	// default since s15b).
 	GEMVEarly bool
-
-	// GEMVBlocksPerSM caps the persistent grids of the one-token BF16
-	// GEMVs that gemvFn picks at this many blocks a multiprocessor (0: as
-	// many as fit, the default), so that the next kernel's blocks can be
-	// resident while a GEMV runs and issue their early loads (gemvearly.go)
-	// before it ends. New sets it from FT_GEMV_BLOCKS (an experiment). Each
-	// row is still one warp's sum in the same order: the same bits.
-	GEMVBlocksPerSM int
 }
 
 // stepIDs is the most token ids a captured step may take.
@@ -288,7 +274,6 @@ type kernelSet struct {
 	norm          *normKernels                      // GEMVs with the RMSNorm folded in (normgemv.go)
 	merged        mergedKernels                     // column splits after a merged GEMM (merged.go)
 	qkvRoPE       *cuda.Function                    // gemv3_rope_store_bf16 (qkvrope.go)
-	qkvNorm       *cuda.Function                    // gemv3_qknorm_rope_early_bf16 (qkvnorm.go)
 	qkNormRoPE    *cuda.Function                    // qknorm_rope_store_bf16 (qknormrope.go)
 	gemvPipe      gemvPipeKernels                   // pipelined twins of the one-token GEMVs (gemvpipe.go)
 	gemvEarly     map[*cuda.Function]*cuda.Function // early-issue twins of gemv3_bf16 and the pipe GEMVs (gemvearly.go)
@@ -349,7 +334,6 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	}
 	ks.norm = loadNorm(get)
 	ks.loadQKVRoPE(get)
-	ks.loadQKVNorm(get)
 	ks.normRows = loadNormRows(get)
 	ks.loadGEMVPipe(get)
 	ks.loadGEMVEarly(get)
@@ -363,7 +347,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	ks.allowDependentLaunch()
 	ks.fp8.sms = dev.Multiprocessors()
 	ks.persistBlocks = map[*cuda.Function]int{}
-	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemvAccNorm, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down, ks.qkvNorm} {
+	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemvAccNorm, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down} {
 		n, err := f.MaxActiveBlocksPerSM(256, 0)
 		if err != nil {
 			return nil, fmt.Errorf("cudabackend: %w", err)
@@ -470,9 +454,8 @@ func New(dev runtime.Device) (*Backend, error) {
 		VarlenContig: varlenContigFromEnv(),
 		DecodeMega:   decodeMegaFromEnv(),
 		AsyncDecode:  asyncDecodeFromEnv(),
-		GEMVEarly:    gemvEarlyFromEnv(), GEMVBlocksPerSM: envInt("FT_GEMV_BLOCKS")}
+		GEMVEarly:    gemvEarlyFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
-	b.FuseQKNorm = fuseQKNormFromEnv()
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV
@@ -491,12 +474,11 @@ func (b *Backend) ActDType() runtime.DType { return runtime.BF16 }
 // calls it; calling it earlier is fine too.
 func (b *Backend) Close() error {
 	err := b.s.Synchronize()
-	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf, b.tailCounter, b.headCounters) {
+	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf, b.tailCounter) {
 		buf.Free()
 	}
 	b.fp8lt.buf, b.merged, b.tailCounter = nil, nil, nil // b.merged is on b.retired
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
-	b.headCounters = nil
 	b.meta.free()
 	b.feed.free()
 	b.mega.free()
@@ -614,7 +596,7 @@ func (b *Backend) MatMul(out, x, w *runtime.Tensor) error {
 			return err
 		}
 		f = b.gemvFn(f, D)
-		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: b.gemvGrid(f, N)}, cuda.Dim3{X: 256}, 0,
+		return f.LaunchBytes(b.s, gemvBytes(N, D, out), cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D))
 	}
 	if T == 1 && D%8 == 0 && aligned16(x.Ptr(), w.Ptr()) {
@@ -1363,7 +1345,7 @@ func (b *Backend) MatMulN(outs []*runtime.Tensor, x *runtime.Tensor, ws []*runti
 		return err
 	}
 	f := b.gemvFn(b.k.gemv3, x.Dim(-1))
-	return f.LaunchBytes(b.s, gemvBytes(N0+N1+N2, x.Dim(-1), outs[0]), cuda.Dim3{X: b.gemvGrid(f, N0+N1+N2)}, cuda.Dim3{X: 256}, 0,
+	return f.LaunchBytes(b.s, gemvBytes(N0+N1+N2, x.Dim(-1), outs[0]), cuda.Dim3{X: min(b.k.persistBlocks[f], (N0+N1+N2+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
 		cuda.Ptr(ws[0].Ptr()), cuda.Ptr(ws[1].Ptr()), cuda.Ptr(ws[2].Ptr()), cuda.I32(N0), cuda.I32(N1), cuda.I32(N2), cuda.I32(x.Dim(-1)))
 }
@@ -1396,7 +1378,7 @@ func (b *Backend) GateUpSiLU(out, x, wg, wu *runtime.Tensor) error {
 		return err
 	}
 	f := b.gemvFn(b.k.gateUp, D)
-	return f.LaunchBytes(b.s, gemvBytes(2*N, D, out)-int64(N)*2, cuda.Dim3{X: b.gemvGrid(f, N)}, cuda.Dim3{X: 256}, 0,
+	return f.LaunchBytes(b.s, gemvBytes(2*N, D, out)-int64(N)*2, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.I32(N), cuda.I32(D))
 }
 

@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 
-	"github.com/flextensor-go/flextensor/runtime"
 	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
 
@@ -259,26 +258,19 @@ func (b *Backend) mmaSplitsPaged(span, R, K int) int {
 }
 
 // ensureCounters returns n zeroed int32 counters for the last-block merge
-// (the kernels leave them zero).
+// (the kernels leave them zero). They are zeroed through the aux stream,
+// synchronously, so this is legal while the compute stream captures.
 func (b *Backend) ensureCounters(n int) (uintptr, error) {
-	return b.zeroedInts(&b.counters, n, "decode attention counters")
-}
-
-// zeroedInts returns at least n int32s of *slot, which kernels leave zero
-// between launches: zeroed once when (re)allocated, through the aux stream
-// and synchronously, so this is legal while the compute stream captures. A
-// buffer outgrown is retired (graphs captured earlier may still use it).
-func (b *Backend) zeroedInts(slot **runtime.DeviceBuffer, n int, what string) (uintptr, error) {
 	need := int64(4 * n)
-	if *slot != nil && (*slot).Size() >= need {
-		return (*slot).Ptr(), nil
+	if b.counters != nil && b.counters.Size() >= need {
+		return b.counters.Ptr(), nil
 	}
-	if *slot != nil {
-		b.retired = append(b.retired, *slot)
-		*slot = nil
+	if b.counters != nil {
+		b.retired = append(b.retired, b.counters)
+		b.counters = nil
 	}
 	size := max(need, 4096)
-	buf, err := b.dev.Alloc(size, what)
+	buf, err := b.dev.Alloc(size, "decode attention counters")
 	if err != nil {
 		return 0, err
 	}
@@ -286,7 +278,7 @@ func (b *Backend) zeroedInts(slot **runtime.DeviceBuffer, n int, what string) (u
 		buf.Free()
 		return 0, err
 	}
-	*slot = buf
+	b.counters = buf
 	return buf.Ptr(), nil
 }
 

@@ -32,7 +32,6 @@ var envSwitches = map[string][]string{
 	"FT_FP8_FUSE":        {"", "0", "1"},
 	"FT_FUSE_NORM":       {"", "0", "1"},
 	"FT_GEMV_EARLY":      {"", "0", "1"},
-	"FT_FUSE_QKNORM":     {"", "0", "1"},
 	"FT_NORM_TAIL":       {"", "0", "1"},
 	"FT_QKNORM_ROPE":     {"", "0", "1", "all"},
 	"FT_VARLEN_CONTIG":   {"", "0", "1"},
@@ -41,7 +40,6 @@ var envSwitches = map[string][]string{
 	"FT_PREFILL_VARIANT": append([]string{""}, prefillVariantNames()...),
 	"FT_DECODE_SPLIT":    nil,
 	"FT_DECODE_CHUNK":    nil,
-	"FT_GEMV_BLOCKS":     nil,
 	"FT_DECODE_SPLITS":   nil,
 }
 

@@ -69,8 +69,8 @@ func mustFast(t *testing.T, f fp8Kind, D int, layout kernels.FP8Layout, rows int
 }
 
 // eachFP8Variant runs fn as a subtest per FT_FP8_VARIANT value
-// (FP8VariantNames: "auto", the variant per launch, "auto-early", then
-// every compiled variant, the early twins among them), with gb running it.
+// (FP8VariantNames: "auto", the variant per launch, then every compiled
+// variant), with gb running it.
 func eachFP8Variant(t *testing.T, fn func(t *testing.T)) {
 	t.Helper()
 	for _, name := range FP8VariantNames() {

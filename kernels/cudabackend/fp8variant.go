@@ -32,21 +32,11 @@ var fp8Variants = []fp8Variant{
 	// fp32 in shared memory, p4g reads it as bf16 from L1; p2r2s takes two
 	// rows at a time (2 chunks each a batch) sharing each x read.
 	{"p4s", 4, 1, true}, {"p4g", 4, 1, false}, {"p2r2s", 2, 2, true},
-	// Early twins of auto's picks (fp8gemv.cu's EARLY): the first batch
-	// of weights issued before the dependent-launch wait (the name's
-	// "e"); FT_FP8_VARIANT=auto-early runs them where auto picks their
-	// plain variant.
-	{"u4r2se", 4, 2, true}, {"u8r1ge", 8, 1, false}, {"u4r1se", 4, 1, true},
 }
 
 // fp8AutoVariant is the FT_FP8_VARIANT value that picks the variant per
 // launch (fp8AutoPick) by kind of GEMV and width.
 const fp8AutoVariant = "auto"
-
-// fp8AutoEarly is the FT_FP8_VARIANT value that runs auto's pick's early
-// twin (its name and "e") where one is compiled, else the pick (an
-// experiment, not yet measured).
-const fp8AutoEarly = "auto-early"
 
 // fp8DefaultVariant is the FP8 GEMV tuning without FT_FP8_VARIANT: the
 // variant picked per launch (fp8AutoPick).
@@ -98,36 +88,24 @@ func fp8AutoPick(kind fp8Kind, K int) string {
 }
 
 // fp8VariantFor is the variant a launch of kind over K columns runs when
-// Backend.FP8Variant is name: fp8AutoPick's for "auto" or "", its early
-// twin where compiled for "auto-early", name itself where it is compiled,
-// else fp8FixedDefault.
+// Backend.FP8Variant is name: fp8AutoPick's for "auto" or "", name itself
+// where it is compiled, else fp8FixedDefault.
 func fp8VariantFor(name string, kind fp8Kind, K int) string {
 	if name == fp8AutoVariant || name == "" {
 		return fp8AutoPick(kind, K)
 	}
-	if name == fp8AutoEarly {
-		pick := fp8AutoPick(kind, K)
-		if fp8Compiled(pick + "e") {
-			return pick + "e"
+	for _, v := range fp8Variants {
+		if v.Name == name {
+			return name
 		}
-		return pick
-	}
-	if fp8Compiled(name) {
-		return name
 	}
 	return fp8FixedDefault
 }
 
-// fp8Compiled reports whether name is a variant of fp8Variants.
-func fp8Compiled(name string) bool {
-	return slices.ContainsFunc(fp8Variants, func(v fp8Variant) bool { return v.Name == name })
-}
-
 // FP8VariantNames are the names FT_FP8_VARIANT takes: "auto" (the
-// default, a variant per launch) first, "auto-early", then every compiled
-// variant.
+// default, a variant per launch) first, then every compiled variant.
 func FP8VariantNames() []string {
-	names := []string{fp8AutoVariant, fp8AutoEarly}
+	names := []string{fp8AutoVariant}
 	for _, v := range fp8Variants {
 		names = append(names, v.Name)
 	}

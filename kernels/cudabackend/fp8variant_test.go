@@ -6,17 +6,17 @@ import (
 	"testing"
 )
 
-// TestFP8VariantFromEnv: unset or empty picks "auto", "auto",
-// "auto-early" and every compiled variant are accepted, anything else is
-// an error naming the variable.
+// TestFP8VariantFromEnv: unset or empty picks "auto", "auto" and every
+// compiled variant are accepted, anything else is an error naming the
+// variable.
 func TestFP8VariantFromEnv(t *testing.T) {
 	t.Setenv("FT_FP8_VARIANT", "")
 	if v, err := fp8VariantFromEnv(); err != nil || v != fp8AutoVariant {
 		t.Fatalf("empty: %q, %v; want %q", v, err, fp8AutoVariant)
 	}
 	names := FP8VariantNames()
-	if len(names) != len(fp8Variants)+2 || names[0] != fp8AutoVariant || names[1] != fp8AutoEarly {
-		t.Fatalf("FP8VariantNames %v: want %q and %q first, then the %d variants", names, fp8AutoVariant, fp8AutoEarly, len(fp8Variants))
+	if len(names) != len(fp8Variants)+1 || names[0] != fp8AutoVariant {
+		t.Fatalf("FP8VariantNames %v: want %q first, then the %d variants", names, fp8AutoVariant, len(fp8Variants))
 	}
 	for _, v := range append([]string{fp8AutoVariant}, names[1:]...) {
 		t.Setenv("FT_FP8_VARIANT", v)
@@ -39,8 +39,7 @@ func TestFP8VariantFromEnv(t *testing.T) {
 
 // TestFP8AutoPick: "auto" runs the measured best per kind and width (q/k/v
 // u4r2s, gate·up u4r1s, gemv_fp8_v p4s from K = 8,192 and u8r1g below),
-// every pick is a compiled variant, "auto-early" runs the pick's early twin
-// where one is compiled (not for p4s), a variant's name forces it for every
+// every pick is a compiled variant, a variant's name forces it for every
 // kind and width, and a name that is not compiled runs u8r1s.
 func TestFP8AutoPick(t *testing.T) {
 	compiled := func(name string) bool {
@@ -72,10 +71,6 @@ func TestFP8AutoPick(t *testing.T) {
 			if got := fp8VariantFor(v.Name, c.kind, c.K); got != v.Name {
 				t.Errorf("%q, kind %d, K %d: %q, want the variant forced", v.Name, c.kind, c.K, got)
 			}
-		}
-		early := fp8VariantFor(fp8AutoEarly, c.kind, c.K)
-		if !compiled(early) || (early != c.want && early != c.want+"e") || (compiled(c.want+"e") && early != c.want+"e") {
-			t.Errorf("auto-early, kind %d, K %d: %q, want %q's early twin where compiled", c.kind, c.K, early, c.want)
 		}
 		if got := fp8VariantFor("u32r1s", c.kind, c.K); got != fp8FixedDefault {
 			t.Errorf("uncompiled name, kind %d, K %d: %q, want %q", c.kind, c.K, got, fp8FixedDefault)

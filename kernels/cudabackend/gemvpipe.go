@@ -74,17 +74,6 @@ func (ks *kernelSet) sizeGEMVPipe(sms int) error {
 	return nil
 }
 
-// gemvGrid is the grid of a one-token GEMV f over N rows: f's resident
-// blocks (persistBlocks), capped at GEMVBlocksPerSM a multiprocessor when
-// set, and at one block per 8 rows (a warp a row).
-func (b *Backend) gemvGrid(f *cuda.Function, N int) int {
-	n := b.k.persistBlocks[f]
-	if b.GEMVBlocksPerSM > 0 {
-		n = min(n, b.GEMVBlocksPerSM*b.sms)
-	}
-	return max(1, min(n, (N+7)/8))
-}
-
 // gemvFn is the kernel a one-token product of width D launches in place of
 // f: f's pipelined twin of depth b.GEMVPipe where it has one, else f
 // (gemv3_bf16 itself under b.GEMVPersistQKV, FT_GEMV=mixed). A

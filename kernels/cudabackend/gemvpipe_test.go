@@ -20,8 +20,7 @@ import (
 // F32: the LM head) products leave bit for bit what gemv.cu's kernels
 // leave, on Llama-3-8B's decode shapes (4096 → 4096+1024+1024, 4096 →
 // 2×14336, 14336 → 4096 added, 4096 → 128256) and odd ones (widths not a
-// multiple of 8·32·U, fewer rows than warps), with the early twins off and
-// on and with the grid capped at one block a multiprocessor.
+// multiple of 8·32·U, fewer rows than warps).
 func TestGEMVPipeBitIdentical(t *testing.T) {
 	needGPU(t)
 	rng := newRNG(t)
@@ -75,26 +74,20 @@ func TestGEMVPipeBitIdentical(t *testing.T) {
 				}
 			}
 		}
-		// Early twins off and on, and on with the grid capped at one
-		// block a multiprocessor (FT_GEMV_BLOCKS=1: more rows a warp).
-		for _, mode := range []struct {
-			early  bool
-			blocks int
-		}{{false, 0}, {true, 0}, {true, 1}} {
+		for _, early := range []bool{false, true} {
 			for _, d := range append(slices.Clone(gemvPipeDepths), gemvMixed) {
 				if d == gemvMixed {
 					gb.GEMVPipe, gb.GEMVPersistQKV = gemvPipeDefault, true
 				} else {
 					gb.GEMVPipe = d
 				}
-				gb.GEMVEarly, gb.GEMVBlocksPerSM = mode.early, mode.blocks
+				gb.GEMVEarly = early
 				outs := fn()
-				gb.GEMVPipe, gb.GEMVPersistQKV, gb.GEMVEarly, gb.GEMVBlocksPerSM = "", false, false, 0
+				gb.GEMVPipe, gb.GEMVPersistQKV, gb.GEMVEarly = "", false, false
 				for j, o := range outs {
 					got := read(t, o)
 					if k := sameBits(got, want[j]); k >= 0 {
-						t.Errorf("%s output %d, FT_GEMV=%s FT_GEMV_EARLY=%v FT_GEMV_BLOCKS=%d: element %d = %v, gemv.cu's %v",
-							what, j, d, mode.early, mode.blocks, k, got[k], want[j][k])
+						t.Errorf("%s output %d, FT_GEMV=%s FT_GEMV_EARLY=%v: element %d = %v, gemv.cu's %v", what, j, d, early, k, got[k], want[j][k])
 					}
 				}
 			}

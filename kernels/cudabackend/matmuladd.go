@@ -48,7 +48,7 @@ func (b *Backend) MatMulAdd(y, x, w *runtime.Tensor) error {
 			return err
 		}
 		f := b.gemvFn(b.k.gemvAcc, D)
-		return f.LaunchBytes(b.s, gemvBytes(N, D, y)+int64(N)*4, cuda.Dim3{X: b.gemvGrid(f, N)}, cuda.Dim3{X: 256}, 0,
+		return f.LaunchBytes(b.s, gemvBytes(N, D, y)+int64(N)*4, cuda.Dim3{X: min(b.k.persistBlocks[f], (N+7)/8)}, cuda.Dim3{X: 256}, 0,
 			cuda.Ptr(y.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.I32(N), cuda.I32(D))
 	}
 	return b.gemm(y.Ptr(), false, x.Ptr(), w.Ptr(), T, N, D, true)

@@ -35,7 +35,7 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 		fs = append(fs, pk.contig, pk.paged)
 	}
 	fs = append(fs, ks.norm.functions()...)
-	fs = append(fs, ks.qkvRoPE, ks.qkvNorm)
+	fs = append(fs, ks.qkvRoPE)
 	fs = append(fs, ks.normRows.functions()...)
 	fs = append(fs, ks.gemvPipe.functions()...)
 	fs = append(fs, ks.earlyFunctions()...)

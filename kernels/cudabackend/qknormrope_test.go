@@ -17,21 +17,6 @@ import (
 // weights (shared between sets).
 type normRoPEOperands struct{ q, k, v, kc, vc *runtime.Tensor }
 
-// sameOperands fails t at the first value of got that differs bit for bit
-// from want's, naming the tensor.
-func sameOperands(t *testing.T, what string, got, want normRoPEOperands) {
-	t.Helper()
-	for _, p := range []struct {
-		n        string
-		got, ref *runtime.Tensor
-	}{{"q", got.q, want.q}, {"k", got.k, want.k}, {"v", got.v, want.v}, {"k cache", got.kc, want.kc}, {"v cache", got.vc, want.vc}} {
-		g, w := read(t, p.got), read(t, p.ref)
-		if i := sameBits(g, w); i >= 0 {
-			t.Fatalf("%s: %s[%d] = %v, want %v", what, p.n, i, g[i], w[i])
-		}
-	}
-}
-
 // TestNormRoPEStoreKVGPU: qknorm_rope_store_bf16 leaves in q, k and both
 // caches bit for bit what PairRMSNorm (rmsnorm_pair_bf16_v8) then
 // RoPEStoreKV (rope_store_bf16, or its v8 twin from 16 tokens) leave, on
@@ -88,12 +73,24 @@ func TestNormRoPEStoreKVGPU(t *testing.T) {
 					t.Fatalf("position %d: ran %v, %v", pos, ran, err)
 				}
 			}
+			same := func(what string, got, want normRoPEOperands) {
+				t.Helper()
+				for _, p := range []struct {
+					n        string
+					got, unf *runtime.Tensor
+				}{{"q", got.q, want.q}, {"k", got.k, want.k}, {"v", got.v, want.v}, {"k cache", got.kc, want.kc}, {"v cache", got.vc, want.vc}} {
+					g, w := read(t, p.got), read(t, p.unf)
+					if i := sameBits(g, w); i >= 0 {
+						t.Fatalf("%s: %s[%d] = %v, want %v", what, p.n, i, g[i], w[i])
+					}
+				}
+			}
 			for _, pos := range []int{0, 1, 1000, C - c.T} {
 				q, k, v := randBF16(rng, nq, 4), randBF16(rng, nkv, 4), randBF16(rng, nkv, 1)
 				u, f := mk(q, k, v), mk(q, k, v)
 				unfused(u, pos)
 				fused(f, pos)
-				sameOperands(t, fmt.Sprintf("position %d against the unfused launches", pos), f, u)
+				same(fmt.Sprintf("position %d against the unfused launches", pos), f, u)
 				if pos != 1000 {
 					continue
 				}
@@ -143,7 +140,7 @@ func TestNormRoPEStoreKVGPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				fused(e, pos)
-				sameOperands(t, fmt.Sprintf("replay at %d", pos), g, e)
+				same(fmt.Sprintf("replay at %d", pos), g, e)
 			}
 		})
 	}

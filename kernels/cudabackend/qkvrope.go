@@ -56,22 +56,17 @@ func (ks *kernelSet) sizeQKVRoPE(sms int) error {
 
 // ProjectRoPEStoreKV runs a one-token step's q/k/v projections, biases,
 // RoPE and KV store as one gemv3_rope_store_bf16 launch
-// (kernels.QKVRoPEStorer), or with q/k norms (a.QNorm set) as one
-// gemv3_qknorm_rope_early_bf16 launch (qkvnorm.go). It declines (false,
-// nothing enqueued) when that kernel's switch is off (NoFusedRoPE,
-// FuseQKNorm) or the operands are not what the kernel takes: BF16 tensors
-// on this device, weights and x 16-byte aligned with rows of a multiple of
-// 8 values, BF16 biases; wrong shapes are an error.
+// (kernels.QKVRoPEStorer). It declines (false, nothing enqueued) when
+// NoFusedRoPE is set or the operands are not what the kernel takes: BF16
+// tensors on this device, weights and x 16-byte aligned with rows of a
+// multiple of 8 values, BF16 biases; wrong shapes are an error.
 func (b *Backend) ProjectRoPEStoreKV(a kernels.QKVRoPE) (bool, error) {
-	if (a.QNorm != nil && !b.FuseQKNorm) || (a.QNorm == nil && b.NoFusedRoPE) {
+	if b.NoFusedRoPE {
 		return false, nil
 	}
 	H, KV, d, err := a.Check()
 	if err != nil {
 		return false, fmt.Errorf("cudabackend: %w", err)
-	}
-	if a.QNorm != nil {
-		return b.projectNormRoPE(a, H, KV, d) // qkvnorm.go
 	}
 	for _, t := range []*runtime.Tensor{a.Q, a.K, a.V, a.X, a.WQ, a.WK, a.WV, a.BQ, a.BK, a.BV, a.KCache, a.VCache} {
 		if t != nil && (!b.here(t) || t.DType() != runtime.BF16) {

@@ -9,21 +9,22 @@ import (
 // projectRoPE computes q, k and v from the input in, normalises q and k
 // per head where the layer has q/k norms, rotates them and appends k and v
 // to the cache. For one token it is one op where the backend fuses the
-// projections with the rest (kernels.QKVRoPEStorer): plain weights, q/k
-// norms (if any) of one eps over the head width, a Direct cache and no hook
-// watching the projections or the norms; the backend may decline the
+// projections with the rest (kernels.QKVRoPEStorer): plain weights, no q/k
+// norm (it would sit between the projection and the rotation), a Direct
+// cache and no hook watching the projections; the backend may decline the
 // operands. Otherwise (and when a pending norm folds into the projections
-// instead: normfuse.go) project, then normRopeAppend.
+// instead: normfuse.go) project, then qkNorm and ropeAndAppend: one op
+// where the backend fuses them (normRoPEStore), else two.
 func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed, q, k, v *runtime.Tensor, cache Cache) error {
 	f, ok := b.(kernels.QKVRoPEStorer)
 	_, direct := cache.(Direct)
-	if ok && direct && in.h.Dim(0) == 1 && plain(a.Q, a.K, a.V) && nn.Unwatched(a.Q, a.K, a.V) && a.fusableNorms(q) {
+	if ok && direct && a.QNorm == nil && in.h.Dim(0) == 1 && plain(a.Q, a.K, a.V) && nn.Unwatched(a.Q, a.K, a.V) {
 		ran, err := a.foldNorm(b, in, q, k, v)
 		if err != nil {
 			return err
 		}
 		if ran {
-			return a.normRopeAppend(b, invFreq, q, k, v, cache)
+			return a.ropeAndAppend(b, invFreq, q, k, v, cache)
 		}
 		h, err := in.ready(b)
 		if err != nil {
@@ -31,14 +32,10 @@ func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed,
 		}
 		in = normed{h: h}
 		kc, vc := cache.View(a.Layer)
-		op := kernels.QKVRoPE{Q: q, K: k, V: v, X: h,
+		ran, err = f.ProjectRoPEStoreKV(kernels.QKVRoPE{Q: q, K: k, V: v, X: h,
 			WQ: a.Q.Weight.Tensor(), WK: a.K.Weight.Tensor(), WV: a.V.Weight.Tensor(),
 			BQ: biasOf(a.Q), BK: biasOf(a.K), BV: biasOf(a.V),
-			KCache: kc, VCache: vc, Pos: cache.Len(), InvFreq: invFreq}
-		if a.QNorm != nil {
-			op.QNorm, op.KNorm, op.Eps = a.QNorm.Weight.Tensor(), a.KNorm.Weight.Tensor(), a.QNorm.Eps
-		}
-		ran, err = f.ProjectRoPEStoreKV(op)
+			KCache: kc, VCache: vc, Pos: cache.Len(), InvFreq: invFreq})
 		if err != nil || ran {
 			return err
 		}
@@ -46,23 +43,6 @@ func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed,
 	if err := a.project(b, in, q, k, v); err != nil {
 		return err
 	}
-	return a.normRopeAppend(b, invFreq, q, k, v, cache)
-}
-
-// fusableNorms reports whether the layer's q/k norms (if any) can go into
-// one op with the projections and the rotation: both present, of one eps,
-// over the head width of q, and no hook watching them.
-func (a *Attention) fusableNorms(q *runtime.Tensor) bool {
-	if a.QNorm == nil && a.KNorm == nil {
-		return true
-	}
-	return a.QNorm != nil && a.KNorm != nil && a.QNorm.Eps == a.KNorm.Eps && a.QNorm.Dim == a.KNorm.Dim &&
-		q.Dim(-1) == a.QNorm.Dim && nn.Unwatched(a.QNorm, a.KNorm)
-}
-
-// normRopeAppend is what follows the projections: qkNorm and ropeAndAppend
-// as one op where the backend fuses them (normRoPEStore), else two.
-func (a *Attention) normRopeAppend(b kernels.Backend, invFreq []float32, q, k, v *runtime.Tensor, cache Cache) error {
 	if ran, err := a.normRoPEStore(b, invFreq, q, k, v, cache); err != nil || ran {
 		return err
 	}

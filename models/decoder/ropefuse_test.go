@@ -84,21 +84,11 @@ func TestFusedQKVRoPE(t *testing.T) {
 }
 
 // normRoPEFuser is the CPU backend with its kernels.NormRoPEStorer counted;
-// decline makes it decline every call. It declines the one-op projection
-// of a layer with q/k norms (kernels.QKVRoPEStorer, which the CPU backend
-// otherwise runs for one-token steps), so that every forward reaches the
-// NormRoPEStorer.
+// decline makes it decline every call.
 type normRoPEFuser struct {
 	*kernels.CPUBackend
 	calls   int
 	decline bool
-}
-
-func (f *normRoPEFuser) ProjectRoPEStoreKV(a kernels.QKVRoPE) (bool, error) {
-	if a.QNorm != nil {
-		return false, nil
-	}
-	return f.CPUBackend.ProjectRoPEStoreKV(a)
 }
 
 func (f *normRoPEFuser) NormRoPEStoreKV(a kernels.QKNormRoPE) (bool, error) {
