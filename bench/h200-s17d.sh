@@ -10,9 +10,8 @@ source .devtools/env.sh
 out=${1:?}; mkdir -p "$out"
 source bench/lib.sh
 BUDGET=400
-build_cuda &
+build_cuda
 MT=240 make_models
-wait
 export FT_KERNEL_CACHE=$PWD/bin/kernels
 log figures
 for r in 1 2; do
