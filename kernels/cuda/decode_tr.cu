@@ -102,6 +102,18 @@ __device__ __forceinline__ unsigned movmatrix_t(unsigned a) {
 	return d;
 }
 
+// tr_norm are the extra operands of a NORM decode (decode_tr_body): the
+// step's one new token's key and value before the q/k norms and RoPE (k,
+// v: [K,HD]), the per-head norms' weights wq, wk [HD] and eps, the HD/2
+// inverse frequencies inv, and the caches written through (kcw, vcw: the
+// kc, vc the body reads).
+struct tr_norm {
+	bf16_t *kcw, *vcw;
+	const bf16_t *k, *v, *wq, *wk;
+	const float* inv;
+	float eps;
+};
+
 // decode_tr_body: block (kvh, split, t) = blockIdx (x, y, z), NW·32
 // threads, S ring stages per warp, query row t and KV head kvh; arguments,
 // splits and outputs as decode_pipe_body's with one KV head a block.
@@ -119,10 +131,25 @@ __device__ __forceinline__ unsigned movmatrix_t(unsigned a) {
 // overlap that kernel; the query, and the stages with new rows, come after
 // the wait. The stages a warp may copy early are a prefix of its stages
 // (its groups go up in position), so the commit groups keep their order.
-template <int HD, int S, int NW, bool FAST, bool PAGED, bool PRE = false>
+//
+// NORM (with PRE, one query row: grid z = 1, head width 128): the kernel
+// also does a Qwen3-style layer's per-head q/k RMSNorm, RoPE and KV store
+// (qknorm_rope_store_bf16's work, nm's operands), so that the q/k/v GEMV
+// comes directly before it. The query is normalised and rotated as it is
+// loaded: a lane holds 32 of its head's 128 values, the head's sum of
+// squares is three shuffles away and the rotation's pairs (i, i+64) sit
+// in the same lane. The new key and value (position n−1) are written to
+// the cache by the one warp that reads that row (the warp owning the
+// last 16-position group of the last split), before it issues that
+// group's copies, with a __syncwarp between (its own lanes copy the row).
+// The angles and norm weights are read before the dependent-launch wait.
+// q and k themselves are not written. The sums of squares are taken in
+// another order than rmsnorm's block sum, so a value may differ from the
+// separate kernels' by an ulp of bf16.
+template <int HD, int S, int NW, bool FAST, bool PAGED, bool PRE = false, bool NORM = false>
 __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table, int maxBlocks, int bs,
-		const int* posp, int pos0, float scale_log2, int window) {
+		const int* posp, int pos0, float scale_log2, int window, const tr_norm nm = tr_norm{}) {
 	constexpr int CH = HD / 8;          // 16-byte chunks of a row
 	constexpr int KS = HD / 16;         // k-steps of Sᵀ, 16-row tiles of Oᵀ
 	constexpr int ROW = HD * 2;         // bytes of a row
@@ -135,6 +162,7 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	__shared__ float sm_m[NW][8], sm_l[NW][8];
 	__shared__ int isLast;
 	constexpr bool EARLY = PRE && !PAGED;
+	static_assert(!NORM || (EARLY && HD == 128), "decode_tr_body: NORM needs PRE over a contiguous cache, head width 128");
 	if (!FAST && !EARLY) ft_pdl_wait();
 	const int split = blockIdx.y, t = blockIdx.z;
 	const int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -160,6 +188,103 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 		}
 	};
 	if (!FAST && !EARLY) loadQ();
+	// NORM: this lane's q norm weights (qw[j] as qb[j]) and rotation
+	// angles: qb[j] and qb[j+KS/2] hold the pairs (i, i+HD/2) for
+	// i = 16j+2tg+{0,1} (qcs[j][0..1]) and 16j+8+2tg+{0,1} (qcs[j][2..3]).
+	// The writer warp's: key values 4·lane..+3, partner lane lane^16,
+	// angles of i = (4·lane+e) mod HD/2.
+	constexpr int QH = NORM ? KS / 2 : 1;
+	unsigned qw[NORM ? KS : 1][2];
+	float qc[QH][4], qsn[QH][4];
+	const int pnew = n - 1;  // the new position (one query row)
+	const int gnew = (pnew - beg) >> 4;  // its group in the split (end == n)
+	const bool writer = NORM && end == n && warp == gnew % NW;
+	const int inew = gnew / NW;  // its group among the writer's
+	uint2 kw = make_uint2(0u, 0u);
+	float kc4[4], ks4[4];
+	if (NORM) {
+		const unsigned* wr = (const unsigned*)nm.wq + tg;
+#pragma unroll
+		for (int j = 0; j < KS; j++) {
+			qw[j][0] = wr[8 * j];
+			qw[j][1] = wr[8 * j + 4];
+		}
+#pragma unroll
+		for (int j = 0; j < QH; j++) {
+#pragma unroll
+			for (int e = 0; e < 4; e++) rope_angle(pnew, nm.inv[16 * j + 8 * (e >> 1) + 2 * tg + (e & 1)], qc[j][e], qsn[j][e]);
+		}
+		if (writer) {
+			kw = ((const uint2*)nm.wk)[lane];
+#pragma unroll
+			for (int e = 0; e < 4; e++) rope_angle(pnew, nm.inv[(4 * lane + e) & (HD / 2 - 1)], kc4[e], ks4[e]);
+		}
+	}
+	// normQ: qb (loaded) normalised with wq and rotated, as
+	// qknorm_rope_store_bf16 leaves a q head (but for the sum's order).
+	auto normQ = [&]() {
+		float f[KS][4], ss = 0.f;
+#pragma unroll
+		for (int j = 0; j < KS; j++) {
+			f[j][0] = bf2f((bf16_t)(qb[j][0] & 0xffffu));
+			f[j][1] = bf2f((bf16_t)(qb[j][0] >> 16));
+			f[j][2] = bf2f((bf16_t)(qb[j][1] & 0xffffu));
+			f[j][3] = bf2f((bf16_t)(qb[j][1] >> 16));
+#pragma unroll
+			for (int e = 0; e < 4; e++) ss = __fmaf_rn(f[j][e], f[j][e], ss);
+		}
+		ss += __shfl_xor_sync(FT_FULL, ss, 1);
+		ss += __shfl_xor_sync(FT_FULL, ss, 2);
+		const float sc = rsqrtf(ss / (float)HD + nm.eps);
+#pragma unroll
+		for (int j = 0; j < KS; j++) {
+			const unsigned w2[2] = {qw[j][0], qw[j][1]};
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const unsigned wv = w2[e >> 1];
+				const float w = bf2f((bf16_t)((e & 1) ? wv >> 16 : wv & 0xffffu));
+				f[j][e] = bf2f(f2bf(__fmul_rn(__fmul_rn(f[j][e], sc), w)));
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < QH; j++) {
+			bf16_t r0[4], r1[4];
+#pragma unroll
+			for (int e = 0; e < 4; e++) rope_rotate_cs(f[j][e], f[j + QH][e], qc[j][e], qsn[j][e], r0[e], r1[e]);
+			qb[j][0] = (unsigned)r0[0] | ((unsigned)r0[1] << 16);
+			qb[j][1] = (unsigned)r0[2] | ((unsigned)r0[3] << 16);
+			qb[j + QH][0] = (unsigned)r1[0] | ((unsigned)r1[1] << 16);
+			qb[j + QH][1] = (unsigned)r1[2] | ((unsigned)r1[3] << 16);
+		}
+	};
+	// putNew (the writer warp): the new key normalised with wk and rotated,
+	// and the value, into cache row pnew; then the warp meets, so that the
+	// copies of that row (by any of its lanes) read them.
+	auto putNew = [&]() {
+		const usize off = (usize)kvh * HD + 4 * lane;
+		const uint2 kr = *(const uint2*)(nm.k + off), vr = *(const uint2*)(nm.v + off);
+		float f[4] = {bf2f((bf16_t)(kr.x & 0xffffu)), bf2f((bf16_t)(kr.x >> 16)), bf2f((bf16_t)(kr.y & 0xffffu)), bf2f((bf16_t)(kr.y >> 16))};
+		float ss = 0.f;
+#pragma unroll
+		for (int e = 0; e < 4; e++) ss = __fmaf_rn(f[e], f[e], ss);
+		ss = warp_sum(ss);
+		const float sc = rsqrtf(ss / (float)HD + nm.eps);
+		const float w[4] = {bf2f((bf16_t)(kw.x & 0xffffu)), bf2f((bf16_t)(kw.x >> 16)), bf2f((bf16_t)(kw.y & 0xffffu)), bf2f((bf16_t)(kw.y >> 16))};
+		bf16_t r[4];
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const float a = bf2f(f2bf(__fmul_rn(__fmul_rn(f[e], sc), w[e])));
+			const float b = __shfl_xor_sync(FT_FULL, a, 16);
+			bf16_t r0, r1;
+			if (lane < 16) rope_rotate_cs(a, b, kc4[e], ks4[e], r0, r1);
+			else rope_rotate_cs(b, a, kc4[e], ks4[e], r1, r0);
+			r[e] = r0;
+		}
+		const usize crow = (usize)pnew * K * HD + off;
+		*(uint2*)(nm.kcw + crow) = make_uint2((unsigned)r[0] | ((unsigned)r[1] << 16), (unsigned)r[2] | ((unsigned)r[3] << 16));
+		*(uint2*)(nm.vcw + crow) = vr;
+		__syncwarp();
+	};
 	// Oᵀ: o[md] holds rows d = 16md+g, 16md+8+g, columns 2tg, 2tg+1.
 	float o[KS][4];
 #pragma unroll
@@ -246,10 +371,12 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 #pragma unroll
 	for (int s = 0; s < S - 1; s++) {
 		if (s < pre) continue;
+		if (NORM && writer && s == inew) putNew();
 		if (s < myg) issue(ring + s * STAGE, s, pr[s]);
 		cp_async_commit();
 	}
 	if (FAST || EARLY) loadQ();
+	if (NORM) normQ();
 	// ldmatrix lanes: K (A, [key][d]): matrix lane/8 is rows 8((lane/8)&1)..
 	// +7, chunk 2j + lane/16; Vᵀ (A by .trans): keys 8(lane/16) .. +7,
 	// chunk 2md + (lane/8)&1. Both rows are ≡ lane (mod 8): the swizzle.
@@ -265,6 +392,7 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	for (int i = 0; i < myg; i++) {
 		const int nx = i + S - 1;
 		__syncwarp();  // every lane's reads of stage wst (iteration i−1) are done
+		if (NORM && writer && nx == inew) putNew();
 		if (nx < myg) issue(wst, nx, nrow);
 		cp_async_commit();
 		if (PAGED && nx + 1 < myg) nrow = rowOf(first(nx + 1) + (lane & 15));
@@ -384,6 +512,20 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 		decode_tr_body<HD, S, NW, FAST, true, PRE>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks, bs, nullptr, \
 				0, scale_log2, window);                                                                                                    \
 	}
+
+// attn_decode_pipe_d128_s3w4h1tpn_bf16 is s3w4h1tp with NORM: a
+// Qwen3-style layer's q/k norms, RoPE and KV store done inside (k, v the
+// new token's key and value, wq, wk the norms' weights, eps, inv the
+// HD/2 inverse frequencies; kc and vc are written at position
+// ft_pos(posp, pos0)). Grid (K, nsplit, 1), 128 threads, the shared
+// memory of s3w4h1tp (kernels/cudabackend/normattend.go).
+extern "C" __global__ void __launch_bounds__(128, FT_PIPE_MINB(128, 3, 4))
+		attn_decode_pipe_d128_s3w4h1tpn_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, bf16_t* kc, bf16_t* vc,
+				int H, int K, int nsplit, int minChunk, const int* posp, int pos0, float scale_log2, int window, const bf16_t* k,
+				const bf16_t* v, const bf16_t* wq, const bf16_t* wk, float eps, const float* inv) {
+	decode_tr_body<128, 3, 4, false, false, true, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1,
+			posp, pos0, scale_log2, window, tr_norm{kc, vc, k, v, wq, wk, inv, eps});
+}
 
 // The transposed variants; decode.go's pipeVariants lists them (Tr).
 FT_TR_VARIANT(128, 3, 4, , false, false)
