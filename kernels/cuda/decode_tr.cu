@@ -142,7 +142,8 @@ struct tr_norm {
 // the cache by the one warp that reads that row (the warp owning the
 // last 16-position group of the last split), before it issues that
 // group's copies, with a __syncwarp between (its own lanes copy the row).
-// The angles and norm weights are read before the dependent-launch wait.
+// The angles and norm weights are read before the dependent-launch wait,
+// after the early copies are issued.
 // q and k themselves are not written. The sums of squares are taken in
 // another order than rmsnorm's block sum, so a value may differ from the
 // separate kernels' by an ulp of bf16.
@@ -202,24 +203,44 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	const int inew = gnew / NW;  // its group among the writer's
 	uint2 kw = make_uint2(0u, 0u);
 	float kc4[4], ks4[4];
-	if (NORM) {
+	// prepNorm (before the wait, after the early copies are issued): the
+	// weights, and the HD/2 = 64 angles, two a lane (i = lane, lane+32),
+	// each lane's own picked by shuffles (the eight lanes of one tg need
+	// the same sixteen), so a lane runs two sincosf, not twenty. The loads
+	// come first, all together: the sine's slow path writes local memory,
+	// which keeps the compiler from moving a later load above it.
+	auto prepNorm = [&]() {
 		const unsigned* wr = (const unsigned*)nm.wq + tg;
 #pragma unroll
 		for (int j = 0; j < KS; j++) {
 			qw[j][0] = wr[8 * j];
 			qw[j][1] = wr[8 * j + 4];
 		}
+		if (writer) kw = ((const uint2*)nm.wk)[lane];
+		const float f0 = nm.inv[lane], f1 = nm.inv[lane + 32];
+		float c0, s0, c1, s1;
+		rope_angle(pnew, f0, c0, s0);
+		rope_angle(pnew, f1, c1, s1);
 #pragma unroll
 		for (int j = 0; j < QH; j++) {
 #pragma unroll
-			for (int e = 0; e < 4; e++) rope_angle(pnew, nm.inv[16 * j + 8 * (e >> 1) + 2 * tg + (e & 1)], qc[j][e], qsn[j][e]);
+			for (int e = 0; e < 4; e++) {
+				const int src = (16 * j + 8 * (e >> 1) + 2 * tg + (e & 1)) & 31;
+				qc[j][e] = __shfl_sync(FT_FULL, j < 2 ? c0 : c1, src);
+				qsn[j][e] = __shfl_sync(FT_FULL, j < 2 ? s0 : s1, src);
+			}
 		}
 		if (writer) {
-			kw = ((const uint2*)nm.wk)[lane];
 #pragma unroll
-			for (int e = 0; e < 4; e++) rope_angle(pnew, nm.inv[(4 * lane + e) & (HD / 2 - 1)], kc4[e], ks4[e]);
+			for (int e = 0; e < 4; e++) {
+				const int i = (4 * lane + e) & 63, src = i & 31;
+				const float cl = __shfl_sync(FT_FULL, c0, src), ch = __shfl_sync(FT_FULL, c1, src);
+				const float sl = __shfl_sync(FT_FULL, s0, src), sh = __shfl_sync(FT_FULL, s1, src);
+				kc4[e] = i < 32 ? cl : ch;
+				ks4[e] = i < 32 ? sl : sh;
+			}
 		}
-	}
+	};
 	// normQ: qb (loaded) normalised with wq and rotated, as
 	// qknorm_rope_store_bf16 leaves a q head (but for the sum's order).
 	auto normQ = [&]() {
@@ -366,6 +387,7 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 				pre++;
 			}
 		}
+		if (NORM) prepNorm();
 		ft_pdl_wait();
 	}
 #pragma unroll
