@@ -138,10 +138,10 @@ struct tr_norm {
 // comes directly before it. The query is normalised and rotated as it is
 // loaded: a lane holds 32 of its head's 128 values, the head's sum of
 // squares is three shuffles away and the rotation's pairs (i, i+64) sit
-// in the same lane. The new key and value (position n−1) are written to
-// the cache by the one warp that reads that row (the warp owning the
-// last 16-position group of the last split), before it issues that
-// group's copies, with a __syncwarp between (its own lanes copy the row).
+// in the same lane. The new key and value (position n−1) are made by the
+// one warp that reads that row (the warp owning the last 16-position
+// group of the last split): into the cache for the next steps, and into
+// its ring stage directly for this one (issueNew).
 // The angles and norm weights are read before the dependent-launch wait,
 // after the early copies are issued.
 // q and k themselves are not written. The sums of squares are taken in
@@ -278,34 +278,6 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 			qb[j + QH][1] = (unsigned)r1[2] | ((unsigned)r1[3] << 16);
 		}
 	};
-	// putNew (the writer warp): the new key normalised with wk and rotated,
-	// and the value, into cache row pnew; then the warp meets, so that the
-	// copies of that row (by any of its lanes) read them.
-	auto putNew = [&]() {
-		const usize off = (usize)kvh * HD + 4 * lane;
-		const uint2 kr = *(const uint2*)(nm.k + off), vr = *(const uint2*)(nm.v + off);
-		float f[4] = {bf2f((bf16_t)(kr.x & 0xffffu)), bf2f((bf16_t)(kr.x >> 16)), bf2f((bf16_t)(kr.y & 0xffffu)), bf2f((bf16_t)(kr.y >> 16))};
-		float ss = 0.f;
-#pragma unroll
-		for (int e = 0; e < 4; e++) ss = __fmaf_rn(f[e], f[e], ss);
-		ss = warp_sum(ss);
-		const float sc = rsqrtf(ss / (float)HD + nm.eps);
-		const float w[4] = {bf2f((bf16_t)(kw.x & 0xffffu)), bf2f((bf16_t)(kw.x >> 16)), bf2f((bf16_t)(kw.y & 0xffffu)), bf2f((bf16_t)(kw.y >> 16))};
-		bf16_t r[4];
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			const float a = bf2f(f2bf(__fmul_rn(__fmul_rn(f[e], sc), w[e])));
-			const float b = __shfl_xor_sync(FT_FULL, a, 16);
-			bf16_t r0, r1;
-			if (lane < 16) rope_rotate_cs(a, b, kc4[e], ks4[e], r0, r1);
-			else rope_rotate_cs(b, a, kc4[e], ks4[e], r1, r0);
-			r[e] = r0;
-		}
-		const usize crow = (usize)pnew * K * HD + off;
-		*(uint2*)(nm.kcw + crow) = make_uint2((unsigned)r[0] | ((unsigned)r[1] << 16), (unsigned)r[2] | ((unsigned)r[3] << 16));
-		*(uint2*)(nm.vcw + crow) = vr;
-		__syncwarp();
-	};
 	// Oᵀ: o[md] holds rows d = 16md+g, 16md+8+g, columns 2tg, 2tg+1.
 	float o[KS][4];
 #pragma unroll
@@ -357,6 +329,60 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 			cp_async16_s(st + TILE + dofs[x], src + vdiff);
 		}
 	};
+	// The writer warp: loadNew (right after the wait) reads the new key
+	// and value, lane L values 4L..4L+3; issueNew, in place of issue for
+	// the group holding the new row (position pnew, row kn of the group),
+	// copies the rows before it and writes the new key, normalised with wk
+	// and rotated, and the value into the cache (for the next steps) and
+	// straight into the stage for rows kn..15 (the rows past it are the
+	// masked copies of the last row that issue makes), so no copy waits
+	// on this kernel's own store.
+	uint2 knr = make_uint2(0u, 0u), vnr = make_uint2(0u, 0u);
+	auto loadNew = [&]() {
+		const usize off = (usize)kvh * HD + 4 * lane;
+		knr = *(const uint2*)(nm.k + off);
+		vnr = *(const uint2*)(nm.v + off);
+	};
+	auto issueNew = [&](unsigned st, int i) {
+		const int p0 = first(i), kn = pnew - p0;
+#pragma unroll
+		for (int x = 0; x < NI; x++) {
+			const int kk = kr0 + RPI * x;
+			if (kk < kn) {
+				const bf16_t* src = kb + (usize)(p0 + kk) * rs + 8 * cc;
+				cp_async16_s(st + dofs[x], src);
+				cp_async16_s(st + TILE + dofs[x], src + vdiff);
+			}
+		}
+		float f[4] = {bf2f((bf16_t)(knr.x & 0xffffu)), bf2f((bf16_t)(knr.x >> 16)), bf2f((bf16_t)(knr.y & 0xffffu)), bf2f((bf16_t)(knr.y >> 16))};
+		float ss = 0.f;
+#pragma unroll
+		for (int e = 0; e < 4; e++) ss = __fmaf_rn(f[e], f[e], ss);
+		ss = warp_sum(ss);
+		const float sc = rsqrtf(ss / (float)HD + nm.eps);
+		const float w[4] = {bf2f((bf16_t)(kw.x & 0xffffu)), bf2f((bf16_t)(kw.x >> 16)), bf2f((bf16_t)(kw.y & 0xffffu)), bf2f((bf16_t)(kw.y >> 16))};
+		bf16_t r[4];
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const float a = bf2f(f2bf(__fmul_rn(__fmul_rn(f[e], sc), w[e])));
+			const float b = __shfl_xor_sync(FT_FULL, a, 16);
+			bf16_t r0, r1;
+			if (lane < 16) rope_rotate_cs(a, b, kc4[e], ks4[e], r0, r1);
+			else rope_rotate_cs(b, a, kc4[e], ks4[e], r1, r0);
+			r[e] = r0;
+		}
+		const uint2 kn2 = make_uint2((unsigned)r[0] | ((unsigned)r[1] << 16), (unsigned)r[2] | ((unsigned)r[3] << 16));
+		const usize crow = (usize)pnew * rs + (usize)kvh * HD + 4 * lane;
+		*(uint2*)(nm.kcw + crow) = kn2;
+		*(uint2*)(nm.vcw + crow) = vnr;
+		// Lane L's 8 bytes are half (L&1) of 16-byte chunk L/2 of a row.
+		const unsigned half8 = (lane & 1) * 8;
+		for (int kk = kn; kk < 16; kk++) {
+			const unsigned a = st + kk * ROW + (((lane >> 1) ^ (kk & 7)) << 4) + half8;
+			asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a), "r"(kn2.x), "r"(kn2.y) : "memory");
+			asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a + TILE), "r"(vnr.x), "r"(vnr.y) : "memory");
+		}
+	};
 
 	int pr[S];
 #pragma unroll
@@ -389,12 +415,13 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 		}
 		if (NORM) prepNorm();
 		ft_pdl_wait();
+		if (NORM && writer) loadNew();
 	}
 #pragma unroll
 	for (int s = 0; s < S - 1; s++) {
 		if (s < pre) continue;
-		if (NORM && writer && s == inew) putNew();
-		if (s < myg) issue(ring + s * STAGE, s, pr[s]);
+		if (NORM && writer && s == inew) issueNew(ring + s * STAGE, s);
+		else if (s < myg) issue(ring + s * STAGE, s, pr[s]);
 		cp_async_commit();
 	}
 	if (FAST || EARLY) loadQ();
@@ -414,8 +441,8 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	for (int i = 0; i < myg; i++) {
 		const int nx = i + S - 1;
 		__syncwarp();  // every lane's reads of stage wst (iteration i−1) are done
-		if (NORM && writer && nx == inew) putNew();
-		if (nx < myg) issue(wst, nx, nrow);
+		if (NORM && writer && nx == inew) issueNew(wst, nx);
+		else if (nx < myg) issue(wst, nx, nrow);
 		cp_async_commit();
 		if (PAGED && nx + 1 < myg) nrow = rowOf(first(nx + 1) + (lane & 15));
 		wst = st;
