@@ -95,35 +95,3 @@ func (b *CPUBackend) NormRoPEStoreKV(a QKNormRoPE) (bool, error) {
 }
 
 var _ NormRoPEStorer = (*CPUBackend)(nil)
-
-// NormRoPEAttender is implemented by backends that run a one-token step's
-// per-head q/k RMSNorm, RoPE, KV-cache store and decode attention as one op
-// (the CUDA backend: the decode attention kernel normalises and rotates the
-// query as it loads it, and the block that reads the new cache row writes
-// it first, so the q/k/v projection comes directly before it).
-type NormRoPEAttender interface {
-	// NormRoPEAttend leaves in a.KCache and a.VCache what NormRoPEStoreKV
-	// leaves there and in out[T,H,d] the attention of the normalised,
-	// rotated queries over the cache's rows 0..a.Pos+T−1 (the last window
-	// of them when window > 0), as AttendWindow gives; a.Q and a.K may be
-	// left as they were. Values may differ from the separate ops' by the
-	// rounding of a sum's order (NormRoPEAttendRef is the reference). ran
-	// false: the backend declines these operands and did nothing.
-	NormRoPEAttend(out *runtime.Tensor, a QKNormRoPE, window int) (ran bool, err error)
-}
-
-// NormRoPEAttendRef is NormRoPEAttend by b's separate ops:
-// NormRoPEStoreKVRef, then AttendWindow of the rotated queries at a.Pos.
-func NormRoPEAttendRef(b Backend, out *runtime.Tensor, a QKNormRoPE, window int) error {
-	if err := NormRoPEStoreKVRef(b, a); err != nil {
-		return err
-	}
-	return AttendWindow(b, out, a.Q, a.KCache, a.VCache, a.Pos, window)
-}
-
-// NormRoPEAttend is NormRoPEAttendRef on the CPU: it always runs.
-func (b *CPUBackend) NormRoPEAttend(out *runtime.Tensor, a QKNormRoPE, window int) (bool, error) {
-	return true, NormRoPEAttendRef(b, out, a, window)
-}
-
-var _ NormRoPEAttender = (*CPUBackend)(nil)

@@ -33,20 +33,12 @@ __device__ __forceinline__ bf16_t f2bf(float f) {
 // contraction). rope.cu's rope_pair, the q/k/v GEMV with RoPE in its epilogue
 // (rope_qkv.cu) and the one-kernel decode layer (decodelayer.cu, a unit of
 // its own) share it, so they give the same bits.
-// rope_angle is rope_rotate's cosine and sine of θ = float(p)·f, and
-// rope_rotate_cs its rotation by them: a kernel may take the angles early
-// (before its dependent-launch wait) and rotate later, with the same bits.
-__device__ __forceinline__ void rope_angle(int p, float f, float& c, float& s) {
-	sincosf(__fmul_rn((float)p, f), &s, &c);
-}
-__device__ __forceinline__ void rope_rotate_cs(float a, float b, float c, float s, bf16_t& r0, bf16_t& r1) {
+__device__ __forceinline__ void rope_rotate(float a, float b, int p, float f, bf16_t& r0, bf16_t& r1) {
+	const float th = __fmul_rn((float)p, f);
+	float s, c;
+	sincosf(th, &s, &c);
 	r0 = f2bf(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
 	r1 = f2bf(__fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
-}
-__device__ __forceinline__ void rope_rotate(float a, float b, int p, float f, bf16_t& r0, bf16_t& r1) {
-	float c, s;
-	rope_angle(p, f, c, s);
-	rope_rotate_cs(a, b, c, s, r0, r1);
 }
 
 // h2f widens IEEE binary16 bits.

@@ -102,18 +102,6 @@ __device__ __forceinline__ unsigned movmatrix_t(unsigned a) {
 	return d;
 }
 
-// tr_norm are the extra operands of a NORM decode (decode_tr_body): the
-// step's one new token's key and value before the q/k norms and RoPE (k,
-// v: [K,HD]), the per-head norms' weights wq, wk [HD] and eps, the HD/2
-// inverse frequencies inv, and the caches written through (kcw, vcw: the
-// kc, vc the body reads).
-struct tr_norm {
-	bf16_t *kcw, *vcw;
-	const bf16_t *k, *v, *wq, *wk;
-	const float* inv;
-	float eps;
-};
-
 // decode_tr_body: block (kvh, split, t) = blockIdx (x, y, z), NW·32
 // threads, S ring stages per warp, query row t and KV head kvh; arguments,
 // splits and outputs as decode_pipe_body's with one KV head a block.
@@ -131,26 +119,10 @@ struct tr_norm {
 // overlap that kernel; the query, and the stages with new rows, come after
 // the wait. The stages a warp may copy early are a prefix of its stages
 // (its groups go up in position), so the commit groups keep their order.
-//
-// NORM (with PRE, one query row: grid z = 1, head width 128): the kernel
-// also does a Qwen3-style layer's per-head q/k RMSNorm, RoPE and KV store
-// (qknorm_rope_store_bf16's work, nm's operands), so that the q/k/v GEMV
-// comes directly before it. The query is normalised and rotated as it is
-// loaded: a lane holds 32 of its head's 128 values, the head's sum of
-// squares is three shuffles away and the rotation's pairs (i, i+64) sit
-// in the same lane. The new key and value (position n−1) are made by the
-// one warp that reads that row (the warp owning the last 16-position
-// group of the last split): into the cache for the next steps, and into
-// its ring stage directly for this one (issueNew).
-// The angles and norm weights are read before the dependent-launch wait,
-// after the early copies are issued.
-// q and k themselves are not written. The sums of squares are taken in
-// another order than rmsnorm's block sum, so a value may differ from the
-// separate kernels' by an ulp of bf16.
-template <int HD, int S, int NW, bool FAST, bool PAGED, bool PRE = false, bool NORM = false>
+template <int HD, int S, int NW, bool FAST, bool PAGED, bool PRE = false>
 __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table, int maxBlocks, int bs,
-		const int* posp, int pos0, float scale_log2, int window, const tr_norm nm = tr_norm{}) {
+		const int* posp, int pos0, float scale_log2, int window) {
 	constexpr int CH = HD / 8;          // 16-byte chunks of a row
 	constexpr int KS = HD / 16;         // k-steps of Sᵀ, 16-row tiles of Oᵀ
 	constexpr int ROW = HD * 2;         // bytes of a row
@@ -163,7 +135,6 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	__shared__ float sm_m[NW][8], sm_l[NW][8];
 	__shared__ int isLast;
 	constexpr bool EARLY = PRE && !PAGED;
-	static_assert(!NORM || (EARLY && HD == 128), "decode_tr_body: NORM needs PRE over a contiguous cache, head width 128");
 	if (!FAST && !EARLY) ft_pdl_wait();
 	const int split = blockIdx.y, t = blockIdx.z;
 	const int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -189,95 +160,6 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 		}
 	};
 	if (!FAST && !EARLY) loadQ();
-	// NORM: this lane's q norm weights (qw[j] as qb[j]) and rotation
-	// angles: qb[j] and qb[j+KS/2] hold the pairs (i, i+HD/2) for
-	// i = 16j+2tg+{0,1} (qcs[j][0..1]) and 16j+8+2tg+{0,1} (qcs[j][2..3]).
-	// The writer warp's: key values 4·lane..+3, partner lane lane^16,
-	// angles of i = (4·lane+e) mod HD/2.
-	constexpr int QH = NORM ? KS / 2 : 1;
-	unsigned qw[NORM ? KS : 1][2];
-	float qc[QH][4], qsn[QH][4];
-	const int pnew = n - 1;  // the new position (one query row)
-	const int gnew = (pnew - beg) >> 4;  // its group in the split (end == n)
-	const bool writer = NORM && end == n && warp == gnew % NW;
-	const int inew = gnew / NW;  // its group among the writer's
-	uint2 kw = make_uint2(0u, 0u);
-	float kc4[4], ks4[4];
-	// prepNorm (before the wait, after the early copies are issued): the
-	// weights, and the HD/2 = 64 angles, two a lane (i = lane, lane+32),
-	// each lane's own picked by shuffles (the eight lanes of one tg need
-	// the same sixteen), so a lane runs two sincosf, not twenty. The loads
-	// come first, all together: the sine's slow path writes local memory,
-	// which keeps the compiler from moving a later load above it.
-	auto prepNorm = [&]() {
-		const unsigned* wr = (const unsigned*)nm.wq + tg;
-#pragma unroll
-		for (int j = 0; j < KS; j++) {
-			qw[j][0] = wr[8 * j];
-			qw[j][1] = wr[8 * j + 4];
-		}
-		if (writer) kw = ((const uint2*)nm.wk)[lane];
-		const float f0 = nm.inv[lane], f1 = nm.inv[lane + 32];
-		float c0, s0, c1, s1;
-		rope_angle(pnew, f0, c0, s0);
-		rope_angle(pnew, f1, c1, s1);
-#pragma unroll
-		for (int j = 0; j < QH; j++) {
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				const int src = (16 * j + 8 * (e >> 1) + 2 * tg + (e & 1)) & 31;
-				qc[j][e] = __shfl_sync(FT_FULL, j < 2 ? c0 : c1, src);
-				qsn[j][e] = __shfl_sync(FT_FULL, j < 2 ? s0 : s1, src);
-			}
-		}
-		if (writer) {
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				const int i = (4 * lane + e) & 63, src = i & 31;
-				const float cl = __shfl_sync(FT_FULL, c0, src), ch = __shfl_sync(FT_FULL, c1, src);
-				const float sl = __shfl_sync(FT_FULL, s0, src), sh = __shfl_sync(FT_FULL, s1, src);
-				kc4[e] = i < 32 ? cl : ch;
-				ks4[e] = i < 32 ? sl : sh;
-			}
-		}
-	};
-	// normQ: qb (loaded) normalised with wq and rotated, as
-	// qknorm_rope_store_bf16 leaves a q head (but for the sum's order).
-	auto normQ = [&]() {
-		float f[KS][4], ss = 0.f;
-#pragma unroll
-		for (int j = 0; j < KS; j++) {
-			f[j][0] = bf2f((bf16_t)(qb[j][0] & 0xffffu));
-			f[j][1] = bf2f((bf16_t)(qb[j][0] >> 16));
-			f[j][2] = bf2f((bf16_t)(qb[j][1] & 0xffffu));
-			f[j][3] = bf2f((bf16_t)(qb[j][1] >> 16));
-#pragma unroll
-			for (int e = 0; e < 4; e++) ss = __fmaf_rn(f[j][e], f[j][e], ss);
-		}
-		ss += __shfl_xor_sync(FT_FULL, ss, 1);
-		ss += __shfl_xor_sync(FT_FULL, ss, 2);
-		const float sc = rsqrtf(ss / (float)HD + nm.eps);
-#pragma unroll
-		for (int j = 0; j < KS; j++) {
-			const unsigned w2[2] = {qw[j][0], qw[j][1]};
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				const unsigned wv = w2[e >> 1];
-				const float w = bf2f((bf16_t)((e & 1) ? wv >> 16 : wv & 0xffffu));
-				f[j][e] = bf2f(f2bf(__fmul_rn(__fmul_rn(f[j][e], sc), w)));
-			}
-		}
-#pragma unroll
-		for (int j = 0; j < QH; j++) {
-			bf16_t r0[4], r1[4];
-#pragma unroll
-			for (int e = 0; e < 4; e++) rope_rotate_cs(f[j][e], f[j + QH][e], qc[j][e], qsn[j][e], r0[e], r1[e]);
-			qb[j][0] = (unsigned)r0[0] | ((unsigned)r0[1] << 16);
-			qb[j][1] = (unsigned)r0[2] | ((unsigned)r0[3] << 16);
-			qb[j + QH][0] = (unsigned)r1[0] | ((unsigned)r1[1] << 16);
-			qb[j + QH][1] = (unsigned)r1[2] | ((unsigned)r1[3] << 16);
-		}
-	};
 	// Oᵀ: o[md] holds rows d = 16md+g, 16md+8+g, columns 2tg, 2tg+1.
 	float o[KS][4];
 #pragma unroll
@@ -329,60 +211,6 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 			cp_async16_s(st + TILE + dofs[x], src + vdiff);
 		}
 	};
-	// The writer warp: loadNew (right after the wait) reads the new key
-	// and value, lane L values 4L..4L+3; issueNew, in place of issue for
-	// the group holding the new row (position pnew, row kn of the group),
-	// copies the rows before it and writes the new key, normalised with wk
-	// and rotated, and the value into the cache (for the next steps) and
-	// straight into the stage for rows kn..15 (the rows past it are the
-	// masked copies of the last row that issue makes), so no copy waits
-	// on this kernel's own store.
-	uint2 knr = make_uint2(0u, 0u), vnr = make_uint2(0u, 0u);
-	auto loadNew = [&]() {
-		const usize off = (usize)kvh * HD + 4 * lane;
-		knr = *(const uint2*)(nm.k + off);
-		vnr = *(const uint2*)(nm.v + off);
-	};
-	auto issueNew = [&](unsigned st, int i) {
-		const int p0 = first(i), kn = pnew - p0;
-#pragma unroll
-		for (int x = 0; x < NI; x++) {
-			const int kk = kr0 + RPI * x;
-			if (kk < kn) {
-				const bf16_t* src = kb + (usize)(p0 + kk) * rs + 8 * cc;
-				cp_async16_s(st + dofs[x], src);
-				cp_async16_s(st + TILE + dofs[x], src + vdiff);
-			}
-		}
-		float f[4] = {bf2f((bf16_t)(knr.x & 0xffffu)), bf2f((bf16_t)(knr.x >> 16)), bf2f((bf16_t)(knr.y & 0xffffu)), bf2f((bf16_t)(knr.y >> 16))};
-		float ss = 0.f;
-#pragma unroll
-		for (int e = 0; e < 4; e++) ss = __fmaf_rn(f[e], f[e], ss);
-		ss = warp_sum(ss);
-		const float sc = rsqrtf(ss / (float)HD + nm.eps);
-		const float w[4] = {bf2f((bf16_t)(kw.x & 0xffffu)), bf2f((bf16_t)(kw.x >> 16)), bf2f((bf16_t)(kw.y & 0xffffu)), bf2f((bf16_t)(kw.y >> 16))};
-		bf16_t r[4];
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			const float a = bf2f(f2bf(__fmul_rn(__fmul_rn(f[e], sc), w[e])));
-			const float b = __shfl_xor_sync(FT_FULL, a, 16);
-			bf16_t r0, r1;
-			if (lane < 16) rope_rotate_cs(a, b, kc4[e], ks4[e], r0, r1);
-			else rope_rotate_cs(b, a, kc4[e], ks4[e], r1, r0);
-			r[e] = r0;
-		}
-		const uint2 kn2 = make_uint2((unsigned)r[0] | ((unsigned)r[1] << 16), (unsigned)r[2] | ((unsigned)r[3] << 16));
-		const usize crow = (usize)pnew * rs + (usize)kvh * HD + 4 * lane;
-		*(uint2*)(nm.kcw + crow) = kn2;
-		*(uint2*)(nm.vcw + crow) = vnr;
-		// Lane L's 8 bytes are half (L&1) of 16-byte chunk L/2 of a row.
-		const unsigned half8 = (lane & 1) * 8;
-		for (int kk = kn; kk < 16; kk++) {
-			const unsigned a = st + kk * ROW + (((lane >> 1) ^ (kk & 7)) << 4) + half8;
-			asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a), "r"(kn2.x), "r"(kn2.y) : "memory");
-			asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a + TILE), "r"(vnr.x), "r"(vnr.y) : "memory");
-		}
-	};
 
 	int pr[S];
 #pragma unroll
@@ -413,19 +241,15 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 				pre++;
 			}
 		}
-		if (NORM) prepNorm();
 		ft_pdl_wait();
-		if (NORM && writer) loadNew();
 	}
 #pragma unroll
 	for (int s = 0; s < S - 1; s++) {
 		if (s < pre) continue;
-		if (NORM && writer && s == inew) issueNew(ring + s * STAGE, s);
-		else if (s < myg) issue(ring + s * STAGE, s, pr[s]);
+		if (s < myg) issue(ring + s * STAGE, s, pr[s]);
 		cp_async_commit();
 	}
 	if (FAST || EARLY) loadQ();
-	if (NORM) normQ();
 	// ldmatrix lanes: K (A, [key][d]): matrix lane/8 is rows 8((lane/8)&1)..
 	// +7, chunk 2j + lane/16; Vᵀ (A by .trans): keys 8(lane/16) .. +7,
 	// chunk 2md + (lane/8)&1. Both rows are ≡ lane (mod 8): the swizzle.
@@ -441,8 +265,7 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	for (int i = 0; i < myg; i++) {
 		const int nx = i + S - 1;
 		__syncwarp();  // every lane's reads of stage wst (iteration i−1) are done
-		if (NORM && writer && nx == inew) issueNew(wst, nx);
-		else if (nx < myg) issue(wst, nx, nrow);
+		if (nx < myg) issue(wst, nx, nrow);
 		cp_async_commit();
 		if (PAGED && nx + 1 < myg) nrow = rowOf(first(nx + 1) + (lane & 15));
 		wst = st;
@@ -561,20 +384,6 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 		decode_tr_body<HD, S, NW, FAST, true, PRE>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, rows, table, maxBlocks, bs, nullptr, \
 				0, scale_log2, window);                                                                                                    \
 	}
-
-// attn_decode_pipe_d128_s3w4h1tpn_bf16 is s3w4h1tp with NORM: a
-// Qwen3-style layer's q/k norms, RoPE and KV store done inside (k, v the
-// new token's key and value, wq, wk the norms' weights, eps, inv the
-// HD/2 inverse frequencies; kc and vc are written at position
-// ft_pos(posp, pos0)). Grid (K, nsplit, 1), 128 threads, the shared
-// memory of s3w4h1tp (kernels/cudabackend/normattend.go).
-extern "C" __global__ void __launch_bounds__(128, FT_PIPE_MINB(128, 3, 4))
-		attn_decode_pipe_d128_s3w4h1tpn_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, bf16_t* kc, bf16_t* vc,
-				int H, int K, int nsplit, int minChunk, const int* posp, int pos0, float scale_log2, int window, const bf16_t* k,
-				const bf16_t* v, const bf16_t* wq, const bf16_t* wk, float eps, const float* inv) {
-	decode_tr_body<128, 3, 4, false, false, true, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1,
-			posp, pos0, scale_log2, window, tr_norm{kc, vc, k, v, wq, wk, inv, eps});
-}
 
 // The transposed variants; decode.go's pipeVariants lists them (Tr).
 FT_TR_VARIANT(128, 3, 4, , false, false)

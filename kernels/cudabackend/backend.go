@@ -188,11 +188,6 @@ type Backend struct {
 	// it declines larger calls, all of them at 0, none at −1. New sets it
 	// from FT_QKNORM_ROPE: 1 unset or "1", 0 for "0", −1 for "all".
 	QKNormRoPETokens int
-	// NoQKNormAttention makes NormRoPEAttend decline (normattend.go: the
-	// q/k norms, RoPE and KV store inside the decode attention); the
-	// decoder then runs NormRoPEStoreKV and the attention. New sets it
-	// when FT_QKNORM_ATTN=0 (A/B runs).
-	NoQKNormAttention bool
 
 	// NoMergedGEMM turns MatMulMerged and GateUpSiLUMerged off (they then
 	// say they did not run): q, k, v and gate, up of a several-token
@@ -280,7 +275,6 @@ type kernelSet struct {
 	merged        mergedKernels                     // column splits after a merged GEMM (merged.go)
 	qkvRoPE       *cuda.Function                    // gemv3_rope_store_bf16 (qkvrope.go)
 	qkNormRoPE    *cuda.Function                    // qknorm_rope_store_bf16 (qknormrope.go)
-	normAttn      *cuda.Function                    // attn_decode_pipe_d128_s3w4h1tpn_bf16 (normattend.go)
 	gemvPipe      gemvPipeKernels                   // pipelined twins of the one-token GEMVs (gemvpipe.go)
 	gemvEarly     map[*cuda.Function]*cuda.Function // early-issue twins of gemv3_bf16 and the pipe GEMVs (gemvearly.go)
 	decodeLayer   *megaModule                       // decode_layer_bf16's own module, loaded on first use (decodelayer.go)
@@ -340,7 +334,6 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	}
 	ks.norm = loadNorm(get)
 	ks.loadQKVRoPE(get)
-	ks.normAttn = get(normAttnKernel)
 	ks.normRows = loadNormRows(get)
 	ks.loadGEMVPipe(get)
 	ks.loadGEMVEarly(get)
@@ -375,7 +368,6 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	if err := ks.decodeMMA.sizeWave(dev.Multiprocessors()); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
-	ks.sizeNormAttn()
 	modules[dev] = ks
 	dev.AtClose(func() error {
 		modMu.Lock()
@@ -465,7 +457,6 @@ func New(dev runtime.Device) (*Backend, error) {
 		GEMVEarly:    gemvEarlyFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
-	b.NoQKNormAttention = noQKNormAttentionFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV
 	cd.AtClose(b.Close)

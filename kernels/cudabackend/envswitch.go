@@ -34,7 +34,6 @@ var envSwitches = map[string][]string{
 	"FT_GEMV_EARLY":      {"", "0", "1"},
 	"FT_NORM_TAIL":       {"", "0", "1"},
 	"FT_QKNORM_ROPE":     {"", "0", "1", "all"},
-	"FT_QKNORM_ATTN":     {"", "0", "1"},
 	"FT_VARLEN_CONTIG":   {"", "0", "1"},
 	"FT_TRACE":           {"", "0", "1"},
 	"FT_ASYNC_DECODE":    {"", "0", "1"},

@@ -341,35 +341,20 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {
 		q, k, v := rows(w.q, T), rows(w.k, T), rows(w.v, T) // [T,H,d], [T,K,d], [T,K,d]
-		att := rows(w.att, T)                               // [T,H,d]
-		// One token of a layer with q/k norms: the norms, RoPE, store and
-		// attention as one op where the backend fuses them (ropefuse.go).
-		done, err := a.attendNormed(b, m.invFreq, in, q, k, v, att, cache)
-		if err != nil {
+		// project, qkNorm, ropeAndAppend, fused for one token (ropefuse.go)
+		if err := a.projectRoPE(b, m.invFreq, in, q, k, v, cache); err != nil {
 			return err
 		}
-		if !done {
-			// project, qkNorm, ropeAndAppend, fused for one token (ropefuse.go)
-			if err := a.projectRoPE(b, m.invFreq, in, q, k, v, cache); err != nil {
-				return err
-			}
-			if err := a.attend(b, att, q, cache); err != nil {
-				return err
-			}
+		if err := a.scaleQ(b, q); err != nil {
+			return err
+		}
+		kc, vc := cache.View(a.Layer) // [C,K,d]
+		att := rows(w.att, T)         // [T,H,d]
+		if err := kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window); err != nil {
+			return err
 		}
 		return a.output(b, out, att, acc)
 	})
-}
-
-// attend scales the rotated queries q (scaleQ) and writes to att their
-// attention over the cache's rows 0..Len()+T−1 (the last Window with a
-// sliding window), the new rows already stored.
-func (a *Attention) attend(b kernels.Backend, att, q *runtime.Tensor, cache Cache) error {
-	if err := a.scaleQ(b, q); err != nil {
-		return err
-	}
-	kc, vc := cache.View(a.Layer) // [C,K,d]
-	return kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window)
 }
 
 // scaleQ multiplies the rotated queries by QScale, when there is one.

@@ -43,13 +43,6 @@ func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed,
 	if err := a.project(b, in, q, k, v); err != nil {
 		return err
 	}
-	return a.normRoPEAppend(b, invFreq, q, k, v, cache)
-}
-
-// normRoPEAppend normalises the projected q and k per head where the layer
-// has q/k norms, rotates them and appends k and v to the cache: one op
-// where the backend fuses them (normRoPEStore), else two.
-func (a *Attention) normRoPEAppend(b kernels.Backend, invFreq []float32, q, k, v *runtime.Tensor, cache Cache) error {
 	if ran, err := a.normRoPEStore(b, invFreq, q, k, v, cache); err != nil || ran {
 		return err
 	}
@@ -59,64 +52,23 @@ func (a *Attention) normRoPEAppend(b kernels.Backend, invFreq []float32, q, k, v
 	return a.ropeAndAppend(b, invFreq, q, k, v, cache)
 }
 
-// fusedQKNorm is the operands of the fused q/k norm ops for q, k, v and
-// the layer's cache, and whether they apply: the layer has q/k norms of
-// one eps over the head width, the cache is Direct and no hook watches
-// the norms.
-func (a *Attention) fusedQKNorm(invFreq []float32, q, k, v *runtime.Tensor, cache Cache) (kernels.QKNormRoPE, bool) {
-	if a.QNorm == nil || a.KNorm == nil || a.QNorm.Eps != a.KNorm.Eps || a.QNorm.Dim != a.KNorm.Dim ||
-		q.Dim(-1) != a.QNorm.Dim || !nn.Unwatched(a.QNorm, a.KNorm) {
-		return kernels.QKNormRoPE{}, false
-	}
-	if _, direct := cache.(Direct); !direct {
-		return kernels.QKNormRoPE{}, false
-	}
-	kc, vc := cache.View(a.Layer)
-	return kernels.QKNormRoPE{Q: q, K: k, V: v, QNorm: a.QNorm.Weight.Tensor(), KNorm: a.KNorm.Weight.Tensor(),
-		Eps: a.QNorm.Eps, KCache: kc, VCache: vc, Pos: cache.Len(), InvFreq: invFreq}, true
-}
-
 // normRoPEStore runs qkNorm and ropeAndAppend as one op where the backend
-// fuses them (kernels.NormRoPEStorer) and fusedQKNorm applies. ran is
-// false when it does not apply or the backend declines; nothing then ran.
+// fuses them (kernels.NormRoPEStorer): the layer has q/k norms of one eps
+// over the head width, the cache is Direct and no hook watches the norms.
+// ran is false when it does not apply or the backend declines; nothing
+// then ran.
 func (a *Attention) normRoPEStore(b kernels.Backend, invFreq []float32, q, k, v *runtime.Tensor, cache Cache) (bool, error) {
 	f, ok := b.(kernels.NormRoPEStorer)
-	if !ok {
+	if !ok || a.QNorm == nil || a.KNorm == nil || a.QNorm.Eps != a.KNorm.Eps || a.QNorm.Dim != a.KNorm.Dim ||
+		q.Dim(-1) != a.QNorm.Dim || !nn.Unwatched(a.QNorm, a.KNorm) {
 		return false, nil
 	}
-	op, ok := a.fusedQKNorm(invFreq, q, k, v, cache)
-	if !ok {
+	if _, direct := cache.(Direct); !direct {
 		return false, nil
 	}
-	return f.NormRoPEStoreKV(op)
-}
-
-// attendNormed is the attention of one token of a layer with q/k norms up
-// to att, where the backend fuses the norms, RoPE, the KV store and the
-// decode attention (kernels.NormRoPEAttender) and fusedQKNorm applies
-// without a query scale: it projects, then runs the fused op, or the
-// separate ones where the backend declines. done is false when it does
-// not apply; nothing then ran.
-func (a *Attention) attendNormed(b kernels.Backend, invFreq []float32, in normed, q, k, v, att *runtime.Tensor, cache Cache) (bool, error) {
-	f, ok := b.(kernels.NormRoPEAttender)
-	if !ok || q.Dim(0) != 1 || a.QScale != 0 {
-		return false, nil
-	}
-	op, ok := a.fusedQKNorm(invFreq, q, k, v, cache)
-	if !ok {
-		return false, nil
-	}
-	if err := a.project(b, in, q, k, v); err != nil {
-		return true, err
-	}
-	ran, err := f.NormRoPEAttend(att, op, a.Window)
-	if err != nil || ran {
-		return true, err
-	}
-	if err := a.normRoPEAppend(b, invFreq, q, k, v, cache); err != nil {
-		return true, err
-	}
-	return true, a.attend(b, att, q, cache)
+	kc, vc := cache.View(a.Layer)
+	return f.NormRoPEStoreKV(kernels.QKNormRoPE{Q: q, K: k, V: v, QNorm: a.QNorm.Weight.Tensor(), KNorm: a.KNorm.Weight.Tensor(),
+		Eps: a.QNorm.Eps, KCache: kc, VCache: vc, Pos: cache.Len(), InvFreq: invFreq})
 }
 
 // foldNorm runs the q/k/v projections with the pending norm of in folded

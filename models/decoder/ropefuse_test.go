@@ -9,7 +9,6 @@ import (
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models"
 	_ "github.com/flextensor-go/flextensor/models/qwen3" // registers the qwen3 family
-	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // qkvRoPEFuser is the CPU backend with its kernels.QKVRoPEStorer counted;
@@ -84,13 +83,12 @@ func TestFusedQKVRoPE(t *testing.T) {
 	}
 }
 
-// normRoPEFuser is the CPU backend with its kernels.NormRoPEStorer
-// (calls) and kernels.NormRoPEAttender (attends) ops counted; decline
-// makes both decline every call, declineAttend the second alone.
+// normRoPEFuser is the CPU backend with its kernels.NormRoPEStorer counted;
+// decline makes it decline every call.
 type normRoPEFuser struct {
 	*kernels.CPUBackend
-	calls, attends         int
-	decline, declineAttend bool
+	calls   int
+	decline bool
 }
 
 func (f *normRoPEFuser) NormRoPEStoreKV(a kernels.QKNormRoPE) (bool, error) {
@@ -101,26 +99,16 @@ func (f *normRoPEFuser) NormRoPEStoreKV(a kernels.QKNormRoPE) (bool, error) {
 	return f.CPUBackend.NormRoPEStoreKV(a)
 }
 
-func (f *normRoPEFuser) NormRoPEAttend(out *runtime.Tensor, a kernels.QKNormRoPE, window int) (bool, error) {
-	if f.decline || f.declineAttend {
-		return false, nil
-	}
-	f.attends++
-	return f.CPUBackend.NormRoPEAttend(out, a, window)
-}
-
 // bare hides every optional capability of a backend.
 type bare struct{ kernels.Backend }
 
-// TestFusedQKNormRoPE: on the Qwen3 fixture (per-head q/k norms) the
-// prefill runs each layer's q/k norms, RoPE and KV store as one
-// kernels.NormRoPEStorer op and each one-token step those and the
-// attention as one kernels.NormRoPEAttender op (or, where that declines,
-// as the NormRoPEStorer op and the attention), with the logits of the
-// separate ops (the ops declined, or a backend without any optional op); a
+// TestFusedQKNormRoPE: on the Qwen3 fixture (per-head q/k norms) every
+// forward, prefill and one-token steps, runs each layer's q/k norms, RoPE
+// and KV store as one kernels.NormRoPEStorer op, with the logits of the
+// separate ops (the op declined, or a backend without any optional op); a
 // hook watching a layer's q norm keeps that layer unfused, and a cache that
 // is not Direct keeps every layer unfused. The Llama fixture (no q/k
-// norms) never calls them.
+// norms) never calls it.
 func TestFusedQKNormRoPE(t *testing.T) {
 	d := devtest.NewCPU(t)
 	m := testmodel.Load(t, models.Load, "../../testdata/tiny-qwen3", d.Dev)
@@ -142,20 +130,12 @@ func TestFusedQKNormRoPE(t *testing.T) {
 	if _, ok := kernels.Backend(bare{cb}).(kernels.NormRoPEStorer); ok {
 		t.Fatal("test set-up: the wrapped backend still has the fused op")
 	}
-	if _, ok := kernels.Backend(bare{cb}).(kernels.NormRoPEAttender); ok {
-		t.Fatal("test set-up: the wrapped backend still has the fused attention")
-	}
 	same("no optional ops", run(bare{cb}))
 	L, forwards := len(m.Layers), 1+len(ids)
 	f := &normRoPEFuser{CPUBackend: cb}
 	same("fused", run(f))
-	if f.calls != L || f.attends != L*len(ids) {
-		t.Fatalf("fused: %d store calls and %d attention calls, want %d (the prefill's layers) and %d (the steps')", f.calls, f.attends, L, L*len(ids))
-	}
-	f = &normRoPEFuser{CPUBackend: cb, declineAttend: true}
-	same("fused attention declined", run(f))
-	if f.calls != L*forwards || f.attends != 0 {
-		t.Fatalf("fused attention declined: %d store calls and %d attention calls, want %d (one a layer a forward) and 0", f.calls, f.attends, L*forwards)
+	if f.calls != L*forwards {
+		t.Fatalf("fused: %d calls, want %d (one a layer a forward)", f.calls, L*forwards)
 	}
 
 	remove := m.Tree().AddHook(watchOne{m: m.Layers[0].Attn.QNorm})
@@ -163,8 +143,8 @@ func TestFusedQKNormRoPE(t *testing.T) {
 	got := run(f)
 	remove()
 	same("q_norm of layer 0 watched", got)
-	if f.calls != L-1 || f.attends != (L-1)*len(ids) {
-		t.Fatalf("q_norm of layer 0 watched: %d store calls and %d attention calls, want %d and %d", f.calls, f.attends, L-1, (L-1)*len(ids))
+	if f.calls != (L-1)*forwards {
+		t.Fatalf("q_norm of layer 0 watched: %d calls, want %d", f.calls, (L-1)*forwards)
 	}
 
 	kv, err := m.NewKVCache(cb, 16)
@@ -175,14 +155,14 @@ func TestFusedQKNormRoPE(t *testing.T) {
 	f = &normRoPEFuser{CPUBackend: cb}
 	ao := &appendOnly{kv: kv}
 	same("cache not Direct", steps(t, m, f, ao, prompt, ids))
-	if f.calls != 0 || f.attends != 0 || ao.appends != L*forwards {
-		t.Fatalf("cache not Direct: %d fused calls, %d fused attentions, %d appends; want 0, 0 and %d", f.calls, f.attends, ao.appends, L*forwards)
+	if f.calls != 0 || ao.appends != L*forwards {
+		t.Fatalf("cache not Direct: %d fused calls, %d appends; want 0 and %d", f.calls, ao.appends, L*forwards)
 	}
 
 	lm, lb, _ := loadTiny(t)
 	f = &normRoPEFuser{CPUBackend: lb.(*kernels.CPUBackend)}
 	freshSteps(t, lm, f, prompt, ids)
-	if f.calls != 0 || f.attends != 0 {
-		t.Fatalf("llama fixture: %d fused calls and %d fused attentions, want none", f.calls, f.attends)
+	if f.calls != 0 {
+		t.Fatalf("llama fixture: %d fused calls, want none", f.calls)
 	}
 }
