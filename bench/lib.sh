@@ -13,6 +13,9 @@
 #   rmodel TAG ENV... -- ARGS     one `run-model` of the 12 fixed token ids (ARGS: --max-new-tokens …); its last line in summary.txt
 #   hyb TAG ENV...                one hybrid `infer bench` (budgets $HB, default 0,8GiB; more flags $HX; FT_TRACE on); its rows,
 #                                 host unit time and timed-forward lines in summary.txt (HT: timeout, LEFT: skip after)
+#   peer_build                    llama.cpp's llama-bench from .peer/llamacpp.tar.xz into /tmp/lc/build/bin (run it in the
+#                                 background; "peer build rc=N" in summary.txt). .peer/ holds the source archive and
+#                                 tok/ (the Llama 3 tokenizer): see ../shared/peers/peer_llamacpp.sh for how to make them
 #   finish                        tar the call's outputs into all.tgz
 t0=$(date +%s)
 b=bin/infer-cuda
@@ -70,5 +73,13 @@ hyb() { # tag env...
   local tag=$1; shift; log "hyb $tag"
   env FT_TRACE=1 "$@" timeout ${HT:-150} $b bench --device cuda:0 --model $m --budgets ${HB:-0,8GiB} --mode decode --iters ${HI:-10} --host-threads 16 ${HX:-} >"$out/hyb-$tag.txt" 2>&1
   echo "hyb $tag: $(grep -E '^(0\+host|8GiB\+host)' "$out/hyb-$tag.txt" | tr -s ' ' | tr '\n' '|') $(grep -o 'host unit measured [0-9.]* ms' "$out/hyb-$tag.txt" | tr '\n' ' ')" | tee -a "$out/summary.txt"
+}
+peer_build() {
+  ( rm -rf /tmp/lc && mkdir -p /tmp/lc && tar xJf "$PWD/.peer/llamacpp.tar.xz" -C /tmp/lc && cd /tmp/lc &&
+    mkdir -p tests pocs && touch tests/CMakeLists.txt pocs/CMakeLists.txt &&
+    cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DCMAKE_BUILD_TYPE=Release >"$out/peer-cfg.log" 2>&1 &&
+    cmake --build build --target llama-bench -j16 >"$out/peer-build.log" 2>&1 )
+  local rc=$?; echo "peer build rc=$rc" >>"$out/summary.txt"; log peer-built; return $rc
 }
 finish() { log done; (cd "$out" && tar czf all.tgz *.txt *.log 2>/dev/null); true; }
