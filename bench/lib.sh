@@ -75,11 +75,12 @@ hyb() { # tag env...
   echo "hyb $tag: $(grep -E '^(0\+host|8GiB\+host)' "$out/hyb-$tag.txt" | tr -s ' ' | tr '\n' '|') $(grep -o 'host unit measured [0-9.]* ms' "$out/hyb-$tag.txt" | tr '\n' ' ')" | tee -a "$out/summary.txt"
 }
 peer_build() {
+  local o; o=$(cd "$out" && pwd)  # the build runs in /tmp/lc: logs by absolute path
   ( rm -rf /tmp/lc && mkdir -p /tmp/lc && tar xJf "$PWD/.peer/llamacpp.tar.xz" -C /tmp/lc && cd /tmp/lc &&
     mkdir -p tests pocs && touch tests/CMakeLists.txt pocs/CMakeLists.txt &&
     cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-      -DCMAKE_BUILD_TYPE=Release >"$out/peer-cfg.log" 2>&1 &&
-    cmake --build build --target llama-bench -j16 >"$out/peer-build.log" 2>&1 )
+      -DCMAKE_BUILD_TYPE=Release >"$o/peer-cfg.log" 2>&1 &&
+    cmake --build build --target llama-bench -j16 >"$o/peer-build.log" 2>&1 )
   local rc=$?; echo "peer build rc=$rc" >>"$out/summary.txt"; log peer-built; return $rc
 }
 finish() { log done; (cd "$out" && tar czf all.tgz *.txt *.log 2>/dev/null); true; }
