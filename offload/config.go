@@ -206,10 +206,11 @@ type Config struct {
 	Trace func(step string, d time.Duration)
 	// HostBackend, when set, lets the planner compute units on the host
 	// CPU (a third placement beside resident and streamed: host.go): a
-	// backend on a CPU device (kernels/host's). Only models whose layer
-	// loop asks nn.Tree.RunsOn support it (decoder.Model's single-sequence
-	// Forward and Generate; its batched ForwardBatch does not, and fails a
-	// forward whose plan places a unit on the host). nil: two-way plans.
+	// backend on a CPU device (kernels/host's). Only forwards whose layer
+	// loop asks nn.Tree.RunsOn compute host units (decoder.Model's
+	// single-sequence Forward and Generate); before one that does not (its
+	// batched ForwardBatch, as PlacementAsker says) the engine puts a plan
+	// with no unit on the host in force (hostfree.go). nil: two-way plans.
 	HostBackend kernels.Backend
 	// HostUnits are globs over unit names placed on the host whatever the
 	// planner finds (tests, experiments); they need HostBackend.

@@ -99,7 +99,7 @@ func (u *unit) dropHostViews() {
 // host backend.
 func (e *engine) enterHost(u *unit) error {
 	if e.asked != u {
-		return fmt.Errorf("offload: unit %s is placed on the host but was entered without asking where it runs (nn.Tree.RunsOn); batched forwards (ForwardBatch) do not support host placement: offload without Config.HostBackend", u.name)
+		return fmt.Errorf("offload: unit %s is placed on the host but was entered without asking where it runs (nn.Tree.RunsOn); a model whose forwards do not all ask must say which do (offload.PlacementAsker), or be offloaded without Config.HostBackend", u.name)
 	}
 	e.asked = nil
 	if err := e.bindHost(u); err != nil {

@@ -77,7 +77,7 @@ func (e *engine) hostMeasureBegin() {
 		return
 	}
 	t := &e.tok
-	if t.cur != 0 && t.passT > 0 && t.bucketFor(t.passT) != t.cur {
+	if t.cur != 0 && t.passT > 0 && t.bucketFor(t.passT, false) != t.cur {
 		return // a pass of another size: not what the plan in force predicts
 	}
 	key := e.planIn.Tokens

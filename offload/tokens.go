@@ -46,6 +46,11 @@ type TokenPlanStatus struct {
 	PlanTokens int
 	// Buckets are the token counts that have a plan, ascending.
 	Buckets []int
+	// FreeBuckets are the token counts of host-free buckets (passes that
+	// cannot compute host units: hostfree.go) that have a plan, ascending.
+	FreeBuckets []int
+	// HostFree reports whether the plan in force is a host-free bucket's.
+	HostFree bool
 	// Measured counts buckets measured in INFERENCE (each once); Switches
 	// counts changes of the plan in force between buckets.
 	Measured, Switches int
@@ -55,21 +60,29 @@ type TokenPlanStatus struct {
 // and, once made, its plan.
 type tokenBucket struct {
 	ref     int // the token count the bucket was opened at
+	key     int // its key in tokenPlans.byT: ref, or −ref for a host-free bucket
 	passes  int // passes measured (the first is a warm-up)
 	samples map[*unit][]float64
 	freq    freqSamples // announced units' calls over the measured passes
 	plan    *Plan
 	in      PlanInput
+	// free: the bucket's passes cannot compute host units (hostfree.go),
+	// so its plans place none on the host.
+	free bool
+	// provisional: its plan was made without measuring its passes (a
+	// host-free bucket opened by a pass that could not wait): its first
+	// passes are measured and the measured plan replaces it.
+	provisional bool
 }
 
 // tokenPlans is the engine's plan-per-tokens state.
 type tokenPlans struct {
 	passT    int // tokens of the pass in progress (0: unknown)
 	profiled []float64
-	cur      int // bucket of the plan in force (0: not keyed)
-	byT      map[int]*tokenBucket
-	cand     int // the bucket the last passes fell in, when not cur
-	streak   int // passes in a row in cand
+	cur      int                  // key of the bucket of the plan in force (0: not keyed)
+	byT      map[int]*tokenBucket // by key (tokenBucket.key)
+	cand     int                  // the bucket the last passes fell in, when not cur
+	streak   int                  // passes in a row in cand
 	measure  *tokenBucket
 	measured int
 	switches int
@@ -92,24 +105,32 @@ func (t *tokenPlans) start(in *PlanInput) {
 	t.profiled = nil
 	if in.Tokens > 0 {
 		t.cur = in.Tokens
-		t.byT[t.cur] = &tokenBucket{ref: t.cur}
+		t.byT[t.cur] = &tokenBucket{ref: t.cur, key: t.cur}
 	}
 }
 
-// bucketFor is the bucket a pass of n tokens belongs to: the nearest by
-// ratio within tokenFactor (the smaller on a tie), else a new one at n.
-func (t *tokenPlans) bucketFor(n int) int {
+// bucketFor is the key of the bucket a pass of n tokens belongs to among
+// the host-free buckets (free) or the others: the nearest by ratio within
+// tokenFactor (the smaller on a tie), else a new one at n.
+func (t *tokenPlans) bucketFor(n int, free bool) int {
 	best, bestR := 0, 0.0
-	for ref := range t.byT {
+	for key, bk := range t.byT {
+		if bk.free != free {
+			continue
+		}
+		ref := bk.ref
 		r := float64(max(n, ref)) / float64(min(n, ref))
-		if r < tokenFactor && (best == 0 || r < bestR || (r == bestR && ref < best)) {
-			best, bestR = ref, r
+		if r < tokenFactor && (best == 0 || r < bestR || (r == bestR && ref < t.byT[best].ref)) {
+			best, bestR = key, r
 		}
 	}
-	if best == 0 {
-		return n
+	if best != 0 {
+		return best
 	}
-	return best
+	if free {
+		return -n
+	}
+	return n
 }
 
 // tokensBegin is the root entry's part in INFERENCE: it places the pass in
@@ -118,13 +139,22 @@ func (e *engine) tokensBegin() error {
 	t := &e.tok
 	t.measure = nil
 	t.passT = e.passTokens()
+	free := e.hostFreePass()
+	if e.phase == PhaseInference && free && e.plan.HostUnits() > 0 {
+		if err := e.leaveHost(); err != nil { // before the pass enters a host unit it cannot compute
+			return err
+		}
+	}
 	if e.phase != PhaseInference || t.cur == 0 || t.passT == 0 || e.m.suspended > 0 || e.noReplan ||
 		e.replan.state == ReplanInProgress || e.replan.state == ReplanFailed {
 		return nil
 	}
-	b := t.bucketFor(t.passT)
+	b := t.bucketFor(t.passT, free)
 	if b == t.cur {
 		t.cand, t.streak = 0, 0
+		if bk := t.byT[b]; bk.provisional {
+			t.measure = bk
+		}
 		return nil
 	}
 	if b != t.cand {
@@ -133,7 +163,7 @@ func (e *engine) tokensBegin() error {
 	t.streak++
 	bk := t.byT[b]
 	if bk == nil {
-		bk = &tokenBucket{ref: b}
+		bk = &tokenBucket{ref: max(b, -b), key: b, free: free}
 		t.byT[b] = bk
 	}
 	if bk.plan == nil {
@@ -143,7 +173,7 @@ func (e *engine) tokensBegin() error {
 	if t.streak < tokenSwitchPasses {
 		return nil
 	}
-	return e.switchTokens(bk)
+	return e.switchTokens(bk, "")
 }
 
 // tokensCollect keeps the measured pass's unit compute times; once the
@@ -184,21 +214,30 @@ func (e *engine) tokensCollect() error {
 	if err := e.hostInputs(&in); err != nil { // the hop grows with the tokens
 		return e.fail(err)
 	}
+	if bk.free {
+		in = hostFreeInput(in, bk.ref)
+	}
 	plan, err := MakePlan(in)
 	if err != nil {
 		return e.fail(fmt.Errorf("planning for %d tokens per forward: %w", bk.ref, err))
 	}
 	bk.plan, bk.in, bk.samples, bk.freq = &plan, in, nil, freqSamples{}
 	e.tok.measured++
+	if bk.provisional { // the bucket's plan is in force: the measured one replaces it now
+		bk.provisional = false
+		return e.switchTokens(bk, "measured")
+	}
 	e.tracePlanIn(fmt.Sprintf("made for %d tokens per forward (not yet in force)", bk.ref), plan, bk.in, 0)
 	return nil
 }
 
 // switchTokens puts bk's plan in force, keeping the plan it replaces (it
-// may have been rebuilt by a strategy replan since) for its own bucket.
-func (e *engine) switchTokens(bk *tokenBucket) error {
+// may have been rebuilt by a strategy replan since) for its own bucket
+// (unless that is bk: a provisional plan replaced by its measured one).
+// why, when set, is said in the trace line.
+func (e *engine) switchTokens(bk *tokenBucket, why string) error {
 	t := &e.tok
-	if old := t.byT[t.cur]; old != nil {
+	if old := t.byT[t.cur]; old != nil && old != bk {
 		p := e.plan
 		old.plan, old.in = &p, e.planIn
 	}
@@ -211,9 +250,16 @@ func (e *engine) switchTokens(bk *tokenBucket) error {
 		return e.fail(fmt.Errorf("switching to the plan for %d tokens per forward: %w", bk.ref, err))
 	}
 	e.planIn = bk.in
-	t.cur, t.cand, t.streak = bk.ref, 0, 0
+	t.cur, t.cand, t.streak = bk.key, 0, 0
 	t.switches++
-	e.tracePlan(fmt.Sprintf("switched to %d tokens per forward", bk.ref), e.plan, 0)
+	what := fmt.Sprintf("switched to %d tokens per forward", bk.ref)
+	if bk.free {
+		what += " with no host unit (forwards that cannot compute host units)"
+	}
+	if why != "" {
+		what += ", " + why
+	}
+	e.tracePlan(what, e.plan, 0)
 	return nil
 }
 
@@ -226,12 +272,18 @@ func (m *Manager) TokenPlans() TokenPlanStatus {
 		return TokenPlanStatus{}
 	}
 	t := m.e.tok
-	st := TokenPlanStatus{PlanTokens: m.e.plan.Tokens, Measured: t.measured, Switches: t.switches}
-	for ref, bk := range t.byT {
-		if bk.plan != nil || ref == t.cur {
-			st.Buckets = append(st.Buckets, ref)
+	st := TokenPlanStatus{PlanTokens: m.e.plan.Tokens, Measured: t.measured, Switches: t.switches,
+		HostFree: t.cur != 0 && t.byT[t.cur] != nil && t.byT[t.cur].free}
+	for key, bk := range t.byT {
+		if bk.plan != nil || key == t.cur {
+			if bk.free {
+				st.FreeBuckets = append(st.FreeBuckets, bk.ref)
+			} else {
+				st.Buckets = append(st.Buckets, bk.ref)
+			}
 		}
 	}
 	sort.Ints(st.Buckets)
+	sort.Ints(st.FreeBuckets)
 	return st
 }

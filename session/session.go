@@ -119,8 +119,9 @@ type Options struct {
 	// on the host CPU: Open makes a CPU device and the host kernels
 	// (kernels/host) with HostThreads workers and sets them as the offload
 	// engine's Config.HostBackend (Session.HostBackend). Single-sequence
-	// forwards only (Forward, Generate): a batched forward of a plan with
-	// host layers fails. Not with several devices.
+	// forwards (Forward, Generate) compute host layers; before a batched
+	// forward the engine puts a plan with no layer on the host in force.
+	// Not with several devices.
 	HostPlacement bool
 	// HostThreads is the host kernels' worker count with HostPlacement (0 =
 	// every core); negative is an error.

@@ -26,6 +26,14 @@ type batchBenchRow struct {
 	MinMs        float64 `json:"min_ms"`       // fastest step
 	TokensPerSec float64 `json:"tokens_per_s"` // batch / step
 	KVBytes      int64   `json:"kv_cache_bytes"`
+	// ResidentUnits, StreamedUnits and HostUnits are the placement of the
+	// offloaded budgets' plan in force after the measured steps (0, 0, 0
+	// when resident). Budget "B+host" rows (--host-threads) plan three
+	// ways; a batched forward computes no unit on the host, so their plan
+	// is the two-way one for the batch's tokens.
+	ResidentUnits int `json:"resident_units"`
+	StreamedUnits int `json:"streamed_units"`
+	HostUnits     int `json:"host_units"`
 	// PrefillTokens is each sequence's prompt length with --mode prefill
 	// (each step prefills Batch sequences of it packed in one forward, and
 	// TokensPerSec counts the prompt tokens); 0 for decode steps.
@@ -63,9 +71,6 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 		return usagef("--iters, --tokens must be positive; --context, --warmup not negative")
 	}
 	d := o.d
-	if err := d.refuseHostBatched("bench --batch"); err != nil {
-		return err
-	}
 	if d.gpuBudget != "" || d.profile != "" {
 		return usagef("bench takes its budgets from --budgets; --gpu-budget and --profile do not apply")
 	}
@@ -85,17 +90,18 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 	}
 	if !o.jsonOut && prefill {
 		fmt.Fprintf(stdout, "%s on %s, batched prefill of --batch sequences × %d tokens packed in one forward, %d layers\n", sess.name(), dev.Name(), o.tokens, model.Cfg.NumHiddenLayers)
-		fmt.Fprintf(stdout, "%-10s %6s %10s %10s %12s %10s\n", "budget", "batch", "step ms", "min ms", "tokens/s", "KV MiB")
 	} else if !o.jsonOut {
 		fmt.Fprintf(stdout, "%s on %s, batched decode at context %d, %d layers\n", sess.name(), dev.Name(), o.context, model.Cfg.NumHiddenLayers)
-		fmt.Fprintf(stdout, "%-10s %6s %10s %10s %12s %10s\n", "budget", "batch", "step ms", "min ms", "tokens/s", "KV MiB")
+	}
+	if !o.jsonOut {
+		fmt.Fprintf(stdout, "%-12s %6s %5s %5s %5s %10s %10s %12s %10s\n", "budget", "batch", "res", "str", "host", "step ms", "min ms", "tokens/s", "KV MiB")
 	}
 	emit := func(row batchBenchRow) error {
 		if o.jsonOut {
 			return json.NewEncoder(stdout).Encode(row)
 		}
-		_, err := fmt.Fprintf(stdout, "%-10s %6d %10.2f %10.2f %12.1f %10.1f\n", row.Budget, row.Batch, row.StepMs, row.MinMs,
-			row.TokensPerSec, float64(row.KVBytes)/(1<<20))
+		_, err := fmt.Fprintf(stdout, "%-12s %6d %5d %5d %5d %10.2f %10.2f %12.1f %10.1f\n", row.Budget, row.Batch, row.ResidentUnits,
+			row.StreamedUnits, row.HostUnits, row.StepMs, row.MinMs, row.TokensPerSec, float64(row.KVBytes)/(1<<20))
 		return err
 	}
 	// manager names the offload manager of the budget being measured ("" when
@@ -132,6 +138,10 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 			if prefill {
 				row.Context, row.PrefillTokens = 0, o.tokens
 			}
+			if manager != "" {
+				mg := offload.GetOffloadManager(manager)
+				row.ResidentUnits, row.StreamedUnits, row.HostUnits = len(mg.ResidentUnits()), len(mg.OffloadUnits()), len(mg.HostUnits())
+			}
 			if err := emit(row); err != nil {
 				return err
 			}
@@ -139,8 +149,23 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 		}
 		return nil
 	}
-	for i, b := range strings.Split(o.budgets, ",") {
+	// With --host-threads each offloaded budget B runs twice: the two-way
+	// plan, then "B+host", the engine given the host backend (bench's
+	// rows for one sequence do the same).
+	type entry struct {
+		budget string
+		host   bool
+	}
+	var entries []entry
+	for _, b := range strings.Split(o.budgets, ",") {
 		b = strings.TrimSpace(b)
+		entries = append(entries, entry{b, false})
+		if sess.HostBackend != nil && b != "resident" {
+			entries = append(entries, entry{b, true})
+		}
+	}
+	for i, ent := range entries {
+		b := ent.budget
 		if b == "resident" {
 			manager = ""
 			m, ck, err := ftsession.Load(dir, dev)
@@ -157,6 +182,10 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 		}
 		cfg := offload.DefaultConfig(dev)
 		cfg.TransferBlocks = d.blocks
+		label := b
+		if ent.host {
+			cfg.HostBackend, label = sess.HostBackend, b+"+host"
+		}
 		budget, isMin, err := parseBenchBudget(b)
 		if err != nil {
 			return err
@@ -177,7 +206,7 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 			return fmt.Errorf("budget %s: %w", b, err)
 		}
 		// Discovery and profiling forwards come before INFERENCE.
-		err = measure(b, model, o.warm+3)
+		err = measure(label, model, o.warm+3)
 		if rerr := offload.Release(name, true); err == nil {
 			err = rerr
 		}

@@ -33,7 +33,9 @@ model fully on the device without the offload engine.
 
 With --host-threads N every offloaded budget B gets a second row, "B+host":
 the three-way plan, whose planner may compute layers on the host CPU with N
-threads while others stream (column host: the host-computed units).
+threads while others stream (column host: the host-computed units). With
+--batch a forward computes nothing on the host (its sequences' KV caches
+are on the device): the +host rows show the plan batches get.
 
 Usage:
   infer bench --model DIR --device cuda:0 --budgets 0,4GiB,8GiB,resident [flags]

@@ -141,7 +141,6 @@ func TestHostThreadsErrors(t *testing.T) {
 		{[]string{"run-model", "--token-ids", "1", "--host-threads", "2"}, "--host-threads applies to an offloaded model only"},
 		{[]string{"run-model", "--device", "cpu:0,cpu:1", "--gpu-budget", "0", "--token-ids", "1", "--host-threads", "2"}, "does not apply to several devices"},
 		{[]string{"run-model", "--gpu-budget", "0", "--batch-file", batch, "--host-threads", "2"}, "host placement runs single-sequence forwards only"},
-		{[]string{"bench", "--budgets", "0", "--batch", "1,2", "--host-threads", "2"}, "does not apply to bench --batch"},
 		{[]string{"serve", "--gpu-budget", "0", "--host-threads", "2"}, "does not apply to serve"},
 	} {
 		code, _, errOut := run(t, c.args...)
@@ -153,5 +152,35 @@ func TestHostThreadsErrors(t *testing.T) {
 	code, _, errOut := run(t, "run-model", "--gpu-budget", "0", "--token-ids", "1")
 	if code != 2 || !strings.Contains(errOut, "FT_HOST_THREADS") || !strings.Contains(errOut, "negative") {
 		t.Errorf("FT_HOST_THREADS=-3: exit %d, %q", code, errOut)
+	}
+}
+
+// TestBenchBatchHost: bench --batch with --host-threads runs each offloaded
+// budget twice, the two-way plan and "0+host", and the +host rows compute
+// no layer on the host (a batched forward runs under a host-free plan),
+// streaming every layer as the two-way rows do, at batch 1 and 3.
+func TestBenchBatchHost(t *testing.T) {
+	code, out, errOut := run(t, "bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0", "--batch", "1,3",
+		"--context", "5", "--iters", "2", "--warmup", "0", "--host-threads", "2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rows []batchBenchRow
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r batchBenchRow
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		rows = append(rows, r)
+	}
+	var budgets []string
+	for _, r := range rows {
+		budgets = append(budgets, r.Budget)
+		if r.HostUnits != 0 || r.StreamedUnits == 0 || r.StepMs <= 0 {
+			t.Errorf("row %+v: want no host unit, streamed layers and a step time", r)
+		}
+	}
+	if want := []string{"0", "0", "0+host", "0+host"}; !slices.Equal(budgets, want) {
+		t.Fatalf("budgets %v, want %v:\n%s", budgets, want, out)
 	}
 }

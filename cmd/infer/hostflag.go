@@ -40,7 +40,7 @@ func (h *hostThreads) Set(v string) error {
 func (h *hostThreads) Type() string { return "int" }
 
 func registerHostThreads(fs *pflag.FlagSet, h *hostThreads) {
-	fs.Var(h, "host-threads", "offload: let the planner compute layers on the host CPU with this many threads (0 = every core) while others stream to the GPU (single-sequence runs; not with several devices)")
+	fs.Var(h, "host-threads", "offload: let the planner compute layers on the host CPU with this many threads (0 = every core) while others stream to the GPU (single-sequence forwards; bench --batch shows the plan batches get, with no layer on the host; not with several devices)")
 }
 
 // applyHost sets the session options' host placement from --host-threads.

@@ -156,7 +156,7 @@ func (m *Model) forwardBatch(b kernels.Backend, cache *kvcache.Paged, entries []
 		}
 	}
 	var logits *runtime.Tensor
-	m.passTokens = T
+	m.passTokens, m.passAsks = T, false
 	err = nn.Call(m, func() error {
 		x := rows(w.x, T) // the residual stream [T,D], all sequences packed
 		if err := m.Embed.Forward(b, x, ids); err != nil {

@@ -185,7 +185,7 @@ func (m *Model) localForward(b kernels.Backend, cache Cache, ids []int32, allLog
 		return nil, err
 	}
 	var logits *runtime.Tensor
-	m.passTokens = T
+	m.passTokens, m.passAsks = T, true
 	err = nn.Call(m, func() error {
 		x := rows(w.x, T) // the residual stream [T,D]
 		w.normed = tailNormed{}

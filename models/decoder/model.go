@@ -90,6 +90,9 @@ type Model struct {
 	owned      []*runtime.DeviceBuffer
 	// passTokens is the token count of the forward in progress (PassTokens).
 	passTokens int
+	// passAsks: the forward in progress asks where each layer runs
+	// (PassAsksPlacement).
+	passAsks bool
 	// host is the host side of host-placed layers (hostrun.go).
 	host *hostSide
 	// tp is this shard's rank of a sharded model (nil: not sharded); group
@@ -131,6 +134,13 @@ type Model struct {
 // ForwardBatch. It makes the model an offload.TokenCounter, so an offload
 // engine profiles and plans per tokens-per-forward.
 func (m *Model) PassTokens() int { return m.passTokens }
+
+// PassAsksPlacement reports whether the forward in progress asks the module
+// tree where each layer runs (nn.Tree.RunsOn), as Forward does and
+// ForwardBatch does not. It makes the model an offload.PlacementAsker, so an
+// offload engine with a host backend runs ForwardBatch under a plan with no
+// layer on the host.
+func (m *Model) PassAsksPlacement() bool { return m.passAsks }
 
 // New builds the module tree for cfg with no weights bound, each module
 // where names puts it. With tied embeddings the head shares the embedding's
