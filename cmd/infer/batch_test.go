@@ -145,14 +145,7 @@ func TestBenchBatch(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	var rows []batchBenchRow
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var r batchBenchRow
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("line %q: %v", line, err)
-		}
-		rows = append(rows, r)
-	}
+	rows := batchRows(t, out)
 	if len(rows) != 4 {
 		t.Fatalf("%d rows, want 4 (2 budgets × 2 sizes):\n%s", len(rows), out)
 	}
@@ -202,14 +195,7 @@ func TestBenchBatchPrefill(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	var rows []batchBenchRow
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var r batchBenchRow
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("line %q: %v", line, err)
-		}
-		rows = append(rows, r)
-	}
+	rows := batchRows(t, out)
 	if len(rows) != 4 {
 		t.Fatalf("%d rows, want 4 (2 budgets × 2 sizes): %s", len(rows), out)
 	}
@@ -389,4 +375,18 @@ func TestRunModelBatchDecodeRate(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "FT_SCHED_GRAPH") {
 		t.Errorf("FT_SCHED_GRAPH=yes: exit %d, stderr %s", code, errOut)
 	}
+}
+
+// batchRows reads bench --batch --json's output, a row a line.
+func batchRows(t *testing.T, out string) []batchBenchRow {
+	t.Helper()
+	var rows []batchBenchRow
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r batchBenchRow
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		rows = append(rows, r)
+	}
+	return rows
 }

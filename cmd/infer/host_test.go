@@ -165,14 +165,7 @@ func TestBenchBatchHost(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	var rows []batchBenchRow
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var r batchBenchRow
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("line %q: %v", line, err)
-		}
-		rows = append(rows, r)
-	}
+	rows := batchRows(t, out)
 	var budgets []string
 	for _, r := range rows {
 		budgets = append(budgets, r.Budget)
