@@ -61,8 +61,12 @@ func hostFreeInput(in PlanInput, tokens int) PlanInput {
 // (a plan adopted from a profile, or replans refused) the host-free plan
 // stays in force for good.
 func (e *engine) leaveHost() error {
-	for i, u := range e.units {
-		if e.plan.IsHost(i) && i < len(e.planIn.Units) && e.planIn.Units[i].ForceHost {
+	forced, err := e.forcedHostUnits()
+	if err != nil {
+		return err
+	}
+	for _, u := range e.units {
+		if forced[u] {
 			return fmt.Errorf("offload: unit %s is placed on the host by Config.HostUnits, and this forward (a batched one: ForwardBatch) cannot compute host units; offload without HostUnits to batch", u.name)
 		}
 	}
