@@ -238,8 +238,21 @@ func deviceName(d Device) string {
 	return d.Name()
 }
 
+// HostWork is implemented by the CPU device's streams: work of the host's
+// own enqueued in the stream's order, as a copy is (a CPU backend's op on
+// another stream than its compute one, such as the offload engine's
+// unpacking on the copy stream).
+type HostWork interface {
+	// Enqueue runs f after the work enqueued before it; its error is the
+	// stream's as a failed copy's is.
+	Enqueue(f func() error) error
+}
+
 // syncStream runs everything on the caller's goroutine.
 type syncStream struct{ dev *CPUDevice }
+
+// Enqueue runs f now (HostWork).
+func (s *syncStream) Enqueue(f func() error) error { return f() }
 
 func (s *syncStream) CopyH2D(dst *DeviceBuffer, dstOff int64, src *HostBuffer, srcOff, n int64) error {
 	return s.dev.copyBytes("H2D copy", dst.data, dst.Freed(), dstOff, src.data, src.freed.Load(), srcOff, n)
@@ -288,6 +301,16 @@ func (s *cpuStream) enqueue(f func()) error {
 	}
 	s.work <- f
 	return nil
+}
+
+// Enqueue runs f in the stream's order (HostWork); after an earlier
+// failure it does not run.
+func (s *cpuStream) Enqueue(f func() error) error {
+	return s.enqueue(func() {
+		if s.err == nil {
+			s.fail(f())
+		}
+	})
 }
 
 func (s *cpuStream) fail(err error) {

@@ -256,6 +256,7 @@ type kernelSet struct {
 	gemvFP8, dequantFP8                                                                    *cuda.Function         // FP8 weights (fp8.go)
 	sample                                                                                 *cuda.Function         // device sampling (sample.go)
 	argmaxFeed                                                                             *cuda.Function         // argmax_feed (feed.go)
+	exp4Unpack                                                                             *cuda.Function         // exp4_unpack (exp4.go)
 	flash, attnDecode                                                                      map[int]*cuda.Function // by head width
 	// persistBlocks is the grid of the persistent GEMV kernels: blocks of 256
 	// threads resident at once on the whole GPU.
@@ -308,7 +309,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		add: get("add_bf16"), addV8: get("add_bf16_v8"), addF32: get("add_f32"), addF32V4: get("add_f32_v4"),
 		silu: get("silu_mul_bf16"), siluV8: get("silu_mul_bf16_v8"),
 		embed: get("embedding_bf16"), embedF32: get("embedding_f32out"), store: get("store_rows_bf16"), cast: get("cast_any"),
-		fill: get("fill_uniform_bf16"), argmax: get("argmax_rows"), argmaxFeed: get("argmax_feed"),
+		fill: get("fill_uniform_bf16"), argmax: get("argmax_rows"), argmaxFeed: get("argmax_feed"), exp4Unpack: get("exp4_unpack"),
 		rms: get("rmsnorm_bf16"), rmsV8: get("rmsnorm_bf16_v8"), rmsF32: get("rmsnorm_f32in_bf16"),
 		rope: get("rope_bf16"), ropeStore: get("rope_store_bf16"),
 		gemv:      map[int]*cuda.Function{4: get("gemv_bf16_u4"), 8: get("gemv_bf16"), 16: get("gemv_bf16_u16")},

@@ -1,0 +1,250 @@
+// Package exp4 is a lossless packing of 16-bit words for streaming BF16
+// weights in fewer bytes: each word's 8-bit exponent field is sent as a
+// 4-bit code into a per-chunk window of 15 exponents, the sign and 7
+// mantissa bits as a byte, so a word costs 12 bits instead of 16 (0.75 of
+// the bytes over the host-to-device link). Words whose exponent falls
+// outside their chunk's window (zeros, outliers; 0.02% of the weights of
+// a trained Llama) are escapes: code 15 plus an entry with the exponent.
+// Decoding is exact for any input, BF16 or not (other data only escapes
+// more).
+//
+// A packed buffer of n words in chunks of Chunk words:
+//
+//	header   32 bytes: magic "EXP4", version 1 (u32), words n (u64), escape entries (u64), zeros
+//	lo       n bytes:      word i's sign << 7 | mantissa (bits 15 and 6..0)
+//	codes    ⌈n/2⌉ bytes:  word i's code in the low nibble of byte i/2 when i is even, the high one when odd
+//	base     one byte a chunk: the window's first exponent E0 (codes 0..14 are E0..E0+14)
+//	escStart one u32 a chunk, plus one: chunk c's escapes are entries escStart[c] ≤ j < escStart[c+1]
+//	escapes  one u32 each: index of the word in its chunk (low 16 bits) | exponent << 16
+//
+// Each section starts on a 16-byte boundary. Word w decodes as
+// (lo & 0x80) << 8 | e << 7 | (lo & 0x7F), e = E0 + code, or the escape's
+// exponent for code 15.
+package exp4
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+)
+
+// Chunk is the words a chunk holds: each has its own window, and a decoder
+// block handles one.
+const Chunk = 4096
+
+// Escape is the code of a word whose exponent is outside its chunk's window.
+const Escape = 15
+
+const (
+	magic   = "EXP4"
+	version = 1
+	hdrSize = 32
+)
+
+// Layout is where the sections of a packed buffer lie (byte offsets from
+// its start), read from its header.
+type Layout struct {
+	Words    int64 // n: 16-bit words packed
+	Chunks   int64 // ⌈n / Chunk⌉
+	Escapes  int64 // escape entries
+	Lo       int64 // offset of the lo bytes
+	Codes    int64 // of the codes
+	Base     int64 // of the chunks' first exponents
+	EscStart int64 // of the escape prefix offsets (Chunks + 1 u32)
+	Esc      int64 // of the escape entries
+	Size     int64 // total bytes
+}
+
+func align16(x int64) int64 { return (x + 15) &^ 15 }
+
+// layoutFor is the layout of n words with esc escapes.
+func layoutFor(n, esc int64) Layout {
+	l := Layout{Words: n, Chunks: (n + Chunk - 1) / Chunk, Escapes: esc}
+	l.Lo = hdrSize
+	l.Codes = align16(l.Lo + n)
+	l.Base = align16(l.Codes + (n+1)/2)
+	l.EscStart = align16(l.Base + l.Chunks)
+	l.Esc = align16(l.EscStart + 4*(l.Chunks+1))
+	l.Size = align16(l.Esc + 4*esc)
+	return l
+}
+
+// ReadLayout reads and checks a packed buffer's header.
+func ReadLayout(p []byte) (Layout, error) {
+	if len(p) < hdrSize || string(p[:4]) != magic {
+		return Layout{}, errors.New("exp4: not a packed buffer (no EXP4 header)")
+	}
+	if v := binary.LittleEndian.Uint32(p[4:]); v != version {
+		return Layout{}, fmt.Errorf("exp4: version %d, want %d", v, version)
+	}
+	n, esc := int64(binary.LittleEndian.Uint64(p[8:])), int64(binary.LittleEndian.Uint64(p[16:]))
+	if n < 0 || esc < 0 || esc > n {
+		return Layout{}, fmt.Errorf("exp4: header says %d words and %d escapes", n, esc)
+	}
+	l := layoutFor(n, esc)
+	if int64(len(p)) < l.Size {
+		return Layout{}, fmt.Errorf("exp4: %d bytes, the header's %d words and %d escapes need %d", len(p), n, esc, l.Size)
+	}
+	return l, nil
+}
+
+// chunkPlan is one chunk's window and escape count (the encoder's first pass).
+type chunkPlan struct {
+	base byte
+	esc  int
+}
+
+// window picks the 15-exponent window holding most of the words in ws.
+func window(ws []uint16) chunkPlan {
+	var hist [256]int
+	for _, w := range ws {
+		hist[(w>>7)&0xFF]++
+	}
+	run := 0
+	for e := 0; e < 15; e++ {
+		run += hist[e]
+	}
+	best, bestRun := 0, run
+	for e := 1; e+15 <= 256; e++ {
+		run += hist[e+14] - hist[e-1]
+		if run > bestRun {
+			best, bestRun = e, run
+		}
+	}
+	return chunkPlan{base: byte(best), esc: len(ws) - bestRun}
+}
+
+// parallel runs f over chunks [0, n) on the CPUs.
+func parallel(n int64, f func(c int64)) {
+	workers := int64(min(runtime.GOMAXPROCS(0), 32))
+	if n < workers {
+		workers = max(n, 1)
+	}
+	var wg sync.WaitGroup
+	for w := int64(0); w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := w; c < n; c += workers {
+				f(c)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// word is src's i-th little-endian 16-bit word.
+func word(src []byte, i int64) uint16 { return binary.LittleEndian.Uint16(src[2*i:]) }
+
+// PackedSize is the bytes Pack needs for src (a pass over it).
+func PackedSize(src []byte) (int64, error) {
+	if len(src)%2 != 0 {
+		return 0, fmt.Errorf("exp4: %d bytes is not a whole number of 16-bit words", len(src))
+	}
+	plans := plan(src)
+	var esc int64
+	for _, p := range plans {
+		esc += int64(p.esc)
+	}
+	return layoutFor(int64(len(src)/2), esc).Size, nil
+}
+
+// plan is each chunk's window over src.
+func plan(src []byte) []chunkPlan {
+	n := int64(len(src) / 2)
+	chunks := (n + Chunk - 1) / Chunk
+	plans := make([]chunkPlan, chunks)
+	parallel(chunks, func(c int64) {
+		lo, hi := c*Chunk, min((c+1)*Chunk, n)
+		ws := make([]uint16, hi-lo)
+		for i := lo; i < hi; i++ {
+			ws[i-lo] = word(src, i)
+		}
+		plans[c] = window(ws)
+	})
+	return plans
+}
+
+// Pack writes src (16-bit little-endian words) packed into dst, which must
+// hold PackedSize(src) bytes, and returns the bytes written.
+func Pack(dst, src []byte) (int64, error) {
+	if len(src)%2 != 0 {
+		return 0, fmt.Errorf("exp4: %d bytes is not a whole number of 16-bit words", len(src))
+	}
+	plans := plan(src)
+	n := int64(len(src) / 2)
+	starts := make([]int64, len(plans)+1)
+	for c, p := range plans {
+		starts[c+1] = starts[c] + int64(p.esc)
+	}
+	l := layoutFor(n, starts[len(plans)])
+	if int64(len(dst)) < l.Size {
+		return 0, fmt.Errorf("exp4: %d bytes to pack into, need %d", len(dst), l.Size)
+	}
+	clear(dst[:l.Size])
+	copy(dst, magic)
+	binary.LittleEndian.PutUint32(dst[4:], version)
+	binary.LittleEndian.PutUint64(dst[8:], uint64(n))
+	binary.LittleEndian.PutUint64(dst[16:], uint64(l.Escapes))
+	for c := range starts {
+		binary.LittleEndian.PutUint32(dst[l.EscStart+4*int64(c):], uint32(starts[c]))
+	}
+	parallel(int64(len(plans)), func(c int64) {
+		base := plans[c].base
+		dst[l.Base+c] = base
+		j := starts[c]
+		for i := c * Chunk; i < min((c+1)*Chunk, n); i++ {
+			w := word(src, i)
+			dst[l.Lo+i] = byte(w>>8)&0x80 | byte(w)&0x7F
+			e := byte(w >> 7)
+			code := e - base
+			if e < base || code >= Escape {
+				code = Escape
+				binary.LittleEndian.PutUint32(dst[l.Esc+4*j:], uint32(i-c*Chunk)|uint32(e)<<16)
+				j++
+			}
+			dst[l.Codes+i/2] |= code << (4 * (i & 1)) // chunks are even-sized: no two chunks share a byte
+		}
+	})
+	return l.Size, nil
+}
+
+// Unpack decodes the packed buffer p into dst (2 × Words bytes): the
+// reference decoder.
+func Unpack(dst, p []byte) error {
+	l, err := ReadLayout(p)
+	if err != nil {
+		return err
+	}
+	if int64(len(dst)) < 2*l.Words {
+		return fmt.Errorf("exp4: %d bytes to unpack into, the buffer holds %d words", len(dst), l.Words)
+	}
+	for c := int64(0); c < l.Chunks; c++ {
+		base := p[l.Base+c]
+		lo, hi := c*Chunk, min((c+1)*Chunk, l.Words)
+		for i := lo; i < hi; i++ {
+			code := p[l.Codes+i/2] >> (4 * (i & 1)) & 0xF
+			b := p[l.Lo+i]
+			w := uint16(b&0x80)<<8 | uint16(base+code)<<7 | uint16(b&0x7F)
+			binary.LittleEndian.PutUint16(dst[2*i:], w)
+		}
+		e0 := binary.LittleEndian.Uint32(p[l.EscStart+4*c:])
+		e1 := binary.LittleEndian.Uint32(p[l.EscStart+4*c+4:])
+		if e1 < e0 || int64(e1) > l.Escapes {
+			return fmt.Errorf("exp4: chunk %d's escapes %d..%d out of order or past the %d entries", c, e0, e1, l.Escapes)
+		}
+		for j := int64(e0); j < int64(e1); j++ {
+			ent := binary.LittleEndian.Uint32(p[l.Esc+4*j:])
+			k := lo + int64(ent&0xFFFF)
+			if k >= hi {
+				return fmt.Errorf("exp4: escape %d points past chunk %d", j, c)
+			}
+			b := p[l.Lo+k]
+			w := uint16(b&0x80)<<8 | uint16(byte(ent>>16))<<7 | uint16(b&0x7F)
+			binary.LittleEndian.PutUint16(dst[2*k:], w)
+		}
+	}
+	return nil
+}
