@@ -59,7 +59,7 @@ func TestUnpackExp4CPU(t *testing.T) {
 	if err := s.CopyH2D(packed, 0, host, 0, size); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.UnpackExp4(s, words, packed, l); err != nil {
+	if err := b.UnpackExp4(s, words, packed, 0, l); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Synchronize(); err != nil {
@@ -68,10 +68,10 @@ func TestUnpackExp4CPU(t *testing.T) {
 	if !bytes.Equal(words.Bytes(), src) {
 		t.Fatal("the words unpacked on the stream differ from the source")
 	}
-	if err := b.UnpackExp4(s, packed, packed, l); err == nil {
+	if err := b.UnpackExp4(s, packed, packed, 0, l); err == nil {
 		t.Error("an output smaller than the words: no error")
 	}
-	if err := b.UnpackExp4(s, words, words, exp4.Layout{Words: 1, Size: int64(len(src)) + 1}); err == nil {
+	if err := b.UnpackExp4(s, words, words, 0, exp4.Layout{Words: 1, Size: int64(len(src)) + 1}); err == nil {
 		t.Error("a packed buffer smaller than its layout: no error")
 	}
 }

@@ -215,6 +215,15 @@ type Config struct {
 	// HostUnits are globs over unit names placed on the host whatever the
 	// planner finds (tests, experiments); they need HostBackend.
 	HostUnits []string
+	// StreamExp4 sends streamed units over the link exp4-packed
+	// (kernels/exp4: 16-bit words in 12 bits, lossless, 0.75 of the bytes
+	// of BF16 weights) and unpacks them on the device, on the copy stream,
+	// with Unpacker: the planner times their copies by the packed bytes
+	// and gives each transfer block room for both forms (exp4.go). It
+	// needs Unpacker on the engine's device; not with StreamDType.
+	StreamExp4 bool
+	// Unpacker is the device backend StreamExp4 unpacks with.
+	Unpacker kernels.Exp4Unpacker
 }
 
 // DefaultConfig is an enabled configuration for dev with the model's own
@@ -258,6 +267,12 @@ func (c Config) validate() (Config, error) {
 	}
 	if !streamDTypeOK(c.StreamDType) {
 		return c, fmt.Errorf("offload config: stream dtype %v is not supported (F8_E4M3, or unset for the weights' own)", c.StreamDType)
+	}
+	if c.StreamExp4 && c.Unpacker == nil {
+		return c, fmt.Errorf("offload config: StreamExp4 needs an Unpacker (the device's backend) to unpack the streamed units")
+	}
+	if c.StreamExp4 && c.StreamDType != runtime.Invalid {
+		return c, fmt.Errorf("offload config: StreamExp4 packs 16-bit words; not with stream dtype %v", c.StreamDType)
 	}
 	if len(c.HostUnits) > 0 && c.HostBackend == nil {
 		return c, fmt.Errorf("offload config: HostUnits %q need a HostBackend to compute them", c.HostUnits)

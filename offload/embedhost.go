@@ -82,7 +82,7 @@ func (e *engine) budgetBytes() (int64, error) {
 	if err != nil || b <= 0 || !e.cfg.GPUBudget.Min {
 		return b, err
 	}
-	return b + e.unmappedBytes(), nil
+	return b + e.unmappedBytes() + e.packedSlotsBytes(), nil
 }
 
 // gatherOnly reports whether p is the weight of an nn.Embedding that no

@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"github.com/flextensor-go/flextensor/kernels/exp4"
 	"slices"
 	"sort"
 	"strings"
@@ -62,6 +63,11 @@ type unit struct {
 	hostStart time.Time
 	hostLast  float64 // the latest host run's wall seconds
 	hostRate  float64 // its host block's read rate, bytes a second, 0: not rated (host_blocks.go)
+
+	// Packed copies (Config.StreamExp4, exp4.go).
+	packed     *runtime.HostBuffer // the host block exp4-packed, made when the unit first streams
+	packLayout exp4.Layout         // packed's sections
+	packBytes  int64               // the packed size (0: not known yet), what the planner times its copy by
 }
 
 // copyTiming holds the events around one copy.
@@ -888,7 +894,7 @@ func (e *engine) startInference() error {
 	e.tok.start(&in)
 	e.markAnnounced()
 	for _, u := range e.units {
-		pu := PlanUnit{Name: u.name, Bytes: u.bytes, ComputeSec: median(u.samples)}
+		pu := PlanUnit{Name: u.name, Bytes: u.bytes, ComputeSec: median(u.samples), CopyBytes: e.copyBytes(u)}
 		if u.announced {
 			u.freq = mean(u.calls)
 			pu.Announced, pu.Calls, pu.RunShare = true, u.freq, runShare(u.calls)
@@ -967,7 +973,11 @@ func (e *engine) allocSlots() error {
 			}
 		default:
 			u.slot, u.pos = plan.SlotOf[i], len(streamed)
-			streamed = append(streamed, ringUnit{name: u.name, slot: u.slot, host: u.host, bytes: u.bytes})
+			ru := ringUnit{name: u.name, slot: u.slot, host: u.host, bytes: u.bytes}
+			if err := e.packFor(u, plan.SlotBytes, &ru); err != nil {
+				return err
+			}
+			streamed = append(streamed, ru)
 		}
 	}
 	if pooled > 0 && plan.PoolSlots < 1 {
@@ -976,7 +986,7 @@ func (e *engine) allocSlots() error {
 	if err := e.reallocSlowHost(); err != nil {
 		return err
 	}
-	r, err := newRing(e.dev, e.copy, plan.Slots, plan.SlotBytes, streamed)
+	r, err := newRing(e.dev, e.copy, plan.Slots, plan.SlotBytes, streamed, e.cfg.Unpacker)
 	if err != nil {
 		return err
 	}
@@ -1130,6 +1140,7 @@ func (e *engine) freeAll() {
 		u.dropHostViews()
 		u.host.Free()
 		u.dev.Free()
+		u.dropPacked()
 		u.host, u.dev = nil, nil
 		u.views = map[*runtime.DeviceBuffer][]*runtime.Tensor{}
 		u.poolBuf, u.poolViews = nil, nil

@@ -79,7 +79,7 @@ func streamFloor(fixed int64, units []PlanUnit, slots int) planFloor {
 	var us []sized
 	for _, u := range units {
 		if u.Bytes > 0 && !u.ForceHost {
-			us = append(us, sized{u.Bytes, u.Name})
+			us = append(us, sized{u.slotNeed(), u.Name})
 		}
 	}
 	best := planFloor{bytes: fixed, fixed: fixed}

@@ -144,6 +144,25 @@ type PlanUnit struct {
 	// ForceHost places the unit on the host whatever the search finds
 	// (Config.HostUnits; it needs a host backend, not a time).
 	ForceHost bool
+	// CopyBytes, when above 0, is what a copy of the streamed unit moves
+	// over the link (its exp4-packed form, Config.StreamExp4): its copy
+	// time is Curve's for CopyBytes, and its transfer block holds the packed
+	// bytes beside the unpacked ones (Bytes + CopyBytes). 0: the unit
+	// travels as it is (Bytes).
+	CopyBytes int64
+}
+
+// slotNeed is the transfer block bytes unit u needs when streamed: its
+// bytes, and its packed copy's beside them (PlanUnit.CopyBytes).
+func (u PlanUnit) slotNeed() int64 { return u.Bytes + u.CopyBytes }
+
+// LinkBytes is the bytes a copy of u moves over the link: CopyBytes when
+// packed, else Bytes.
+func (u PlanUnit) LinkBytes() int64 {
+	if u.CopyBytes > 0 {
+		return u.CopyBytes
+	}
+	return u.Bytes
 }
 
 // PlanInput is everything the planner needs. One forward pass visits Units in
@@ -193,7 +212,8 @@ type Plan struct {
 	// Resident[u] is true when unit u stays on the device for good.
 	Resident []bool
 	// SlotBytes is the size of each transfer block: the largest streamed
-	// unit's bytes (0 when nothing is streamed).
+	// unit's bytes, with its packed copy's when it has one
+	// (PlanUnit.CopyBytes; 0 when nothing is streamed).
 	SlotBytes int64
 	// Slots is the number of transfer blocks (0 when nothing is streamed).
 	Slots int
@@ -375,8 +395,8 @@ func (in *PlanInput) validate() error {
 		return errors.New("offload: plan: no units")
 	}
 	for i, u := range in.Units {
-		if u.Bytes < 0 {
-			return fmt.Errorf("offload: plan: unit %d %q has negative size %d bytes", i, u.Name, u.Bytes)
+		if u.Bytes < 0 || u.CopyBytes < 0 {
+			return fmt.Errorf("offload: plan: unit %d %q has negative size %d bytes (copies of %d)", i, u.Name, u.Bytes, u.CopyBytes)
 		}
 		if math.IsNaN(u.ComputeSec) || math.IsInf(u.ComputeSec, 0) || u.ComputeSec < 0 {
 			return fmt.Errorf("offload: plan: unit %d %q has compute time %v s; want finite and >= 0", i, u.Name, u.ComputeSec)
@@ -415,6 +435,7 @@ type planProblem struct {
 	in       *PlanInput
 	n        int
 	bytes    []int64
+	slot     []int64 // transfer block bytes each unit needs when streamed (PlanUnit.slotNeed)
 	comp     []float64
 	xfer     []float64 // scaled copy seconds per unit
 	sumComp  float64
@@ -434,11 +455,13 @@ func newPlanProblem(in PlanInput) *planProblem {
 		scale = 1
 	}
 	n := len(in.Units)
-	p := &planProblem{in: &in, n: n, bytes: make([]int64, n), comp: make([]float64, n), xfer: make([]float64, n), work: planWorkCap}
+	p := &planProblem{in: &in, n: n, bytes: make([]int64, n), slot: make([]int64, n), comp: make([]float64, n), xfer: make([]float64, n),
+		work: planWorkCap}
 	for i, u := range in.Units {
 		p.bytes[i] = u.Bytes
+		p.slot[i] = u.slotNeed()
 		p.comp[i] = u.ComputeSec
-		p.xfer[i] = scale * in.Curve.Time(u.Bytes)
+		p.xfer[i] = scale * in.Curve.Time(u.LinkBytes())
 		p.sumComp += u.ComputeSec
 	}
 	p.initShare()
@@ -495,7 +518,7 @@ func (p *planProblem) evaluate(res []bool, slots int) planEval {
 			m++
 			str += p.bytes[u]
 			xfer += p.xfer[u]
-			maxS = max(maxS, p.bytes[u])
+			maxS = max(maxS, p.slot[u])
 		}
 	}
 	if m == 0 {
@@ -575,7 +598,7 @@ func (p *planProblem) plan(res []bool, slots int) Plan {
 		if !r {
 			pl.SlotOf[u] = len(pl.Prefetch) % e.slots
 			pl.Prefetch = append(pl.Prefetch, u)
-			pl.SlotBytes = max(pl.SlotBytes, p.bytes[u])
+			pl.SlotBytes = max(pl.SlotBytes, p.slot[u])
 			xfer += p.xfer[u]
 		}
 	}
@@ -718,7 +741,9 @@ func (p *planProblem) seeds(slotCands []int, value func(u int) float64, emit fun
 	dp := make([]float64, W+1)
 	keep := make([]bool, len(order)*(W+1))
 	res := make([]bool, p.n)
+	var maxSlot int64 // the transfer block the units so far need when streamed
 	for i, u := range order {
+		maxSlot = max(maxSlot, p.slot[u])
 		wt[i] = int(min(int64(W)+1, (p.bytes[u]+bucket-1)/bucket))
 		row := keep[i*(W+1) : (i+1)*(W+1)]
 		val := value(u)
@@ -731,9 +756,10 @@ func (p *planProblem) seeds(slotCands []int, value func(u int) float64, emit fun
 		if i+1 < len(order) && p.bytes[order[i+1]] == p.bytes[u] {
 			continue // not the last unit of this size
 		}
-		// Slot size = this size: units order[:i+1] may be streamed, larger
-		// ones are resident.
-		size := p.bytes[u]
+		// Slot size = this size (with packed copies beside, the most any of
+		// them needs): units order[:i+1] may be streamed, larger ones are
+		// resident.
+		size := maxSlot
 		for _, s := range slotCands {
 			rem := room - suffix[i+1] - int64(min(s, i+1))*size
 			if rem < 0 {

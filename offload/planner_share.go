@@ -106,7 +106,7 @@ func (p *planProblem) initShare() {
 	p.crate = make([]float64, p.n)
 	for u := range p.n {
 		if p.xfer[u] > 0 {
-			p.crate[u] = float64(p.bytes[u]) / p.xfer[u]
+			p.crate[u] = float64(p.in.Units[u].LinkBytes()) / p.xfer[u] // the host memory a copy reads
 		}
 	}
 }

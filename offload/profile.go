@@ -906,9 +906,10 @@ func (e *engine) placeFromState(st *State) error {
 	e.maxAnnounced = st.MaxAnnounced
 	for i, u := range e.units {
 		su := st.Units[i]
-		e.planIn.Units = append(e.planIn.Units, PlanUnit{Name: su.Name, Bytes: su.Bytes, ComputeSec: su.ComputeSec, Announced: su.Announced, Calls: su.CallsPerPass, RunShare: runShare(su.Calls)})
 		u.samples = slices.Clone(su.Samples)
 		u.announced, u.freq, u.calls = su.Announced, su.CallsPerPass, slices.Clone(su.Calls)
+		e.planIn.Units = append(e.planIn.Units, PlanUnit{Name: su.Name, Bytes: su.Bytes, ComputeSec: su.ComputeSec, Announced: su.Announced,
+			Calls: su.CallsPerPass, RunShare: runShare(su.Calls), CopyBytes: e.copyBytes(u)})
 	}
 	t = time.Now()
 	err = e.placeResidentFrom(st.Plan.Resident)

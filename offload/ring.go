@@ -3,6 +3,8 @@ package offload
 import (
 	"fmt"
 
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/kernels/exp4"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -23,10 +25,11 @@ type ring struct {
 	timeCopies bool
 
 	slots   []*runtime.DeviceBuffer
-	release []runtime.Event // compute event after the slot's last reader
-	ready   []runtime.Event // copy-stream event per slot: its latest copy is done
-	occ     []int           // global copy index of the slot's latest occupant, -1 for none
-	order   []ringUnit      // the streamed units, in run order
+	unpack  kernels.Exp4Unpacker // unpacks packed copies (Config.Unpacker)
+	release []runtime.Event      // compute event after the slot's last reader
+	ready   []runtime.Event      // copy-stream event per slot: its latest copy is done
+	occ     []int                // global copy index of the slot's latest occupant, -1 for none
+	order   []ringUnit           // the streamed units, in run order
 
 	issued  int // copies issued, counted over passes
 	entered int // streamed-unit entries, counted over passes
@@ -45,24 +48,43 @@ type loggedCopy struct {
 	ct *copyTiming
 }
 
-// ringUnit is one streamed unit: its packed host block and its slot.
+// ringUnit is one streamed unit: its packed host block and its slot;
+// with packed set (Config.StreamExp4, exp4.go) its copies move packed into
+// the end of the slot and are unpacked into its start.
 type ringUnit struct {
-	name  string
-	slot  int
-	host  *runtime.HostBuffer
-	bytes int64
+	name   string
+	slot   int
+	host   *runtime.HostBuffer
+	bytes  int64
+	packed *runtime.HostBuffer
+	layout exp4.Layout
+}
+
+// copyBytes is what a copy of u moves over the link.
+func (u ringUnit) copyBytes() int64 {
+	if u.packed != nil {
+		return u.layout.Size
+	}
+	return u.bytes
 }
 
 // newRing allocates slots device buffers of slotBytes each for the streamed
 // units (in run order). On an error nothing stays allocated.
-func newRing(dev runtime.Device, copy runtime.Stream, slots int, slotBytes int64, units []ringUnit) (*ring, error) {
-	r := &ring{copy: copy, compute: dev.Compute(), order: units, pending: map[int]*copyTiming{}}
+func newRing(dev runtime.Device, copy runtime.Stream, slots int, slotBytes int64, units []ringUnit, unpack kernels.Exp4Unpacker) (*ring, error) {
+	r := &ring{copy: copy, compute: dev.Compute(), order: units, pending: map[int]*copyTiming{}, unpack: unpack}
 	for _, u := range units {
 		if u.slot < 0 || u.slot >= slots {
 			return nil, fmt.Errorf("offload: streamed unit %s placed in transfer block %d of %d", u.name, u.slot, slots)
 		}
-		if u.bytes > slotBytes {
-			return nil, fmt.Errorf("offload: streamed unit %s (%d bytes) exceeds its transfer block (%d bytes)", u.name, u.bytes, slotBytes)
+		need := u.bytes
+		if u.packed != nil {
+			if unpack == nil {
+				return nil, fmt.Errorf("offload: streamed unit %s is packed but the engine has no unpacker", u.name)
+			}
+			need += u.layout.Size
+		}
+		if need > slotBytes {
+			return nil, fmt.Errorf("offload: streamed unit %s (%d bytes with its packed copy) exceeds its transfer block (%d bytes)", u.name, need, slotBytes)
 		}
 	}
 	for s := 0; s < slots; s++ {
@@ -101,13 +123,13 @@ func (r *ring) issue() error {
 		}
 		var ct *copyTiming
 		if r.timeCopies || r.logCopies {
-			ct = &copyTiming{bytes: u.bytes}
+			ct = &copyTiming{bytes: u.copyBytes()}
 			var err error
 			if ct.start, err = r.copy.Record(); err != nil {
 				return err
 			}
 		}
-		if err := r.copy.CopyH2D(r.slots[s], 0, u.host, 0, u.bytes); err != nil {
+		if err := r.copyIn(s, u); err != nil {
 			return err
 		}
 		ev, err := r.copy.Record()
@@ -126,6 +148,22 @@ func (r *ring) issue() error {
 		r.ready[s], r.occ[s] = ev, g
 		r.issued++
 	}
+}
+
+// copyIn enqueues unit u's copy into slot s on the copy stream: its bytes
+// as they are, or packed into the end of the slot and unpacked into its
+// start (the two ranges cannot overlap: newRing checked the slot holds
+// both).
+func (r *ring) copyIn(s int, u ringUnit) error {
+	slot := r.slots[s]
+	if u.packed == nil {
+		return r.copy.CopyH2D(slot, 0, u.host, 0, u.bytes)
+	}
+	off := slot.Size() - u.layout.Size
+	if err := r.copy.CopyH2D(slot, off, u.packed, 0, u.layout.Size); err != nil {
+		return err
+	}
+	return r.unpack.UnpackExp4(r.copy, slot, slot, off, u.layout)
 }
 
 // acquire readies the streamed unit at position pos of the run order as the

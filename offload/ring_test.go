@@ -46,7 +46,7 @@ func newRingFixture(t *testing.T, slots int, slotOf []int) *ringFixture {
 		f.hosts = append(f.hosts, h)
 		units = append(units, ringUnit{name: "u" + string(rune('0'+i)), slot: s, host: h, bytes: unitBytes})
 	}
-	if f.r, err = newRing(f.dev, f.copy, slots, unitBytes, units); err != nil {
+	if f.r, err = newRing(f.dev, f.copy, slots, unitBytes, units, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -223,7 +223,7 @@ func TestRingAllocation(t *testing.T) {
 	h, _ := dev.AllocHost(unitBytes, "unit")
 	defer h.Free()
 	units := []ringUnit{{name: "a", slot: 0, host: h, bytes: unitBytes}, {name: "b", slot: 1, host: h, bytes: unitBytes}}
-	r, err := newRing(dev, s, 2, unitBytes, units)
+	r, err := newRing(dev, s, 2, unitBytes, units, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,13 +235,13 @@ func TestRingAllocation(t *testing.T) {
 		t.Fatal("free left slots allocated")
 	}
 	// The fourth slot does not fit: the three taken are returned.
-	if _, err := newRing(dev, s, 4, unitBytes, units); err == nil || dev.Memory().InUse != 0 {
+	if _, err := newRing(dev, s, 4, unitBytes, units, nil); err == nil || dev.Memory().InUse != 0 {
 		t.Fatalf("failed ring: %v, %d bytes left", err, dev.Memory().InUse)
 	}
-	if _, err := newRing(dev, s, 1, unitBytes, units); err == nil || !strings.Contains(err.Error(), "b placed in transfer block 1 of 1") {
+	if _, err := newRing(dev, s, 1, unitBytes, units, nil); err == nil || !strings.Contains(err.Error(), "b placed in transfer block 1 of 1") {
 		t.Fatalf("unit in a missing slot: %v", err)
 	}
-	if _, err := newRing(dev, s, 2, unitBytes/2, units); err == nil || !strings.Contains(err.Error(), "exceeds its transfer block") {
+	if _, err := newRing(dev, s, 2, unitBytes/2, units, nil); err == nil || !strings.Contains(err.Error(), "exceeds its transfer block") {
 		t.Fatalf("unit larger than its slot: %v", err)
 	}
 }

@@ -336,6 +336,7 @@ func (e *engine) makeResident(u *unit) error {
 	}
 	u.dropHostViews()
 	u.host.Free()
+	u.dropPacked()
 	u.host, u.hostRate = nil, 0
 	return e.bindTo(u, buf)
 }

@@ -156,6 +156,9 @@ func (s *Session) openSharded(dir string, names []string, opts Options, budget o
 			b = fp.Min(blocks)
 		}
 		cfg.GPUBudget, cfg.TransferBlocks, cfg.StreamDType = b, blocks, streamDType
+		if err := StreamExp4Config(&cfg, opts.StreamExp4, s.Backends[i]); err != nil {
+			return err
+		}
 		name := fmt.Sprintf("%s-rank%d", base, i)
 		if err := offload.Offload(shard, &cfg, name); err != nil {
 			return fmt.Errorf("%s: %w", s.Devices[i].Name(), err)

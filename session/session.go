@@ -90,6 +90,12 @@ type Options struct {
 	// (half the bytes; lossy; offload.Config.StreamDType). Not with
 	// ProfileDir.
 	StreamDType string
+	// StreamExp4, with GPUBudget or ProfileDir, sends the streamed layers
+	// exp4-packed (16-bit weights in 12 bits, lossless: 0.75 of the bytes
+	// over the link) and unpacks them on the device
+	// (offload.Config.StreamExp4); the device's backend must unpack them
+	// (kernels.Exp4Unpacker: CUDA and CPU do).
+	StreamExp4 bool
 	// Progress, when set, receives the offload engine's set-up progress.
 	Progress func(stage string, done, total int64)
 	// Trace, when set, receives each set-up step's duration.
@@ -299,6 +305,9 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	}
 	cfg := offload.DefaultConfig(s.Device)
 	cfg.HostBackend = s.HostBackend
+	if err := StreamExp4Config(&cfg, opts.StreamExp4, s.Backend); err != nil {
+		return nil, err
+	}
 	cfg.Progress = opts.Progress
 	cfg.Trace = opts.Trace
 	if opts.OffloadTiming {
@@ -352,6 +361,20 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	}
 	s.Manager = name
 	return s, stopped()
+}
+
+// StreamExp4Config sets cfg to stream exp4-packed with b unpacking when on
+// (Options.StreamExp4); b must be an Exp4Unpacker.
+func StreamExp4Config(cfg *offload.Config, on bool, b kernels.Backend) error {
+	if !on {
+		return nil
+	}
+	u, ok := b.(kernels.Exp4Unpacker)
+	if !ok {
+		return fmt.Errorf("exp4 streaming: the %s backend cannot unpack (kernels.Exp4Unpacker): %w", b.Device().Name(), ErrBadOptions)
+	}
+	cfg.StreamExp4, cfg.Unpacker = true, u
+	return nil
 }
 
 // openHost makes the host placement's CPU device and its host kernels with

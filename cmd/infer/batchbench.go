@@ -182,6 +182,9 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 		}
 		cfg := offload.DefaultConfig(dev)
 		cfg.TransferBlocks = d.blocks
+		if err := ftsession.StreamExp4Config(&cfg, d.streamCodec == "exp4", backend); err != nil {
+			return err
+		}
 		label := b
 		if ent.host {
 			cfg.HostBackend, label = sess.HostBackend, b+"+host"

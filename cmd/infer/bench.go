@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	ftsession "github.com/flextensor-go/flextensor/session"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -254,6 +255,14 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 				cfg := offload.DefaultConfig(devs[k])
 				cfg.TransferBlocks = d.blocks
 				cfg.StreamDType, _ = offload.ParseStreamDType(d.streamDType) // checked by sessionOptions
+				kb := sess.Backend
+				if k < len(sess.Backends) {
+					kb = sess.Backends[k]
+				}
+				if err := ftsession.StreamExp4Config(&cfg, d.streamCodec == "exp4", kb); err != nil {
+					releaseAll(names)
+					return err
+				}
 				if ent.host {
 					cfg.HostBackend = sess.HostBackend
 				}
@@ -370,8 +379,8 @@ func fillPlanRow(row *benchRow, name string, dev runtime.Device) error {
 			row.ResidentUnits++
 		} else {
 			row.StreamedUnits++
-			row.StreamedBytes += in.Units[u].Bytes
-			row.TransferMs += in.Curve.Time(in.Units[u].Bytes) * 1e3
+			row.StreamedBytes += in.Units[u].LinkBytes() // packed, with --stream-codec exp4
+			row.TransferMs += in.Curve.Time(in.Units[u].LinkBytes()) * 1e3
 		}
 	}
 	if pts := in.Curve.Points; len(pts) > 0 {

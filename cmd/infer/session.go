@@ -29,6 +29,7 @@ type deviceFlags struct {
 	strict        bool
 	unitGraphs    bool
 	streamDType   string
+	streamCodec   string      // --stream-codec: none or exp4
 	hostThreads   hostThreads // --host-threads: host placement
 	kvCache       string      // --kv-cache: the paged KV cache's memory (run-model --batch-file, bench --batch)
 	progress      *progress   // nil: no progress output
@@ -44,6 +45,7 @@ func (d *deviceFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&d.profile, "profile", "", "offload with the saved profile in this directory (from infer profile): no profiling, each weight read once")
 	fs.BoolVar(&d.unitGraphs, "unit-graphs", false, "offload: replay each layer's one-token forward as a CUDA graph of its own (cuda devices)")
 	fs.StringVar(&d.streamDType, "stream-dtype", "auto", "offload: dtype of the offloaded layers' weights: auto (as loaded) or fp8 (BF16 weights quantized per output channel to E4M3 when packed: half the bytes streamed; lossy)")
+	fs.StringVar(&d.streamCodec, "stream-codec", "none", "offload: how streamed layers cross the link: none (as they are) or exp4 (16-bit weights packed in 12 bits when packed, unpacked on the device: 0.75 of the bytes, lossless)")
 	fs.BoolVar(&d.strict, "strict", false, "with --profile: fail when any tensor of the profile is missing from the checkpoint, listing them")
 	registerHostThreads(fs, &d.hostThreads)
 	fs.StringVar(&d.kvCache, "kv-cache", "", "batched runs (run-model --batch-file, bench --batch, serve): device memory for the paged KV cache, as bytes (2GiB) or a fraction of the device (0.2), apart from --gpu-budget's weights (default: room for every request, or every sequence of the batch, at once)")
@@ -124,6 +126,7 @@ func (d deviceFlags) sessionOptions() (ftsession.Options, error) {
 		Strict:         d.strict,
 		UnitGraphs:     d.unitGraphs,
 		StreamDType:    d.streamDType,
+		StreamExp4:     d.streamCodec == "exp4",
 		Progress:       d.progress.update,
 		Trace:          traceStep,
 		Warn:           func(msg string) { fmt.Fprintf(os.Stderr, "warning: %s\n", msg) },
@@ -169,6 +172,14 @@ func (d deviceFlags) sessionOptions() (ftsession.Options, error) {
 	d.hostThreads.apply(&opts)
 	if d.hostThreads.set && strings.Contains(d.device, ",") {
 		return opts, usagef("--host-threads does not apply to several devices (--device %s): host placement runs one device's plan", d.device)
+	}
+	switch d.streamCodec {
+	case "none", "exp4":
+	default:
+		return opts, usagef("--stream-codec %q: want none or exp4", d.streamCodec)
+	}
+	if d.streamCodec == "exp4" && d.streamDType != "auto" && d.streamDType != "" {
+		return opts, usagef("--stream-codec exp4 packs 16-bit weights; not with --stream-dtype %s", d.streamDType)
 	}
 	if sd, err := offload.ParseStreamDType(d.streamDType); err != nil {
 		return opts, usagef("--stream-dtype %q: want auto or fp8", d.streamDType)

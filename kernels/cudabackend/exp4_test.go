@@ -76,7 +76,7 @@ func unpackOnGPU(t *testing.T, src []byte) ([]byte, time.Duration, exp4.Layout) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := gb.UnpackExp4(s, ddst, dsrc, l); err != nil {
+	if err := gb.UnpackExp4(s, ddst, dsrc, 0, l); err != nil {
 		t.Fatal(err)
 	}
 	e1, err := s.Record()
@@ -125,7 +125,7 @@ func TestUnpackExp4GPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer small.Free()
-	if err := gb.UnpackExp4(gdev.Compute(), small, small, exp4.Layout{Words: 10, Size: 128}); err == nil {
+	if err := gb.UnpackExp4(gdev.Compute(), small, small, 0, exp4.Layout{Words: 10, Size: 128}); err == nil {
 		t.Error("a 64-byte buffer for a 128-byte layout: no error")
 	}
 }

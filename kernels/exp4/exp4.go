@@ -71,6 +71,10 @@ func layoutFor(n, esc int64) Layout {
 	return l
 }
 
+// SizeFor is the packed size of words 16-bit words of which escapes fall
+// outside their chunk's window.
+func SizeFor(words, escapes int64) int64 { return layoutFor(words, escapes).Size }
+
 // ReadLayout reads and checks a packed buffer's header.
 func ReadLayout(p []byte) (Layout, error) {
 	if len(p) < hdrSize || string(p[:4]) != magic {
