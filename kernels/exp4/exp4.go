@@ -100,11 +100,15 @@ type chunkPlan struct {
 	esc  int
 }
 
-// window picks the 15-exponent window holding most of the words in ws.
-func window(ws []uint16) chunkPlan {
+// exponent is the exponent field of the little-endian word of bytes lo, hi.
+func exponent(lo, hi byte) byte { return hi<<1 | lo>>7 }
+
+// window picks the 15-exponent window holding most of the words of b
+// (little-endian 16-bit words).
+func window(b []byte) chunkPlan {
 	var hist [256]int
-	for _, w := range ws {
-		hist[(w>>7)&0xFF]++
+	for i := 0; i+1 < len(b); i += 2 {
+		hist[exponent(b[i], b[i+1])]++
 	}
 	run := 0
 	for e := 0; e < 15; e++ {
@@ -117,7 +121,7 @@ func window(ws []uint16) chunkPlan {
 			best, bestRun = e, run
 		}
 	}
-	return chunkPlan{base: byte(best), esc: len(ws) - bestRun}
+	return chunkPlan{base: byte(best), esc: len(b)/2 - bestRun}
 }
 
 // parallel runs f over chunks [0, n) on the CPUs.
@@ -139,9 +143,6 @@ func parallel(n int64, f func(c int64)) {
 	wg.Wait()
 }
 
-// word is src's i-th little-endian 16-bit word.
-func word(src []byte, i int64) uint16 { return binary.LittleEndian.Uint16(src[2*i:]) }
-
 // PackedSize is the bytes Pack needs for src (a pass over it).
 func PackedSize(src []byte) (int64, error) {
 	if len(src)%2 != 0 {
@@ -161,12 +162,7 @@ func plan(src []byte) []chunkPlan {
 	chunks := (n + Chunk - 1) / Chunk
 	plans := make([]chunkPlan, chunks)
 	parallel(chunks, func(c int64) {
-		lo, hi := c*Chunk, min((c+1)*Chunk, n)
-		ws := make([]uint16, hi-lo)
-		for i := lo; i < hi; i++ {
-			ws[i-lo] = word(src, i)
-		}
-		plans[c] = window(ws)
+		plans[c] = window(src[2*c*Chunk : 2*min((c+1)*Chunk, n)])
 	})
 	return plans
 }
@@ -187,7 +183,14 @@ func Pack(dst, src []byte) (int64, error) {
 	if int64(len(dst)) < l.Size {
 		return 0, fmt.Errorf("exp4: %d bytes to pack into, need %d", len(dst), l.Size)
 	}
-	clear(dst[:l.Size])
+	// Zero what the chunks do not write: the header's tail and the
+	// sections' paddings (the chunks clear their own code bytes).
+	clear(dst[:l.Lo])
+	clear(dst[l.Lo+n : l.Codes])
+	clear(dst[l.Codes+(n+1)/2 : l.Base])
+	clear(dst[l.Base+l.Chunks : l.EscStart])
+	clear(dst[l.EscStart+4*(l.Chunks+1) : l.Esc])
+	clear(dst[l.Esc+4*l.Escapes : l.Size])
 	copy(dst, magic)
 	binary.LittleEndian.PutUint32(dst[4:], version)
 	binary.LittleEndian.PutUint64(dst[8:], uint64(n))
@@ -198,18 +201,24 @@ func Pack(dst, src []byte) (int64, error) {
 	parallel(int64(len(plans)), func(c int64) {
 		base := plans[c].base
 		dst[l.Base+c] = base
-		j := starts[c]
-		for i := c * Chunk; i < min((c+1)*Chunk, n); i++ {
-			w := word(src, i)
-			dst[l.Lo+i] = byte(w>>8)&0x80 | byte(w)&0x7F
-			e := byte(w >> 7)
-			code := e - base
-			if e < base || code >= Escape {
-				code = Escape
-				binary.LittleEndian.PutUint32(dst[l.Esc+4*j:], uint32(i-c*Chunk)|uint32(e)<<16)
-				j++
+		first, last := c*Chunk, min((c+1)*Chunk, n)
+		b := src[2*first : 2*last]
+		lo := dst[l.Lo+first : l.Lo+last]
+		codes := dst[l.Codes+first/2 : l.Codes+(last+1)/2] // chunks are even-sized: no two chunks share a code byte
+		esc := dst[l.Esc+4*starts[c] : l.Esc+4*starts[c+1]]
+		b = b[:2*len(lo)]
+		clear(codes)
+		for k := range lo {
+			x0, x1 := b[2*k], b[2*k+1]
+			lo[k] = x1&0x80 | x0&0x7F
+			e := x1<<1 | x0>>7
+			d := e - base
+			if e < base || d >= Escape {
+				d = Escape
+				binary.LittleEndian.PutUint32(esc, uint32(k)|uint32(e)<<16)
+				esc = esc[4:]
 			}
-			dst[l.Codes+i/2] |= code << (4 * (i & 1)) // chunks are even-sized: no two chunks share a byte
+			codes[k/2] |= d << (4 * (k & 1))
 		}
 	})
 	return l.Size, nil

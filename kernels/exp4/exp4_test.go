@@ -43,6 +43,10 @@ func roundTrip(t *testing.T, src []byte) Layout {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dirty := bytes.Repeat([]byte{0xA5}, int(size)) // the same bytes whatever the buffer held
+	if _, err := Pack(dirty, src); err != nil || !bytes.Equal(dirty, p[:size]) {
+		t.Fatalf("packing into a used buffer: %v, or other bytes than into a fresh one", err)
+	}
 	dst := make([]byte, len(src))
 	if err := Unpack(dst, p[:size]); err != nil {
 		t.Fatal(err)
