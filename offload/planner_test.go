@@ -110,6 +110,24 @@ func TestMakePlanHandCases(t *testing.T) {
 			want: want{resident: "SSSS", nResident: 0, slots: 2, slotBytes: 100, predicted: 40 * planMs, peak: 210},
 		},
 		{
+			// As above with each unit packed to 75 bytes (CopyBytes): copies
+			// of 7.5, blocks of 175 (both forms). Budget 10 + 2·175 = 360:
+			// all streamed in 2 slots, a pass is 4 copies: 30.
+			name: "packed copies, 2 slots",
+			in: PlanInput{Units: planPacked(planEqualUnits(4, 100, 1*planMs), 75), FixedBytes: 10, Budget: 360, Slots: 2,
+				Curve: planPerByte(0.1 * planMs)},
+			want: want{resident: "SSSS", nResident: 0, slots: 2, slotBytes: 175, predicted: 30 * planMs, peak: 360},
+		},
+		{
+			// Packed, but a budget of 2 plain units (210) holds no block of
+			// 175 beside a resident unit, nor two blocks: one block and no
+			// resident unit (185); a pass is 4·(7.5 + 1) = 34.
+			name: "packed copies, blocks hold both forms",
+			in: PlanInput{Units: planPacked(planEqualUnits(4, 100, 1*planMs), 75), FixedBytes: 10, Budget: 210,
+				Curve: planPerByte(0.1 * planMs)},
+			want: want{resident: "SSSS", nResident: 0, slots: 1, slotBytes: 175, predicted: 34 * planMs, peak: 185},
+		},
+		{
 			// Same budget, slots chosen: 1 slot + 1 resident unit (also 2 units
 			// of memory). Copy k waits for compute k-1: copy 10 + compute 1 per
 			// streamed unit, the resident unit hides under a copy: 3*11 = 33 < 40.
@@ -416,7 +434,7 @@ func planCheck(t *testing.T, in PlanInput, pl Plan) {
 				t.Errorf("resident unit %d has slot %d", u, pl.SlotOf[u])
 			}
 		default:
-			maxStreamed = max(maxStreamed, in.Units[u].Bytes)
+			maxStreamed = max(maxStreamed, in.Units[u].slotNeed()) // with its packed copy beside
 			if k >= len(pl.Prefetch) || pl.Prefetch[k] != u {
 				t.Errorf("prefetch %v: streamed unit %d not at position %d", pl.Prefetch, u, k)
 			}
@@ -430,7 +448,7 @@ func planCheck(t *testing.T, in PlanInput, pl Plan) {
 		t.Errorf("prefetch has %d units, %d streamed", len(pl.Prefetch), k)
 	}
 	if pl.SlotBytes != maxStreamed || (k == 0) != (pl.Slots == 0) || pl.Slots > k || (in.Slots > 0 && pl.Slots > in.Slots) {
-		t.Errorf("%d slots of %d bytes for %d streamed units (largest %d bytes, %d slots requested)", pl.Slots, pl.SlotBytes, k, maxStreamed, in.Slots)
+		t.Errorf("%d slots of %d bytes for %d streamed units (largest %d bytes with packed copies, %d slots requested)", pl.Slots, pl.SlotBytes, k, maxStreamed, in.Slots)
 	}
 	if pl.PeakBytes != peak {
 		t.Errorf("peak %d bytes, recomputed %d", pl.PeakBytes, peak)
@@ -625,4 +643,12 @@ func planResidents(pl Plan) string {
 		}
 	}
 	return b.String()
+}
+
+// planPacked gives every unit copies of packed bytes (PlanUnit.CopyBytes).
+func planPacked(us []PlanUnit, packed int64) []PlanUnit {
+	for i := range us {
+		us[i].CopyBytes = packed
+	}
+	return us
 }
