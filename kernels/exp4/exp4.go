@@ -225,7 +225,7 @@ func Pack(dst, src []byte) (int64, error) {
 }
 
 // Unpack decodes the packed buffer p into dst (2 × Words bytes): the
-// reference decoder.
+// reference decoder, its chunks spread over the CPUs.
 func Unpack(dst, p []byte) error {
 	l, err := ReadLayout(p)
 	if err != nil {
@@ -234,30 +234,36 @@ func Unpack(dst, p []byte) error {
 	if int64(len(dst)) < 2*l.Words {
 		return fmt.Errorf("exp4: %d bytes to unpack into, the buffer holds %d words", len(dst), l.Words)
 	}
-	for c := int64(0); c < l.Chunks; c++ {
-		base := p[l.Base+c]
-		lo, hi := c*Chunk, min((c+1)*Chunk, l.Words)
-		for i := lo; i < hi; i++ {
-			code := p[l.Codes+i/2] >> (4 * (i & 1)) & 0xF
-			b := p[l.Lo+i]
-			w := uint16(b&0x80)<<8 | uint16(base+code)<<7 | uint16(b&0x7F)
-			binary.LittleEndian.PutUint16(dst[2*i:], w)
+	errs := make([]error, l.Chunks)
+	parallel(l.Chunks, func(c int64) { errs[c] = unpackChunk(dst, p, l, c) })
+	return errors.Join(errs...)
+}
+
+// unpackChunk decodes chunk c of the packed buffer p (layout l) into dst:
+// each word from its lo byte and code, then the chunk's escapes.
+func unpackChunk(dst, p []byte, l Layout, c int64) error {
+	base := p[l.Base+c]
+	lo, hi := c*Chunk, min((c+1)*Chunk, l.Words)
+	for i := lo; i < hi; i++ {
+		code := p[l.Codes+i/2] >> (4 * (i & 1)) & 0xF
+		b := p[l.Lo+i]
+		w := uint16(b&0x80)<<8 | uint16(base+code)<<7 | uint16(b&0x7F)
+		binary.LittleEndian.PutUint16(dst[2*i:], w)
+	}
+	e0 := binary.LittleEndian.Uint32(p[l.EscStart+4*c:])
+	e1 := binary.LittleEndian.Uint32(p[l.EscStart+4*c+4:])
+	if e1 < e0 || int64(e1) > l.Escapes {
+		return fmt.Errorf("exp4: chunk %d's escapes %d..%d out of order or past the %d entries", c, e0, e1, l.Escapes)
+	}
+	for j := int64(e0); j < int64(e1); j++ {
+		ent := binary.LittleEndian.Uint32(p[l.Esc+4*j:])
+		k := lo + int64(ent&0xFFFF)
+		if k >= hi {
+			return fmt.Errorf("exp4: escape %d points past chunk %d", j, c)
 		}
-		e0 := binary.LittleEndian.Uint32(p[l.EscStart+4*c:])
-		e1 := binary.LittleEndian.Uint32(p[l.EscStart+4*c+4:])
-		if e1 < e0 || int64(e1) > l.Escapes {
-			return fmt.Errorf("exp4: chunk %d's escapes %d..%d out of order or past the %d entries", c, e0, e1, l.Escapes)
-		}
-		for j := int64(e0); j < int64(e1); j++ {
-			ent := binary.LittleEndian.Uint32(p[l.Esc+4*j:])
-			k := lo + int64(ent&0xFFFF)
-			if k >= hi {
-				return fmt.Errorf("exp4: escape %d points past chunk %d", j, c)
-			}
-			b := p[l.Lo+k]
-			w := uint16(b&0x80)<<8 | uint16(byte(ent>>16))<<7 | uint16(b&0x7F)
-			binary.LittleEndian.PutUint16(dst[2*k:], w)
-		}
+		b := p[l.Lo+k]
+		w := uint16(b&0x80)<<8 | uint16(byte(ent>>16))<<7 | uint16(b&0x7F)
+		binary.LittleEndian.PutUint16(dst[2*k:], w)
 	}
 	return nil
 }
