@@ -3,13 +3,13 @@ package offload
 import (
 	"errors"
 	"fmt"
-	"github.com/flextensor-go/flextensor/kernels/exp4"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/flextensor-go/flextensor/kernels/exp4"
 	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/place"
 	"github.com/flextensor-go/flextensor/runtime"

@@ -60,8 +60,8 @@ type ringUnit struct {
 	layout exp4.Layout
 }
 
-// copyBytes is what a copy of u moves over the link.
-func (u ringUnit) copyBytes() int64 {
+// linkBytes is what a copy of u moves over the link.
+func (u ringUnit) linkBytes() int64 {
 	if u.packed != nil {
 		return u.layout.Size
 	}
@@ -123,7 +123,7 @@ func (r *ring) issue() error {
 		}
 		var ct *copyTiming
 		if r.timeCopies || r.logCopies {
-			ct = &copyTiming{bytes: u.copyBytes()}
+			ct = &copyTiming{bytes: u.linkBytes()}
 			var err error
 			if ct.start, err = r.copy.Record(); err != nil {
 				return err
