@@ -68,6 +68,7 @@ type unit struct {
 	packed     *runtime.HostBuffer // the host block exp4-packed, made when the unit first streams
 	packLayout exp4.Layout         // packed's sections
 	packBytes  int64               // the packed size (0: not known yet), what the planner times its copy by
+	packSizing *exp4.Sizing        // the pass that measured packBytes, kept for the packing (then dropped)
 }
 
 // copyTiming holds the events around one copy.

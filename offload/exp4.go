@@ -36,11 +36,11 @@ func (e *engine) copyBytes(u *unit) int64 {
 			words := u.bytes / 2
 			return packedOrPlain(exp4.SizeFor(words, words/exp4.Chunk+1), u.bytes)
 		}
-		n, err := exp4.PackedSize(u.host.Bytes()[:u.bytes])
+		sz, err := exp4.Measure(u.host.Bytes()[:u.bytes])
 		if err != nil {
 			return 0
 		}
-		u.packBytes = n
+		u.packBytes, u.packSizing = sz.Size, &sz // packFor packs with it
 	}
 	return packedOrPlain(u.packBytes, u.bytes)
 }
@@ -66,7 +66,14 @@ func (e *engine) packFor(u *unit, slotBytes int64, ru *ringUnit) error {
 		if err != nil {
 			return fmt.Errorf("packing unit %s: %w", u.name, err)
 		}
-		if _, err := exp4.Pack(h.Bytes(), u.host.Bytes()[:u.bytes]); err != nil {
+		src := u.host.Bytes()[:u.bytes]
+		if u.packSizing != nil {
+			_, err = exp4.PackSized(h.Bytes(), src, *u.packSizing)
+		} else {
+			_, err = exp4.Pack(h.Bytes(), src)
+		}
+		u.packSizing = nil
+		if err != nil {
 			h.Free()
 			return fmt.Errorf("packing unit %s: %w", u.name, err)
 		}
@@ -86,7 +93,7 @@ func (u *unit) dropPacked() {
 	if u.packed != nil {
 		u.packed.Free()
 	}
-	u.packed, u.packLayout, u.packBytes = nil, exp4.Layout{}, 0
+	u.packed, u.packLayout, u.packBytes, u.packSizing = nil, exp4.Layout{}, 0, nil
 }
 
 // packedSlotsBytes is what packed copies add to the least budget

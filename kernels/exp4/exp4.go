@@ -143,17 +143,33 @@ func parallel(n int64, f func(c int64)) {
 	wg.Wait()
 }
 
-// PackedSize is the bytes Pack needs for src (a pass over it).
-func PackedSize(src []byte) (int64, error) {
+// Sizing is the first pass over words to pack: each chunk's window and
+// escape count, and the packed size they give (Measure). Packing with it
+// (PackSized) skips that pass.
+type Sizing struct {
+	Size  int64 // the packed bytes
+	words int64
+	plans []chunkPlan
+}
+
+// Measure is src's Sizing (src: 16-bit little-endian words).
+func Measure(src []byte) (Sizing, error) {
 	if len(src)%2 != 0 {
-		return 0, fmt.Errorf("exp4: %d bytes is not a whole number of 16-bit words", len(src))
+		return Sizing{}, fmt.Errorf("exp4: %d bytes is not a whole number of 16-bit words", len(src))
 	}
 	plans := plan(src)
 	var esc int64
 	for _, p := range plans {
 		esc += int64(p.esc)
 	}
-	return layoutFor(int64(len(src)/2), esc).Size, nil
+	n := int64(len(src) / 2)
+	return Sizing{Size: layoutFor(n, esc).Size, words: n, plans: plans}, nil
+}
+
+// PackedSize is the bytes Pack needs for src (a pass over it).
+func PackedSize(src []byte) (int64, error) {
+	sz, err := Measure(src)
+	return sz.Size, err
 }
 
 // plan is each chunk's window over src.
@@ -170,10 +186,19 @@ func plan(src []byte) []chunkPlan {
 // Pack writes src (16-bit little-endian words) packed into dst, which must
 // hold PackedSize(src) bytes, and returns the bytes written.
 func Pack(dst, src []byte) (int64, error) {
-	if len(src)%2 != 0 {
-		return 0, fmt.Errorf("exp4: %d bytes is not a whole number of 16-bit words", len(src))
+	sz, err := Measure(src)
+	if err != nil {
+		return 0, err
 	}
-	plans := plan(src)
+	return PackSized(dst, src, sz)
+}
+
+// PackSized is Pack with src's Sizing from Measure (src unchanged since).
+func PackSized(dst, src []byte, sz Sizing) (int64, error) {
+	if int64(len(src)) != 2*sz.words || len(src)%2 != 0 {
+		return 0, fmt.Errorf("exp4: a sizing of %d words for %d bytes", sz.words, len(src))
+	}
+	plans := sz.plans
 	n := int64(len(src) / 2)
 	starts := make([]int64, len(plans)+1)
 	for c, p := range plans {

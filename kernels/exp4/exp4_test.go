@@ -154,3 +154,23 @@ func FuzzRoundTrip(f *testing.F) {
 		_ = Unpack(make([]byte, 64), b)
 	})
 }
+
+// TestPackSized: packing with Measure's sizing gives Pack's bytes; a sizing
+// of other words is an error.
+func TestPackSized(t *testing.T) {
+	src := bf16Normal(3*Chunk+5, 0.02, 4)
+	sz, err := Measure(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := make([]byte, sz.Size), make([]byte, sz.Size)
+	if _, err := Pack(a, src); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := PackSized(b, src, sz); err != nil || n != sz.Size || !bytes.Equal(a, b) {
+		t.Fatalf("PackSized: %d bytes, %v, same as Pack: %v", n, err, bytes.Equal(a, b))
+	}
+	if _, err := PackSized(b, src[:len(src)-2], sz); err == nil || !strings.Contains(err.Error(), "sizing of") {
+		t.Errorf("a sizing of other words: %v", err)
+	}
+}
