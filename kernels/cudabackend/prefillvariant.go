@@ -57,6 +57,12 @@ var prefillVariants = []prefillVariant{
 	// Its varlen kernel also comes over the packed contiguous keys and
 	// values of fresh sequences (contig; FT_VARLEN_CONTIG, varlencontig.go).
 	{name: "wg3", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true},
+	// wg3 with fewer instructions a key tile (kernels/cuda/sm90a/extra/
+	// prefill_wg6.cu): warp-uniform descriptor arithmetic, stepped copy
+	// addresses over contiguous caches, the output rescaled only when a
+	// row's maximum moves. Same sums as wg3, bit for bit.
+	{name: "wg6", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true,
+		extra: "prefill_wg6.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200

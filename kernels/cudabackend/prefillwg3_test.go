@@ -3,6 +3,7 @@
 package cudabackend
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/runtime"
@@ -19,14 +20,29 @@ import (
 // reference. It also reports how many outputs differ from wg's, which
 // computes the same sums in the same order. Off compute capability 9.0 wg3
 // falls back to fa2 and the comparison still holds.
-func TestPrefillWG3Quick(t *testing.T) {
+func TestPrefillWG3Quick(t *testing.T) { testPrefillWGQuick(t, "wg3", "wg", false, 0) }
+
+// TestPrefillWG6Quick is TestPrefillWG3Quick for wg6
+// (kernels/cuda/sm90a/extra/prefill_wg6.cu, its own module), whose outputs
+// must be wg3's bit for bit (same sums in the same order), without and
+// with a sliding window of 100 positions.
+func TestPrefillWG6Quick(t *testing.T) {
+	testPrefillWGQuick(t, "wg6", "wg3", true, 0)
+	testPrefillWGQuick(t, "wg6", "wg3", true, 100)
+}
+
+// testPrefillWGQuick runs TestPrefillWG3Quick's cases on variant name with
+// window win, comparing with twin: reporting the outputs that differ, or,
+// exact, failing on any (on compute capability 9.0; elsewhere both fall
+// back to fa2).
+func testPrefillWGQuick(t *testing.T, name, twin string, exact bool, win int) {
 	needGPU(t)
-	wg3, err := choosePrefillVariant("wg3", 128, false, true)
-	if err != nil || wg3.name != "wg3" {
-		t.Fatalf("wg3: %v (%s)", err, wg3.name)
+	v, err := choosePrefillVariant(name, 128, false, true)
+	if err != nil || v.name != name {
+		t.Fatalf("%s: %v (%s)", name, err, v.name)
 	}
 	if gb.dev.ComputeCapability() == 90 {
-		testPrefillWGModule(t, wg3)
+		testPrefillWGModule(t, v)
 	}
 	rng := newRNG(t)
 	const H, K, d = 4, 2, 128
@@ -48,7 +64,14 @@ func TestPrefillWG3Quick(t *testing.T) {
 		}
 		return n
 	}
-	t.Run("contiguous T300 at 37", func(t *testing.T) {
+	check := func(t *testing.T, got, other []float32) {
+		n := differ(got, other)
+		if exact && n > 0 && gb.dev.ComputeCapability() == 90 {
+			t.Errorf("%d of %d outputs differ from %s's (same sums, same order)", n, len(got), twin)
+		}
+		t.Logf("%d of %d outputs differ from %s's", n, len(got), twin)
+	}
+	t.Run(fmt.Sprintf("contiguous T300 at 37 window %d", win), func(t *testing.T) {
 		const T, pos0, C = 300, 37, 340
 		n := pos0 + T
 		q := randBF16(rng, T*H*d, 2)
@@ -69,29 +92,29 @@ func TestPrefillWG3Quick(t *testing.T) {
 		gq := gpu(t, runtime.BF16, q, T, H, d)
 		ref := host(t, runtime.F32, nil, T, H, d)
 		if err := cb.AttentionWindow(ref, host(t, runtime.F32, q, T, H, d), host(t, runtime.F32, kc, C, K, d),
-			host(t, runtime.F32, vc, C, K, d), pos0, 0); err != nil {
+			host(t, runtime.F32, vc, C, K, d), pos0, win); err != nil {
 			t.Fatal(err)
 		}
-		f := func(out *runtime.Tensor) error { return gb.AttentionWindow(out, gq, gkc, gvc, pos0, 0) }
-		got := run(t, "wg3", f, T)
-		compare(t, "wg3 Attention", got, ref.F32(), 1e-2, 2e-2)
-		t.Logf("%d of %d outputs differ from wg's", differ(got, run(t, "wg", f, T)), len(got))
+		f := func(out *runtime.Tensor) error { return gb.AttentionWindow(out, gq, gkc, gvc, pos0, win) }
+		got := run(t, name, f, T)
+		compare(t, name+" Attention", got, ref.F32(), 1e-2, 2e-2)
+		check(t, got, run(t, twin, f, T))
 	})
-	t.Run("varlen", func(t *testing.T) {
+	t.Run(fmt.Sprintf("varlen window %d", win), func(t *testing.T) {
 		seqs := []pagedSeq{{1, 1}, {65, 65}, {200, 290}}
 		kv, qStarts, kp, vp, P := pagedLayout(rng, seqs, K, d, 16)
 		T := int(qStarts[len(seqs)])
 		q := randBF16(rng, T*H*d, 2)
 		ref := host(t, runtime.F32, nil, T, H, d)
 		if err := cb.VarlenPrefillAttention(ref, host(t, runtime.F32, q, T, H, d), host(t, runtime.F32, kp, P, K, d),
-			host(t, runtime.F32, vp, P, K, d), qStarts, kv, 0); err != nil {
+			host(t, runtime.F32, vp, P, K, d), qStarts, kv, win); err != nil {
 			t.Fatal(err)
 		}
 		gq := gpu(t, runtime.BF16, q, T, H, d)
 		gk, gv := gpu(t, runtime.BF16, kp, P, K, d), gpu(t, runtime.BF16, vp, P, K, d)
-		f := func(out *runtime.Tensor) error { return gb.VarlenPrefillAttention(out, gq, gk, gv, qStarts, kv, 0) }
-		got := run(t, "wg3", f, T)
-		compare(t, "wg3 VarlenPrefillAttention", got, ref.F32(), 1e-2, 2e-2)
-		t.Logf("%d of %d outputs differ from wg's", differ(got, run(t, "wg", f, T)), len(got))
+		f := func(out *runtime.Tensor) error { return gb.VarlenPrefillAttention(out, gq, gk, gv, qStarts, kv, win) }
+		got := run(t, name, f, T)
+		compare(t, name+" VarlenPrefillAttention", got, ref.F32(), 1e-2, 2e-2)
+		check(t, got, run(t, twin, f, T))
 	})
 }

@@ -5,7 +5,6 @@ package cudabackend
 import (
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"testing"
 
@@ -15,10 +14,14 @@ import (
 
 // withVarlenContig runs f with Backend.VarlenContig on or off and wg3 as
 // the prefill variant, restoring the environment's defaults after.
-func withVarlenContig(on bool, f func()) {
+func withVarlenContig(on bool, f func()) { withVarlenContigVariant("wg3", on, f) }
+
+// withVarlenContigVariant is withVarlenContig with the prefill variant
+// named.
+func withVarlenContigVariant(variant string, on bool, f func()) {
 	gb.VarlenContig = on
 	defer func() { gb.VarlenContig = varlenContigFromEnv() }()
-	withPrefill("wg3", f)
+	withPrefill(variant, f)
 }
 
 // packedCase lays out fresh sequences of the given lengths twice: as a
@@ -62,10 +65,11 @@ func padded(t *testing.T, vals []float32, T, pad int, inner ...int) *runtime.Ten
 }
 
 // TestVarlenContigKernels: the packed prefill attention of fresh sequences
-// (FT_VARLEN_CONTIG, wg3's attn_varlen_contig_prefill_wg3_*) over the
-// packed k, v rows gives the paged varlen path's output (wg3 over a pool
-// with shuffled blocks holding the same rows) bit for bit, and the CPU
-// reference within tolerance, on mixed lengths: 1 and 2 tokens, exact
+// (FT_VARLEN_CONTIG, wg3's attn_varlen_contig_prefill_wg3_*, and wg6's)
+// over the packed k, v rows gives the paged varlen path's output (the same
+// variant over a pool with shuffled blocks holding the same rows) bit for
+// bit, wg6's packed output is wg3's bit for bit, and the CPU reference
+// holds within tolerance, on mixed lengths: 1 and 2 tokens, exact
 // multiples of the 128-row tile and one past, lengths not multiples of the
 // tile; GQA 1, 2, 4 and 8 query heads a KV head; head widths 64 and 128;
 // sliding windows; 64 × 512 at Llama-3-8B's heads (32 and 8, width 128;
@@ -103,36 +107,47 @@ func TestVarlenContigKernels(t *testing.T) {
 			gk, gv := padded(t, k, T, 3, c.K, c.d), padded(t, v, T, 3, c.K, c.d)
 			gkp, gvp := gpu(t, runtime.BF16, kp, P, c.K, c.d), gpu(t, runtime.BF16, vp, P, c.K, c.d)
 
-			paged := poisoned(t, runtime.BF16, T, c.H, c.d)
-			var err error
-			withVarlenContig(false, func() { err = gb.VarlenPrefillAttention(paged, gq, gkp, gvp, qStarts, kv, c.win) })
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := poisoned(t, runtime.BF16, T, c.H, c.d)
-			var ran bool
-			withVarlenContig(true, func() { ran, err = gb.PackedPrefillAttention(out, gq, gk, gv, qStarts, c.win) })
-			if err != nil {
-				t.Fatal(err)
-			}
-			if gdev.ComputeCapability() != 90 {
-				if ran {
-					t.Errorf("ran off compute capability 9.0 (no wg3 module)")
-				}
-				t.Skipf("compute capability %d: the packed path declines (wg3 is sm_90a)", gdev.ComputeCapability())
-			}
-			if !ran {
-				t.Fatalf("declined on compute capability 9.0, head width %d", c.d)
-			}
-			got, want := read(t, out), read(t, paged)
-			if !slices.Equal(got, want) {
+			differ := func(a, b []float32) int {
 				n := 0
-				for i := range got {
-					if got[i] != want[i] {
+				for i := range a {
+					if a[i] != b[i] {
 						n++
 					}
 				}
-				t.Errorf("%d of %d outputs differ from the paged varlen path's (same kernel body, same key order)", n, len(got))
+				return n
+			}
+			var got, wg3 []float32
+			for _, variant := range []string{"wg3", "wg6"} {
+				paged := poisoned(t, runtime.BF16, T, c.H, c.d)
+				var err error
+				withVarlenContigVariant(variant, false, func() { err = gb.VarlenPrefillAttention(paged, gq, gkp, gvp, qStarts, kv, c.win) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := poisoned(t, runtime.BF16, T, c.H, c.d)
+				var ran bool
+				withVarlenContigVariant(variant, true, func() { ran, err = gb.PackedPrefillAttention(out, gq, gk, gv, qStarts, c.win) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				if gdev.ComputeCapability() != 90 {
+					if ran {
+						t.Errorf("%s ran off compute capability 9.0 (no sm_90a module)", variant)
+					}
+					t.Skipf("compute capability %d: the packed path declines (%s is sm_90a)", gdev.ComputeCapability(), variant)
+				}
+				if !ran {
+					t.Fatalf("%s declined on compute capability 9.0, head width %d", variant, c.d)
+				}
+				got = read(t, out)
+				if n := differ(got, read(t, paged)); n > 0 {
+					t.Errorf("%s: %d of %d outputs differ from the paged varlen path's (same kernel body, same key order)", variant, n, len(got))
+				}
+				if variant == "wg3" {
+					wg3 = got
+				} else if n := differ(got, wg3); n > 0 {
+					t.Errorf("wg6: %d of %d packed outputs differ from wg3's (same sums, same order)", n, len(got))
+				}
 			}
 			seqs := c.refSeqs
 			if seqs == nil {

@@ -91,21 +91,25 @@ func TestVarlenTiles(t *testing.T) {
 	}
 }
 
-// TestVarlenContigKernelNames: wg3 has the packed kernels for head widths
-// 64 and 128, declared in SourceSM90a; no other variant names one, and
-// none for widths it is not built for.
+// TestVarlenContigKernelNames: wg3 and wg6 have the packed kernels for
+// head widths 64 and 128, declared in the source of their module
+// (SourceSM90a, wg6's extra file); no other variant names one, and none
+// for widths it is not built for.
 func TestVarlenContigKernelNames(t *testing.T) {
-	sm90a := kcuda.KernelsSM90a()
 	for _, v := range prefillVariants {
 		for _, d := range []int{32, 64, 128} {
 			name := v.contigKernel(d)
 			switch {
-			case v.name == "wg3" && (d == 64 || d == 128):
-				if want := fmt.Sprintf("attn_varlen_contig_prefill_wg3_d%d_bf16", d); name != want {
-					t.Errorf("wg3 d%d: %q, want %q", d, name, want)
+			case (v.name == "wg3" || v.name == "wg6") && (d == 64 || d == 128):
+				if want := fmt.Sprintf("attn_varlen_contig_prefill_%s_d%d_bf16", v.name, d); name != want {
+					t.Errorf("%s d%d: %q, want %q", v.name, d, name, want)
 				}
-				if !slices.Contains(sm90a, name) {
-					t.Errorf("%s not in SourceSM90a", name)
+				in := kcuda.KernelsSM90a()
+				if v.extra != "" {
+					in = kcuda.KernelsSM90aExtra(v.extra)
+				}
+				if !slices.Contains(in, name) {
+					t.Errorf("%s not in the source of its module", name)
 				}
 			case name != "":
 				t.Errorf("%s d%d: packed kernel %q, want none", v.name, d, name)

@@ -1,0 +1,353 @@
+// Prefill attention variant wg6 (FT_PREFILL_VARIANT=wg6): wg3's ping-pong
+// schedule (prefill_wg3.cu: same layout, stages, barriers, sums in the same
+// order, so the same bits) with fewer instructions a tile.
+//
+// Why: Nsight Compute on wg3 at 8,192 positions (bench/RESULTS.md, s20b)
+// found the tensor pipe active 53% of the time and each warp issuing one
+// instruction every 4.75 cycles, 781 instructions a warp and key tile: a
+// tile lasts as long as one warp's instruction stream, not as long as its
+// products. Of those 781, ~170 built wgmma descriptors in vector registers
+// and moved them to uniform ones (R2UR), because the stage addresses
+// derive from the warpgroup index tid/128, which the compiler cannot prove
+// warp-uniform; ~140 computed the 16 key/value copy addresses of the tile
+// (64-bit row products, selects, predicates); 66 rescaled the output
+// accumulators by a factor that is 1 after the first tiles. Here:
+//  - the warpgroup index is broadcast from lane 0 (__shfl_sync), so the
+//    stage, tile and descriptor arithmetic is warp-uniform and stays in
+//    the uniform datapath; a descriptor is the constant upper word and a
+//    lower word that steps by constants over the k-steps (wg_desc's
+//    fields: the address field has 14 bits and shared addresses stay
+//    under 2^18, so the steps never carry into the offset fields);
+//  - contiguous caches (wg_contig) copy through a row pointer per thread
+//    stepped by a constant, unpredicated on tiles that lie wholly before
+//    kvEnd (the paged pool keeps wg_load_kv);
+//  - the output accumulators and row sums are rescaled only when some row
+//    of the warp has a new maximum (__any_sync): otherwise the factor is
+//    2^0 = 1 and wg3's products by it change no bit.
+
+// wg6_desc is wg_desc with the fixed upper word of every descriptor here
+// (stride byte offset 1024, 128-byte swizzle) and lower word lo: the
+// address >> 4 and the leading byte offset >> 4 at bit 16 (wg6_lo).
+__device__ __forceinline__ unsigned long long wg6_desc(unsigned lo) {
+	return ((unsigned long long)((1024u >> 4) | (1u << 30)) << 32) | lo;
+}
+
+// wg6_lo is the lower descriptor word of shared address addr with leading
+// byte offset lbo.
+__device__ __forceinline__ unsigned wg6_lo(unsigned addr, unsigned lbo) { return ((addr & 0x3FFFF) >> 4) | ((lbo >> 4) << 16); }
+
+// wg6_cp16 copies 16 bytes from global src to shared address dst
+// asynchronously (no zero fill: src is in bounds).
+__device__ __forceinline__ void wg6_cp16(unsigned dst, const void* src) {
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+// wg6_load_kv is wg_load_kv: the generic form for any cache layout.
+template <int HD, int BN, class KV>
+__device__ __forceinline__ void wg6_load_kv(unsigned st, const bf16_t* kc, const bf16_t* vc, const KV& kv, int kvh, int j0, int kvEnd) {
+	wg_load_kv<HD, BN>(st, kc, vc, kv, kvh, j0, kvEnd);
+}
+
+// wg6_load_kv for a contiguous cache: the thread's rows j0 + cr + i·RPP
+// are one pointer stepped by RPP rows; a tile wholly before kvEnd copies
+// unpredicated, the last one zero-fills its rows at or past kvEnd.
+template <int HD, int BN>
+__device__ __forceinline__ void wg6_load_kv(unsigned st, const bf16_t* kc, const bf16_t* vc, const wg_contig& kv, int kvh, int j0,
+		int kvEnd) {
+	constexpr int CPR = HD / 8, RPP = WG_NT / CPR, NP = BN / RPP, TILE = BN * HD * 2;
+	const int cr = threadIdx.x / CPR, cc = threadIdx.x % CPR;
+	const unsigned d = st + wg_swz<BN>(cr, cc);
+	const usize off = (usize)(j0 + cr) * kv.rs + (usize)kvh * HD + cc * 8, step = (usize)RPP * kv.rs;
+	const bf16_t* kp = kc + off;
+	const bf16_t* vp = vc + off;
+	if (j0 + BN <= kvEnd) {
+#pragma unroll
+		for (int i = 0; i < NP; i++) {
+			wg6_cp16(d + i * RPP * 128, kp);
+			wg6_cp16(d + TILE + i * RPP * 128, vp);
+			kp += step;
+			vp += step;
+		}
+	} else {
+#pragma unroll
+		for (int i = 0; i < NP; i++) {
+			const bool ok = j0 + cr + i * RPP < kvEnd;
+			wg_cp16(d + i * RPP * 128, ok ? kp : kc, ok);
+			wg_cp16(d + TILE + i * RPP * 128, ok ? vp : vc, ok);
+			kp += step;
+			vp += step;
+		}
+	}
+}
+
+// prefill_wg6_body is prefill_wg3_body (same arguments, schedule and
+// results) with the changes of the file comment.
+template <int HD, int BN, int NS, class KV>
+__device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
+		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv) {
+	constexpr int BM = WG_BM;
+	constexpr int QT = BM * HD * 2;              // bytes of the query tile
+	constexpr int TILE = BN * HD * 2;            // bytes of a key or value tile
+	constexpr int KS = HD / 16;                  // k-steps of S = Q·Kᵀ
+	constexpr int PS = BN / 16;                  // k-steps of O += P·V
+	constexpr int SN = BN / 2, ON = HD / 2;      // accumulators per thread of S and O
+	static_assert(NS == 3, "three stages (the stage of tile j−1 is read after tile j+1's copies are issued)");
+	extern __shared__ __attribute__((aligned(1024))) unsigned char prefill_wg6_sm[];
+	const unsigned sQ = (smem_u32(prefill_wg6_sm) + 1023) & ~1023u, sKV = sQ + QT;
+	const int tid = threadIdx.x, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
+	const int wg = __shfl_sync(FT_FULL, tid >> 7, 0);  // warp-uniform to the compiler (file comment)
+	const int g = lane >> 2, tg = lane & 3;
+	const int b0 = qtile * BM;       // the block's first row
+	const int w0 = b0 + wg * 64;     // the warpgroup's first row
+	const usize qs = (usize)H * HD;  // elements between tokens of q and out
+
+	const int lastRow = min(T, b0 + BM) - 1;
+	const int kvEnd = pos + lastRow + 1;
+	const int ntiles = (kvEnd + BN - 1) / BN;
+	const int jfirst = window > 0 ? max(0, pos + b0 - window + 1) / BN : 0;
+	const bool live = w0 < T;
+	const int wq0 = pos + w0, wq1 = pos + min(T, w0 + 64) - 1;  // the warpgroup's query positions
+	const int qa = pos + w0 + warp * 16 + g;                     // position of this thread's first row (the second is +8)
+	const int wm = window > 0 ? window - 1 : 1 << 30;            // a key at kp is visible to qp when qp−wm ≤ kp ≤ qp
+	const unsigned qlo = wg6_lo(sQ + wg * (64 * 128), 16);        // the warpgroup's query rows, k-step 0
+
+	wg_load_q<HD>(sQ, q, h, b0, T, qs, tid);  // the query tile (its own group)
+	cp_async_commit();
+	wg6_load_kv<HD, BN>(sKV, kc, vc, kv, kvh, jfirst * BN, kvEnd);
+	cp_async_commit();
+
+	float o[ON];
+#pragma unroll
+	for (int i = 0; i < ON; i++) o[i] = 0.f;
+	float m0 = -FT_INF, m1 = -FT_INF, l0 = 0.f, l1 = 0.f;  // running maxima (scaled) and this thread's share of the row sums
+	float s[SN];
+#pragma unroll
+	for (int i = 0; i < SN; i++) s[i] = 0.f;
+	unsigned pf[PS][4];
+#pragma unroll
+	for (int i = 0; i < PS; i++) pf[i][0] = pf[i][1] = pf[i][2] = pf[i][3] = 0;
+	bool pending = false;  // the P·V of the previous visible tile is yet to be issued
+	unsigned vlo = 0;      // its value tile's lower descriptor word
+
+	const auto visible = [&](int t) {
+		const int j0 = t * BN;
+		return live && j0 <= wq1 && !(window > 0 && j0 + BN - 1 < wq0 - window + 1);
+	};
+	const auto stage = [&](int t) { return sKV + (unsigned)((t - jfirst) % NS) * (2 * TILE); };
+
+	const auto arrive = [&](int t) {
+		if (wg == 0) {
+			wg3_bar_arrive(2);
+		} else if (t < ntiles - 1) {
+			wg3_bar_arrive(1);
+		}
+	};
+	const auto pv = [&]() {
+#pragma unroll
+		for (int kk = 0; kk < PS; kk++) wg_rs<HD>(o, pf[kk], wg6_desc(vlo + kk * (2048 >> 4)));
+	};
+	const auto turn = [&](int t, auto doS, auto doPV) {
+		wg_pin<ON>(o);
+		wg_fence();
+		if constexpr (decltype(doS)::value) {
+			const unsigned klo = wg6_lo(stage(t), 16);
+#pragma unroll
+			for (int kk = 0; kk < KS; kk++) {
+				const unsigned qk = qlo + (((kk >> 2) * (BM * 128) + (kk & 3) * 32) >> 4);
+				const unsigned kk_ = klo + (((kk >> 2) * (BN * 128) + (kk & 3) * 32) >> 4);
+				wg_ss<BN>(s, wg6_desc(qk), wg6_desc(kk_), kk > 0);
+			}
+		}
+		if constexpr (decltype(doPV)::value) pv();
+		wg_commit();
+		arrive(t);
+		wg_wait0();
+		wg_pin<SN>(s);
+		wg_pin<ON>(o);
+	};
+	const auto gemms = [&](int t) {
+		if (wg == 0) {
+			if (t > jfirst) wg3_bar_sync(1);
+		} else {
+			wg3_bar_sync(2);
+		}
+		const bool vis = visible(t);
+		if (vis && pending) {
+			turn(t, wg3_flag<true>(), wg3_flag<true>());
+		} else if (vis) {
+			turn(t, wg3_flag<true>(), wg3_flag<false>());
+		} else if (pending) {
+			turn(t, wg3_flag<false>(), wg3_flag<true>());
+		} else {
+			arrive(t);
+		}
+		pending = false;
+	};
+
+	const auto softmax = [&](int t) {
+		if (!visible(t)) return;
+		const int j0 = t * BN;
+		const bool edge = j0 + BN - 1 > wq0 || (window > 0 && j0 < wq1 - window + 1);
+		if (edge) {
+#pragma unroll
+			for (int i = 0; i < BN / 8; i++) {
+				const int kp = j0 + i * 8 + 2 * tg, qb = qa + 8;
+				if (kp > qa || kp < qa - wm) s[4 * i + 0] = -FT_INF;
+				if (kp + 1 > qa || kp + 1 < qa - wm) s[4 * i + 1] = -FT_INF;
+				if (kp > qb || kp < qb - wm) s[4 * i + 2] = -FT_INF;
+				if (kp + 1 > qb || kp + 1 < qb - wm) s[4 * i + 3] = -FT_INF;
+			}
+		}
+		float mx0 = -FT_INF, mx1 = -FT_INF;
+#pragma unroll
+		for (int i = 0; i < BN / 8; i++) {
+			mx0 = fmaxf(mx0, fmaxf(s[4 * i + 0], s[4 * i + 1]));
+			mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+		}
+		mx0 = fmaxf(mx0, __shfl_xor_sync(FT_FULL, mx0, 1));
+		mx0 = fmaxf(mx0, __shfl_xor_sync(FT_FULL, mx0, 2));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(FT_FULL, mx1, 1));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(FT_FULL, mx1, 2));
+		const float mn0 = fmaxf(m0, mx0 * scale_log2), mn1 = fmaxf(m1, mx1 * scale_log2);
+		const float ms0 = mn0 == -FT_INF ? 0.f : mn0, ms1 = mn1 == -FT_INF ? 0.f : mn1;
+		// wg3 multiplies o and l by 2^(m−ms): 1 when no maximum moved
+		// (products by 1 are exact), and 0 for a row that still sees no key
+		// (whose o and l are 0 already), so the warp skips it unless some
+		// row's maximum moved.
+		const bool moved = __any_sync(FT_FULL, mn0 != m0 || mn1 != m1);
+		float a0 = 1.f, a1 = 1.f;
+		if (moved) {
+			a0 = wg_ex2(m0 - ms0);
+			a1 = wg_ex2(m1 - ms1);
+		}
+		m0 = mn0;
+		m1 = mn1;
+		float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+		for (int i = 0; i < BN / 8; i++) {
+			const float p0 = wg_ex2(fmaf(s[4 * i + 0], scale_log2, -ms0));
+			const float p1 = wg_ex2(fmaf(s[4 * i + 1], scale_log2, -ms0));
+			const float p2 = wg_ex2(fmaf(s[4 * i + 2], scale_log2, -ms1));
+			const float p3 = wg_ex2(fmaf(s[4 * i + 3], scale_log2, -ms1));
+			rs0 += p0 + p1;
+			rs1 += p2 + p3;
+			pf[i >> 1][(i & 1) * 2 + 0] = pack_bf16(p0, p1);
+			pf[i >> 1][(i & 1) * 2 + 1] = pack_bf16(p2, p3);
+		}
+		if (moved) {
+			l0 = l0 * a0 + rs0;
+			l1 = l1 * a1 + rs1;
+#pragma unroll
+			for (int i = 0; i < HD / 8; i++) {
+				o[4 * i + 0] *= a0;
+				o[4 * i + 1] *= a0;
+				o[4 * i + 2] *= a1;
+				o[4 * i + 3] *= a1;
+			}
+		} else {
+			l0 += rs0;
+			l1 += rs1;
+		}
+		pending = true;
+		vlo = wg6_lo(stage(t) + TILE, BN * 128);
+	};
+
+	for (int j = jfirst; j <= ntiles; j++) {
+		const int t = j - wg;
+		const bool mine = t >= jfirst && t < ntiles;
+		if (wg == 1 && mine) gemms(t);
+		if (j < ntiles) {  // B(j)
+			cp_async_wait0();
+			asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+			__syncthreads();
+			if (j + 1 < ntiles) wg6_load_kv<HD, BN>(stage(j + 1), kc, vc, kv, kvh, (j + 1) * BN, kvEnd);
+			cp_async_commit();
+		}
+		if (wg == 0 && mine) gemms(t);
+		if (mine) softmax(t);
+	}
+	if (pending) {  // the last P·V
+		wg_pin<ON>(o);
+		wg_fence();
+		pv();
+		wg_commit();
+		wg_wait0();
+		wg_pin<ON>(o);
+	}
+	cp_async_wait0();
+	wg_store_out<HD>(o, l0, l1, sQ, wg, 3 + wg, warp, g, tg, wtid, w0, T, out, qs, h);
+}
+
+// attn_prefill_wg6_d128_bf16 is attn_prefill_wg3_d128_bf16 on
+// prefill_wg6_body: grid (H, ceil(T/128)), the last query tile first, 256
+// threads, WG_SMEM(128, 128, 3) bytes.
+extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
+		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
+	const wg_contig kv = {(usize)K * 128};
+	prefill_wg6_body<128, 128, 3>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y, ft_pos(posp, pos0),
+		scale_log2, window, kv);
+}
+
+// attn_prefill_wg6_d64_bf16 is attn_prefill_wg6_d128_bf16 for head width
+// 64, WG_SMEM(64, 128, 3) bytes.
+extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg6_d64_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
+		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
+	const wg_contig kv = {(usize)K * 64};
+	prefill_wg6_body<64, 128, 3>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y, ft_pos(posp, pos0),
+		scale_log2, window, kv);
+}
+
+// attn_varlen_prefill_wg6_d128_bf16 is attn_varlen_prefill_wg3_d128_bf16
+// on prefill_wg6_body (the paged pool: wg_load_kv's copies).
+extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
+		int maxBlocks, int bs, float scale_log2, int window) {
+	const int h = blockIdx.x, seq = tiles[2 * blockIdx.y], qtile = tiles[2 * blockIdx.y + 1];
+	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
+	const usize qs = (usize)H * 128;
+	const wg_paged kv = {table + (usize)seq * maxBlocks, bs, (usize)K * 128};
+	prefill_wg6_body<128, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
+		scale_log2, window, kv);
+}
+
+// attn_varlen_prefill_wg6_d64_bf16 is attn_varlen_prefill_wg6_d128_bf16
+// for head width 64.
+extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg6_d64_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
+		int maxBlocks, int bs, float scale_log2, int window) {
+	const int h = blockIdx.x, seq = tiles[2 * blockIdx.y], qtile = tiles[2 * blockIdx.y + 1];
+	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
+	const usize qs = (usize)H * 64;
+	const wg_paged kv = {table + (usize)seq * maxBlocks, bs, (usize)K * 64};
+	prefill_wg6_body<64, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
+		scale_log2, window, kv);
+}
+
+// prefill_wg6_varlen_contig is prefill_wg3_varlen_contig on
+// prefill_wg6_body: packed sequences starting at position 0, keys and
+// values their own packed rows (a contiguous cache, wg6's stepped copies).
+template <int HD>
+__device__ __forceinline__ void prefill_wg6_varlen_contig(bf16_t* out, const bf16_t* q, const bf16_t* k, const bf16_t* v, int H, int K,
+		const int* tiles, const int* qStarts, float scale_log2, int window) {
+	const int h = blockIdx.x;
+	const int seq = tiles[2 * blockIdx.y], qtile = tiles[2 * blockIdx.y + 1];
+	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
+	const usize qs = (usize)H * HD, ks = (usize)K * HD;
+	const wg_contig kv = {ks};
+	prefill_wg6_body<HD, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
+		qtile, 0, scale_log2, window, kv);
+}
+
+// attn_varlen_contig_prefill_wg6_d128_bf16 is
+// attn_varlen_contig_prefill_wg3_d128_bf16 on prefill_wg6_body.
+extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_contig_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
+	prefill_wg6_varlen_contig<128>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
+}
+
+// attn_varlen_contig_prefill_wg6_d64_bf16 is
+// attn_varlen_contig_prefill_wg6_d128_bf16 for head width 64.
+extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_contig_prefill_wg6_d64_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
+	prefill_wg6_varlen_contig<64>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
+}
