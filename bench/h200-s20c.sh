@@ -11,7 +11,7 @@ source .devtools/env.sh
 out=${1:?}; mkdir -p "$out"
 source bench/lib.sh
 BUDGET=540
-compile_tests kernels/cudabackend models/all
+compile_tests kernels/cudabackend
 build_cuda
 export FT_KERNEL_CACHE=$PWD/bin/kernels
 (MT=240 make_models) &
