@@ -60,7 +60,7 @@ var prefillVariants = []prefillVariant{
 	// wg3 with fewer instructions a key tile (kernels/cuda/sm90a/extra/
 	// prefill_wg6.cu): warp-uniform descriptor arithmetic, stepped copy
 	// addresses over contiguous caches, the output rescaled only when a
-	// row's maximum moves. Same sums as wg3, bit for bit.
+	// row's maximum moves. Same sums as wg3 (outputs within a bf16 unit).
 	{name: "wg6", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true,
 		extra: "prefill_wg6.cu"},
 }

@@ -4,6 +4,7 @@ package cudabackend
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/runtime"
@@ -24,17 +25,17 @@ func TestPrefillWG3Quick(t *testing.T) { testPrefillWGQuick(t, "wg3", "wg", fals
 
 // TestPrefillWG6Quick is TestPrefillWG3Quick for wg6
 // (kernels/cuda/sm90a/extra/prefill_wg6.cu, its own module), whose outputs
-// must be wg3's bit for bit (same sums in the same order), without and
-// with a sliding window of 100 positions.
+// must be wg3's within a bf16 unit (bf16Far), without and with a sliding
+// window of 100 positions.
 func TestPrefillWG6Quick(t *testing.T) {
 	testPrefillWGQuick(t, "wg6", "wg3", true, 0)
 	testPrefillWGQuick(t, "wg6", "wg3", true, 100)
 }
 
 // testPrefillWGQuick runs TestPrefillWG3Quick's cases on variant name with
-// window win, comparing with twin: reporting the outputs that differ, or,
-// exact, failing on any (on compute capability 9.0; elsewhere both fall
-// back to fa2).
+// window win, comparing with twin: reporting the outputs that differ and,
+// exact, failing on any further than a bf16 unit from twin's (on compute
+// capability 9.0; elsewhere both fall back to fa2).
 func testPrefillWGQuick(t *testing.T, name, twin string, exact bool, win int) {
 	needGPU(t)
 	v, err := choosePrefillVariant(name, 128, false, true)
@@ -65,9 +66,9 @@ func testPrefillWGQuick(t *testing.T, name, twin string, exact bool, win int) {
 		return n
 	}
 	check := func(t *testing.T, got, other []float32) {
-		n := differ(got, other)
-		if exact && n > 0 && gb.dev.ComputeCapability() == 90 {
-			t.Errorf("%d of %d outputs differ from %s's (same sums, same order)", n, len(got), twin)
+		n, far := differ(got, other), bf16Far(got, other)
+		if exact && far > 0 && gb.dev.ComputeCapability() == 90 {
+			t.Errorf("%d of %d outputs further than a bf16 unit from %s's (same sums, same order)", far, len(got), twin)
 		}
 		t.Logf("%d of %d outputs differ from %s's", n, len(got), twin)
 	}
@@ -117,4 +118,20 @@ func testPrefillWGQuick(t *testing.T, name, twin string, exact bool, win int) {
 		compare(t, name+" VarlenPrefillAttention", got, ref.F32(), 1e-2, 2e-2)
 		check(t, got, run(t, twin, f, T))
 	})
+}
+
+// bf16Far counts the elements of a and b (bf16 outputs read as float32)
+// further apart than one unit in the last place of the larger: wg6 sums as
+// wg3 does but skips wg3's products by 2^(m−m) (ex2.approx of 0, which
+// need not be exactly 1), so its bf16 outputs may differ from wg3's by a
+// rounding, rarely.
+func bf16Far(a, b []float32) int {
+	n := 0
+	for i := range a {
+		d, m := math.Abs(float64(a[i])-float64(b[i])), math.Max(math.Abs(float64(a[i])), math.Abs(float64(b[i])))
+		if d > m/128 || math.IsNaN(d) {
+			n++
+		}
+	}
+	return n
 }

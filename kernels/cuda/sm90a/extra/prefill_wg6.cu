@@ -1,6 +1,7 @@
 // Prefill attention variant wg6 (FT_PREFILL_VARIANT=wg6): wg3's ping-pong
 // schedule (prefill_wg3.cu: same layout, stages, barriers, sums in the same
-// order, so the same bits) with fewer instructions a tile.
+// order) with fewer instructions a tile. Its outputs are wg3's but for a
+// rare bf16 rounding (the last point below).
 //
 // Why: Nsight Compute on wg3 at 8,192 positions (bench/RESULTS.md, s20b)
 // found the tensor pipe active 53% of the time and each warp issuing one
@@ -23,7 +24,9 @@
 //    kvEnd (the paged pool keeps wg_load_kv);
 //  - the output accumulators and row sums are rescaled only when some row
 //    of the warp has a new maximum (__any_sync): otherwise the factor is
-//    2^0 = 1 and wg3's products by it change no bit.
+//    2^0 = 1, which wg3 multiplies by as ex2.approx(0) (on the H200 its
+//    outputs then differ from wg6's in a few of a million elements, by one
+//    bf16 rounding: TestVarlenContigKernels, s20c).
 
 // wg6_desc is wg_desc with the fixed upper word of every descriptor here
 // (stride byte offset 1024, 128-byte swizzle) and lower word lo: the
@@ -210,10 +213,9 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 		mx1 = fmaxf(mx1, __shfl_xor_sync(FT_FULL, mx1, 2));
 		const float mn0 = fmaxf(m0, mx0 * scale_log2), mn1 = fmaxf(m1, mx1 * scale_log2);
 		const float ms0 = mn0 == -FT_INF ? 0.f : mn0, ms1 = mn1 == -FT_INF ? 0.f : mn1;
-		// wg3 multiplies o and l by 2^(m−ms): 1 when no maximum moved
-		// (products by 1 are exact), and 0 for a row that still sees no key
-		// (whose o and l are 0 already), so the warp skips it unless some
-		// row's maximum moved.
+		// wg3 multiplies o and l by 2^(m−ms): 1 when no maximum moved, and
+		// 0 for a row that still sees no key (whose o and l are 0 already),
+		// so the warp skips it unless some row's maximum moved.
 		const bool moved = __any_sync(FT_FULL, mn0 != m0 || mn1 != m1);
 		float a0 = 1.f, a1 = 1.f;
 		if (moved) {
