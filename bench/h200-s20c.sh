@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 20, call c (about 8 minutes): the prefill attention variant wg6
+# Session 20, calls c and d (about 8 minutes): the prefill attention variant wg6
 # (wg3 with fewer instructions a key tile) on the H200: its tests (bits
 # equal to wg3's, the CPU reference, module and occupancy), then prefill
 # 8,192 and 64 x 512 packed with wg3 and wg6 interleaved, kernel profiles
@@ -18,7 +18,7 @@ export FT_KERNEL_CACHE=$PWD/bin/kernels
 wait
 git rev-parse --short HEAD >"$out/commit.txt" 2>/dev/null
 log tests
-TT=200 runt wg6 cudabackend kernels/cudabackend 'TestPrefillWG6Quick|TestPrefillWG3Quick|TestVarlenContigKernels|TestPrefillAttentionKernels|TestVarlenPrefillKernels|TestPrefillVariantOccupancy|TestPrefillWGModule'
+TT=200 runt wg6 cudabackend kernels/cudabackend "${TESTS:-TestPrefillWG6Quick|TestPrefillWG3Quick|TestVarlenContigKernels|TestPrefillAttentionKernels|TestVarlenPrefillKernels|TestPrefillVariantOccupancy|TestPrefillWGModule}"
 cat "$out/tests.txt" | tee -a "$out/summary.txt"
 grep -h -B2 -A12 -- '--- FAIL' "$out"/test-*.log | head -60
 grep -h 'wg6.*blocks of\|outputs differ' "$out"/test-wg6.log | sort | uniq -c | head -20 | tee -a "$out/summary.txt"
