@@ -22,6 +22,12 @@
 //  - contiguous caches (wg_contig) copy through a row pointer per thread
 //    stepped by a constant, unpredicated on tiles that lie wholly before
 //    kvEnd (the paged pool keeps wg_load_kv);
+//  - warpgroup 0 alone copies each next key/value tile, after it has issued
+//    its wgmmas of the step and before it waits for them (time it spends
+//    waiting anyway), where wg3's 256 threads all copy at the block
+//    barrier, ahead of warpgroup 0's wgmmas and warpgroup 1's softmax;
+//  - the softmax's row maxima reduce as four chains joined, not one chain
+//    (the same maxima: max is exact in any order);
 //  - the output accumulators and row sums are rescaled only when some row
 //    of the warp has a new maximum (__any_sync): otherwise the factor is
 //    2^0 = 1, which wg3 multiplies by as ex2.approx(0) (on the H200 its
@@ -45,19 +51,37 @@ __device__ __forceinline__ void wg6_cp16(unsigned dst, const void* src) {
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 
-// wg6_load_kv is wg_load_kv: the generic form for any cache layout.
-template <int HD, int BN, class KV>
+// wg6_load_kv is wg_load_kv done by the block's first NT threads (NT/(HD/8)
+// a multiple of 8, so that rows cr + i·RPP keep row cr's swizzle): the
+// generic form for any cache layout.
+template <int HD, int BN, int NT, class KV>
 __device__ __forceinline__ void wg6_load_kv(unsigned st, const bf16_t* kc, const bf16_t* vc, const KV& kv, int kvh, int j0, int kvEnd) {
-	wg_load_kv<HD, BN>(st, kc, vc, kv, kvh, j0, kvEnd);
+	constexpr int CPR = HD / 8, RPP = NT / CPR, NP = BN / RPP, TILE = BN * HD * 2;
+	static_assert(RPP % 8 == 0, "rows a pass keep the swizzle");
+	const int cr = threadIdx.x / CPR, cc = threadIdx.x % CPR;
+	usize off[NP];
+#pragma unroll
+	for (int i = 0; i < NP; i++) {
+		const int p = j0 + cr + i * RPP;
+		off[i] = p < kvEnd ? kv.row(p) + (usize)kvh * HD + cc * 8 : 0;
+	}
+	const unsigned d = st + wg_swz<BN>(cr, cc);
+#pragma unroll
+	for (int i = 0; i < NP; i++) {
+		const bool ok = j0 + cr + i * RPP < kvEnd;
+		wg_cp16(d + i * RPP * 128, kc + off[i], ok);
+		wg_cp16(d + TILE + i * RPP * 128, vc + off[i], ok);
+	}
 }
 
 // wg6_load_kv for a contiguous cache: the thread's rows j0 + cr + i·RPP
 // are one pointer stepped by RPP rows; a tile wholly before kvEnd copies
 // unpredicated, the last one zero-fills its rows at or past kvEnd.
-template <int HD, int BN>
+template <int HD, int BN, int NT>
 __device__ __forceinline__ void wg6_load_kv(unsigned st, const bf16_t* kc, const bf16_t* vc, const wg_contig& kv, int kvh, int j0,
 		int kvEnd) {
-	constexpr int CPR = HD / 8, RPP = WG_NT / CPR, NP = BN / RPP, TILE = BN * HD * 2;
+	constexpr int CPR = HD / 8, RPP = NT / CPR, NP = BN / RPP, TILE = BN * HD * 2;
+	static_assert(RPP % 8 == 0, "rows a pass keep the swizzle");
 	const int cr = threadIdx.x / CPR, cc = threadIdx.x % CPR;
 	const unsigned d = st + wg_swz<BN>(cr, cc);
 	const usize off = (usize)(j0 + cr) * kv.rs + (usize)kvh * HD + cc * 8, step = (usize)RPP * kv.rs;
@@ -116,7 +140,7 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 
 	wg_load_q<HD>(sQ, q, h, b0, T, qs, tid);  // the query tile (its own group)
 	cp_async_commit();
-	wg6_load_kv<HD, BN>(sKV, kc, vc, kv, kvh, jfirst * BN, kvEnd);
+	wg6_load_kv<HD, BN, WG_NT>(sKV, kc, vc, kv, kvh, jfirst * BN, kvEnd);
 	cp_async_commit();
 
 	float o[ON];
@@ -149,6 +173,14 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 #pragma unroll
 		for (int kk = 0; kk < PS; kk++) wg_rs<HD>(o, pf[kk], wg6_desc(vlo + kk * (2048 >> 4)));
 	};
+	// Warpgroup 0's copies of tile t+1 (file comment), issued while its
+	// wgmmas of tile t run; warpgroup 1 copies nothing after the first tile.
+	const auto copyNext = [&](int t) {
+		if (wg == 0 && t + 1 < ntiles) {
+			wg6_load_kv<HD, BN, 128>(stage(t + 1), kc, vc, kv, kvh, (t + 1) * BN, kvEnd);
+			cp_async_commit();
+		}
+	};
 	const auto turn = [&](int t, auto doS, auto doPV) {
 		wg_pin<ON>(o);
 		wg_fence();
@@ -164,6 +196,7 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 		if constexpr (decltype(doPV)::value) pv();
 		wg_commit();
 		arrive(t);
+		copyNext(t);
 		wg_wait0();
 		wg_pin<SN>(s);
 		wg_pin<ON>(o);
@@ -183,6 +216,7 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 			turn(t, wg3_flag<false>(), wg3_flag<true>());
 		} else {
 			arrive(t);
+			copyNext(t);
 		}
 		pending = false;
 	};
@@ -201,12 +235,17 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 				if (kp + 1 > qb || kp + 1 < qb - wm) s[4 * i + 3] = -FT_INF;
 			}
 		}
-		float mx0 = -FT_INF, mx1 = -FT_INF;
+		// The rows' maxima as four chains each (depth BN/32), then joined:
+		// few registers more than wg3's one chain a row.
+		float t0[4], t1[4];
+#pragma unroll
+		for (int c = 0; c < 4; c++) t0[c] = t1[c] = -FT_INF;
 #pragma unroll
 		for (int i = 0; i < BN / 8; i++) {
-			mx0 = fmaxf(mx0, fmaxf(s[4 * i + 0], s[4 * i + 1]));
-			mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+			t0[i & 3] = fmaxf(t0[i & 3], fmaxf(s[4 * i + 0], s[4 * i + 1]));
+			t1[i & 3] = fmaxf(t1[i & 3], fmaxf(s[4 * i + 2], s[4 * i + 3]));
 		}
+		float mx0 = fmaxf(fmaxf(t0[0], t0[1]), fmaxf(t0[2], t0[3])), mx1 = fmaxf(fmaxf(t1[0], t1[1]), fmaxf(t1[2], t1[3]));
 		mx0 = fmaxf(mx0, __shfl_xor_sync(FT_FULL, mx0, 1));
 		mx0 = fmaxf(mx0, __shfl_xor_sync(FT_FULL, mx0, 2));
 		mx1 = fmaxf(mx1, __shfl_xor_sync(FT_FULL, mx1, 1));
@@ -258,12 +297,10 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 		const int t = j - wg;
 		const bool mine = t >= jfirst && t < ntiles;
 		if (wg == 1 && mine) gemms(t);
-		if (j < ntiles) {  // B(j)
+		if (j < ntiles) {  // B(j): tile j's copies are done (warpgroup 0 issued them in step j−1)
 			cp_async_wait0();
 			asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 			__syncthreads();
-			if (j + 1 < ntiles) wg6_load_kv<HD, BN>(stage(j + 1), kc, vc, kv, kvh, (j + 1) * BN, kvEnd);
-			cp_async_commit();
 		}
 		if (wg == 0 && mine) gemms(t);
 		if (mine) softmax(t);
