@@ -90,7 +90,8 @@ var sm90aFiles embed.FS
 // module of their own on compute capability 9.0 only: common.cuh, then the
 // .cu files of sm90a/ in name order (sm90a/prefill_wg.cu: prefill
 // attention on wgmma, FT_PREFILL_VARIANT=wg; sm90a/prefill_wg3.cu: its
-// ping-pong variant wg3, the default). They are not part of Source,
+// ping-pong variant wg3; sm90a/prefill_wg6.cu: wg3 with fewer
+// instructions a key tile, wg6, the default). They are not part of Source,
 // which is compiled for every device's plain sm_XY.
 func SourceSM90a() string { return unit(sm90aFiles, "sm90a") }
 
@@ -100,7 +101,7 @@ var sm90aExtraFiles embed.FS
 // SM90aExtras lists the .cu files of sm90a/extra/: experimental sm_90a
 // variants, each compiled as a module of its own only when its variant is
 // asked for, so that neither its compile time nor a compile error of it
-// reaches the default's module (sm90a/extra/README.md): prefill_wg6.cu now.
+// reaches the default's module (sm90a/extra/README.md). None now.
 func SM90aExtras() []string {
 	entries, err := sm90aExtraFiles.ReadDir("sm90a/extra")
 	if err != nil {

@@ -57,12 +57,14 @@ var prefillVariants = []prefillVariant{
 	// Its varlen kernel also comes over the packed contiguous keys and
 	// values of fresh sequences (contig; FT_VARLEN_CONTIG, varlencontig.go).
 	{name: "wg3", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true},
-	// wg3 with fewer instructions a key tile (kernels/cuda/sm90a/extra/
-	// prefill_wg6.cu): warp-uniform descriptor arithmetic, stepped copy
-	// addresses over contiguous caches, the output rescaled only when a
+	// wg3 with fewer instructions a key tile (kernels/cuda/sm90a/
+	// prefill_wg6.cu, in wg's module): warp-uniform descriptor arithmetic,
+	// stepped copy addresses over contiguous caches, warpgroup 0 copying
+	// the next tile while its wgmmas run, the output rescaled only when a
 	// row's maximum moves. Same sums as wg3 (outputs within a bf16 unit).
-	{name: "wg6", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true,
-		extra: "prefill_wg6.cu"},
+	// The default on compute capability 9.0; fa2 where the module is
+	// missing.
+	{name: "wg6", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200
@@ -79,9 +81,13 @@ var prefillVariants = []prefillVariant{
 // between the two warpgroups) then measured faster (sixth session,
 // bench/h200-s6a.sh and s6c.sh, interleaved runs): prefill 8,192 213.9,
 // 212.7 and 212.9 ms against wg's 216.4, 219.4 and 214.8; 64 × 512 packed
-// the same (737.8 against 738.0). Where its module (wg's) is missing, fa2
-// runs.
-const autoPrefillVariant = "wg3"
+// the same (737.8 against 738.0). wg6 (wg3 with fewer instructions a key
+// tile) then measured faster (twentieth session, bench/h200-s20e.sh, same
+// machine): attention of 32 layers at 8,192 tokens 40.9 against 44.0 ms,
+// 64 × 512 packed 22.2 against 23.6; prefill 8,192 forwards 211.7, 216.1,
+// 212.3 ms against 217.5, 217.6, 218.6. Where its module (wg's) is
+// missing, fa2 runs.
+const autoPrefillVariant = "wg6"
 
 // prefillVariantNames lists the values FT_PREFILL_VARIANT takes ("" and
 // "auto" choose per call).

@@ -21,11 +21,12 @@ func TestChoosePrefillVariant(t *testing.T) {
 		want, wantKernel  string
 		wantRows, threads int
 	}{
-		{"", 128, false, true, "wg3", "attn_prefill_wg3_d128_bf16", 128, 256},
-		{"auto", 128, false, true, "wg3", "attn_prefill_wg3_d128_bf16", 128, 256},
-		{"", 128, true, true, "wg3", "attn_varlen_prefill_wg3_d128_bf16", 128, 256},
+		{"", 128, false, true, "wg6", "attn_prefill_wg6_d128_bf16", 128, 256},
+		{"auto", 128, false, true, "wg6", "attn_prefill_wg6_d128_bf16", 128, 256},
+		{"", 128, true, true, "wg6", "attn_varlen_prefill_wg6_d128_bf16", 128, 256},
 		{"", 128, false, false, "base", "attn_prefill_d128_bf16", 128, 256},
-		{"", 64, true, true, "wg3", "attn_varlen_prefill_wg3_d64_bf16", 128, 256},
+		{"", 64, true, true, "wg6", "attn_varlen_prefill_wg6_d64_bf16", 128, 256},
+		{"wg6", 64, false, true, "wg6", "attn_prefill_wg6_d64_bf16", 128, 256},
 		{"", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
 		{"w4m32", 128, false, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
 		{"w4m32", 128, true, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
@@ -97,7 +98,7 @@ func TestPrefillVariantSmem(t *testing.T) {
 // TestPrefillVariantKernelNames: every kernel name the backend asks for is
 // declared in the source it looks it up in: the sm90a variants' in
 // SourceSM90a (wg, wg3) or in their own file of sm90a/extra (compiled as
-// SourceSM90aExtra: wg6), the others' in Source; no extra file's kernel is in
+// SourceSM90aExtra; none now), the others' in Source; no extra file's kernel is in
 // SourceSM90a (it would be compiled with the default's module).
 func TestPrefillVariantKernelNames(t *testing.T) {
 	plain, sm90a := kcuda.Kernels(), kcuda.KernelsSM90a()
