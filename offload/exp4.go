@@ -18,7 +18,10 @@ import (
 // transfer block for both forms (PlanUnit.CopyBytes). The packed size is
 // measured from the host block when there is one (a pass over it, once a
 // unit); for a unit without one (resident since a profile was adopted) it
-// is estimated with one escape a chunk. A unit whose packed form is not
+// is estimated with one escape a chunk. A plan adopted from a profile
+// (State.StreamCodec "exp4", which loads only with StreamExp4) starts from
+// the profile's packed sizes (UnitState.CopyBytes) and transfer blocks;
+// each block is measured again when it is first packed. A unit whose packed form is not
 // smaller than its bytes, or would not fit its transfer block beside them,
 // travels as it is. Data-dependent units (pool.go) always travel as they
 // are. Host units compute from their plain host block; the packed copy

@@ -32,6 +32,9 @@ type PassInfo struct {
 	// when the pass began (INFERENCE only), PlanTokens its tokens per
 	// forward (0: unknown).
 	Resident, Streamed, Host, PlanTokens int
+	// Packed counts the streamed units whose copies travel exp4-packed
+	// (Config.StreamExp4; the others travel as they are).
+	Packed int
 	// PlanChanged is true when the pass's end put another placement in
 	// force (a replan applied, a switch of tokens bucket, the end of
 	// PROFILING), so the next pass starts from moved units and idle slots.
@@ -99,6 +102,9 @@ func (p PassInfo) String() string {
 	fmt.Fprintf(&b, "pass %d %v T=%d", p.Seq, p.Phase, p.Tokens)
 	if p.Phase == PhaseInference {
 		fmt.Fprintf(&b, ", plan %d/%d/%d (res/str/host) for T=%d", p.Resident, p.Streamed, p.Host, p.PlanTokens)
+		if p.Packed > 0 {
+			fmt.Fprintf(&b, ", %d streamed packed", p.Packed)
+		}
 	}
 	switch {
 	case p.Steady():
@@ -139,6 +145,13 @@ func (e *engine) passBegin() {
 			}
 		}
 		p.PlanTokens = e.plan.Tokens
+		if e.ring != nil {
+			for _, u := range e.ring.order {
+				if u.packed != nil {
+					p.Packed++
+				}
+			}
+		}
 		if e.hm.on {
 			if e.hm.passes < replanWarm {
 				p.Measured |= MeasuredHostWarm

@@ -49,6 +49,10 @@ type UnitState struct {
 	Announced    bool      `json:"announced,omitempty"`
 	CallsPerPass float64   `json:"calls_per_pass,omitempty"`
 	Calls        []float64 `json:"calls,omitempty"`
+	// CopyBytes is what the plan timed a copy of the unit by when it
+	// travels packed (PlanUnit.CopyBytes; State.StreamCodec "exp4"), 0
+	// when it travels as it is.
+	CopyBytes int64 `json:"copy_bytes,omitempty"`
 }
 
 // PlanState is the plan as saved.
@@ -96,6 +100,30 @@ type State struct {
 	// device grows the budget by its bytes, as the Min budget does when
 	// offloading. Profiles without it load as before (false).
 	BudgetMin bool `json:"budget_min,omitempty"`
+	// StreamCodec is how the plan's streamed units travel: "exp4"
+	// (Config.StreamExp4: packed, each transfer block holding both forms)
+	// or "" (as they are). A profile loads only under a configuration
+	// with the same codec.
+	StreamCodec string `json:"stream_codec,omitempty"`
+}
+
+// streamCodecExp4 is State.StreamCodec for Config.StreamExp4.
+const streamCodecExp4 = "exp4"
+
+// codecName is a StreamCodec as messages say it ("none" for "").
+func codecName(c string) string {
+	if c == "" {
+		return "none"
+	}
+	return c
+}
+
+// configCodec is the StreamCodec a configuration streams with.
+func configCodec(c *Config) string {
+	if c.StreamExp4 {
+		return streamCodecExp4
+	}
+	return ""
 }
 
 // State returns the manager's state (INFERENCE only).
@@ -115,12 +143,13 @@ func (e *engine) state() *State {
 	st := &State{SchemaVersion: SchemaVersion, CreatedAt: time.Now().UTC(), Device: e.dev.Name(),
 		DeviceLimit: e.dev.Memory().Limit, BudgetBytes: e.budget, BudgetMin: e.budgetMin, Include: e.cfg.Include, Exclude: e.cfg.Exclude,
 		Tensors: signature(e.model), Curve: e.curve, FixedBytes: e.fixedBytes,
-		Plan: planState(e.plan), MaxAnnounced: e.planIn.MaxAnnounced}
+		Plan: planState(e.plan), MaxAnnounced: e.planIn.MaxAnnounced, StreamCodec: configCodec(&e.cfg)}
 	for _, p := range e.fixed {
 		st.Fixed = append(st.Fixed, p.Name())
 	}
 	for _, u := range e.units {
-		us := UnitState{Name: u.name, Bytes: u.bytes, ComputeSec: e.planIn.Units[u.idx].ComputeSec, Samples: u.samples}
+		us := UnitState{Name: u.name, Bytes: u.bytes, ComputeSec: e.planIn.Units[u.idx].ComputeSec, Samples: u.samples,
+			CopyBytes: e.planIn.Units[u.idx].CopyBytes}
 		if u.announced {
 			us.Announced, us.CallsPerPass, us.Calls = true, e.planIn.Units[u.idx].Calls, u.calls
 		}
@@ -184,6 +213,17 @@ func (st *State) Validate(model nn.Module) error {
 	if h := st.Plan.Host; len(h) != 0 && len(h) != n {
 		return fmt.Errorf("%w: plan places %d units on the host or not, profile has %d", ErrProfileMismatch, len(h), n)
 	}
+	if st.StreamCodec != "" && st.StreamCodec != streamCodecExp4 {
+		return fmt.Errorf("%w: stream codec %q (this build streams with none or %q)", ErrProfileMismatch, st.StreamCodec, streamCodecExp4)
+	}
+	for _, u := range st.Units {
+		switch {
+		case u.CopyBytes != 0 && st.StreamCodec == "":
+			return fmt.Errorf("%w: unit %s has packed copies of %d bytes but the profile has no stream codec", ErrProfileMismatch, u.Name, u.CopyBytes)
+		case u.CopyBytes < 0 || u.CopyBytes != 0 && u.CopyBytes >= u.Bytes:
+			return fmt.Errorf("%w: unit %s of %d bytes has packed copies of %d bytes", ErrProfileMismatch, u.Name, u.Bytes, u.CopyBytes)
+		}
+	}
 	streamed, largest := 0, int64(0)
 	pooled, poolLargest := 0, int64(0)
 	for i, r := range st.Plan.Resident {
@@ -213,12 +253,12 @@ func (st *State) Validate(model nn.Module) error {
 			return fmt.Errorf("%w: unit %s is streamed through slot %d of %d", ErrProfileMismatch, st.Units[i].Name, st.Plan.SlotOf[i], st.Plan.Slots)
 		}
 		streamed++
-		largest = max(largest, st.Units[i].Bytes)
+		largest = max(largest, st.Units[i].Bytes+st.Units[i].CopyBytes)
 	}
 	// A plan has at most one transfer block per streamed unit, each the size
-	// of the largest streamed unit (see Plan): anything else would allocate
-	// what the plan never needs (two billion empty blocks, say) or copy a
-	// unit into a block too small for it.
+	// of the largest streamed unit with its packed copy (see Plan): anything
+	// else would allocate what the plan never needs (two billion empty
+	// blocks, say) or copy a unit into a block too small for it.
 	if st.Plan.Slots < 0 || st.Plan.Slots > streamed || st.Plan.SlotBytes != largest {
 		return fmt.Errorf("%w: plan has %d transfer blocks of %d bytes for %d streamed units of at most %d bytes",
 			ErrProfileMismatch, st.Plan.Slots, st.Plan.SlotBytes, streamed, largest)
@@ -742,6 +782,10 @@ func (e *engine) startFromState(st *State) error {
 	if len(st.Units) != len(e.units) {
 		return fmt.Errorf("%w: profile has %d units, the model %d under include %q", ErrProfileMismatch, len(st.Units), len(e.units), e.cfg.Include)
 	}
+	if got, want := st.StreamCodec, configCodec(&e.cfg); got != want {
+		return fmt.Errorf("%w: the profile was made with stream codec %s, this configuration streams with stream codec %s "+
+			"(Config.StreamExp4; infer: --stream-codec): use the profile's codec or make a new profile", ErrProfileMismatch, codecName(got), codecName(want))
+	}
 	for i, u := range e.units {
 		su := st.Units[i]
 		names := make([]string, len(u.params))
@@ -908,8 +952,13 @@ func (e *engine) placeFromState(st *State) error {
 		su := st.Units[i]
 		u.samples = slices.Clone(su.Samples)
 		u.announced, u.freq, u.calls = su.Announced, su.CallsPerPass, slices.Clone(su.Calls)
+		// The packed sizes are the profile's (the streamed units' host
+		// blocks are being filled on another goroutine now): packFor
+		// measures each block again when it first packs it, and a unit
+		// whose packed copy no longer fits its transfer block travels as
+		// it is.
 		e.planIn.Units = append(e.planIn.Units, PlanUnit{Name: su.Name, Bytes: su.Bytes, ComputeSec: su.ComputeSec, Announced: su.Announced,
-			Calls: su.CallsPerPass, RunShare: runShare(su.Calls), CopyBytes: e.copyBytes(u)})
+			Calls: su.CallsPerPass, RunShare: runShare(su.Calls), CopyBytes: su.CopyBytes})
 	}
 	t = time.Now()
 	err = e.placeResidentFrom(st.Plan.Resident)

@@ -90,11 +90,12 @@ type Options struct {
 	// (half the bytes; lossy; offload.Config.StreamDType). Not with
 	// ProfileDir.
 	StreamDType string
-	// StreamExp4, with GPUBudget or ProfileDir, sends the streamed layers
-	// exp4-packed (16-bit weights in 12 bits, lossless: 0.75 of the bytes
-	// over the link) and unpacks them on the device
-	// (offload.Config.StreamExp4); the device's backend must unpack them
-	// (kernels.Exp4Unpacker: CUDA and CPU do).
+	// StreamExp4, with GPUBudget, sends the streamed layers exp4-packed
+	// (16-bit weights in 12 bits, lossless: 0.75 of the bytes over the
+	// link) and unpacks them on the device (offload.Config.StreamExp4); the
+	// device's backend must unpack them (kernels.Exp4Unpacker: CUDA and CPU
+	// do). With ProfileDir the profile says (offload.State.StreamCodec):
+	// StreamExp4 then only asks that it was made with exp4 streaming.
 	StreamExp4 bool
 	// Progress, when set, receives the offload engine's set-up progress.
 	Progress func(stage string, done, total int64)
@@ -305,7 +306,20 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 	}
 	cfg := offload.DefaultConfig(s.Device)
 	cfg.HostBackend = s.HostBackend
-	if err := StreamExp4Config(&cfg, opts.StreamExp4, s.Backend); err != nil {
+	var st *offload.State
+	exp4 := opts.StreamExp4
+	if opts.ProfileDir != "" {
+		// The profile says how its plan's streamed units travel.
+		if st, err = offload.ReadProfile(opts.ProfileDir); err != nil {
+			return nil, err
+		}
+		if opts.StreamExp4 && st.StreamCodec != "exp4" {
+			return nil, fmt.Errorf("the profile in %s streams its layers as they are; exp4 streaming needs a profile made with it (infer profile --stream-codec exp4): %w",
+				opts.ProfileDir, ErrBadOptions)
+		}
+		exp4 = st.StreamCodec == "exp4"
+	}
+	if err := StreamExp4Config(&cfg, exp4, s.Backend); err != nil {
 		return nil, err
 	}
 	cfg.Progress = opts.Progress
@@ -318,10 +332,6 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 		compile = s.UnitGraphOptions()
 	}
 	if opts.ProfileDir != "" {
-		st, err := offload.ReadProfile(opts.ProfileDir)
-		if err != nil {
-			return nil, err
-		}
 		if s.Model, s.Checkpoint, err = models.LoadFromProfile(dir, st, cfg, name, opts.Strict, compile...); err != nil {
 			return nil, err
 		}

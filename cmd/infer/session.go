@@ -45,7 +45,7 @@ func (d *deviceFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&d.profile, "profile", "", "offload with the saved profile in this directory (from infer profile): no profiling, each weight read once")
 	fs.BoolVar(&d.unitGraphs, "unit-graphs", false, "offload: replay each layer's one-token forward as a CUDA graph of its own (cuda devices)")
 	fs.StringVar(&d.streamDType, "stream-dtype", "auto", "offload: dtype of the offloaded layers' weights: auto (as loaded) or fp8 (BF16 weights quantized per output channel to E4M3 when packed: half the bytes streamed; lossy)")
-	fs.StringVar(&d.streamCodec, "stream-codec", "none", "offload: how streamed layers cross the link: none (as they are) or exp4 (16-bit weights packed in 12 bits when packed, unpacked on the device: 0.75 of the bytes, lossless)")
+	fs.StringVar(&d.streamCodec, "stream-codec", "none", "offload: how streamed layers cross the link: none (as they are) or exp4 (16-bit weights packed in 12 bits when packed, unpacked on the device: 0.75 of the bytes, lossless); with --profile the profile's codec")
 	fs.BoolVar(&d.strict, "strict", false, "with --profile: fail when any tensor of the profile is missing from the checkpoint, listing them")
 	registerHostThreads(fs, &d.hostThreads)
 	fs.StringVar(&d.kvCache, "kv-cache", "", "batched runs (run-model --batch-file, bench --batch, serve): device memory for the paged KV cache, as bytes (2GiB) or a fraction of the device (0.2), apart from --gpu-budget's weights (default: room for every request, or every sequence of the batch, at once)")
