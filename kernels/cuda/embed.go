@@ -89,9 +89,8 @@ var sm90aFiles embed.FS
 // architecture-specific features (sm_90a: warpgroup MMA), compiled as a
 // module of their own on compute capability 9.0 only: common.cuh, then the
 // .cu files of sm90a/ in name order (sm90a/prefill_wg.cu: prefill
-// attention on wgmma, FT_PREFILL_VARIANT=wg; sm90a/prefill_wg3.cu: its
-// ping-pong variant wg3; sm90a/prefill_wg6.cu: wg3 with fewer
-// instructions a key tile, wg6, the default). They are not part of Source,
+// attention on wgmma, FT_PREFILL_VARIANT=wg; sm90a/prefill_wg6.cu: its
+// ping-pong variant wg6, the default). They are not part of Source,
 // which is compiled for every device's plain sm_XY.
 func SourceSM90a() string { return unit(sm90aFiles, "sm90a") }
 

@@ -104,8 +104,8 @@ func (b *Backend) availablePrefill(v prefillVariant, d int, varlen bool) prefill
 func prefillVariantFromEnv() string { return os.Getenv("FT_PREFILL_VARIANT") }
 
 // prefillKernel is the kernel of variant v for head width d, or nil. The
-// sm_90a module of the variant (wg's, or wg3's own) is compiled and loaded on
-// the first call that asks for it.
+// sm_90a module of the variant (wg's, which wg6 shares, or an experiment's
+// own) is compiled and loaded on the first call that asks for it.
 func (b *Backend) prefillKernel(v prefillVariant, d int, varlen bool) *cuda.Function {
 	if v.sm90a {
 		return b.k.prefill.wg[v.extra].function(v.kernel(d, varlen))

@@ -358,7 +358,7 @@ func BenchmarkPrefillAttention(b *testing.B) {
 }
 
 // TestPrefillWGModule: on compute capability 9.0 the sm_90a module of the
-// wgmma prefill kernels (variants wg and wg3) compiles and loads, with every
+// wgmma prefill kernels (variants wg and wg6) compiles and loads, with every
 // kernel the backend launches (elsewhere the variants fall back to fa2,
 // which this checks too). Run it first: a PTX error shows here in seconds.
 func TestPrefillWGModule(t *testing.T) {

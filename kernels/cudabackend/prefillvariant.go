@@ -49,21 +49,17 @@ var prefillVariants = []prefillVariant{
 	// to fa2.
 	{name: "wg", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3},
 	// wg with FlashAttention-3's ping-pong between the two warpgroups
-	// (kernels/cuda/sm90a/prefill_wg3.cu, in wg's module): one warpgroup's
+	// (kernels/cuda/sm90a/prefill_wg6.cu, in wg's module): one warpgroup's
 	// softmax runs while the other's wgmmas (S of its tile, P·V of its
 	// previous one) are on the tensor cores, ordered by two named barriers;
-	// same layout and shared memory. The default on compute capability 9.0;
-	// fa2 where the module is missing.
+	// same layout and shared memory, with warp-uniform descriptor
+	// arithmetic, stepped copy addresses over contiguous caches,
+	// warpgroup 0 copying the next tile while its wgmmas run, and the
+	// output rescaled only when a row's maximum moves (the same sums as
+	// wg; outputs within a bf16 unit of wg's). The default on compute
+	// capability 9.0; fa2 where the module is missing.
 	// Its varlen kernel also comes over the packed contiguous keys and
 	// values of fresh sequences (contig; FT_VARLEN_CONTIG, varlencontig.go).
-	{name: "wg3", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true},
-	// wg3 with fewer instructions a key tile (kernels/cuda/sm90a/
-	// prefill_wg6.cu, in wg's module): warp-uniform descriptor arithmetic,
-	// stepped copy addresses over contiguous caches, warpgroup 0 copying
-	// the next tile while its wgmmas run, the output rescaled only when a
-	// row's maximum moves. Same sums as wg3 (outputs within a bf16 unit).
-	// The default on compute capability 9.0; fa2 where the module is
-	// missing.
 	{name: "wg6", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true},
 }
 
@@ -85,8 +81,8 @@ var prefillVariants = []prefillVariant{
 // tile) then measured faster (twentieth session, bench/h200-s20e.sh, same
 // machine): attention of 32 layers at 8,192 tokens 40.9 against 44.0 ms,
 // 64 × 512 packed 22.2 against 23.6; prefill 8,192 forwards 211.7, 216.1,
-// 212.3 ms against 217.5, 217.6, 218.6. Where its module (wg's) is
-// missing, fa2 runs.
+// 212.3 ms against 217.5, 217.6, 218.6; wg3 was then removed. Where its
+// module (wg's) is missing, fa2 runs.
 const autoPrefillVariant = "wg6"
 
 // prefillVariantNames lists the values FT_PREFILL_VARIANT takes ("" and

@@ -26,7 +26,6 @@ func TestChoosePrefillVariant(t *testing.T) {
 		{"", 128, true, true, "wg6", "attn_varlen_prefill_wg6_d128_bf16", 128, 256},
 		{"", 128, false, false, "base", "attn_prefill_d128_bf16", 128, 256},
 		{"", 64, true, true, "wg6", "attn_varlen_prefill_wg6_d64_bf16", 128, 256},
-		{"wg6", 64, false, true, "wg6", "attn_prefill_wg6_d64_bf16", 128, 256},
 		{"", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
 		{"w4m32", 128, false, true, "w4m32", "attn_prefill_w4m32_d128_bf16", 128, 128},
 		{"w4m32", 128, true, true, "w4m32", "attn_varlen_prefill_w4m32_d128_bf16", 128, 128},
@@ -48,12 +47,12 @@ func TestChoosePrefillVariant(t *testing.T) {
 		{"wg", 64, true, true, "wg", "attn_varlen_prefill_wg_d64_bf16", 128, 256},
 		{"wg", 32, false, true, "base", "attn_prefill_d32_bf16", 128, 256},
 		{"wg", 128, true, false, "base", "attn_varlen_prefill_d128_bf16", 128, 256},
-		{"wg3", 128, false, true, "wg3", "attn_prefill_wg3_d128_bf16", 128, 256},
-		{"wg3", 128, true, true, "wg3", "attn_varlen_prefill_wg3_d128_bf16", 128, 256},
-		{"wg3", 64, false, true, "wg3", "attn_prefill_wg3_d64_bf16", 128, 256},
-		{"wg3", 64, true, true, "wg3", "attn_varlen_prefill_wg3_d64_bf16", 128, 256},
-		{"wg3", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
-		{"wg3", 64, false, false, "base", "attn_prefill_d64_bf16", 128, 256},
+		{"wg6", 128, false, true, "wg6", "attn_prefill_wg6_d128_bf16", 128, 256},
+		{"wg6", 128, true, true, "wg6", "attn_varlen_prefill_wg6_d128_bf16", 128, 256},
+		{"wg6", 64, false, true, "wg6", "attn_prefill_wg6_d64_bf16", 128, 256},
+		{"wg6", 64, true, true, "wg6", "attn_varlen_prefill_wg6_d64_bf16", 128, 256},
+		{"wg6", 32, true, true, "base", "attn_varlen_prefill_d32_bf16", 128, 256},
+		{"wg6", 64, false, false, "base", "attn_prefill_d64_bf16", 128, 256},
 	} {
 		v, err := choosePrefillVariant(c.setting, c.d, c.varlen, c.aligned)
 		if err != nil {
@@ -77,7 +76,7 @@ func TestChoosePrefillVariant(t *testing.T) {
 // the blocks per SM it is built for within the H100/H200's 227 KiB per SM
 // (each block also reserves 1 KiB), and one block fits the 227 KiB limit.
 func TestPrefillVariantSmem(t *testing.T) {
-	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg3": 230400, "wg6": 230400}
+	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg6": 230400}
 	for _, v := range prefillVariants {
 		n := v.smem(128)
 		if n != want[v.name] {
@@ -97,7 +96,7 @@ func TestPrefillVariantSmem(t *testing.T) {
 
 // TestPrefillVariantKernelNames: every kernel name the backend asks for is
 // declared in the source it looks it up in: the sm90a variants' in
-// SourceSM90a (wg, wg3) or in their own file of sm90a/extra (compiled as
+// SourceSM90a (wg, wg6) or in their own file of sm90a/extra (compiled as
 // SourceSM90aExtra; none now), the others' in Source; no extra file's kernel is in
 // SourceSM90a (it would be compiled with the default's module).
 func TestPrefillVariantKernelNames(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 )
 
 // prefillWG is one sm_90a module of the prefill attention on warpgroup
-// MMA: SourceSM90a (variants wg, wg3 and wg6, kernels/cuda/sm90a/) where
+// MMA: SourceSM90a (variants wg and wg6, kernels/cuda/sm90a/) where
 // extra is "", else SourceSM90aExtra(extra), an experimental variant's
 // file of kernels/cuda/sm90a/extra (none now) compiled on its own so that its
 // compile time and errors stay out of the default's module. Each is
@@ -44,7 +44,7 @@ func newPrefillWGs(dev *cuda.Device) map[string]*prefillWG {
 }
 
 // wantsPrefillWG reports whether a PrefillVariant setting runs a variant
-// of an sm_90a module (wg, wg3), and which (its extra file, "" for wg's).
+// of an sm_90a module (wg, wg6), and which (its extra file, "" for wg's).
 func wantsPrefillWG(setting string) (extra string, ok bool) {
 	if setting == "" || setting == "auto" {
 		setting = autoPrefillVariant

@@ -12,9 +12,9 @@ import (
 // sequence of a batched forward starts at position 0, its keys and values
 // are exactly its own packed rows of this forward (k rotated in place by
 // the RoPE + store kernel, which still fills the pool for the decode steps
-// after), so the wg3 and wg6 varlen kernels read them as a contiguous
-// cache with a (sequence, query tile) table and no block table
-// (attn_varlen_contig_prefill_wg3_* and _wg6_*, kernels/cuda/sm90a/).
+// after), so wg6's varlen kernel reads them as a contiguous cache with a
+// (sequence, query tile) table and no block table
+// (attn_varlen_contig_prefill_wg6_*, kernels/cuda/sm90a/prefill_wg6.cu).
 // Same kernel body, same key order, so the same bits as the paged path.
 // This file has no build tag so that the tables (varlenTiles for the paged
 // path too) are tested without a GPU.

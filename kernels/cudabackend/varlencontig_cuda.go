@@ -14,10 +14,10 @@ import (
 // PackedPrefillAttention is causal attention of packed sequences that all
 // start at position 0, over their own packed keys and values k, v [T,K,d]
 // (kernels.PackedPrefillAttender; varlencontig.go): one launch of the
-// prefill variant's contiguous varlen kernel (wg6's by default, or wg3's).
+// prefill variant's contiguous varlen kernel (wg6's).
 // It reports false, doing nothing, unless VarlenContig is on (on unless
 // FT_VARLEN_CONTIG=0), LegacyFlash off, the chosen prefill variant
-// (FT_PREFILL_VARIANT) has the kernel for head width d (wg3, wg6: 64 and
+// (FT_PREFILL_VARIANT) has the kernel for head width d (wg6: 64 and
 // 128) and the device loaded it (compute capability 9.0),
 // every row is 16-byte aligned, and the tiles fit the grid; the caller then
 // takes VarlenPrefillAttention over the pool.

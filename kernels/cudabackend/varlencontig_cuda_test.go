@@ -12,9 +12,9 @@ import (
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// withVarlenContig runs f with Backend.VarlenContig on or off and wg3 as
+// withVarlenContig runs f with Backend.VarlenContig on or off and wg6 as
 // the prefill variant, restoring the environment's defaults after.
-func withVarlenContig(on bool, f func()) { withVarlenContigVariant("wg3", on, f) }
+func withVarlenContig(on bool, f func()) { withVarlenContigVariant("wg6", on, f) }
 
 // withVarlenContigVariant is withVarlenContig with the prefill variant
 // named.
@@ -65,10 +65,10 @@ func padded(t *testing.T, vals []float32, T, pad int, inner ...int) *runtime.Ten
 }
 
 // TestVarlenContigKernels: the packed prefill attention of fresh sequences
-// (FT_VARLEN_CONTIG, wg3's attn_varlen_contig_prefill_wg3_*, and wg6's)
-// over the packed k, v rows gives the paged varlen path's output (the same
-// variant over a pool with shuffled blocks holding the same rows) bit for
-// bit, wg6's packed output is wg3's within a bf16 unit (bf16Far), and the CPU reference
+// (FT_VARLEN_CONTIG, wg6's attn_varlen_contig_prefill_wg6_*) over the
+// packed k, v rows gives the paged varlen path's output (wg6 over a pool
+// with shuffled blocks holding the same rows) bit for bit, wg's paged
+// output within a bf16 unit (bf16Far: the same sums), and the CPU reference
 // holds within tolerance, on mixed lengths: 1 and 2 tokens, exact
 // multiples of the 128-row tile and one past, lengths not multiples of the
 // tile; GQA 1, 2, 4 and 8 query heads a KV head; head widths 64 and 128;
@@ -116,42 +116,40 @@ func TestVarlenContigKernels(t *testing.T) {
 				}
 				return n
 			}
-			var got, wg3 []float32
-			for _, variant := range []string{"wg3", "wg6"} {
+			pagedRun := func(variant string) []float32 {
 				paged := poisoned(t, runtime.BF16, T, c.H, c.d)
 				var err error
 				withVarlenContigVariant(variant, false, func() { err = gb.VarlenPrefillAttention(paged, gq, gkp, gvp, qStarts, kv, c.win) })
 				if err != nil {
 					t.Fatal(err)
 				}
-				out := poisoned(t, runtime.BF16, T, c.H, c.d)
-				var ran bool
-				withVarlenContigVariant(variant, true, func() { ran, err = gb.PackedPrefillAttention(out, gq, gk, gv, qStarts, c.win) })
-				if err != nil {
-					t.Fatal(err)
-				}
-				if gdev.ComputeCapability() != 90 {
-					if ran {
-						t.Errorf("%s ran off compute capability 9.0 (no sm_90a module)", variant)
-					}
-					t.Skipf("compute capability %d: the packed path declines (%s is sm_90a)", gdev.ComputeCapability(), variant)
-				}
-				if !ran {
-					t.Fatalf("%s declined on compute capability 9.0, head width %d", variant, c.d)
-				}
-				got = read(t, out)
-				if n := differ(got, read(t, paged)); n > 0 {
-					t.Errorf("%s: %d of %d outputs differ from the paged varlen path's (same kernel body, same key order)", variant, n, len(got))
-				}
-				if variant == "wg3" {
-					wg3 = got
-				} else {
-					if far := bf16Far(got, wg3); far > 0 {
-						t.Errorf("wg6: %d of %d packed outputs further than a bf16 unit from wg3's (same sums, same order)", far, len(got))
-					}
-					t.Logf("wg6: %d of %d packed outputs differ from wg3's", differ(got, wg3), len(got))
-				}
+				return read(t, paged)
 			}
+			out := poisoned(t, runtime.BF16, T, c.H, c.d)
+			var ran bool
+			var err error
+			withVarlenContig(true, func() { ran, err = gb.PackedPrefillAttention(out, gq, gk, gv, qStarts, c.win) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gdev.ComputeCapability() != 90 {
+				if ran {
+					t.Errorf("ran off compute capability 9.0 (no sm_90a module)")
+				}
+				t.Skipf("compute capability %d: the packed path declines (wg6 is sm_90a)", gdev.ComputeCapability())
+			}
+			if !ran {
+				t.Fatalf("declined on compute capability 9.0, head width %d", c.d)
+			}
+			got := read(t, out)
+			if n := differ(got, pagedRun("wg6")); n > 0 {
+				t.Errorf("%d of %d outputs differ from the paged varlen path's (same kernel body, same key order)", n, len(got))
+			}
+			wg := pagedRun("wg")
+			if far := bf16Far(got, wg); far > 0 {
+				t.Errorf("%d of %d packed outputs further than a bf16 unit from wg's (same sums, same order)", far, len(got))
+			}
+			t.Logf("%d of %d packed outputs differ from wg's", differ(got, wg), len(got))
 			seqs := c.refSeqs
 			if seqs == nil {
 				for s := range c.lens {
@@ -176,7 +174,7 @@ func TestVarlenContigKernels(t *testing.T) {
 
 // TestVarlenContigDeclines: PackedPrefillAttention does nothing and says so
 // with the switch off, with LegacyFlash, with a variant without the packed
-// kernel (fa2) and at head width 32 (no wg3 kernel), leaving the output
+// kernel (fa2) and at head width 32 (no wg6 kernel), leaving the output
 // untouched; bad input is an error naming the problem even when on.
 func TestVarlenContigDeclines(t *testing.T) {
 	needGPU(t)

@@ -1,18 +1,84 @@
-// Prefill attention variant wg6 (FT_PREFILL_VARIANT=wg6): wg3's ping-pong
-// schedule (prefill_wg3.cu: same layout, stages, barriers, sums in the same
-// order) with fewer instructions a tile. Its outputs are wg3's but for a
-// rare bf16 rounding (the last point below).
+// Prefill attention on warpgroup MMA with ping-pong scheduling between the
+// two warpgroups (variant wg6, FT_PREFILL_VARIANT=wg6; the default on
+// compute capability 9.0). It follows prefill_wg.cu in SourceSM90a's
+// module and uses its helpers. Same arguments and results as wg, the same
+// sums in the same order but for the rescale (the last point below).
 //
-// Why: Nsight Compute on wg3 at 8,192 positions (bench/RESULTS.md, s20b)
-// found the tensor pipe active 53% of the time and each warp issuing one
-// instruction every 4.75 cycles, 781 instructions a warp and key tile: a
-// tile lasts as long as one warp's instruction stream, not as long as its
-// products. Of those 781, ~170 built wgmma descriptors in vector registers
-// and moved them to uniform ones (R2UR), because the stage addresses
-// derive from the warpgroup index tid/128, which the compiler cannot prove
-// warp-uniform; ~140 computed the 16 key/value copy addresses of the tile
-// (64-bit row products, selects, predicates); 66 rescaled the output
-// accumulators by a factor that is 1 after the first tiles. Here:
+// prefill_wg.cu's layout (two warpgroups × 64 query rows, 128-position
+// key/value tiles by cp.async into 128-byte swizzled shared memory, three
+// stages, the same helpers and shared-memory layout, WG_SMEM) with the
+// tensor cores taken in turns: while one warpgroup runs its softmax the
+// other's wgmmas run (FlashAttention-3's inter-warpgroup ping-pong).
+//
+// A warpgroup's work on tile t is G(t), its wgmmas: S_t = Q·K_tᵀ and the
+// P·V of its previous visible tile (deferred so that both products of a
+// turn go to the tensor cores together), waited for at once; then X(t),
+// the masking and online softmax of S_t into the P fragments of the next
+// turn. Warpgroup 1 runs half a tile behind warpgroup 0. Per block tile j
+// (copies waited for, one block barrier: B(j)) warpgroup 0 does B(j),
+// G(j) (issuing tile j+1's copies between issuing its wgmmas and waiting
+// for them), X(j); warpgroup 1 does G(j−1), B(j), X(j−1), and after the
+// last block tile G and X of the last. So warpgroup 0's G(j) runs during
+// warpgroup 1's X(j−1), and warpgroup 1's G(j) during warpgroup 0's X(j);
+// the block barrier B(j+1) waits for warpgroup 1's G(j) to be done. Two
+// named barriers of 256 threads order the turns: id 1, warpgroup 0 may
+// issue (warpgroup 1 arrives after issuing G(t), t not the last tile;
+// warpgroup 0 waits before G(t), t not the first), id 2, warpgroup 1 may
+// issue (warpgroup 0 arrives after issuing every G(t); warpgroup 1 waits
+// before every G(t)). Id 0 is the block barrier (__syncthreads); the
+// epilogue's per-warpgroup barriers are ids 3 and 4.
+//
+// Why this cannot deadlock (there are no spin loops, only hardware
+// barriers, so the argument is by counting):
+//  1. Every barrier operation is warpgroup-uniform or block-uniform: the
+//     loop bounds jfirst and ntiles depend on the block's query tile only,
+//     and the branches around the barriers (wg, t, visible(t), pending) are
+//     the same for the 128 threads of a warpgroup, so each barrier is
+//     reached by whole warpgroups (bar.sync/bar.arrive count threads in
+//     whole warps).
+//  2. Both warpgroups run G(t) for every t in [jfirst, ntiles), whether or
+//     not they see tile t (a warpgroup with no rows left, a tile before its
+//     window or past its diagonal issues nothing but still arrives), so per
+//     block: id 2 gets ntiles−jfirst arrivals from warpgroup 0 and as many
+//     waits from warpgroup 1; id 1 gets ntiles−1−jfirst arrivals from
+//     warpgroup 1 (t < ntiles−1) and as many waits from warpgroup 0
+//     (t > jfirst). No arrival is left over at exit and no wait is unmatched.
+//  3. No generation of a named barrier can be completed by one side alone
+//     (two arrivals of warpgroup 0 on id 2 would make 256): between two
+//     arrivals of a warpgroup on a barrier lies the other's matching wait.
+//     Id 2: warpgroup 0 arrives in step j, before B(j+1); warpgroup 1 waits
+//     in step j+1 before B(j+1), and warpgroup 0's next arrival is after
+//     B(j+1). Id 1: warpgroup 1 arrives in step j+1 (its G(j)) after its
+//     wait on id 2 for warpgroup 0's G(j), whose arrival on id 2 comes
+//     after warpgroup 0's wait on id 1 for warpgroup 1's arrival of step j.
+//  4. No cycle of waits: in step j warpgroup 1's wait on id 2 needs
+//     warpgroup 0's arrival in G(j−1), which warpgroup 0 made in step j−1
+//     after B(j−1) and its own wait on id 1, itself matched by warpgroup
+//     1's arrival in step j−1 before B(j−1); warpgroup 0's wait on id 1
+//     after B(j) needs warpgroup 1's arrival in step j before B(j), made
+//     already. Each wait depends only on work the other warpgroup does
+//     before the last block barrier both have passed, or between it and
+//     the next one without waiting back.
+//
+// Stages: the copies warpgroup 0 issues in G(j) overwrite the stage of
+// tile j−2, whose last readers (the S and P·V products of tile j−2, issued
+// in G(j−1) at the latest by either warpgroup) every thread has waited for
+// before B(j). B(j+1) waits for those copies (cp.async.wait_group, then
+// the proxy fence and the barrier).
+//
+// Fewer instructions a tile than the first form of this schedule (wg3,
+// removed in the twentieth session after this one measured faster: its
+// figures are in bench/RESULTS.md, s6a–s20e). Nsight Compute on wg3 at
+// 8,192 positions (s20b) found the tensor pipe active 53% of the time and
+// each warp issuing one instruction every 4.75 cycles, 781 instructions a
+// warp and key tile: a tile lasted as long as one warp's instruction
+// stream, not as long as its products. Of those 781, ~170 built wgmma
+// descriptors in vector registers and moved them to uniform ones (R2UR),
+// because the stage addresses derived from the warpgroup index tid/128,
+// which the compiler cannot prove warp-uniform; ~140 computed the 16
+// key/value copy addresses of the tile (64-bit row products, selects,
+// predicates); 66 rescaled the output accumulators by a factor that is 1
+// after the first tiles. Here (598 a warp and tile, s20d):
 //  - the warpgroup index is broadcast from lane 0 (__shfl_sync), so the
 //    stage, tile and descriptor arithmetic is warp-uniform and stays in
 //    the uniform datapath; a descriptor is the constant upper word and a
@@ -21,18 +87,30 @@
 //    under 2^18, so the steps never carry into the offset fields);
 //  - contiguous caches (wg_contig) copy through a row pointer per thread
 //    stepped by a constant, unpredicated on tiles that lie wholly before
-//    kvEnd (the paged pool keeps wg_load_kv);
+//    kvEnd (the paged pool keeps wg_load_kv's form);
 //  - warpgroup 0 alone copies each next key/value tile, after it has issued
 //    its wgmmas of the step and before it waits for them (time it spends
-//    waiting anyway), where wg3's 256 threads all copy at the block
-//    barrier, ahead of warpgroup 0's wgmmas and warpgroup 1's softmax;
+//    waiting anyway), not all 256 threads at the block barrier, ahead of
+//    warpgroup 0's wgmmas and warpgroup 1's softmax;
 //  - the softmax's row maxima reduce as four chains joined, not one chain
 //    (the same maxima: max is exact in any order);
 //  - the output accumulators and row sums are rescaled only when some row
 //    of the warp has a new maximum (__any_sync): otherwise the factor is
-//    2^0 = 1, which wg3 multiplies by as ex2.approx(0) (on the H200 its
-//    outputs then differ from wg6's in a few of a million elements, by one
-//    bf16 rounding: TestVarlenContigKernels, s20c).
+//    2^0 = 1, which wg3 multiplied by as ex2.approx(0), and wg's still
+//    does (on the H200 the outputs then differ from wg3's in a few of a
+//    million elements, by one bf16 rounding: TestVarlenContigKernels,
+//    s20c).
+
+// wg6_bar_sync and wg6_bar_arrive are bar.sync and bar.arrive of named
+// barrier id with 256 threads (both warpgroups).
+__device__ __forceinline__ void wg6_bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void wg6_bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+
+// wg6_flag<B> is a compile-time bool argument of a generic lambda.
+template <bool B>
+struct wg6_flag {
+	static constexpr bool value = B;
+};
 
 // wg6_desc is wg_desc with the fixed upper word of every descriptor here
 // (stride byte offset 1024, 128-byte swizzle) and lower word lo: the
@@ -107,8 +185,9 @@ __device__ __forceinline__ void wg6_load_kv(unsigned st, const bf16_t* kc, const
 	}
 }
 
-// prefill_wg6_body is prefill_wg3_body (same arguments, schedule and
-// results) with the changes of the file comment.
+// prefill_wg6_body computes query tile qtile (rows qtile·128.. of q and
+// out, T rows in all, at positions pos..pos+T−1) of head h over KV head
+// kvh, as prefill_wg_body, with the ping-pong schedule (file comment).
 template <int HD, int BN, int NS, class KV>
 __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
 		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv) {
@@ -164,9 +243,9 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 
 	const auto arrive = [&](int t) {
 		if (wg == 0) {
-			wg3_bar_arrive(2);
+			wg6_bar_arrive(2);
 		} else if (t < ntiles - 1) {
-			wg3_bar_arrive(1);
+			wg6_bar_arrive(1);
 		}
 	};
 	const auto pv = [&]() {
@@ -203,17 +282,17 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 	};
 	const auto gemms = [&](int t) {
 		if (wg == 0) {
-			if (t > jfirst) wg3_bar_sync(1);
+			if (t > jfirst) wg6_bar_sync(1);
 		} else {
-			wg3_bar_sync(2);
+			wg6_bar_sync(2);
 		}
 		const bool vis = visible(t);
 		if (vis && pending) {
-			turn(t, wg3_flag<true>(), wg3_flag<true>());
+			turn(t, wg6_flag<true>(), wg6_flag<true>());
 		} else if (vis) {
-			turn(t, wg3_flag<true>(), wg3_flag<false>());
+			turn(t, wg6_flag<true>(), wg6_flag<false>());
 		} else if (pending) {
-			turn(t, wg3_flag<false>(), wg3_flag<true>());
+			turn(t, wg6_flag<false>(), wg6_flag<true>());
 		} else {
 			arrive(t);
 			copyNext(t);
@@ -236,7 +315,7 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 			}
 		}
 		// The rows' maxima as four chains each (depth BN/32), then joined:
-		// few registers more than wg3's one chain a row.
+		// few registers more than one chain a row.
 		float t0[4], t1[4];
 #pragma unroll
 		for (int c = 0; c < 4; c++) t0[c] = t1[c] = -FT_INF;
@@ -252,7 +331,7 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 		mx1 = fmaxf(mx1, __shfl_xor_sync(FT_FULL, mx1, 2));
 		const float mn0 = fmaxf(m0, mx0 * scale_log2), mn1 = fmaxf(m1, mx1 * scale_log2);
 		const float ms0 = mn0 == -FT_INF ? 0.f : mn0, ms1 = mn1 == -FT_INF ? 0.f : mn1;
-		// wg3 multiplies o and l by 2^(m−ms): 1 when no maximum moved, and
+		// o and l are multiplied by 2^(m−ms): 1 when no maximum moved, and
 		// 0 for a row that still sees no key (whose o and l are 0 already),
 		// so the warp skips it unless some row's maximum moved.
 		const bool moved = __any_sync(FT_FULL, mn0 != m0 || mn1 != m1);
@@ -317,9 +396,9 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 	wg_store_out<HD>(o, l0, l1, sQ, wg, 3 + wg, warp, g, tg, wtid, w0, T, out, qs, h);
 }
 
-// attn_prefill_wg6_d128_bf16 is attn_prefill_wg3_d128_bf16 on
-// prefill_wg6_body: grid (H, ceil(T/128)), the last query tile first, 256
-// threads, WG_SMEM(128, 128, 3) bytes.
+// attn_prefill_wg6_d128_bf16 is attn_prefill_wg_d128_bf16 with the
+// ping-pong schedule (file comment): grid (H, ceil(T/128)), the last query
+// tile first, 256 threads, WG_SMEM(128, 128, 3) bytes.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
 	const wg_contig kv = {(usize)K * 128};
@@ -336,8 +415,9 @@ extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg6_d64_bf16
 		scale_log2, window, kv);
 }
 
-// attn_varlen_prefill_wg6_d128_bf16 is attn_varlen_prefill_wg3_d128_bf16
-// on prefill_wg6_body (the paged pool: wg_load_kv's copies).
+// attn_varlen_prefill_wg6_d128_bf16 is attn_varlen_prefill_wg_d128_bf16
+// with the ping-pong schedule: tiles of 128 rows over the paged pool, 256
+// threads, WG_SMEM(128, 128, 3) bytes.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
 		int maxBlocks, int bs, float scale_log2, int window) {
@@ -362,9 +442,13 @@ extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg6_d
 		scale_log2, window, kv);
 }
 
-// prefill_wg6_varlen_contig is prefill_wg3_varlen_contig on
-// prefill_wg6_body: packed sequences starting at position 0, keys and
-// values their own packed rows (a contiguous cache, wg6's stepped copies).
+// prefill_wg6_varlen_contig is the varlen kernel's body for packed
+// sequences that all start at position 0 in this forward (nothing cached
+// before): sequence seq's keys and values are its own packed rows
+// qStarts[seq].. of k and v [T,K,HD] (k already rotated), read as a
+// contiguous cache with no block table. Rows past the tile's last query
+// are never read (the copies zero-fill at kvEnd, which is at most the
+// sequence's end), so a tile does not see the next sequence's rows.
 template <int HD>
 __device__ __forceinline__ void prefill_wg6_varlen_contig(bf16_t* out, const bf16_t* q, const bf16_t* k, const bf16_t* v, int H, int K,
 		const int* tiles, const int* qStarts, float scale_log2, int window) {
@@ -378,7 +462,10 @@ __device__ __forceinline__ void prefill_wg6_varlen_contig(bf16_t* out, const bf1
 }
 
 // attn_varlen_contig_prefill_wg6_d128_bf16 is
-// attn_varlen_contig_prefill_wg3_d128_bf16 on prefill_wg6_body.
+// attn_varlen_prefill_wg6_d128_bf16 over the packed keys and values of
+// sequences starting at position 0 (prefill_wg6_varlen_contig): grid (H,
+// tiles), tile blockIdx.y of the (sequence, query tile) list, 256 threads,
+// WG_SMEM(128, 128, 3) bytes.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_contig_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
 	prefill_wg6_varlen_contig<128>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);

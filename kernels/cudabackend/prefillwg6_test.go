@@ -10,29 +10,24 @@ import (
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// TestPrefillWG3Quick is the first, seconds-long check of the ping-pong
-// variant wg3 (kernels/cuda/sm90a/prefill_wg3.cu): it loads wg3's
-// own sm_90a module (logging its kernels' occupancy), then runs one small
-// contiguous prefill (T = 300 at position 37, so three query tiles, the
-// last one partial, and the two warpgroups of a block doing different
-// numbers of tiles; GQA with two query heads a KV head) and one packed
-// varlen batch (a one-token sequence, one of 65 rows whose second
-// warpgroup has a single row, one with a cached prefix) against the CPU
-// reference. It also reports how many outputs differ from wg's, which
-// computes the same sums in the same order. Off compute capability 9.0 wg3
-// falls back to fa2 and the comparison still holds.
-func TestPrefillWG3Quick(t *testing.T) { testPrefillWGQuick(t, "wg3", "wg", false, 0) }
-
-// TestPrefillWG6Quick is TestPrefillWG3Quick for wg6
-// (kernels/cuda/sm90a/extra/prefill_wg6.cu, its own module), whose outputs
-// must be wg3's within a bf16 unit (bf16Far), without and with a sliding
-// window of 100 positions.
+// TestPrefillWG6Quick is the first, seconds-long check of the ping-pong
+// variant wg6 (kernels/cuda/sm90a/prefill_wg6.cu): it loads the sm_90a
+// module (logging its kernels' occupancy), then runs one small contiguous
+// prefill (T = 300 at position 37, so three query tiles, the last one
+// partial, and the two warpgroups of a block doing different numbers of
+// tiles; GQA with two query heads a KV head) and one packed varlen batch (a
+// one-token sequence, one of 65 rows whose second warpgroup has a single
+// row, one with a cached prefix) against the CPU reference, without and
+// with a sliding window of 100 positions. Its outputs must be wg's within
+// a bf16 unit: wg computes the same sums in the same order, but multiplies
+// by ex2.approx(0) where wg6 skips the rescale (bf16Far). Off compute
+// capability 9.0 both fall back to fa2 and the comparison still holds.
 func TestPrefillWG6Quick(t *testing.T) {
-	testPrefillWGQuick(t, "wg6", "wg3", true, 0)
-	testPrefillWGQuick(t, "wg6", "wg3", true, 100)
+	testPrefillWGQuick(t, "wg6", "wg", true, 0)
+	testPrefillWGQuick(t, "wg6", "wg", true, 100)
 }
 
-// testPrefillWGQuick runs TestPrefillWG3Quick's cases on variant name with
+// testPrefillWGQuick runs TestPrefillWG6Quick's cases on variant name with
 // window win, comparing with twin: reporting the outputs that differ and,
 // exact, failing on any further than a bf16 unit from twin's (on compute
 // capability 9.0; elsewhere both fall back to fa2).
@@ -122,8 +117,8 @@ func testPrefillWGQuick(t *testing.T, name, twin string, exact bool, win int) {
 
 // bf16Far counts the elements of a and b (bf16 outputs read as float32)
 // further apart than one unit in the last place of the larger: wg6 sums as
-// wg3 does but skips wg3's products by 2^(m−m) (ex2.approx of 0, which
-// need not be exactly 1), so its bf16 outputs may differ from wg3's by a
+// wg does but skips wg's products by 2^(m−m) (ex2.approx of 0, which need
+// not be exactly 1), so its bf16 outputs may differ from wg's by a
 // rounding, rarely.
 func bf16Far(a, b []float32) int {
 	n := 0
