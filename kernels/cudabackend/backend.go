@@ -220,7 +220,7 @@ type Backend struct {
 	NormRows NormRowsMode
 
 	// MergedAll widens the token range of the merged GEMMs
-	// (MergesAllTokens). New sets it from FT_MERGED_GEMM ("gateup", "all").
+	// (MergesAllTokens). New sets it from FT_MERGED_GEMM ("gateup", "qkv", "all").
 	MergedAll MergedAllMode
 
 	// ResidualNorm moves a large forward's attention residual add from the

@@ -67,8 +67,8 @@ func (b *Backend) mergedScratch(n int64) (uintptr, error) {
 }
 
 // MergesAllTokens is kernels.MergedAllTokenser: FT_MERGED_GEMM=all asks
-// for both merges at every token count, =gateup for gate/up's alone
-// (MergedAll).
+// for both merges at every token count, =gateup for gate/up's alone, =qkv
+// for q/k/v's alone (MergedAll).
 func (b *Backend) MergesAllTokens(gateUp bool) bool {
 	return !b.NoMergedGEMM && b.MergedAll.mergesAll(gateUp)
 }

@@ -6,7 +6,7 @@ import (
 )
 
 func TestParseMergedAll(t *testing.T) {
-	for s, want := range map[string]MergedAllMode{"": MergedSmall, "0": MergedSmall, "1": MergedSmall, "gateup": MergedAllGateUp, "all": MergedAll} {
+	for s, want := range map[string]MergedAllMode{"": MergedSmall, "0": MergedSmall, "1": MergedSmall, "gateup": MergedAllGateUp, "qkv": MergedAllQKV, "all": MergedAll} {
 		got, err := parseMergedAll(s)
 		if err != nil || got != want {
 			t.Errorf("parseMergedAll(%q) = %v, %v; want %v", s, got, err, want)
@@ -18,7 +18,7 @@ func TestParseMergedAll(t *testing.T) {
 	for _, c := range []struct {
 		m          MergedAllMode
 		gate, qkvs bool
-	}{{MergedSmall, false, false}, {MergedAllGateUp, true, false}, {MergedAll, true, true}} {
+	}{{MergedSmall, false, false}, {MergedAllGateUp, true, false}, {MergedAllQKV, false, true}, {MergedAll, true, true}} {
 		if c.m.mergesAll(true) != c.gate || c.m.mergesAll(false) != c.qkvs {
 			t.Errorf("mode %d: gate/up %v q/k/v %v, want %v %v", c.m, c.m.mergesAll(true), c.m.mergesAll(false), c.gate, c.qkvs)
 		}
