@@ -78,7 +78,8 @@
 // which the compiler cannot prove warp-uniform; ~140 computed the 16
 // key/value copy addresses of the tile (64-bit row products, selects,
 // predicates); 66 rescaled the output accumulators by a factor that is 1
-// after the first tiles. Here (598 a warp and tile, s20d):
+// after the first tiles. Here (598 a warp and tile with the first three
+// points below, s20d; the last two came after and were timed, not counted):
 //  - the warpgroup index is broadcast from lane 0 (__shfl_sync), so the
 //    stage, tile and descriptor arithmetic is warp-uniform and stays in
 //    the uniform datapath; a descriptor is the constant upper word and a
@@ -88,18 +89,18 @@
 //  - contiguous caches (wg_contig) copy through a row pointer per thread
 //    stepped by a constant, unpredicated on tiles that lie wholly before
 //    kvEnd (the paged pool keeps wg_load_kv's form);
-//  - warpgroup 0 alone copies each next key/value tile, after it has issued
-//    its wgmmas of the step and before it waits for them (time it spends
-//    waiting anyway), not all 256 threads at the block barrier, ahead of
-//    warpgroup 0's wgmmas and warpgroup 1's softmax;
-//  - the softmax's row maxima reduce as four chains joined, not one chain
-//    (the same maxima: max is exact in any order);
 //  - the output accumulators and row sums are rescaled only when some row
 //    of the warp has a new maximum (__any_sync): otherwise the factor is
 //    2^0 = 1, which wg3 multiplied by as ex2.approx(0), and wg's still
 //    does (on the H200 the outputs then differ from wg3's in a few of a
 //    million elements, by one bf16 rounding: TestVarlenContigKernels,
-//    s20c).
+//    s20c);
+//  - warpgroup 0 alone copies each next key/value tile, after it has issued
+//    its wgmmas of the step and before it waits for them (time it spends
+//    waiting anyway), not all 256 threads at the block barrier, ahead of
+//    warpgroup 0's wgmmas and warpgroup 1's softmax;
+//  - the softmax's row maxima reduce as four chains joined, not one chain
+//    (the same maxima: max is exact in any order).
 
 // wg6_bar_sync and wg6_bar_arrive are bar.sync and bar.arrive of named
 // barrier id with 256 threads (both warpgroups).
