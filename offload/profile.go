@@ -107,8 +107,8 @@ type State struct {
 	StreamCodec string `json:"stream_codec,omitempty"`
 }
 
-// streamCodecExp4 is State.StreamCodec for Config.StreamExp4.
-const streamCodecExp4 = "exp4"
+// StreamCodecExp4 is State.StreamCodec for Config.StreamExp4.
+const StreamCodecExp4 = "exp4"
 
 // codecName is a StreamCodec as messages say it ("none" for "").
 func codecName(c string) string {
@@ -121,7 +121,7 @@ func codecName(c string) string {
 // configCodec is the StreamCodec a configuration streams with.
 func configCodec(c *Config) string {
 	if c.StreamExp4 {
-		return streamCodecExp4
+		return StreamCodecExp4
 	}
 	return ""
 }
@@ -213,8 +213,8 @@ func (st *State) Validate(model nn.Module) error {
 	if h := st.Plan.Host; len(h) != 0 && len(h) != n {
 		return fmt.Errorf("%w: plan places %d units on the host or not, profile has %d", ErrProfileMismatch, len(h), n)
 	}
-	if st.StreamCodec != "" && st.StreamCodec != streamCodecExp4 {
-		return fmt.Errorf("%w: stream codec %q (this build streams with none or %q)", ErrProfileMismatch, st.StreamCodec, streamCodecExp4)
+	if st.StreamCodec != "" && st.StreamCodec != StreamCodecExp4 {
+		return fmt.Errorf("%w: stream codec %q (this build streams with none or %q)", ErrProfileMismatch, st.StreamCodec, StreamCodecExp4)
 	}
 	for _, u := range st.Units {
 		switch {

@@ -313,11 +313,11 @@ func Open(dir, device string, opts Options) (_ *Session, err error) {
 		if st, err = offload.ReadProfile(opts.ProfileDir); err != nil {
 			return nil, err
 		}
-		if opts.StreamExp4 && st.StreamCodec != "exp4" {
+		if opts.StreamExp4 && st.StreamCodec != offload.StreamCodecExp4 {
 			return nil, fmt.Errorf("the profile in %s streams its layers as they are; exp4 streaming needs a profile made with it (infer profile --stream-codec exp4): %w",
 				opts.ProfileDir, ErrBadOptions)
 		}
-		exp4 = st.StreamCodec == "exp4"
+		exp4 = st.StreamCodec == offload.StreamCodecExp4
 	}
 	if err := StreamExp4Config(&cfg, exp4, s.Backend); err != nil {
 		return nil, err
