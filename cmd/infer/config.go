@@ -62,7 +62,10 @@ var extraEnv = map[string][]string{
 	"FT_FP8_GEMM_MIN_TOKENS": nil,                              // the fewest tokens that take the FP8 GEMM (default 16; cuda builds)
 	"FT_FP8_GEMM_SCALES":     {"", "rescale"},                  // "rescale": FP8 GEMM scales by a kernel after cuBLASLt instead of its outer-vector scaling (A/B runs, cuda builds)
 	"FT_FP8_FUSE":            {"", "0", "1"},                   // "0": a prefill's FP8 MLP unfused (gate/up rescaled, SiLU·up, down input quantized apart) instead of fp8_silu_quant_rows (A/B runs, cuda builds)
-	"FT_GEMM":                {"", "lt", "cublas"},             // "cublas": BF16 GEMMs by cublasGemmEx, not the per-shape measured choice of cuBLASLt algorithms (A/B runs, cuda builds)
+	// "cublas": BF16 GEMMs by cublasGemmEx, not the per-shape measured
+	// choice of cuBLASLt algorithms; "lt-sustained": that choice measured
+	// at sustained clocks, the candidates in turns (A/B runs, cuda builds)
+	"FT_GEMM": {"", "lt", "lt-sustained", "cublas"},
 	// "0": q/k/v and gate/up of 2..256-token forwards as separate GEMMs,
 	// not one GEMM over their adjacent weights; "gateup"/"qkv"/"all":
 	// gate/up, q/k/v or both merged at every token count (A/B runs, cuda

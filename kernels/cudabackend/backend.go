@@ -436,6 +436,7 @@ func New(dev runtime.Device) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	blas.TuneSustained = gemmMode == GEMMTunedSustained
 	aux, err := cd.NewCUDAStream("cudabackend uploads")
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)

@@ -20,6 +20,12 @@ const (
 	// GEMMCublas (FT_GEMM=cublas) runs every shape through cublasGemmEx
 	// with cuBLAS's default algorithm, as before the tuning existed.
 	GEMMCublas
+	// GEMMTunedSustained (FT_GEMM=lt-sustained) is GEMMTuned measuring
+	// each shape at the GPU's sustained clocks, the candidates timed in
+	// turns (cuda.BLAS.TuneSustained): prefill 8,192's GEMMs run ~13%
+	// slower in the forward than alone (s12b), and the fastest alone need
+	// not be the fastest there. For A/B runs; not measured yet.
+	GEMMTunedSustained
 )
 
 func (m GEMMMode) String() string {
@@ -28,19 +34,24 @@ func (m GEMMMode) String() string {
 		return "lt"
 	case GEMMCublas:
 		return "cublas"
+	case GEMMTunedSustained:
+		return "lt-sustained"
 	}
 	return fmt.Sprintf("GEMMMode(%d)", int(m))
 }
 
-// ParseGEMMMode reads an FT_GEMM value: "" or "lt" (tuned), "cublas".
+// ParseGEMMMode reads an FT_GEMM value: "" or "lt" (tuned),
+// "lt-sustained", "cublas".
 func ParseGEMMMode(s string) (GEMMMode, error) {
 	switch s {
 	case "", "lt":
 		return GEMMTuned, nil
+	case "lt-sustained":
+		return GEMMTunedSustained, nil
 	case "cublas":
 		return GEMMCublas, nil
 	}
-	return 0, fmt.Errorf("FT_GEMM=%q: want lt (tuned cuBLASLt, the default) or cublas", s)
+	return 0, fmt.Errorf("FT_GEMM=%q: want lt (tuned cuBLASLt, the default), lt-sustained or cublas", s)
 }
 
 // gemmModeFromEnv reads FT_GEMM.

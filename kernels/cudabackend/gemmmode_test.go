@@ -7,7 +7,7 @@ import (
 
 // TestGEMMModeEnv: FT_GEMM's values, the default, and a bad one named.
 func TestGEMMModeEnv(t *testing.T) {
-	for s, want := range map[string]GEMMMode{"": GEMMTuned, "lt": GEMMTuned, "cublas": GEMMCublas} {
+	for s, want := range map[string]GEMMMode{"": GEMMTuned, "lt": GEMMTuned, "lt-sustained": GEMMTunedSustained, "cublas": GEMMCublas} {
 		got, err := ParseGEMMMode(s)
 		if err != nil || got != want {
 			t.Errorf("ParseGEMMMode(%q) = %v, %v; want %v", s, got, err, want)
@@ -24,7 +24,9 @@ func TestGEMMModeEnv(t *testing.T) {
 	if _, err := gemmModeFromEnv(); err == nil {
 		t.Error("FT_GEMM=fast: no error")
 	}
-	if GEMMCublas.String() != "cublas" || GEMMTuned.String() != "lt" {
-		t.Errorf("names: %v %v", GEMMTuned, GEMMCublas)
+	for _, m := range []GEMMMode{GEMMTuned, GEMMCublas, GEMMTunedSustained} {
+		if back, err := ParseGEMMMode(m.String()); err != nil || back != m {
+			t.Errorf("%v: its name parses to %v, %v", m, back, err)
+		}
 	}
 }

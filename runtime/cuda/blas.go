@@ -23,6 +23,12 @@ type BLAS struct {
 	// tune is GemmBF16Tuned's cuBLASLt handle and per-shape choices
 	// (gemmtune.go), made on first use.
 	tune gemmTuner
+	// TuneSustained makes GemmBF16Tuned time a new shape's candidates
+	// after a lead-in of sustained work (gemmSustainLead), their samples
+	// taken in turns, so that the choice is the fastest at the clocks a
+	// long prefill runs at rather than on a cool GPU, and no candidate is
+	// favoured by its place in the order. Set it before the first GEMM.
+	TuneSustained bool
 }
 
 // NewBLAS creates a cuBLAS handle on this device.

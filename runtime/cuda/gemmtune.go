@@ -560,8 +560,8 @@ type gemmCandidate struct {
 	name  string
 	res   *C.ft_lt_heur // nil: cublasGemmEx
 	err   error
-	marks []*Event // len samples+1, around each sample's runs
-	ms    float64  // median per run
+	spans [][2]*Event // around each sample's runs
+	ms    float64     // median per run
 }
 
 // tuneShape measures key's candidates on s, keeps the fastest as bkey's
@@ -698,35 +698,79 @@ func (b *BLAS) measure(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, *C
 		return nil, nil, err
 	}
 	runs, samples := gemmSamplePlan(once)
+	if b.TuneSustained {
+		samples = gemmSustainSamples
+	}
 
-	// Every candidate: a warm-up run, then samples of runs between events,
-	// all enqueued before one synchronisation so that the GPU does not wait
-	// on the host between them. A cuBLASLt candidate that fails to launch
-	// is dropped (cuBLASLt refuses before launching anything); cublasGemmEx
-	// failing is an error.
-	for _, cd := range cands {
-		for i := 0; i <= samples && cd.err == nil; i++ {
-			n := runs
-			if i == 0 {
-				n = 1 // the warm-up, before the first mark
-			}
-			for range n {
-				if err := run(cd); err != nil {
-					if cd.res == nil {
-						return nil, nil, err
-					}
-					cd.err = err
-					break
+	// runN runs cd n times; false when a cuBLASLt candidate failed to
+	// launch (cuBLASLt refuses before launching anything: it is dropped);
+	// cublasGemmEx failing is an error.
+	runN := func(cd *gemmCandidate, n int) (bool, error) {
+		for range n {
+			if err := run(cd); err != nil {
+				if cd.res == nil {
+					return false, err
 				}
+				cd.err = err
+				return false, nil
 			}
-			if cd.err != nil {
-				break
-			}
-			e, err := s.RecordEvent()
-			if err != nil {
+		}
+		return true, nil
+	}
+	// sample enqueues one timed sample of cd: runs runs between two events.
+	sample := func(cd *gemmCandidate) error {
+		e0, err := s.RecordEvent()
+		if err != nil {
+			return err
+		}
+		if ok, err := runN(cd, runs); err != nil || !ok {
+			return err
+		}
+		e1, err := s.RecordEvent()
+		if err != nil {
+			return err
+		}
+		cd.spans = append(cd.spans, [2]*Event{e0, e1})
+		return nil
+	}
+	// Every candidate gets a warm-up run, then its samples, all enqueued
+	// before one synchronisation so that the GPU does not wait on the host
+	// between them: one candidate after another, or with TuneSustained,
+	// after a lead-in of the reference's runs that brings the GPU to its
+	// sustained clocks, the candidates' samples in turns, so that each is
+	// timed in the same state.
+	if !b.TuneSustained {
+		for _, cd := range cands {
+			if _, err := runN(cd, 1); err != nil {
 				return nil, nil, err
 			}
-			cd.marks = append(cd.marks, e)
+			for range samples {
+				if cd.err != nil {
+					break
+				}
+				if err := sample(cd); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+	} else {
+		if _, err := runN(ref, gemmSustainLeadRuns(once)); err != nil {
+			return nil, nil, err
+		}
+		for _, cd := range cands {
+			if _, err := runN(cd, 1); err != nil {
+				return nil, nil, err
+			}
+		}
+		for range samples {
+			for _, cd := range cands {
+				if cd.err != nil {
+					continue
+				}
+				if err := sample(cd); err != nil {
+					return nil, nil, err
+				}
+			}
 		}
 	}
 	if err := s.Synchronize(); err != nil {
@@ -737,8 +781,8 @@ func (b *BLAS) measure(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, *C
 			continue
 		}
 		per := make([]time.Duration, 0, samples)
-		for i := 1; i < len(cd.marks); i++ {
-			d, err := cd.marks[i].ElapsedSince(cd.marks[i-1])
+		for _, sp := range cd.spans {
+			d, err := sp[1].ElapsedSince(sp[0])
 			if err != nil {
 				return nil, nil, err
 			}

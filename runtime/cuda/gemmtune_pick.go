@@ -28,6 +28,25 @@ func gemmSamplePlan(once time.Duration) (runs, samples int) {
 	return runs, samples
 }
 
+// gemmSustainLead is how long BLAS.TuneSustained runs a shape's reference
+// (cublasGemmEx) before timing its candidates: long enough for a GPU held
+// by its power limit to settle at the clocks it sustains (tens of
+// milliseconds on the H200).
+const gemmSustainLead = 100 * time.Millisecond
+
+// gemmSustainSamples is how many samples each candidate gets with
+// TuneSustained, taken in turns.
+const gemmSustainSamples = 7
+
+// gemmSustainLeadRuns is how many runs of once make gemmSustainLead (at
+// most 4,000, none when once is unknown).
+func gemmSustainLeadRuns(once time.Duration) int {
+	if once <= 0 {
+		return 0
+	}
+	return int(min(4000, (gemmSustainLead+once-1)/once))
+}
+
 // medianDuration is the median of d (the mean of the middle two for an
 // even count; 0 for none).
 func medianDuration(d []time.Duration) time.Duration {

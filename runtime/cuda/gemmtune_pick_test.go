@@ -25,6 +25,25 @@ func TestGemmSamplePlan(t *testing.T) {
 	}
 }
 
+// TestGemmSustainLeadRuns: TuneSustained's lead-in is about 100 ms of the
+// reference's runs, rounded up, at most 4,000 runs, none when a run's time
+// is unknown.
+func TestGemmSustainLeadRuns(t *testing.T) {
+	for _, c := range []struct {
+		once time.Duration
+		want int
+	}{
+		{1200 * time.Microsecond, 84}, // gate/up at 8,192 tokens
+		{10 * time.Millisecond, 10},
+		{15 * time.Microsecond, 4000}, // capped
+		{0, 0},
+	} {
+		if got := gemmSustainLeadRuns(c.once); got != c.want {
+			t.Errorf("gemmSustainLeadRuns(%v) = %d, want %d", c.once, got, c.want)
+		}
+	}
+}
+
 func TestMedianDuration(t *testing.T) {
 	in := []time.Duration{5, 1, 9, 3, 7}
 	if got := medianDuration(in); got != 5 {
