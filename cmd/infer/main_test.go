@@ -215,6 +215,45 @@ func TestProfileThenRun(t *testing.T) {
 	}
 }
 
+// TestProfileStreamCodecCLI: `infer profile --stream-codec exp4` says its
+// streamed layers travel packed, `run-model --profile` of it gives the
+// reference's greedy tokens without being told the codec, and asking for
+// exp4 with a profile made without it is a usage error (exit 2) naming the
+// profile.
+func TestProfileStreamCodecCLI(t *testing.T) {
+	data, _ := os.ReadFile("../../testdata/tiny-llama/reference.json")
+	var ref refFile
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatal(err)
+	}
+	packed, plain := t.TempDir(), t.TempDir()
+	code, out, errOut := run(t, "profile", "--device-memory", "4MiB", "--gpu-budget", "0", "--stream-codec", "exp4", "--out", packed)
+	if code != 0 || !strings.Contains(out, "exp4-packed") {
+		t.Fatalf("profile --stream-codec exp4: exit %d, %q, %q", code, out, errOut)
+	}
+	code, out, errOut = run(t, "run-model", "--profile", packed, "--device-memory", "4MiB", "--strict",
+		"--token-ids", joinInts(ref.GreedyPrompt), "--max-new-tokens", "20", "--json")
+	if code != 0 {
+		t.Fatalf("run-model --profile (exp4): exit %d: %s", code, errOut)
+	}
+	var got struct {
+		GeneratedIDs []int32 `json:"generated_ids"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.GeneratedIDs, ref.GreedyContinuation) {
+		t.Fatalf("from the exp4 profile: got %v, want %v", got.GeneratedIDs, ref.GreedyContinuation)
+	}
+	if code, out, errOut = run(t, "profile", "--device-memory", "4MiB", "--gpu-budget", "0", "--out", plain); code != 0 || strings.Contains(out, "exp4") {
+		t.Fatalf("profile: exit %d, %q, %q", code, out, errOut)
+	}
+	code, _, errOut = run(t, "run-model", "--profile", plain, "--device-memory", "4MiB", "--stream-codec", "exp4", "--token-ids", "1")
+	if code != 2 || !strings.Contains(errOut, plain) || !strings.Contains(errOut, "exp4") {
+		t.Errorf("--stream-codec exp4 with a plain profile: exit %d, %q", code, errOut)
+	}
+}
+
 func TestTokenize(t *testing.T) {
 	var ref struct {
 		Samples []struct {

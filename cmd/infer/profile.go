@@ -105,8 +105,12 @@ func profileCmd(args []string, stdout, stderr io.Writer) error {
 			res++
 		}
 	}
-	fmt.Fprintf(stdout, "wrote %s/%s: %d of %d units resident, %d transfer blocks, predicted forward %.3f ms (%v)\n",
-		*out, offload.ProfileFileName, res, len(plan.Resident), plan.Slots, plan.PredictedSec*1e3, time.Since(start).Round(time.Millisecond))
+	packed := ""
+	if d.streamCodec == "exp4" {
+		packed = ", streamed layers exp4-packed"
+	}
+	fmt.Fprintf(stdout, "wrote %s/%s: %d of %d units resident, %d transfer blocks%s, predicted forward %.3f ms (%v)\n",
+		*out, offload.ProfileFileName, res, len(plan.Resident), plan.Slots, packed, plan.PredictedSec*1e3, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
