@@ -32,16 +32,8 @@ func TestBudgetAroundTheFloor(t *testing.T) {
 			dir := "../testdata/" + fx
 			prompt := []int32{1, 5, 9, 3}
 			opt := decoder.GenerateOptions{MaxNewTokens: 8, IgnoreEOS: true}
-			res, err := session.Open(dir, "cpu", session.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := res.Model.Generate(res.Backend, prompt, opt)
-			res.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = session.Open(dir, "cpu", session.Options{GPUBudget: "1KiB"})
+			want := residentTokens(t, dir, prompt, opt)
+			_, err := session.Open(dir, "cpu", session.Options{GPUBudget: "1KiB"})
 			if !errors.Is(err, offload.ErrBudget) || !strings.Contains(err.Error(), "budget 1.00 KiB is below the least any plan needs") ||
 				!strings.Contains(err.Error(), "transfer block") {
 				t.Fatalf("a 1 KiB budget: %v; want ErrBudget naming the budget and the least plan", err)

@@ -20,15 +20,7 @@ func TestProfileStreamCodec(t *testing.T) {
 	dir := "../testdata/tiny-llama"
 	prompt := []int32{1, 5, 9, 3}
 	opt := decoder.GenerateOptions{MaxNewTokens: 6, IgnoreEOS: true}
-	res, err := session.Open(dir, "cpu", session.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := res.Model.Generate(res.Backend, prompt, opt)
-	res.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := residentTokens(t, dir, prompt, opt)
 	profile := func(exp4 bool) string {
 		s, err := session.Open(dir, "cpu", session.Options{GPUBudget: "0", StreamExp4: exp4})
 		if err != nil {
@@ -64,4 +56,20 @@ func TestProfileStreamCodec(t *testing.T) {
 	if !errors.Is(err, session.ErrBadOptions) || !strings.Contains(err.Error(), plain) || !strings.Contains(err.Error(), "exp4") {
 		t.Errorf("exp4 streaming with a profile made without it: %v; want ErrBadOptions naming the profile", err)
 	}
+}
+
+// residentTokens is what a resident CPU session of the checkpoint in dir
+// generates from prompt.
+func residentTokens(t *testing.T, dir string, prompt []int32, opt decoder.GenerateOptions) []int32 {
+	t.Helper()
+	res, err := session.Open(dir, "cpu", session.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	want, err := res.Model.Generate(res.Backend, prompt, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want
 }

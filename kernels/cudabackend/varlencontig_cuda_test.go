@@ -107,15 +107,6 @@ func TestVarlenContigKernels(t *testing.T) {
 			gk, gv := padded(t, k, T, 3, c.K, c.d), padded(t, v, T, 3, c.K, c.d)
 			gkp, gvp := gpu(t, runtime.BF16, kp, P, c.K, c.d), gpu(t, runtime.BF16, vp, P, c.K, c.d)
 
-			differ := func(a, b []float32) int {
-				n := 0
-				for i := range a {
-					if a[i] != b[i] {
-						n++
-					}
-				}
-				return n
-			}
 			pagedRun := func(variant string) []float32 {
 				paged := poisoned(t, runtime.BF16, T, c.H, c.d)
 				var err error
@@ -142,14 +133,14 @@ func TestVarlenContigKernels(t *testing.T) {
 				t.Fatalf("declined on compute capability 9.0, head width %d", c.d)
 			}
 			got := read(t, out)
-			if n := differ(got, pagedRun("wg6")); n > 0 {
+			if n := countDiffer(got, pagedRun("wg6")); n > 0 {
 				t.Errorf("%d of %d outputs differ from the paged varlen path's (same kernel body, same key order)", n, len(got))
 			}
 			wg := pagedRun("wg")
 			if far := bf16Far(got, wg); far > 0 {
 				t.Errorf("%d of %d packed outputs further than a bf16 unit from wg's (same sums, same order)", far, len(got))
 			}
-			t.Logf("%d of %d packed outputs differ from wg's", differ(got, wg), len(got))
+			t.Logf("%d of %d packed outputs differ from wg's", countDiffer(got, wg), len(got))
 			seqs := c.refSeqs
 			if seqs == nil {
 				for s := range c.lens {
