@@ -70,6 +70,9 @@ var prefillVariants = []prefillVariant{
 	// bytes of shared memory.
 	{name: "wg7", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true,
 		extra: "prefill_wg7.cu", tail: 256},
+	// wg7's lazy maxima alone, row sums added as wg6 does (same file).
+	{name: "wg8", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true,
+		extra: "prefill_wg7.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200

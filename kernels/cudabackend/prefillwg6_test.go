@@ -27,14 +27,16 @@ func TestPrefillWG6Quick(t *testing.T) {
 	testPrefillWGQuick(t, "wg6", "wg", true, 100)
 }
 
-// TestPrefillWG7Quick runs TestPrefillWG6Quick's cases on wg7 (wg6 with the
-// LAZY softmax, sm90a/extra/prefill_wg7.cu): the CPU reference holds, and
+// TestPrefillWG7Quick runs TestPrefillWG6Quick's cases on wg7 and wg8 (wg6
+// with lazier softmaxes, sm90a/extra/prefill_wg7.cu): the CPU reference holds, and
 // its outputs are wg6's within 2e-3 + 1e-2 relative (its products carry a
 // stale maximum, so their bf16 roundings differ from wg6's; the row sums
 // add P as rounded to bf16), which the contiguous case also reports.
 func TestPrefillWG7Quick(t *testing.T) {
-	testPrefillWGQuick(t, "wg7", "wg6", false, 0)
-	testPrefillWGQuick(t, "wg7", "wg6", false, 100)
+	for _, name := range []string{"wg7", "wg8"} {
+		testPrefillWGQuick(t, name, "wg6", false, 0)
+		testPrefillWGQuick(t, name, "wg6", false, 100)
+	}
 }
 
 // testPrefillWGQuick runs TestPrefillWG6Quick's cases on variant name with
