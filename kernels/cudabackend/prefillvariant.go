@@ -25,7 +25,6 @@ type prefillVariant struct {
 	stages    int    // key/value stages in shared memory (sm90a variants)
 	extra     string // sm90a variants: the file of kernels/cuda/sm90a/extra compiled in a module of its own ("": SourceSM90a's module)
 	contig    bool   // also built over packed contiguous keys and values of sequences starting at position 0 (contigKernel)
-	tail      int    // sm90a variants: bytes of shared memory after the stages (wg7: its tile of ones)
 }
 
 // prefillVariants lists the configurations; the first is the default.
@@ -62,17 +61,6 @@ var prefillVariants = []prefillVariant{
 	// Its varlen kernel also comes over the packed contiguous keys and
 	// values of fresh sequences (contig; FT_VARLEN_CONTIG, varlencontig.go).
 	{name: "wg6", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true},
-	// wg6 with a lazier softmax (kernels/cuda/sm90a/extra/prefill_wg7.cu, a
-	// module of its own): the row maxima move only when a score passes
-	// them by 2^8, so most tiles skip the rescale, and the row sums come
-	// from the tensor cores (P times a tile of ones) instead of 64
-	// additions a thread and tile. The same sums up to roundings; 256 more
-	// bytes of shared memory.
-	{name: "wg7", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true,
-		extra: "prefill_wg7.cu", tail: 256},
-	// wg7's lazy maxima alone, row sums added as wg6 does (same file).
-	{name: "wg8", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true,
-		extra: "prefill_wg7.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200
@@ -112,10 +100,10 @@ func prefillVariantNames() []string {
 // is staged, rows of d+8 bf16 values (PREFILL_VSMEM in prefill_variants.cu,
 // PREFILL_FA2_SMEM in prefill_fa2.cu); for wg 1 KiB of alignment slack,
 // the query tile and its stages of keys and values, unpadded rows (WG_SMEM
-// in sm90a/prefill_wg.cu), and the variant's tail.
+// in sm90a/prefill_wg.cu).
 func (v prefillVariant) smem(d int) int {
 	if v.sm90a {
-		return 1024 + v.rows*d*2 + v.stages*2*v.keys*d*2 + v.tail
+		return 1024 + v.rows*d*2 + v.stages*2*v.keys*d*2
 	}
 	n := 2 * 2 * 64 * (d + 8) * 2
 	if v.qSmem {

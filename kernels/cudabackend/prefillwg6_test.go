@@ -27,23 +27,10 @@ func TestPrefillWG6Quick(t *testing.T) {
 	testPrefillWGQuick(t, "wg6", "wg", true, 100)
 }
 
-// TestPrefillWG7Quick runs TestPrefillWG6Quick's cases on wg7 and wg8 (wg6
-// with lazier softmaxes, sm90a/extra/prefill_wg7.cu): the CPU reference holds, and
-// its outputs are wg6's within 2e-3 + 1e-2 relative (its products carry a
-// stale maximum, so their bf16 roundings differ from wg6's; the row sums
-// add P as rounded to bf16), which the contiguous case also reports.
-func TestPrefillWG7Quick(t *testing.T) {
-	for _, name := range []string{"wg7", "wg8"} {
-		testPrefillWGQuick(t, name, "wg6", false, 0)
-		testPrefillWGQuick(t, name, "wg6", false, 100)
-	}
-}
-
 // testPrefillWGQuick runs TestPrefillWG6Quick's cases on variant name with
 // window win, comparing with twin: reporting the outputs that differ and,
 // exact, failing on any further than a bf16 unit from twin's (on compute
-// capability 9.0; elsewhere both fall back to fa2), else on any beyond
-// 2e-3 + 1e-2 relative of twin's.
+// capability 9.0; elsewhere both fall back to fa2).
 func testPrefillWGQuick(t *testing.T, name, twin string, exact bool, win int) {
 	needGPU(t)
 	v, err := choosePrefillVariant(name, 128, false, true)
@@ -69,10 +56,7 @@ func testPrefillWGQuick(t *testing.T, name, twin string, exact bool, win int) {
 		if exact && far > 0 && gb.dev.ComputeCapability() == 90 {
 			t.Errorf("%d of %d outputs further than a bf16 unit from %s's (same sums, same order)", far, len(got), twin)
 		}
-		if !exact {
-			compare(t, name+" against "+twin, got, other, 2e-3, 1e-2)
-		}
-		t.Logf("%d of %d outputs differ from %s's, %d further than a bf16 unit", n, len(got), twin, far)
+		t.Logf("%d of %d outputs differ from %s's", n, len(got), twin)
 	}
 	t.Run(fmt.Sprintf("contiguous T300 at 37 window %d", win), func(t *testing.T) {
 		const T, pos0, C = 300, 37, 340

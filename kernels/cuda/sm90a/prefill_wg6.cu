@@ -186,47 +186,12 @@ __device__ __forceinline__ void wg6_load_kv(unsigned st, const bf16_t* kc, const
 	}
 }
 
-// WG7_SLACK: how far (log2 units) a score may exceed its row's running
-// maximum before the WG6_LAZY softmax moves the maximum (2^8: products up to
-// 256).
-#define WG7_SLACK 8.f
-
-// The bits of prefill_wg6_body's SOFT.
-#define WG6_LAZY 1
-#define WG6_TCSUM 2
-
-// wg7_rowsum is d += A·1 for the m64n8k16 bf16 wgmma: A the P fragment a
-// (registers), B a 16 × 8 tile of ones at shared address ones (256 bytes,
-// K-major without swizzle: two 8 × 8 core matrices 128 bytes apart, the
-// same bytes read for every k-step). d's four values are this thread's
-// two rows' sums over the tile's 16 keys (rows g, g, g+8, g+8).
-__device__ __forceinline__ void wg7_rowsum(float* d, const unsigned* a, unsigned ones) {
-	const unsigned long long desc = ((unsigned long long)(128u >> 4) << 32) | ((ones & 0x3FFFF) >> 4) | ((128u >> 4) << 16);
-	asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 1, 1, 1, 0;\n"
-		: "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		: "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-
 // prefill_wg6_body computes query tile qtile (rows qtile·128.. of q and
 // out, T rows in all, at positions pos..pos+T−1) of head h over KV head
 // kvh, as prefill_wg_body, with the ping-pong schedule (file comment).
-//
-// SOFT chooses the softmax: 0 wg6's; bits WG6_LAZY and WG6_TCSUM (variants
-// wg7 and wg8, sm90a/extra/prefill_wg7.cu) change it in ways that change
-// roundings, not sums:
-//  - WG6_LAZY: the running maximum m of a row moves only when some row of
-//    the warp sees a score above its m by more than WG7_SLACK (log2 units),
-//    so most tiles skip the rescale; the products 2^(s·c − m) are then at
-//    most 2^WG7_SLACK, which bf16 P and the fp32 sums hold (the final
-//    division by the row sum removes the common factor);
-//  - WG6_TCSUM: the row sums come from the tensor cores: P times a key tile
-//    of ones (m64n8k16 wgmmas beside P·V, wg7_rowsum), accumulated and
-//    rescaled with the output, in place of the 64 additions a thread and
-//    tile. They sum P as rounded to bf16, the values P·V multiplies.
-template <int HD, int BN, int NS, int SOFT, class KV>
+template <int HD, int BN, int NS, class KV>
 __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
 		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv) {
-	constexpr bool LAZY = SOFT & WG6_LAZY, TCSUM = SOFT & WG6_TCSUM;
 	constexpr int BM = WG_BM;
 	constexpr int QT = BM * HD * 2;              // bytes of the query tile
 	constexpr int TILE = BN * HD * 2;            // bytes of a key or value tile
@@ -252,14 +217,6 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 	const int qa = pos + w0 + warp * 16 + g;                     // position of this thread's first row (the second is +8)
 	const int wm = window > 0 ? window - 1 : 1 << 30;            // a key at kp is visible to qp when qp−wm ≤ kp ≤ qp
 	const unsigned qlo = wg6_lo(sQ + wg * (64 * 128), 16);        // the warpgroup's query rows, k-step 0
-
-	// TCSUM: 256 bytes of bf16 ones after the stages, the B operand of the
-	// row sums (made visible to the wgmmas by B(jfirst)'s proxy fence).
-	const unsigned sOnes = sKV + NS * 2 * TILE;
-	if constexpr (TCSUM) {
-		if (tid < 64) asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sOnes + tid * 4), "r"(0x3F803F80u) : "memory");
-	}
-	float lsum[4] = {0.f, 0.f, 0.f, 0.f};  // TCSUM: the row sums' accumulators (rows g, g, g+8, g+8)
 
 	wg_load_q<HD>(sQ, q, h, b0, T, qs, tid);  // the query tile (its own group)
 	cp_async_commit();
@@ -295,10 +252,6 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 	const auto pv = [&]() {
 #pragma unroll
 		for (int kk = 0; kk < PS; kk++) wg_rs<HD>(o, pf[kk], wg6_desc(vlo + kk * (2048 >> 4)));
-		if constexpr (TCSUM) {
-#pragma unroll
-			for (int kk = 0; kk < PS; kk++) wg7_rowsum(lsum, pf[kk], sOnes);
-		}
 	};
 	// Warpgroup 0's copies of tile t+1 (file comment), issued while its
 	// wgmmas of tile t run; warpgroup 1 copies nothing after the first tile.
@@ -310,7 +263,6 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 	};
 	const auto turn = [&](int t, auto doS, auto doPV) {
 		wg_pin<ON>(o);
-		if constexpr (TCSUM) wg_pin<4>(lsum);
 		wg_fence();
 		if constexpr (decltype(doS)::value) {
 			const unsigned klo = wg6_lo(stage(t), 16);
@@ -328,7 +280,6 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 		wg_wait0();
 		wg_pin<SN>(s);
 		wg_pin<ON>(o);
-		if constexpr (TCSUM) wg_pin<4>(lsum);
 	};
 	const auto gemms = [&](int t) {
 		if (wg == 0) {
@@ -385,20 +336,18 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 		mx1 = fmaxf(mx1, __shfl_xor_sync(FT_FULL, mx1, 1));
 		mx1 = fmaxf(mx1, __shfl_xor_sync(FT_FULL, mx1, 2));
 		const float mn0 = fmaxf(m0, mx0 * scale_log2), mn1 = fmaxf(m1, mx1 * scale_log2);
-		// o and l are multiplied by 2^(m−ms) when m moves to mn: 1 for a
-		// row whose maximum stayed, and 0 for a row that still sees no key
-		// (whose o and l are 0 already), so the warp skips it unless some
-		// row's maximum moved (LAZY: by more than WG7_SLACK).
-		const bool moved = LAZY ? __any_sync(FT_FULL, mn0 > m0 + WG7_SLACK || mn1 > m1 + WG7_SLACK)
-					: __any_sync(FT_FULL, mn0 != m0 || mn1 != m1);
+		const float ms0 = mn0 == -FT_INF ? 0.f : mn0, ms1 = mn1 == -FT_INF ? 0.f : mn1;
+		// o and l are multiplied by 2^(m−ms): 1 when no maximum moved, and
+		// 0 for a row that still sees no key (whose o and l are 0 already),
+		// so the warp skips it unless some row's maximum moved.
+		const bool moved = __any_sync(FT_FULL, mn0 != m0 || mn1 != m1);
 		float a0 = 1.f, a1 = 1.f;
 		if (moved) {
-			a0 = wg_ex2(m0 - (mn0 == -FT_INF ? 0.f : mn0));
-			a1 = wg_ex2(m1 - (mn1 == -FT_INF ? 0.f : mn1));
-			m0 = mn0;
-			m1 = mn1;
+			a0 = wg_ex2(m0 - ms0);
+			a1 = wg_ex2(m1 - ms1);
 		}
-		const float ms0 = m0 == -FT_INF ? 0.f : m0, ms1 = m1 == -FT_INF ? 0.f : m1;
+		m0 = mn0;
+		m1 = mn1;
 		float rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
 		for (int i = 0; i < BN / 8; i++) {
@@ -406,22 +355,14 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 			const float p1 = wg_ex2(fmaf(s[4 * i + 1], scale_log2, -ms0));
 			const float p2 = wg_ex2(fmaf(s[4 * i + 2], scale_log2, -ms1));
 			const float p3 = wg_ex2(fmaf(s[4 * i + 3], scale_log2, -ms1));
-			if constexpr (!TCSUM) {
-				rs0 += p0 + p1;
-				rs1 += p2 + p3;
-			}
+			rs0 += p0 + p1;
+			rs1 += p2 + p3;
 			pf[i >> 1][(i & 1) * 2 + 0] = pack_bf16(p0, p1);
 			pf[i >> 1][(i & 1) * 2 + 1] = pack_bf16(p2, p3);
 		}
 		if (moved) {
 			l0 = l0 * a0 + rs0;
 			l1 = l1 * a1 + rs1;
-			if constexpr (TCSUM) {
-				lsum[0] *= a0;
-				lsum[1] *= a0;
-				lsum[2] *= a1;
-				lsum[3] *= a1;
-			}
 #pragma unroll
 			for (int i = 0; i < HD / 8; i++) {
 				o[4 * i + 0] *= a0;
@@ -429,7 +370,7 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 				o[4 * i + 2] *= a1;
 				o[4 * i + 3] *= a1;
 			}
-		} else if constexpr (!TCSUM) {
+		} else {
 			l0 += rs0;
 			l1 += rs1;
 		}
@@ -451,43 +392,37 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 	}
 	if (pending) {  // the last P·V
 		wg_pin<ON>(o);
-		if constexpr (TCSUM) wg_pin<4>(lsum);
 		wg_fence();
 		pv();
 		wg_commit();
 		wg_wait0();
 		wg_pin<ON>(o);
-		if constexpr (TCSUM) wg_pin<4>(lsum);
 	}
 	cp_async_wait0();
-	if constexpr (TCSUM) {  // every thread of a quad holds its rows' whole sums: a quarter each (exact)
-		l0 = 0.25f * lsum[0];
-		l1 = 0.25f * lsum[2];
-	}
 	wg_store_out<HD>(o, l0, l1, sQ, wg, 3 + wg, warp, g, tg, wtid, w0, T, out, qs, h);
 }
 
 // prefill_wg6_fixed is the fixed-length kernels' body: grid (H,
 // ceil(T/128)), the last query tile first, over a contiguous cache.
-template <int HD, int SOFT>
+template <int HD>
 __device__ __forceinline__ void prefill_wg6_fixed(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H, int K,
 		const int* posp, int pos0, float scale_log2, int window) {
 	const wg_contig kv = {(usize)K * HD};
-	prefill_wg6_body<HD, 128, 3, SOFT>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
+	prefill_wg6_body<HD, 128, 3>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
 		ft_pos(posp, pos0), scale_log2, window, kv);
 }
 
 // prefill_wg6_varlen_paged is the varlen kernels' body over the paged
 // pool: grid (H, tiles), tile blockIdx.y of the (sequence, query tile)
 // list.
-template <int HD, int SOFT>
+template <int HD>
 __device__ __forceinline__ void prefill_wg6_varlen_paged(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K,
 		const int* tiles, const int* qStarts, const int* lens, const int* table, int maxBlocks, int bs, float scale_log2, int window) {
 	const int h = blockIdx.x, seq = tiles[2 * blockIdx.y], qtile = tiles[2 * blockIdx.y + 1];
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD;
 	const wg_paged kv = {table + (usize)seq * maxBlocks, bs, (usize)K * HD};
-	prefill_wg6_body<HD, 128, 3, SOFT>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
+	prefill_wg6_body<HD, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
 		scale_log2, window, kv);
 }
 
@@ -498,7 +433,7 @@ __device__ __forceinline__ void prefill_wg6_varlen_paged(bf16_t* out, const bf16
 // contiguous cache with no block table. Rows past the tile's last query
 // are never read (the copies zero-fill at kvEnd, which is at most the
 // sequence's end), so a tile does not see the next sequence's rows.
-template <int HD, int SOFT>
+template <int HD>
 __device__ __forceinline__ void prefill_wg6_varlen_contig(bf16_t* out, const bf16_t* q, const bf16_t* k, const bf16_t* v, int H, int K,
 		const int* tiles, const int* qStarts, float scale_log2, int window) {
 	const int h = blockIdx.x;
@@ -506,12 +441,11 @@ __device__ __forceinline__ void prefill_wg6_varlen_contig(bf16_t* out, const bf1
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD, ks = (usize)K * HD;
 	const wg_contig kv = {ks};
-	prefill_wg6_body<HD, 128, 3, SOFT>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
+	prefill_wg6_body<HD, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
 		qtile, 0, scale_log2, window, kv);
 }
 
-// The kernels of variant wg6 (SOFT 0; wg7's and wg8's are in
-// sm90a/extra/prefill_wg7.cu), for head widths 128 and 64: 256 threads, one
+// The kernels of variant wg6, for head widths 128 and 64: 256 threads, one
 // block an SM, WG_SMEM(HD, 128, 3) bytes:
 //   attn_prefill_wg6_dHD_bf16: attn_prefill_wg_dHD_bf16 with the ping-pong
 //     schedule (file comment), grid (H, ceil(T/128)), the last query tile
@@ -524,32 +458,32 @@ __device__ __forceinline__ void prefill_wg6_varlen_contig(bf16_t* out, const bf1
 // attn_prefill_wg6_d128_bf16: wg6's fixed-length kernel (grid (H, ceil(T/128))), head width 128.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
-	prefill_wg6_fixed<128, 0>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
+	prefill_wg6_fixed<128>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
 }
 // attn_varlen_prefill_wg6_d128_bf16: wg6's varlen kernel over the paged pool (grid (H, tiles)), head width 128.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
 		int maxBlocks, int bs, float scale_log2, int window) {
-	prefill_wg6_varlen_paged<128, 0>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
+	prefill_wg6_varlen_paged<128>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
 }
 // attn_varlen_contig_prefill_wg6_d128_bf16: wg6's varlen kernel over packed fresh sequences (grid (H, tiles)), head width 128.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_contig_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
-	prefill_wg6_varlen_contig<128, 0>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
+	prefill_wg6_varlen_contig<128>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
 }
 // attn_prefill_wg6_d64_bf16: wg6's fixed-length kernel (grid (H, ceil(T/128))), head width 64.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg6_d64_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
-	prefill_wg6_fixed<64, 0>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
+	prefill_wg6_fixed<64>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
 }
 // attn_varlen_prefill_wg6_d64_bf16: wg6's varlen kernel over the paged pool (grid (H, tiles)), head width 64.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg6_d64_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
 		int maxBlocks, int bs, float scale_log2, int window) {
-	prefill_wg6_varlen_paged<64, 0>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
+	prefill_wg6_varlen_paged<64>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
 }
 // attn_varlen_contig_prefill_wg6_d64_bf16: wg6's varlen kernel over packed fresh sequences (grid (H, tiles)), head width 64.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_contig_prefill_wg6_d64_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
-	prefill_wg6_varlen_contig<64, 0>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
+	prefill_wg6_varlen_contig<64>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
 }
