@@ -24,7 +24,10 @@ const (
 	// each shape at the GPU's sustained clocks, the candidates timed in
 	// turns (cuda.BLAS.TuneSustained): prefill 8,192's GEMMs run ~13%
 	// slower in the forward than alone (s12b), and the fastest alone need
-	// not be the fastest there. For A/B runs; not measured yet.
+	// not be the fastest there. For A/B runs: measured slower at prefill
+	// 8,192 (213.9, 212.6 ms against 206.6, 207.2) and 0.3–1.4% faster at
+	// 64 × 512 packed (714.8 against 718.6, 726.9 against 737.5, 729.2
+	// against 731.6 ms; s21a, s21b, H200), so not the default.
 	GEMMTunedSustained
 )
 

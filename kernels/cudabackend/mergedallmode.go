@@ -23,7 +23,9 @@ const (
 	// MergedAllQKV: q/k/v merged at every token count, gate/up in the
 	// default range (FT_MERGED_GEMM=qkv: gate/up merged measured slower at
 	// 8,192 tokens; q/k/v's separate products, N 4,096 and 1,024, run
-	// below the larger GEMMs' rate there, s20a).
+	// below the larger GEMMs' rate there, s20a). Measured slower at 8,192
+	// (212.8, 211.3 ms against 206.6, 207.2) and the same at 64 × 512
+	// (718.5 against 718.6; s21a, H200).
 	MergedAllQKV
 )
 
