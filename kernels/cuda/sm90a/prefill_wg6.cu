@@ -455,34 +455,35 @@ __device__ __forceinline__ void prefill_wg6_varlen_contig(bf16_t* out, const bf1
 //   attn_varlen_contig_prefill_wg6_dHD_bf16: the same over the packed keys
 //     and values of sequences starting at position 0
 //     (prefill_wg6_varlen_contig).
-// attn_prefill_wg6_d128_bf16: wg6's fixed-length kernel (grid (H, ceil(T/128))), head width 128.
+
+// attn_prefill_wg6_d128_bf16: listed above, head width 128.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
 	prefill_wg6_fixed<128>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
 }
-// attn_varlen_prefill_wg6_d128_bf16: wg6's varlen kernel over the paged pool (grid (H, tiles)), head width 128.
+// attn_varlen_prefill_wg6_d128_bf16: listed above, head width 128.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
 		int maxBlocks, int bs, float scale_log2, int window) {
 	prefill_wg6_varlen_paged<128>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
 }
-// attn_varlen_contig_prefill_wg6_d128_bf16: wg6's varlen kernel over packed fresh sequences (grid (H, tiles)), head width 128.
+// attn_varlen_contig_prefill_wg6_d128_bf16: listed above, head width 128.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_contig_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
 	prefill_wg6_varlen_contig<128>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
 }
-// attn_prefill_wg6_d64_bf16: wg6's fixed-length kernel (grid (H, ceil(T/128))), head width 64.
+// attn_prefill_wg6_d64_bf16: listed above, head width 64.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg6_d64_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
 	prefill_wg6_fixed<64>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
 }
-// attn_varlen_prefill_wg6_d64_bf16: wg6's varlen kernel over the paged pool (grid (H, tiles)), head width 64.
+// attn_varlen_prefill_wg6_d64_bf16: listed above, head width 64.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg6_d64_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
 		int maxBlocks, int bs, float scale_log2, int window) {
 	prefill_wg6_varlen_paged<64>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
 }
-// attn_varlen_contig_prefill_wg6_d64_bf16: wg6's varlen kernel over packed fresh sequences (grid (H, tiles)), head width 64.
+// attn_varlen_contig_prefill_wg6_d64_bf16: listed above, head width 64.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_contig_prefill_wg6_d64_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
 	prefill_wg6_varlen_contig<64>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
