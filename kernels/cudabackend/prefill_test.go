@@ -391,7 +391,12 @@ func testPrefillWGModule(t *testing.T, wg prefillVariant) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%s: %d blocks of %d threads and %d B per SM", f.Name(), n, wg.threads, wg.smem(d))
+			regs, local, err := f.Resources()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d blocks of %d threads and %d B per SM, %d registers, %d B of local memory a thread", f.Name(), n,
+				wg.threads, wg.smem(d), regs, local)
 			if n < wg.perSM {
 				t.Errorf("%s: %d blocks per SM, want %d", f.Name(), n, wg.perSM)
 			}

@@ -228,6 +228,14 @@ static CUresult ft_occupancy(CUcontext ctx, int* n, CUfunction f, int block, siz
 	return cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, block, smem);
 }
 
+// ft_func_resources reads f's registers per thread and local (spill and
+// stack) bytes per thread.
+static CUresult ft_func_resources(CUcontext ctx, CUfunction f, int* regs, int* local) {
+	CUresult r = ft_ctx(ctx); if (r != CUDA_SUCCESS) return r;
+	r = cuFuncGetAttribute(regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f); if (r != CUDA_SUCCESS) return r;
+	return cuFuncGetAttribute(local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
+}
+
 #define FT_MAX_ARGS 32
 
 // ft_launch launches f with nargs 8-byte argument slots: each kernel
@@ -588,6 +596,12 @@ func cOccupancy(ctx cContext, f cFunction, block, smem int) (int, error) {
 	var n C.int
 	err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor", C.ft_occupancy(ctx, &n, f, C.int(block), C.size_t(smem)))
 	return int(n), err
+}
+
+func cFuncResources(ctx cContext, f cFunction) (regs, local int, err error) {
+	var r, l C.int
+	err = check("cuFuncGetAttribute(NUM_REGS, LOCAL_SIZE_BYTES)", C.ft_func_resources(ctx, f, &r, &l))
+	return int(r), int(l), err
 }
 
 const maxLaunchArgs = C.FT_MAX_ARGS

@@ -165,6 +165,17 @@ func (f *Function) MaxActiveBlocksPerSM(block, smem int) (int, error) {
 	return n, nil
 }
 
+// Resources are the registers a thread of f uses and its local memory
+// bytes (register spills and stack): a wgmma kernel that spills has lost
+// the registers its schedule was written for.
+func (f *Function) Resources() (regs, localBytes int, err error) {
+	regs, localBytes, err = cFuncResources(f.dev.ctx, f.f)
+	if err != nil {
+		return 0, 0, fmt.Errorf("kernel %s: %w", f.name, err)
+	}
+	return regs, localBytes, nil
+}
+
 // Dim3 is a grid or block shape; zero extents count as 1.
 type Dim3 struct{ X, Y, Z int }
 
