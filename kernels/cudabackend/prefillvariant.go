@@ -61,12 +61,6 @@ var prefillVariants = []prefillVariant{
 	// Its varlen kernel also comes over the packed contiguous keys and
 	// values of fresh sequences (contig; FT_VARLEN_CONTIG, varlencontig.go).
 	{name: "wg6", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true},
-	// wg6 with each warpgroup's softmax overlapping its own previous P·V
-	// (FlashAttention-3's intra-warpgroup overlap;
-	// kernels/cuda/sm90a/extra/prefill_wg6o.cu, a module of its own): the
-	// same sums in the same order, one more P buffer a thread.
-	{name: "wg6o", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true,
-		extra: "prefill_wg6o.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200

@@ -27,15 +27,6 @@ func TestPrefillWG6Quick(t *testing.T) {
 	testPrefillWGQuick(t, "wg6", "wg", true, 100)
 }
 
-// TestPrefillWG6OQuick runs TestPrefillWG6Quick's cases on wg6o (wg6 with
-// the intra-warpgroup overlap, sm90a/extra/prefill_wg6o.cu): the same sums
-// in the same order as wg6, so its outputs must equal wg6's bit for bit
-// (and hold the CPU reference).
-func TestPrefillWG6OQuick(t *testing.T) {
-	testPrefillWGQuick(t, "wg6o", "wg6", true, 0)
-	testPrefillWGQuick(t, "wg6o", "wg6", true, 100)
-}
-
 // testPrefillWGQuick runs TestPrefillWG6Quick's cases on variant name with
 // window win, comparing with twin: reporting the outputs that differ and,
 // exact, failing on any further than a bf16 unit from twin's (on compute
@@ -64,9 +55,6 @@ func testPrefillWGQuick(t *testing.T, name, twin string, exact bool, win int) {
 		n, far := countDiffer(got, other), bf16Far(got, other)
 		if exact && far > 0 && gb.dev.ComputeCapability() == 90 {
 			t.Errorf("%d of %d outputs further than a bf16 unit from %s's (same sums, same order)", far, len(got), twin)
-		}
-		if exact && twin == "wg6" && n > 0 {
-			t.Errorf("%d of %d outputs differ from %s's (the same kernel body but for the overlap)", n, len(got), twin)
 		}
 		t.Logf("%d of %d outputs differ from %s's", n, len(got), twin)
 	}

@@ -107,9 +107,6 @@
 __device__ __forceinline__ void wg6_bar_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void wg6_bar_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
-// wg6_wait1 waits for all but the latest committed group of wgmmas.
-__device__ __forceinline__ void wg6_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
-
 // wg6_flag<B> is a compile-time bool argument of a generic lambda.
 template <bool B>
 struct wg6_flag {
@@ -192,16 +189,7 @@ __device__ __forceinline__ void wg6_load_kv(unsigned st, const bf16_t* kc, const
 // prefill_wg6_body computes query tile qtile (rows qtile·128.. of q and
 // out, T rows in all, at positions pos..pos+T−1) of head h over KV head
 // kvh, as prefill_wg_body, with the ping-pong schedule (file comment).
-//
-// OVL (variant wg6o, sm90a/extra/prefill_wg6o.cu): a warpgroup's softmax of
-// S_t runs while its own P·V of the previous tile is on the tensor cores
-// (FlashAttention-3's intra-warpgroup overlap on top of the ping-pong): a
-// turn commits S_t and the P·V in two groups and waits for the first only;
-// the softmax writes P_t into the second of two P buffers (the P·V in
-// flight reads the other), then waits for the P·V before it rescales the
-// output. Every wgmma of a step is still waited for before the step's end,
-// so the stages and barriers are as above.
-template <int HD, int BN, int NS, bool OVL, class KV>
+template <int HD, int BN, int NS, class KV>
 __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
 		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv) {
 	constexpr int BM = WG_BM;
@@ -242,16 +230,11 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 	float s[SN];
 #pragma unroll
 	for (int i = 0; i < SN; i++) s[i] = 0.f;
-	unsigned pf[PS][4], pf2[PS][4];  // P (OVL: two buffers, the latest P in pf2 when pbuf)
+	unsigned pf[PS][4];
 #pragma unroll
-	for (int i = 0; i < PS; i++) {
-		pf[i][0] = pf[i][1] = pf[i][2] = pf[i][3] = 0;
-		pf2[i][0] = pf2[i][1] = pf2[i][2] = pf2[i][3] = 0;
-	}
-	bool pending = false;     // the P·V of the previous visible tile is yet to be issued
-	bool pbuf = false;        // OVL: that P is in pf2
-	bool pvFlight = false;    // OVL: the turn left that P·V running (the softmax waits for it)
-	unsigned vlo = 0;         // its value tile's lower descriptor word
+	for (int i = 0; i < PS; i++) pf[i][0] = pf[i][1] = pf[i][2] = pf[i][3] = 0;
+	bool pending = false;  // the P·V of the previous visible tile is yet to be issued
+	unsigned vlo = 0;      // its value tile's lower descriptor word
 
 	const auto visible = [&](int t) {
 		const int j0 = t * BN;
@@ -266,16 +249,9 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 			wg6_bar_arrive(1);
 		}
 	};
-	const auto pvFrom = [&](const unsigned (&a)[PS][4]) {
-#pragma unroll
-		for (int kk = 0; kk < PS; kk++) wg_rs<HD>(o, a[kk], wg6_desc(vlo + kk * (2048 >> 4)));
-	};
 	const auto pv = [&]() {
-		if (OVL && pbuf) {
-			pvFrom(pf2);
-		} else {
-			pvFrom(pf);
-		}
+#pragma unroll
+		for (int kk = 0; kk < PS; kk++) wg_rs<HD>(o, pf[kk], wg6_desc(vlo + kk * (2048 >> 4)));
 	};
 	// Warpgroup 0's copies of tile t+1 (file comment), issued while its
 	// wgmmas of tile t run; warpgroup 1 copies nothing after the first tile.
@@ -297,21 +273,13 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 				wg_ss<BN>(s, wg6_desc(qk), wg6_desc(kk_), kk > 0);
 			}
 		}
-		constexpr bool overlap = OVL && decltype(doS)::value && decltype(doPV)::value;
-		if constexpr (overlap) wg_commit();  // S_t's own group
 		if constexpr (decltype(doPV)::value) pv();
 		wg_commit();
 		arrive(t);
 		copyNext(t);
-		if constexpr (overlap) {  // S_t done, the P·V still running
-			wg6_wait1();
-			wg_pin<SN>(s);
-			pvFlight = true;
-		} else {
-			wg_wait0();
-			wg_pin<SN>(s);
-			wg_pin<ON>(o);
-		}
+		wg_wait0();
+		wg_pin<SN>(s);
+		wg_pin<ON>(o);
 	};
 	const auto gemms = [&](int t) {
 		if (wg == 0) {
@@ -381,31 +349,16 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 		m0 = mn0;
 		m1 = mn1;
 		float rs0 = 0.f, rs1 = 0.f;
-		const auto probs = [&](unsigned (&pd)[PS][4]) {
 #pragma unroll
-			for (int i = 0; i < BN / 8; i++) {
-				const float p0 = wg_ex2(fmaf(s[4 * i + 0], scale_log2, -ms0));
-				const float p1 = wg_ex2(fmaf(s[4 * i + 1], scale_log2, -ms0));
-				const float p2 = wg_ex2(fmaf(s[4 * i + 2], scale_log2, -ms1));
-				const float p3 = wg_ex2(fmaf(s[4 * i + 3], scale_log2, -ms1));
-				rs0 += p0 + p1;
-				rs1 += p2 + p3;
-				pd[i >> 1][(i & 1) * 2 + 0] = pack_bf16(p0, p1);
-				pd[i >> 1][(i & 1) * 2 + 1] = pack_bf16(p2, p3);
-			}
-		};
-		if (OVL && !pbuf) {  // the P·V in flight reads pf
-			probs(pf2);
-		} else {
-			probs(pf);
-		}
-		if constexpr (OVL) {
-			pbuf = !pbuf;
-			if (pvFlight) {  // the previous P·V adds into o: wait before the rescale
-				wg_wait0();
-				wg_pin<ON>(o);
-				pvFlight = false;
-			}
+		for (int i = 0; i < BN / 8; i++) {
+			const float p0 = wg_ex2(fmaf(s[4 * i + 0], scale_log2, -ms0));
+			const float p1 = wg_ex2(fmaf(s[4 * i + 1], scale_log2, -ms0));
+			const float p2 = wg_ex2(fmaf(s[4 * i + 2], scale_log2, -ms1));
+			const float p3 = wg_ex2(fmaf(s[4 * i + 3], scale_log2, -ms1));
+			rs0 += p0 + p1;
+			rs1 += p2 + p3;
+			pf[i >> 1][(i & 1) * 2 + 0] = pack_bf16(p0, p1);
+			pf[i >> 1][(i & 1) * 2 + 1] = pack_bf16(p2, p3);
 		}
 		if (moved) {
 			l0 = l0 * a0 + rs0;
@@ -451,25 +404,25 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 
 // prefill_wg6_fixed is the fixed-length kernels' body: grid (H,
 // ceil(T/128)), the last query tile first, over a contiguous cache.
-template <int HD, bool OVL>
+template <int HD>
 __device__ __forceinline__ void prefill_wg6_fixed(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H, int K,
 		const int* posp, int pos0, float scale_log2, int window) {
 	const wg_contig kv = {(usize)K * HD};
-	prefill_wg6_body<HD, 128, 3, OVL>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
+	prefill_wg6_body<HD, 128, 3>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
 		ft_pos(posp, pos0), scale_log2, window, kv);
 }
 
 // prefill_wg6_varlen_paged is the varlen kernels' body over the paged
 // pool: grid (H, tiles), tile blockIdx.y of the (sequence, query tile)
 // list.
-template <int HD, bool OVL>
+template <int HD>
 __device__ __forceinline__ void prefill_wg6_varlen_paged(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K,
 		const int* tiles, const int* qStarts, const int* lens, const int* table, int maxBlocks, int bs, float scale_log2, int window) {
 	const int h = blockIdx.x, seq = tiles[2 * blockIdx.y], qtile = tiles[2 * blockIdx.y + 1];
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD;
 	const wg_paged kv = {table + (usize)seq * maxBlocks, bs, (usize)K * HD};
-	prefill_wg6_body<HD, 128, 3, OVL>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
+	prefill_wg6_body<HD, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
 		scale_log2, window, kv);
 }
 
@@ -480,7 +433,7 @@ __device__ __forceinline__ void prefill_wg6_varlen_paged(bf16_t* out, const bf16
 // contiguous cache with no block table. Rows past the tile's last query
 // are never read (the copies zero-fill at kvEnd, which is at most the
 // sequence's end), so a tile does not see the next sequence's rows.
-template <int HD, bool OVL>
+template <int HD>
 __device__ __forceinline__ void prefill_wg6_varlen_contig(bf16_t* out, const bf16_t* q, const bf16_t* k, const bf16_t* v, int H, int K,
 		const int* tiles, const int* qStarts, float scale_log2, int window) {
 	const int h = blockIdx.x;
@@ -488,7 +441,7 @@ __device__ __forceinline__ void prefill_wg6_varlen_contig(bf16_t* out, const bf1
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD, ks = (usize)K * HD;
 	const wg_contig kv = {ks};
-	prefill_wg6_body<HD, 128, 3, OVL>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
+	prefill_wg6_body<HD, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
 		qtile, 0, scale_log2, window, kv);
 }
 
@@ -506,32 +459,32 @@ __device__ __forceinline__ void prefill_wg6_varlen_contig(bf16_t* out, const bf1
 // attn_prefill_wg6_d128_bf16: listed above, head width 128.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
-	prefill_wg6_fixed<128, false>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
+	prefill_wg6_fixed<128>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
 }
 // attn_varlen_prefill_wg6_d128_bf16: listed above, head width 128.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
 		int maxBlocks, int bs, float scale_log2, int window) {
-	prefill_wg6_varlen_paged<128, false>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
+	prefill_wg6_varlen_paged<128>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
 }
 // attn_varlen_contig_prefill_wg6_d128_bf16: listed above, head width 128.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_contig_prefill_wg6_d128_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
-	prefill_wg6_varlen_contig<128, false>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
+	prefill_wg6_varlen_contig<128>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
 }
 // attn_prefill_wg6_d64_bf16: listed above, head width 64.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_prefill_wg6_d64_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
-	prefill_wg6_fixed<64, false>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
+	prefill_wg6_fixed<64>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
 }
 // attn_varlen_prefill_wg6_d64_bf16: listed above, head width 64.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_prefill_wg6_d64_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
 		int maxBlocks, int bs, float scale_log2, int window) {
-	prefill_wg6_varlen_paged<64, false>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
+	prefill_wg6_varlen_paged<64>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
 }
 // attn_varlen_contig_prefill_wg6_d64_bf16: listed above, head width 64.
 extern "C" __global__ void __launch_bounds__(WG_NT, 1) attn_varlen_contig_prefill_wg6_d64_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
-	prefill_wg6_varlen_contig<64, false>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
+	prefill_wg6_varlen_contig<64>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
 }
