@@ -359,8 +359,9 @@ func BenchmarkPrefillAttention(b *testing.B) {
 
 // TestPrefillWGModule: on compute capability 9.0 the sm_90a module of the
 // wgmma prefill kernels (variants wg and wg6) compiles and loads, with every
-// kernel the backend launches (elsewhere the variants fall back to fa2,
-// which this checks too). Run it first: a PTX error shows here in seconds.
+// kernel the backend launches, their blocks fitting an SM and their
+// registers not spilling (elsewhere the variants fall back to fa2, which
+// this checks too). Run it first: a PTX error shows here in seconds.
 func TestPrefillWGModule(t *testing.T) {
 	needGPU(t)
 	for _, wg := range prefillVariants {
@@ -397,6 +398,9 @@ func testPrefillWGModule(t *testing.T, wg prefillVariant) {
 			}
 			t.Logf("%s: %d blocks of %d threads and %d B per SM, %d registers, %d B of local memory a thread", f.Name(), n,
 				wg.threads, wg.smem(d), regs, local)
+			if local > 0 {
+				t.Errorf("%s: %d B of local memory a thread: its registers spill (s21f: wg and wg6 have none)", f.Name(), local)
+			}
 			if n < wg.perSM {
 				t.Errorf("%s: %d blocks per SM, want %d", f.Name(), n, wg.perSM)
 			}
