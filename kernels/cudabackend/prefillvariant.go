@@ -24,6 +24,7 @@ type prefillVariant struct {
 	keys      int    // key positions per tile (sm90a variants)
 	stages    int    // key/value stages in shared memory (sm90a variants)
 	extra     string // sm90a variants: the file of kernels/cuda/sm90a/extra compiled in a module of its own ("": SourceSM90a's module)
+	copyWarps int    // warps that only copy (wg9's producer warpgroup), not among those the rows split over
 	contig    bool   // also built over packed contiguous keys and values of sequences starting at position 0 (contigKernel)
 }
 
@@ -61,6 +62,13 @@ var prefillVariants = []prefillVariant{
 	// Its varlen kernel also comes over the packed contiguous keys and
 	// values of fresh sequences (contig; FT_VARLEN_CONTIG, varlencontig.go).
 	{name: "wg6", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true},
+	// wg6 with FlashAttention-3's warp specialization
+	// (kernels/cuda/sm90a/extra/prefill_wg9.cu, a module of its own): a
+	// producer warpgroup copies the key/value tiles (mbarriers, no block
+	// barrier) and gives its registers to the two consumer warpgroups,
+	// which run wg6's turns; the same sums in the same order as wg6.
+	{name: "wg9", rows: 128, threads: 384, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true,
+		copyWarps: 4, extra: "prefill_wg9.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200
