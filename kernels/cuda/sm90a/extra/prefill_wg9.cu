@@ -5,12 +5,12 @@
 // exposed with two warps a scheduler. Here a block has three warpgroups
 // (384 threads, WG9_NT):
 //  - warpgroup 0, the producer, gives its registers away (setmaxnreg down
-//    to 24) and copies the key and value tiles with cp.async into NS
+//    to 24, 40 over the paged pool) and copies the key and value tiles with cp.async into NS
 //    stages, each tile's completion signalled on its stage's "full"
 //    mbarrier (cp.async.mbarrier.arrive.noinc: 128 arrivals, one a thread,
 //    each when the thread's copies land); before overwriting a stage it
 //    waits on the stage's "empty" mbarrier;
-//  - warpgroups 1 and 2, the consumers (setmaxnreg up to 240), own 64 query
+//  - warpgroups 1 and 2, the consumers (setmaxnreg up to 240, or 232), own 64 query
 //    rows each, copy them once, and run wg6's turn per key tile: wait for
 //    the tile's keys (and the previous visible tile's values), take the
 //    tensor cores in turn (named barriers 1 and 2, FlashAttention-3's
@@ -136,8 +136,12 @@ __device__ __forceinline__ void wg9_load_q(unsigned sQ, const bf16_t* q, int h, 
 }
 
 // prefill_wg9_body computes query tile qtile as prefill_wg6_body does,
-// with the producer and consumer warpgroups of the file comment.
-template <int HD, int BN, int NS, class KV>
+// with the producer and consumer warpgroups of the file comment; after the
+// set-up the producer keeps PR registers a thread and the consumers take
+// CR (PR·128 + CR·256 = 64,512, the 168 a thread of 384 threads the block
+// starts with). Over a contiguous cache the producer needs few (24/240);
+// the paged pool's row lookups need more (40/232: 24 spilled, s22a).
+template <int HD, int BN, int NS, int PR, int CR, class KV>
 __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
 		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv) {
 	constexpr int BM = WG_BM;
@@ -177,7 +181,8 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 	__syncthreads();
 
 	if (wg == 0) {  // the producer
-		asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+		static_assert(PR * 128 + CR * 256 == 64512 && PR % 8 == 0 && CR % 8 == 0, "registers: the block's 168 a thread, in eights");
+		asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PR) : "memory");
 		for (int t = jfirst; t < ntiles; t++) {
 			const int s = stage(t);
 			const unsigned st = sKV + (unsigned)s * (2 * TILE), ph = phase(t);
@@ -191,7 +196,7 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 		asm volatile("cp.async.wait_all;\n" ::: "memory");  // its copies land before it exits
 		return;
 	}
-	asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+	asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CR) : "memory");
 
 	const int cw = wg - 1, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
 	const int g = lane >> 2, tg = lane & 3;
@@ -377,7 +382,7 @@ template <int HD>
 __device__ __forceinline__ void prefill_wg9_fixed(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H, int K,
 		const int* posp, int pos0, float scale_log2, int window) {
 	const wg_contig kv = {(usize)K * HD};
-	prefill_wg9_body<HD, 128, 3>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
+	prefill_wg9_body<HD, 128, 3, 24, 240>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
 		ft_pos(posp, pos0), scale_log2, window, kv);
 }
 
@@ -389,7 +394,7 @@ __device__ __forceinline__ void prefill_wg9_varlen_paged(bf16_t* out, const bf16
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD;
 	const wg_paged kv = {table + (usize)seq * maxBlocks, bs, (usize)K * HD};
-	prefill_wg9_body<HD, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
+	prefill_wg9_body<HD, 128, 3, 40, 232>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
 		scale_log2, window, kv);
 }
 
@@ -402,7 +407,7 @@ __device__ __forceinline__ void prefill_wg9_varlen_contig(bf16_t* out, const bf1
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD, ks = (usize)K * HD;
 	const wg_contig kv = {ks};
-	prefill_wg9_body<HD, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
+	prefill_wg9_body<HD, 128, 3, 24, 240>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
 		qtile, 0, scale_log2, window, kv);
 }
 
