@@ -69,6 +69,15 @@ var prefillVariants = []prefillVariant{
 	// which run wg6's turns; the same sums in the same order as wg6.
 	{name: "wg9", rows: 128, threads: 384, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true,
 		copyWarps: 4, extra: "prefill_wg9.cu"},
+	// Forms of wg9 timed against it (head width 128): no proxy fence
+	// between cp.async's writes and the wgmmas (wg9n), and one copying warp
+	// (wg9w), the producer fencing its own copies (wg9p).
+	{name: "wg9n", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
+		extra: "prefill_wg9.cu"},
+	{name: "wg9w", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
+		extra: "prefill_wg9.cu"},
+	{name: "wg9p", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
+		extra: "prefill_wg9.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200

@@ -32,8 +32,10 @@ func TestPrefillWG6Quick(t *testing.T) {
 // sums in the same order as wg6, so its outputs must equal wg6's bit for
 // bit (and hold the CPU reference).
 func TestPrefillWG9Quick(t *testing.T) {
-	testPrefillWGQuick(t, "wg9", "wg6", true, 0)
-	testPrefillWGQuick(t, "wg9", "wg6", true, 100)
+	for _, v := range []string{"wg9", "wg9n", "wg9w", "wg9p"} {
+		testPrefillWGQuick(t, v, "wg6", true, 0)
+		testPrefillWGQuick(t, v, "wg6", true, 100)
+	}
 }
 
 // testPrefillWGQuick runs TestPrefillWG6Quick's cases on variant name with

@@ -100,7 +100,8 @@ func TestVarlenContigKernelNames(t *testing.T) {
 		for _, d := range []int{32, 64, 128} {
 			name := v.contigKernel(d)
 			switch {
-			case (v.name == "wg6" || v.name == "wg9") && (d == 64 || d == 128):
+			case (v.name == "wg6" || v.name == "wg9") && (d == 64 || d == 128),
+				(v.name == "wg9n" || v.name == "wg9w" || v.name == "wg9p") && d == 128:
 				if want := fmt.Sprintf("attn_varlen_contig_prefill_%s_d%d_bf16", v.name, d); name != want {
 					t.Errorf("%s d%d: %q, want %q", v.name, d, name, want)
 				}
