@@ -24,6 +24,7 @@ type prefillVariant struct {
 	keys      int    // key positions per tile (sm90a variants)
 	stages    int    // key/value stages in shared memory (sm90a variants)
 	extra     string // sm90a variants: the file of kernels/cuda/sm90a/extra compiled in a module of its own ("": SourceSM90a's module)
+	tma       bool   // the contiguous and packed kernels take the key and value tensor maps (tmaMaps) as their last argument
 	copyWarps int    // warps that only copy (wg9's producer warpgroup), not among those the rows split over
 	contig    bool   // also built over packed contiguous keys and values of sequences starting at position 0 (contigKernel)
 }
@@ -69,15 +70,11 @@ var prefillVariants = []prefillVariant{
 	// which run wg6's turns; the same sums in the same order as wg6.
 	{name: "wg9", rows: 128, threads: 384, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true,
 		copyWarps: 4, extra: "prefill_wg9.cu"},
-	// Forms of wg9 timed against it (head width 128): no proxy fence
-	// between cp.async's writes and the wgmmas (wg9n), and one copying warp
-	// (wg9w), the producer fencing its own copies (wg9p).
-	{name: "wg9n", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
-		extra: "prefill_wg9.cu"},
-	{name: "wg9w", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
-		extra: "prefill_wg9.cu"},
-	{name: "wg9p", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
-		extra: "prefill_wg9.cu"},
+	// wg9 with the key and value tiles copied by TMA (one producer
+	// thread; the maps, runtime/cuda.TensorMapBF16, its kernels' last
+	// parameter), head width 128; over the paged pool wg9's copies.
+	{name: "wg9t", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
+		tma: true, extra: "prefill_wg9.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200

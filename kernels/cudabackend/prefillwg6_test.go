@@ -28,11 +28,12 @@ func TestPrefillWG6Quick(t *testing.T) {
 }
 
 // TestPrefillWG9Quick runs TestPrefillWG6Quick's cases on wg9 (wg6 with a
-// producer warpgroup and mbarriers, sm90a/extra/prefill_wg9.cu): the same
+// producer warpgroup and mbarriers, sm90a/extra/prefill_wg9.cu) and wg9t
+// (its copies by TMA): the same
 // sums in the same order as wg6, so its outputs must equal wg6's bit for
 // bit (and hold the CPU reference).
 func TestPrefillWG9Quick(t *testing.T) {
-	for _, v := range []string{"wg9", "wg9n", "wg9w", "wg9p"} {
+	for _, v := range []string{"wg9", "wg9t"} {
 		testPrefillWGQuick(t, v, "wg6", true, 0)
 		testPrefillWGQuick(t, v, "wg6", true, 100)
 	}

@@ -76,6 +76,31 @@ __device__ __forceinline__ void wg9_cp_arrive(unsigned bar) {
 	asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
+// wg9_tmap is a CUtensorMap (runtime/cuda/tmap.go); wg9_maps the key and
+// value maps a TMA kernel takes as its last, __grid_constant__ parameter.
+struct __align__(64) wg9_tmap {
+	unsigned long long w[16];
+};
+struct wg9_maps {
+	wg9_tmap k, v;
+};
+
+// wg9_expect is the producer's arrival on the mbarrier at bar announcing
+// bytes of TMA copies that complete the phase.
+__device__ __forceinline__ void wg9_expect(unsigned bar, unsigned bytes) {
+	asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// wg9_tma copies the box of map at column x, row y into shared memory at
+// dst (1024-byte aligned: the 128-byte swizzle), its bytes completing on
+// the mbarrier at bar.
+__device__ __forceinline__ void wg9_tma(unsigned dst, const wg9_tmap* map, int x, int y, unsigned bar) {
+	asm volatile(
+		"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+		"l"(map), "r"(x), "r"(y), "r"(bar)
+		: "memory");
+}
+
 // wg9_load copies the BN rows from j0 of KV head kvh of one cache (keys or
 // values) into the tile at shared address st: the producer's thread ptid
 // (of NTH) copies rows cr + i·RPP, chunk cc; rows at or past kvEnd are
@@ -83,12 +108,14 @@ __device__ __forceinline__ void wg9_cp_arrive(unsigned bar) {
 template <int HD, int BN, int NTH, class KV>
 __device__ __forceinline__ void wg9_load(unsigned st, const bf16_t* c, const KV& kv, int kvh, int j0, int kvEnd, int ptid) {
 	constexpr int CPR = HD / 8, RPP = NTH / CPR, NP = BN / RPP;
+	static_assert(RPP % 8 == 0, "rows a pass keep the swizzle");
 	const int cr = ptid / CPR, cc = ptid % CPR;
+	const unsigned d = st + wg_swz<BN>(cr, cc);
 #pragma unroll
 	for (int i = 0; i < NP; i++) {
 		const int p = j0 + cr + i * RPP;
 		const bool ok = p < kvEnd;
-		wg_cp16(st + wg_swz<BN>(cr + i * RPP, cc), ok ? c + kv.row(p) + (usize)kvh * HD + cc * 8 : c, ok);
+		wg_cp16(d + i * RPP * 128, ok ? c + kv.row(p) + (usize)kvh * HD + cc * 8 : c, ok);
 	}
 }
 
@@ -97,20 +124,22 @@ __device__ __forceinline__ void wg9_load(unsigned st, const bf16_t* c, const KV&
 template <int HD, int BN, int NTH>
 __device__ __forceinline__ void wg9_load(unsigned st, const bf16_t* c, const wg_contig& kv, int kvh, int j0, int kvEnd, int ptid) {
 	constexpr int CPR = HD / 8, RPP = NTH / CPR, NP = BN / RPP;
+	static_assert(RPP % 8 == 0, "rows a pass keep the swizzle");
 	const int cr = ptid / CPR, cc = ptid % CPR;
+	const unsigned d = st + wg_swz<BN>(cr, cc);
 	const usize step = (usize)RPP * kv.rs;
 	const bf16_t* p = c + (usize)(j0 + cr) * kv.rs + (usize)kvh * HD + cc * 8;
 	if (j0 + BN <= kvEnd) {
 #pragma unroll
 		for (int i = 0; i < NP; i++) {
-			wg6_cp16(st + wg_swz<BN>(cr + i * RPP, cc), p);
+			wg6_cp16(d + i * RPP * 128, p);
 			p += step;
 		}
 	} else {
 #pragma unroll
 		for (int i = 0; i < NP; i++) {
 			const bool ok = j0 + cr + i * RPP < kvEnd;
-			wg_cp16(st + wg_swz<BN>(cr + i * RPP, cc), ok ? p : c, ok);
+			wg_cp16(d + i * RPP * 128, ok ? p : c, ok);
 			p += step;
 		}
 	}
@@ -137,14 +166,17 @@ __device__ __forceinline__ void wg9_load_q(unsigned sQ, const bf16_t* q, int h, 
 // CR (PR·128 + CR·256 = 64,512, the 168 a thread of 384 threads the block
 // starts with). Over a contiguous cache the producer needs few (24/240);
 // the paged pool's row lookups need more (40/232: 24 spilled, s22a).
-// FM and PW are the forms timed against each other (s22c): FM 0 the
-// consumers fence the proxies after each wait for a stage, 1 no fence
-// (cp.async's writes taken as visible to wgmma once the mbarrier says they
-// landed), 2 the producer waits for its own copies, fences and arrives;
-// PW the producer's warps that copy (4 or 1; the others exit).
-template <int HD, int BN, int NS, int PR, int CR, int FM, int PW, class KV>
+// With maps (wg9t) one producer thread copies each key and value tile in
+// HD/64 TMA boxes of BN rows × 64 columns (the 128-byte swizzled halves
+// of the tile), rows row0 + position of the maps (rows past a map's end
+// read as zeros; rows past kvEnd but inside it are later positions of the
+// same sequence or the next sequence's, finite, masked, and multiplied by
+// probabilities of exactly 0), and the consumers need no proxy fence (TMA
+// writes through the async proxy). Else the producer warpgroup copies with
+// cp.async and the consumers fence the proxies after each wait.
+template <int HD, int BN, int NS, int PR, int CR, class KV>
 __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
-		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv) {
+		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv, const wg9_maps* maps = nullptr, int row0 = 0) {
 	constexpr int BM = WG_BM;
 	constexpr int QT = BM * HD * 2;          // bytes of the query tile
 	constexpr int TILE = BN * HD * 2;        // bytes of a key or value tile
@@ -172,8 +204,8 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 	if (tid == 0) {
 #pragma unroll
 		for (int s = 0; s < NS; s++) {
-			wg9_mbar_init(kFull(s), PW * 32);
-			wg9_mbar_init(vFull(s), PW * 32);
+			wg9_mbar_init(kFull(s), maps ? 1 : 128);
+			wg9_mbar_init(vFull(s), maps ? 1 : 128);
 			wg9_mbar_init(kEmpty(s), 8);
 			wg9_mbar_init(vEmpty(s), 8);
 		}
@@ -184,25 +216,32 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 	if (wg == 0) {  // the producer
 		static_assert(PR * 128 + CR * 256 == 64512 && PR % 8 == 0 && CR % 8 == 0, "registers: the block's 168 a thread, in eights");
 		asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PR) : "memory");
-		if (tid >= PW * 32) return;
-		const auto signal = [&](unsigned bar) {
-			if constexpr (FM == 2) {
-				asm volatile("cp.async.wait_all;\n" ::: "memory");
-				asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-				wg9_mbar_arrive(bar);
-			} else {
-				wg9_cp_arrive(bar);
+		if (maps) {
+			if (tid != 0) return;
+			for (int t = jfirst; t < ntiles; t++) {
+				const int s = stage(t);
+				const unsigned st = sKV + (unsigned)s * (2 * TILE), ph = phase(t);
+				wg9_mbar_wait(kEmpty(s), ph ^ 1u);
+				wg9_expect(kFull(s), TILE);
+#pragma unroll
+				for (int hh = 0; hh < HD / 64; hh++) wg9_tma(st + hh * (BN * 128), &maps->k, kvh * HD + hh * 64, row0 + t * BN, kFull(s));
+				wg9_mbar_wait(vEmpty(s), ph ^ 1u);
+				wg9_expect(vFull(s), TILE);
+#pragma unroll
+				for (int hh = 0; hh < HD / 64; hh++)
+					wg9_tma(st + TILE + hh * (BN * 128), &maps->v, kvh * HD + hh * 64, row0 + t * BN, vFull(s));
 			}
-		};
+			return;
+		}
 		for (int t = jfirst; t < ntiles; t++) {
 			const int s = stage(t);
 			const unsigned st = sKV + (unsigned)s * (2 * TILE), ph = phase(t);
 			wg9_mbar_wait(kEmpty(s), ph ^ 1u);
-			wg9_load<HD, BN, PW * 32>(st, kc, kv, kvh, t * BN, kvEnd, tid);
-			signal(kFull(s));
+			wg9_load<HD, BN, 128>(st, kc, kv, kvh, t * BN, kvEnd, tid);
+			wg9_cp_arrive(kFull(s));
 			wg9_mbar_wait(vEmpty(s), ph ^ 1u);
-			wg9_load<HD, BN, PW * 32>(st + TILE, vc, kv, kvh, t * BN, kvEnd, tid);
-			signal(vFull(s));
+			wg9_load<HD, BN, 128>(st + TILE, vc, kv, kvh, t * BN, kvEnd, tid);
+			wg9_cp_arrive(vFull(s));
 		}
 		asm volatile("cp.async.wait_all;\n" ::: "memory");  // its copies land before it exits
 		return;
@@ -344,7 +383,7 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 			wg9_mbar_wait(vFull(stage(t)), phase(t));
 			release(vEmpty(stage(t)));
 		}
-		if constexpr (FM == 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+		if (!maps) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 		wg6_bar_sync(1 + cw);  // this consumer's turn
 		if (vis && pending) {
 			issue(t, wg6_flag<true>(), wg6_flag<true>());
@@ -370,7 +409,7 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 	}
 	if (pending) {  // the last P·V
 		wg9_mbar_wait(vFull(stage(tp)), phase(tp));
-		if constexpr (FM == 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+		if (!maps) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 		wg_pin<ON>(o);
 		wg_fence();
 		pv();
@@ -388,38 +427,39 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 // (prefill_wg6.cu: fixed-length with the last query tile first, varlen
 // over the paged pool, varlen over packed contiguous rows).
 
-// prefill_wg9_fixed: prefill_wg6_fixed with wg9's body.
-template <int HD, int FM = 0, int PW = 4>
+// prefill_wg9_fixed: prefill_wg6_fixed with wg9's body (maps: wg9t's).
+template <int HD>
 __device__ __forceinline__ void prefill_wg9_fixed(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H, int K,
-		const int* posp, int pos0, float scale_log2, int window) {
+		const int* posp, int pos0, float scale_log2, int window, const wg9_maps* maps = nullptr) {
 	const wg_contig kv = {(usize)K * HD};
-	prefill_wg9_body<HD, 128, 3, 24, 240, FM, PW>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
-		ft_pos(posp, pos0), scale_log2, window, kv);
+	prefill_wg9_body<HD, 128, 3, 24, 240>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
+		ft_pos(posp, pos0), scale_log2, window, kv, maps);
 }
 
 // prefill_wg9_varlen_paged: prefill_wg6_varlen_paged with wg9's body.
-template <int HD, int FM = 0, int PW = 4>
+template <int HD>
 __device__ __forceinline__ void prefill_wg9_varlen_paged(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K,
 		const int* tiles, const int* qStarts, const int* lens, const int* table, int maxBlocks, int bs, float scale_log2, int window) {
 	const int h = blockIdx.x, seq = tiles[2 * blockIdx.y], qtile = tiles[2 * blockIdx.y + 1];
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD;
 	const wg_paged kv = {table + (usize)seq * maxBlocks, bs, (usize)K * HD};
-	prefill_wg9_body<HD, 128, 3, 40, 232, FM, PW>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
+	prefill_wg9_body<HD, 128, 3, 40, 232>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
 		scale_log2, window, kv);
 }
 
-// prefill_wg9_varlen_contig: prefill_wg6_varlen_contig with wg9's body.
-template <int HD, int FM = 0, int PW = 4>
+// prefill_wg9_varlen_contig: prefill_wg6_varlen_contig with wg9's body
+// (maps: wg9t's, over the whole packed k and v).
+template <int HD>
 __device__ __forceinline__ void prefill_wg9_varlen_contig(bf16_t* out, const bf16_t* q, const bf16_t* k, const bf16_t* v, int H, int K,
-		const int* tiles, const int* qStarts, float scale_log2, int window) {
+		const int* tiles, const int* qStarts, float scale_log2, int window, const wg9_maps* maps = nullptr) {
 	const int h = blockIdx.x;
 	const int seq = tiles[2 * blockIdx.y], qtile = tiles[2 * blockIdx.y + 1];
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD, ks = (usize)K * HD;
 	const wg_contig kv = {ks};
-	prefill_wg9_body<HD, 128, 3, 24, 240, FM, PW>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
-		qtile, 0, scale_log2, window, kv);
+	prefill_wg9_body<HD, 128, 3, 24, 240>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
+		qtile, 0, scale_log2, window, kv, maps, q0);
 }
 
 // attn_prefill_wg9_d128_bf16: as wg6's, head width 128.
@@ -455,55 +495,27 @@ extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_contig_prefi
 	prefill_wg9_varlen_contig<64>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
 }
 
-// Forms of wg9 timed against it (FM, PW: prefill_wg9_body), head width
-// 128 only, each with wg9's three kernels: wg9n (no proxy fence), wg9w (no
-// fence, one copying warp), wg9p (the producer fences).
+// Variant wg9t: wg9 with the key and value tiles copied by TMA (one
+// producer thread; prefill_wg9_body), head width 128, its maps
+// (runtime/cuda TensorMapBF16: the cache's or packed rows' K·128 columns,
+// boxes of 128 rows × 64 columns) its last parameter. The fixed-length
+// kernel's maps end at the forward's last position (pos + T rows); the
+// paged pool keeps wg9's cp.async copies.
 
-// attn_prefill_wg9n_d128_bf16: wg9's, no proxy fence.
-extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_prefill_wg9n_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
-		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
-	prefill_wg9_fixed<128, 1, 4>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
+// attn_prefill_wg9t_d128_bf16: wg9's, copies by TMA.
+extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_prefill_wg9t_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
+		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window, const __grid_constant__ wg9_maps maps) {
+	prefill_wg9_fixed<128>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window, &maps);
 }
-// attn_varlen_prefill_wg9n_d128_bf16: wg9's, no proxy fence.
-extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_prefill_wg9n_d128_bf16(bf16_t* out, const bf16_t* q,
+// attn_varlen_prefill_wg9t_d128_bf16: wg9's (cp.async copies).
+extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_prefill_wg9t_d128_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
 		int maxBlocks, int bs, float scale_log2, int window) {
-	prefill_wg9_varlen_paged<128, 1, 4>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
+	prefill_wg9_varlen_paged<128>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
 }
-// attn_varlen_contig_prefill_wg9n_d128_bf16: wg9's, no proxy fence.
-extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_contig_prefill_wg9n_d128_bf16(bf16_t* out, const bf16_t* q,
-		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
-	prefill_wg9_varlen_contig<128, 1, 4>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
-}
-// attn_prefill_wg9w_d128_bf16: wg9's, no fence, one copying warp.
-extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_prefill_wg9w_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
-		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
-	prefill_wg9_fixed<128, 1, 1>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
-}
-// attn_varlen_prefill_wg9w_d128_bf16: wg9's, no fence, one copying warp.
-extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_prefill_wg9w_d128_bf16(bf16_t* out, const bf16_t* q,
-		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
-		int maxBlocks, int bs, float scale_log2, int window) {
-	prefill_wg9_varlen_paged<128, 1, 1>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
-}
-// attn_varlen_contig_prefill_wg9w_d128_bf16: wg9's, no fence, one copying warp.
-extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_contig_prefill_wg9w_d128_bf16(bf16_t* out, const bf16_t* q,
-		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
-	prefill_wg9_varlen_contig<128, 1, 1>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
-}
-// attn_prefill_wg9p_d128_bf16: wg9's, the producer fences.
-extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_prefill_wg9p_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
-		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
-	prefill_wg9_fixed<128, 2, 4>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
-}
-// attn_varlen_prefill_wg9p_d128_bf16: wg9's, the producer fences.
-extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_prefill_wg9p_d128_bf16(bf16_t* out, const bf16_t* q,
-		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
-		int maxBlocks, int bs, float scale_log2, int window) {
-	prefill_wg9_varlen_paged<128, 2, 4>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
-}
-// attn_varlen_contig_prefill_wg9p_d128_bf16: wg9's, the producer fences.
-extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_contig_prefill_wg9p_d128_bf16(bf16_t* out, const bf16_t* q,
-		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
-	prefill_wg9_varlen_contig<128, 2, 4>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
+// attn_varlen_contig_prefill_wg9t_d128_bf16: wg9's, copies by TMA.
+extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_contig_prefill_wg9t_d128_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window,
+		const __grid_constant__ wg9_maps maps) {
+	prefill_wg9_varlen_contig<128>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window, &maps);
 }

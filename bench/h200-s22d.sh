@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Session 22, call d (about 5 minutes): variant wg9t (wg9 with the key and
+# value tiles copied by TMA from one producer thread; s22c: wg9's cp.async
+# producer left the consumers waiting, 47.6 ms of attention at prefill
+# 8,192 against wg6's 39.7): tests (tensor maps; wg6's outputs bit for
+# bit), kernel tables at prefill 8,192 and 64 x 512 packed against wg6 and
+# wg9, forwards interleaved (issue 15).
+# Usage (repo root, GPU machine): bash bench/h200-s22d.sh OUTDIR
+set -uo pipefail
+source .devtools/env.sh
+out=${1:?}; mkdir -p "$out"
+source bench/lib.sh
+BUDGET=300
+compile_tests kernels/cudabackend runtime/cuda
+build_cuda
+export FT_KERNEL_CACHE=$PWD/bin/kernels
+(MT=240 make_models) &
+wait
+git rev-parse --short HEAD >"$out/commit.txt" 2>/dev/null
+log tests
+TT=60 runt tmap cuda runtime/cuda 'TestTensorMapBF16'
+TT=180 runt wg9 cudabackend kernels/cudabackend 'TestPrefillWGModule|TestPrefillWG9Quick|TestVarlenContigKernels'
+cat "$out/tests.txt" | tee -a "$out/summary.txt"
+grep -h -B2 -A12 -- '--- FAIL' "$out"/test-*.log | head -60
+grep -h 'registers\|differ from' "$out"/test-wg9.log | sort | uniq | head -40 | tee -a "$out/summary.txt"
+grep -q 'panic\|timed out' "$out/test-wg9.log" && { finish; exit 0; }
+log figures
+P="--model $m --budgets resident --mode prefill --warmup 1"
+for v in wg9t wg9 wg6; do one pf-$v-kp FT_PREFILL_VARIANT=$v -- $P --tokens 8192 --iters 1 --kernel-profile; done
+for v in wg9t wg6; do one pk-$v-kp FT_PREFILL_VARIANT=$v -- $P --batch 64 --tokens 512 --iters 1 --kernel-profile; done
+for r in a b; do for v in wg9t wg6; do one pf-$v-$r FT_PREFILL_VARIANT=$v -- $P --tokens 8192 --iters 3; done; done
+for v in wg9t wg6; do one pk-$v FT_PREFILL_VARIANT=$v -- $P --batch 64 --tokens 512 --iters 2; done
+left 250 && { FT_PREFILL_VARIANT=wg9t timeout 40 ncu --clock-control none -k regex:attn_prefill_wg9t --launch-skip 40 --launch-count 1 \
+  --section SpeedOfLight --section WarpStateStats --section InstructionStats --section SchedulerStats \
+  --page details --print-details all $b bench --device cuda:0 --budgets resident --model $m \
+  --mode prefill --tokens 8192 --iters 1 --warmup 1 >"$out/ncu-wg9t.txt" 2>&1; }
+finish
