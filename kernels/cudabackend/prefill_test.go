@@ -374,6 +374,9 @@ func TestPrefillWGModule(t *testing.T) {
 // testPrefillWGModule is TestPrefillWGModule for the sm90a variant wg.
 func testPrefillWGModule(t *testing.T, wg prefillVariant) {
 	for _, d := range []int{64, 128} {
+		if !wg.hasWidth(d) {
+			continue
+		}
 		for _, varlen := range []bool{false, true} {
 			f := gb.prefillKernel(wg, d, varlen)
 			if gb.dev.ComputeCapability() != 90 {

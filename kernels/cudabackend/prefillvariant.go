@@ -75,6 +75,10 @@ var prefillVariants = []prefillVariant{
 	// parameter), head width 128; over the paged pool wg9's copies.
 	{name: "wg9t", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
 		tma: true, extra: "prefill_wg9.cu"},
+	// wg9t with FlashAttention-3's intra-warpgroup overlap: a consumer's
+	// softmax probabilities of a tile while its P·V of the previous runs.
+	{name: "wg9o", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
+		tma: true, extra: "prefill_wg9.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200

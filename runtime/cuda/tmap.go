@@ -39,9 +39,13 @@ static int ft_resolve_tmap(void) {
 // ft_tmap_bf16_2d encodes a map of a bf16 matrix of rows × cols elements,
 // rows stride bytes apart, copied in boxes of boxRows × boxCols with the
 // 128-byte swizzle, rows outside the matrix read as zeros.
-static CUresult ft_tmap_bf16_2d(uint64_t* out, uint64_t addr, uint64_t cols, uint64_t rows, uint64_t stride,
+static CUresult ft_tmap_bf16_2d(CUcontext ctx, uint64_t* out, uint64_t addr, uint64_t cols, uint64_t rows, uint64_t stride,
 		unsigned boxCols, unsigned boxRows) {
 	if (!ft_tmap_encode_ptr) return CUDA_ERROR_NOT_SUPPORTED;
+	CUcontext cur = NULL;
+	CUresult r = cuCtxGetCurrent(&cur);  // the encoder checks the address against the current context
+	if (r != CUDA_SUCCESS) return r;
+	if (cur != ctx && (r = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS) return r;
 	uint64_t m[16] __attribute__((aligned(64)));  // the encoder wants 64-byte alignment
 	uint64_t dims[2] = {cols, rows};
 	uint64_t strides[1] = {stride};
@@ -49,7 +53,7 @@ static CUresult ft_tmap_bf16_2d(uint64_t* out, uint64_t addr, uint64_t cols, uin
 	unsigned es[2] = {1, 1};
 	// CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 9, INTERLEAVE_NONE 0, SWIZZLE_128B 3,
 	// L2_PROMOTION_L2_256B 3, FLOAT_OOB_FILL_NONE 0 (zeros).
-	CUresult r = ft_tmap_encode_ptr(m, 9, 2, (void*)(uintptr_t)addr, dims, strides, box, es, 0, 3, 3, 0);
+	r = ft_tmap_encode_ptr(m, 9, 2, (void*)(uintptr_t)addr, dims, strides, box, es, 0, 3, 3, 0);
 	for (int i = 0; i < 16; i++) out[i] = m[i];
 	return r;
 }
@@ -93,7 +97,7 @@ func (d *Device) TensorMapBF16(ptr uintptr, cols, rows, rowBytes, boxCols, boxRo
 	case boxCols <= 0 || boxCols*2 > 128 || boxRows <= 0 || boxRows > 256:
 		return m, fmt.Errorf("cuda: tensor map box of %d × %d elements (at most 256 rows of 128 bytes)", boxRows, boxCols)
 	}
-	r := C.ft_tmap_bf16_2d((*C.uint64_t)(unsafe.Pointer(&m[0])), C.uint64_t(ptr), C.uint64_t(cols), C.uint64_t(rows),
+	r := C.ft_tmap_bf16_2d(d.ctx, (*C.uint64_t)(unsafe.Pointer(&m[0])), C.uint64_t(ptr), C.uint64_t(cols), C.uint64_t(rows),
 		C.uint64_t(rowBytes), C.unsigned(boxCols), C.unsigned(boxRows))
 	return m, check("cuTensorMapEncodeTiled", r)
 }

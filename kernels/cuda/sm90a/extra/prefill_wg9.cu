@@ -101,6 +101,18 @@ __device__ __forceinline__ void wg9_tma(unsigned dst, const wg9_tmap* map, int x
 		: "memory");
 }
 
+// wg_wait1 waits until at most one wgmma group of the warpgroup is pending.
+__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+
+// wg9_pin_pf keeps the A fragments of an in-flight P·V alive (an empty asm
+// that "writes" them), so that the compiler does not reuse their registers
+// before the wait that follows the P·V.
+template <int PS>
+__device__ __forceinline__ void wg9_pin_pf(unsigned (&pf)[PS][4]) {
+#pragma unroll
+	for (int i = 0; i < PS; i++) asm volatile("" : "+r"(pf[i][0]), "+r"(pf[i][1]), "+r"(pf[i][2]), "+r"(pf[i][3])::"memory");
+}
+
 // wg9_load copies the BN rows from j0 of KV head kvh of one cache (keys or
 // values) into the tile at shared address st: the producer's thread ptid
 // (of NTH) copies rows cr + i·RPP, chunk cc; rows at or past kvEnd are
@@ -174,7 +186,7 @@ __device__ __forceinline__ void wg9_load_q(unsigned sQ, const bf16_t* q, int h, 
 // probabilities of exactly 0), and the consumers need no proxy fence (TMA
 // writes through the async proxy). Else the producer warpgroup copies with
 // cp.async and the consumers fence the proxies after each wait.
-template <int HD, int BN, int NS, int PR, int CR, class KV>
+template <int HD, int BN, int NS, int PR, int CR, bool OV, class KV>
 __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
 		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv, const wg9_maps* maps = nullptr, int row0 = 0) {
 	constexpr int BM = WG_BM;
@@ -308,7 +320,15 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 		wg_commit();
 	};
 
-	const auto softmax = [&](int t) {
+	// The softmax of a tile in two parts: probs masks S, moves the maxima
+	// and computes the probabilities (into pf, or with OV into s, as
+	// floats: pf still feeds the P·V in flight) and their row sums; finish
+	// rescales the row sums and output (with OV once that P·V is done) and
+	// packs s into pf. Split or not, the same operations on the same
+	// values in the same order.
+	bool moved = false;
+	float a0 = 1.f, a1 = 1.f, rs0 = 0.f, rs1 = 0.f;
+	const auto probs = [&](int t) {
 		const int j0 = t * BN;
 		const bool edge = j0 + BN - 1 > wq0 || (window > 0 && j0 < wq1 - window + 1);
 		if (edge) {
@@ -339,15 +359,17 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 		mx1 = fmaxf(mx1, __shfl_xor_sync(FT_FULL, mx1, 2));
 		const float mn0 = fmaxf(m0, mx0 * scale_log2), mn1 = fmaxf(m1, mx1 * scale_log2);
 		const float ms0 = mn0 == -FT_INF ? 0.f : mn0, ms1 = mn1 == -FT_INF ? 0.f : mn1;
-		const bool moved = __any_sync(FT_FULL, mn0 != m0 || mn1 != m1);
-		float a0 = 1.f, a1 = 1.f;
+		moved = __any_sync(FT_FULL, mn0 != m0 || mn1 != m1);
+		a0 = 1.f;
+		a1 = 1.f;
 		if (moved) {
 			a0 = wg_ex2(m0 - ms0);
 			a1 = wg_ex2(m1 - ms1);
 		}
 		m0 = mn0;
 		m1 = mn1;
-		float rs0 = 0.f, rs1 = 0.f;
+		rs0 = 0.f;
+		rs1 = 0.f;
 #pragma unroll
 		for (int i = 0; i < BN / 8; i++) {
 			const float p0 = wg_ex2(fmaf(s[4 * i + 0], scale_log2, -ms0));
@@ -356,8 +378,24 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 			const float p3 = wg_ex2(fmaf(s[4 * i + 3], scale_log2, -ms1));
 			rs0 += p0 + p1;
 			rs1 += p2 + p3;
-			pf[i >> 1][(i & 1) * 2 + 0] = pack_bf16(p0, p1);
-			pf[i >> 1][(i & 1) * 2 + 1] = pack_bf16(p2, p3);
+			if constexpr (OV) {
+				s[4 * i + 0] = p0;
+				s[4 * i + 1] = p1;
+				s[4 * i + 2] = p2;
+				s[4 * i + 3] = p3;
+			} else {
+				pf[i >> 1][(i & 1) * 2 + 0] = pack_bf16(p0, p1);
+				pf[i >> 1][(i & 1) * 2 + 1] = pack_bf16(p2, p3);
+			}
+		}
+	};
+	const auto finish = [&]() {
+		if constexpr (OV) {
+#pragma unroll
+			for (int i = 0; i < BN / 8; i++) {
+				pf[i >> 1][(i & 1) * 2 + 0] = pack_bf16(s[4 * i + 0], s[4 * i + 1]);
+				pf[i >> 1][(i & 1) * 2 + 1] = pack_bf16(s[4 * i + 2], s[4 * i + 3]);
+			}
 		}
 		if (moved) {
 			l0 = l0 * a0 + rs0;
@@ -385,6 +423,25 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 		}
 		if (!maps) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 		wg6_bar_sync(1 + cw);  // this consumer's turn
+		if (OV && vis && pending) {
+			// S of this tile and P·V of the previous in two groups; the
+			// softmax's probabilities while the P·V runs.
+			issue(t, wg6_flag<true>(), wg6_flag<false>());
+			pv();
+			wg_commit();
+			if (cw == 0 || t < ntiles - 1) wg6_bar_arrive(2 - cw);
+			wg_wait1();
+			wg_pin<SN>(s);
+			release(kEmpty(stage(t)));
+			probs(t);
+			wg_wait0();
+			wg_pin<ON>(o);
+			wg9_pin_pf<PS>(pf);
+			release(vEmpty(stage(tp)));
+			finish();
+			tp = t;
+			continue;
+		}
 		if (vis && pending) {
 			issue(t, wg6_flag<true>(), wg6_flag<true>());
 		} else if (vis) {
@@ -402,7 +459,8 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 		if (pending) release(vEmpty(stage(tp)));
 		pending = false;
 		if (vis) {
-			softmax(t);
+			probs(t);
+			finish();
 			pending = true;
 			tp = t;
 		}
@@ -428,29 +486,29 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 // over the paged pool, varlen over packed contiguous rows).
 
 // prefill_wg9_fixed: prefill_wg6_fixed with wg9's body (maps: wg9t's).
-template <int HD>
+template <int HD, bool OV = false>
 __device__ __forceinline__ void prefill_wg9_fixed(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H, int K,
 		const int* posp, int pos0, float scale_log2, int window, const wg9_maps* maps = nullptr) {
 	const wg_contig kv = {(usize)K * HD};
-	prefill_wg9_body<HD, 128, 3, 24, 240>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
+	prefill_wg9_body<HD, 128, 3, 24, 240, OV>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
 		ft_pos(posp, pos0), scale_log2, window, kv, maps);
 }
 
 // prefill_wg9_varlen_paged: prefill_wg6_varlen_paged with wg9's body.
-template <int HD>
+template <int HD, bool OV = false>
 __device__ __forceinline__ void prefill_wg9_varlen_paged(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K,
 		const int* tiles, const int* qStarts, const int* lens, const int* table, int maxBlocks, int bs, float scale_log2, int window) {
 	const int h = blockIdx.x, seq = tiles[2 * blockIdx.y], qtile = tiles[2 * blockIdx.y + 1];
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD;
 	const wg_paged kv = {table + (usize)seq * maxBlocks, bs, (usize)K * HD};
-	prefill_wg9_body<HD, 128, 3, 40, 232>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
+	prefill_wg9_body<HD, 128, 3, 40, 232, OV>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
 		scale_log2, window, kv);
 }
 
 // prefill_wg9_varlen_contig: prefill_wg6_varlen_contig with wg9's body
 // (maps: wg9t's, over the whole packed k and v).
-template <int HD>
+template <int HD, bool OV = false>
 __device__ __forceinline__ void prefill_wg9_varlen_contig(bf16_t* out, const bf16_t* q, const bf16_t* k, const bf16_t* v, int H, int K,
 		const int* tiles, const int* qStarts, float scale_log2, int window, const wg9_maps* maps = nullptr) {
 	const int h = blockIdx.x;
@@ -458,7 +516,7 @@ __device__ __forceinline__ void prefill_wg9_varlen_contig(bf16_t* out, const bf1
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD, ks = (usize)K * HD;
 	const wg_contig kv = {ks};
-	prefill_wg9_body<HD, 128, 3, 24, 240>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
+	prefill_wg9_body<HD, 128, 3, 24, 240, OV>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
 		qtile, 0, scale_log2, window, kv, maps, q0);
 }
 
@@ -518,4 +576,27 @@ extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_contig_prefi
 		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window,
 		const __grid_constant__ wg9_maps maps) {
 	prefill_wg9_varlen_contig<128>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window, &maps);
+}
+
+// Variant wg9o: wg9t with FlashAttention-3's intra-warpgroup overlap (OV
+// in prefill_wg9_body): a consumer's softmax probabilities of a tile are
+// computed while its P·V of the previous tile runs; the same operations in
+// the same order as wg6.
+
+// attn_prefill_wg9o_d128_bf16: wg9t's with the overlap.
+extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_prefill_wg9o_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
+		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window, const __grid_constant__ wg9_maps maps) {
+	prefill_wg9_fixed<128, true>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window, &maps);
+}
+// attn_varlen_prefill_wg9o_d128_bf16: wg9's (cp.async copies) with the overlap.
+extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_prefill_wg9o_d128_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
+		int maxBlocks, int bs, float scale_log2, int window) {
+	prefill_wg9_varlen_paged<128, true>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
+}
+// attn_varlen_contig_prefill_wg9o_d128_bf16: wg9t's with the overlap.
+extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_contig_prefill_wg9o_d128_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window,
+		const __grid_constant__ wg9_maps maps) {
+	prefill_wg9_varlen_contig<128, true>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window, &maps);
 }
