@@ -79,6 +79,9 @@ var prefillVariants = []prefillVariant{
 	// softmax probabilities of a tile while its P·V of the previous runs.
 	{name: "wg9o", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
 		tma: true, extra: "prefill_wg9.cu"},
+	// wg9o without the turns between the consumers.
+	{name: "wg9f", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
+		tma: true, extra: "prefill_wg9.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200

@@ -76,7 +76,7 @@ func TestChoosePrefillVariant(t *testing.T) {
 // the blocks per SM it is built for within the H100/H200's 227 KiB per SM
 // (each block also reserves 1 KiB), and one block fits the 227 KiB limit.
 func TestPrefillVariantSmem(t *testing.T) {
-	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg6": 230400, "wg9": 230400, "wg9t": 230400, "wg9o": 230400}
+	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg6": 230400, "wg9": 230400, "wg9t": 230400, "wg9o": 230400, "wg9f": 230400}
 	for _, v := range prefillVariants {
 		n := v.smem(128)
 		if n != want[v.name] {

@@ -33,7 +33,7 @@ func TestPrefillWG6Quick(t *testing.T) {
 // sums in the same order as wg6, so its outputs must equal wg6's bit for
 // bit (and hold the CPU reference).
 func TestPrefillWG9Quick(t *testing.T) {
-	for _, v := range []string{"wg9", "wg9t", "wg9o"} {
+	for _, v := range []string{"wg9", "wg9t", "wg9o", "wg9f"} {
 		testPrefillWGQuick(t, v, "wg6", true, 0)
 		testPrefillWGQuick(t, v, "wg6", true, 100)
 	}

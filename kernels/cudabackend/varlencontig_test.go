@@ -101,7 +101,7 @@ func TestVarlenContigKernelNames(t *testing.T) {
 			name := v.contigKernel(d)
 			switch {
 			case (v.name == "wg6" || v.name == "wg9") && (d == 64 || d == 128),
-				(v.name == "wg9t" || v.name == "wg9o") && d == 128:
+				(v.name == "wg9t" || v.name == "wg9o" || v.name == "wg9f") && d == 128:
 				if want := fmt.Sprintf("attn_varlen_contig_prefill_%s_d%d_bf16", v.name, d); name != want {
 					t.Errorf("%s d%d: %q, want %q", v.name, d, name, want)
 				}

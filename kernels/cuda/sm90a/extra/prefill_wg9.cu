@@ -178,6 +178,8 @@ __device__ __forceinline__ void wg9_load_q(unsigned sQ, const bf16_t* q, int h, 
 // CR (PR·128 + CR·256 = 64,512, the 168 a thread of 384 threads the block
 // starts with). Over a contiguous cache the producer needs few (24/240);
 // the paged pool's row lookups need more (40/232: 24 spilled, s22a).
+// PP false (wg9f) drops the turns: each consumer issues its products when
+// ready and the tensor cores take them in the order they come.
 // With maps (wg9t) one producer thread copies each key and value tile in
 // HD/64 TMA boxes of BN rows × 64 columns (the 128-byte swizzled halves
 // of the tile), rows row0 + position of the maps (rows past a map's end
@@ -186,7 +188,7 @@ __device__ __forceinline__ void wg9_load_q(unsigned sQ, const bf16_t* q, int h, 
 // probabilities of exactly 0), and the consumers need no proxy fence (TMA
 // writes through the async proxy). Else the producer warpgroup copies with
 // cp.async and the consumers fence the proxies after each wait.
-template <int HD, int BN, int NS, int PR, int CR, bool OV, class KV>
+template <int HD, int BN, int NS, int PR, int CR, bool OV, bool PP, class KV>
 __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
 		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv, const wg9_maps* maps = nullptr, int row0 = 0) {
 	constexpr int BM = WG_BM;
@@ -275,7 +277,7 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 	cp_async_wait0();
 	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 	asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory");
-	if (cw == 1) wg6_bar_arrive(1);  // consumer 0 takes the first turn
+	if (PP && cw == 1) wg6_bar_arrive(1);  // consumer 0 takes the first turn
 
 	float o[ON];
 #pragma unroll
@@ -422,14 +424,14 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 			release(vEmpty(stage(t)));
 		}
 		if (!maps) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-		wg6_bar_sync(1 + cw);  // this consumer's turn
+		if (PP) wg6_bar_sync(1 + cw);  // this consumer's turn
 		if (OV && vis && pending) {
 			// S of this tile and P·V of the previous in two groups; the
 			// softmax's probabilities while the P·V runs.
 			issue(t, wg6_flag<true>(), wg6_flag<false>());
 			pv();
 			wg_commit();
-			if (cw == 0 || t < ntiles - 1) wg6_bar_arrive(2 - cw);
+			if (PP && (cw == 0 || t < ntiles - 1)) wg6_bar_arrive(2 - cw);
 			wg_wait1();
 			wg_pin<SN>(s);
 			release(kEmpty(stage(t)));
@@ -449,7 +451,7 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 		} else if (pending) {
 			issue(t, wg6_flag<false>(), wg6_flag<true>());
 		}
-		if (cw == 0 || t < ntiles - 1) wg6_bar_arrive(2 - cw);  // the other's turn
+		if (PP && (cw == 0 || t < ntiles - 1)) wg6_bar_arrive(2 - cw);  // the other's turn
 		if (vis || pending) {
 			wg_wait0();
 			wg_pin<SN>(s);
@@ -486,29 +488,29 @@ __device__ __forceinline__ void prefill_wg9_body(bf16_t* out, const bf16_t* q, c
 // over the paged pool, varlen over packed contiguous rows).
 
 // prefill_wg9_fixed: prefill_wg6_fixed with wg9's body (maps: wg9t's).
-template <int HD, bool OV = false>
+template <int HD, bool OV = false, bool PP = true>
 __device__ __forceinline__ void prefill_wg9_fixed(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H, int K,
 		const int* posp, int pos0, float scale_log2, int window, const wg9_maps* maps = nullptr) {
 	const wg_contig kv = {(usize)K * HD};
-	prefill_wg9_body<HD, 128, 3, 24, 240, OV>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
+	prefill_wg9_body<HD, 128, 3, 24, 240, OV, PP>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
 		ft_pos(posp, pos0), scale_log2, window, kv, maps);
 }
 
 // prefill_wg9_varlen_paged: prefill_wg6_varlen_paged with wg9's body.
-template <int HD, bool OV = false>
+template <int HD, bool OV = false, bool PP = true>
 __device__ __forceinline__ void prefill_wg9_varlen_paged(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K,
 		const int* tiles, const int* qStarts, const int* lens, const int* table, int maxBlocks, int bs, float scale_log2, int window) {
 	const int h = blockIdx.x, seq = tiles[2 * blockIdx.y], qtile = tiles[2 * blockIdx.y + 1];
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD;
 	const wg_paged kv = {table + (usize)seq * maxBlocks, bs, (usize)K * HD};
-	prefill_wg9_body<HD, 128, 3, 40, 232, OV>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
+	prefill_wg9_body<HD, 128, 3, 40, 232, OV, PP>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
 		scale_log2, window, kv);
 }
 
 // prefill_wg9_varlen_contig: prefill_wg6_varlen_contig with wg9's body
 // (maps: wg9t's, over the whole packed k and v).
-template <int HD, bool OV = false>
+template <int HD, bool OV = false, bool PP = true>
 __device__ __forceinline__ void prefill_wg9_varlen_contig(bf16_t* out, const bf16_t* q, const bf16_t* k, const bf16_t* v, int H, int K,
 		const int* tiles, const int* qStarts, float scale_log2, int window, const wg9_maps* maps = nullptr) {
 	const int h = blockIdx.x;
@@ -516,7 +518,7 @@ __device__ __forceinline__ void prefill_wg9_varlen_contig(bf16_t* out, const bf1
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD, ks = (usize)K * HD;
 	const wg_contig kv = {ks};
-	prefill_wg9_body<HD, 128, 3, 24, 240, OV>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
+	prefill_wg9_body<HD, 128, 3, 24, 240, OV, PP>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
 		qtile, 0, scale_log2, window, kv, maps, q0);
 }
 
@@ -599,4 +601,24 @@ extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_contig_prefi
 		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window,
 		const __grid_constant__ wg9_maps maps) {
 	prefill_wg9_varlen_contig<128, true>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window, &maps);
+}
+
+// Variant wg9f: wg9o without the turns (PP false in prefill_wg9_body).
+
+// attn_prefill_wg9f_d128_bf16: wg9o's without the turns.
+extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_prefill_wg9f_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
+		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window, const __grid_constant__ wg9_maps maps) {
+	prefill_wg9_fixed<128, true, false>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window, &maps);
+}
+// attn_varlen_prefill_wg9f_d128_bf16: wg9o's without the turns.
+extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_prefill_wg9f_d128_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
+		int maxBlocks, int bs, float scale_log2, int window) {
+	prefill_wg9_varlen_paged<128, true, false>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
+}
+// attn_varlen_contig_prefill_wg9f_d128_bf16: wg9o's without the turns.
+extern "C" __global__ void __launch_bounds__(WG9_NT, 1) attn_varlen_contig_prefill_wg9f_d128_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window,
+		const __grid_constant__ wg9_maps maps) {
+	prefill_wg9_varlen_contig<128, true, false>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window, &maps);
 }
