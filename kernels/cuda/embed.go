@@ -100,7 +100,7 @@ var sm90aExtraFiles embed.FS
 // SM90aExtras lists the .cu files of sm90a/extra/: experimental sm_90a
 // variants, each compiled as a module of its own only when its variant is
 // asked for, so that neither its compile time nor a compile error of it
-// reaches the default's module (sm90a/extra/README.md). prefill_wg9.cu (wg9) now.
+// reaches the default's module (sm90a/extra/README.md). None now.
 func SM90aExtras() []string {
 	entries, err := sm90aExtraFiles.ReadDir("sm90a/extra")
 	if err != nil {

@@ -28,7 +28,7 @@ func TestCheckEnvSwitch(t *testing.T) {
 		{"FT_VARLEN_CONTIG", "on", `"0", "1"`},
 		{"FT_DECODE_PIPE", "2", `"0", "1"`},
 		{"FT_FP8_GEMM_SCALES", "rescaled", `"rescale"`},
-		{"FT_PREFILL_VARIANT", "wg99", `"wg6"`},
+		{"FT_PREFILL_VARIANT", "wg9", `"wg6"`},
 		{"FT_DECODE_CHUNK", "-1", "non-negative integer"},
 		{"FT_DECODE_SPLIT", "32k", "non-negative integer"},
 		{"FT_DECODE_SPLITS", "x", "non-negative integer"},

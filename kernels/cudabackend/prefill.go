@@ -137,43 +137,14 @@ func (b *Backend) flashAttention(out, q, kc, vc uintptr, T, H, K, d int, posp, p
 		return true, fmt.Errorf("cudabackend: %w", err)
 	}
 	v = b.availablePrefill(v, d, false)
-	if v.tma && posp != 0 { // the maps end at the last position, which only the device knows here
-		if v, err = choosePrefillVariant(autoPrefillVariant, d, false, true); err != nil {
-			return true, fmt.Errorf("cudabackend: %w", err)
-		}
-		v = b.availablePrefill(v, d, false)
-	}
 	f := b.prefillKernel(v, d, false)
 	if f == nil {
 		return false, nil
 	}
-	args := []uint64{cuda.Ptr(out), cuda.Ptr(q), cuda.Ptr(kc), cuda.Ptr(vc),
-		cuda.I32(T), cuda.I32(H), cuda.I32(K), posp, p0, cuda.F32(scale), cuda.I32(window)}
-	if v.tma {
-		maps, err := b.tmaMaps(kc, vc, int(int32(uint32(p0)))+T, K*d)
-		if err != nil {
-			return true, fmt.Errorf("cudabackend: %s: %w", f.Name(), err)
-		}
-		args = append(args, maps...)
-	}
 	// Heads in x, query tiles in y: every head's latest tile starts first.
-	return true, f.Launch(b.s, cuda.Dim3{X: H, Y: (T + v.rows - 1) / v.rows}, cuda.Dim3{X: v.threads}, v.smem(d), args...)
-}
-
-// tmaMaps are the launch slots of the key and value tensor maps of a TMA
-// prefill kernel (prefillVariant.tma): rows × cols bf16 matrices at k and
-// v, rows cols·2 bytes apart, copied in boxes of 128 rows × 64 columns
-// (kernels/cuda/sm90a/extra/prefill_wg9.cu, wg9_maps).
-func (b *Backend) tmaMaps(k, v uintptr, rows, cols int) ([]uint64, error) {
-	mk, err := b.dev.TensorMapBF16(k, cols, rows, 2*cols, 64, 128)
-	if err != nil {
-		return nil, err
-	}
-	mv, err := b.dev.TensorMapBF16(v, cols, rows, 2*cols, 64, 128)
-	if err != nil {
-		return nil, err
-	}
-	return append(mk.Slots(), mv.Slots()...), nil
+	return true, f.Launch(b.s, cuda.Dim3{X: H, Y: (T + v.rows - 1) / v.rows}, cuda.Dim3{X: v.threads},
+		v.smem(d), cuda.Ptr(out), cuda.Ptr(q), cuda.Ptr(kc), cuda.Ptr(vc),
+		cuda.I32(T), cuda.I32(H), cuda.I32(K), posp, p0, cuda.F32(scale), cuda.I32(window))
 }
 
 // varlenFlash launches the varlen prefill kernel of head width d (the

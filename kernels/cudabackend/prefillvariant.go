@@ -24,8 +24,6 @@ type prefillVariant struct {
 	keys      int    // key positions per tile (sm90a variants)
 	stages    int    // key/value stages in shared memory (sm90a variants)
 	extra     string // sm90a variants: the file of kernels/cuda/sm90a/extra compiled in a module of its own ("": SourceSM90a's module)
-	tma       bool   // the contiguous and packed kernels take the key and value tensor maps (tmaMaps) as their last argument
-	copyWarps int    // warps that only copy (wg9's producer warpgroup), not among those the rows split over
 	contig    bool   // also built over packed contiguous keys and values of sequences starting at position 0 (contigKernel)
 }
 
@@ -63,25 +61,6 @@ var prefillVariants = []prefillVariant{
 	// Its varlen kernel also comes over the packed contiguous keys and
 	// values of fresh sequences (contig; FT_VARLEN_CONTIG, varlencontig.go).
 	{name: "wg6", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true},
-	// wg6 with FlashAttention-3's warp specialization
-	// (kernels/cuda/sm90a/extra/prefill_wg9.cu, a module of its own): a
-	// producer warpgroup copies the key/value tiles (mbarriers, no block
-	// barrier) and gives its registers to the two consumer warpgroups,
-	// which run wg6's turns; the same sums in the same order as wg6.
-	{name: "wg9", rows: 128, threads: 384, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true,
-		copyWarps: 4, extra: "prefill_wg9.cu"},
-	// wg9 with the key and value tiles copied by TMA (one producer
-	// thread; the maps, runtime/cuda.TensorMapBF16, its kernels' last
-	// parameter), head width 128; over the paged pool wg9's copies.
-	{name: "wg9t", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
-		tma: true, extra: "prefill_wg9.cu"},
-	// wg9t with FlashAttention-3's intra-warpgroup overlap: a consumer's
-	// softmax probabilities of a tile while its P·V of the previous runs.
-	{name: "wg9o", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
-		tma: true, extra: "prefill_wg9.cu"},
-	// wg9o without the turns between the consumers.
-	{name: "wg9f", rows: 128, threads: 384, qSmem: true, perSM: 1, sm90a: true, keys: 128, stages: 3, contig: true, copyWarps: 4,
-		tma: true, extra: "prefill_wg9.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200

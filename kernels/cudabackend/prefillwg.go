@@ -15,7 +15,7 @@ import (
 // prefillWG is one sm_90a module of the prefill attention on warpgroup
 // MMA: SourceSM90a (variants wg and wg6, kernels/cuda/sm90a/) where
 // extra is "", else SourceSM90aExtra(extra), an experimental variant's
-// file of kernels/cuda/sm90a/extra (wg9 now) compiled on its own so that its
+// file of kernels/cuda/sm90a/extra (none now) compiled on its own so that its
 // compile time and errors stay out of the default's module. Each is
 // compiled and loaded once, on compute capability 9.0 only: when the
 // backend is made with FT_PREFILL_VARIANT naming one of its variants, else

@@ -27,18 +27,6 @@ func TestPrefillWG6Quick(t *testing.T) {
 	testPrefillWGQuick(t, "wg6", "wg", true, 100)
 }
 
-// TestPrefillWG9Quick runs TestPrefillWG6Quick's cases on wg9 (wg6 with a
-// producer warpgroup and mbarriers, sm90a/extra/prefill_wg9.cu) and wg9t
-// (its copies by TMA): the same
-// sums in the same order as wg6, so its outputs must equal wg6's bit for
-// bit (and hold the CPU reference).
-func TestPrefillWG9Quick(t *testing.T) {
-	for _, v := range []string{"wg9", "wg9t", "wg9o", "wg9f"} {
-		testPrefillWGQuick(t, v, "wg6", true, 0)
-		testPrefillWGQuick(t, v, "wg6", true, 100)
-	}
-}
-
 // testPrefillWGQuick runs TestPrefillWG6Quick's cases on variant name with
 // window win, comparing with twin: reporting the outputs that differ and,
 // exact, failing on any further than a bf16 unit from twin's (on compute
@@ -67,9 +55,6 @@ func testPrefillWGQuick(t *testing.T, name, twin string, exact bool, win int) {
 		n, far := countDiffer(got, other), bf16Far(got, other)
 		if exact && far > 0 && gb.dev.ComputeCapability() == 90 {
 			t.Errorf("%d of %d outputs further than a bf16 unit from %s's (same sums, same order)", far, len(got), twin)
-		}
-		if exact && twin == "wg6" && n > 0 && gb.dev.ComputeCapability() == 90 {
-			t.Errorf("%d of %d outputs differ from %s's (the same sums in the same order)", n, len(got), twin)
 		}
 		t.Logf("%d of %d outputs differ from %s's", n, len(got), twin)
 	}

@@ -73,17 +73,10 @@ func (b *Backend) PackedPrefillAttention(out, q, k, v *runtime.Tensor, qStarts [
 	}
 	startsP := base + uintptr(4*len(tiles))
 	scale := float32(math.Log2E / math.Sqrt(float64(d)))
-	args := []uint64{cuda.Ptr(out.Ptr()), cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.I32(H), cuda.I32(K),
-		cuda.Ptr(base), cuda.Ptr(startsP), cuda.F32(scale), cuda.I32(window)}
-	if vr.tma {
-		maps, err := b.tmaMaps(k.Ptr(), v.Ptr(), T, K*d)
-		if err != nil {
-			return true, fmt.Errorf("cudabackend: %s: %w", name, err)
-		}
-		args = append(args, maps...)
-	}
 	// Heads in x, tiles (longest first) in y, as varlenFlash.
-	return true, f.Launch(b.s, cuda.Dim3{X: H, Y: nt}, cuda.Dim3{X: vr.threads}, vr.smem(d), args...)
+	return true, f.Launch(b.s, cuda.Dim3{X: H, Y: nt}, cuda.Dim3{X: vr.threads}, vr.smem(d),
+		cuda.Ptr(out.Ptr()), cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.I32(H), cuda.I32(K),
+		cuda.Ptr(base), cuda.Ptr(startsP), cuda.F32(scale), cuda.I32(window))
 }
 
 var _ kernels.PackedPrefillAttender = (*Backend)(nil)

@@ -14,6 +14,11 @@ package cuda
 // slots, which must be the kernel's last parameter (ft_launch copies the
 // slots contiguously and the driver reads the parameter's 128 bytes from
 // its first slot).
+//
+// No kernel of the project takes a map now: the prefill attention variant
+// that did (wg9t, session 22) measured slower than wg6 and was removed
+// (bench/RESULTS.md); the encoder stays for the next TMA kernel, tested
+// on the GPU by TestTensorMapBF16.
 
 /*
 #cgo LDFLAGS: -ldl
