@@ -8,7 +8,7 @@ set -uo pipefail
 source .devtools/env.sh
 out=${1:?}; mkdir -p "$out"
 source bench/lib.sh
-BUDGET=150
+BUDGET=185
 build_cuda
 export FT_KERNEL_CACHE=$PWD/bin/kernels
 (MT=240 make_models) &
