@@ -30,6 +30,18 @@ type MergedGateUpSiLUer interface {
 	GateUpSiLUMerged(out, x, wg, wu *runtime.Tensor) (ran bool, err error)
 }
 
+// FusedGateUpSiLUer runs a gated MLP's gate and up projections for many
+// rows as one GEMM whose epilogue applies silu·mul: out[T,I] =
+// silu(x·wgᵀ)·(x·wuᵀ), the two products never written out (they stay in
+// fp32 until the silu·mul, where the separate path rounds each to BF16).
+// Unlike MergedGateUpSiLUer the weights need not be adjacent. ran false:
+// the backend does not take the call (device, shapes, switched off),
+// nothing written; the caller runs the other paths.
+type FusedGateUpSiLUer interface {
+	// GateUpSiLUFused computes out = silu(x·wgᵀ)·(x·wuᵀ) as one fused GEMM, or reports ran false.
+	GateUpSiLUFused(out, x, wg, wu *runtime.Tensor) (ran bool, err error)
+}
+
 // Adjacent reports whether ws are back to back in one device buffer, each
 // starting where the one before ends (by offset in the buffer and by device
 // address on a GPU), all 2-D of one dtype and one column count: their rows together

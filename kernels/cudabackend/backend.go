@@ -196,6 +196,12 @@ type Backend struct {
 	NoMergedGEMM bool
 	merged       *runtime.DeviceBuffer // the merged GEMMs' scratch (merged.go)
 
+	// SwiGLUGEMM lets GateUpSiLUFused run (swiglugemm.go: gate, up and
+	// silu·mul of a many-token forward as one wgmma GEMM of our own); off,
+	// it declines. New sets it when FT_SWIGLU_GEMM=1 (A/B runs).
+	SwiGLUGEMM bool
+	swiglu     swigluModule
+
 	// NormTail lets MatMulAddNorm run (normtail.go: the one-token
 	// residual-adding GEMV whose last block writes the RMSNorm after it);
 	// off, it declines. New sets it when FT_NORM_TAIL=1 (A/B runs).
@@ -454,6 +460,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoMergedGEMM: noMergedFromEnv(),
 		NormTail:     normTailFromEnv(),
 		VarlenContig: varlenContigFromEnv(),
+		SwiGLUGEMM:   swigluGEMMFromEnv(),
 		DecodeMega:   decodeMegaFromEnv(),
 		AsyncDecode:  asyncDecodeFromEnv(),
 		GEMVEarly:    gemvEarlyFromEnv()}

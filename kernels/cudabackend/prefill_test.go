@@ -256,6 +256,39 @@ func TestRoPEStoreV8MatchesLegacy(t *testing.T) {
 	}
 }
 
+// timeGPU reports op's device time a call (CUDA events around b.N calls
+// after one untimed), and its TFLOP/s and GB/s where flops and bytes are
+// given.
+func timeGPU(b *testing.B, flops, bytes float64, op func() error) {
+	s := gdev.ComputeStream()
+	if err := op(); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start, _ := s.RecordEvent()
+	for i := 0; i < b.N; i++ {
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	end, _ := s.RecordEvent()
+	if err := end.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	el, _ := end.ElapsedSince(start)
+	sec := el.Seconds() / float64(b.N)
+	b.ReportMetric(sec*1e3, "ms/op")
+	if flops > 0 {
+		b.ReportMetric(flops/sec/1e12, "TFLOP/s")
+	}
+	if bytes > 0 {
+		b.ReportMetric(bytes/sec/1e9, "GB/s")
+	}
+}
+
 // BenchmarkPrefillAttention times Llama-3-8B's prefill attention (32 heads,
 // 8 KV heads, d 128): one sequence of 8,192 tokens over a contiguous cache
 // and 64 sequences × 512 tokens packed over a paged pool, with the legacy
@@ -283,35 +316,6 @@ func BenchmarkPrefillAttention(b *testing.B) {
 		}
 		return t
 	}
-	timeOp := func(b *testing.B, flops, bytes float64, op func() error) {
-		s := gdev.ComputeStream()
-		if err := op(); err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Synchronize(); err != nil {
-			b.Fatal(err)
-		}
-		b.ResetTimer()
-		start, _ := s.RecordEvent()
-		for i := 0; i < b.N; i++ {
-			if err := op(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		end, _ := s.RecordEvent()
-		if err := end.Synchronize(); err != nil {
-			b.Fatal(err)
-		}
-		el, _ := end.ElapsedSince(start)
-		sec := el.Seconds() / float64(b.N)
-		b.ReportMetric(sec*1e3, "ms/op")
-		if flops > 0 {
-			b.ReportMetric(flops/sec/1e12, "TFLOP/s")
-		}
-		if bytes > 0 {
-			b.ReportMetric(bytes/sec/1e9, "GB/s")
-		}
-	}
 	causal := func(n int) float64 { return 4 * float64(n) * float64(n+1) / 2 * H * d }
 	for _, mode := range prefillModes(d) {
 		name := mode
@@ -319,7 +323,7 @@ func BenchmarkPrefillAttention(b *testing.B) {
 			const T = 8192
 			q, out, kc, vc := tensor(T, H, d), tensor(T, H, d), tensor(T, K, d), tensor(T, K, d)
 			withPrefill(mode, func() {
-				timeOp(b, causal(T), 0, func() error { return gb.Attention(out, q, kc, vc, 0) })
+				timeGPU(b, causal(T), 0, func() error { return gb.Attention(out, q, kc, vc, 0) })
 			})
 		})
 		b.Run(name+"/varlen-64x512", func(b *testing.B) {
@@ -336,7 +340,7 @@ func BenchmarkPrefillAttention(b *testing.B) {
 				}
 			}
 			withPrefill(mode, func() {
-				timeOp(b, N*causal(L), 0, func() error { return gb.VarlenPrefillAttention(out, q, kp, vp, qStarts, kv, 0) })
+				timeGPU(b, N*causal(L), 0, func() error { return gb.VarlenPrefillAttention(out, q, kp, vp, qStarts, kv, 0) })
 			})
 		})
 		if mode != "legacy" && mode != "auto" { // the RoPE + store kernels do not depend on the variant
@@ -351,7 +355,7 @@ func BenchmarkPrefillAttention(b *testing.B) {
 			}
 			bytes := float64(T) * 2 * (2*H*d + 2*K*d + K*d + 2*K*d)
 			withPrefill(mode, func() {
-				timeOp(b, 0, bytes, func() error { return gb.RoPEStoreKV(q, k, v, kc, vc, 0, inv) })
+				timeGPU(b, 0, bytes, func() error { return gb.RoPEStoreKV(q, k, v, kc, vc, 0, inv) })
 			})
 		})
 	}

@@ -129,7 +129,9 @@ func (a *Attention) addBiases(b kernels.Backend, q, k, v *runtime.Tensor) error 
 // (h, or the residual and its pending norm: normfuse.go): with the norm
 // folded in where the backend takes it (kernels.NormProjector); for one
 // token in one op where the backend fuses it (kernels.GateUpSiLUer for
-// plain weights, kernels.FP8GateUpSiLUer for FP8 ones); for
+// plain weights, kernels.FP8GateUpSiLUer for FP8 ones); for several
+// tokens as one GEMM with silu·mul in its epilogue where the backend has
+// it (kernels.FusedGateUpSiLUer); for
 // 2..MergedMaxTokens tokens (or more: merges) of plain weights as one GEMM and a silu·mul
 // where the backend merges them (kernels.MergedGateUpSiLUer: the weights
 // lie back to back); else gate, up, SiLUMul.
@@ -150,6 +152,12 @@ func (p *MLP) gateUp(b kernels.Backend, g, u *runtime.Tensor, in normed) error {
 	}
 	if f, ok := b.(kernels.FP8GateUpSiLUer); ok && fp8Rows(b, h, p.Gate, p.Up) && allFP8(p.Gate, p.Up) {
 		return f.GateUpSiLUFP8(g, u, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor(), p.Gate.Scale.Tensor(), p.Up.Scale.Tensor(), p.Gate.FP8)
+	}
+	if f, ok := b.(kernels.FusedGateUpSiLUer); ok && h.Dim(0) > 1 && plain(p.Gate, p.Up) && nn.Unwatched(p.Gate, p.Up) {
+		ran, err := f.GateUpSiLUFused(g, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor())
+		if err != nil || ran {
+			return err
+		}
 	}
 	if f, ok := b.(kernels.MergedGateUpSiLUer); ok && merges(b, h, true, p.Gate, p.Up) {
 		ran, err := f.GateUpSiLUMerged(g, h, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor())
