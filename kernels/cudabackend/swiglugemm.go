@@ -26,22 +26,6 @@ import (
 
 var _ kernels.FusedGateUpSiLUer = (*Backend)(nil)
 
-// swigluFile is the kernel's file in kernels/cuda/sm90a/extra, compiled as
-// a module of its own on the first call.
-const swigluFile = "gemm_swiglu.cu"
-
-// swigluSmem is the kernel's dynamic shared memory (GS_SMEM: 1,024 bytes
-// of alignment and four stages of 48 KiB).
-const swigluSmem = 1024 + 4*48*1024
-
-// swigluMinTokens is the fewest rows GateUpSiLUFused takes: below a few
-// row tiles a layer's tiles do not fill the device.
-const swigluMinTokens = 256
-
-// swigluGEMMFromEnv is the default of Backend.SwiGLUGEMM: off unless
-// FT_SWIGLU_GEMM=1.
-func swigluGEMMFromEnv() bool { return os.Getenv("FT_SWIGLU_GEMM") == "1" }
-
 // swigluModule is the kernel's module, loaded once.
 type swigluModule struct {
 	once sync.Once

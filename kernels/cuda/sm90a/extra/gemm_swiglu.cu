@@ -124,8 +124,8 @@ __device__ __forceinline__ void gs_tile(int t, int mt, int nt, int& m0, int& n0)
 // gs_silu_mul is g·σ(g)·u, σ(g) = 1/(1+e^−g), as the silu·mul kernels.
 __device__ __forceinline__ float gs_silu_mul(float g, float u) { return g / (1.f + expf(-g)) * u; }
 
-extern "C" __global__ void __launch_bounds__(GS_NT, 1)
-		gemm_swiglu_bf16(bf16_t* out, int M, int N, int K, const __grid_constant__ gs_maps maps) {
+extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_bf16(bf16_t* out, int M, int N, int K,
+		const __grid_constant__ gs_maps maps) {
 	extern __shared__ __attribute__((aligned(1024))) unsigned char gs_sm[];
 	__shared__ unsigned long long gs_bars[2 * GS_NS];  // per stage: full, empty
 	const unsigned base = (smem_u32(gs_sm) + 1023) & ~1023u;
