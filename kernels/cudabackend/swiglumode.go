@@ -18,6 +18,14 @@ const swigluSmem = 1024 + 4*48*1024
 // row tiles a layer's tiles do not fill the device.
 const swigluMinTokens = 256
 
-// swigluGEMMFromEnv is the default of Backend.SwiGLUGEMM: off unless
-// FT_SWIGLU_GEMM=1.
-func swigluGEMMFromEnv() bool { return os.Getenv("FT_SWIGLU_GEMM") == "1" }
+// swigluGEMMFromEnv is the default of Backend.SwiGLUGEMM: 0 (off) unless
+// FT_SWIGLU_GEMM is 1 (the kernel) or 2 (its clusters of two blocks).
+func swigluGEMMFromEnv() int {
+	switch os.Getenv("FT_SWIGLU_GEMM") {
+	case "1":
+		return 1
+	case "2":
+		return 2
+	}
+	return 0
+}
