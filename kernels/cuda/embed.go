@@ -189,12 +189,10 @@ func kernelsIn(src string) []string {
 		}
 		rest := strings.TrimPrefix(line, "extern \"C\" __global__ void")
 		rest = strings.TrimSpace(rest)
-		for strings.HasPrefix(rest, "__launch_bounds__") || strings.HasPrefix(rest, "__cluster_dims__") {
-			i := strings.Index(rest, ")")
-			if i < 0 {
-				break
+		if strings.HasPrefix(rest, "__launch_bounds__") {
+			if i := strings.Index(rest, ")"); i >= 0 {
+				rest = strings.TrimSpace(rest[i+1:])
 			}
-			rest = strings.TrimSpace(rest[i+1:])
 		}
 		if i := strings.Index(rest, "("); i > 0 {
 			out = append(out, rest[:i])

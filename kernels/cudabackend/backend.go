@@ -197,10 +197,9 @@ type Backend struct {
 	merged       *runtime.DeviceBuffer // the merged GEMMs' scratch (merged.go)
 
 	// SwiGLUGEMM lets GateUpSiLUFused run (swiglugemm.go: gate, up and
-	// silu·mul of a many-token forward as one wgmma GEMM of our own): 1
-	// the kernel, 2 its form in clusters of two blocks sharing the weight
-	// tiles; 0, it declines. New sets it from FT_SWIGLU_GEMM (A/B runs).
-	SwiGLUGEMM int
+	// silu·mul of a many-token forward as one wgmma GEMM of our own); off,
+	// it declines. New sets it unless FT_SWIGLU_GEMM=0.
+	SwiGLUGEMM bool
 	swiglu     swigluModule
 
 	// NormTail lets MatMulAddNorm run (normtail.go: the one-token

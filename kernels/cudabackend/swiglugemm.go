@@ -20,69 +20,54 @@ import (
 // traffic after the tensor cores' work; here the products stay in the
 // kernel's registers. Our own wgmma GEMM (TMA copies into a stage ring,
 // a producer and two consumer warpgroups, persistent), so it pays only if
-// it multiplies as fast as cuBLASLt. Switched by FT_SWIGLU_GEMM=1, or =2
-// for its form in clusters of two blocks (Backend.SwiGLUGEMM); compute capability 9.0 only, I a multiple of 128,
+// it multiplies about as fast as cuBLASLt (s23b: 670 TFLOP/s against
+// cuBLASLt's 685 at 32,768 rows, 755 against 707 at 8,192, the silu·mul's
+// traffic saved besides). On by default, off with FT_SWIGLU_GEMM=0
+// (Backend.SwiGLUGEMM); compute capability 9.0 only, I a multiple of 128,
 // D of 64, at least swigluMinTokens rows.
 
 var _ kernels.FusedGateUpSiLUer = (*Backend)(nil)
 
-// swigluModule is the kernels' module, loaded once: f the plain kernel, f2
-// the one in clusters of two blocks, clusters how many of them fit at once.
+// swigluModule is the kernel's module, loaded once.
 type swigluModule struct {
-	once     sync.Once
-	f, f2    *cuda.Function
-	clusters int
-	err      error
+	once sync.Once
+	f    *cuda.Function
+	err  error
 }
 
-// swigluKernel is the fused kernel for mode (Backend.SwiGLUGEMM: 1 plain,
-// 2 clusters) and the blocks to launch, or nil where it cannot be had
-// (another device, no tensor maps, a compile error: FT_TRACE=1 says why).
-func (b *Backend) swigluKernel(mode int) (*cuda.Function, int) {
+// swigluKernel is the fused kernel, or nil where it cannot be had (another
+// device, no tensor maps, a compile error: FT_TRACE=1 says why).
+func (b *Backend) swigluKernel() *cuda.Function {
 	m := &b.swiglu
 	m.once.Do(func() {
-		m.f, m.f2, m.clusters, m.err = loadSwiGLU(b.dev)
+		m.f, m.err = loadSwiGLU(b.dev)
 		if m.err != nil && os.Getenv("FT_TRACE") == "1" {
 			fmt.Fprintf(os.Stderr, "trace: fused gate/up GEMM not loaded, the separate GEMMs run: %v\n", m.err)
 		}
 	})
-	if mode == 2 {
-		return m.f2, 2 * m.clusters
-	}
-	return m.f, b.sms
+	return m.f
 }
 
-func loadSwiGLU(dev *cuda.Device) (f, f2 *cuda.Function, clusters int, err error) {
+func loadSwiGLU(dev *cuda.Device) (*cuda.Function, error) {
 	if cc := dev.ComputeCapability(); cc != 90 {
-		return nil, nil, 0, fmt.Errorf("wgmma needs compute capability 9.0 (sm_90a); %s is %d.%d", dev.Name(), cc/10, cc%10)
+		return nil, fmt.Errorf("wgmma needs compute capability 9.0 (sm_90a); %s is %d.%d", dev.Name(), cc/10, cc%10)
 	}
 	if !dev.TensorMapsSupported() {
-		return nil, nil, 0, fmt.Errorf("the driver has no cuTensorMapEncodeTiled")
+		return nil, fmt.Errorf("the driver has no cuTensorMapEncodeTiled")
 	}
 	src, err := kcuda.SourceSM90aExtra(swigluFile)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, err
 	}
 	mod, err := dev.LoadModuleArch("flextensor_sm90a_gemm_swiglu.cu", src, "sm_90a")
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, err
 	}
-	fs := make([]*cuda.Function, 2)
-	for i, name := range []string{"gemm_swiglu_bf16", "gemm_swiglu_c2_bf16"} {
-		if fs[i], err = mod.Function(name); err != nil {
-			return nil, nil, 0, err
-		}
-		if err := fs[i].SetMaxDynamicSharedMemory(swigluSmem); err != nil {
-			return nil, nil, 0, err
-		}
+	f, err := mod.Function("gemm_swiglu_bf16")
+	if err != nil {
+		return nil, err
 	}
-	if clusters, err = fs[1].MaxActiveClusters(2, 384, swigluSmem); err != nil {
-		return nil, nil, 0, err
-	}
-	if clusters < 1 {
-		return nil, nil, 0, fmt.Errorf("gemm_swiglu_c2_bf16: no cluster of two blocks fits")
-	}
-	return fs[0], fs[1], clusters, nil
+	return f, f.SetMaxDynamicSharedMemory(swigluSmem)
 }
 
 // GateUpSiLUFused is kernels.FusedGateUpSiLUer: out[T,I] =
@@ -91,7 +76,7 @@ func loadSwiGLU(dev *cuda.Device) (f, f2 *cuda.Function, clusters int, err error
 // multiple of 128 or D of 64, unaligned rows, or no kernel on this device.
 func (b *Backend) GateUpSiLUFused(out, x, wg, wu *runtime.Tensor) (bool, error) {
 	const op = "GateUpSiLUFused"
-	if b.SwiGLUGEMM == 0 || wg.DType() != runtime.BF16 || wu.DType() != runtime.BF16 || len(wg.Shape()) != 2 || len(wu.Shape()) != 2 {
+	if !b.SwiGLUGEMM || wg.DType() != runtime.BF16 || wu.DType() != runtime.BF16 || len(wg.Shape()) != 2 || len(wu.Shape()) != 2 {
 		return false, nil
 	}
 	for _, c := range []struct {
@@ -124,7 +109,7 @@ func (b *Backend) GateUpSiLUFused(out, x, wg, wu *runtime.Tensor) (bool, error) 
 	if T < swigluMinTokens || I%128 != 0 || D%64 != 0 || !aligned16(x.Ptr(), wg.Ptr(), wu.Ptr()) || out.Ptr()%4 != 0 {
 		return false, nil
 	}
-	f, blocks := b.swigluKernel(b.SwiGLUGEMM)
+	f := b.swigluKernel()
 	if f == nil {
 		return false, nil
 	}
@@ -139,8 +124,7 @@ func (b *Backend) GateUpSiLUFused(out, x, wg, wu *runtime.Tensor) (bool, error) 
 		}
 		args = append(args, tm.Slots()...)
 	}
-	cl := min(b.SwiGLUGEMM, 2)                            // blocks a cluster
-	tiles := ((T+127)/128 + cl - 1) / cl * (I / 128) * cl // blocks' worth of tiles, whole clusters
+	tiles := (T + 127) / 128 * (I / 128)
 	return true, f.LaunchBytes(b.s, int64(T)*int64(D)*2+int64(2*I)*int64(D)*2+int64(T)*int64(I)*2,
-		cuda.Dim3{X: min(tiles, blocks)}, cuda.Dim3{X: 384}, swigluSmem, args...)
+		cuda.Dim3{X: min(tiles, b.sms)}, cuda.Dim3{X: 384}, swigluSmem, args...)
 }

@@ -10,10 +10,10 @@ import (
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// withSwiGLU runs f with Backend.SwiGLUGEMM set to mode.
-func withSwiGLU(mode int, f func()) {
+// withSwiGLU runs f with Backend.SwiGLUGEMM set to on.
+func withSwiGLU(on bool, f func()) {
 	old := gb.SwiGLUGEMM
-	gb.SwiGLUGEMM = mode
+	gb.SwiGLUGEMM = on
 	defer func() { gb.SwiGLUGEMM = old }()
 	f()
 }
@@ -26,8 +26,8 @@ func withSwiGLU(mode int, f func()) {
 // than blocks (the persistent loop, a partial group of the tile order) and
 // Llama-3-8B's widths; the same bits when run twice. Calls it does not take
 // (switched off, too few rows, I not a multiple of 128, D not of 64) write
-// nothing; a wrong output size is an error. Both forms: plain (mode 1)
-// and in clusters of two blocks (mode 2). Off sm_90: never taken.
+// nothing; a wrong output size is an error. The kernel keeps its
+// registers (no local memory). Off sm_90: never taken.
 func TestGateUpSiLUFusedGPU(t *testing.T) {
 	needGPU(t)
 	if gdev.ComputeCapability() != 90 {
@@ -35,11 +35,20 @@ func TestGateUpSiLUFusedGPU(t *testing.T) {
 		w := gpu(t, runtime.BF16, make([]float32, 128*64), 128, 64)
 		var ran bool
 		var err error
-		withSwiGLU(1, func() { ran, err = gb.GateUpSiLUFused(poisoned(t, runtime.BF16, 256, 128), x, w, w) })
+		withSwiGLU(true, func() { ran, err = gb.GateUpSiLUFused(poisoned(t, runtime.BF16, 256, 128), x, w, w) })
 		if ran || err != nil {
 			t.Fatalf("compute capability %d: ran %v, error %v; want not taken", gdev.ComputeCapability(), ran, err)
 		}
 		t.Skipf("compute capability %d: no wgmma", gdev.ComputeCapability())
+	}
+	f := gb.swigluKernel()
+	if f == nil {
+		t.Fatalf("no fused kernel on compute capability 9.0: %v", gb.swiglu.err)
+	}
+	if regs, local, err := f.Resources(); err != nil || local != 0 {
+		t.Errorf("gemm_swiglu_bf16: %d registers, %d bytes of local memory, error %v; want no local memory", regs, local, err)
+	} else {
+		t.Logf("gemm_swiglu_bf16: %d registers a thread at launch (setmaxnreg: 40 producer, 232 consumers)", regs)
 	}
 	rng := newRNG(t)
 	for _, c := range []struct {
@@ -53,76 +62,74 @@ func TestGateUpSiLUFusedGPU(t *testing.T) {
 		{512, 4096, 14336, false}, // Llama-3-8B
 		{4096, 4096, 14336, false},
 	} {
-		for _, mode := range []int{1, 2} {
-			t.Run(fmt.Sprintf("mode%d/T%d/D%d/I%d", mode, c.T, c.D, c.I), func(t *testing.T) {
-				x := randBF16(rng, c.T*c.D, 1)
-				wgv := randBF16(rng, c.I*c.D, float32(2/math.Sqrt(float64(c.D))))
-				wuv := randBF16(rng, c.I*c.D, float32(2/math.Sqrt(float64(c.D))))
-				gx, wg, wu := gpu(t, runtime.BF16, x, c.T, c.D), gpu(t, runtime.BF16, wgv, c.I, c.D), gpu(t, runtime.BF16, wuv, c.I, c.D)
-				out := poisoned(t, runtime.BF16, c.T, c.I)
-				var ran bool
-				var err error
-				withSwiGLU(mode, func() { ran, err = gb.GateUpSiLUFused(out, gx, wg, wu) })
-				if err != nil || !ran {
-					t.Fatalf("ran %v, error %v", ran, err)
+		t.Run(fmt.Sprintf("T%d/D%d/I%d", c.T, c.D, c.I), func(t *testing.T) {
+			x := randBF16(rng, c.T*c.D, 1)
+			wgv := randBF16(rng, c.I*c.D, float32(2/math.Sqrt(float64(c.D))))
+			wuv := randBF16(rng, c.I*c.D, float32(2/math.Sqrt(float64(c.D))))
+			gx, wg, wu := gpu(t, runtime.BF16, x, c.T, c.D), gpu(t, runtime.BF16, wgv, c.I, c.D), gpu(t, runtime.BF16, wuv, c.I, c.D)
+			out := poisoned(t, runtime.BF16, c.T, c.I)
+			var ran bool
+			var err error
+			withSwiGLU(true, func() { ran, err = gb.GateUpSiLUFused(out, gx, wg, wu) })
+			if err != nil || !ran {
+				t.Fatalf("ran %v, error %v", ran, err)
+			}
+			got := read(t, out)
+			again := poisoned(t, runtime.BF16, c.T, c.I)
+			withSwiGLU(true, func() { ran, err = gb.GateUpSiLUFused(again, gx, wg, wu) })
+			if err != nil || !ran {
+				t.Fatalf("second run: ran %v, error %v", ran, err)
+			}
+			for i, v := range read(t, again) {
+				if math.Float32bits(v) != math.Float32bits(got[i]) {
+					t.Fatalf("second run: element %d is %v, first %v", i, v, got[i])
 				}
-				got := read(t, out)
-				again := poisoned(t, runtime.BF16, c.T, c.I)
-				withSwiGLU(mode, func() { ran, err = gb.GateUpSiLUFused(again, gx, wg, wu) })
-				if err != nil || !ran {
-					t.Fatalf("second run: ran %v, error %v", ran, err)
-				}
-				for i, v := range read(t, again) {
-					if math.Float32bits(v) != math.Float32bits(got[i]) {
-						t.Fatalf("second run: element %d is %v, first %v", i, v, got[i])
-					}
-				}
-				g, u := poisoned(t, runtime.BF16, c.T, c.I), poisoned(t, runtime.BF16, c.T, c.I)
-				if err := gb.MatMul(g, gx, wg); err != nil {
+			}
+			g, u := poisoned(t, runtime.BF16, c.T, c.I), poisoned(t, runtime.BF16, c.T, c.I)
+			if err := gb.MatMul(g, gx, wg); err != nil {
+				t.Fatal(err)
+			}
+			if err := gb.MatMul(u, gx, wu); err != nil {
+				t.Fatal(err)
+			}
+			if err := gb.SiLUMul(g, g, u); err != nil {
+				t.Fatal(err)
+			}
+			compare(t, "against GEMM, GEMM, SiLUMul", got, read(t, g), 2*mergedTol, mergedTol)
+			if c.cpu {
+				hx := host(t, runtime.F32, x, c.T, c.D)
+				rg, ru := host(t, runtime.F32, nil, c.T, c.I), host(t, runtime.F32, nil, c.T, c.I)
+				if err := cb.MatMul(rg, hx, host(t, runtime.BF16, wgv, c.I, c.D)); err != nil {
 					t.Fatal(err)
 				}
-				if err := gb.MatMul(u, gx, wu); err != nil {
+				if err := cb.MatMul(ru, hx, host(t, runtime.BF16, wuv, c.I, c.D)); err != nil {
 					t.Fatal(err)
 				}
-				if err := gb.SiLUMul(g, g, u); err != nil {
+				if err := cb.SiLUMul(rg, rg, ru); err != nil {
 					t.Fatal(err)
 				}
-				compare(t, "against GEMM, GEMM, SiLUMul", got, read(t, g), 2*mergedTol, mergedTol)
-				if c.cpu {
-					hx := host(t, runtime.F32, x, c.T, c.D)
-					rg, ru := host(t, runtime.F32, nil, c.T, c.I), host(t, runtime.F32, nil, c.T, c.I)
-					if err := cb.MatMul(rg, hx, host(t, runtime.BF16, wgv, c.I, c.D)); err != nil {
-						t.Fatal(err)
-					}
-					if err := cb.MatMul(ru, hx, host(t, runtime.BF16, wuv, c.I, c.D)); err != nil {
-						t.Fatal(err)
-					}
-					if err := cb.SiLUMul(rg, rg, ru); err != nil {
-						t.Fatal(err)
-					}
-					compare(t, "against the CPU", got, rg.F32(), mergedTol, mergedTol)
-				}
-			})
-		}
+				compare(t, "against the CPU", got, rg.F32(), mergedTol, mergedTol)
+			}
+		})
 	}
 
 	x := gpu(t, runtime.BF16, randBF16(rng, 512*128, 1), 512, 128)
 	w := gpu(t, runtime.BF16, randBF16(rng, 256*128, 0.1), 256, 128)
 	for _, c := range []struct {
 		name       string
-		mode       int
+		on         bool
 		x, wg, wu  *runtime.Tensor
 		outT, outI int
 	}{
-		{"switched off", 0, x, w, w, 512, 256},
-		{"too few rows", 2, gpu(t, runtime.BF16, make([]float32, 200*128), 200, 128), w, w, 200, 256},
-		{"I not a multiple of 128", 1, x, gpu(t, runtime.BF16, make([]float32, 192*128), 192, 128), gpu(t, runtime.BF16, make([]float32, 192*128), 192, 128), 512, 192},
-		{"D not a multiple of 64", 2, gpu(t, runtime.BF16, make([]float32, 512*96), 512, 96), gpu(t, runtime.BF16, make([]float32, 256*96), 256, 96), gpu(t, runtime.BF16, make([]float32, 256*96), 256, 96), 512, 256},
+		{"switched off", false, x, w, w, 512, 256},
+		{"too few rows", true, gpu(t, runtime.BF16, make([]float32, 200*128), 200, 128), w, w, 200, 256},
+		{"I not a multiple of 128", true, x, gpu(t, runtime.BF16, make([]float32, 192*128), 192, 128), gpu(t, runtime.BF16, make([]float32, 192*128), 192, 128), 512, 192},
+		{"D not a multiple of 64", true, gpu(t, runtime.BF16, make([]float32, 512*96), 512, 96), gpu(t, runtime.BF16, make([]float32, 256*96), 256, 96), gpu(t, runtime.BF16, make([]float32, 256*96), 256, 96), 512, 256},
 	} {
 		out := poisoned(t, runtime.BF16, c.outT, c.outI)
 		var ran bool
 		var err error
-		withSwiGLU(c.mode, func() { ran, err = gb.GateUpSiLUFused(out, c.x, c.wg, c.wu) })
+		withSwiGLU(c.on, func() { ran, err = gb.GateUpSiLUFused(out, c.x, c.wg, c.wu) })
 		if ran || err != nil {
 			t.Errorf("%s: ran %v, error %v; want not taken", c.name, ran, err)
 		}
@@ -133,7 +140,7 @@ func TestGateUpSiLUFusedGPU(t *testing.T) {
 		}
 	}
 	var err error
-	withSwiGLU(1, func() { _, err = gb.GateUpSiLUFused(poisoned(t, runtime.BF16, 512, 128), x, w, w) })
+	withSwiGLU(true, func() { _, err = gb.GateUpSiLUFused(poisoned(t, runtime.BF16, 512, 128), x, w, w) })
 	if err == nil {
 		t.Error("an output of 512 × 128 for 256 weight rows: no error")
 	}
@@ -141,7 +148,7 @@ func TestGateUpSiLUFusedGPU(t *testing.T) {
 
 // BenchmarkGateUpSiLU times Llama-3-8B's gate, up and silu·mul (D 4,096,
 // I 14,336) at 8,192 and 32,768 rows (prefill 8,192; 64 × 512): the fused
-// GEMM (both forms) against cuBLASLt's two GEMMs and the silu·mul kernel.
+// GEMM against cuBLASLt's two GEMMs and the silu·mul kernel.
 //
 //	go test -tags cuda ./kernels/cudabackend -run '^$' -bench GateUpSiLU -benchtime 10x
 func BenchmarkGateUpSiLU(b *testing.B) {
@@ -167,19 +174,17 @@ func BenchmarkGateUpSiLU(b *testing.B) {
 	for _, T := range []int{8192, 32768} {
 		x, out, u := tensor(T, D), tensor(T, I), tensor(T, I)
 		flops := 2 * 2 * float64(T) * D * I
-		for _, mode := range []int{1, 2} {
-			b.Run(fmt.Sprintf("fused%d/%d", mode, T), func(b *testing.B) {
-				withSwiGLU(mode, func() {
-					timeGPU(b, flops, 0, func() error {
-						ran, err := gb.GateUpSiLUFused(out, x, wg, wu)
-						if err == nil && !ran {
-							err = fmt.Errorf("the fused GEMM did not run")
-						}
-						return err
-					})
+		b.Run(fmt.Sprintf("fused/%d", T), func(b *testing.B) {
+			withSwiGLU(true, func() {
+				timeGPU(b, flops, 0, func() error {
+					ran, err := gb.GateUpSiLUFused(out, x, wg, wu)
+					if err == nil && !ran {
+						err = fmt.Errorf("the fused GEMM did not run")
+					}
+					return err
 				})
 			})
-		}
+		})
 		b.Run(fmt.Sprintf("separate/%d", T), func(b *testing.B) {
 			timeGPU(b, flops, 0, func() error {
 				if err := gb.MatMul(out, x, wg); err != nil {

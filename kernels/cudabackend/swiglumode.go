@@ -18,14 +18,9 @@ const swigluSmem = 1024 + 4*48*1024
 // row tiles a layer's tiles do not fill the device.
 const swigluMinTokens = 256
 
-// swigluGEMMFromEnv is the default of Backend.SwiGLUGEMM: 0 (off) unless
-// FT_SWIGLU_GEMM is 1 (the kernel) or 2 (its clusters of two blocks).
-func swigluGEMMFromEnv() int {
-	switch os.Getenv("FT_SWIGLU_GEMM") {
-	case "1":
-		return 1
-	case "2":
-		return 2
-	}
-	return 0
-}
+// swigluGEMMFromEnv is the default of Backend.SwiGLUGEMM: on unless
+// FT_SWIGLU_GEMM=0 (New rejects values other than "", "0" and "1"). On by
+// default since s23b: prefill 8,192 212.59, 212.44 ms against 216.09,
+// 215.79 off; 64 × 512 726.86, 730.22 against 732.42, 746.50
+// (interleaved; bench/RESULTS.md).
+func swigluGEMMFromEnv() bool { return os.Getenv("FT_SWIGLU_GEMM") != "0" }

@@ -93,31 +93,10 @@ static CUresult ft_launch_pdl(CUcontext ctx, CUfunction f,
 	ft_launch_config cfg = {gx, gy, gz, bx, by, bz, smem, s, &attr, 1};
 	return ft_launch_ex_ptr(&cfg, f, params, NULL);
 }
-
-typedef CUresult (*ft_max_clusters_fn)(int*, CUfunction, const ft_launch_config*);
-
-// ft_max_active_clusters is cuOccupancyMaxActiveClusters (driver API
-// 12.0+, looked up as cuLaunchKernelEx is) for f, whose cluster shape is
-// compiled in (__cluster_dims__), launched with blocks of bx threads and
-// smem bytes of dynamic shared memory.
-static CUresult ft_max_active_clusters(CUcontext ctx, CUfunction f, unsigned gx, unsigned bx, unsigned smem, int* n) {
-	CUcontext cur = NULL;
-	CUresult r = cuCtxGetCurrent(&cur);
-	if (r != CUDA_SUCCESS) return r;
-	if (cur != ctx && (r = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS) return r;
-	void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-	if (!h) h = dlopen("libcuda.so", RTLD_LAZY | RTLD_NOLOAD);
-	if (!h) return CUDA_ERROR_NOT_SUPPORTED;
-	ft_max_clusters_fn fn = (ft_max_clusters_fn)dlsym(h, "cuOccupancyMaxActiveClusters");
-	if (!fn) return CUDA_ERROR_NOT_SUPPORTED;
-	ft_launch_config cfg = {gx, 1, 1, bx, 1, 1, smem, NULL, NULL, 0};
-	return fn(n, f, &cfg);
-}
 */
 import "C"
 
 import (
-	"fmt"
 	"os"
 	"sync"
 	"unsafe"
@@ -185,17 +164,4 @@ func cLaunchPDL(ctx cContext, f cFunction, grid, block [3]uint32, smem uint32, s
 	}
 	return C.ft_launch_pdl(ctx, f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]),
 		C.uint(block[0]), C.uint(block[1]), C.uint(block[2]), C.uint(smem), s, p, C.int(len(args)))
-}
-
-// MaxActiveClusters is how many clusters of the kernel (its cluster shape
-// compiled in: __cluster_dims__) can run at once with blocks of threads
-// threads and smem bytes of dynamic shared memory; grid is a grid the
-// cluster shape divides (the driver checks the shape against it).
-func (f *Function) MaxActiveClusters(grid, threads, smem int) (int, error) {
-	var n C.int
-	r := C.ft_max_active_clusters(f.dev.ctx, f.f, C.unsigned(grid), C.unsigned(threads), C.unsigned(smem), &n)
-	if err := check("cuOccupancyMaxActiveClusters", r); err != nil {
-		return 0, fmt.Errorf("%s: %w", f.name, err)
-	}
-	return int(n), nil
 }

@@ -1,5 +1,5 @@
 // The gated MLP's first half as one GEMM with the SwiGLU in its epilogue
-// (FT_SWIGLU_GEMM=1, kernels/cudabackend/swiglugemm.go): out[M,N] =
+// (on by default, FT_SWIGLU_GEMM=0 off; kernels/cudabackend/swiglugemm.go): out[M,N] =
 // silu(x·gᵀ)·(x·uᵀ) for x [M,K], the gate and up weights g, u [N,K], all
 // bf16 row-major (K contiguous), fp32 accumulation. The separate path
 // writes the two products [M,2N] in bf16 and reads them back for the
@@ -111,14 +111,13 @@ __device__ __forceinline__ void gs_mma(float* d, unsigned long long da, unsigned
 		: "l"(da), "l"(db), "r"(acc));
 }
 
-// gs_tile maps tile index t to its first row tile mi and column n0:
-// groups of gm row tiles (of pairs of them with clusters), the column tile
-// outer within a group.
-__device__ __forceinline__ void gs_tile(int t, int mt, int nt, int gm0, int& mi, int& n0) {
-	const int per = gm0 * nt;
+// gs_tile maps tile index t to its first output row m0 and column n0:
+// groups of GS_GM row tiles, the column tile outer within a group.
+__device__ __forceinline__ void gs_tile(int t, int mt, int nt, int& m0, int& n0) {
+	const int per = GS_GM * nt;
 	const int grp = t / per, r = t - grp * per;
-	const int mf = grp * gm0, gm = min(gm0, mt - mf);
-	mi = mf + r % gm;
+	const int mf = grp * GS_GM, gm = min(GS_GM, mt - mf);
+	m0 = (mf + r % gm) * GS_BM;
 	n0 = (r / gm) * GS_BN;
 }
 
@@ -133,76 +132,32 @@ __device__ __forceinline__ float gs_silu_mul(float g, float u) {
 	return fmaf(h, t, h) * u;
 }
 
-// gs_cluster_sync is a barrier of every thread of the cluster (release
-// before, acquire after: the peer's barriers initialised, its last remote
-// arrivals made).
-__device__ __forceinline__ void gs_cluster_sync() {
-	asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-
-// gs_tma_mc is gs_tma multicast to the cluster's blocks in mask: the box
-// lands at dst in each, completing on each one's mbarrier at bar.
-__device__ __forceinline__ void gs_tma_mc(unsigned dst, const gs_tmap* map, int x, int y, unsigned bar, unsigned short mask) {
-	asm volatile(
-		"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], "
-		"%5;\n" ::"r"(dst),
-		"l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask)
-		: "memory");
-}
-
-// gs_arrive_peer is one arrival on the mbarrier at bar of the cluster's
-// block rank (its shared memory, same offset).
-__device__ __forceinline__ void gs_arrive_peer(unsigned bar, unsigned rank) {
-	asm volatile(
-		"{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
-		"r"(rank)
-		: "memory");
-}
-
-// gemm_swiglu_body is the kernel for clusters of CL blocks along the rows
-// (1: none). With CL = 2 the two blocks of a cluster take the row tiles
-// 2i and 2i + 1 of the same column tile: each copies its own x rows and
-// one half of the 256 weight rows (block 0 the gate's, block 1 the up's),
-// multicast to both, so a block reads 32 KiB a k-step from L2 instead of
-// 48. A stage is refilled only after both blocks' consumers released it
-// (its "empty" barrier counts four arrivals: each consumer arrives on its
-// own block's and the peer's), and neither block leaves before the other
-// is done with its shared memory (a cluster barrier at the end).
-template <int CL>
-__device__ __forceinline__ void gemm_swiglu_body(bf16_t* out, int M, int N, int K, const gs_maps& maps) {
+extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_bf16(bf16_t* out, int M, int N, int K, const __grid_constant__ gs_maps maps) {
 	extern __shared__ __attribute__((aligned(1024))) unsigned char gs_sm[];
 	__shared__ unsigned long long gs_bars[2 * GS_NS];  // per stage: full, empty
 	const unsigned base = (smem_u32(gs_sm) + 1023) & ~1023u;
 	const unsigned bars = smem_u32(gs_bars);
 	const int tid = threadIdx.x;
 	const int wg = __shfl_sync(FT_FULL, tid >> 7, 0);  // warp-uniform to the compiler
-	unsigned rank = 0;
-	if (CL > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-	const int mt = (M + GS_BM - 1) / GS_BM, nt = N / GS_BN, kt = K / GS_BK;
-	const int mc = (mt + CL - 1) / CL, tiles = mc * nt;  // row tiles (pairs of them) × column tiles
-	const int c0 = blockIdx.x / CL, nc = gridDim.x / CL;  // this block's cluster, the clusters
+	const int mt = (M + GS_BM - 1) / GS_BM, nt = N / GS_BN, kt = K / GS_BK, tiles = mt * nt;
 
 	if (tid == 0) {
 #pragma unroll
 		for (int s = 0; s < GS_NS; s++) {
 			gs_mbar_init(bars + 8u * s, 1);                // the producer's expect_tx
-			gs_mbar_init(bars + 8u * (GS_NS + s), 2 * CL);  // each consumer of each block of the cluster
+			gs_mbar_init(bars + 8u * (GS_NS + s), 2);      // one arrival a consumer
 		}
 		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 	}
-	if (CL > 1)
-		gs_cluster_sync();
-	else
-		__syncthreads();
+	__syncthreads();
 
 	if (wg == 0) {  // the producer
 		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
 		if (tid == 0) {
 			int it = 0;  // k-steps issued over all tiles: the stage ring's position
-			for (int t = c0; t < tiles; t += nc) {
-				int mi, n0;
-				gs_tile(t, mc, nt, GS_GM / CL, mi, n0);
-				const int m0 = (mi * CL + (int)rank) * GS_BM;
+			for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+				int m0, n0;
+				gs_tile(t, mt, nt, m0, n0);
 				for (int k = 0; k < kt; k++, it++) {
 					const int s = it % GS_NS;
 					const unsigned ph = (unsigned)(it / GS_NS) & 1u;
@@ -210,12 +165,8 @@ __device__ __forceinline__ void gemm_swiglu_body(bf16_t* out, int M, int N, int 
 					gs_mbar_wait(bars + 8u * (GS_NS + s), ph ^ 1u);
 					gs_expect(full, GS_STAGE);
 					gs_tma(st, &maps.x, k * GS_BK, m0, full);
-					if (CL == 1) {
-						gs_tma(st + GS_ABYTES, &maps.g, k * GS_BK, n0, full);
-						gs_tma(st + GS_ABYTES + GS_BBYTES / 2, &maps.u, k * GS_BK, n0, full);
-					} else {
-						gs_tma_mc(st + GS_ABYTES + rank * (GS_BBYTES / 2), rank ? &maps.u : &maps.g, k * GS_BK, n0, full, 3);
-					}
+					gs_tma(st + GS_ABYTES, &maps.g, k * GS_BK, n0, full);
+					gs_tma(st + GS_ABYTES + GS_BBYTES / 2, &maps.u, k * GS_BK, n0, full);
 				}
 			}
 		}
@@ -223,12 +174,10 @@ __device__ __forceinline__ void gemm_swiglu_body(bf16_t* out, int M, int N, int 
 		asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
 		const int cw = wg - 1, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
 		const int g = lane >> 2, tg = lane & 3;
-		// release: the consumer is done with stage s in this block and (CL 2) the peer.
+		// release: the consumer is done with stage s (wgmma.wait_group is
+		// warpgroup-wide: one arrival for its 128 threads).
 		const auto release = [&](int s) {
-			if (wtid == 0) {
-				gs_mbar_arrive(bars + 8u * (GS_NS + s));
-				if (CL > 1) gs_arrive_peer(bars + 8u * (GS_NS + s), rank ^ 1u);
-			}
+			if (wtid == 0) gs_mbar_arrive(bars + 8u * (GS_NS + s));
 		};
 		// Descriptor words (wg_desc: 128-byte swizzle, 8-row groups 1024 bytes
 		// apart); the upper word is fixed, the lower steps by the address >> 4.
@@ -237,10 +186,9 @@ __device__ __forceinline__ void gemm_swiglu_body(bf16_t* out, int M, int N, int 
 #pragma unroll
 		for (int i = 0; i < 128; i++) d[i] = 0.f;
 		int it = 0;
-		for (int t = c0; t < tiles; t += nc) {
-			int mi, n0;
-			gs_tile(t, mc, nt, GS_GM / CL, mi, n0);
-			const int m0 = (mi * CL + (int)rank) * GS_BM;
+		for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+			int m0, n0;
+			gs_tile(t, mt, nt, m0, n0);
 			int sp = 0;  // the previous k-step's stage
 			for (int k = 0; k < kt; k++, it++) {
 				const int s = it % GS_NS;
@@ -281,16 +229,4 @@ __device__ __forceinline__ void gemm_swiglu_body(bf16_t* out, int M, int N, int 
 			}
 		}
 	}
-	if (CL > 1) gs_cluster_sync();
-}
-
-extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_bf16(bf16_t* out, int M, int N, int K, const __grid_constant__ gs_maps maps) {
-	gemm_swiglu_body<1>(out, M, N, K, maps);
-}
-
-// gemm_swiglu_c2_bf16 is gemm_swiglu_bf16 in clusters of two blocks
-// sharing the weight tiles (FT_SWIGLU_GEMM=2); the grid is a multiple of
-// two, at most the clusters that fit at once.
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(GS_NT, 1) gemm_swiglu_c2_bf16(bf16_t* out, int M, int N, int K, const __grid_constant__ gs_maps maps) {
-	gemm_swiglu_body<2>(out, M, N, K, maps);
 }
