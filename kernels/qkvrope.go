@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/flextensor-go/flextensor/runtime"
 )
@@ -132,3 +133,106 @@ func (b *CPUBackend) ProjectRoPEStoreKV(a QKVRoPE) (bool, error) {
 }
 
 var _ QKVRoPEStorer = (*CPUBackend)(nil)
+
+// QKVRoPERows are the operands of a many-row forward's attention input:
+// the q, k and v projections of X (no biases), the rotary embedding of q
+// and k and the store of the rotated k and of v into the layer's cache.
+// Row t is at position Pos+t and lands in cache row Pos+t (a contiguous
+// cache: Positions nil), or at Positions[t] and lands in row Slots[t] (the
+// paged pool).
+type QKVRoPERows struct {
+	Q, K, V          *runtime.Tensor // outputs: [T,H,d], [T,KV,d], [T,KV,d] (or [T,H·d], [T,KV·d])
+	X                *runtime.Tensor // the normalised input [T,D]
+	WQ, WK, WV       *runtime.Tensor // [H·d,D], [KV·d,D], [KV·d,D]
+	KCache, VCache   *runtime.Tensor // [C,KV,d]: the contiguous cache or the pool
+	Pos              int             // the first row's position (Positions nil)
+	Positions, Slots []int32         // each row's position and cache row, or nil
+	InvFreq          []float32       // the d/2 rotary frequencies
+}
+
+// Check validates a's shapes (T rows of X, q of H heads and k, v of KV heads
+// of d = 2·len(InvFreq) columns, weights [·,D], caches [C,KV,d], T
+// positions and slots, each slot below C; or Pos+T at most C) and returns
+// T, H, KV and d.
+func (a QKVRoPERows) Check() (T, H, KV, d int, err error) {
+	for _, c := range []struct {
+		n string
+		t *runtime.Tensor
+	}{{"q", a.Q}, {"k", a.K}, {"v", a.V}, {"x", a.X}, {"q weight", a.WQ}, {"k weight", a.WK}, {"v weight", a.WV},
+		{"k cache", a.KCache}, {"v cache", a.VCache}} {
+		if c.t == nil {
+			return 0, 0, 0, 0, fmt.Errorf("kernels.QKVRoPERows: no %s", c.n)
+		}
+	}
+	d = 2 * len(a.InvFreq)
+	D := a.X.Dim(-1)
+	if d == 0 || D == 0 {
+		return 0, 0, 0, 0, fmt.Errorf("kernels.QKVRoPERows: %d frequencies, x %v", len(a.InvFreq), a.X.Shape())
+	}
+	T = a.X.NumElements() / D
+	H, KV = a.WQ.Dim(0)/d, a.WK.Dim(0)/d
+	switch {
+	case len(a.WQ.Shape()) != 2 || len(a.WK.Shape()) != 2 || len(a.WV.Shape()) != 2 || a.WQ.Dim(1) != D || a.WK.Dim(1) != D || a.WV.Dim(1) != D ||
+		a.WQ.Dim(0) != H*d || a.WK.Dim(0) != KV*d || a.WV.Dim(0) != KV*d:
+		return 0, 0, 0, 0, fmt.Errorf("kernels.QKVRoPERows: weights %v, %v, %v for x of %d columns and heads of %d", a.WQ.Shape(), a.WK.Shape(), a.WV.Shape(), D, d)
+	case a.Q.NumElements() != T*H*d || a.K.NumElements() != T*KV*d || a.V.NumElements() != T*KV*d:
+		return 0, 0, 0, 0, fmt.Errorf("kernels.QKVRoPERows: q %v, k %v, v %v for %d rows of %d and %d heads of %d", a.Q.Shape(), a.K.Shape(), a.V.Shape(), T, H, KV, d)
+	case len(a.KCache.Shape()) != 3 || a.KCache.Dim(1) != KV || a.KCache.Dim(2) != d || !slices.Equal(a.KCache.Shape(), a.VCache.Shape()):
+		return 0, 0, 0, 0, fmt.Errorf("kernels.QKVRoPERows: caches %v and %v, want [C,%d,%d] each", a.KCache.Shape(), a.VCache.Shape(), KV, d)
+	case a.Positions == nil && a.Slots != nil || a.Positions != nil && (len(a.Positions) != T || len(a.Slots) != T):
+		return 0, 0, 0, 0, fmt.Errorf("kernels.QKVRoPERows: %d positions and %d slots for %d rows", len(a.Positions), len(a.Slots), T)
+	case a.Positions == nil && a.Pos < 0:
+		return 0, 0, 0, 0, fmt.Errorf("kernels.QKVRoPERows: position %d", a.Pos)
+	}
+	C := a.KCache.Dim(0)
+	if a.Positions == nil && a.Pos+T > C {
+		return 0, 0, 0, 0, fmt.Errorf("kernels.QKVRoPERows: rows at positions %d..%d past the cache's %d rows", a.Pos, a.Pos+T-1, C)
+	}
+	for t := range a.Slots {
+		if a.Positions[t] < 0 || a.Slots[t] < 0 || int(a.Slots[t]) >= C {
+			return 0, 0, 0, 0, fmt.Errorf("kernels.QKVRoPERows: row %d at position %d into cache row %d of %d", t, a.Positions[t], a.Slots[t], C)
+		}
+	}
+	return T, H, KV, d, nil
+}
+
+// QKVRoPERowsStorer is implemented by backends that run a many-row
+// forward's q/k/v projections, RoPE and KV-cache store as one op (the CUDA
+// backend on sm_90: one GEMM with the rest in its epilogue).
+type QKVRoPERowsStorer interface {
+	// ProjectRoPEStoreRows leaves in a.Q, a.K, a.V and the cache rows what
+	// the projections, the RoPE of q and k and the cache store give (up to
+	// the products' rounding: the fused op rotates them unrounded). ran
+	// false: the backend declines these operands (or has the op switched
+	// off) and did nothing; the caller runs the separate ops.
+	ProjectRoPEStoreRows(a QKVRoPERows) (ran bool, err error)
+}
+
+// ProjectRoPEStoreRowsRef is what ProjectRoPEStoreRows computes, by b's
+// separate ops: the three products, the rotation of q and k at their
+// positions and the stores of k and v (b's BatchRoPEStorer at Slots, or
+// StoreKV at rows Pos.. of a contiguous cache).
+func ProjectRoPEStoreRowsRef(b Backend, a QKVRoPERows) error {
+	if _, _, _, _, err := a.Check(); err != nil {
+		return err
+	}
+	for _, p := range []struct{ out, w *runtime.Tensor }{{a.Q, a.WQ}, {a.K, a.WK}, {a.V, a.WV}} {
+		if err := b.MatMul(p.out, a.X, p.w); err != nil {
+			return err
+		}
+	}
+	if a.Positions != nil {
+		f, ok := b.(BatchRoPEStorer)
+		if !ok {
+			return fmt.Errorf("kernels.ProjectRoPEStoreRowsRef: the backend has no BatchRoPEStorer for the paged rows")
+		}
+		return f.RoPEStoreKVAt(a.Q, a.K, a.V, a.KCache, a.VCache, a.Positions, a.Slots, a.InvFreq)
+	}
+	if err := RoPEQK(b, a.Q, a.K, a.Pos, a.InvFreq); err != nil {
+		return err
+	}
+	if err := b.StoreKV(a.KCache, a.K, a.Pos); err != nil {
+		return err
+	}
+	return b.StoreKV(a.VCache, a.V, a.Pos)
+}

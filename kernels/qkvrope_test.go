@@ -200,3 +200,126 @@ func TestRoPEQK(t *testing.T) {
 		t.Errorf("RoPEQK with a 1-D k: %v; want RoPE's error naming the shape", err)
 	}
 }
+
+// TestQKVRoPERowsCheck: QKVRoPERows.Check returns the rows, heads and head
+// width of well-formed operands (a contiguous cache and the paged pool),
+// and names what is wrong in malformed ones; ProjectRoPEStoreRowsRef on
+// the CPU puts q, k and v where its separate ops put them (rows of the
+// contiguous cache at Pos.., of the pool at Slots).
+func TestQKVRoPERowsCheck(t *testing.T) {
+	dev := runtime.NewCPU(0)
+	defer dev.Close()
+	b, err := NewCPUBackend(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(7, 3))
+	tensor := func(shape ...int) *runtime.Tensor {
+		tt, err := runtime.NewTensor(dev, runtime.F32, shape, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tt.Buffer().Free)
+		copy(tt.F32(), randF32(r, tt.NumElements()))
+		return tt
+	}
+	const T, H, KV, d, D, C = 5, 4, 2, 8, 16, 12
+	inv, err := RopeInvFreq(d, 10000, RopeScaling{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := func() QKVRoPERows {
+		return QKVRoPERows{Q: tensor(T, H, d), K: tensor(T, KV, d), V: tensor(T, KV, d), X: tensor(T, D),
+			WQ: tensor(H*d, D), WK: tensor(KV*d, D), WV: tensor(KV*d, D), KCache: tensor(C, KV, d), VCache: tensor(C, KV, d),
+			Pos: 7, InvFreq: inv}
+	}
+	if gT, gH, gKV, gd, err := good().Check(); err != nil || gT != T || gH != H || gKV != KV || gd != d {
+		t.Fatalf("contiguous: %d, %d, %d, %d, %v; want %d, %d, %d, %d", gT, gH, gKV, gd, err, T, H, KV, d)
+	}
+	paged := good()
+	paged.Positions, paged.Slots = []int32{0, 1, 2, 0, 1}, []int32{11, 3, 4, 0, 9}
+	if _, _, _, _, err := paged.Check(); err != nil {
+		t.Fatalf("paged: %v", err)
+	}
+	for _, c := range []struct {
+		name, want string
+		f          func(*QKVRoPERows)
+	}{
+		{"no q", "no q", func(a *QKVRoPERows) { a.Q = nil }},
+		{"no frequencies", "frequencies", func(a *QKVRoPERows) { a.InvFreq = nil }},
+		{"k weight rows", "weights", func(a *QKVRoPERows) { a.WK = tensor(KV*d+1, D) }},
+		{"v weight columns", "weights", func(a *QKVRoPERows) { a.WV = tensor(KV*d, D+1) }},
+		{"q rows", "q [", func(a *QKVRoPERows) { a.Q = tensor(T+1, H, d) }},
+		{"cache heads", "caches", func(a *QKVRoPERows) { a.KCache = tensor(C, KV+1, d) }},
+		{"caches differ", "caches", func(a *QKVRoPERows) { a.VCache = tensor(C+1, KV, d) }},
+		{"slots without positions", "positions", func(a *QKVRoPERows) { a.Slots = []int32{0, 1, 2, 3, 4} }},
+		{"positions short", "positions", func(a *QKVRoPERows) { a.Positions, a.Slots = []int32{0}, []int32{0} }},
+		{"slot past the pool", "cache row 12", func(a *QKVRoPERows) { a.Positions, a.Slots = []int32{0, 1, 2, 3, 4}, []int32{0, 1, 2, 3, 12} }},
+		{"negative position", "position -1", func(a *QKVRoPERows) { a.Positions, a.Slots = []int32{0, 1, 2, 3, -1}, []int32{0, 1, 2, 3, 4} }},
+		{"past the cache", "past the cache", func(a *QKVRoPERows) { a.Pos = 8 }},
+		{"negative start", "position -1", func(a *QKVRoPERows) { a.Pos = -1 }},
+	} {
+		a := good()
+		c.f(&a)
+		if _, _, _, _, err := a.Check(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %q", c.name, err, c.want)
+		}
+		if err := ProjectRoPEStoreRowsRef(b, a); err == nil {
+			t.Errorf("%s: the reference ran", c.name)
+		}
+	}
+
+	// The reference: q, k, v as the separate ops leave them, cache rows stored.
+	for _, a := range []QKVRoPERows{good(), paged} {
+		kc0 := slices.Clone(a.KCache.F32())
+		if err := ProjectRoPEStoreRowsRef(b, a); err != nil {
+			t.Fatal(err)
+		}
+		q, k, v := tensor(T, H, d), tensor(T, KV, d), tensor(T, KV, d)
+		for _, p := range []struct{ out, w *runtime.Tensor }{{q, a.WQ}, {k, a.WK}, {v, a.WV}} {
+			if err := b.MatMul(p.out, a.X, p.w); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for row := range T {
+			pos := a.Pos + row
+			if a.Positions != nil {
+				pos = int(a.Positions[row])
+			}
+			if err := RoPEQK(b, sliceRow(t, q, row), sliceRow(t, k, row), pos, inv); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for name, p := range map[string][2]*runtime.Tensor{"q": {a.Q, q}, "k": {a.K, k}, "v": {a.V, v}} {
+			if !slices.Equal(p[0].F32(), p[1].F32()) {
+				t.Errorf("pos %d positions %v: %s differs from the separate ops", a.Pos, a.Positions, name)
+			}
+		}
+		row := KV * d
+		for i := range C {
+			slot, stored := i-a.Pos, i >= a.Pos && i < a.Pos+T
+			if a.Positions != nil {
+				slot = slices.Index(a.Slots, int32(i))
+				stored = slot >= 0
+			}
+			got := a.KCache.F32()[i*row : (i+1)*row]
+			want := kc0[i*row : (i+1)*row]
+			if stored {
+				want = k.F32()[slot*row : (slot+1)*row]
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("pos %d positions %v: k cache row %d (stored %v) differs", a.Pos, a.Positions, i, stored)
+			}
+		}
+	}
+}
+
+// sliceRow is row r of x [T,…] as a [1,…] view.
+func sliceRow(t *testing.T, x *runtime.Tensor, r int) *runtime.Tensor {
+	t.Helper()
+	v, err := x.Slice(r, r+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

@@ -196,11 +196,16 @@ type Backend struct {
 	NoMergedGEMM bool
 	merged       *runtime.DeviceBuffer // the merged GEMMs' scratch (merged.go)
 
-	// SwiGLUGEMM lets GateUpSiLUFused run (swiglugemm.go: gate, up and
+	// SwiGLUGEMM lets GateUpSiLUFused run (gemmfused.go: gate, up and
 	// silu·mul of a many-token forward as one wgmma GEMM of our own); off,
 	// it declines. New sets it unless FT_SWIGLU_GEMM=0.
 	SwiGLUGEMM bool
-	swiglu     swigluModule
+	// QKVGEMM lets ProjectRoPEStoreRows run (qkvgemm.go: q, k, v, RoPE and
+	// the KV-cache store of a many-token forward as one such GEMM); off,
+	// it declines. New sets it when FT_QKV_GEMM=1.
+	QKVGEMM   bool
+	fusedGEMM gemmFusedModule // their kernels (gemmfused.go)
+	ropeCS    ropeCS          // the cos/sin table of gemm_qkv_rope_bf16
 
 	// NormTail lets MatMulAddNorm run (normtail.go: the one-token
 	// residual-adding GEMV whose last block writes the RMSNorm after it);
@@ -461,6 +466,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		NormTail:     normTailFromEnv(),
 		VarlenContig: varlenContigFromEnv(),
 		SwiGLUGEMM:   swigluGEMMFromEnv(),
+		QKVGEMM:      qkvGEMMFromEnv(),
 		DecodeMega:   decodeMegaFromEnv(),
 		AsyncDecode:  asyncDecodeFromEnv(),
 		GEMVEarly:    gemvEarlyFromEnv()}

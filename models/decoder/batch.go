@@ -283,36 +283,15 @@ func gatherRows(b kernels.Backend, dst, src *runtime.Tensor, from []int) error {
 }
 
 // forwardBatch is Forward over a batch's packed rows h[T,D]: the
-// projections, norms and output over all rows at once; RoPE and the cache
-// appends in one op where the backend has kernels.BatchRoPEStorer, else per
-// sequence; attention as attendBatch.
+// projections, norms, RoPE and cache stores over all rows at once
+// (projectRoPEBatch); attention as attendBatch; the output projection.
 func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtime.Tensor, bs *batchState, acc kernels.MatMulAdder) error {
 	T := h.Dim(0)
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {
 		q, k, v := rows(w.q, T), rows(w.k, T), rows(w.v, T) // [T,H,d], [T,K,d], [T,K,d]
-		if err := a.project(b, normed{h: h}, q, k, v); err != nil {
+		if err := a.projectRoPEBatch(b, m.invFreq, h, q, k, v, bs); err != nil {
 			return err
-		}
-		if err := a.qkNorm(b, q, k); err != nil {
-			return err
-		}
-		if f, ok := b.(kernels.BatchRoPEStorer); ok {
-			if err := f.RoPEStoreKVAt(q, k, v, bs.cache.K[a.Layer], bs.cache.V[a.Layer], bs.positions, bs.slots, m.invFreq); err != nil {
-				return err
-			}
-		} else {
-			for i, e := range bs.packed {
-				lo, hi := bs.starts[i], bs.starts[i+1]
-				qi, ki, vi := slice(q, lo, hi), slice(k, lo, hi), slice(v, lo, hi)
-				pos0 := e.Seq.Len()
-				if err := kernels.RoPEQK(b, qi, ki, pos0, m.invFreq); err != nil {
-					return err
-				}
-				if err := bs.cache.Store(b, a.Layer, e.Seq, ki, vi); err != nil {
-					return err
-				}
-			}
 		}
 		if err := a.scaleQ(b, q); err != nil {
 			return err
@@ -323,6 +302,39 @@ func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtim
 		}
 		return a.output(b, out, att, acc)
 	})
+}
+
+// projectRoPEBatch computes q, k and v of the packed rows h, rotates q
+// and k and stores k and v at the rows' pool slots: one op where the
+// backend fuses it for many rows (projectRoPERows), else the projections,
+// the q/k norms and the RoPE + store (one op where the backend has
+// kernels.BatchRoPEStorer, else per sequence).
+func (a *Attention) projectRoPEBatch(b kernels.Backend, invFreq []float32, h, q, k, v *runtime.Tensor, bs *batchState) error {
+	in := normed{h: h}
+	kp, vp := bs.cache.K[a.Layer], bs.cache.V[a.Layer]
+	if ran, err := a.projectRoPERows(b, invFreq, &in, q, k, v, kp, vp, 0, bs.positions, bs.slots); err != nil || ran {
+		return err
+	}
+	if err := a.project(b, in, q, k, v); err != nil {
+		return err
+	}
+	if err := a.qkNorm(b, q, k); err != nil {
+		return err
+	}
+	if f, ok := b.(kernels.BatchRoPEStorer); ok {
+		return f.RoPEStoreKVAt(q, k, v, kp, vp, bs.positions, bs.slots, invFreq)
+	}
+	for i, e := range bs.packed {
+		lo, hi := bs.starts[i], bs.starts[i+1]
+		qi, ki, vi := slice(q, lo, hi), slice(k, lo, hi), slice(v, lo, hi)
+		if err := kernels.RoPEQK(b, qi, ki, e.Seq.Len(), invFreq); err != nil {
+			return err
+		}
+		if err := bs.cache.Store(b, a.Layer, e.Seq, ki, vi); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // attendBatch writes att[T,H,d] from q over each sequence's positions: the

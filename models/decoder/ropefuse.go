@@ -8,7 +8,8 @@ import (
 
 // projectRoPE computes q, k and v from the input in, normalises q and k
 // per head where the layer has q/k norms, rotates them and appends k and v
-// to the cache. For one token it is one op where the backend fuses the
+// to the cache. For several tokens into a Direct cache it is one op where
+// the backend fuses it (projectRoPERows). For one token it is one op where the backend fuses the
 // projections with the rest (kernels.QKVRoPEStorer): plain weights, no q/k
 // norm (it would sit between the projection and the rotation), a Direct
 // cache and no hook watching the projections; the backend may decline the
@@ -18,6 +19,13 @@ import (
 func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed, q, k, v *runtime.Tensor, cache Cache) error {
 	f, ok := b.(kernels.QKVRoPEStorer)
 	_, direct := cache.(Direct)
+	if direct && in.h.Dim(0) > 1 {
+		kc, vc := cache.View(a.Layer)
+		ran, err := a.projectRoPERows(b, invFreq, &in, q, k, v, kc, vc, cache.Len(), nil, nil)
+		if err != nil || ran {
+			return err
+		}
+	}
 	if ok && direct && a.QNorm == nil && in.h.Dim(0) == 1 && plain(a.Q, a.K, a.V) && nn.Unwatched(a.Q, a.K, a.V) {
 		ran, err := a.foldNorm(b, in, q, k, v)
 		if err != nil {
@@ -92,4 +100,28 @@ func biasOf(l *nn.Linear) *runtime.Tensor {
 		return nil
 	}
 	return l.Bias.Tensor()
+}
+
+// projectRoPERows runs q, k, v, RoPE and the store of k and v into the
+// cache rows (kc, vc: positions pos0.. of a contiguous cache, or positions
+// and slots of the paged pool) as one op where the backend fuses them for
+// many rows (kernels.QKVRoPERowsStorer): plain weights without biases, no
+// q/k norm, no hook watching the projections. A pending norm of in is run
+// first (in becomes its result). ran false: it does not apply or the
+// backend declines; nothing of the projections ran.
+func (a *Attention) projectRoPERows(b kernels.Backend, invFreq []float32, in *normed, q, k, v, kc, vc *runtime.Tensor, pos0 int,
+	positions, slots []int32) (bool, error) {
+	f, ok := b.(kernels.QKVRoPERowsStorer)
+	if !ok || a.QNorm != nil || !plain(a.Q, a.K, a.V) || a.Q.Bias != nil || a.K.Bias != nil || a.V.Bias != nil ||
+		!nn.Unwatched(a.Q, a.K, a.V) {
+		return false, nil
+	}
+	h, err := in.ready(b)
+	if err != nil {
+		return false, err
+	}
+	*in = normed{h: h}
+	return f.ProjectRoPEStoreRows(kernels.QKVRoPERows{Q: q, K: k, V: v, X: h,
+		WQ: a.Q.Weight.Tensor(), WK: a.K.Weight.Tensor(), WV: a.V.Weight.Tensor(),
+		KCache: kc, VCache: vc, Pos: pos0, Positions: positions, Slots: slots, InvFreq: invFreq})
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/runtime"
+	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
 
 // withSwiGLU runs f with Backend.SwiGLUGEMM set to on.
@@ -16,6 +17,23 @@ func withSwiGLU(on bool, f func()) {
 	gb.SwiGLUGEMM = on
 	defer func() { gb.SwiGLUGEMM = old }()
 	f()
+}
+
+// checkFusedKernels fails t unless the fused-epilogue GEMMs loaded on
+// compute capability 9.0, each keeping its registers (no local memory).
+func checkFusedKernels(t *testing.T) {
+	t.Helper()
+	m := gb.gemmFused()
+	if m == nil {
+		t.Fatalf("no fused-epilogue GEMMs on compute capability 9.0: %v", gb.fusedGEMM.err)
+	}
+	for _, f := range []*cuda.Function{m.swiglu, m.qkv} {
+		if regs, local, err := f.Resources(); err != nil || local != 0 {
+			t.Errorf("%s: %d registers, %d bytes of local memory, error %v; want no local memory", f.Name(), regs, local, err)
+		} else {
+			t.Logf("%s: %d registers a thread at launch (setmaxnreg: 40 producer, 232 consumers)", f.Name(), regs)
+		}
+	}
 }
 
 // TestGateUpSiLUFusedGPU: the fused gate/up GEMM with silu·mul in its
@@ -41,15 +59,7 @@ func TestGateUpSiLUFusedGPU(t *testing.T) {
 		}
 		t.Skipf("compute capability %d: no wgmma", gdev.ComputeCapability())
 	}
-	f := gb.swigluKernel()
-	if f == nil {
-		t.Fatalf("no fused kernel on compute capability 9.0: %v", gb.swiglu.err)
-	}
-	if regs, local, err := f.Resources(); err != nil || local != 0 {
-		t.Errorf("gemm_swiglu_bf16: %d registers, %d bytes of local memory, error %v; want no local memory", regs, local, err)
-	} else {
-		t.Logf("gemm_swiglu_bf16: %d registers a thread at launch (setmaxnreg: 40 producer, 232 consumers)", regs)
-	}
+	checkFusedKernels(t)
 	rng := newRNG(t)
 	for _, c := range []struct {
 		T, D, I int

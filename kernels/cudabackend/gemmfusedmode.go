@@ -1,0 +1,30 @@
+package cudabackend
+
+import "os"
+
+// The fused-epilogue GEMMs' settings (gemmfused.go, cuda builds), here
+// without a build tag so that the tests of the sm_90a extra files see
+// them in every build.
+
+// gemmFusedFile is the kernels' file in kernels/cuda/sm90a/extra, compiled
+// as a module of its own on the first call.
+const gemmFusedFile = "gemm_fused.cu"
+
+// gemmFusedSmem is the kernels' dynamic shared memory (GS_SMEM: 1,024
+// bytes of alignment and four stages of 48 KiB).
+const gemmFusedSmem = 1024 + 4*48*1024
+
+// fusedMinTokens is the fewest rows the fused GEMMs take: below a few row
+// tiles a layer's tiles do not fill the device.
+const fusedMinTokens = 256
+
+// swigluGEMMFromEnv is the default of Backend.SwiGLUGEMM: on unless
+// FT_SWIGLU_GEMM=0 (New rejects values other than "", "0" and "1"). On by
+// default since s23b/s23c: prefill 8,192 212.59, 212.44 ms against 216.09,
+// 215.79 off; 64 × 512 725.17–728.27 against 733.14–743.72 (interleaved;
+// bench/RESULTS.md).
+func swigluGEMMFromEnv() bool { return os.Getenv("FT_SWIGLU_GEMM") != "0" }
+
+// qkvGEMMFromEnv is the default of Backend.QKVGEMM: off unless
+// FT_QKV_GEMM=1.
+func qkvGEMMFromEnv() bool { return os.Getenv("FT_QKV_GEMM") == "1" }

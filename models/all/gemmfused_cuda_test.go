@@ -1,0 +1,143 @@
+//go:build cuda
+
+package all_test
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/kernels/cudabackend"
+	"github.com/flextensor-go/flextensor/models"
+	"github.com/flextensor-go/flextensor/models/decoder"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// fusingGPU is the CUDA backend counting its fused-epilogue GEMMs that ran.
+type fusingGPU struct {
+	*cudabackend.Backend
+	gateUp, qkv int
+}
+
+func (c *fusingGPU) GateUpSiLUFused(out, x, wg, wu *runtime.Tensor) (bool, error) {
+	ran, err := c.Backend.GateUpSiLUFused(out, x, wg, wu)
+	if ran {
+		c.gateUp++
+	}
+	return ran, err
+}
+
+func (c *fusingGPU) ProjectRoPEStoreRows(a kernels.QKVRoPERows) (bool, error) {
+	ran, err := c.Backend.ProjectRoPEStoreRows(a)
+	if ran {
+		c.qkv++
+	}
+	return ran, err
+}
+
+// realishLlama writes a random checkpoint of Llama-3-8B's config cut small
+// (2 layers, hidden 512, 4 heads of 128 over 2 KV heads, intermediate 512:
+// shapes both fused GEMMs take) and returns its directory.
+func realishLlama(t *testing.T) string {
+	t.Helper()
+	f, data, err := models.ShapeConfig("llama3-8b", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	if err := json.Unmarshal(data, &c); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]any{"hidden_size": 512, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+		"head_dim": 128, "vocab_size": 512, "max_position_embeddings": 1024, "bos_token_id": 0, "eos_token_id": 1} {
+		c[k] = v
+	}
+	if data, err = json.Marshal(c); err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.New(data, "realish llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "realish-llama")
+	if err := decoder.WriteRandomCheckpoint(dir, m, data, 5, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestFusedGEMMsModelGPU: a Llama of head width 128 cut small and Qwen2's
+// fixture (intermediate 256) run prefills of 300 and 260 tokens (forwards
+// of 256 rows and more), alone (a contiguous cache) and batched (the paged
+// pool) with decode steps, with the fused-epilogue GEMMs on and off
+// (Backend.SwiGLUGEMM, QKVGEMM; FT_SWIGLU_GEMM=0, FT_QKV_GEMM): on sm_90
+// the gate/up GEMM runs in every layer of each large forward, the q/k/v
+// GEMM too in the Llama (Qwen2's q/k/v biases keep it out), off neither;
+// both choose the same greedy token at every forward, and their logits
+// agree within 0.05 (the fused GEMMs keep their products in fp32 where the
+// separate path rounds them to bf16; the largest difference is logged).
+func TestFusedGEMMsModelGPU(t *testing.T) {
+	devtest.Each(t, func(t *testing.T, d devtest.Device) {
+		gb, ok := d.Backend.(*cudabackend.Backend)
+		if !ok {
+			t.Skipf("the fused-epilogue GEMMs are the CUDA backend's; %s has none", d.Name)
+		}
+		defer func(s, q bool) { gb.SwiGLUGEMM, gb.QKVGEMM = s, q }(gb.SwiGLUGEMM, gb.QKVGEMM)
+		hopper := false
+		if cc, ok := d.Dev.(interface{ ComputeCapability() int }); ok {
+			hopper = cc.ComputeCapability() == 90
+		}
+		for _, fx := range []struct {
+			family, dir string
+			qkv         bool
+		}{{"llama-d128", realishLlama(t), true}, {"qwen2", "../../testdata/tiny-qwen2", false}} {
+			t.Run(fx.family, func(t *testing.T) {
+				m := load(t, fx.dir, d.Dev)
+				V := m.Cfg.VocabSize
+				ps := []seqPlan{{planPrompt(300, 1, V), 3, 0}, {planPrompt(5, 2, V), 4, 0}, {planPrompt(260, 3, V), 2, 1}}
+				run := func(on bool) ([][][]float32, [][][]float32, *fusingGPU) {
+					gb.SwiGLUGEMM, gb.QKVGEMM = on, on
+					fg := &fusingGPU{Backend: gb}
+					alone := runAlone(t, m, fg, ps)
+					cache, err := m.NewPagedCache(fg, 256, 4)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer cache.Close()
+					return alone, runBatched(t, m, fg, cache, ps), fg
+				}
+				aOn, bOn, on := run(true)
+				aOff, bOff, off := run(false)
+				L := m.Cfg.NumHiddenLayers
+				large := 4 * L // two prompts alone, two batched forwards of 256 rows and more
+				wantGU, wantQKV := map[bool]int{true: large}[hopper], map[bool]int{true: large}[hopper && fx.qkv]
+				if on.gateUp != wantGU || on.qkv != wantQKV {
+					t.Errorf("fused on (compute capability 9.0 %v): %d gate/up and %d q/k/v GEMMs, want %d and %d", hopper, on.gateUp, on.qkv, wantGU, wantQKV)
+				}
+				if off.gateUp != 0 || off.qkv != 0 {
+					t.Errorf("fused off: %d gate/up and %d q/k/v GEMMs ran", off.gateUp, off.qkv)
+				}
+				worst := 0.0
+				for _, pair := range [][2][][][]float32{{aOn, aOff}, {bOn, bOff}} {
+					for i := range pair[0] {
+						if len(pair[0][i]) != len(pair[1][i]) {
+							t.Fatalf("sequence %d: %d forwards fused, %d not", i, len(pair[0][i]), len(pair[1][i]))
+						}
+						for s := range pair[0][i] {
+							worst = max(worst, maxDiff(pair[0][i][s], pair[1][i][s]))
+							if g, w := kernels.Argmax(pair[0][i][s]), kernels.Argmax(pair[1][i][s]); g != w {
+								t.Errorf("sequence %d forward %d: greedy token %d fused, %d separate", i, s, g, w)
+							}
+						}
+					}
+				}
+				if worst > 0.05 {
+					t.Errorf("logits differ by %.3g, want at most 0.05", worst)
+				}
+				t.Logf("%s: %d gate/up and %d q/k/v fused GEMMs; logits differ by at most %.3g", fx.family, on.gateUp, on.qkv, worst)
+			})
+		}
+	})
+}
