@@ -489,10 +489,10 @@ func (b *Backend) ActDType() runtime.DType { return runtime.BF16 }
 // calls it; calling it earlier is fine too.
 func (b *Backend) Close() error {
 	err := b.s.Synchronize()
-	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf, b.tailCounter) {
+	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf, b.tailCounter, b.ropeCS.buf) {
 		buf.Free()
 	}
-	b.fp8lt.buf, b.merged, b.tailCounter = nil, nil, nil // b.merged is on b.retired
+	b.fp8lt.buf, b.merged, b.tailCounter, b.ropeCS = nil, nil, nil, ropeCS{} // b.merged is on b.retired
 	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
 	b.feed.free()
