@@ -200,10 +200,6 @@ type Backend struct {
 	// silu·mul of a many-token forward as one wgmma GEMM of our own); off,
 	// it declines. New sets it unless FT_SWIGLU_GEMM=0.
 	SwiGLUGEMM bool
-	// SwiGLUDirect makes the fused gate/up GEMM store from its registers
-	// (4-byte stores) instead of through shared memory (16-byte ones).
-	// New sets it when FT_SWIGLU_GEMM=direct (A/B runs).
-	SwiGLUDirect bool
 	// QKVGEMM lets ProjectRoPEStoreRows run (qkvgemm.go: q, k, v, RoPE and
 	// the KV-cache store of a many-token forward as one such GEMM); off,
 	// it declines. New sets it when FT_QKV_GEMM=1.
@@ -470,7 +466,6 @@ func New(dev runtime.Device) (*Backend, error) {
 		NormTail:     normTailFromEnv(),
 		VarlenContig: varlenContigFromEnv(),
 		SwiGLUGEMM:   swigluGEMMFromEnv(),
-		SwiGLUDirect: swigluDirectFromEnv(),
 		QKVGEMM:      qkvGEMMFromEnv(),
 		DecodeMega:   decodeMegaFromEnv(),
 		AsyncDecode:  asyncDecodeFromEnv(),

@@ -33,9 +33,9 @@ var _ kernels.FusedGateUpSiLUer = (*Backend)(nil)
 
 // gemmFusedModule is the kernels' module, loaded once.
 type gemmFusedModule struct {
-	once                             sync.Once
-	swiglu, swigluDirect, qkv, table *cuda.Function
-	err                              error
+	once               sync.Once
+	swiglu, qkv, table *cuda.Function
+	err                error
 }
 
 // gemmFused is the loaded module, or nil where it cannot be had (another
@@ -73,8 +73,7 @@ func (m *gemmFusedModule) load(dev *cuda.Device) error {
 		p    **cuda.Function
 		name string
 		smem int
-	}{{&m.swiglu, "gemm_swiglu_bf16", gemmFusedSmem}, {&m.swigluDirect, "gemm_swiglu_direct_bf16", gemmFusedSmem},
-		{&m.qkv, "gemm_qkv_rope_bf16", gemmFusedSmem}, {&m.table, "rope_cs_table", 0}} {
+	}{{&m.swiglu, "gemm_swiglu_bf16", gemmFusedSmem}, {&m.qkv, "gemm_qkv_rope_bf16", gemmFusedSmem}, {&m.table, "rope_cs_table", 0}} {
 		if *f.p, err = mod.Function(f.name); err != nil {
 			return err
 		}
@@ -152,11 +151,7 @@ func (b *Backend) GateUpSiLUFused(out, x, wg, wu *runtime.Tensor) (bool, error) 
 		return false, err
 	}
 	args := append([]uint64{cuda.Ptr(out.Ptr()), cuda.I32(T), cuda.I32(I), cuda.I32(D)}, maps...)
-	f := m.swiglu
-	if b.SwiGLUDirect {
-		f = m.swigluDirect
-	}
-	return true, b.launchFused(f, (T+127)/128*(I/128), int64(T)*int64(D)*2+int64(2*I)*int64(D)*2+int64(T)*int64(I)*2, args...)
+	return true, b.launchFused(m.swiglu, (T+127)/128*(I/128), int64(T)*int64(D)*2+int64(2*I)*int64(D)*2+int64(T)*int64(I)*2, args...)
 }
 
 // named is an operand and its name in errors.

@@ -27,7 +27,7 @@ func checkFusedKernels(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no fused-epilogue GEMMs on compute capability 9.0: %v", gb.fusedGEMM.err)
 	}
-	for _, f := range []*cuda.Function{m.swiglu, m.swigluDirect, m.qkv} {
+	for _, f := range []*cuda.Function{m.swiglu, m.qkv} {
 		if regs, local, err := f.Resources(); err != nil || local != 0 {
 			t.Errorf("%s: %d registers, %d bytes of local memory, error %v; want no local memory", f.Name(), regs, local, err)
 		} else {
@@ -44,9 +44,8 @@ func checkFusedKernels(t *testing.T) {
 // than blocks (the persistent loop, a partial group of the tile order) and
 // Llama-3-8B's widths; the same bits when run twice. Calls it does not take
 // (switched off, too few rows, I not a multiple of 128, D not of 64) write
-// nothing; a wrong output size is an error. The kernels keep their
-// registers (no local memory). Both epilogues: through shared memory (the
-// default) and from the registers (SwiGLUDirect). Off sm_90: never taken.
+// nothing; a wrong output size is an error. The kernel keeps its
+// registers (no local memory). Off sm_90: never taken.
 func TestGateUpSiLUFusedGPU(t *testing.T) {
 	needGPU(t)
 	if gdev.ComputeCapability() != 90 {
@@ -73,59 +72,55 @@ func TestGateUpSiLUFusedGPU(t *testing.T) {
 		{512, 4096, 14336, false}, // Llama-3-8B
 		{4096, 4096, 14336, false},
 	} {
-		for _, direct := range []bool{false, true} {
-			gb.SwiGLUDirect = direct
-			t.Run(fmt.Sprintf("direct%v/T%d/D%d/I%d", direct, c.T, c.D, c.I), func(t *testing.T) {
-				x := randBF16(rng, c.T*c.D, 1)
-				wgv := randBF16(rng, c.I*c.D, float32(2/math.Sqrt(float64(c.D))))
-				wuv := randBF16(rng, c.I*c.D, float32(2/math.Sqrt(float64(c.D))))
-				gx, wg, wu := gpu(t, runtime.BF16, x, c.T, c.D), gpu(t, runtime.BF16, wgv, c.I, c.D), gpu(t, runtime.BF16, wuv, c.I, c.D)
-				out := poisoned(t, runtime.BF16, c.T, c.I)
-				var ran bool
-				var err error
-				withSwiGLU(true, func() { ran, err = gb.GateUpSiLUFused(out, gx, wg, wu) })
-				if err != nil || !ran {
-					t.Fatalf("ran %v, error %v", ran, err)
+		t.Run(fmt.Sprintf("T%d/D%d/I%d", c.T, c.D, c.I), func(t *testing.T) {
+			x := randBF16(rng, c.T*c.D, 1)
+			wgv := randBF16(rng, c.I*c.D, float32(2/math.Sqrt(float64(c.D))))
+			wuv := randBF16(rng, c.I*c.D, float32(2/math.Sqrt(float64(c.D))))
+			gx, wg, wu := gpu(t, runtime.BF16, x, c.T, c.D), gpu(t, runtime.BF16, wgv, c.I, c.D), gpu(t, runtime.BF16, wuv, c.I, c.D)
+			out := poisoned(t, runtime.BF16, c.T, c.I)
+			var ran bool
+			var err error
+			withSwiGLU(true, func() { ran, err = gb.GateUpSiLUFused(out, gx, wg, wu) })
+			if err != nil || !ran {
+				t.Fatalf("ran %v, error %v", ran, err)
+			}
+			got := read(t, out)
+			again := poisoned(t, runtime.BF16, c.T, c.I)
+			withSwiGLU(true, func() { ran, err = gb.GateUpSiLUFused(again, gx, wg, wu) })
+			if err != nil || !ran {
+				t.Fatalf("second run: ran %v, error %v", ran, err)
+			}
+			for i, v := range read(t, again) {
+				if math.Float32bits(v) != math.Float32bits(got[i]) {
+					t.Fatalf("second run: element %d is %v, first %v", i, v, got[i])
 				}
-				got := read(t, out)
-				again := poisoned(t, runtime.BF16, c.T, c.I)
-				withSwiGLU(true, func() { ran, err = gb.GateUpSiLUFused(again, gx, wg, wu) })
-				if err != nil || !ran {
-					t.Fatalf("second run: ran %v, error %v", ran, err)
-				}
-				for i, v := range read(t, again) {
-					if math.Float32bits(v) != math.Float32bits(got[i]) {
-						t.Fatalf("second run: element %d is %v, first %v", i, v, got[i])
-					}
-				}
-				g, u := poisoned(t, runtime.BF16, c.T, c.I), poisoned(t, runtime.BF16, c.T, c.I)
-				if err := gb.MatMul(g, gx, wg); err != nil {
+			}
+			g, u := poisoned(t, runtime.BF16, c.T, c.I), poisoned(t, runtime.BF16, c.T, c.I)
+			if err := gb.MatMul(g, gx, wg); err != nil {
+				t.Fatal(err)
+			}
+			if err := gb.MatMul(u, gx, wu); err != nil {
+				t.Fatal(err)
+			}
+			if err := gb.SiLUMul(g, g, u); err != nil {
+				t.Fatal(err)
+			}
+			compare(t, "against GEMM, GEMM, SiLUMul", got, read(t, g), 2*mergedTol, mergedTol)
+			if c.cpu {
+				hx := host(t, runtime.F32, x, c.T, c.D)
+				rg, ru := host(t, runtime.F32, nil, c.T, c.I), host(t, runtime.F32, nil, c.T, c.I)
+				if err := cb.MatMul(rg, hx, host(t, runtime.BF16, wgv, c.I, c.D)); err != nil {
 					t.Fatal(err)
 				}
-				if err := gb.MatMul(u, gx, wu); err != nil {
+				if err := cb.MatMul(ru, hx, host(t, runtime.BF16, wuv, c.I, c.D)); err != nil {
 					t.Fatal(err)
 				}
-				if err := gb.SiLUMul(g, g, u); err != nil {
+				if err := cb.SiLUMul(rg, rg, ru); err != nil {
 					t.Fatal(err)
 				}
-				compare(t, "against GEMM, GEMM, SiLUMul", got, read(t, g), 2*mergedTol, mergedTol)
-				if c.cpu {
-					hx := host(t, runtime.F32, x, c.T, c.D)
-					rg, ru := host(t, runtime.F32, nil, c.T, c.I), host(t, runtime.F32, nil, c.T, c.I)
-					if err := cb.MatMul(rg, hx, host(t, runtime.BF16, wgv, c.I, c.D)); err != nil {
-						t.Fatal(err)
-					}
-					if err := cb.MatMul(ru, hx, host(t, runtime.BF16, wuv, c.I, c.D)); err != nil {
-						t.Fatal(err)
-					}
-					if err := cb.SiLUMul(rg, rg, ru); err != nil {
-						t.Fatal(err)
-					}
-					compare(t, "against the CPU", got, rg.F32(), mergedTol, mergedTol)
-				}
-			})
-		}
-		gb.SwiGLUDirect = false
+				compare(t, "against the CPU", got, rg.F32(), mergedTol, mergedTol)
+			}
+		})
 	}
 
 	x := gpu(t, runtime.BF16, randBF16(rng, 512*128, 1), 512, 128)
@@ -189,21 +184,17 @@ func BenchmarkGateUpSiLU(b *testing.B) {
 	for _, T := range []int{8192, 32768} {
 		x, out, u := tensor(T, D), tensor(T, I), tensor(T, I)
 		flops := 2 * 2 * float64(T) * D * I
-		for _, direct := range []bool{false, true} {
-			b.Run(fmt.Sprintf("fused-direct%v/%d", direct, T), func(b *testing.B) {
-				gb.SwiGLUDirect = direct
-				defer func() { gb.SwiGLUDirect = false }()
-				withSwiGLU(true, func() {
-					timeGPU(b, flops, 0, func() error {
-						ran, err := gb.GateUpSiLUFused(out, x, wg, wu)
-						if err == nil && !ran {
-							err = fmt.Errorf("the fused GEMM did not run")
-						}
-						return err
-					})
+		b.Run(fmt.Sprintf("fused/%d", T), func(b *testing.B) {
+			withSwiGLU(true, func() {
+				timeGPU(b, flops, 0, func() error {
+					ran, err := gb.GateUpSiLUFused(out, x, wg, wu)
+					if err == nil && !ran {
+						err = fmt.Errorf("the fused GEMM did not run")
+					}
+					return err
 				})
 			})
-		}
+		})
 		b.Run(fmt.Sprintf("separate/%d", T), func(b *testing.B) {
 			timeGPU(b, flops, 0, func() error {
 				if err := gb.MatMul(out, x, wg); err != nil {

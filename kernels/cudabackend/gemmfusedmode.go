@@ -11,9 +11,8 @@ import "os"
 const gemmFusedFile = "gemm_fused.cu"
 
 // gemmFusedSmem is the kernels' dynamic shared memory (GS_SMEM: 1,024
-// bytes of alignment, four stages of 48 KiB, two consumers' 16 KiB of
-// epilogue staging).
-const gemmFusedSmem = 1024 + 4*48*1024 + 2*16*1024
+// bytes of alignment and four stages of 48 KiB).
+const gemmFusedSmem = 1024 + 4*48*1024
 
 // fusedMinTokens is the fewest rows the fused GEMMs take: below a few row
 // tiles a layer's tiles do not fill the device.
@@ -25,10 +24,6 @@ const fusedMinTokens = 256
 // 215.79 off; 64 × 512 725.17–728.27 against 733.14–743.72 (interleaved;
 // bench/RESULTS.md).
 func swigluGEMMFromEnv() bool { return os.Getenv("FT_SWIGLU_GEMM") != "0" }
-
-// swigluDirectFromEnv is the default of Backend.SwiGLUDirect: on when
-// FT_SWIGLU_GEMM=direct.
-func swigluDirectFromEnv() bool { return os.Getenv("FT_SWIGLU_GEMM") == "direct" }
 
 // qkvGEMMFromEnv is the default of Backend.QKVGEMM: off unless
 // FT_QKV_GEMM=1.

@@ -45,8 +45,7 @@
 #define GS_ABYTES (GS_BM * GS_BK * 2)          // 16 KiB of x a stage
 #define GS_BBYTES (GS_BN * GS_BK * 2)          // 32 KiB of weights a stage
 #define GS_STAGE (GS_ABYTES + GS_BBYTES)       // 48 KiB
-#define GS_STG (64 * 256)                      // a consumer's epilogue staging: 64 rows of 256 bytes
-#define GS_SMEM (1024 + GS_NS * GS_STAGE + 2 * GS_STG)  // dynamic shared memory, with the 1024-byte alignment
+#define GS_SMEM (1024 + GS_NS * GS_STAGE)      // dynamic shared memory, with the 1024-byte alignment
 
 // gs_tmap is a CUtensorMap (runtime/cuda/tmap.go); gs_swiglu_maps and
 // gs_qkv_maps the maps the kernels take as their last, __grid_constant__
@@ -144,18 +143,8 @@ __device__ __forceinline__ float gs_silu_mul(float g, float u) {
 	return fmaf(h, t, h) * u;
 }
 
-// gs_epi is where a consumer's epilogue works: its 64 rows from m0 + 64·cw
-// (below M) of column tile c; its thread wtid (warp, g = lane / 4, tg =
-// lane % 4: accumulator 4j + 2h + e holds local row 16·warp + g + 8h,
-// column 8j + 2·tg + e); stg its 16 KiB of staging shared memory.
-struct gs_epi {
-	int M, m0, c, cw, wtid, warp, g, tg;
-	unsigned stg;
-};
-
 // gs_swiglu is the gated MLP's op for gs_gemm: column tile c is outputs
 // 128c.. of out [M,N], from gate rows 128c.. then up rows 128c.. .
-template <bool STG>
 struct gs_swiglu {
 	bf16_t* out;
 	int N;
@@ -166,51 +155,22 @@ struct gs_swiglu {
 		gs_tma(sb, g, k * GS_BK, c * 128, full);
 		gs_tma(sb + GS_BBYTES / 2, u, k * GS_BK, c * 128, full);
 	}
-	// store is the epilogue: out = g·σ(g)·u for the gate product in
-	// accumulator i and the up product of the same output in i + 64. STG:
-	// through the consumer's staging memory (4-byte writes at
-	// (local row, 16-byte chunk j ^ (row mod 8)): no bank conflicts), then
-	// 16-byte rows-contiguous stores, a quarter of the store instructions
-	// of the direct form's 4-byte ones.
-	__device__ __forceinline__ void store(const float (&d)[128], const gs_epi& e) const {
-		if (!STG) {
-#pragma unroll
-			for (int h = 0; h < 2; h++) {
-				const int r = e.m0 + e.cw * 64 + e.warp * 16 + e.g + 8 * h;
-				if (r >= e.M) continue;
-				bf16_t* o = out + (usize)r * N + e.c * 128 + 2 * e.tg;
-#pragma unroll
-				for (int j = 0; j < 16; j++) {
-					const int i = 4 * j + 2 * h;
-					*(unsigned*)(o + 8 * j) = pack_bf16(gs_silu_mul(d[i], d[i + 64]), gs_silu_mul(d[i + 1], d[i + 65]));
-				}
-			}
-			return;
-		}
+	// store is the epilogue of this thread's rows r0 and r0 + 8 (below M)
+	// of column tile c: accumulator 4j + 2h + e holds row r0 + 8h, column
+	// 8j + 2·tg + e of the 256 products: gate for j < 16, up of the same
+	// output for j + 16.
+	__device__ __forceinline__ void store(const float (&d)[128], int M, int r0, int c, int tg) const {
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
-			const int lr = e.warp * 16 + e.g + 8 * h;
-			const unsigned row = e.stg + lr * 256 + 4 * e.tg;
+			const int r = r0 + 8 * h;
+			if (r >= M) continue;
+			bf16_t* o = out + (usize)r * N + c * 128 + 2 * tg;
 #pragma unroll
 			for (int j = 0; j < 16; j++) {
 				const int i = 4 * j + 2 * h;
-				const unsigned w = pack_bf16(gs_silu_mul(d[i], d[i + 64]), gs_silu_mul(d[i + 1], d[i + 65]));
-				asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(row + ((j ^ (lr & 7)) << 4)), "r"(w) : "memory");
+				*(unsigned*)(o + 8 * j) = pack_bf16(gs_silu_mul(d[i], d[i + 64]), gs_silu_mul(d[i + 1], d[i + 65]));
 			}
 		}
-		asm volatile("bar.sync %0, 128;\n" ::"r"(1 + e.cw) : "memory");
-#pragma unroll
-		for (int q = 0; q < 8; q++) {
-			const int x = e.wtid + 128 * q, lr = x >> 4, ch = x & 15;
-			uint4 v;
-			asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-					: "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-					: "r"(e.stg + lr * 256 + ((ch ^ (lr & 7)) << 4))
-					: "memory");
-			const int r = e.m0 + e.cw * 64 + lr;
-			if (r < e.M) *(uint4*)(out + (usize)r * N + e.c * 128 + ch * 8) = v;
-		}
-		asm volatile("bar.sync %0, 128;\n" ::"r"(1 + e.cw) : "memory");  // the staging is free again
 	}
 };
 
@@ -238,8 +198,7 @@ struct gs_qkv {
 		gs_tma(sb, m, kk * GS_BK, r, full);
 		gs_tma(sb + GS_BBYTES / 2, m, kk * GS_BK, r + 128, full);
 	}
-	__device__ __forceinline__ void store(const float (&d)[128], const gs_epi& e) const {
-		const int M = e.M, r0 = e.m0 + e.cw * 64 + e.warp * 16 + e.g, c = e.c, tg = e.tg;
+	__device__ __forceinline__ void store(const float (&d)[128], int M, int r0, int c, int tg) const {
 		const int n0 = c * 256, nq = H * 128, nk = KV * 128;
 		const int reg = n0 < nq ? 0 : (n0 < nq + nk ? 1 : 2);  // q, k, v
 		const int col0 = n0 - (reg == 0 ? 0 : (reg == 1 ? nq : nq + nk));
@@ -367,18 +326,12 @@ __device__ __forceinline__ void gs_gemm(const Op& op, const gs_tmap* mx, int M, 
 		wg_wait0();
 		wg_pin<128>(d);
 		release(sp);
-		op.store(d, gs_epi{M, m0, c, cw, wtid, warp, g, tg, base + GS_NS * GS_STAGE + (unsigned)cw * GS_STG});
+		op.store(d, M, m0 + cw * 64 + warp * 16 + g, c, tg);
 	}
 }
 
 extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_bf16(bf16_t* out, int M, int N, int K, const __grid_constant__ gs_swiglu_maps maps) {
-	gs_gemm(gs_swiglu<true>{out, N, &maps.g, &maps.u}, &maps.x, M, K);
-}
-
-// gemm_swiglu_direct_bf16 is gemm_swiglu_bf16 storing from the registers
-// (4-byte stores; FT_SWIGLU_GEMM=direct, A/B runs).
-extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_direct_bf16(bf16_t* out, int M, int N, int K, const __grid_constant__ gs_swiglu_maps maps) {
-	gs_gemm(gs_swiglu<false>{out, N, &maps.g, &maps.u}, &maps.x, M, K);
+	gs_gemm(gs_swiglu{out, N, &maps.g, &maps.u}, &maps.x, M, K);
 }
 
 // gemm_qkv_rope_bf16: q, k, v = x·[wq; wk; wv]ᵀ with q and k rotated and
