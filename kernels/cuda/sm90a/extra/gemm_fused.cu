@@ -6,7 +6,8 @@
 //    weights g, u [N,K]; the separate path writes the two products [M,2N]
 //    in bf16 and reads them back for the silu·mul (at 64 × 512 tokens of
 //    Llama-3-8B 23 ms of a 720 ms forward, all of it memory traffic);
-//  - gemm_qkv_rope_bf16 (FT_QKV_GEMM): the attention input, q, k, v =
+//  - gemm_qkv_rope_bf16 (FT_QKV_GEMM=1; measured slower than the separate
+//    kernels, s23f, so off by default): the attention input, q, k, v =
 //    x·[wq; wk; wv]ᵀ in one GEMM whose epilogue applies RoPE to q and k and
 //    stores k and v into the KV cache, in place of three GEMMs and the RoPE
 //    + store kernel.
