@@ -3,15 +3,11 @@
 package all_test
 
 import (
-	"encoding/json"
-	"path/filepath"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/kernels/cudabackend"
-	"github.com/flextensor-go/flextensor/models"
-	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -42,30 +38,12 @@ func (c *fusingGPU) ProjectRoPEStoreRows(a kernels.QKVRoPERows) (bool, error) {
 // shapes both fused GEMMs take) and returns its directory.
 func realishLlama(t *testing.T) string {
 	t.Helper()
-	f, data, err := models.ShapeConfig("llama3-8b", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c map[string]any
-	if err := json.Unmarshal(data, &c); err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range map[string]any{"hidden_size": 512, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
-		"head_dim": 128, "vocab_size": 512, "max_position_embeddings": 1024, "bos_token_id": 0, "eos_token_id": 1} {
-		c[k] = v
-	}
-	if data, err = json.Marshal(c); err != nil {
-		t.Fatal(err)
-	}
-	m, err := f.New(data, "realish llama")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "realish-llama")
-	if err := decoder.WriteRandomCheckpoint(dir, m, data, 5, 1<<30); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return realish(t, "llama3-8b", "realish llama", 5, func(c map[string]any) {
+		for k, v := range map[string]any{"hidden_size": 512, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+			"head_dim": 128, "vocab_size": 512, "max_position_embeddings": 1024, "bos_token_id": 0, "eos_token_id": 1} {
+			c[k] = v
+		}
+	})
 }
 
 // TestFusedGEMMsModelGPU: a Llama of head width 128 cut small and Qwen2's

@@ -21,7 +21,26 @@ import (
 // renormalised, 4 heads of 64 over 2 KV heads) and returns its directory.
 func realishMoE(t *testing.T) string {
 	t.Helper()
-	f, data, err := models.ShapeConfig("qwen3-30b-a3b", 2)
+	return realish(t, "qwen3-30b-a3b", "realish qwen3-moe", 11, func(c map[string]any) {
+		for k, v := range map[string]any{"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+			"head_dim": 64, "moe_intermediate_size": 96, "vocab_size": 512, "max_position_embeddings": 256,
+			"bos_token_id": 0, "eos_token_id": 1} {
+			c[k] = v
+		}
+		for _, k := range []string{"num_experts", "num_local_experts"} {
+			if _, ok := c[k]; ok {
+				c[k] = 64
+			}
+		}
+	})
+}
+
+// realish writes a random checkpoint (seed) of the make-model shape's
+// config.json cut to 2 layers and changed by edit, and returns its
+// directory.
+func realish(t *testing.T, shape, name string, seed uint64, edit func(map[string]any)) string {
+	t.Helper()
+	f, data, err := models.ShapeConfig(shape, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,25 +48,16 @@ func realishMoE(t *testing.T) string {
 	if err := json.Unmarshal(data, &c); err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range map[string]any{"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
-		"head_dim": 64, "moe_intermediate_size": 96, "vocab_size": 512, "max_position_embeddings": 256,
-		"bos_token_id": 0, "eos_token_id": 1} {
-		c[k] = v
-	}
-	for _, k := range []string{"num_experts", "num_local_experts"} {
-		if _, ok := c[k]; ok {
-			c[k] = 64
-		}
-	}
+	edit(c)
 	if data, err = json.Marshal(c); err != nil {
 		t.Fatal(err)
 	}
-	m, err := f.New(data, "realish qwen3-moe")
+	m, err := f.New(data, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(t.TempDir(), "realish-moe")
-	if err := decoder.WriteRandomCheckpoint(dir, m, data, 11, 1<<30); err != nil {
+	dir := filepath.Join(t.TempDir(), strings.ReplaceAll(name, " ", "-"))
+	if err := decoder.WriteRandomCheckpoint(dir, m, data, seed, 1<<30); err != nil {
 		t.Fatal(err)
 	}
 	return dir
