@@ -312,7 +312,7 @@ func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtim
 func (a *Attention) projectRoPEBatch(b kernels.Backend, invFreq []float32, h, q, k, v *runtime.Tensor, bs *batchState) error {
 	in := normed{h: h}
 	kp, vp := bs.cache.K[a.Layer], bs.cache.V[a.Layer]
-	if ran, err := a.projectRoPERows(b, invFreq, &in, q, k, v, kp, vp, 0, bs.positions, bs.slots); err != nil || ran {
+	if ran, err := a.projectRoPERows(b, invFreq, in, q, k, v, kp, vp, 0, bs.positions, bs.slots); err != nil || ran {
 		return err
 	}
 	if err := a.project(b, in, q, k, v); err != nil {

@@ -21,7 +21,7 @@ func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed,
 	_, direct := cache.(Direct)
 	if direct && in.h.Dim(0) > 1 {
 		kc, vc := cache.View(a.Layer)
-		ran, err := a.projectRoPERows(b, invFreq, &in, q, k, v, kc, vc, cache.Len(), nil, nil)
+		ran, err := a.projectRoPERows(b, invFreq, in, q, k, v, kc, vc, cache.Len(), nil, nil)
 		if err != nil || ran {
 			return err
 		}
@@ -106,22 +106,17 @@ func biasOf(l *nn.Linear) *runtime.Tensor {
 // cache rows (kc, vc: positions pos0.. of a contiguous cache, or positions
 // and slots of the paged pool) as one op where the backend fuses them for
 // many rows (kernels.QKVRoPERowsStorer): plain weights without biases, no
-// q/k norm, no hook watching the projections. A pending norm of in is run
-// first (in becomes its result). ran false: it does not apply or the
-// backend declines; nothing of the projections ran.
-func (a *Attention) projectRoPERows(b kernels.Backend, invFreq []float32, in *normed, q, k, v, kc, vc *runtime.Tensor, pos0 int,
+// q/k norm, no hook watching the projections, no norm pending on the input
+// (one the projections would fold in: normfuse.go). ran false: it does not
+// apply or the backend declines; nothing ran.
+func (a *Attention) projectRoPERows(b kernels.Backend, invFreq []float32, in normed, q, k, v, kc, vc *runtime.Tensor, pos0 int,
 	positions, slots []int32) (bool, error) {
 	f, ok := b.(kernels.QKVRoPERowsStorer)
-	if !ok || a.QNorm != nil || !plain(a.Q, a.K, a.V) || a.Q.Bias != nil || a.K.Bias != nil || a.V.Bias != nil ||
+	if !ok || in.norm != nil || a.QNorm != nil || !plain(a.Q, a.K, a.V) || a.Q.Bias != nil || a.K.Bias != nil || a.V.Bias != nil ||
 		!nn.Unwatched(a.Q, a.K, a.V) {
 		return false, nil
 	}
-	h, err := in.ready(b)
-	if err != nil {
-		return false, err
-	}
-	*in = normed{h: h}
-	return f.ProjectRoPEStoreRows(kernels.QKVRoPERows{Q: q, K: k, V: v, X: h,
+	return f.ProjectRoPEStoreRows(kernels.QKVRoPERows{Q: q, K: k, V: v, X: in.h,
 		WQ: a.Q.Weight.Tensor(), WK: a.K.Weight.Tensor(), WV: a.V.Weight.Tensor(),
 		KCache: kc, VCache: vc, Pos: pos0, Positions: positions, Slots: slots, InvFreq: invFreq})
 }
