@@ -4,7 +4,7 @@
 #
 #   log MSG                       a timestamped step line (steps.log)
 #   left [SECONDS]                true while the call is under SECONDS (default $BUDGET or 500)
-#   build_cuda                    make build-cuda, or the log's tail and exit
+#   build_cuda                    make build-cuda (BUILD_T: timeout, default 280 s), or the log's tail and exit
 #   test_env                      cgo flags to compile cuda-tagged test binaries
 #   compile_tests PKG...          go test -c each package to /tmp/t/<base>.test (background; wait)
 #   make_models                   /tmp/llama3-8b (context raised to 40,960) if missing
@@ -22,9 +22,9 @@ b=bin/infer-cuda
 m=/tmp/llama3-8b
 log() { echo "== $(date +%T) +$(( $(date +%s) - t0 ))s $*" | tee -a "$out/steps.log"; }
 left() { [ $(( $(date +%s) - t0 )) -lt ${1:-${BUDGET:-500}} ]; }
-build_cuda() {
+build_cuda() {  # BUILD_T seconds (default 280: a fresh machine's build ran past 170 in s23b)
   log build
-  timeout 170 make build-cuda >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+  timeout ${BUILD_T:-280} make build-cuda >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; finish; exit 1; }
 }
 test_env() {
   local R=$PWD C=/usr/local/cuda
