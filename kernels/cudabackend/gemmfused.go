@@ -86,13 +86,17 @@ func (m *gemmFusedModule) load(dev *cuda.Device) error {
 	return nil
 }
 
-// tensorMaps are the launch slots of the maps of the bf16 matrices ms
-// (each p at rows of D columns) for the kernels' boxes of 128 rows × 64
-// columns.
-func (b *Backend) tensorMaps(op string, D int, ms ...struct {
+// matrix is a bf16 matrix of rows rows at device address p, its row
+// length given with it to tensorMaps.
+type matrix struct {
 	p    uintptr
 	rows int
-}) ([]uint64, error) {
+}
+
+// tensorMaps are the launch slots of the maps of the bf16 matrices ms
+// (each of rows of D columns) for the kernels' boxes of 128 rows × 64
+// columns.
+func (b *Backend) tensorMaps(op string, D int, ms ...matrix) ([]uint64, error) {
 	var slots []uint64
 	for _, m := range ms {
 		tm, err := b.dev.TensorMapBF16(m.p, D, m.rows, 2*D, 64, 128)
@@ -142,11 +146,7 @@ func (b *Backend) GateUpSiLUFused(out, x, wg, wu *runtime.Tensor) (bool, error) 
 	if m == nil {
 		return false, nil
 	}
-	type mat = struct {
-		p    uintptr
-		rows int
-	}
-	maps, err := b.tensorMaps(op, D, mat{x.Ptr(), T}, mat{wg.Ptr(), I}, mat{wu.Ptr(), I})
+	maps, err := b.tensorMaps(op, D, matrix{x.Ptr(), T}, matrix{wg.Ptr(), I}, matrix{wu.Ptr(), I})
 	if err != nil {
 		return false, err
 	}

@@ -107,11 +107,7 @@ func (b *Backend) ProjectRoPEStoreRows(a kernels.QKVRoPERows) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	type mat = struct {
-		p    uintptr
-		rows int
-	}
-	maps, err := b.tensorMaps(op, D, mat{a.X.Ptr(), T}, mat{a.WQ.Ptr(), H * d}, mat{a.WK.Ptr(), KV * d}, mat{a.WV.Ptr(), KV * d})
+	maps, err := b.tensorMaps(op, D, matrix{a.X.Ptr(), T}, matrix{a.WQ.Ptr(), H * d}, matrix{a.WK.Ptr(), KV * d}, matrix{a.WV.Ptr(), KV * d})
 	if err != nil {
 		return false, err
 	}
