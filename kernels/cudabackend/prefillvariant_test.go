@@ -126,8 +126,9 @@ func TestPrefillVariantKernelNames(t *testing.T) {
 }
 
 // TestSM90aExtraVariants: every file of kernels/cuda/sm90a/extra is some
-// sm90a variant's (or the fused-epilogue GEMMs', gemmFusedFile), only sm90a variants have one, and its unit is
-// SourceSM90a followed by the file.
+// sm90a variant's (or the fused-epilogue GEMMs', gemmFusedFile), only
+// sm90a variants have one, and its unit is SourceSM90a followed by the
+// file.
 func TestSM90aExtraVariants(t *testing.T) {
 	used := map[string]bool{gemmFusedFile: true}
 	for _, v := range prefillVariants {
