@@ -9,11 +9,11 @@ import (
 // projectRoPE computes q, k and v from the input in, normalises q and k
 // per head where the layer has q/k norms, rotates them and appends k and v
 // to the cache. For several tokens into a Direct cache it is one op where
-// the backend fuses it (projectRoPERows). For one token it is one op where the backend fuses the
-// projections with the rest (kernels.QKVRoPEStorer): plain weights, no q/k
-// norm (it would sit between the projection and the rotation), a Direct
-// cache and no hook watching the projections; the backend may decline the
-// operands. Otherwise (and when a pending norm folds into the projections
+// the backend fuses it (projectRoPERows). For one token it is one op where
+// the backend fuses the projections with the rest (kernels.QKVRoPEStorer):
+// plain weights, no q/k norm (it would sit between the projection and the
+// rotation), a Direct cache and no hook watching the projections; the
+// backend may decline the operands. Otherwise (and when a pending norm folds into the projections
 // instead: normfuse.go) project, then qkNorm and ropeAndAppend: one op
 // where the backend fuses them (normRoPEStore), else two.
 func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed, q, k, v *runtime.Tensor, cache Cache) error {
