@@ -1455,6 +1455,16 @@ func (m *metaUpload) free() {
 	*m = metaUpload{}
 }
 
+// uploadRoPEPairs uploads the (position, cache row) pair of each packed
+// row, the table the batched RoPE + store kernels read (ps[2t], ps[2t+1]).
+func (b *Backend) uploadRoPEPairs(positions, slots []int32) (uintptr, error) {
+	ps := make([]int32, 2*len(positions))
+	for t := range positions {
+		ps[2*t], ps[2*t+1] = positions[t], slots[t]
+	}
+	return b.uploadMeta(&b.meta.rope, ps, "batched rope positions")
+}
+
 // uploadMeta returns the device address of vals (not empty), uploading them
 // unless m already holds them.
 func (b *Backend) uploadMeta(m *metaUpload, vals []int32, label string) (uintptr, error) {
@@ -1707,11 +1717,7 @@ func (b *Backend) RoPEStoreKVAt(q, k, v, kPool, vPool *runtime.Tensor, positions
 	if err != nil {
 		return err
 	}
-	ps := make([]int32, 2*T)
-	for t := range T {
-		ps[2*t], ps[2*t+1] = positions[t], slots[t]
-	}
-	p, err := b.uploadMeta(&b.meta.rope, ps, "batched rope positions")
+	p, err := b.uploadRoPEPairs(positions, slots)
 	if err != nil {
 		return err
 	}

@@ -95,11 +95,7 @@ func (b *Backend) ProjectRoPEStoreRows(a kernels.QKVRoPERows) (bool, error) {
 	var ps uintptr
 	if a.Positions != nil {
 		need = int(slices.Max(a.Positions)) + 1
-		pairs := make([]int32, 2*T)
-		for t := range T {
-			pairs[2*t], pairs[2*t+1] = a.Positions[t], a.Slots[t]
-		}
-		if ps, err = b.uploadMeta(&b.meta.rope, pairs, "batched rope positions"); err != nil {
+		if ps, err = b.uploadRoPEPairs(a.Positions, a.Slots); err != nil {
 			return false, err
 		}
 	}
