@@ -113,7 +113,7 @@ struct wg6_flag {
 	static constexpr bool value = B;
 };
 
-// wg6_nopf is prefill_wg6_body's pf of the kernels here: nothing.
+// wg6_nopf is prefill_wg6_body's pre of the kernels here: nothing.
 struct wg6_nopf {
 	__device__ __forceinline__ void operator()() const {}
 };
@@ -195,13 +195,13 @@ __device__ __forceinline__ void wg6_load_kv(unsigned st, const bf16_t* kc, const
 // out, T rows in all, at positions pos..pos+T−1) of head h over KV head
 // kvh, as prefill_wg_body, with the ping-pong schedule (file comment).
 //
-// pf runs once per thread right after the block's first copies are issued
+// pre runs once per thread right after the block's first copies are issued
 // (the query tile and the first key/value tile), while they are in
 // flight: a hook for work that does not touch the block's shared memory
 // (wg6_nopf: none; sm90a/extra's experiments).
 template <int HD, int BN, int NS, class KV, class PF>
 __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
-		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv, const PF& pf) {
+		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv, const PF& pre) {
 	constexpr int BM = WG_BM;
 	constexpr int QT = BM * HD * 2;              // bytes of the query tile
 	constexpr int TILE = BN * HD * 2;            // bytes of a key or value tile
@@ -232,7 +232,7 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 	cp_async_commit();
 	wg6_load_kv<HD, BN, WG_NT>(sKV, kc, vc, kv, kvh, jfirst * BN, kvEnd);
 	cp_async_commit();
-	pf();
+	pre();
 
 	float o[ON];
 #pragma unroll

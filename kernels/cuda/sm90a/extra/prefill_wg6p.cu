@@ -11,7 +11,7 @@
 // gridDim.x + blockIdx.x, the order blocks are started in) is this
 // block's plus the SM count (%nsmid): about the block that starts when
 // this one ends. Each thread issues its prefetches in prefill_wg6_body's
-// pf, after its own first copies are in flight, so the grid and tile
+// pre, after its own first copies are in flight, so the grid and tile
 // lookups they need do not delay them.
 
 // wg6p_l2 asks for the 128-byte line at p in L2.
@@ -42,14 +42,14 @@ template <int HD>
 __device__ __forceinline__ void prefill_wg6p_fixed(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
 		int K, const int* posp, int pos0, float scale_log2, int window) {
 	const wg_contig kv = {(usize)K * HD};
-	const auto pf = [&]() {
+	const auto pre = [&]() {
 		const int l = wg6p_ahead();
 		if (l < 0) return;
 		const int qt = (int)gridDim.y - 1 - l / (int)gridDim.x;
 		wg6p_rows<HD>(q, (usize)H * HD, l % (int)gridDim.x, qt * WG_BM, min(WG_BM, T - qt * WG_BM));
 	};
 	prefill_wg6_body<HD, 128, 3>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
-		ft_pos(posp, pos0), scale_log2, window, kv, pf);
+		ft_pos(posp, pos0), scale_log2, window, kv, pre);
 }
 
 // prefill_wg6p_varlen_paged is prefill_wg6_varlen_paged with the prefetch
@@ -62,7 +62,7 @@ __device__ __forceinline__ void prefill_wg6p_varlen_paged(bf16_t* out, const bf1
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD;
 	const wg_paged kv = {table + (usize)seq * maxBlocks, bs, (usize)K * HD};
-	const auto pf = [&]() {
+	const auto pre = [&]() {
 		const int l = wg6p_ahead();
 		if (l < 0) return;
 		const int y = l / (int)gridDim.x, s = tiles[2 * y], qt = tiles[2 * y + 1];
@@ -70,7 +70,7 @@ __device__ __forceinline__ void prefill_wg6p_varlen_paged(bf16_t* out, const bf1
 		wg6p_rows<HD>(q, qs, l % (int)gridDim.x, a0 + qt * WG_BM, min(WG_BM, n - qt * WG_BM));
 	};
 	prefill_wg6_body<HD, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
-		scale_log2, window, kv, pf);
+		scale_log2, window, kv, pre);
 }
 
 // prefill_wg6p_varlen_contig is prefill_wg6_varlen_contig with the
@@ -84,7 +84,7 @@ __device__ __forceinline__ void prefill_wg6p_varlen_contig(bf16_t* out, const bf
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD, ks = (usize)K * HD;
 	const wg_contig kv = {ks};
-	const auto pf = [&]() {
+	const auto pre = [&]() {
 		const int l = wg6p_ahead();
 		if (l < 0) return;
 		const int y = l / (int)gridDim.x, hh = l % (int)gridDim.x, s = tiles[2 * y], qt = tiles[2 * y + 1];
@@ -96,7 +96,7 @@ __device__ __forceinline__ void prefill_wg6p_varlen_contig(bf16_t* out, const bf
 		wg6p_rows<HD>(v, ks, hh / (H / K), a0 + j0, nk);
 	};
 	prefill_wg6_body<HD, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h,
-		h / (H / K), qtile, 0, scale_log2, window, kv, pf);
+		h / (H / K), qtile, 0, scale_log2, window, kv, pre);
 }
 
 // The kernels of wg6p: wg6's (prefill_wg6.cu's list) with the prefetch,
