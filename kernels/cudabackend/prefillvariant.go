@@ -61,12 +61,6 @@ var prefillVariants = []prefillVariant{
 	// Its varlen kernel also comes over the packed contiguous keys and
 	// values of fresh sequences (contig; FT_VARLEN_CONTIG, varlencontig.go).
 	{name: "wg6", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true},
-	// wg6 whose blocks ask L2 for the query rows (and over packed keys the
-	// first key and value tiles) of the block one wave ahead
-	// (kernels/cuda/sm90a/extra/prefill_wg6p.cu): the same results, an
-	// experiment on the short sequences' first-copy wait.
-	{name: "wg6p", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true,
-		extra: "prefill_wg6p.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200

@@ -136,18 +136,6 @@ func TestVarlenContigKernels(t *testing.T) {
 			if n := countDiffer(got, pagedRun("wg6")); n > 0 {
 				t.Errorf("%d of %d outputs differ from the paged varlen path's (same kernel body, same key order)", n, len(got))
 			}
-			// wg6p: wg6 with L2 prefetches (hints), the same bits.
-			outP := poisoned(t, runtime.BF16, T, c.H, c.d)
-			withVarlenContigVariant("wg6p", true, func() { ran, err = gb.PackedPrefillAttention(outP, gq, gk, gv, qStarts, c.win) })
-			if err != nil || !ran {
-				t.Fatalf("wg6p packed: ran %v, %v", ran, err)
-			}
-			if n := countDiffer(read(t, outP), got); n > 0 {
-				t.Errorf("wg6p: %d of %d packed outputs differ from wg6's", n, len(got))
-			}
-			if n := countDiffer(pagedRun("wg6p"), got); n > 0 {
-				t.Errorf("wg6p: %d of %d paged varlen outputs differ from wg6's", n, len(got))
-			}
 			wg := pagedRun("wg")
 			if far := bf16Far(got, wg); far > 0 {
 				t.Errorf("%d of %d packed outputs further than a bf16 unit from wg's (same sums, same order)", far, len(got))

@@ -113,11 +113,6 @@ struct wg6_flag {
 	static constexpr bool value = B;
 };
 
-// wg6_nopf is prefill_wg6_body's pre of the kernels here: nothing.
-struct wg6_nopf {
-	__device__ __forceinline__ void operator()() const {}
-};
-
 // wg6_desc is wg_desc with the fixed upper word of every descriptor here
 // (stride byte offset 1024, 128-byte swizzle) and lower word lo: the
 // address >> 4 and the leading byte offset >> 4 at bit 16 (wg6_lo).
@@ -194,14 +189,9 @@ __device__ __forceinline__ void wg6_load_kv(unsigned st, const bf16_t* kc, const
 // prefill_wg6_body computes query tile qtile (rows qtile·128.. of q and
 // out, T rows in all, at positions pos..pos+T−1) of head h over KV head
 // kvh, as prefill_wg_body, with the ping-pong schedule (file comment).
-//
-// pre runs once per thread right after the block's first copies are issued
-// (the query tile and the first key/value tile), while they are in
-// flight: a hook for work that does not touch the block's shared memory
-// (wg6_nopf: none; sm90a/extra's experiments).
-template <int HD, int BN, int NS, class KV, class PF>
+template <int HD, int BN, int NS, class KV>
 __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H,
-		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv, const PF& pre) {
+		int h, int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv) {
 	constexpr int BM = WG_BM;
 	constexpr int QT = BM * HD * 2;              // bytes of the query tile
 	constexpr int TILE = BN * HD * 2;            // bytes of a key or value tile
@@ -232,7 +222,6 @@ __device__ __forceinline__ void prefill_wg6_body(bf16_t* out, const bf16_t* q, c
 	cp_async_commit();
 	wg6_load_kv<HD, BN, WG_NT>(sKV, kc, vc, kv, kvh, jfirst * BN, kvEnd);
 	cp_async_commit();
-	pre();
 
 	float o[ON];
 #pragma unroll
@@ -420,7 +409,7 @@ __device__ __forceinline__ void prefill_wg6_fixed(bf16_t* out, const bf16_t* q, 
 		const int* posp, int pos0, float scale_log2, int window) {
 	const wg_contig kv = {(usize)K * HD};
 	prefill_wg6_body<HD, 128, 3>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y,
-		ft_pos(posp, pos0), scale_log2, window, kv, wg6_nopf{});
+		ft_pos(posp, pos0), scale_log2, window, kv);
 }
 
 // prefill_wg6_varlen_paged is the varlen kernels' body over the paged
@@ -434,7 +423,7 @@ __device__ __forceinline__ void prefill_wg6_varlen_paged(bf16_t* out, const bf16
 	const usize qs = (usize)H * HD;
 	const wg_paged kv = {table + (usize)seq * maxBlocks, bs, (usize)K * HD};
 	prefill_wg6_body<HD, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T,
-		scale_log2, window, kv, wg6_nopf{});
+		scale_log2, window, kv);
 }
 
 // prefill_wg6_varlen_contig is the varlen kernel's body for packed
@@ -453,7 +442,7 @@ __device__ __forceinline__ void prefill_wg6_varlen_contig(bf16_t* out, const bf1
 	const usize qs = (usize)H * HD, ks = (usize)K * HD;
 	const wg_contig kv = {ks};
 	prefill_wg6_body<HD, 128, 3>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K),
-		qtile, 0, scale_log2, window, kv, wg6_nopf{});
+		qtile, 0, scale_log2, window, kv);
 }
 
 // The kernels of variant wg6, for head widths 128 and 64: 256 threads, one
