@@ -67,6 +67,10 @@ var prefillVariants = []prefillVariant{
 	// sequences, whose blocks have few key tiles (head width 128 only).
 	{name: "wg1", rows: 64, threads: 128, qSmem: true, perSM: 2, sm90a: true, keys: 64, stages: 3, contig: true,
 		extra: "prefill_wg1.cu"},
+	// wg1 with the S of the next key tile on the tensor cores during the
+	// softmax of this one (two score buffers; the same file).
+	{name: "wg1o", rows: 64, threads: 128, qSmem: true, perSM: 2, sm90a: true, keys: 64, stages: 3, contig: true,
+		extra: "prefill_wg1.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200

@@ -27,15 +27,17 @@ func TestPrefillWG6Quick(t *testing.T) {
 	testPrefillWGQuick(t, "wg6", "wg", true, 100)
 }
 
-// TestPrefillWG1Quick: variant wg1 (one warpgroup a block, 64-row query
-// tiles against 64-position key tiles: kernels/cuda/sm90a/extra/
-// prefill_wg1.cu) on TestPrefillWG6Quick's cases against the CPU
-// reference; its sums run in other tiles than wg6's, so the outputs that
-// differ from wg6's are only counted (TestVarlenContigKernels checks its
-// packed kernel).
+// TestPrefillWG1Quick: variants wg1 and wg1o (one warpgroup a block,
+// 64-row query tiles against 64-position key tiles: kernels/cuda/sm90a/
+// extra/prefill_wg1.cu) on TestPrefillWG6Quick's cases against the CPU
+// reference; their sums run in other tiles than wg6's, so the outputs that
+// differ from wg6's are only counted (TestVarlenContigKernels checks their
+// packed kernels).
 func TestPrefillWG1Quick(t *testing.T) {
-	testPrefillWGQuick(t, "wg1", "wg6", false, 0)
-	testPrefillWGQuick(t, "wg1", "wg6", false, 100)
+	for _, v := range []string{"wg1", "wg1o"} {
+		testPrefillWGQuick(t, v, "wg6", false, 0)
+		testPrefillWGQuick(t, v, "wg6", false, 100)
+	}
 }
 
 // testPrefillWGQuick runs TestPrefillWG6Quick's cases on variant name with

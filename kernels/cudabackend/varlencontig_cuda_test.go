@@ -136,19 +136,22 @@ func TestVarlenContigKernels(t *testing.T) {
 			if n := countDiffer(got, pagedRun("wg6")); n > 0 {
 				t.Errorf("%d of %d outputs differ from the paged varlen path's (same kernel body, same key order)", n, len(got))
 			}
-			if c.d == 128 { // wg1 (head width 128 only): its packed kernel against its paged one, the same body
+			for _, vn := range []string{"wg1", "wg1o"} { // head width 128 only: the packed kernel against the paged one, the same body
+				if c.d != 128 {
+					break
+				}
 				outW1 := poisoned(t, runtime.BF16, T, c.H, c.d)
 				var ranW1 bool
-				withVarlenContigVariant("wg1", true, func() { ranW1, err = gb.PackedPrefillAttention(outW1, gq, gk, gv, qStarts, c.win) })
+				withVarlenContigVariant(vn, true, func() { ranW1, err = gb.PackedPrefillAttention(outW1, gq, gk, gv, qStarts, c.win) })
 				if err != nil || !ranW1 {
-					t.Fatalf("wg1 packed: ran %v, %v", ranW1, err)
+					t.Fatalf("%s packed: ran %v, %v", vn, ranW1, err)
 				}
 				w1 := read(t, outW1)
-				if n := countDiffer(w1, pagedRun("wg1")); n > 0 {
-					t.Errorf("wg1: %d of %d packed outputs differ from its paged varlen path's", n, len(w1))
+				if n := countDiffer(w1, pagedRun(vn)); n > 0 {
+					t.Errorf("%s: %d of %d packed outputs differ from its paged varlen path's", vn, n, len(w1))
 				}
-				t.Logf("wg1: %d of %d packed outputs differ from wg6's", countDiffer(w1, got), len(got))
-				checkPackedRef(t, "wg1 PackedPrefillAttention", w1, q, k, v, qStarts, c.H, c.K, c.d, c.win, c.lens, c.refSeqs)
+				t.Logf("%s: %d of %d packed outputs differ from wg6's", vn, countDiffer(w1, got), len(got))
+				checkPackedRef(t, vn+" PackedPrefillAttention", w1, q, k, v, qStarts, c.H, c.K, c.d, c.win, c.lens, c.refSeqs)
 			}
 			wg := pagedRun("wg")
 			if far := bf16Far(got, wg); far > 0 {

@@ -92,7 +92,7 @@ func TestVarlenTiles(t *testing.T) {
 }
 
 // TestVarlenContigKernelNames: wg6 has the packed kernels for head widths
-// 64 and 128 and wg1 for 128, declared in the source of their module
+// 64 and 128, wg1 and wg1o for 128, declared in the source of their module
 // (SourceSM90a, or the variant's extra file); no other variant names one,
 // and none for widths it is not built for.
 func TestVarlenContigKernelNames(t *testing.T) {
@@ -100,7 +100,7 @@ func TestVarlenContigKernelNames(t *testing.T) {
 		for _, d := range []int{32, 64, 128} {
 			name := v.contigKernel(d)
 			switch {
-			case (v.name == "wg6" && (d == 64 || d == 128)) || (v.name == "wg1" && d == 128):
+			case (v.name == "wg6" && (d == 64 || d == 128)) || ((v.name == "wg1" || v.name == "wg1o") && d == 128):
 				if want := fmt.Sprintf("attn_varlen_contig_prefill_%s_d%d_bf16", v.name, d); name != want {
 					t.Errorf("%s d%d: %q, want %q", v.name, d, name, want)
 				}

@@ -46,7 +46,7 @@ __device__ __forceinline__ void w1_load_q(unsigned sQ, const bf16_t* q, int h, i
 // prefill_w1_body computes query tile qtile (rows qtile·64.. of q and out,
 // T rows in all, at positions pos..pos+T−1) of head h over KV head kvh with
 // one warpgroup (file comment); arguments as prefill_wg6_body's.
-template <int HD, class KV>
+template <int HD, bool OV, class KV>
 __device__ __forceinline__ void prefill_w1_body(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H, int h,
 		int kvh, int qtile, int pos, float scale_log2, int window, const KV& kv) {
 	constexpr int BM = W1_BM, BN = W1_BN, NS = W1_NS;
@@ -98,8 +98,9 @@ __device__ __forceinline__ void prefill_w1_body(bf16_t* out, const bf16_t* q, co
 #pragma unroll
 		for (int kk = 0; kk < PS; kk++) wg_rs<HD>(o, pf[kk], wg6_desc(vlo + kk * (2048 >> 4)));
 	};
-	// softmax is wg6's (prefill_wg6_body) over this block's rows.
-	const auto softmax = [&](int t) {
+	// softmax is wg6's (prefill_wg6_body) over this block's rows, of the
+	// scores s of tile t.
+	const auto softmax = [&](float(&s)[SN], int t) {
 		const int j0 = t * BN;
 		const bool edge = j0 + BN - 1 > wq0 || (window > 0 && j0 < wq1 - window + 1);
 		if (edge) {
@@ -168,37 +169,84 @@ __device__ __forceinline__ void prefill_w1_body(bf16_t* out, const bf16_t* q, co
 		vlo = wg6_lo(stage(t) + TILE, BN * 128);
 	};
 
-	for (int t = jfirst; t < ntiles; t++) {
-		// B(t): tile t's copies (the only ones outstanding) are done, and
-		// every thread has waited for the products of tile t−1's step, so
-		// the stage of tile t−2 (= t+1's) is free.
+	// B(t): tile t's copies (the only ones outstanding) are done, and every
+	// thread has waited for the products of the step before, so the stage
+	// of tile t−2 (= t+1's) is free.
+	const auto barrier = [&]() {
 		cp_async_wait0();
 		asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 		__syncthreads();
-		if (t + 1 < ntiles) {
-			wg6_load_kv<HD, BN, W1_NT>(stage(t + 1), kc, vc, kv, kvh, (t + 1) * BN, kvEnd);
+	};
+	const auto copy = [&](int t) {
+		if (t < ntiles) {
+			wg6_load_kv<HD, BN, W1_NT>(stage(t), kc, vc, kv, kvh, t * BN, kvEnd);
 			cp_async_commit();
 		}
-		const bool vis = visible(t);
-		if (!vis && !pending) continue;
-		wg_pin<ON>(o);
-		wg_fence();
-		if (vis) {
-			const unsigned klo = wg6_lo(stage(t), 16);
+	};
+	const auto issueS = [&](float(&sx)[SN], int t) {
+		const unsigned klo = wg6_lo(stage(t), 16);
 #pragma unroll
-			for (int kk = 0; kk < KS; kk++) {
-				const unsigned qk = qlo + (((kk >> 2) * (BM * 128) + (kk & 3) * 32) >> 4);
-				const unsigned kk_ = klo + (((kk >> 2) * (BN * 128) + (kk & 3) * 32) >> 4);
-				wg_ss<BN>(s, wg6_desc(qk), wg6_desc(kk_), kk > 0);
-			}
+		for (int kk = 0; kk < KS; kk++) {
+			const unsigned qk = qlo + (((kk >> 2) * (BM * 128) + (kk & 3) * 32) >> 4);
+			const unsigned kk_ = klo + (((kk >> 2) * (BN * 128) + (kk & 3) * 32) >> 4);
+			wg_ss<BN>(sx, wg6_desc(qk), wg6_desc(kk_), kk > 0);
 		}
-		if (pending) pv();
+	};
+	if constexpr (!OV) {
+		for (int t = jfirst; t < ntiles; t++) {
+			barrier();
+			copy(t + 1);
+			const bool vis = visible(t);
+			if (!vis && !pending) continue;
+			wg_pin<ON>(o);
+			wg_fence();
+			if (vis) issueS(s, t);
+			if (pending) pv();
+			wg_commit();
+			wg_wait0();
+			wg_pin<SN>(s);
+			wg_pin<ON>(o);
+			pending = false;
+			if (vis) softmax(s, t);
+		}
+	} else {
+		// wg1o: S of tile t+1 goes to the tensor cores before the softmax of
+		// tile t and runs beside it (FlashAttention-3's overlap within a
+		// warpgroup), into the other of two score buffers; then the P·V of
+		// tile t, and both are waited for. Every tile from jfirst to the
+		// last is visible to some row of the block (one warpgroup: the
+		// window's first tile is jfirst, the diagonal's the last).
+		float s2[SN];
+		barrier();
+		copy(jfirst + 1);
+		wg_fence();
+		issueS(s, jfirst);
 		wg_commit();
 		wg_wait0();
 		wg_pin<SN>(s);
-		wg_pin<ON>(o);
-		pending = false;
-		if (vis) softmax(t);
+		const auto step = [&](float(&sc)[SN], float(&sn)[SN], int t) {
+			const bool more = t + 1 < ntiles;
+			if (more) {
+				barrier();
+				copy(t + 2);
+				wg_fence();
+				issueS(sn, t + 1);
+				wg_commit();
+			}
+			softmax(sc, t);
+			wg_pin<ON>(o);
+			wg_fence();
+			pv();
+			wg_commit();
+			wg_wait0();
+			wg_pin<SN>(sn);
+			wg_pin<ON>(o);
+			pending = false;
+		};
+		for (int t = jfirst; t < ntiles; t += 2) {
+			step(s, s2, t);
+			if (t + 1 < ntiles) step(s2, s, t + 1);
+		}
 	}
 	if (pending) {  // the last P·V
 		wg_pin<ON>(o);
@@ -214,30 +262,30 @@ __device__ __forceinline__ void prefill_w1_body(bf16_t* out, const bf16_t* q, co
 
 // prefill_w1_fixed: grid (H, ceil(T/64)), the last query tile first, over
 // a contiguous cache.
-template <int HD>
+template <int HD, bool OV>
 __device__ __forceinline__ void prefill_w1_fixed(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int T, int H, int K,
 		const int* posp, int pos0, float scale_log2, int window) {
 	const wg_contig kv = {(usize)K * HD};
-	prefill_w1_body<HD>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y, ft_pos(posp, pos0),
+	prefill_w1_body<HD, OV>(out, q, kc, vc, T, H, blockIdx.x, blockIdx.x / (H / K), gridDim.y - 1 - blockIdx.y, ft_pos(posp, pos0),
 		scale_log2, window, kv);
 }
 
 // prefill_w1_varlen_paged: grid (H, tiles) over the paged pool, tile
 // blockIdx.y of the (sequence, query tile) list.
-template <int HD>
+template <int HD, bool OV>
 __device__ __forceinline__ void prefill_w1_varlen_paged(bf16_t* out, const bf16_t* q, const bf16_t* kc, const bf16_t* vc, int H, int K,
 		const int* tiles, const int* qStarts, const int* lens, const int* table, int maxBlocks, int bs, float scale_log2, int window) {
 	const int h = blockIdx.x, seq = tiles[2 * blockIdx.y], qtile = tiles[2 * blockIdx.y + 1];
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD;
 	const wg_paged kv = {table + (usize)seq * maxBlocks, bs, (usize)K * HD};
-	prefill_w1_body<HD>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T, scale_log2,
+	prefill_w1_body<HD, OV>(out + (usize)q0 * qs, q + (usize)q0 * qs, kc, vc, T, H, h, h / (H / K), qtile, lens[seq] - T, scale_log2,
 		window, kv);
 }
 
 // prefill_w1_varlen_contig: grid (H, tiles) over the packed keys and values
 // of sequences starting at position 0 (prefill_wg6_varlen_contig's layout).
-template <int HD>
+template <int HD, bool OV>
 __device__ __forceinline__ void prefill_w1_varlen_contig(bf16_t* out, const bf16_t* q, const bf16_t* k, const bf16_t* v, int H, int K,
 		const int* tiles, const int* qStarts, float scale_log2, int window) {
 	const int h = blockIdx.x;
@@ -245,27 +293,47 @@ __device__ __forceinline__ void prefill_w1_varlen_contig(bf16_t* out, const bf16
 	const int q0 = qStarts[seq], T = qStarts[seq + 1] - q0;
 	const usize qs = (usize)H * HD, ks = (usize)K * HD;
 	const wg_contig kv = {ks};
-	prefill_w1_body<HD>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K), qtile,
+	prefill_w1_body<HD, OV>(out + (usize)q0 * qs, q + (usize)q0 * qs, k + (usize)q0 * ks, v + (usize)q0 * ks, T, H, h, h / (H / K), qtile,
 		0, scale_log2, window, kv);
 }
 
-// The kernels of wg1, head width 128: 128 threads, two blocks an SM,
-// WG_SMEM-like 1 KiB + 16 KiB + 3 × 32 KiB of dynamic shared memory; the
-// same arguments as wg6's.
+// The kernels of wg1 (OV false) and wg1o (OV true), head width 128: 128
+// threads, two blocks an SM, 1 KiB + 16 KiB + 3 × 32 KiB of dynamic shared
+// memory; the same arguments as wg6's: attn_prefill_* over a contiguous
+// cache, grid (H, ceil(T/64)); attn_varlen_prefill_* over the paged pool
+// and attn_varlen_contig_prefill_* over packed fresh sequences, grid (H,
+// tiles).
 
-// attn_prefill_wg1_d128_bf16: contiguous cache, grid (H, ceil(T/64)).
+// attn_prefill_wg1_d128_bf16: contiguous cache.
 extern "C" __global__ void __launch_bounds__(W1_NT, 2) attn_prefill_wg1_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
-	prefill_w1_fixed<128>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
+	prefill_w1_fixed<128, false>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
 }
-// attn_varlen_prefill_wg1_d128_bf16: the paged pool, grid (H, tiles).
+// attn_varlen_prefill_wg1_d128_bf16: the paged pool.
 extern "C" __global__ void __launch_bounds__(W1_NT, 2) attn_varlen_prefill_wg1_d128_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
 		int maxBlocks, int bs, float scale_log2, int window) {
-	prefill_w1_varlen_paged<128>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
+	prefill_w1_varlen_paged<128, false>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
 }
-// attn_varlen_contig_prefill_wg1_d128_bf16: packed fresh sequences, grid (H, tiles).
+// attn_varlen_contig_prefill_wg1_d128_bf16: packed fresh sequences.
 extern "C" __global__ void __launch_bounds__(W1_NT, 2) attn_varlen_contig_prefill_wg1_d128_bf16(bf16_t* out, const bf16_t* q,
 		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
-	prefill_w1_varlen_contig<128>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
+	prefill_w1_varlen_contig<128, false>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
+}
+
+// attn_prefill_wg1o_d128_bf16: contiguous cache.
+extern "C" __global__ void __launch_bounds__(W1_NT, 2) attn_prefill_wg1o_d128_bf16(bf16_t* out, const bf16_t* q, const bf16_t* kc,
+		const bf16_t* vc, int T, int H, int K, const int* posp, int pos0, float scale_log2, int window) {
+	prefill_w1_fixed<128, true>(out, q, kc, vc, T, H, K, posp, pos0, scale_log2, window);
+}
+// attn_varlen_prefill_wg1o_d128_bf16: the paged pool.
+extern "C" __global__ void __launch_bounds__(W1_NT, 2) attn_varlen_prefill_wg1o_d128_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* kc, const bf16_t* vc, int H, int K, const int* tiles, const int* qStarts, const int* lens, const int* table,
+		int maxBlocks, int bs, float scale_log2, int window) {
+	prefill_w1_varlen_paged<128, true>(out, q, kc, vc, H, K, tiles, qStarts, lens, table, maxBlocks, bs, scale_log2, window);
+}
+// attn_varlen_contig_prefill_wg1o_d128_bf16: packed fresh sequences.
+extern "C" __global__ void __launch_bounds__(W1_NT, 2) attn_varlen_contig_prefill_wg1o_d128_bf16(bf16_t* out, const bf16_t* q,
+		const bf16_t* k, const bf16_t* v, int H, int K, const int* tiles, const int* qStarts, float scale_log2, int window) {
+	prefill_w1_varlen_contig<128, true>(out, q, k, v, H, K, tiles, qStarts, scale_log2, window);
 }
