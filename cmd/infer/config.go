@@ -94,7 +94,7 @@ var extraEnv = map[string][]string{
 	"FT_TOKEN_TRACE":        {"", "0", "1"},         // "1": run-model prints a line a token (bench one a timed forward): forward, pick and time outside them, GC cycles, the offload engine's pass (plan in force, what it measured); a steady/other summary at the end (cmd/infer/tokentrace.go)
 	// layout of the tensor-core prefill attention: auto (per call) or one
 	// for every call (A/B runs, cuda builds; kernels/cudabackend/prefillvariant.go)
-	"FT_PREFILL_VARIANT": {"", "auto", "base", "w4m32", "w8q", "m64", "fa2", "wg", "wg6", "wg1", "wg1o"},
+	"FT_PREFILL_VARIANT": {"", "auto", "base", "w4m32", "w8q", "m64", "fa2", "wg", "wg6"},
 	"FT_DECODE_VARIANT":  {"", "s3w4h1r", "s3w4h1o", "s2w4h1o", "s2w4h1r", "s4w4h1r", "s3w8h1r", "s2w4h4r", "s3w4h4r", "s2w8h8r", "s3w8h8r", "s3w4h1rf", "s3w2h1rf", "s4w2h1rf", "s4w1h1rf", "s6w1h1rf", "s3w4h1t", "s2w4h1t", "s4w2h1t", "s3w2h1t", "s3w4h1tf", "s4w2h1tf", "s3w4h1tp", "s2w4h1tp"}, // compiled variant of the pipelined decode attention at head width 128 (kernels/cudabackend/decode.go pipeVariants; A/B runs, cuda builds)
 	"FT_DECODE_SPLITS":   nil,                                                                                                                                                                                                                                                                        // splits per (row, KV head block) of the pipelined decode attention's grid (A/B runs, cuda builds)
 }

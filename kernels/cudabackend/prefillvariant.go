@@ -61,16 +61,6 @@ var prefillVariants = []prefillVariant{
 	// Its varlen kernel also comes over the packed contiguous keys and
 	// values of fresh sequences (contig; FT_VARLEN_CONTIG, varlencontig.go).
 	{name: "wg6", rows: 128, threads: 256, qSmem: true, perSM: 1, width64: true, sm90a: true, keys: 128, stages: 3, contig: true},
-	// One warpgroup a block: 64 query rows against 64-position key/value
-	// tiles, three stages, two blocks an SM
-	// (kernels/cuda/sm90a/extra/prefill_wg1.cu): an experiment for short
-	// sequences, whose blocks have few key tiles (head width 128 only).
-	{name: "wg1", rows: 64, threads: 128, qSmem: true, perSM: 2, sm90a: true, keys: 64, stages: 3, contig: true,
-		extra: "prefill_wg1.cu"},
-	// wg1 with the S of the next key tile on the tensor cores during the
-	// softmax of this one (two score buffers; the same file).
-	{name: "wg1o", rows: 64, threads: 128, qSmem: true, perSM: 2, sm90a: true, keys: 64, stages: 3, contig: true,
-		extra: "prefill_wg1.cu"},
 }
 
 // autoPrefillVariant is the choice for "" and "auto". Measured on the H200

@@ -76,7 +76,7 @@ func TestChoosePrefillVariant(t *testing.T) {
 // the blocks per SM it is built for within the H100/H200's 227 KiB per SM
 // (each block also reserves 1 KiB), and one block fits the 227 KiB limit.
 func TestPrefillVariantSmem(t *testing.T) {
-	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg6": 230400, "wg1": 115712, "wg1o": 115712}
+	want := map[string]int{"base": 69632, "w4m32": 104448, "w8q": 104448, "m64": 69632, "fa2": 104448, "wg": 230400, "wg6": 230400}
 	for _, v := range prefillVariants {
 		n := v.smem(128)
 		if n != want[v.name] {
@@ -97,7 +97,7 @@ func TestPrefillVariantSmem(t *testing.T) {
 // TestPrefillVariantKernelNames: every kernel name the backend asks for is
 // declared in the source it looks it up in: the sm90a variants' in
 // SourceSM90a (wg, wg6) or in their own file of sm90a/extra (compiled as
-// SourceSM90aExtra: wg1, wg1o), the others' in Source; no extra file's kernel is in
+// SourceSM90aExtra; none now), the others' in Source; no extra file's kernel is in
 // SourceSM90a (it would be compiled with the default's module).
 func TestPrefillVariantKernelNames(t *testing.T) {
 	plain, sm90a := kcuda.Kernels(), kcuda.KernelsSM90a()

@@ -27,19 +27,6 @@ func TestPrefillWG6Quick(t *testing.T) {
 	testPrefillWGQuick(t, "wg6", "wg", true, 100)
 }
 
-// TestPrefillWG1Quick: variants wg1 and wg1o (one warpgroup a block,
-// 64-row query tiles against 64-position key tiles: kernels/cuda/sm90a/
-// extra/prefill_wg1.cu) on TestPrefillWG6Quick's cases against the CPU
-// reference; their sums run in other tiles than wg6's, so the outputs that
-// differ from wg6's are only counted (TestVarlenContigKernels checks their
-// packed kernels).
-func TestPrefillWG1Quick(t *testing.T) {
-	for _, v := range []string{"wg1", "wg1o"} {
-		testPrefillWGQuick(t, v, "wg6", false, 0)
-		testPrefillWGQuick(t, v, "wg6", false, 100)
-	}
-}
-
 // testPrefillWGQuick runs TestPrefillWG6Quick's cases on variant name with
 // window win, comparing with twin: reporting the outputs that differ and,
 // exact, failing on any further than a bf16 unit from twin's (on compute

@@ -92,15 +92,15 @@ func TestVarlenTiles(t *testing.T) {
 }
 
 // TestVarlenContigKernelNames: wg6 has the packed kernels for head widths
-// 64 and 128, wg1 and wg1o for 128, declared in the source of their module
-// (SourceSM90a, or the variant's extra file); no other variant names one,
-// and none for widths it is not built for.
+// 64 and 128, declared in the source of its module (SourceSM90a, or its
+// extra file if it had one); no other variant names one, and none for
+// widths it is not built for.
 func TestVarlenContigKernelNames(t *testing.T) {
 	for _, v := range prefillVariants {
 		for _, d := range []int{32, 64, 128} {
 			name := v.contigKernel(d)
 			switch {
-			case (v.name == "wg6" && (d == 64 || d == 128)) || ((v.name == "wg1" || v.name == "wg1o") && d == 128):
+			case v.name == "wg6" && (d == 64 || d == 128):
 				if want := fmt.Sprintf("attn_varlen_contig_prefill_%s_d%d_bf16", v.name, d); name != want {
 					t.Errorf("%s d%d: %q, want %q", v.name, d, name, want)
 				}

@@ -195,16 +195,16 @@ __device__ __forceinline__ void wg_load_q(unsigned sQ, const bf16_t* q, int h, i
 }
 
 // wg_store_out finishes a warpgroup's 64 query rows (slot 0 or 1 of the
-// query tile of R rows, rows w0.. of out, T rows in all): the row sums l0, l1 of
+// 128-row tile, rows w0.. of out, T rows in all): the row sums l0, l1 of
 // this thread's two rows are completed across the quad, the accumulators
 // o normalised into the slot's rows of the query tile in shared memory at
 // sQ (its last wgmma that read them is done; no other warpgroup reads
 // them), named barrier bar (128 threads) waits for the whole slot, then
 // the rows go out in 16-byte stores.
-template <int HD, int BM = WG_BM>
+template <int HD>
 __device__ __forceinline__ void wg_store_out(const float* o, float l0, float l1, unsigned sQ, int slot, int bar, int warp, int g,
 		int tg, int wtid, int w0, int T, bf16_t* out, usize qs, int h) {
-	constexpr int CPR = HD / 8;
+	constexpr int BM = WG_BM, CPR = HD / 8;
 	l0 += __shfl_xor_sync(FT_FULL, l0, 1);
 	l0 += __shfl_xor_sync(FT_FULL, l0, 2);
 	l1 += __shfl_xor_sync(FT_FULL, l1, 1);
