@@ -203,9 +203,14 @@ type Backend struct {
 	// QKVGEMM lets ProjectRoPEStoreRows run (qkvgemm.go: q, k, v, RoPE and
 	// the KV-cache store of a many-token forward as one such GEMM); off,
 	// it declines. New sets it when FT_QKV_GEMM=1.
-	QKVGEMM   bool
-	fusedGEMM gemmFusedModule // their kernels (gemmfused.go)
-	ropeCS    ropeCS          // the cos/sin table of gemm_qkv_rope_bf16
+	QKVGEMM bool
+	// FusedGroup is how many row tiles make a group of the fused GEMMs'
+	// tile order (GS_GM in kernels/cuda/sm90a/extra/gemm_fused.cu), read
+	// when their module is first loaded; 0 keeps the file's 16. New sets
+	// it from FT_FUSED_GROUP (A/B runs).
+	FusedGroup int
+	fusedGEMM  gemmFusedModule // their kernels (gemmfused.go)
+	ropeCS     ropeCS          // the cos/sin table of gemm_qkv_rope_bf16
 
 	// NormTail lets MatMulAddNorm run (normtail.go: the one-token
 	// residual-adding GEMV whose last block writes the RMSNorm after it);
@@ -467,6 +472,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		VarlenContig: varlenContigFromEnv(),
 		SwiGLUGEMM:   swigluGEMMFromEnv(),
 		QKVGEMM:      qkvGEMMFromEnv(),
+		FusedGroup:   envInt("FT_FUSED_GROUP"),
 		DecodeMega:   decodeMegaFromEnv(),
 		AsyncDecode:  asyncDecodeFromEnv(),
 		GEMVEarly:    gemvEarlyFromEnv()}

@@ -43,6 +43,7 @@ var envSwitches = map[string][]string{
 	"FT_DECODE_SPLIT":    nil,
 	"FT_DECODE_CHUNK":    nil,
 	"FT_DECODE_SPLITS":   nil,
+	"FT_FUSED_GROUP":     nil,
 }
 
 // EnvSwitchValues are the simple switches New checks at start-up, each with

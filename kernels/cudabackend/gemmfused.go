@@ -43,7 +43,7 @@ type gemmFusedModule struct {
 func (b *Backend) gemmFused() *gemmFusedModule {
 	m := &b.fusedGEMM
 	m.once.Do(func() {
-		m.err = m.load(b.dev)
+		m.err = m.load(b.dev, b.FusedGroup)
 		if m.err != nil && os.Getenv("FT_TRACE") == "1" {
 			fmt.Fprintf(os.Stderr, "trace: fused-epilogue GEMMs not loaded, the separate kernels run: %v\n", m.err)
 		}
@@ -54,7 +54,9 @@ func (b *Backend) gemmFused() *gemmFusedModule {
 	return m
 }
 
-func (m *gemmFusedModule) load(dev *cuda.Device) error {
+// load compiles and loads the kernels, with group row tiles a group of
+// their tile order where group > 0 (GS_GM; 0: the file's own).
+func (m *gemmFusedModule) load(dev *cuda.Device, group int) error {
 	if cc := dev.ComputeCapability(); cc != 90 {
 		return fmt.Errorf("wgmma needs compute capability 9.0 (sm_90a); %s is %d.%d", dev.Name(), cc/10, cc%10)
 	}
@@ -65,6 +67,7 @@ func (m *gemmFusedModule) load(dev *cuda.Device) error {
 	if err != nil {
 		return err
 	}
+	src = gemmFusedDefines(group) + src
 	mod, err := dev.LoadModuleArch("flextensor_sm90a_gemm_fused.cu", src, "sm_90a")
 	if err != nil {
 		return err

@@ -1,6 +1,9 @@
 package cudabackend
 
-import "os"
+import (
+	"fmt"
+	"os"
+)
 
 // The fused-epilogue GEMMs' settings (gemmfused.go, cuda builds), here
 // without a build tag so that the tests of the sm_90a extra files see
@@ -30,3 +33,13 @@ func swigluGEMMFromEnv() bool { return os.Getenv("FT_SWIGLU_GEMM") != "0" }
 // 213.37–213.66 off, 64 × 512 728.17–730.79 against 722.65–725.72; the
 // kernel 549 TFLOP/s, its epilogue's stores exposed).
 func qkvGEMMFromEnv() bool { return os.Getenv("FT_QKV_GEMM") == "1" }
+
+// gemmFusedDefines is what goes ahead of the fused GEMMs' source for a
+// tile-order group of group row tiles (Backend.FusedGroup): "" for 0, the
+// file's own (16).
+func gemmFusedDefines(group int) string {
+	if group <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("#define GS_GM %d\n", group)
+}

@@ -42,7 +42,9 @@
 #define GS_BN 256     // weight rows a tile
 #define GS_BK 64      // k a stage (128 bytes of bf16: the swizzle's row)
 #define GS_NS 4       // stages
+#ifndef GS_GM           // the backend defines it ahead of the file for FT_FUSED_GROUP (A/B runs)
 #define GS_GM 16      // row tiles a group of the tile order
+#endif
 #define GS_ABYTES (GS_BM * GS_BK * 2)          // 16 KiB of x a stage
 #define GS_BBYTES (GS_BN * GS_BK * 2)          // 32 KiB of weights a stage
 #define GS_STAGE (GS_ABYTES + GS_BBYTES)       // 48 KiB
