@@ -17,6 +17,10 @@
 #                                 background; "peer build rc=N" in summary.txt). .peer/ holds the source archive and
 #                                 tok/ (the Llama 3 tokenizer): see ../shared/peers/peer_llamacpp.sh for how to make them
 #   finish                        tar the call's outputs into all.tgz
+#   start_call PKG...             the usual start: compile_tests PKG... (background), build_cuda, FT_KERNEL_CACHE,
+#                                 make_models (background), wait for all
+#   tests_done                    tests.txt and the failures' context into summary.txt; false if any test failed,
+#                                 panicked or timed out (then: tests_done || { finish; exit 0; })
 t0=$(date +%s)
 b=bin/infer-cuda
 m=/tmp/llama3-8b
@@ -84,3 +88,16 @@ peer_build() {
   local rc=$?; echo "peer build rc=$rc" >>"$out/summary.txt"; log peer-built; return $rc
 }
 finish() { log done; (cd "$out" && tar czf all.tgz *.txt *.log 2>/dev/null); true; }
+start_call() {
+  [ $# -gt 0 ] && compile_tests "$@"
+  build_cuda
+  export FT_KERNEL_CACHE=$PWD/bin/kernels
+  (MT=${MT:-240} make_models) &
+  wait
+}
+tests_done() {
+  [ -f "$out/tests.txt" ] || return 0
+  tee -a "$out/summary.txt" <"$out/tests.txt"
+  grep -h -B2 -A12 -- '--- FAIL' "$out"/test-*.log 2>/dev/null | head -40 | tee -a "$out/summary.txt"
+  ! grep -q -- '--- FAIL\|panic\|timed out' "$out"/test-*.log 2>/dev/null
+}
