@@ -34,7 +34,8 @@
 // width 128, chosen by FT_PREFILL_VARIANT), fp8.cu and fp8gemv.cu (FP8 weights: one-token products that
 // widen E4M3 in registers, fused q/k/v and gate·up·SiLU, dequantization to
 // bf16 for cuBLAS; fp8gemvpipe.cu: software-pipelined variants of those
-// products). sm90a/ holds the kernels that need sm_90a
+// products; fp8gemvmma.cu: the same three on the tensor cores, E4M3 widened
+// to f16 into mma.sync). sm90a/ holds the kernels that need sm_90a
 // (SourceSM90a). Each kernel's comment
 // gives what it computes.
 package cuda

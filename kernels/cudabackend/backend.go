@@ -363,6 +363,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	}
 	ks.allowDependentLaunch()
 	ks.fp8.sms = dev.Multiprocessors()
+	ks.fp8.cc = dev.ComputeCapability()
 	ks.persistBlocks = map[*cuda.Function]int{}
 	for _, f := range []*cuda.Function{ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemvAccNorm, ks.gemv3, ks.gateUp, ks.gemvFP8, ks.moeFused.gateUp, ks.moeFused.down} {
 		n, err := f.MaxActiveBlocksPerSM(256, 0)

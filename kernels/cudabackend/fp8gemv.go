@@ -34,6 +34,7 @@ type fp8Kernels struct {
 	variants map[string]*fp8GEMVs // the GEMVs of each tuning variant (fp8Variants)
 	dequant  *cuda.Function
 	sms      int
+	cc       int // the device's compute capability (major·10 + minor)
 
 	mu   sync.Mutex
 	smem map[*cuda.Function]int      // the dynamic shared memory each kernel may take (set so far)
@@ -51,6 +52,7 @@ type fp8GEMVs struct {
 	gemv, gemv3, gateUp *cuda.Function
 	rows                int  // rows per warp at a time (R)
 	smemX               bool // x in shared memory as fp32 (K·4 bytes), else read from global memory
+	mma                 bool // fp8gemvmma.cu: a block a tile of 16 rows, x as f16 in shared memory (K·2 bytes)
 }
 
 // loadFP8 looks fp8gemv.cu's kernels up in the compiled module.
@@ -59,7 +61,7 @@ func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
 		smem: map[*cuda.Function]int{}, wave: map[fp8WaveKey]int{}, bad: map[*cuda.Function]struct{}{}}
 	for _, v := range fp8Variants {
 		k.variants[v.Name] = &fp8GEMVs{gemv: get("gemv_fp8_v_" + v.Name), gemv3: get("gemv3_fp8_" + v.Name),
-			gateUp: get("gemv_gateup_silu_fp8_" + v.Name), rows: v.R, smemX: v.SmemX}
+			gateUp: get("gemv_gateup_silu_fp8_" + v.Name), rows: v.R, smemX: v.SmemX, mma: v.MMA}
 	}
 	return k
 }
@@ -76,14 +78,21 @@ func (k *fp8Kernels) functions() []*cuda.Function {
 }
 
 // fp8GEMVs is the variant of the FP8 GEMVs that b runs for a GEMV of kind
-// over x of K columns: fp8VariantFor(b.FP8Variant, kind, K) (fp8variant.go;
-// "auto", the default, picks per kind and K, a variant's name forces it).
-func (b *Backend) fp8GEMVs(kind fp8Kind, K int) *fp8GEMVs {
+// over x of K columns with scale blocks of block (0 per channel):
+// fp8VariantFor(b.FP8Variant, kind, K) (fp8variant.go; "auto", the
+// default, picks per kind and K, a variant's name forces it), and where
+// that is a tensor-core variant that does not take the block size or the
+// device (fp8MMATakes), fp8AutoPick's.
+func (b *Backend) fp8GEMVs(kind fp8Kind, K, block int) *fp8GEMVs {
 	vs := b.k.fp8.variants
-	if g, ok := vs[fp8VariantFor(b.FP8Variant, kind, K)]; ok {
-		return g
+	g, ok := vs[fp8VariantFor(b.FP8Variant, kind, K)]
+	if !ok {
+		return vs[fp8FixedDefault]
 	}
-	return vs[fp8FixedDefault]
+	if g.mma && !fp8MMATakes(block, b.k.fp8.cc) {
+		return vs[fp8AutoPick(kind, K)]
+	}
+	return g
 }
 
 // fn is v's kernel of kind.
@@ -117,9 +126,15 @@ func fp8Shift(block int) (shift int, ok bool) {
 // memory, else 0) and a grid in which every warp takes the same number of
 // groups of v.rows rows (at most one wave of resident blocks). ok is false
 // when the device cannot give f that much shared memory.
+//
+// A tensor-core variant (v.mma) takes a block of 256 threads a tile of 16
+// rows, K·2 bytes of shared memory.
 func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, smem int, ok bool, err error) {
 	if v.smemX {
 		smem = 4 * K
+	}
+	if v.mma {
+		smem = 2 * K
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -146,6 +161,12 @@ func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, 
 		}
 		wave = n * k.sms
 		k.wave[key] = wave
+	}
+	if v.mma {
+		if rows <= 0 {
+			return 0, 0, false, nil
+		}
+		return (rows + 15) / 16, smem, true, nil
 	}
 	groups := (rows + v.rows - 1) / v.rows
 	if groups <= 0 { // nothing to compute: the unfused path returns at once
@@ -185,7 +206,7 @@ func (b *Backend) gemvFP8V(out, x, w, scale *runtime.Tensor, layout kernels.FP8L
 	if !ok {
 		return false, nil
 	}
-	v := b.fp8GEMVs(fp8KindGEMV, D)
+	v := b.fp8GEMVs(fp8KindGEMV, D, layout.Block)
 	f := v.gemv
 	grid, smem, ok, err := b.k.fp8.fp8Grid(v, f, N, D)
 	if !ok || err != nil {
@@ -294,7 +315,7 @@ func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scal
 		ptrs = append(ptrs, ws[i].Ptr())
 	}
 	var shift, grid, smem int
-	v := b.fp8GEMVs(fp8KindQKV, D)
+	v := b.fp8GEMVs(fp8KindQKV, D, layout.Block)
 	if fused {
 		shift, fused = b.fp8Fast(D, layout, ptrs...)
 	}
@@ -350,7 +371,7 @@ func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layo
 	N := wg.Dim(0)
 	fused := x.NumElements() == D && sg.DType() == su.DType()
 	var shift, grid, smem int
-	v := b.fp8GEMVs(fp8KindGateUp, D)
+	v := b.fp8GEMVs(fp8KindGateUp, D, layout.Block)
 	if fused {
 		shift, fused = b.fp8Fast(D, layout, x.Ptr(), wg.Ptr(), wu.Ptr())
 	}

@@ -247,7 +247,7 @@ func TestFP8GEMVRate(t *testing.T) {
 				if name != "bf16pipe" {
 					gb.FP8Variant = name
 					kind := map[string]fp8Kind{"qkv": fp8KindQKV, "gateup": fp8KindGateUp}[c.name] // else fp8KindGEMV
-					v := gb.fp8GEMVs(kind, c.K)
+					v := gb.fp8GEMVs(kind, c.K, layout.Block)
 					f := v.fn(kind)
 					total := 0
 					for _, n := range c.rows {

@@ -12,26 +12,33 @@ import (
 
 // fp8Variant is one tuning of the FP8 GEMVs (fp8gemv.cu's FP8V_VARIANT):
 // U 16-byte loads per lane and row in flight, R rows per warp at a time,
-// x as fp32 in shared memory (SmemX) or bf16 from global memory.
+// x as fp32 in shared memory (SmemX) or bf16 from global memory; or, MMA,
+// the tensor-core kernels of fp8gemvmma.cu (a block of 8 warps a tile of
+// 16 rows, x as f16 in shared memory; U and R unused).
 type fp8Variant struct {
 	Name  string
 	U, R  int
 	SmemX bool
+	MMA   bool
 }
 
 // fp8Variants are the variants compiled into the module; FT_FP8_VARIANT
 // forces one by name everywhere (default "auto": fp8AutoPick per launch).
 var fp8Variants = []fp8Variant{
-	{"u4r1s", 4, 1, true}, {"u8r1s", 8, 1, true}, {"u16r1s", 16, 1, true},
-	{"u4r2s", 4, 2, true}, {"u8r2s", 8, 2, true}, {"u16r2s", 16, 2, true},
-	{"u4r1g", 4, 1, false}, {"u8r1g", 8, 1, false}, {"u16r1g", 16, 1, false},
-	{"u4r2g", 4, 2, false}, {"u8r2g", 8, 2, false}, {"u16r2g", 16, 2, false},
+	{"u4r1s", 4, 1, true, false}, {"u8r1s", 8, 1, true, false}, {"u16r1s", 16, 1, true, false},
+	{"u4r2s", 4, 2, true, false}, {"u8r2s", 8, 2, true, false}, {"u16r2s", 16, 2, true, false},
+	{"u4r1g", 4, 1, false, false}, {"u8r1g", 8, 1, false, false}, {"u16r1g", 16, 1, false, false},
+	{"u4r2g", 4, 2, false, false}, {"u8r2g", 8, 2, false, false}, {"u16r2g", 16, 2, false, false},
 	// Software-pipelined (kernels/cuda/fp8gemvpipe.cu): a warp issues its
 	// next batch of 4 chunks (2 a matrix for gate·up) before computing the
 	// current one, its first batch before x is staged; p4s stages x as
 	// fp32 in shared memory, p4g reads it as bf16 from L1; p2r2s takes two
 	// rows at a time (2 chunks each a batch) sharing each x read.
-	{"p4s", 4, 1, true}, {"p4g", 4, 1, false}, {"p2r2s", 2, 2, true},
+	{"p4s", 4, 1, true, false}, {"p4g", 4, 1, false, false}, {"p2r2s", 2, 2, true, false},
+	// On the tensor cores (kernels/cuda/fp8gemvmma.cu): mma loads its
+	// first weights after the dependent-launch wait, mmae before it.
+	// Per-channel scales and blocks of 64 or more only (fp8MMATakes).
+	{"mma", 0, 0, true, true}, {"mmae", 0, 0, true, true},
 }
 
 // fp8AutoVariant is the FT_FP8_VARIANT value that picks the variant per
@@ -86,6 +93,12 @@ func fp8AutoPick(kind fp8Kind, K int) string {
 	}
 	return "u8r1g"
 }
+
+// fp8MMATakes reports whether the tensor-core variants take a layout's
+// block size (0 per channel, else B ≥ 64: a k-step of 64 columns lies in
+// one block) on a device of compute capability cc (mma.sync on f16 from
+// 8.0).
+func fp8MMATakes(block, cc int) bool { return cc >= 80 && (block == 0 || block >= 64) }
 
 // fp8VariantFor is the variant a launch of kind over K columns runs when
 // Backend.FP8Variant is name: fp8AutoPick's for "auto" or "", name itself

@@ -77,3 +77,19 @@ func TestFP8AutoPick(t *testing.T) {
 		}
 	}
 }
+
+// TestFP8MMATakes: the tensor-core variants take per-channel scales and
+// blocks of 64 or more from compute capability 8.0, nothing else.
+func TestFP8MMATakes(t *testing.T) {
+	for _, c := range []struct {
+		block, cc int
+		want      bool
+	}{
+		{0, 90, true}, {64, 90, true}, {128, 89, true}, {256, 80, true},
+		{16, 90, false}, {32, 90, false}, {0, 75, false}, {128, 70, false},
+	} {
+		if got := fp8MMATakes(c.block, c.cc); got != c.want {
+			t.Errorf("block %d, cc %d: %v, want %v", c.block, c.cc, got, c.want)
+		}
+	}
+}
