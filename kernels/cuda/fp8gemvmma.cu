@@ -173,11 +173,11 @@ __device__ __forceinline__ void fm_compute(float* sum, const uint4 (&a)[U][NR], 
 // index (fp8_srow). It leaves row i of pair p's sum from warp w in
 // red[w·32 + 16p + i] (unscaled per channel), after a block barrier, and
 // returns x's exponent shift e (fm_stage_x).
-template <int NR, bool EARLY>
+template <int NR, bool EARLY, int UB>
 __device__ __forceinline__ int fm_body(float* red, unsigned* ured, const bf16_t* __restrict__ x, const unsigned char* const* wr,
 		const void* const* sc, int sdt, const usize* srow, int K, int bshift) {
 	extern __shared__ uint4 fm_xs[];
-	constexpr int U = 4 / (NR / 2);
+	constexpr int U = UB / (NR / 2) > 0 ? UB / (NR / 2) : 1;
 	const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
 	const int nks = (K + 63) >> 6;
 	const int J = w < nks ? (nks - w + 7) >> 3 : 0; // the warp's k-steps
@@ -219,7 +219,7 @@ __device__ __forceinline__ float fm_total(const float* red, int p, int i, int e)
 // gemv_fp8_v_mma_body: gemv_fp8_v_body's result (y bf16, fp32, or added to
 // fp32 y: fp8_store) for the tile of rows 16·blockIdx.x … (rows past N
 // read row N − 1 and store nothing).
-template <bool EARLY>
+template <bool EARLY, int UB>
 __device__ __forceinline__ void gemv_fp8_v_mma_body(void* y, int out_f32, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
 	__shared__ float red[8 * 32];
@@ -234,7 +234,7 @@ __device__ __forceinline__ void gemv_fp8_v_mma_body(void* y, int out_f32, const 
 		wr[r] = w + (usize)row * K;
 		srow[r] = fp8_srow(row, bshift, sstride);
 	}
-	const int e = fm_body<2, EARLY>(red, ured, x, wr, sc, sdt, srow, K, bshift);
+	const int e = fm_body<2, EARLY, UB>(red, ured, x, wr, sc, sdt, srow, K, bshift);
 	const int i = threadIdx.x, row = r0 + i;
 	if (i < 16 && row < N) fp8_store(y, out_f32, row, fm_total(red, 0, i, e) * fp8_row_scale(scale, sdt, row, bshift));
 }
@@ -249,7 +249,7 @@ __device__ __forceinline__ int fm_qkv_row(int t, int N0, int N1, int& j) {
 // gemv3_fp8_mma_body: gemv3_fp8_body's result for the tile of stacked rows
 // 16·blockIdx.x … (a tile may straddle two matrices: each row takes its
 // own matrix's scales).
-template <bool EARLY>
+template <bool EARLY, int UB>
 __device__ __forceinline__ void gemv3_fp8_mma_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
 		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
@@ -271,7 +271,7 @@ __device__ __forceinline__ void gemv3_fp8_mma_body(bf16_t* y0, bf16_t* y1, bf16_
 		sc[r] = ss[j];
 		srow[r] = fp8_srow(row, bshift, sstride);
 	}
-	const int e = fm_body<2, EARLY>(red, ured, x, wr, sc, sdt, srow, K, bshift);
+	const int e = fm_body<2, EARLY, UB>(red, ured, x, wr, sc, sdt, srow, K, bshift);
 	const int i = threadIdx.x;
 	if (i < 16 && r0 + i < T) {
 		int j;
@@ -283,7 +283,7 @@ __device__ __forceinline__ void gemv3_fp8_mma_body(bf16_t* y0, bf16_t* y1, bf16_
 
 // gemv_gateup_silu_fp8_mma_body: gemv_gateup_silu_fp8_body's result for
 // rows 16·blockIdx.x … of gate and up.
-template <bool EARLY>
+template <bool EARLY, int UB>
 __device__ __forceinline__ void gemv_gateup_silu_fp8_mma_body(bf16_t* act, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
 		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
@@ -300,7 +300,7 @@ __device__ __forceinline__ void gemv_gateup_silu_fp8_mma_body(bf16_t* act, const
 		wr[2 + r] = wu + (usize)row * K;
 		srow[r] = srow[2 + r] = fp8_srow(row, bshift, sstride);
 	}
-	const int e = fm_body<4, EARLY>(red, ured, x, wr, sc, sdt, srow, K, bshift);
+	const int e = fm_body<4, EARLY, UB>(red, ured, x, wr, sc, sdt, srow, K, bshift);
 	const int i = threadIdx.x, row = r0 + i;
 	if (i < 16 && row < N) {
 		const float gv = fm_total(red, 0, i, e) * fp8_row_scale(sg, sdt, row, bshift);
@@ -309,44 +309,112 @@ __device__ __forceinline__ void gemv_gateup_silu_fp8_mma_body(bf16_t* act, const
 	}
 }
 
-// gemv_fp8_v_mma: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), first weights after the wait.
+// The variants (fp8variant.go's names): EARLY (e) loads the first batch
+// before ft_pdl_wait; UB k-steps a batch for one matrix (gate·up UB/2);
+// __launch_bounds__' second number caps the registers so that that many
+// blocks of 256 threads fit an SM.
+
+// gemv_fp8_v_mma: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), first weights after the wait, 4 k-steps a batch (gate·up 2), 2 blocks an SM.
 extern "C" __global__ void __launch_bounds__(256, 2) gemv_fp8_v_mma(void* y, int out_f32, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_fp8_v_mma_body<false>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
+	gemv_fp8_v_mma_body<false, 4>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
 }
 
-// gemv_fp8_v_mmae: gemv_fp8_v_mma with its first weights loaded before the wait.
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_fp8_v_mmae(void* y, int out_f32, const bf16_t* __restrict__ x,
-		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_fp8_v_mma_body<true>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
-}
-
-// gemv3_fp8_mma: gemv3_fp8 on the tensor cores (gemv3_fp8_mma_body), first weights after the wait.
+// gemv3_fp8_mma: gemv3_fp8 on the tensor cores (gemv3_fp8_mma_body), first weights after the wait, 4 k-steps a batch (gate·up 2), 2 blocks an SM.
 extern "C" __global__ void __launch_bounds__(256, 2) gemv3_fp8_mma(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
 		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
 		int N0, int N1, int N2, int K, int bshift, int sstride) {
-	gemv3_fp8_mma_body<false>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
+	gemv3_fp8_mma_body<false, 4>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
 }
 
-// gemv3_fp8_mmae: gemv3_fp8_mma with its first weights loaded before the wait.
+// gemv_gateup_silu_fp8_mma: gemv_gateup_silu_fp8 on the tensor cores (gemv_gateup_silu_fp8_mma_body), first weights after the wait, 4 k-steps a batch (gate·up 2), 2 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_mma(bf16_t* act, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_gateup_silu_fp8_mma_body<false, 4>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
+}
+
+// gemv_fp8_v_mmae: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), first weights before the wait, 4 k-steps a batch (gate·up 2), 2 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_fp8_v_mmae(void* y, int out_f32, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_fp8_v_mma_body<true, 4>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
+}
+
+// gemv3_fp8_mmae: gemv3_fp8 on the tensor cores (gemv3_fp8_mma_body), first weights before the wait, 4 k-steps a batch (gate·up 2), 2 blocks an SM.
 extern "C" __global__ void __launch_bounds__(256, 2) gemv3_fp8_mmae(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
 		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
 		int N0, int N1, int N2, int K, int bshift, int sstride) {
-	gemv3_fp8_mma_body<true>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
+	gemv3_fp8_mma_body<true, 4>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
 }
 
-// gemv_gateup_silu_fp8_mma: gemv_gateup_silu_fp8 on the tensor cores, first weights after the wait.
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_mma(bf16_t* act, const bf16_t* __restrict__ x,
-		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
-		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_gateup_silu_fp8_mma_body<false>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
-}
-
-// gemv_gateup_silu_fp8_mmae: gemv_gateup_silu_fp8_mma with its first weights loaded before the wait.
+// gemv_gateup_silu_fp8_mmae: gemv_gateup_silu_fp8 on the tensor cores (gemv_gateup_silu_fp8_mma_body), first weights before the wait, 4 k-steps a batch (gate·up 2), 2 blocks an SM.
 extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_mmae(bf16_t* act, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
 		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_gateup_silu_fp8_mma_body<true>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
+	gemv_gateup_silu_fp8_mma_body<true, 4>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
+}
+
+// gemv_fp8_v_m2e3: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), first weights before the wait, 2 k-steps a batch (gate·up 1), registers for 3 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_fp8_v_m2e3(void* y, int out_f32, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_fp8_v_mma_body<true, 2>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
+}
+
+// gemv3_fp8_m2e3: gemv3_fp8 on the tensor cores (gemv3_fp8_mma_body), first weights before the wait, 2 k-steps a batch (gate·up 1), registers for 3 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 3) gemv3_fp8_m2e3(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
+		int N0, int N1, int N2, int K, int bshift, int sstride) {
+	gemv3_fp8_mma_body<true, 2>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
+}
+
+// gemv_gateup_silu_fp8_m2e3: gemv_gateup_silu_fp8 on the tensor cores (gemv_gateup_silu_fp8_mma_body), first weights before the wait, 2 k-steps a batch (gate·up 1), registers for 3 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_gateup_silu_fp8_m2e3(bf16_t* act, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_gateup_silu_fp8_mma_body<true, 2>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
+}
+
+// gemv_fp8_v_m2e4: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), first weights before the wait, 2 k-steps a batch (gate·up 1), registers for 4 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 4) gemv_fp8_v_m2e4(void* y, int out_f32, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_fp8_v_mma_body<true, 2>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
+}
+
+// gemv3_fp8_m2e4: gemv3_fp8 on the tensor cores (gemv3_fp8_mma_body), first weights before the wait, 2 k-steps a batch (gate·up 1), registers for 4 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 4) gemv3_fp8_m2e4(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
+		int N0, int N1, int N2, int K, int bshift, int sstride) {
+	gemv3_fp8_mma_body<true, 2>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
+}
+
+// gemv_gateup_silu_fp8_m2e4: gemv_gateup_silu_fp8 on the tensor cores (gemv_gateup_silu_fp8_mma_body), first weights before the wait, 2 k-steps a batch (gate·up 1), registers for 4 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 4) gemv_gateup_silu_fp8_m2e4(bf16_t* act, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_gateup_silu_fp8_mma_body<true, 2>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
+}
+
+// gemv_fp8_v_m4e3: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), first weights before the wait, 4 k-steps a batch (gate·up 2), registers for 3 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_fp8_v_m4e3(void* y, int out_f32, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_fp8_v_mma_body<true, 4>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
+}
+
+// gemv3_fp8_m4e3: gemv3_fp8 on the tensor cores (gemv3_fp8_mma_body), first weights before the wait, 4 k-steps a batch (gate·up 2), registers for 3 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 3) gemv3_fp8_m4e3(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
+		int N0, int N1, int N2, int K, int bshift, int sstride) {
+	gemv3_fp8_mma_body<true, 4>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
+}
+
+// gemv_gateup_silu_fp8_m4e3: gemv_gateup_silu_fp8 on the tensor cores (gemv_gateup_silu_fp8_mma_body), first weights before the wait, 4 k-steps a batch (gate·up 2), registers for 3 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_gateup_silu_fp8_m4e3(bf16_t* act, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_gateup_silu_fp8_mma_body<true, 4>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
 }

@@ -36,9 +36,12 @@ var fp8Variants = []fp8Variant{
 	// rows at a time (2 chunks each a batch) sharing each x read.
 	{"p4s", 4, 1, true, false}, {"p4g", 4, 1, false, false}, {"p2r2s", 2, 2, true, false},
 	// On the tensor cores (kernels/cuda/fp8gemvmma.cu): mma loads its
-	// first weights after the dependent-launch wait, mmae before it.
-	// Per-channel scales and blocks of 64 or more only (fp8MMATakes).
+	// first weights after the dependent-launch wait, the others before it;
+	// m2* take 2 k-steps a batch, not 4, and m*e3, m*e4 cap the registers
+	// for 3 and 4 blocks an SM, not 2. Per-channel scales and blocks of
+	// 64 or more only (fp8MMATakes).
 	{"mma", 0, 0, true, true}, {"mmae", 0, 0, true, true},
+	{"m2e3", 0, 0, true, true}, {"m2e4", 0, 0, true, true}, {"m4e3", 0, 0, true, true},
 }
 
 // fp8AutoVariant is the FT_FP8_VARIANT value that picks the variant per
