@@ -112,10 +112,18 @@ __device__ __forceinline__ int fm_stage_x(uint4* xs, const bf16_t* __restrict__ 
 
 // fm_load loads batch b of a warp's k-steps (s = w + 8(bU + u), u < U) of
 // the lane's NR weight rows wr: columns 64s + 16t … + 15, zeros past K.
-template <int NR, int U>
+template <int NR, int U, int DIAG>
 __device__ __forceinline__ void fm_load(uint4 (&a)[U][NR], const unsigned char* const* wr, int K, int w, int t, int b) {
 #pragma unroll
 	for (int u = 0; u < U; u++) {
+		if (DIAG & 1) { // timing diagnostic: the block round's bytes, each warp load 512 contiguous bytes of one row (wrong sums)
+			const int lane = threadIdx.x & 31, j = b * U + u, k = 512 * j + 16 * lane;
+			const unsigned char* base = wr[0] - (usize)(lane >> 2) * K;
+#pragma unroll
+			for (int r = 0; r < NR; r++)
+				a[u][r] = k < K ? __ldg(reinterpret_cast<const uint4*>(base + (usize)(2 * w + r) * K + k)) : make_uint4(0u, 0u, 0u, 0u);
+			continue;
+		}
 		const int k = (w + 8 * (b * U + u)) * 64 + 16 * t;
 #pragma unroll
 		for (int r = 0; r < NR; r++)
@@ -173,7 +181,7 @@ __device__ __forceinline__ void fm_compute(float* sum, const uint4 (&a)[U][NR], 
 // index (fp8_srow). It leaves row i of pair p's sum from warp w in
 // red[w·32 + 16p + i] (unscaled per channel), after a block barrier, and
 // returns x's exponent shift e (fm_stage_x).
-template <int NR, bool EARLY, int UB>
+template <int NR, bool EARLY, int UB, int DIAG>
 __device__ __forceinline__ int fm_body(float* red, unsigned* ured, const bf16_t* __restrict__ x, const unsigned char* const* wr,
 		const void* const* sc, int sdt, const usize* srow, int K, int bshift) {
 	extern __shared__ uint4 fm_xs[];
@@ -183,16 +191,16 @@ __device__ __forceinline__ int fm_body(float* red, unsigned* ured, const bf16_t*
 	const int J = w < nks ? (nks - w + 7) >> 3 : 0; // the warp's k-steps
 	const int nb = (J + U - 1) / U;
 	uint4 a0[U][NR], a1[U][NR];
-	if (EARLY && nb > 0) fm_load<NR, U>(a0, wr, K, w, t, 0);
+	if (EARLY && nb > 0) fm_load<NR, U, DIAG>(a0, wr, K, w, t, 0);
 	ft_pdl_wait();
-	if (!EARLY && nb > 0) fm_load<NR, U>(a0, wr, K, w, t, 0);
-	const int e = fm_stage_x(fm_xs, x, K, ured);
+	if (!EARLY && nb > 0) fm_load<NR, U, DIAG>(a0, wr, K, w, t, 0);
+	const int e = (DIAG & 2) ? 0 : fm_stage_x(fm_xs, x, K, ured); // DIAG 2: timing without x (wrong sums)
 	float sum[NR] = {};
 	for (int b = 0; b < nb; b += 2) {
-		if (b + 1 < nb) fm_load<NR, U>(a1, wr, K, w, t, b + 1);
+		if (b + 1 < nb) fm_load<NR, U, DIAG>(a1, wr, K, w, t, b + 1);
 		fm_compute<NR, U>(sum, a0, fm_xs, K, w, t, b, sc, sdt, srow, bshift);
 		if (b + 1 >= nb) break;
-		if (b + 2 < nb) fm_load<NR, U>(a0, wr, K, w, t, b + 2);
+		if (b + 2 < nb) fm_load<NR, U, DIAG>(a0, wr, K, w, t, b + 2);
 		fm_compute<NR, U>(sum, a1, fm_xs, K, w, t, b + 1, sc, sdt, srow, bshift);
 	}
 	if (t == 0) {
@@ -219,7 +227,7 @@ __device__ __forceinline__ float fm_total(const float* red, int p, int i, int e)
 // gemv_fp8_v_mma_body: gemv_fp8_v_body's result (y bf16, fp32, or added to
 // fp32 y: fp8_store) for the tile of rows 16·blockIdx.x … (rows past N
 // read row N − 1 and store nothing).
-template <bool EARLY, int UB>
+template <bool EARLY, int UB, int DIAG = 0>
 __device__ __forceinline__ void gemv_fp8_v_mma_body(void* y, int out_f32, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
 	__shared__ float red[8 * 32];
@@ -234,7 +242,7 @@ __device__ __forceinline__ void gemv_fp8_v_mma_body(void* y, int out_f32, const 
 		wr[r] = w + (usize)row * K;
 		srow[r] = fp8_srow(row, bshift, sstride);
 	}
-	const int e = fm_body<2, EARLY, UB>(red, ured, x, wr, sc, sdt, srow, K, bshift);
+	const int e = fm_body<2, EARLY, UB, DIAG>(red, ured, x, wr, sc, sdt, srow, K, bshift);
 	const int i = threadIdx.x, row = r0 + i;
 	if (i < 16 && row < N) fp8_store(y, out_f32, row, fm_total(red, 0, i, e) * fp8_row_scale(scale, sdt, row, bshift));
 }
@@ -249,7 +257,7 @@ __device__ __forceinline__ int fm_qkv_row(int t, int N0, int N1, int& j) {
 // gemv3_fp8_mma_body: gemv3_fp8_body's result for the tile of stacked rows
 // 16·blockIdx.x … (a tile may straddle two matrices: each row takes its
 // own matrix's scales).
-template <bool EARLY, int UB>
+template <bool EARLY, int UB, int DIAG = 0>
 __device__ __forceinline__ void gemv3_fp8_mma_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
 		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
@@ -271,7 +279,7 @@ __device__ __forceinline__ void gemv3_fp8_mma_body(bf16_t* y0, bf16_t* y1, bf16_
 		sc[r] = ss[j];
 		srow[r] = fp8_srow(row, bshift, sstride);
 	}
-	const int e = fm_body<2, EARLY, UB>(red, ured, x, wr, sc, sdt, srow, K, bshift);
+	const int e = fm_body<2, EARLY, UB, DIAG & 2>(red, ured, x, wr, sc, sdt, srow, K, bshift);
 	const int i = threadIdx.x;
 	if (i < 16 && r0 + i < T) {
 		int j;
@@ -283,7 +291,7 @@ __device__ __forceinline__ void gemv3_fp8_mma_body(bf16_t* y0, bf16_t* y1, bf16_
 
 // gemv_gateup_silu_fp8_mma_body: gemv_gateup_silu_fp8_body's result for
 // rows 16·blockIdx.x … of gate and up.
-template <bool EARLY, int UB>
+template <bool EARLY, int UB, int DIAG = 0>
 __device__ __forceinline__ void gemv_gateup_silu_fp8_mma_body(bf16_t* act, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
 		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
@@ -300,7 +308,7 @@ __device__ __forceinline__ void gemv_gateup_silu_fp8_mma_body(bf16_t* act, const
 		wr[2 + r] = wu + (usize)row * K;
 		srow[r] = srow[2 + r] = fp8_srow(row, bshift, sstride);
 	}
-	const int e = fm_body<4, EARLY, UB>(red, ured, x, wr, sc, sdt, srow, K, bshift);
+	const int e = fm_body<4, EARLY, UB, DIAG & 2>(red, ured, x, wr, sc, sdt, srow, K, bshift);
 	const int i = threadIdx.x, row = r0 + i;
 	if (i < 16 && row < N) {
 		const float gv = fm_total(red, 0, i, e) * fp8_row_scale(sg, sdt, row, bshift);
@@ -417,4 +425,67 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_gateup_silu_fp8_m4e3(b
 		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
 		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
 	gemv_gateup_silu_fp8_mma_body<true, 4>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
+}
+
+// gemv_fp8_v_xmmc: a timing diagnostic of mmae, wrong sums (each warp load 512 contiguous bytes of one row; s25d).
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_fp8_v_xmmc(void* y, int out_f32, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_fp8_v_mma_body<true, 4, 1>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
+}
+
+// gemv3_fp8_xmmc: a timing diagnostic of mmae, wrong sums (each warp load 512 contiguous bytes of one row; s25d).
+extern "C" __global__ void __launch_bounds__(256, 2) gemv3_fp8_xmmc(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
+		int N0, int N1, int N2, int K, int bshift, int sstride) {
+	gemv3_fp8_mma_body<true, 4, 1>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
+}
+
+// gemv_gateup_silu_fp8_xmmc: a timing diagnostic of mmae, wrong sums (each warp load 512 contiguous bytes of one row; s25d).
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_xmmc(bf16_t* act, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_gateup_silu_fp8_mma_body<true, 4, 1>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
+}
+
+// gemv_fp8_v_xmmn: a timing diagnostic of mmae, wrong sums (no x staging; s25d).
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_fp8_v_xmmn(void* y, int out_f32, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_fp8_v_mma_body<true, 4, 2>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
+}
+
+// gemv3_fp8_xmmn: a timing diagnostic of mmae, wrong sums (no x staging; s25d).
+extern "C" __global__ void __launch_bounds__(256, 2) gemv3_fp8_xmmn(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
+		int N0, int N1, int N2, int K, int bshift, int sstride) {
+	gemv3_fp8_mma_body<true, 4, 2>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
+}
+
+// gemv_gateup_silu_fp8_xmmn: a timing diagnostic of mmae, wrong sums (no x staging; s25d).
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_xmmn(bf16_t* act, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_gateup_silu_fp8_mma_body<true, 4, 2>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
+}
+
+// gemv_fp8_v_xmmcn: a timing diagnostic of mmae, wrong sums (both; s25d).
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_fp8_v_xmmcn(void* y, int out_f32, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_fp8_v_mma_body<true, 4, 3>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
+}
+
+// gemv3_fp8_xmmcn: a timing diagnostic of mmae, wrong sums (both; s25d).
+extern "C" __global__ void __launch_bounds__(256, 2) gemv3_fp8_xmmcn(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
+		int N0, int N1, int N2, int K, int bshift, int sstride) {
+	gemv3_fp8_mma_body<true, 4, 3>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
+}
+
+// gemv_gateup_silu_fp8_xmmcn: a timing diagnostic of mmae, wrong sums (both; s25d).
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_xmmcn(bf16_t* act, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
+	gemv_gateup_silu_fp8_mma_body<true, 4, 3>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
 }
