@@ -52,7 +52,7 @@ type fp8GEMVs struct {
 	gemv, gemv3, gateUp *cuda.Function
 	rows                int  // rows per warp at a time (R)
 	smemX               bool // x in shared memory as fp32 (K·4 bytes), else read from global memory
-	mma                 bool // fp8gemvmma.cu: a block a tile of 16 rows, x as f16 in shared memory (K·2 bytes)
+	mma                 bool // fp8gemvmma.cu: a block a tile of 16 rows, x as f16 in shared memory (~K·2 bytes)
 }
 
 // loadFP8 looks fp8gemv.cu's kernels up in the compiled module.
@@ -128,13 +128,14 @@ func fp8Shift(block int) (shift int, ok bool) {
 // when the device cannot give f that much shared memory.
 //
 // A tensor-core variant (v.mma) takes a block of 256 threads a tile of 16
-// rows, K·2 bytes of shared memory.
+// rows (gate·up: 8 of each matrix) and x as f16 in shared memory, ~K·2
+// bytes.
 func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, smem int, ok bool, err error) {
 	if v.smemX {
 		smem = 4 * K
 	}
 	if v.mma {
-		smem = 2 * K
+		smem = 2048 * ((K + 1023) / 1024) // 8 warps × 16 uint4 × ⌈⌈K/128⌉/8⌉ (fm_body)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -166,7 +167,11 @@ func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, 
 		if rows <= 0 {
 			return 0, 0, false, nil
 		}
-		return (rows + 15) / 16, smem, true, nil
+		tile := 16
+		if f == v.gateUp {
+			tile = 8 // 8 rows of gate and the same of up
+		}
+		return (rows + tile - 1) / tile, smem, true, nil
 	}
 	groups := (rows + v.rows - 1) / v.rows
 	if groups <= 0 { // nothing to compute: the unfused path returns at once

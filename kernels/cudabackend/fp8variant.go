@@ -20,31 +20,26 @@ type fp8Variant struct {
 	U, R  int
 	SmemX bool
 	MMA   bool
-	Diag  bool // a timing diagnostic with wrong sums: run only by TestFP8GEMVRate, not in FP8VariantNames
 }
 
 // fp8Variants are the variants compiled into the module; FT_FP8_VARIANT
 // forces one by name everywhere (default "auto": fp8AutoPick per launch).
 var fp8Variants = []fp8Variant{
-	{"u4r1s", 4, 1, true, false, false}, {"u8r1s", 8, 1, true, false, false}, {"u16r1s", 16, 1, true, false, false},
-	{"u4r2s", 4, 2, true, false, false}, {"u8r2s", 8, 2, true, false, false}, {"u16r2s", 16, 2, true, false, false},
-	{"u4r1g", 4, 1, false, false, false}, {"u8r1g", 8, 1, false, false, false}, {"u16r1g", 16, 1, false, false, false},
-	{"u4r2g", 4, 2, false, false, false}, {"u8r2g", 8, 2, false, false, false}, {"u16r2g", 16, 2, false, false, false},
+	{"u4r1s", 4, 1, true, false}, {"u8r1s", 8, 1, true, false}, {"u16r1s", 16, 1, true, false},
+	{"u4r2s", 4, 2, true, false}, {"u8r2s", 8, 2, true, false}, {"u16r2s", 16, 2, true, false},
+	{"u4r1g", 4, 1, false, false}, {"u8r1g", 8, 1, false, false}, {"u16r1g", 16, 1, false, false},
+	{"u4r2g", 4, 2, false, false}, {"u8r2g", 8, 2, false, false}, {"u16r2g", 16, 2, false, false},
 	// Software-pipelined (kernels/cuda/fp8gemvpipe.cu): a warp issues its
 	// next batch of 4 chunks (2 a matrix for gate·up) before computing the
 	// current one, its first batch before x is staged; p4s stages x as
 	// fp32 in shared memory, p4g reads it as bf16 from L1; p2r2s takes two
 	// rows at a time (2 chunks each a batch) sharing each x read.
-	{"p4s", 4, 1, true, false, false}, {"p4g", 4, 1, false, false, false}, {"p2r2s", 2, 2, true, false, false},
-	// On the tensor cores (kernels/cuda/fp8gemvmma.cu): mma loads its
-	// first weights after the dependent-launch wait, the others before it;
-	// m2* take 2 k-steps a batch, not 4, and m*e3, m*e4 cap the registers
-	// for 3 and 4 blocks an SM, not 2. Per-channel scales and blocks of
-	// 64 or more only (fp8MMATakes).
-	{"mma", 0, 0, true, true, false}, {"mmae", 0, 0, true, true, false},
-	{"m2e3", 0, 0, true, true, false}, {"m2e4", 0, 0, true, true, false}, {"m4e3", 0, 0, true, true, false},
-	{Name: "xmmc", SmemX: true, MMA: true, Diag: true}, {Name: "xmmn", SmemX: true, MMA: true, Diag: true},
-	{Name: "xmmcn", SmemX: true, MMA: true, Diag: true},
+	{"p4s", 4, 1, true, false}, {"p4g", 4, 1, false, false}, {"p2r2s", 2, 2, true, false},
+	// On the tensor cores (kernels/cuda/fp8gemvmma.cu): mm2 and mm2x load
+	// their first weights before the dependent-launch wait, mm2l after it;
+	// mm2 and mm2l cap the registers for 3 blocks an SM, mm2x for 2.
+	// Per-channel scales and blocks of 64 or more only (fp8MMATakes).
+	{"mm2", 0, 0, true, true}, {"mm2x", 0, 0, true, true}, {"mm2l", 0, 0, true, true},
 }
 
 // fp8AutoVariant is the FT_FP8_VARIANT value that picks the variant per
@@ -126,9 +121,7 @@ func fp8VariantFor(name string, kind fp8Kind, K int) string {
 func FP8VariantNames() []string {
 	names := []string{fp8AutoVariant}
 	for _, v := range fp8Variants {
-		if !v.Diag {
-			names = append(names, v.Name)
-		}
+		names = append(names, v.Name)
 	}
 	return names
 }
