@@ -44,9 +44,11 @@
 // Loads: two k-steps of weights (4 16-byte loads a lane each) are issued
 // before x is staged, and each k-step's buffer is refilled with the
 // warp's k-step after next as soon as it is computed, so one or two are
-// always in flight; mm2 and mm2x issue the first two before ft_pdl_wait
-// (weights are never written during a step). mm2 caps the registers for
-// 3 blocks an SM, mm2x for 2.
+// always in flight (mm2; mm4: four, more registers), the first ones issued
+// before ft_pdl_wait (weights are never written during a step). mm2 caps
+// the registers for 3 blocks an SM, mm4 for 2. s25e: issuing them after
+// the wait (mm2l) and mm2's two k-steps with 2 blocks an SM (mm2x) were
+// slower.
 //
 // History (bench/RESULTS.md, s25a–s25d): a first layout (k-steps of 64
 // columns, one load a row, x staged by the whole block behind a barrier,
@@ -177,9 +179,12 @@ __device__ __forceinline__ void fm_compute(float* sum, const uint4 (&a)[2][2], c
 // fm_body computes the lane's part of its two weight rows' sums (wr; sc
 // and srow their scale bases and first block's scale index, fp8_srow) and
 // leaves warp w's sums of the tile's rows i = g and g + 8 (times 2^e of
-// its x) in red[16w + i], after a block barrier. Dynamic shared memory:
+// its x) in red[16w + i], after a block barrier. NB k-steps of weights are
+// in flight (registers a[NB]): the first NB issued before x is staged
+// (before ft_pdl_wait when EARLY), each buffer refilled with the warp's
+// k-step NB further on as soon as it is computed. Dynamic shared memory:
 // 8 warps × 16 × ⌈⌈K/128⌉/8⌉ uint4.
-template <bool EARLY>
+template <bool EARLY, int NB>
 __device__ __forceinline__ void fm_body(float* red, const bf16_t* __restrict__ x, const unsigned char* const* wr,
 		const void* const* sc, int sdt, const usize* srow, int K, int bshift) {
 	extern __shared__ uint4 fm_xs[];
@@ -187,24 +192,28 @@ __device__ __forceinline__ void fm_body(float* red, const bf16_t* __restrict__ x
 	const int nks = (K + 127) >> 7;
 	const int J = w < nks ? (nks - w + 7) >> 3 : 0; // the warp's k-steps
 	uint4* xw = fm_xs + w * 16 * ((nks + 7) >> 3);
-	uint4 a0[2][2], a1[2][2];
+	uint4 a[NB][2][2];
 	if (EARLY) {
-		if (J > 0) fm_load(a0, wr, K, w, t);
-		if (J > 1) fm_load(a1, wr, K, w + 8, t);
+#pragma unroll
+		for (int q = 0; q < NB; q++)
+			if (q < J) fm_load(a[q], wr, K, w + 8 * q, t);
 	}
 	ft_pdl_wait();
 	if (!EARLY) {
-		if (J > 0) fm_load(a0, wr, K, w, t);
-		if (J > 1) fm_load(a1, wr, K, w + 8, t);
+#pragma unroll
+		for (int q = 0; q < NB; q++)
+			if (q < J) fm_load(a[q], wr, K, w + 8 * q, t);
 	}
 	const int e = fm_stage_warp(xw, x, K, w, J);
 	float sum[2] = {0.f, 0.f};
-	for (int j = 0; j < J; j += 2) {
-		fm_compute(sum, a0, xw, j, w + 8 * j, t, sc, sdt, srow, bshift);
-		if (j + 2 < J) fm_load(a0, wr, K, w + 8 * (j + 2), t);
-		if (j + 1 >= J) break;
-		fm_compute(sum, a1, xw, j + 1, w + 8 * (j + 1), t, sc, sdt, srow, bshift);
-		if (j + 3 < J) fm_load(a1, wr, K, w + 8 * (j + 3), t);
+	for (int j0 = 0; j0 < J; j0 += NB) {
+#pragma unroll
+		for (int q = 0; q < NB; q++) {
+			const int j = j0 + q;
+			if (j >= J) break;
+			fm_compute(sum, a[q], xw, j, w + 8 * j, t, sc, sdt, srow, bshift);
+			if (j + NB < J) fm_load(a[q], wr, K, w + 8 * (j + NB), t);
+		}
 	}
 	if (t == 0) {
 		const int g = lane >> 2;
@@ -226,7 +235,7 @@ __device__ __forceinline__ float fm_total(const float* red, int i) {
 // gemv_fp8_v_mma_body: gemv_fp8_v_body's result (y bf16, fp32, or added to
 // fp32 y: fp8_store) for the tile of rows 16·blockIdx.x … (rows past N
 // read row N − 1 and store nothing).
-template <bool EARLY>
+template <bool EARLY, int NB>
 __device__ __forceinline__ void gemv_fp8_v_mma_body(void* y, int out_f32, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
 	__shared__ float red[8 * 16];
@@ -240,7 +249,7 @@ __device__ __forceinline__ void gemv_fp8_v_mma_body(void* y, int out_f32, const 
 		wr[r] = w + (usize)row * K;
 		srow[r] = fp8_srow(row, bshift, sstride);
 	}
-	fm_body<EARLY>(red, x, wr, sc, sdt, srow, K, bshift);
+	fm_body<EARLY, NB>(red, x, wr, sc, sdt, srow, K, bshift);
 	const int i = threadIdx.x, row = r0 + i;
 	if (i < 16 && row < N) fp8_store(y, out_f32, row, fm_total(red, i) * fp8_row_scale(scale, sdt, row, bshift));
 }
@@ -255,7 +264,7 @@ __device__ __forceinline__ int fm_qkv_row(int t, int N0, int N1, int& j) {
 // gemv3_fp8_mma_body: gemv3_fp8_body's result for the tile of stacked rows
 // 16·blockIdx.x … (a tile may straddle two matrices: each row takes its
 // own matrix's scales).
-template <bool EARLY>
+template <bool EARLY, int NB>
 __device__ __forceinline__ void gemv3_fp8_mma_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
 		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
@@ -276,7 +285,7 @@ __device__ __forceinline__ void gemv3_fp8_mma_body(bf16_t* y0, bf16_t* y1, bf16_
 		sc[r] = ss[j];
 		srow[r] = fp8_srow(row, bshift, sstride);
 	}
-	fm_body<EARLY>(red, x, wr, sc, sdt, srow, K, bshift);
+	fm_body<EARLY, NB>(red, x, wr, sc, sdt, srow, K, bshift);
 	const int i = threadIdx.x;
 	if (i < 16 && r0 + i < T) {
 		int j;
@@ -288,7 +297,7 @@ __device__ __forceinline__ void gemv3_fp8_mma_body(bf16_t* y0, bf16_t* y1, bf16_
 
 // gemv_gateup_silu_fp8_mma_body: gemv_gateup_silu_fp8_body's result for
 // rows 8·blockIdx.x … (the tile's rows g are gate's, its rows g + 8 up's).
-template <bool EARLY>
+template <bool EARLY, int NB>
 __device__ __forceinline__ void gemv_gateup_silu_fp8_mma_body(bf16_t* act, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
 		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
@@ -299,7 +308,7 @@ __device__ __forceinline__ void gemv_gateup_silu_fp8_mma_body(bf16_t* act, const
 	const void* sc[2] = {sg, su};
 	const usize sr = fp8_srow(row, bshift, sstride);
 	const usize srow[2] = {sr, sr};
-	fm_body<EARLY>(red, x, wr, sc, sdt, srow, K, bshift);
+	fm_body<EARLY, NB>(red, x, wr, sc, sdt, srow, K, bshift);
 	const int i = threadIdx.x, r = r0 + i;
 	if (i < 8 && r < N) {
 		const float gv = fm_total(red, i) * fp8_row_scale(sg, sdt, r, bshift);
@@ -308,69 +317,48 @@ __device__ __forceinline__ void gemv_gateup_silu_fp8_mma_body(bf16_t* act, const
 	}
 }
 
-// The variants (fp8variant.go's names): EARLY loads the first two k-steps
-// before ft_pdl_wait; __launch_bounds__' second number caps the registers
-// so that that many blocks of 256 threads fit an SM.
+// The variants (fp8variant.go's names): both load their first k-steps
+// before ft_pdl_wait; mm2 keeps 2 k-steps in flight and caps the registers
+// for 3 blocks an SM, mm4 keeps 4 with registers for 2 blocks.
 
-// gemv_fp8_v_mm2: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), first two k-steps before the wait, registers for 3 blocks an SM.
+// gemv_fp8_v_mm2: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), 2 k-steps in flight, registers for 3 blocks an SM.
 extern "C" __global__ void __launch_bounds__(256, 3) gemv_fp8_v_mm2(void* y, int out_f32, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_fp8_v_mma_body<true>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
+	gemv_fp8_v_mma_body<true, 2>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
 }
 
-// gemv3_fp8_mm2: gemv3_fp8 on the tensor cores (gemv3_fp8_mma_body), first two k-steps before the wait, registers for 3 blocks an SM.
+// gemv3_fp8_mm2: gemv3_fp8 on the tensor cores (gemv3_fp8_mma_body), 2 k-steps in flight, registers for 3 blocks an SM.
 extern "C" __global__ void __launch_bounds__(256, 3) gemv3_fp8_mm2(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
 		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
 		int N0, int N1, int N2, int K, int bshift, int sstride) {
-	gemv3_fp8_mma_body<true>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
+	gemv3_fp8_mma_body<true, 2>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
 }
 
-// gemv_gateup_silu_fp8_mm2: gemv_gateup_silu_fp8 on the tensor cores (gemv_gateup_silu_fp8_mma_body), first two k-steps before the wait, registers for 3 blocks an SM.
+// gemv_gateup_silu_fp8_mm2: gemv_gateup_silu_fp8 on the tensor cores (gemv_gateup_silu_fp8_mma_body), 2 k-steps in flight, registers for 3 blocks an SM.
 extern "C" __global__ void __launch_bounds__(256, 3) gemv_gateup_silu_fp8_mm2(bf16_t* act, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
 		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_gateup_silu_fp8_mma_body<true>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
+	gemv_gateup_silu_fp8_mma_body<true, 2>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
 }
 
-// gemv_fp8_v_mm2x: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), first two k-steps before the wait, registers for 2 blocks an SM.
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_fp8_v_mm2x(void* y, int out_f32, const bf16_t* __restrict__ x,
+// gemv_fp8_v_mm4: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), 4 k-steps in flight, registers for 2 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_fp8_v_mm4(void* y, int out_f32, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_fp8_v_mma_body<true>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
+	gemv_fp8_v_mma_body<true, 4>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
 }
 
-// gemv3_fp8_mm2x: gemv3_fp8 on the tensor cores (gemv3_fp8_mma_body), first two k-steps before the wait, registers for 2 blocks an SM.
-extern "C" __global__ void __launch_bounds__(256, 2) gemv3_fp8_mm2x(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
+// gemv3_fp8_mm4: gemv3_fp8 on the tensor cores (gemv3_fp8_mma_body), 4 k-steps in flight, registers for 2 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 2) gemv3_fp8_mm4(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
 		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
 		int N0, int N1, int N2, int K, int bshift, int sstride) {
-	gemv3_fp8_mma_body<true>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
+	gemv3_fp8_mma_body<true, 4>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
 }
 
-// gemv_gateup_silu_fp8_mm2x: gemv_gateup_silu_fp8 on the tensor cores (gemv_gateup_silu_fp8_mma_body), first two k-steps before the wait, registers for 2 blocks an SM.
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_mm2x(bf16_t* act, const bf16_t* __restrict__ x,
+// gemv_gateup_silu_fp8_mm4: gemv_gateup_silu_fp8 on the tensor cores (gemv_gateup_silu_fp8_mma_body), 4 k-steps in flight, registers for 2 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_mm4(bf16_t* act, const bf16_t* __restrict__ x,
 		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
 		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_gateup_silu_fp8_mma_body<true>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
-}
-
-// gemv_fp8_v_mm2l: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), first two k-steps after the wait, registers for 3 blocks an SM.
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_fp8_v_mm2l(void* y, int out_f32, const bf16_t* __restrict__ x,
-		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_fp8_v_mma_body<false>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
-}
-
-// gemv3_fp8_mm2l: gemv3_fp8 on the tensor cores (gemv3_fp8_mma_body), first two k-steps after the wait, registers for 3 blocks an SM.
-extern "C" __global__ void __launch_bounds__(256, 3) gemv3_fp8_mm2l(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
-		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
-		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
-		int N0, int N1, int N2, int K, int bshift, int sstride) {
-	gemv3_fp8_mma_body<false>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
-}
-
-// gemv_gateup_silu_fp8_mm2l: gemv_gateup_silu_fp8 on the tensor cores (gemv_gateup_silu_fp8_mma_body), first two k-steps after the wait, registers for 3 blocks an SM.
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_gateup_silu_fp8_mm2l(bf16_t* act, const bf16_t* __restrict__ x,
-		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
-		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_gateup_silu_fp8_mma_body<false>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
+	gemv_gateup_silu_fp8_mma_body<true, 4>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
 }

@@ -82,7 +82,7 @@ func (k *fp8Kernels) functions() []*cuda.Function {
 // fp8VariantFor(b.FP8Variant, kind, K) (fp8variant.go; "auto", the
 // default, picks per kind and K, a variant's name forces it), and where
 // that is a tensor-core variant that does not take the block size or the
-// device (fp8MMATakes), fp8AutoPick's.
+// device (fp8MMATakes), fp8ScalarPick's.
 func (b *Backend) fp8GEMVs(kind fp8Kind, K, block int) *fp8GEMVs {
 	vs := b.k.fp8.variants
 	g, ok := vs[fp8VariantFor(b.FP8Variant, kind, K)]
@@ -90,7 +90,7 @@ func (b *Backend) fp8GEMVs(kind fp8Kind, K, block int) *fp8GEMVs {
 		return vs[fp8FixedDefault]
 	}
 	if g.mma && !fp8MMATakes(block, b.k.fp8.cc) {
-		return vs[fp8AutoPick(kind, K)]
+		return vs[fp8ScalarPick(kind, K)]
 	}
 	return g
 }

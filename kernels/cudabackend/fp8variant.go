@@ -35,11 +35,11 @@ var fp8Variants = []fp8Variant{
 	// fp32 in shared memory, p4g reads it as bf16 from L1; p2r2s takes two
 	// rows at a time (2 chunks each a batch) sharing each x read.
 	{"p4s", 4, 1, true, false}, {"p4g", 4, 1, false, false}, {"p2r2s", 2, 2, true, false},
-	// On the tensor cores (kernels/cuda/fp8gemvmma.cu): mm2 and mm2x load
-	// their first weights before the dependent-launch wait, mm2l after it;
-	// mm2 and mm2l cap the registers for 3 blocks an SM, mm2x for 2.
-	// Per-channel scales and blocks of 64 or more only (fp8MMATakes).
-	{"mm2", 0, 0, true, true}, {"mm2x", 0, 0, true, true}, {"mm2l", 0, 0, true, true},
+	// On the tensor cores (kernels/cuda/fp8gemvmma.cu): mm2 keeps two
+	// k-steps of 128 columns in flight a warp (registers for 3 blocks an
+	// SM), mm4 four (2 blocks). Per-channel scales and blocks of 64 or
+	// more only (fp8MMATakes).
+	{"mm2", 0, 0, true, true}, {"mm4", 0, 0, true, true},
 }
 
 // fp8AutoVariant is the FT_FP8_VARIANT value that picks the variant per
@@ -68,21 +68,41 @@ const (
 )
 
 // fp8AutoPick is the variant FT_FP8_VARIANT=auto (the default) runs for a
-// GEMV of kind over x of K columns. Measured on the H200 (2026-12-02
-// 00:52, bench/h200-s8d.sh, TestFP8GEMVRate: µs per launch back to back
-// with dependent launch, per-channel scales, Llama-3-8B's shapes):
+// GEMV of kind over x of K columns: the tensor-core mm2 except for the wide
+// down projection (K ≥ 8,192), which keeps the scalar p4s. Measured on the
+// H200 (2026-12-04 11:41, bench/h200-s25e.sh, TestFP8GEMVRate: µs per
+// launch back to back with dependent launch, per-channel scales,
+// Llama-3-8B's shapes; the scalar picks of fp8ScalarPick beside):
+//
+//	q/k/v   6,144 × 4,096:         mm2 9.43,  u4r2s 10.42
+//	o       4,096 × 4,096:         mm2 8.02,  u8r1g 8.21
+//	down    4,096 × 14,336:        mm2 21.16, p4s 20.33
+//	gate·up 2 × 14,336 × 4,096:    mm2 31.45, u4r1s 33.76
+//
+// and the resident decode graph step at 512 took 2.86–2.87 ms with mm2
+// everywhere against 2.95–2.96 with the scalar picks. mm2 sums in another
+// order than the scalar variants (fp32 on the tensor cores): its results
+// are not their bits, within the same tolerance of the CPU reference.
+func fp8AutoPick(kind fp8Kind, K int) string {
+	if kind == fp8KindGEMV && K >= 8192 {
+		return "p4s"
+	}
+	return "mm2"
+}
+
+// fp8ScalarPick is the best scalar variant for a GEMV of kind over K
+// columns: what auto runs where the tensor-core variants do not take the
+// scales or the device (fp8MMATakes). Measured on the H200 (2026-12-02
+// 00:52, bench/h200-s8d.sh, TestFP8GEMVRate as above):
 //
 //	q/k/v   gemv3_fp8 6,144 × 4,096:       u4r2s 10.33, u16r1s 11.23, u8r1s 11.47
 //	o       gemv_fp8_v 4,096 × 4,096:      u8r1g 8.14, u8r2g 8.28, u4r1s 8.37, u8r1s 8.52
 //	down    gemv_fp8_v 4,096 × 14,336:     p4s 20.13, u4r1g 22.31, u8r1s 24.85
 //	gate·up gemv_gateup_silu_fp8 2 × 14,336 × 4,096: u4r1s 33.72, p4s 34.35, u8r1s 35.13
 //
-// so gemv_fp8_v takes p4s from K = 8,192 (the wide down projection) and
-// u8r1g below. The resident decode graph step with p4s everywhere took
-// 3.03 ms against 3.13/3.11 with u8r1s. Every variant gives the same bits
-// (each lane sums its chunks in the same order), so the choice changes
-// only the time.
-func fp8AutoPick(kind fp8Kind, K int) string {
+// Every scalar variant gives the same bits (each lane sums its chunks in
+// the same order), so the choice among them changes only the time.
+func fp8ScalarPick(kind fp8Kind, K int) string {
 	switch kind {
 	case fp8KindQKV:
 		return "u4r2s"
@@ -96,8 +116,8 @@ func fp8AutoPick(kind fp8Kind, K int) string {
 }
 
 // fp8MMATakes reports whether the tensor-core variants take a layout's
-// block size (0 per channel, else B ≥ 64: a k-step of 64 columns lies in
-// one block) on a device of compute capability cc (mma.sync on f16 from
+// block size (0 per channel, else B ≥ 64: each 64-column piece of a
+// k-step lies in one block) on a device of compute capability cc (mma.sync on f16 from
 // 8.0).
 func fp8MMATakes(block, cc int) bool { return cc >= 80 && (block == 0 || block >= 64) }
 

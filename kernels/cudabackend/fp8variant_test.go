@@ -37,26 +37,31 @@ func TestFP8VariantFromEnv(t *testing.T) {
 	}
 }
 
-// TestFP8AutoPick: "auto" runs the measured best per kind and width (q/k/v
-// u4r2s, gate·up u4r1s, gemv_fp8_v p4s from K = 8,192 and u8r1g below),
-// every pick is a compiled variant, a variant's name forces it for every
-// kind and width, and a name that is not compiled runs u8r1s.
+// TestFP8AutoPick: "auto" runs the measured best per kind and width (the
+// tensor-core mm2, but p4s for gemv_fp8_v from K = 8,192), the scalar
+// fallback its own best (q/k/v u4r2s, gate·up u4r1s, gemv_fp8_v p4s from
+// K = 8,192 and u8r1g below), every pick is a compiled variant, a
+// variant's name forces it for every kind and width, and a name that is
+// not compiled runs u8r1s.
 func TestFP8AutoPick(t *testing.T) {
 	compiled := func(name string) bool {
 		return slices.ContainsFunc(fp8Variants, func(v fp8Variant) bool { return v.Name == name })
+	}
+	mma := func(name string) bool {
+		return slices.ContainsFunc(fp8Variants, func(v fp8Variant) bool { return v.Name == name && v.MMA })
 	}
 	if !compiled(fp8FixedDefault) {
 		t.Fatalf("fp8FixedDefault %q is not compiled", fp8FixedDefault)
 	}
 	for _, c := range []struct {
-		kind fp8Kind
-		K    int
-		want string
+		kind         fp8Kind
+		K            int
+		want, scalar string
 	}{
-		{fp8KindQKV, 4096, "u4r2s"}, {fp8KindQKV, 16384, "u4r2s"}, {fp8KindQKV, 16, "u4r2s"},
-		{fp8KindGateUp, 4096, "u4r1s"}, {fp8KindGateUp, 8192, "u4r1s"},
-		{fp8KindGEMV, 4096, "u8r1g"}, {fp8KindGEMV, 8191, "u8r1g"}, {fp8KindGEMV, 16, "u8r1g"},
-		{fp8KindGEMV, 8192, "p4s"}, {fp8KindGEMV, 14336, "p4s"},
+		{fp8KindQKV, 4096, "mm2", "u4r2s"}, {fp8KindQKV, 16384, "mm2", "u4r2s"}, {fp8KindQKV, 16, "mm2", "u4r2s"},
+		{fp8KindGateUp, 4096, "mm2", "u4r1s"}, {fp8KindGateUp, 8192, "mm2", "u4r1s"},
+		{fp8KindGEMV, 4096, "mm2", "u8r1g"}, {fp8KindGEMV, 8191, "mm2", "u8r1g"}, {fp8KindGEMV, 16, "mm2", "u8r1g"},
+		{fp8KindGEMV, 8192, "p4s", "p4s"}, {fp8KindGEMV, 14336, "p4s", "p4s"},
 	} {
 		for _, name := range []string{fp8AutoVariant, ""} {
 			got := fp8VariantFor(name, c.kind, c.K)
@@ -66,6 +71,9 @@ func TestFP8AutoPick(t *testing.T) {
 			if !compiled(got) {
 				t.Errorf("%q, kind %d, K %d: %q is not compiled (fp8Variants)", name, c.kind, c.K, got)
 			}
+		}
+		if got := fp8ScalarPick(c.kind, c.K); got != c.scalar || !compiled(got) || mma(got) {
+			t.Errorf("scalar pick, kind %d, K %d: %q, want %q (compiled, scalar)", c.kind, c.K, got, c.scalar)
 		}
 		for _, v := range fp8Variants {
 			if got := fp8VariantFor(v.Name, c.kind, c.K); got != v.Name {

@@ -37,11 +37,11 @@ var _ kernels.FP8MatMulAdder = (*fp8AddCounter)(nil)
 // and on, both projections of every layer ran through MatMulAddFP8 (2 a
 // layer per eager one-token step, 2 a layer in the captured step), off,
 // none did. All of it with FT_FP8_VARIANT=auto (the default) and u8r1s,
-// whose tokens and logits (the 6 eager steps, the 16 graph replays, add
-// off) are bit for bit the same: auto's per-shape picks (u4r2s for q/k/v,
-// u4r1s for gate·up, u8r1g for o/down at these widths) sum each lane's
-// chunks in u8r1s's order. The tiny fixtures (hidden 128, intermediate
-// 320) never reach p4s, which auto picks only from K = 8,192.
+// whose tokens are the same and logits (the 6 eager steps, the 16 graph
+// replays, add off) within 2% of each row's largest: auto runs the
+// tensor-core mm2 at these widths (the tiny fixtures, hidden 128 and
+// intermediate 320, never reach p4s, which auto picks only from K =
+// 8,192), which sums in another order than the scalar u8r1s.
 func TestFP8AddDecodeGPU(t *testing.T) {
 	devtest.Each(t, func(t *testing.T, d devtest.Device) {
 		gb, ok := d.Backend.(*cudabackend.Backend)
@@ -52,9 +52,10 @@ func TestFP8AddDecodeGPU(t *testing.T) {
 		defer func() { gb.NoFP8Add, gb.FP8Variant = saved, savedVariant }()
 		be := &fp8AddCounter{Backend: gb}
 		for _, dir := range []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"} {
-			// Every FP8 GEMV variant gives the same bits: the tokens of
-			// "auto" (a variant per kind and width, the default) and of
-			// u8r1s everywhere (FT_FP8_VARIANT=u8r1s) are the same.
+			// The tokens of "auto" (a variant per kind and width, the
+			// default: the tensor-core mm2 here) and of the scalar u8r1s
+			// everywhere (FT_FP8_VARIANT=u8r1s) are the same, their
+			// logits close.
 			var first []int32
 			var firstEager, firstGraph [][]float32 // auto's logits, add off
 			for _, variant := range []string{"auto", "u8r1s"} {
@@ -86,7 +87,7 @@ func TestFP8AddDecodeGPU(t *testing.T) {
 					if firstEager == nil {
 						firstEager = off
 					} else {
-						sameLogits(t, "FT_FP8_VARIANT="+variant+", eager, against auto's", off, firstEager)
+						closeLogits(t, "FT_FP8_VARIANT="+variant+", eager, against auto's", off, firstEager, 0.02)
 					}
 					sameLogits(t, "eager, FP8 add on against off", on, off)
 
@@ -94,7 +95,7 @@ func TestFP8AddDecodeGPU(t *testing.T) {
 					if firstGraph == nil {
 						firstGraph = goff
 					} else {
-						sameLogits(t, "FT_FP8_VARIANT="+variant+", graph, against auto's", goff, firstGraph)
+						closeLogits(t, "FT_FP8_VARIANT="+variant+", graph, against auto's", goff, firstGraph, 0.02)
 					}
 					be.calls = 0
 					gon := ab.graphLogits(true, 16)
