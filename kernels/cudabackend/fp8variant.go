@@ -68,24 +68,26 @@ const (
 )
 
 // fp8AutoPick is the variant FT_FP8_VARIANT=auto (the default) runs for a
-// GEMV of kind over x of K columns: the tensor-core mm2 except for the wide
-// down projection (K ≥ 8,192), which keeps the scalar p4s. Measured on the
-// H200 (2026-12-04 11:41, bench/h200-s25e.sh, TestFP8GEMVRate: µs per
-// launch back to back with dependent launch, per-channel scales,
-// Llama-3-8B's shapes; the scalar picks of fp8ScalarPick beside):
+// GEMV of kind over x of K columns: the tensor-core kernels, mm4 (four
+// k-steps in flight) for gemv_fp8_v (o, down), mm2 for q/k/v and gate·up.
+// Measured on the H200 (2026-12-04, bench/h200-s25e.sh and s25f,
+// TestFP8GEMVRate: µs per launch back to back with dependent launch,
+// per-channel scales, Llama-3-8B's shapes; fp8ScalarPick's beside):
 //
-//	q/k/v   6,144 × 4,096:         mm2 9.43,  u4r2s 10.42
-//	o       4,096 × 4,096:         mm2 8.02,  u8r1g 8.21
-//	down    4,096 × 14,336:        mm2 21.16, p4s 20.33
-//	gate·up 2 × 14,336 × 4,096:    mm2 31.45, u4r1s 33.76
+//	q/k/v   6,144 × 4,096:         mm2 9.39,  mm4 11.00, u4r2s 10.42
+//	o       4,096 × 4,096:         mm4 7.29,  mm2 7.79,  u8r1g 8.21
+//	down    4,096 × 14,336:        mm4 18.51, mm2 21.45, p4s 20.24
+//	gate·up 2 × 14,336 × 4,096:    mm2 31.23, mm4 35.38, u4r1s 33.76
 //
-// and the resident decode graph step at 512 took 2.86–2.87 ms with mm2
-// everywhere against 2.95–2.96 with the scalar picks. mm2 sums in another
-// order than the scalar variants (fp32 on the tensor cores): its results
-// are not their bits, within the same tolerance of the CPU reference.
+// The resident decode graph step at 512: the scalar picks 2.95–2.96 ms
+// against mm2 everywhere 2.86–2.87 (s25e); mm2 everywhere 2.84–2.87, mm4
+// everywhere 3.00–3.01, mm2 with p4s for down 2.90 (s25f). The tensor-core
+// kernels sum in another order than the scalar variants (fp32 on the
+// tensor cores): their results are not the scalar bits, within the same
+// tolerance of the CPU reference.
 func fp8AutoPick(kind fp8Kind, K int) string {
-	if kind == fp8KindGEMV && K >= 8192 {
-		return "p4s"
+	if kind == fp8KindGEMV {
+		return "mm4"
 	}
 	return "mm2"
 }

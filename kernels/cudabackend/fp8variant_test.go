@@ -37,8 +37,8 @@ func TestFP8VariantFromEnv(t *testing.T) {
 	}
 }
 
-// TestFP8AutoPick: "auto" runs the measured best per kind and width (the
-// tensor-core mm2, but p4s for gemv_fp8_v from K = 8,192), the scalar
+// TestFP8AutoPick: "auto" runs the measured best per kind (the
+// tensor-core mm4 for gemv_fp8_v, mm2 for q/k/v and gate·up), the scalar
 // fallback its own best (q/k/v u4r2s, gate·up u4r1s, gemv_fp8_v p4s from
 // K = 8,192 and u8r1g below), every pick is a compiled variant, a
 // variant's name forces it for every kind and width, and a name that is
@@ -60,8 +60,8 @@ func TestFP8AutoPick(t *testing.T) {
 	}{
 		{fp8KindQKV, 4096, "mm2", "u4r2s"}, {fp8KindQKV, 16384, "mm2", "u4r2s"}, {fp8KindQKV, 16, "mm2", "u4r2s"},
 		{fp8KindGateUp, 4096, "mm2", "u4r1s"}, {fp8KindGateUp, 8192, "mm2", "u4r1s"},
-		{fp8KindGEMV, 4096, "mm2", "u8r1g"}, {fp8KindGEMV, 8191, "mm2", "u8r1g"}, {fp8KindGEMV, 16, "mm2", "u8r1g"},
-		{fp8KindGEMV, 8192, "p4s", "p4s"}, {fp8KindGEMV, 14336, "p4s", "p4s"},
+		{fp8KindGEMV, 4096, "mm4", "u8r1g"}, {fp8KindGEMV, 8191, "mm4", "u8r1g"}, {fp8KindGEMV, 16, "mm4", "u8r1g"},
+		{fp8KindGEMV, 8192, "mm4", "p4s"}, {fp8KindGEMV, 14336, "mm4", "p4s"},
 	} {
 		for _, name := range []string{fp8AutoVariant, ""} {
 			got := fp8VariantFor(name, c.kind, c.K)

@@ -39,9 +39,8 @@ var _ kernels.FP8MatMulAdder = (*fp8AddCounter)(nil)
 // none did. All of it with FT_FP8_VARIANT=auto (the default) and u8r1s,
 // whose tokens are the same and logits (the 6 eager steps, the 16 graph
 // replays, add off) within 2% of each row's largest: auto runs the
-// tensor-core mm2 at these widths (the tiny fixtures, hidden 128 and
-// intermediate 320, never reach p4s, which auto picks only from K =
-// 8,192), which sums in another order than the scalar u8r1s.
+// tensor-core kernels (mm4 for o and down, mm2 for q/k/v and gate·up),
+// which sum in another order than the scalar u8r1s.
 func TestFP8AddDecodeGPU(t *testing.T) {
 	devtest.Each(t, func(t *testing.T, d devtest.Device) {
 		gb, ok := d.Backend.(*cudabackend.Backend)
@@ -53,7 +52,7 @@ func TestFP8AddDecodeGPU(t *testing.T) {
 		be := &fp8AddCounter{Backend: gb}
 		for _, dir := range []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"} {
 			// The tokens of "auto" (a variant per kind and width, the
-			// default: the tensor-core mm2 here) and of the scalar u8r1s
+			// default: the tensor-core kernels) and of the scalar u8r1s
 			// everywhere (FT_FP8_VARIANT=u8r1s) are the same, their
 			// logits close.
 			var first []int32
