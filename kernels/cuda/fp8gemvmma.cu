@@ -317,9 +317,10 @@ __device__ __forceinline__ void gemv_gateup_silu_fp8_mma_body(bf16_t* act, const
 	}
 }
 
-// The variants (fp8variant.go's names): all load their first k-steps
-// before ft_pdl_wait; mmN keeps N k-steps in flight, mm2 and mm3 with
-// registers capped for 3 blocks an SM, mm4 and mm6 for 2.
+// The variants (fp8variant.go's names): both load their first k-steps
+// before ft_pdl_wait; mm2 keeps 2 k-steps in flight and caps the registers
+// for 3 blocks an SM, mm4 keeps 4 with registers for 2 blocks. s25h: 3
+// k-steps (3 blocks an SM) and 6 (2 blocks) were slower on every shape.
 
 // gemv_fp8_v_mm2: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), 2 k-steps in flight, registers for 3 blocks an SM.
 extern "C" __global__ void __launch_bounds__(256, 3) gemv_fp8_v_mm2(void* y, int out_f32, const bf16_t* __restrict__ x,
@@ -361,46 +362,4 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_mm4(bf
 		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
 		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
 	gemv_gateup_silu_fp8_mma_body<true, 4>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
-}
-
-// gemv_fp8_v_mm3: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), 3 k-steps in flight, registers for 3 blocks an SM.
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_fp8_v_mm3(void* y, int out_f32, const bf16_t* __restrict__ x,
-		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_fp8_v_mma_body<true, 3>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
-}
-
-// gemv3_fp8_mm3: gemv3_fp8 on the tensor cores (gemv3_fp8_mma_body), 3 k-steps in flight, registers for 3 blocks an SM.
-extern "C" __global__ void __launch_bounds__(256, 3) gemv3_fp8_mm3(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
-		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
-		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
-		int N0, int N1, int N2, int K, int bshift, int sstride) {
-	gemv3_fp8_mma_body<true, 3>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
-}
-
-// gemv_gateup_silu_fp8_mm3: gemv_gateup_silu_fp8 on the tensor cores (gemv_gateup_silu_fp8_mma_body), 3 k-steps in flight, registers for 3 blocks an SM.
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_gateup_silu_fp8_mm3(bf16_t* act, const bf16_t* __restrict__ x,
-		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
-		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_gateup_silu_fp8_mma_body<true, 3>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
-}
-
-// gemv_fp8_v_mm6: gemv_fp8_v on the tensor cores (gemv_fp8_v_mma_body), 6 k-steps in flight, registers for 2 blocks an SM.
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_fp8_v_mm6(void* y, int out_f32, const bf16_t* __restrict__ x,
-		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_fp8_v_mma_body<true, 6>(y, out_f32, x, w, scale, sdt, N, K, bshift, sstride);
-}
-
-// gemv3_fp8_mm6: gemv3_fp8 on the tensor cores (gemv3_fp8_mma_body), 6 k-steps in flight, registers for 2 blocks an SM.
-extern "C" __global__ void __launch_bounds__(256, 2) gemv3_fp8_mm6(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
-		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
-		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
-		int N0, int N1, int N2, int K, int bshift, int sstride) {
-	gemv3_fp8_mma_body<true, 6>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride);
-}
-
-// gemv_gateup_silu_fp8_mm6: gemv_gateup_silu_fp8 on the tensor cores (gemv_gateup_silu_fp8_mma_body), 6 k-steps in flight, registers for 2 blocks an SM.
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_mm6(bf16_t* act, const bf16_t* __restrict__ x,
-		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
-		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
-	gemv_gateup_silu_fp8_mma_body<true, 6>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
 }

@@ -35,11 +35,11 @@ var fp8Variants = []fp8Variant{
 	// fp32 in shared memory, p4g reads it as bf16 from L1; p2r2s takes two
 	// rows at a time (2 chunks each a batch) sharing each x read.
 	{"p4s", 4, 1, true, false}, {"p4g", 4, 1, false, false}, {"p2r2s", 2, 2, true, false},
-	// On the tensor cores (kernels/cuda/fp8gemvmma.cu): mmN keeps N
-	// k-steps of 128 columns in flight a warp, mm2 and mm3 with registers
-	// for 3 blocks an SM, mm4 and mm6 for 2. Per-channel scales and
-	// blocks of 64 or more only (fp8MMATakes).
-	{"mm2", 0, 0, true, true}, {"mm3", 0, 0, true, true}, {"mm4", 0, 0, true, true}, {"mm6", 0, 0, true, true},
+	// On the tensor cores (kernels/cuda/fp8gemvmma.cu): mm2 keeps two
+	// k-steps of 128 columns in flight a warp (registers for 3 blocks an
+	// SM), mm4 four (2 blocks). Per-channel scales and blocks of 64 or
+	// more only (fp8MMATakes).
+	{"mm2", 0, 0, true, true}, {"mm4", 0, 0, true, true},
 }
 
 // fp8AutoVariant is the FT_FP8_VARIANT value that picks the variant per
