@@ -8,6 +8,7 @@
 #   test_env                      cgo flags to compile cuda-tagged test binaries
 #   compile_tests PKG...          go test -c each package to /tmp/t/<base>.test (background; wait)
 #   make_models                   /tmp/llama3-8b (context raised to 40,960) if missing
+#   make_fp8                      /tmp/llama3-8b-fp8 ($f8; per-channel FP8, make-model-fp8.txt) if missing
 #   runt TAG BIN DIR REGEX        one test binary run; a line in tests.txt (TT: timeout, default 120 s)
 #   one TAG ENV... -- ARGS        one `infer bench` run; its rows in summary.txt
 #   rmodel TAG ENV... -- ARGS     one `run-model` of the 12 fixed token ids (ARGS: --max-new-tokens …); its last line in summary.txt
@@ -24,6 +25,7 @@
 t0=$(date +%s)
 b=bin/infer-cuda
 m=/tmp/llama3-8b
+f8=/tmp/llama3-8b-fp8
 log() { echo "== $(date +%T) +$(( $(date +%s) - t0 ))s $*" | tee -a "$out/steps.log"; }
 left() { [ $(( $(date +%s) - t0 )) -lt ${1:-${BUDGET:-500}} ]; }
 build_cuda() {  # BUILD_T seconds (default 280: a fresh machine's build ran past 170 in s23b)
@@ -47,6 +49,10 @@ make_models() {
   [ -d $m ] && return
   timeout ${MT:-120} $b make-model --shape llama3-8b --out $m >"$out/make-model.txt" 2>&1
   sed -i 's/"max_position_embeddings": 8192/"max_position_embeddings": 40960/' $m/config.json
+}
+make_fp8() {
+  [ -d $f8 ] && return
+  timeout ${MT:-240} $b make-model --shape llama3-8b --dtype fp8-channel --out $f8 >"$out/make-model-fp8.txt" 2>&1
 }
 runt() { # tag binary dir regex
   (cd $3 && timeout ${TT:-120} /tmp/t/$2.test -test.count=1 -test.v -test.run "$4" >"$out/test-$1.log" 2>&1); local rc=$?
