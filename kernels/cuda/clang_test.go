@@ -1,0 +1,112 @@
+package cuda
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// clangFor is the clang that TestSourcesCompileClang runs: $FT_CLANG, else
+// clang-14 or clang on the PATH; "" when there is none.
+func clangFor() string {
+	if c := os.Getenv("FT_CLANG"); c != "" {
+		return c
+	}
+	for _, name := range []string{"clang-14", "clang"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestSourcesCompileClang parses and type-checks every kernel unit (Source,
+// SourceDecodeLayer, SourceSM90a and its extras) as CUDA device code with
+// clang (testdata/clangshim.h standing in for what NVRTC provides), so that
+// a mistake in the C++ of a kernel fails here, on a machine without a GPU,
+// not as an NVRTC error that stops every kernel of the module on the GPU
+// machine. The inline PTX is not checked (NVRTC assembles it there). Skips
+// when no clang is installed (.ci/run installs clang-14; FT_CLANG names
+// another).
+func TestSourcesCompileClang(t *testing.T) {
+	clang := clangFor()
+	if clang == "" {
+		t.Skip("no clang on the PATH (apt-get install clang-14, or FT_CLANG=...)")
+	}
+	shim, err := filepath.Abs("testdata/clangshim.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	// clang's __clang_cuda_intrinsics.h includes this CUDA SDK header.
+	if err := os.MkdirAll(filepath.Join(dir, "inc", "crt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "inc", "crt", "sm_70_rt.hpp"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	units := map[string]string{"main": Source(), "decodelayer": SourceDecodeLayer(), "sm90a": SourceSM90a()}
+	for _, name := range SM90aExtras() {
+		src, err := SourceSM90aExtra(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		units["sm90a-"+name] = src
+	}
+	for name, src := range units {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(dir, name+".cu")
+			if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=sm_80", "-nocudainc", "-nocudalib",
+				"-fsyntax-only", "-std=c++17", "-I" + filepath.Join(dir, "inc"), "-include", shim, path}
+			if strings.HasPrefix(name, "sm90a") {
+				// clang 14 has no sm_90a target: the sources' guard against
+				// another architecture is told it is one.
+				args = append(args, "-D__CUDA_ARCH_FEAT_SM90_ALL")
+			}
+			out, err := exec.Command(clang, args...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s %s: %v\n%s", clang, strings.Join(args, " "), err, out)
+			}
+		})
+	}
+}
+
+// TestSourcesCompileClangCatches: the check fails on a kernel unit with a
+// C++ mistake (a template argument list closed early, an undeclared name).
+func TestSourcesCompileClangCatches(t *testing.T) {
+	clang := clangFor()
+	if clang == "" {
+		t.Skip("no clang on the PATH")
+	}
+	shim, err := filepath.Abs("testdata/clangshim.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "inc", "crt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "inc", "crt", "sm_70_rt.hpp"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{
+		"template <int R> __device__ int f() { return R; }\n" +
+			"extern \"C\" __global__ void k(int* y) { const int R = 2; *y = f<R > 0 ? R : 1>(); }\n",
+		"extern \"C\" __global__ void k(int* y) { *y = not_declared(threadIdx.x); }\n",
+	} {
+		path := filepath.Join(dir, "bad.cu")
+		if err := os.WriteFile(path, []byte(Source()+"\n"+bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(clang, "-x", "cuda", "--cuda-device-only", "--cuda-gpu-arch=sm_80", "-nocudainc", "-nocudalib",
+			"-fsyntax-only", "-std=c++17", "-I"+filepath.Join(dir, "inc"), "-include", shim, path).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "error") {
+			t.Errorf("clang accepted %q: %v\n%s", bad, err, out)
+		}
+	}
+}
