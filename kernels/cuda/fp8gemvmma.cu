@@ -1,5 +1,5 @@
-// One-token FP8 GEMVs on the tensor cores (fp8variant.go's mma and mmae;
-// FT_FP8_VARIANT picks them): the three kernels, arguments and results of
+// One-token FP8 GEMVs on the tensor cores (fp8variant.go's mm2 and mm4,
+// auto's picks; FT_FP8_VARIANT forces one): the three kernels, arguments and results of
 // fp8gemv.cu's variants (gemv_fp8_v_<name>, gemv3_fp8_<name>,
 // gemv_gateup_silu_fp8_<name>; out modes 0/1/2 of fp8_store), per-channel
 // scales and power-of-two blocks of at least 64 (the Go side runs the
@@ -11,8 +11,9 @@
 // (Nsight Compute, s20a): at the decode shapes they reach 36–80% of HBM's
 // rate where the BF16 GEMVs, with a third of the instructions a byte,
 // reach 65–95%. Here a lane spends on 16 weight bytes one 16-byte load,
-// 8 cvt.rn.f16x2.e4m3x2 and 2 mma.sync (m16n8k16, f16 in, fp32
-// accumulate), and one 16-byte shared load of x.
+// 8 cvt.rn.f16x2.e4m3x2 (in 4 calls) and 4 mma.sync (m16n8k16, f16 in,
+// fp32 accumulate) shared with the other row it holds, and two 16-byte
+// shared loads of x.
 //
 // Layout: a block of 8 warps owns a tile of 16 output rows (gate·up: 8
 // rows of gate and the same 8 of up, so that each lane holds both of its
