@@ -119,8 +119,8 @@ func fp8ScalarPick(kind fp8Kind, K int) string {
 
 // fp8MMATakes reports whether the tensor-core variants take a layout's
 // block size (0 per channel, else B ≥ 64: each 64-column piece of a
-// k-step lies in one block) on a device of compute capability cc (mma.sync on f16 from
-// 8.0).
+// k-step lies in one block) on a device of compute capability cc
+// (mma.sync on f16 from 8.0).
 func fp8MMATakes(block, cc int) bool { return cc >= 80 && (block == 0 || block >= 64) }
 
 // fp8VariantFor is the variant a launch of kind over K columns runs when
