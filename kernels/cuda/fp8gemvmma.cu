@@ -132,6 +132,88 @@ __device__ __forceinline__ int fm_stage_warp(uint4* xw, const bf16_t* __restrict
 	return e;
 }
 
+// fm_stage_warp_norm is fm_stage_warp for a folded RMSNorm: x is the fp32
+// residual and nw the norm's bf16 weight, and warp w stages f16(x·nw) of
+// its columns (the norm's 1/rms is applied to the finished sums, so no
+// block barrier comes before the products), times 2^-e (e as in
+// fm_stage_warp, here from the fp32 products: 0 unless one exceeds f16's
+// 65,504). ss[w] gets the warp's Σx² over its columns (rms_sq4's fp32
+// sums; lane order, then the warp's butterfly). Ends at __syncwarp.
+__device__ __forceinline__ int fm_stage_warp_norm(uint4* xw, float* ss, const float* __restrict__ x,
+		const bf16_t* __restrict__ nw, int K, int w, int J) {
+	const float4* x4 = reinterpret_cast<const float4*>(x);
+	const uint4* n8 = reinterpret_cast<const uint4*>(nw);
+	const int lane = threadIdx.x & 31, c8 = K >> 3;
+	float sq = 0.f;
+	unsigned m = 0;
+	for (int i = lane; i < 16 * J; i += 32) {
+		const int f = (w + 8 * (i >> 4)) * 16 + (i & 15);
+		float v[8];
+		if (f < c8) {
+			const float4 a = x4[2 * f], b = x4[2 * f + 1];
+			const uint4 q = __ldg(n8 + f);
+			sq = rms_sq4(rms_sq4(sq, a), b);
+			const unsigned qw[4] = {q.x, q.y, q.z, q.w};
+			const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				v[2 * j] = xv[2 * j] * __uint_as_float(qw[j] << 16);
+				v[2 * j + 1] = xv[2 * j + 1] * __uint_as_float(qw[j] & 0xffff0000u);
+			}
+		} else {
+#pragma unroll
+			for (int j = 0; j < 8; j++) v[j] = 0.f;
+		}
+		unsigned h[4];
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			m = max(m, max(__float_as_uint(v[2 * j]) & 0x7fffffffu, __float_as_uint(v[2 * j + 1]) & 0x7fffffffu));
+			asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h[j]) : "f"(v[2 * j + 1]), "f"(v[2 * j]));
+		}
+		xw[i] = make_uint4(h[0], h[1], h[2], h[3]);
+	}
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		sq += __shfl_xor_sync(0xffffffffu, sq, o);
+		m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+	}
+	if (lane == 0) ss[w] = sq;
+	if (m <= 0x477fe000u) { // every |x·nw| ≤ 65,504 (NaN's bits are above)
+		__syncwarp();
+		return 0;
+	}
+	const int e = (int)(m >> 23) - 127 - 14; // ≥ 1
+	const float sc = __int_as_float((127 - e) << 23);
+	for (int i = lane; i < 16 * J; i += 32) {
+		const int f = (w + 8 * (i >> 4)) * 16 + (i & 15);
+		unsigned h[4] = {0u, 0u, 0u, 0u};
+		if (f < c8) {
+			const float4 a = x4[2 * f], b = x4[2 * f + 1];
+			const uint4 q = __ldg(n8 + f);
+			const unsigned qw[4] = {q.x, q.y, q.z, q.w};
+			const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const float lo = xv[2 * j] * __uint_as_float(qw[j] << 16) * sc;
+				const float hi = xv[2 * j + 1] * __uint_as_float(qw[j] & 0xffff0000u) * sc;
+				asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h[j]) : "f"(hi), "f"(lo));
+			}
+		}
+		xw[i] = make_uint4(h[0], h[1], h[2], h[3]);
+	}
+	__syncwarp();
+	return e;
+}
+
+// fm_rstd is the folded norm's 1/rms: rms_scale of the warps' Σx² (ss,
+// added in warp order) over K columns.
+__device__ __forceinline__ float fm_rstd(const float* ss, int K, float eps) {
+	float s = 0.f;
+#pragma unroll
+	for (int w = 0; w < 8; w++) s += ss[w];
+	return rms_scale(s, K, eps);
+}
+
 // fm_load loads k-step s of the lane's two weight rows wr: a[r][p] is
 // columns 128s + 64p + 16t … + 15 of row r, zeros past K.
 __device__ __forceinline__ void fm_load(uint4 (&a)[2][2], const unsigned char* const* wr, int K, int s, int t) {
@@ -185,9 +267,12 @@ __device__ __forceinline__ void fm_compute(float* sum, const uint4 (&a)[2][2], c
 // (before ft_pdl_wait when EARLY), each buffer refilled with the warp's
 // k-step NB further on as soon as it is computed. Dynamic shared memory:
 // 8 warps × 16 × ⌈⌈K/128⌉/8⌉ uint4.
-template <bool EARLY, int NB>
-__device__ __forceinline__ void fm_body(float* red, const bf16_t* __restrict__ x, const unsigned char* const* wr,
-		const void* const* sc, int sdt, const usize* srow, int K, int bshift) {
+//
+// NORM: x is the fp32 residual and nw an RMSNorm's weight
+// (fm_stage_warp_norm); the warps' Σx² are left in ss[0..7] as well.
+template <bool EARLY, int NB, bool NORM = false>
+__device__ __forceinline__ void fm_body(float* red, const void* __restrict__ x, const unsigned char* const* wr,
+		const void* const* sc, int sdt, const usize* srow, int K, int bshift, float* ss = nullptr, const bf16_t* __restrict__ nw = nullptr) {
 	extern __shared__ uint4 fm_xs[];
 	const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
 	const int nks = (K + 127) >> 7;
@@ -205,7 +290,8 @@ __device__ __forceinline__ void fm_body(float* red, const bf16_t* __restrict__ x
 		for (int q = 0; q < NB; q++)
 			if (q < J) fm_load(a[q], wr, K, w + 8 * q, t);
 	}
-	const int e = fm_stage_warp(xw, x, K, w, J);
+	const int e = NORM ? fm_stage_warp_norm(xw, ss, static_cast<const float*>(x), nw, K, w, J)
+	                   : fm_stage_warp(xw, static_cast<const bf16_t*>(x), K, w, J);
 	float sum[2] = {0.f, 0.f};
 	for (int j0 = 0; j0 < J; j0 += NB) {
 #pragma unroll
@@ -265,16 +351,19 @@ __device__ __forceinline__ int fm_qkv_row(int t, int N0, int N1, int& j) {
 // gemv3_fp8_mma_body: gemv3_fp8_body's result for the tile of stacked rows
 // 16·blockIdx.x … (a tile may straddle two matrices: each row takes its
 // own matrix's scales).
-template <bool EARLY, int NB>
-__device__ __forceinline__ void gemv3_fp8_mma_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
+// NORM: x is the fp32 residual and the sums are of RMSNorm(x) with weight
+// nw and eps (fm_stage_warp_norm, fm_rstd).
+template <bool EARLY, int NB, bool NORM = false>
+__device__ __forceinline__ void gemv3_fp8_mma_body(bf16_t* y0, bf16_t* y1, bf16_t* y2, const void* __restrict__ x,
 		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
 		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
-		int N0, int N1, int N2, int K, int bshift, int sstride) {
+		int N0, int N1, int N2, int K, int bshift, int sstride, const bf16_t* __restrict__ nw = nullptr, float eps = 0.f) {
 	__shared__ float red[8 * 16];
+	__shared__ float ss[8];
 	const int T = N0 + N1 + N2;
 	const int r0 = blockIdx.x * 16, g = (threadIdx.x & 31) >> 2;
 	const unsigned char* const ws[3] = {w0, w1, w2};
-	const void* const ss[3] = {s0, s1, s2};
+	const void* const sm[3] = {s0, s1, s2};
 	const unsigned char* wr[2];
 	const void* sc[2];
 	usize srow[2];
@@ -283,37 +372,42 @@ __device__ __forceinline__ void gemv3_fp8_mma_body(bf16_t* y0, bf16_t* y1, bf16_
 		int j;
 		const int row = fm_qkv_row(min(r0 + g + 8 * r, T - 1), N0, N1, j);
 		wr[r] = ws[j] + (usize)row * K;
-		sc[r] = ss[j];
+		sc[r] = sm[j];
 		srow[r] = fp8_srow(row, bshift, sstride);
 	}
-	fm_body<EARLY, NB>(red, x, wr, sc, sdt, srow, K, bshift);
+	fm_body<EARLY, NB, NORM>(red, x, wr, sc, sdt, srow, K, bshift, ss, nw);
 	const int i = threadIdx.x;
 	if (i < 16 && r0 + i < T) {
 		int j;
 		const int row = fm_qkv_row(r0 + i, N0, N1, j);
 		bf16_t* const ys[3] = {y0, y1, y2};
-		ys[j][row] = f2bf(fm_total(red, i) * fp8_row_scale(ss[j], sdt, row, bshift));
+		const float sum = NORM ? fm_total(red, i) * fm_rstd(ss, K, eps) : fm_total(red, i);
+		ys[j][row] = f2bf(sum * fp8_row_scale(sm[j], sdt, row, bshift));
 	}
 }
 
 // gemv_gateup_silu_fp8_mma_body: gemv_gateup_silu_fp8_body's result for
 // rows 8·blockIdx.x … (the tile's rows g are gate's, its rows g + 8 up's).
-template <bool EARLY, int NB>
-__device__ __forceinline__ void gemv_gateup_silu_fp8_mma_body(bf16_t* act, const bf16_t* __restrict__ x,
+// NORM as in gemv3_fp8_mma_body.
+template <bool EARLY, int NB, bool NORM = false>
+__device__ __forceinline__ void gemv_gateup_silu_fp8_mma_body(bf16_t* act, const void* __restrict__ x,
 		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
-		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride,
+		const bf16_t* __restrict__ nw = nullptr, float eps = 0.f) {
 	__shared__ float red[8 * 16];
+	__shared__ float ss[8];
 	const int r0 = blockIdx.x * 8, g = (threadIdx.x & 31) >> 2;
 	const int row = min(r0 + g, N - 1);
 	const unsigned char* wr[2] = {wg + (usize)row * K, wu + (usize)row * K};
 	const void* sc[2] = {sg, su};
 	const usize sr = fp8_srow(row, bshift, sstride);
 	const usize srow[2] = {sr, sr};
-	fm_body<EARLY, NB>(red, x, wr, sc, sdt, srow, K, bshift);
+	fm_body<EARLY, NB, NORM>(red, x, wr, sc, sdt, srow, K, bshift, ss, nw);
 	const int i = threadIdx.x, r = r0 + i;
 	if (i < 8 && r < N) {
-		const float gv = fm_total(red, i) * fp8_row_scale(sg, sdt, r, bshift);
-		const float uv = fm_total(red, 8 + i) * fp8_row_scale(su, sdt, r, bshift);
+		const float rs = NORM ? fm_rstd(ss, K, eps) : 1.f;
+		const float gv = fm_total(red, i) * rs * fp8_row_scale(sg, sdt, r, bshift);
+		const float uv = fm_total(red, 8 + i) * rs * fp8_row_scale(su, sdt, r, bshift);
 		act[r] = f2bf(gv / (1.f + expf(-gv)) * uv);
 	}
 }
@@ -363,4 +457,41 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_mm4(bf
 		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
 		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
 	gemv_gateup_silu_fp8_mma_body<true, 4>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride);
+}
+
+// The folded-norm twins (fp8normgemv.go, kernels.FP8NormProjector): the
+// q/k/v and gate·up·SiLU GEMVs of RMSNorm(x) for the fp32 residual x with
+// the norm's weight nw and eps, so the norm's own launch goes. mm2 and mm4
+// as above.
+
+// gemv3_fp8_norm_mm2: gemv3_fp8_mm2 of RMSNorm(x) (x fp32, nw bf16).
+extern "C" __global__ void __launch_bounds__(256, 3) gemv3_fp8_norm_mm2(bf16_t* y0, bf16_t* y1, bf16_t* y2, const float* __restrict__ x,
+		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
+		int N0, int N1, int N2, int K, int bshift, int sstride, const bf16_t* __restrict__ nw, float eps) {
+	gemv3_fp8_mma_body<true, 2, true>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride, nw, eps);
+}
+
+// gemv_gateup_silu_fp8_norm_mm2: gemv_gateup_silu_fp8_mm2 of RMSNorm(x) (x fp32, nw bf16).
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_gateup_silu_fp8_norm_mm2(bf16_t* act, const float* __restrict__ x,
+		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride,
+		const bf16_t* __restrict__ nw, float eps) {
+	gemv_gateup_silu_fp8_mma_body<true, 2, true>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride, nw, eps);
+}
+
+// gemv3_fp8_norm_mm4: gemv3_fp8_mm4 of RMSNorm(x) (x fp32, nw bf16).
+extern "C" __global__ void __launch_bounds__(256, 2) gemv3_fp8_norm_mm4(bf16_t* y0, bf16_t* y1, bf16_t* y2, const float* __restrict__ x,
+		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
+		int N0, int N1, int N2, int K, int bshift, int sstride, const bf16_t* __restrict__ nw, float eps) {
+	gemv3_fp8_mma_body<true, 4, true>(y0, y1, y2, x, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride, nw, eps);
+}
+
+// gemv_gateup_silu_fp8_norm_mm4: gemv_gateup_silu_fp8_mm4 of RMSNorm(x) (x fp32, nw bf16).
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_norm_mm4(bf16_t* act, const float* __restrict__ x,
+		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride,
+		const bf16_t* __restrict__ nw, float eps) {
+	gemv_gateup_silu_fp8_mma_body<true, 4, true>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride, nw, eps);
 }

@@ -179,6 +179,10 @@ type Backend struct {
 	// callers run RMSNorm and the plain GEMVs (normgemv.go). New sets it
 	// unless FT_FUSE_NORM=1: folding measured slower on the H200.
 	NoFusedNorm bool
+	// NoFP8FusedNorm makes the kernels.FP8NormProjector ops decline
+	// (fp8normgemv.go): the decoder then runs RMSNorm and the FP8 GEMVs.
+	// New sets it for FT_FP8_FUSE_NORM=0.
+	NoFP8FusedNorm bool
 	// NoFusedRoPE makes ProjectRoPEStoreKV decline (qkvrope.go): the
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
@@ -465,18 +469,19 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoDecodePipe: os.Getenv("FT_DECODE_PIPE") == "0", DecodePipeChunk: envInt("FT_DECODE_CHUNK"),
 		DecodePipeVariant: os.Getenv("FT_DECODE_VARIANT"), DecodePipeSplits: envInt("FT_DECODE_SPLITS"),
 		FP8GEMM: fp8Mode, FP8GEMMMinTokens: fp8MinTok, FP8LtRescale: os.Getenv("FT_FP8_GEMM_SCALES") == "rescale",
-		NoFP8Fuse:    os.Getenv("FT_FP8_FUSE") == "0",
-		GEMM:         gemmMode,
-		NoFusedNorm:  noFusedNormFromEnv(),
-		NoMergedGEMM: noMergedFromEnv(),
-		NormTail:     normTailFromEnv(),
-		VarlenContig: varlenContigFromEnv(),
-		SwiGLUGEMM:   swigluGEMMFromEnv(),
-		QKVGEMM:      qkvGEMMFromEnv(),
-		FusedGroup:   envInt("FT_FUSED_GROUP"),
-		DecodeMega:   decodeMegaFromEnv(),
-		AsyncDecode:  asyncDecodeFromEnv(),
-		GEMVEarly:    gemvEarlyFromEnv()}
+		NoFP8Fuse:      os.Getenv("FT_FP8_FUSE") == "0",
+		GEMM:           gemmMode,
+		NoFusedNorm:    noFusedNormFromEnv(),
+		NoFP8FusedNorm: noFP8FusedNormFromEnv(),
+		NoMergedGEMM:   noMergedFromEnv(),
+		NormTail:       normTailFromEnv(),
+		VarlenContig:   varlenContigFromEnv(),
+		SwiGLUGEMM:     swigluGEMMFromEnv(),
+		QKVGEMM:        qkvGEMMFromEnv(),
+		FusedGroup:     envInt("FT_FUSED_GROUP"),
+		DecodeMega:     decodeMegaFromEnv(),
+		AsyncDecode:    asyncDecodeFromEnv(),
+		GEMVEarly:      gemvEarlyFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc

@@ -50,9 +50,13 @@ type fp8WaveKey struct {
 // fp8GEMVs are the three one-token FP8 GEMVs of one tuning variant.
 type fp8GEMVs struct {
 	gemv, gemv3, gateUp *cuda.Function
-	rows                int  // rows per warp at a time (R)
-	smemX               bool // x in shared memory as fp32 (K·4 bytes), else read from global memory
-	mma                 bool // fp8gemvmma.cu: a block a tile of 16 rows, x as f16 in shared memory (~K·2 bytes)
+	// gemv3Norm, gateUpNorm: the twins of gemv3 and gateUp with the
+	// RMSNorm in front of them folded in (fp8normgemv.go); the tensor-core
+	// variants only, nil for the others.
+	gemv3Norm, gateUpNorm *cuda.Function
+	rows                  int  // rows per warp at a time (R)
+	smemX                 bool // x in shared memory as fp32 (K·4 bytes), else read from global memory
+	mma                   bool // fp8gemvmma.cu: a block a tile of 16 rows, x as f16 in shared memory (~K·2 bytes)
 }
 
 // loadFP8 looks fp8gemv.cu's kernels up in the compiled module.
@@ -60,8 +64,12 @@ func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
 	k := &fp8Kernels{variants: map[string]*fp8GEMVs{}, dequant: get("dequant_fp8_bf16_v16"),
 		smem: map[*cuda.Function]int{}, wave: map[fp8WaveKey]int{}, bad: map[*cuda.Function]struct{}{}}
 	for _, v := range fp8Variants {
-		k.variants[v.Name] = &fp8GEMVs{gemv: get("gemv_fp8_v_" + v.Name), gemv3: get("gemv3_fp8_" + v.Name),
+		g := &fp8GEMVs{gemv: get("gemv_fp8_v_" + v.Name), gemv3: get("gemv3_fp8_" + v.Name),
 			gateUp: get("gemv_gateup_silu_fp8_" + v.Name), rows: v.R, smemX: v.SmemX, mma: v.MMA}
+		if v.MMA {
+			g.gemv3Norm, g.gateUpNorm = get("gemv3_fp8_norm_"+v.Name), get("gemv_gateup_silu_fp8_norm_"+v.Name)
+		}
+		k.variants[v.Name] = g
 	}
 	return k
 }
@@ -73,6 +81,9 @@ func (k *fp8Kernels) functions() []*cuda.Function {
 	for _, v := range fp8Variants {
 		g := k.variants[v.Name]
 		fs = append(fs, g.gemv, g.gemv3, g.gateUp)
+		if g.mma {
+			fs = append(fs, g.gemv3Norm, g.gateUpNorm)
+		}
 	}
 	return fs
 }
@@ -168,7 +179,7 @@ func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, 
 			return 0, 0, false, nil
 		}
 		tile := 16
-		if f == v.gateUp {
+		if f == v.gateUp || f == v.gateUpNorm {
 			tile = 8 // 8 rows of gate and the same of up
 		}
 		return (rows + tile - 1) / tile, smem, true, nil

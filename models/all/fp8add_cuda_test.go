@@ -40,15 +40,19 @@ var _ kernels.FP8MatMulAdder = (*fp8AddCounter)(nil)
 // whose tokens are the same and logits (the 6 eager steps, the 16 graph
 // replays, add off) within 2% of each row's largest: auto runs the
 // tensor-core kernels (mm4 for o and down, mm2 for q/k/v and gate·up),
-// which sum in another order than the scalar u8r1s.
+// which sum in another order than the scalar u8r1s. The FP8 GEMVs'
+// folded norms are off here (NoFP8FusedNorm): with the add off the
+// post-attention norm is not folded, with it on it would be
+// (TestFP8FoldedNormsDecodeGPU checks the folding).
 func TestFP8AddDecodeGPU(t *testing.T) {
 	devtest.Each(t, func(t *testing.T, d devtest.Device) {
 		gb, ok := d.Backend.(*cudabackend.Backend)
 		if !ok {
 			t.Skipf("the adding FP8 GEMV is the CUDA backend's; %s has none", d.Name)
 		}
-		saved, savedVariant := gb.NoFP8Add, gb.FP8Variant
-		defer func() { gb.NoFP8Add, gb.FP8Variant = saved, savedVariant }()
+		saved, savedVariant, savedFold := gb.NoFP8Add, gb.FP8Variant, gb.NoFP8FusedNorm
+		defer func() { gb.NoFP8Add, gb.FP8Variant, gb.NoFP8FusedNorm = saved, savedVariant, savedFold }()
+		gb.NoFP8FusedNorm = true
 		be := &fp8AddCounter{Backend: gb}
 		for _, dir := range []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"} {
 			// The tokens of "auto" (a variant per kind and width, the

@@ -64,8 +64,16 @@ func fp8Parts(ls ...*nn.Linear) (ws, scales []*runtime.Tensor) {
 // back to back, merged.go); else as three Linear forwards.
 func (a *Attention) project(b kernels.Backend, in normed, q, k, v *runtime.Tensor) error {
 	if in.norm != nil {
-		ran, err := b.(kernels.NormProjector).NormMatMulN([]*runtime.Tensor{q, k, v}, in.x, in.norm.Weight.Tensor(), in.norm.Eps,
-			weights(a.Q, a.K, a.V))
+		var ran bool
+		var err error
+		if allFP8(a.Q, a.K, a.V) {
+			ws, scales := fp8Parts(a.Q, a.K, a.V)
+			ran, err = b.(kernels.FP8NormProjector).NormMatMulNFP8([]*runtime.Tensor{q, k, v}, in.x, in.norm.Weight.Tensor(), in.norm.Eps,
+				ws, scales, a.Q.FP8)
+		} else {
+			ran, err = b.(kernels.NormProjector).NormMatMulN([]*runtime.Tensor{q, k, v}, in.x, in.norm.Weight.Tensor(), in.norm.Eps,
+				weights(a.Q, a.K, a.V))
+		}
 		if err != nil {
 			return err
 		}
@@ -137,7 +145,14 @@ func (a *Attention) addBiases(b kernels.Backend, q, k, v *runtime.Tensor) error 
 // lie back to back); else gate, up, SiLUMul.
 func (p *MLP) gateUp(b kernels.Backend, g, u *runtime.Tensor, in normed) error {
 	if in.norm != nil {
-		ran, err := b.(kernels.NormProjector).NormGateUpSiLU(g, in.x, in.norm.Weight.Tensor(), in.norm.Eps, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor())
+		var ran bool
+		var err error
+		if allFP8(p.Gate, p.Up) {
+			ran, err = b.(kernels.FP8NormProjector).NormGateUpSiLUFP8(g, in.x, in.norm.Weight.Tensor(), in.norm.Eps,
+				p.Gate.Weight.Tensor(), p.Up.Weight.Tensor(), p.Gate.Scale.Tensor(), p.Up.Scale.Tensor(), p.Gate.FP8)
+		} else {
+			ran, err = b.(kernels.NormProjector).NormGateUpSiLU(g, in.x, in.norm.Weight.Tensor(), in.norm.Eps, p.Gate.Weight.Tensor(), p.Up.Weight.Tensor())
+		}
 		if err != nil || ran {
 			return err
 		}

@@ -11,11 +11,12 @@ import (
 // gate·up·SiLU and the final norm in front of the LM head are left to the
 // projections' GEMVs, which normalise the F32 residual stream themselves
 // (the same bits as the norm's own op): one launch less each, and the
-// normalised activation never goes through memory. As with fuse.go's
-// fusions, only where no installed hook watches the norm, the projections
-// or the module that runs them, and only for plain (not quantized)
-// weights; where the backend declines the operands, the norm runs first
-// and the projection as usual.
+// normalised activation never goes through memory. FP8 q/k/v and gate·up
+// weights fold the same way on a kernels.FP8NormProjector backend (within
+// tolerance, not bits). As with fuse.go's fusions, only where no installed
+// hook watches the norm, the projections or the module that runs them;
+// where the backend declines the operands, the norm runs first and the
+// projection as usual.
 
 // normed is a projection's input: h, normalised already, or, while norm is
 // set, the residual x that the projection still has to normalise with
@@ -50,10 +51,16 @@ func normInput(b kernels.Backend, h, x *runtime.Tensor, norm *nn.RMSNorm, owner 
 }
 
 // foldable reports whether norm may be folded into the projections ls of
-// x: one token, a kernels.NormProjector backend, plain weights, and no hook
-// watching the norm, owner (the module that runs the projections) or ls.
+// x: one token, plain weights on a kernels.NormProjector backend or FP8
+// ones of one layout on a kernels.FP8NormProjector, and no hook watching
+// the norm, owner (the module that runs the projections) or ls.
 func foldable(b kernels.Backend, x *runtime.Tensor, norm *nn.RMSNorm, owner nn.Module, ls ...*nn.Linear) bool {
-	if _, ok := b.(kernels.NormProjector); !ok || x.NumElements() != x.Dim(-1) || !plain(ls...) {
+	if x.NumElements() != x.Dim(-1) {
+		return false
+	}
+	_, plainOK := b.(kernels.NormProjector)
+	_, fp8OK := b.(kernels.FP8NormProjector)
+	if !(plainOK && plain(ls...)) && !(fp8OK && allFP8(ls...)) {
 		return false
 	}
 	ms := []nn.Module{norm, owner}
@@ -76,8 +83,8 @@ func weights(ls ...*nn.Linear) []*runtime.Tensor {
 // the normalised rows, the norm folded into the LM head's GEMV where it may
 // be.
 func (m *Model) head(b kernels.Backend, logits, h, x *runtime.Tensor) error {
-	if foldable(b, x, m.Norm, m, m.Head) {
-		ran, err := b.(kernels.NormProjector).NormMatMul(logits, x, m.Norm.Weight.Tensor(), m.Norm.Eps, m.Head.Weight.Tensor())
+	if p, ok := b.(kernels.NormProjector); ok && plain(m.Head) && foldable(b, x, m.Norm, m, m.Head) {
+		ran, err := p.NormMatMul(logits, x, m.Norm.Weight.Tensor(), m.Norm.Eps, m.Head.Weight.Tensor())
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,126 @@
+package all_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/internal/testmodel"
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// normFP8CPU is addCPU (the FP8 residual adds of the GPU's decode path)
+// with kernels.FP8NormProjector through the reference ops: RMSNorm into a
+// scratch, then the FP8 products; calls counted, every call declined with
+// decline.
+type normFP8CPU struct {
+	addCPU
+	decline     bool
+	qkv, gateUp int
+}
+
+// normed runs RMSNorm(x)·nw into a fresh activation scratch.
+func (b *normFP8CPU) normed(x, nw *runtime.Tensor, eps float32) (*runtime.Tensor, error) {
+	h, err := runtime.NewTensor(b.Device(), b.ActDType(), x.Shape(), "test scratch")
+	if err != nil {
+		return nil, err
+	}
+	if err := b.RMSNorm(h, x, nw, eps); err != nil {
+		h.Buffer().Free()
+		return nil, err
+	}
+	return h, nil
+}
+
+func (b *normFP8CPU) NormMatMulNFP8(outs []*runtime.Tensor, x, nw *runtime.Tensor, eps float32, ws, scales []*runtime.Tensor, layout kernels.FP8Layout) (bool, error) {
+	if b.decline {
+		return false, nil
+	}
+	b.qkv++
+	h, err := b.normed(x, nw, eps)
+	if err != nil {
+		return false, err
+	}
+	defer h.Buffer().Free()
+	return true, b.MatMulNFP8(outs, h, ws, scales, layout)
+}
+
+func (b *normFP8CPU) NormGateUpSiLUFP8(out, x, nw *runtime.Tensor, eps float32, wg, wu, sg, su *runtime.Tensor, layout kernels.FP8Layout) (bool, error) {
+	if b.decline {
+		return false, nil
+	}
+	b.gateUp++
+	h, err := b.normed(x, nw, eps)
+	if err != nil {
+		return false, err
+	}
+	defer h.Buffer().Free()
+	up, err := runtime.NewTensor(b.Device(), b.ActDType(), out.Shape(), "test scratch")
+	if err != nil {
+		return false, err
+	}
+	defer up.Buffer().Free()
+	return true, b.GateUpSiLUFP8(out, up, h, wg, wu, sg, su, layout)
+}
+
+var _ kernels.FP8NormProjector = (*normFP8CPU)(nil)
+
+// TestFP8FoldedNormsCPU: on a backend with kernels.FP8NormProjector both
+// FP8 fixtures' decode steps hand every layer's input norm to the q/k/v
+// projection and its post-attention norm to gate·up·SiLU (never for the
+// prompt's rows), with, bit for bit, the logits of the unfolded path (the
+// fake runs the same ops); a backend that declines runs the norms itself
+// with the same logits, and a hook watching one layer's input norm keeps
+// that norm unfolded.
+func TestFP8FoldedNormsCPU(t *testing.T) {
+	host := runtime.NewCPU(0)
+	defer host.Close()
+	cpuB, err := kernels.NewCPUBackend(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"} {
+		t.Run(dir[len("../../testdata/"):], func(t *testing.T) {
+			m := load(t, dir, host)
+			L := m.Cfg.NumHiddenLayers
+			prompt := []int32{1, 15043, 29892, 590}
+			for i := range prompt {
+				prompt[i] %= int32(m.Cfg.VocabSize)
+			}
+			const steps = 5
+			run := func(b kernels.Backend) [][]float32 {
+				t.Helper()
+				cache, err := m.NewKVCache(b, len(prompt)+steps)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cache.Free()
+				out, err := testmodel.Steps(m, b, cache, prompt, steps, testmodel.Argmax)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+			want := run(&addCPU{CPUBackend: cpuB})
+			check := func(what string, b *normFP8CPU, qkv, gateUp int) {
+				t.Helper()
+				got := run(b)
+				for s := range want {
+					for i := range want[s] {
+						if math.Float32bits(got[s][i]) != math.Float32bits(want[s][i]) {
+							t.Fatalf("%s: forward %d, logit %d = %v, want %v (norm, then the FP8 ops)", what, s, i, got[s][i], want[s][i])
+						}
+					}
+				}
+				if b.qkv != qkv || b.gateUp != gateUp {
+					t.Errorf("%s: %d folded q/k/v and %d gate·up calls, want %d and %d", what, b.qkv, b.gateUp, qkv, gateUp)
+				}
+			}
+			check("folded", &normFP8CPU{addCPU: addCPU{CPUBackend: cpuB}}, L*steps, L*steps)
+			check("declined", &normFP8CPU{addCPU: addCPU{CPUBackend: cpuB}, decline: true}, 0, 0)
+			remove := m.Tree().AddHook(watchModule{m.Layers[1].InputNorm})
+			check("input norm of layer 1 watched", &normFP8CPU{addCPU: addCPU{CPUBackend: cpuB}}, (L-1)*steps, L*steps)
+			remove()
+		})
+	}
+}
