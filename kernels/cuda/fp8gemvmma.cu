@@ -495,3 +495,89 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_norm_m
 		const bf16_t* __restrict__ nw, float eps) {
 	gemv_gateup_silu_fp8_mma_body<true, 4, true>(act, x, wg, wu, sg, su, sdt, N, K, bshift, sstride, nw, eps);
 }
+
+// gemv3_fp8_rope_mma_body is gemv3_fp8_mma_body (of RMSNorm(x) with NORM)
+// with rope_store_bf16's work in its epilogue, for heads of width d
+// (d % 16 == 0; q H·d rows, k and v KV·d each): a q or k tile takes, of one
+// head, the 8 rows 8c … 8c + 7 and the 8 rows d/2 further (each row's
+// rotary partner), so thread i < 8 holds both sums of pair 8c + i; a v tile
+// is 16 consecutive rows. Each product is rounded to bf16 as the GEMV
+// stores it, the q and k pairs are rotated at position p = posp ? *posp :
+// pos0 by rope_rotate (rope_pair's steps), and the rotated k and v also
+// land in cache row p of kc and vc [capacity, KV, d] (not past capacity).
+// The same bits as the GEMV then rope_store_bf16: a row's sum does not
+// depend on which rows share its tile.
+template <bool EARLY, int NB, bool NORM>
+__device__ __forceinline__ void gemv3_fp8_rope_mma_body(bf16_t* q, bf16_t* k, bf16_t* v, bf16_t* kc, bf16_t* vc, const void* __restrict__ x,
+		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
+		int H, int KV, int d, int K, int bshift, int sstride, int capacity, const int* posp, int pos0, const float* __restrict__ inv,
+		const bf16_t* __restrict__ nw, float eps) {
+	__shared__ float red[8 * 16];
+	__shared__ float ss[8];
+	const int N1 = KV * d, half = d >> 1, per = d >> 4;
+	const int tq = (H * d) >> 4, tk = N1 >> 4, bt = blockIdx.x;
+	const int j = bt < tq ? 0 : bt < tq + tk ? 1 : 2;
+	const int lt = j == 0 ? bt : j == 1 ? bt - tq : bt - tq - tk;
+	const int h = lt / per, c = lt - h * per;
+	// slot i of the tile (i < 16) is row rowOf(i) of matrix j
+	auto rowOf = [&](int i) { return j == 2 ? 16 * lt + i : h * d + 8 * c + (i & 7) + (i >= 8 ? half : 0); };
+	const unsigned char* const ws[3] = {w0, w1, w2};
+	const void* const sm[3] = {s0, s1, s2};
+	const int g = (threadIdx.x & 31) >> 2;
+	const unsigned char* wr[2];
+	const void* sc[2] = {sm[j], sm[j]};
+	usize srow[2];
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const int row = rowOf(g + 8 * r);
+		wr[r] = ws[j] + (usize)row * K;
+		srow[r] = fp8_srow(row, bshift, sstride);
+	}
+	fm_body<EARLY, NB, NORM>(red, x, wr, sc, sdt, srow, K, bshift, ss, nw);
+	const int i = threadIdx.x;
+	if (i >= 16 || (j < 2 && i >= 8)) return;
+	const float rs = NORM ? fm_rstd(ss, K, eps) : 1.f;
+	const int p = ft_pos(posp, pos0);
+	const bool store = p >= 0 && p < capacity;
+	const usize crow = (usize)p * N1;
+	if (j == 2) {
+		const int row = rowOf(i);
+		const bf16_t o = f2bf(fm_total(red, i) * rs * fp8_row_scale(s2, sdt, row, bshift));
+		v[row] = o;
+		if (store) vc[crow + row] = o;
+		return;
+	}
+	const int r0 = rowOf(i), r1 = r0 + half;
+	const float a = bf2f(f2bf(fm_total(red, i) * rs * fp8_row_scale(sm[j], sdt, r0, bshift)));
+	const float b = bf2f(f2bf(fm_total(red, 8 + i) * rs * fp8_row_scale(sm[j], sdt, r1, bshift)));
+	bf16_t o0, o1;
+	rope_rotate(a, b, p, inv[8 * c + i], o0, o1);
+	bf16_t* y = j == 0 ? q : k;
+	y[r0] = o0;
+	y[r1] = o1;
+	if (j == 1 && store) {
+		kc[crow + r0] = o0;
+		kc[crow + r1] = o1;
+	}
+}
+
+// gemv3_fp8_rope_mm2: gemv3_fp8_mm2 with RoPE and the KV-cache store in its epilogue (gemv3_fp8_rope_mma_body; x bf16).
+extern "C" __global__ void __launch_bounds__(256, 3) gemv3_fp8_rope_mm2(bf16_t* q, bf16_t* k, bf16_t* v, bf16_t* kc, bf16_t* vc,
+		const bf16_t* __restrict__ x, const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1,
+		const unsigned char* __restrict__ w2, const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2,
+		int sdt, int H, int KV, int d, int K, int bshift, int sstride, int capacity, const int* posp, int pos0,
+		const float* __restrict__ inv) {
+	gemv3_fp8_rope_mma_body<true, 2, false>(q, k, v, kc, vc, x, w0, w1, w2, s0, s1, s2, sdt, H, KV, d, K, bshift, sstride,
+		capacity, posp, pos0, inv, nullptr, 0.f);
+}
+
+// gemv3_fp8_rope_norm_mm2: gemv3_fp8_rope_mm2 of RMSNorm(x) (x fp32, nw bf16).
+extern "C" __global__ void __launch_bounds__(256, 3) gemv3_fp8_rope_norm_mm2(bf16_t* q, bf16_t* k, bf16_t* v, bf16_t* kc, bf16_t* vc,
+		const float* __restrict__ x, const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1,
+		const unsigned char* __restrict__ w2, const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2,
+		int sdt, int H, int KV, int d, int K, int bshift, int sstride, int capacity, const int* posp, int pos0,
+		const float* __restrict__ inv, const bf16_t* __restrict__ nw, float eps) {
+	gemv3_fp8_rope_mma_body<true, 2, true>(q, k, v, kc, vc, x, w0, w1, w2, s0, s1, s2, sdt, H, KV, d, K, bshift, sstride,
+		capacity, posp, pos0, inv, nw, eps);
+}

@@ -32,9 +32,12 @@ import (
 // fp8Kernels are fp8gemv.cu's kernels and their launch geometry.
 type fp8Kernels struct {
 	variants map[string]*fp8GEMVs // the GEMVs of each tuning variant (fp8Variants)
-	dequant  *cuda.Function
-	sms      int
-	cc       int // the device's compute capability (major·10 + minor)
+	// rope, ropeNorm: mm2's q/k/v GEMV with RoPE and the KV store in its
+	// epilogue, of a normalised x and with the norm folded in (fp8qkvrope.go)
+	rope, ropeNorm *cuda.Function
+	dequant        *cuda.Function
+	sms            int
+	cc             int // the device's compute capability (major·10 + minor)
 
 	mu   sync.Mutex
 	smem map[*cuda.Function]int      // the dynamic shared memory each kernel may take (set so far)
@@ -62,7 +65,8 @@ type fp8GEMVs struct {
 // loadFP8 looks fp8gemv.cu's kernels up in the compiled module.
 func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
 	k := &fp8Kernels{variants: map[string]*fp8GEMVs{}, dequant: get("dequant_fp8_bf16_v16"),
-		smem: map[*cuda.Function]int{}, wave: map[fp8WaveKey]int{}, bad: map[*cuda.Function]struct{}{}}
+		smem: map[*cuda.Function]int{}, wave: map[fp8WaveKey]int{}, bad: map[*cuda.Function]struct{}{},
+		rope: get("gemv3_fp8_rope_mm2"), ropeNorm: get("gemv3_fp8_rope_norm_mm2")}
 	for _, v := range fp8Variants {
 		g := &fp8GEMVs{gemv: get("gemv_fp8_v_" + v.Name), gemv3: get("gemv3_fp8_" + v.Name),
 			gateUp: get("gemv_gateup_silu_fp8_" + v.Name), rows: v.R, smemX: v.SmemX, mma: v.MMA}
@@ -77,7 +81,7 @@ func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
 // functions are the GEMV kernels of every variant (all call ft_pdl_wait
 // first: pdl.go).
 func (k *fp8Kernels) functions() []*cuda.Function {
-	var fs []*cuda.Function
+	fs := []*cuda.Function{k.rope, k.ropeNorm}
 	for _, v := range fp8Variants {
 		g := k.variants[v.Name]
 		fs = append(fs, g.gemv, g.gemv3, g.gateUp)

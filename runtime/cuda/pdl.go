@@ -68,7 +68,9 @@ static int ft_resolve_launch_ex(void) {
 	return ft_launch_ex_ptr != NULL;
 }
 
-#define FT_PDL_MAX_ARGS 24
+// FT_PDL_MAX_ARGS is cgo.go's FT_MAX_ARGS: every launch may take the dependent
+// path (gemv3_fp8_rope_norm_mm2 has 25 arguments; 24 was the limit here).
+#define FT_PDL_MAX_ARGS 80
 
 // ft_launch_pdl is ft_launch (cgo.go) through cuLaunchKernelEx with
 // programmatic stream serialization allowed.
