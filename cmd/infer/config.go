@@ -65,7 +65,6 @@ var extraEnv = map[string][]string{
 	"FT_FP8_GEMM_MIN_TOKENS": nil,                              // the fewest tokens that take the FP8 GEMM (default 16; cuda builds)
 	"FT_FP8_GEMM_SCALES":     {"", "rescale"},                  // "rescale": FP8 GEMM scales by a kernel after cuBLASLt instead of its outer-vector scaling (A/B runs, cuda builds)
 	"FT_FP8_FUSE_NORM":       {"", "0", "1"},                   // "0": a decode step's RMSNorms run as their own launches before the FP8 q/k/v and gate·up GEMVs instead of folded into them (A/B runs, cuda builds)
-	"FT_FP8_FUSE_ROPE":       {"", "0", "1"},                   // "0": a decode step's RoPE and KV-cache store run as their own launch after the FP8 q/k/v GEMV instead of in its epilogue (A/B runs, cuda builds)
 	"FT_FP8_FUSE":            {"", "0", "1"},                   // "0": a prefill's FP8 MLP unfused (gate/up rescaled, SiLU·up, down input quantized apart) instead of fp8_silu_quant_rows (A/B runs, cuda builds)
 	// "cublas": BF16 GEMMs by cublasGemmEx, not the per-shape measured
 	// choice of cuBLASLt algorithms; "lt-sustained": that choice measured

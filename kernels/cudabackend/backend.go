@@ -183,10 +183,6 @@ type Backend struct {
 	// (fp8normgemv.go): the decoder then runs RMSNorm and the FP8 GEMVs.
 	// New sets it for FT_FP8_FUSE_NORM=0.
 	NoFP8FusedNorm bool
-	// NoFP8FusedRoPE makes ProjectRoPEStoreKVFP8 decline (fp8qkvrope.go):
-	// the decoder then runs the FP8 q/k/v GEMV and rope_store_bf16. New
-	// sets it for FT_FP8_FUSE_ROPE=0.
-	NoFP8FusedRoPE bool
 	// NoFusedRoPE makes ProjectRoPEStoreKV decline (qkvrope.go): the
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
@@ -477,7 +473,6 @@ func New(dev runtime.Device) (*Backend, error) {
 		GEMM:           gemmMode,
 		NoFusedNorm:    noFusedNormFromEnv(),
 		NoFP8FusedNorm: noFP8FusedNormFromEnv(),
-		NoFP8FusedRoPE: noFP8FusedRoPEFromEnv(),
 		NoMergedGEMM:   noMergedFromEnv(),
 		NormTail:       normTailFromEnv(),
 		VarlenContig:   varlenContigFromEnv(),

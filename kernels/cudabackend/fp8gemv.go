@@ -32,12 +32,9 @@ import (
 // fp8Kernels are fp8gemv.cu's kernels and their launch geometry.
 type fp8Kernels struct {
 	variants map[string]*fp8GEMVs // the GEMVs of each tuning variant (fp8Variants)
-	// rope, ropeNorm: mm2's q/k/v GEMV with RoPE and the KV store in its
-	// epilogue, of a normalised x and with the norm folded in (fp8qkvrope.go)
-	rope, ropeNorm *cuda.Function
-	dequant        *cuda.Function
-	sms            int
-	cc             int // the device's compute capability (major·10 + minor)
+	dequant  *cuda.Function
+	sms      int
+	cc       int // the device's compute capability (major·10 + minor)
 
 	mu   sync.Mutex
 	smem map[*cuda.Function]int      // the dynamic shared memory each kernel may take (set so far)
@@ -65,8 +62,7 @@ type fp8GEMVs struct {
 // loadFP8 looks fp8gemv.cu's kernels up in the compiled module.
 func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
 	k := &fp8Kernels{variants: map[string]*fp8GEMVs{}, dequant: get("dequant_fp8_bf16_v16"),
-		smem: map[*cuda.Function]int{}, wave: map[fp8WaveKey]int{}, bad: map[*cuda.Function]struct{}{},
-		rope: get("gemv3_fp8_rope_mm2"), ropeNorm: get("gemv3_fp8_rope_norm_mm2")}
+		smem: map[*cuda.Function]int{}, wave: map[fp8WaveKey]int{}, bad: map[*cuda.Function]struct{}{}}
 	for _, v := range fp8Variants {
 		g := &fp8GEMVs{gemv: get("gemv_fp8_v_" + v.Name), gemv3: get("gemv3_fp8_" + v.Name),
 			gateUp: get("gemv_gateup_silu_fp8_" + v.Name), rows: v.R, smemX: v.SmemX, mma: v.MMA}
@@ -81,7 +77,7 @@ func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
 // functions are the GEMV kernels of every variant (all call ft_pdl_wait
 // first: pdl.go).
 func (k *fp8Kernels) functions() []*cuda.Function {
-	fs := []*cuda.Function{k.rope, k.ropeNorm}
+	var fs []*cuda.Function
 	for _, v := range fp8Variants {
 		g := k.variants[v.Name]
 		fs = append(fs, g.gemv, g.gemv3, g.gateUp)

@@ -12,12 +12,11 @@ import (
 )
 
 // fp8NormCounter is the CUDA backend counting the folded-norm FP8 GEMVs
-// and the FP8 q/k/v GEMVs with RoPE that ran (kernels.FP8NormProjector and
-// kernels.FP8QKVRoPEStorer calls that did not decline); every op is the
-// backend's own.
+// that ran (kernels.FP8NormProjector calls that did not decline); every
+// op is the backend's own.
 type fp8NormCounter struct {
 	*cudabackend.Backend
-	qkv, gateUp, rope int
+	qkv, gateUp int
 }
 
 func (c *fp8NormCounter) NormMatMulNFP8(outs []*runtime.Tensor, x, nw *runtime.Tensor, eps float32, ws, scales []*runtime.Tensor, layout kernels.FP8Layout) (bool, error) {
@@ -36,18 +35,7 @@ func (c *fp8NormCounter) NormGateUpSiLUFP8(out, x, nw *runtime.Tensor, eps float
 	return ran, err
 }
 
-func (c *fp8NormCounter) ProjectRoPEStoreKVFP8(a kernels.FP8QKVRoPE) (bool, error) {
-	ran, err := c.Backend.ProjectRoPEStoreKVFP8(a)
-	if ran {
-		c.rope++
-	}
-	return ran, err
-}
-
-var (
-	_ kernels.FP8NormProjector = (*fp8NormCounter)(nil)
-	_ kernels.FP8QKVRoPEStorer = (*fp8NormCounter)(nil)
-)
+var _ kernels.FP8NormProjector = (*fp8NormCounter)(nil)
 
 // TestFP8FoldedNormsDecodeGPU: on both FP8 fixtures (per channel,
 // 64-blocks) the decode steps with the RMSNorms folded into the FP8 q/k/v
@@ -65,9 +53,8 @@ func TestFP8FoldedNormsDecodeGPU(t *testing.T) {
 		if !ok {
 			t.Skipf("the folded-norm FP8 GEMVs are the CUDA backend's; %s has none", d.Name)
 		}
-		savedFold, savedVariant, savedRoPE := gb.NoFP8FusedNorm, gb.FP8Variant, gb.NoFP8FusedRoPE
-		defer func() { gb.NoFP8FusedNorm, gb.FP8Variant, gb.NoFP8FusedRoPE = savedFold, savedVariant, savedRoPE }()
-		gb.NoFP8FusedRoPE = true // the q/k/v GEMV apart from RoPE: TestFP8RoPEFusedDecodeGPU checks the fused one
+		savedFold, savedVariant := gb.NoFP8FusedNorm, gb.FP8Variant
+		defer func() { gb.NoFP8FusedNorm, gb.FP8Variant = savedFold, savedVariant }()
 		be := &fp8NormCounter{Backend: gb}
 		for _, dir := range []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"} {
 			t.Run(dir[len("../../testdata/"):], func(t *testing.T) {
@@ -103,54 +90,6 @@ func TestFP8FoldedNormsDecodeGPU(t *testing.T) {
 				scalar := ab.eagerLogits(true, 6)
 				counts("eager, on, u8r1s", 0, 0)
 				sameLogits(t, "eager, on, u8r1s against off", scalar, ab.eagerLogits(false, 6))
-			})
-		}
-	})
-}
-
-// TestFP8RoPEFusedDecodeGPU: on both FP8 fixtures the decode steps with
-// each layer's q/k/v GEMV, RoPE and KV store as one launch
-// (gemv3_fp8_rope_norm_mm2, the default; the input norm folded in as well)
-// give the tokens and, bit for bit, the logits of the steps with the
-// folded q/k/v GEMV and rope_store_bf16 apart (NoFP8FusedRoPE,
-// FT_FP8_FUSE_ROPE=0), eager and replaying the captured graph; on, one
-// fused call a layer in each eager step and in the capture, off, none.
-func TestFP8RoPEFusedDecodeGPU(t *testing.T) {
-	devtest.Each(t, func(t *testing.T, d devtest.Device) {
-		gb, ok := d.Backend.(*cudabackend.Backend)
-		if !ok {
-			t.Skipf("the fused FP8 q/k/v and RoPE is the CUDA backend's; %s has none", d.Name)
-		}
-		savedRoPE := gb.NoFP8FusedRoPE
-		defer func() { gb.NoFP8FusedRoPE = savedRoPE }()
-		be := &fp8NormCounter{Backend: gb}
-		for _, dir := range []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"} {
-			t.Run(dir[len("../../testdata/"):], func(t *testing.T) {
-				m := load(t, dir, d.Dev)
-				L := len(m.Layers)
-				prompt := []int32{1, 15043, 29892, 590, 1024}
-				for i := range prompt {
-					prompt[i] %= int32(m.Cfg.VocabSize)
-				}
-				ab := decodeAB{t: t, m: m, be: be, prompt: prompt, set: func(on bool) { gb.NoFP8FusedRoPE = !on }}
-				ab.sameTokens("FP8 q/k/v with RoPE", 16)
-				be.rope = 0
-				off := ab.eagerLogits(false, 6)
-				if be.rope != 0 {
-					t.Errorf("eager, off: %d fused calls, want 0", be.rope)
-				}
-				on := ab.eagerLogits(true, 6)
-				if be.rope != 6*L {
-					t.Errorf("eager, on: %d fused calls, want %d", be.rope, 6*L)
-				}
-				sameLogits(t, "eager, fused against not", on, off)
-				goff := ab.graphLogits(false, 16)
-				be.rope = 0
-				gon := ab.graphLogits(true, 16)
-				if be.rope != L {
-					t.Errorf("graph: %d fused calls in the capture, want %d", be.rope, L)
-				}
-				sameLogits(t, "graph, fused against not", gon, goff)
 			})
 		}
 	})

@@ -65,37 +65,13 @@ func (b *normFP8CPU) NormGateUpSiLUFP8(out, x, nw *runtime.Tensor, eps float32, 
 
 var _ kernels.FP8NormProjector = (*normFP8CPU)(nil)
 
-// ropeFP8CPU is normFP8CPU with kernels.FP8QKVRoPEStorer through the
-// reference (ProjectRoPEStoreKVFP8Ref); calls counted (normed: those with
-// the norm folded in), every call declined with declineRoPE.
-type ropeFP8CPU struct {
-	normFP8CPU
-	declineRoPE  bool
-	rope, normed int
-}
-
-func (b *ropeFP8CPU) ProjectRoPEStoreKVFP8(a kernels.FP8QKVRoPE) (bool, error) {
-	if b.declineRoPE {
-		return false, nil
-	}
-	b.rope++
-	if a.Norm != nil {
-		b.normed++
-	}
-	return true, kernels.ProjectRoPEStoreKVFP8Ref(b, a)
-}
-
-var _ kernels.FP8QKVRoPEStorer = (*ropeFP8CPU)(nil)
-
 // TestFP8FoldedNormsCPU: on a backend with kernels.FP8NormProjector both
 // FP8 fixtures' decode steps hand every layer's input norm to the q/k/v
 // projection and its post-attention norm to gate·up·SiLU (never for the
 // prompt's rows), with, bit for bit, the logits of the unfolded path (the
 // fake runs the same ops); a backend that declines runs the norms itself
 // with the same logits, and a hook watching one layer's input norm keeps
-// that norm unfolded. With kernels.FP8QKVRoPEStorer as well, each step's
-// q/k/v, RoPE and KV store are one call with the input norm folded in,
-// and the logits the same again (declined: the folded q/k/v GEMV).
+// that norm unfolded.
 func TestFP8FoldedNormsCPU(t *testing.T) {
 	host := runtime.NewCPU(0)
 	defer host.Close()
@@ -145,28 +121,6 @@ func TestFP8FoldedNormsCPU(t *testing.T) {
 			remove := m.Tree().AddHook(watchModule{m.Layers[1].InputNorm})
 			check("input norm of layer 1 watched", &normFP8CPU{addCPU: addCPU{CPUBackend: cpuB}}, (L-1)*steps, L*steps)
 			remove()
-
-			// q/k/v, RoPE and the KV store as one op, the input norm
-			// folded in; declined: the folded q/k/v GEMV and RoPE apart.
-			for _, decline := range []bool{false, true} {
-				rb := &ropeFP8CPU{normFP8CPU: normFP8CPU{addCPU: addCPU{CPUBackend: cpuB}}, declineRoPE: decline}
-				got := run(rb)
-				for s := range want {
-					for i := range want[s] {
-						if math.Float32bits(got[s][i]) != math.Float32bits(want[s][i]) {
-							t.Fatalf("q/k/v with RoPE (declined %v): forward %d, logit %d = %v, want %v", decline, s, i, got[s][i], want[s][i])
-						}
-					}
-				}
-				fused, normed, qkv := L*steps, L*steps, 0
-				if decline {
-					fused, normed, qkv = 0, 0, L*steps
-				}
-				if rb.rope != fused || rb.normed != normed || rb.qkv != qkv || rb.gateUp != L*steps {
-					t.Errorf("q/k/v with RoPE (declined %v): %d fused calls (%d with the norm), %d folded q/k/v, %d gate·up; want %d (%d), %d, %d",
-						decline, rb.rope, rb.normed, rb.qkv, rb.gateUp, fused, normed, qkv, L*steps)
-				}
-			}
 		})
 	}
 }

@@ -48,9 +48,6 @@ func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed,
 			return err
 		}
 	}
-	if ran, err := a.projectRoPEFP8(b, invFreq, in, q, k, v, cache); err != nil || ran {
-		return err
-	}
 	if err := a.project(b, in, q, k, v); err != nil {
 		return err
 	}
@@ -61,32 +58,6 @@ func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed,
 		return err
 	}
 	return a.ropeAndAppend(b, invFreq, q, k, v, cache)
-}
-
-// projectRoPEFP8 runs one token's FP8 q/k/v projections (with the pending
-// norm of in folded in), RoPE and the store into the cache as one op where
-// the backend fuses them (kernels.FP8QKVRoPEStorer): FP8 weights of one
-// layout without biases, no q/k norms, a Direct cache, no hook watching
-// the projections. ran is false when it does not apply or the backend
-// declines; nothing then ran.
-func (a *Attention) projectRoPEFP8(b kernels.Backend, invFreq []float32, in normed, q, k, v *runtime.Tensor, cache Cache) (bool, error) {
-	f, ok := b.(kernels.FP8QKVRoPEStorer)
-	if !ok || a.QNorm != nil || in.h.Dim(0) != 1 || !allFP8(a.Q, a.K, a.V) || biasOf(a.Q) != nil || biasOf(a.K) != nil ||
-		biasOf(a.V) != nil || !nn.Unwatched(a.Q, a.K, a.V) {
-		return false, nil
-	}
-	if _, direct := cache.(Direct); !direct {
-		return false, nil
-	}
-	kc, vc := cache.View(a.Layer)
-	op := kernels.FP8QKVRoPE{QKVRoPE: kernels.QKVRoPE{Q: q, K: k, V: v, X: in.h,
-		WQ: a.Q.Weight.Tensor(), WK: a.K.Weight.Tensor(), WV: a.V.Weight.Tensor(),
-		KCache: kc, VCache: vc, Pos: cache.Len(), InvFreq: invFreq},
-		SQ: a.Q.Scale.Tensor(), SK: a.K.Scale.Tensor(), SV: a.V.Scale.Tensor(), Layout: a.Q.FP8}
-	if in.norm != nil {
-		op.X, op.Norm, op.Eps = in.x, in.norm.Weight.Tensor(), in.norm.Eps
-	}
-	return f.ProjectRoPEStoreKVFP8(op)
 }
 
 // normRoPEStore runs qkNorm and ropeAndAppend as one op where the backend

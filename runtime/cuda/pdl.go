@@ -69,7 +69,8 @@ static int ft_resolve_launch_ex(void) {
 }
 
 // FT_PDL_MAX_ARGS is cgo.go's FT_MAX_ARGS: every launch may take the dependent
-// path (gemv3_fp8_rope_norm_mm2 has 25 arguments; 24 was the limit here).
+// path (with 24 here, a kernel of 25 arguments failed with
+// CUDA_ERROR_INVALID_VALUE only when launched dependently).
 #define FT_PDL_MAX_ARGS 80
 
 // ft_launch_pdl is ft_launch (cgo.go) through cuLaunchKernelEx with
