@@ -230,9 +230,12 @@ __device__ __forceinline__ void fm_load(uint4 (&a)[2][2], const unsigned char* c
 // its x in xw) to sum[0] and sum[1], the lane's rows' sums: per 64-column
 // piece p, four mmas in two chains (even and odd m; c[0] is the first
 // row's product, c[2] the second's), their sum times the rows' block
-// scales (sc, srow; bshift ≥ 2, B ≥ 64) or, per channel, as it is.
+// scales (sc, srow; bshift ≥ 2, B ≥ 64) or, per channel, as it is. A
+// piece wholly past K (zeros) reads no scale: its block would lie past
+// the row's last (s26f: the scale after a matrix's last, NaN, made its
+// zero sum NaN).
 __device__ __forceinline__ void fm_compute(float* sum, const uint4 (&a)[2][2], const uint4* xw, int j, int s, int t,
-		const void* const* sc, int sdt, const usize* srow, int bshift) {
+		const void* const* sc, int sdt, const usize* srow, int bshift, int K) {
 #pragma unroll
 	for (int p = 0; p < 2; p++) {
 		const uint4 x0 = xw[16 * j + 8 * p + 2 * t], x1 = xw[16 * j + 8 * p + 2 * t + 1];
@@ -249,6 +252,7 @@ __device__ __forceinline__ void fm_compute(float* sum, const uint4 (&a)[2][2], c
 		}
 		const float da = c[0][0] + c[1][0], db = c[0][2] + c[1][2];
 		if (bshift >= 0) {
+			if (128 * s + 64 * p >= K) continue;
 			const usize kb = (usize)((128 * s + 64 * p) >> (bshift + 4)); // B = 2^(bshift+4) ≥ 64
 			sum[0] = fmaf(da, load_as_f32(sc[0], sdt, srow[0] + kb), sum[0]);
 			sum[1] = fmaf(db, load_as_f32(sc[1], sdt, srow[1] + kb), sum[1]);
@@ -298,7 +302,7 @@ __device__ __forceinline__ void fm_body(float* red, const void* __restrict__ x, 
 		for (int q = 0; q < NB; q++) {
 			const int j = j0 + q;
 			if (j >= J) break;
-			fm_compute(sum, a[q], xw, j, w + 8 * j, t, sc, sdt, srow, bshift);
+			fm_compute(sum, a[q], xw, j, w + 8 * j, t, sc, sdt, srow, bshift, K);
 			if (j + NB < J) fm_load(a[q], wr, K, w + 8 * (j + NB), t);
 		}
 	}
