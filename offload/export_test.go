@@ -109,3 +109,15 @@ func FootprintFloor(f Footprint, slots int) int64 {
 	}
 	return leastBudget(in).bytes
 }
+
+// UnitEndEvents is how many events the named manager's engine has
+// recorded at unit exits in INFERENCE (exitInference).
+func UnitEndEvents(name string) int {
+	m := GetOffloadManager(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil {
+		return 0
+	}
+	return m.e.exitEvents
+}
