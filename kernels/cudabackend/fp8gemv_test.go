@@ -39,8 +39,30 @@ func newFP8Weight(t *testing.T, rng *rand.Rand, N, D int, layout kernels.FP8Layo
 		sbytes = bf16Bytes(sv)
 	}
 	g, h := rawTensors(t, runtime.F8E4M3, q, N, D)
-	gs, hs := rawTensors(t, sdt, sbytes, ss...)
+	gs, hs := nanTailed(t, sdt, sbytes, ss...), host(t, sdt, sv, ss...)
 	return fp8Weight{g: g, h: h, gs: gs, hs: hs, q: q, s: sv}
+}
+
+// nanTailed is a GPU tensor of dtype dt (F32 or BF16) and shape holding
+// data, the first rows of an allocation one row longer whose last row is
+// NaN: a kernel that reads a scale past a matrix's last (as the
+// tensor-core GEMVs did for a zero piece past K, s26f) meets NaN every run,
+// not whatever memory follows.
+func nanTailed(t *testing.T, dt runtime.DType, data []byte, shape ...int) *runtime.Tensor {
+	t.Helper()
+	padded := append([]int{shape[0] + 1}, shape[1:]...)
+	full := gpu(t, dt, nil, padded...)
+	if err := gb.Fill16(full, 0x7fc0); err != nil { // bf16 NaN; as F32 0x7fc07fc0, NaN too
+		t.Fatal(err)
+	}
+	v, err := full.Slice(0, shape[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gb.WriteBytes(v, data); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // fp8Ref is the CPU reference x[1,D]·dequant(w)ᵀ in float32.
