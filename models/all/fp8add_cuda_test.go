@@ -54,7 +54,7 @@ func TestFP8AddDecodeGPU(t *testing.T) {
 		defer func() { gb.NoFP8Add, gb.FP8Variant, gb.NoFP8FusedNorm = saved, savedVariant, savedFold }()
 		gb.NoFP8FusedNorm = true
 		be := &fp8AddCounter{Backend: gb}
-		for _, dir := range []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"} {
+		for _, dir := range fp8FixtureDirs {
 			// The tokens of "auto" (a variant per kind and width, the
 			// default: the tensor-core kernels) and of the scalar u8r1s
 			// everywhere (FT_FP8_VARIANT=u8r1s) are the same, their

@@ -7,6 +7,7 @@ import (
 
 	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -37,6 +38,37 @@ var (
 	_ kernels.FP8MatMulAdder = (*addCPU)(nil)
 )
 
+// fp8FixtureDirs are the FP8 fixtures: per channel and in 64-blocks.
+var fp8FixtureDirs = []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"}
+
+// fp8StepCount is how many one-token steps fp8Steps runs after the prompt.
+const fp8StepCount = 5
+
+// fp8Steps loads the FP8 fixture dir on host and returns the model and a
+// run: the logits of a 4-token prompt's forward and of fp8StepCount greedy
+// one-token steps on a backend, in a fresh KV cache.
+func fp8Steps(t *testing.T, dir string, host runtime.Device) (*decoder.Model, func(kernels.Backend) [][]float32) {
+	t.Helper()
+	m := load(t, dir, host)
+	prompt := []int32{1, 15043, 29892, 590}
+	for i := range prompt {
+		prompt[i] %= int32(m.Cfg.VocabSize)
+	}
+	return m, func(b kernels.Backend) [][]float32 {
+		t.Helper()
+		cache, err := m.NewKVCache(b, len(prompt)+fp8StepCount)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cache.Free()
+		out, err := testmodel.Steps(m, b, cache, prompt, fp8StepCount, testmodel.Argmax)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+}
+
 // TestFP8AddDecodeCPU: on a backend that adds FP8 products into the
 // residual stream (the decoder's path on the GPU: FT_FP8_ADD), both FP8
 // fixtures' decode steps run every layer's o_proj and down_proj through
@@ -51,28 +83,10 @@ func TestFP8AddDecodeCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"} {
+	for _, dir := range fp8FixtureDirs {
 		t.Run(dir[len("../../testdata/"):], func(t *testing.T) {
-			m := load(t, dir, host)
+			m, run := fp8Steps(t, dir, host)
 			L := m.Cfg.NumHiddenLayers
-			prompt := []int32{1, 15043, 29892, 590}
-			for i := range prompt {
-				prompt[i] %= int32(m.Cfg.VocabSize)
-			}
-			const steps = 5
-			run := func(b kernels.Backend) [][]float32 {
-				t.Helper()
-				cache, err := m.NewKVCache(b, len(prompt)+steps)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer cache.Free()
-				out, err := testmodel.Steps(m, b, cache, prompt, steps, testmodel.Argmax)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return out
-			}
 			want := run(cpuB)
 			check := func(what string, b *addCPU, calls int) {
 				t.Helper()
@@ -88,13 +102,13 @@ func TestFP8AddDecodeCPU(t *testing.T) {
 					t.Errorf("%s: %d MatMulAddFP8 calls over %d rows, want %d of one row", what, b.calls, b.rows, calls)
 				}
 			}
-			check("adding", &addCPU{CPUBackend: cpuB}, 2*L*steps)
+			check("adding", &addCPU{CPUBackend: cpuB}, 2*L*fp8StepCount)
 			check("AddsFP8 false", &addCPU{CPUBackend: cpuB, off: true}, 0)
 			m.NoResidualAccumulate = true
 			check("NoResidualAccumulate", &addCPU{CPUBackend: cpuB}, 0)
 			m.NoResidualAccumulate = false
 			remove := m.Tree().AddHook(watchModule{m.Layers[1].Attn.O})
-			check("o_proj of layer 1 watched", &addCPU{CPUBackend: cpuB}, (2*L-1)*steps)
+			check("o_proj of layer 1 watched", &addCPU{CPUBackend: cpuB}, (2*L-1)*fp8StepCount)
 			remove()
 		})
 	}

@@ -56,7 +56,7 @@ func TestFP8FoldedNormsDecodeGPU(t *testing.T) {
 		savedFold, savedVariant := gb.NoFP8FusedNorm, gb.FP8Variant
 		defer func() { gb.NoFP8FusedNorm, gb.FP8Variant = savedFold, savedVariant }()
 		be := &fp8NormCounter{Backend: gb}
-		for _, dir := range []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"} {
+		for _, dir := range fp8FixtureDirs {
 			t.Run(dir[len("../../testdata/"):], func(t *testing.T) {
 				gb.FP8Variant = "auto"
 				m := load(t, dir, d.Dev)

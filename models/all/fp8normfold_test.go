@@ -4,7 +4,6 @@ import (
 	"math"
 	"testing"
 
-	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/runtime"
 )
@@ -79,28 +78,10 @@ func TestFP8FoldedNormsCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []string{"../../testdata/tiny-llama-fp8-channel", "../../testdata/tiny-llama-fp8-block"} {
+	for _, dir := range fp8FixtureDirs {
 		t.Run(dir[len("../../testdata/"):], func(t *testing.T) {
-			m := load(t, dir, host)
-			L := m.Cfg.NumHiddenLayers
-			prompt := []int32{1, 15043, 29892, 590}
-			for i := range prompt {
-				prompt[i] %= int32(m.Cfg.VocabSize)
-			}
-			const steps = 5
-			run := func(b kernels.Backend) [][]float32 {
-				t.Helper()
-				cache, err := m.NewKVCache(b, len(prompt)+steps)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer cache.Free()
-				out, err := testmodel.Steps(m, b, cache, prompt, steps, testmodel.Argmax)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return out
-			}
+			m, run := fp8Steps(t, dir, host)
+			L, steps := m.Cfg.NumHiddenLayers, fp8StepCount
 			want := run(&addCPU{CPUBackend: cpuB})
 			check := func(what string, b *normFP8CPU, qkv, gateUp int) {
 				t.Helper()
