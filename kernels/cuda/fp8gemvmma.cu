@@ -132,6 +132,36 @@ __device__ __forceinline__ int fm_stage_warp(uint4* xw, const bf16_t* __restrict
 	return e;
 }
 
+// fm_xnw8 is columns 8f … 8f + 7 of x·nw for the fp32 residual x4 and
+// the norm's bf16 weight n8 (zeros from f = c8, past K), their squares of
+// x added to sq (rms_sq4's order).
+__device__ __forceinline__ void fm_xnw8(float (&v)[8], float& sq, const float4* __restrict__ x4, const uint4* __restrict__ n8,
+		int f, int c8) {
+	if (f >= c8) {
+#pragma unroll
+		for (int j = 0; j < 8; j++) v[j] = 0.f;
+		return;
+	}
+	const float4 a = x4[2 * f], b = x4[2 * f + 1];
+	const uint4 q = __ldg(n8 + f);
+	sq = rms_sq4(rms_sq4(sq, a), b);
+	const unsigned qw[4] = {q.x, q.y, q.z, q.w};
+	const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		v[2 * j] = xv[2 * j] * __uint_as_float(qw[j] << 16);
+		v[2 * j + 1] = xv[2 * j + 1] * __uint_as_float(qw[j] & 0xffff0000u);
+	}
+}
+
+// fm_f16x8f is the 8 fp32 values of v times sc as f16.
+__device__ __forceinline__ uint4 fm_f16x8f(const float (&v)[8], float sc) {
+	unsigned h[4];
+#pragma unroll
+	for (int j = 0; j < 4; j++) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h[j]) : "f"(v[2 * j + 1] * sc), "f"(v[2 * j] * sc));
+	return make_uint4(h[0], h[1], h[2], h[3]);
+}
+
 // fm_stage_warp_norm is fm_stage_warp for a folded RMSNorm: x is the fp32
 // residual and nw the norm's bf16 weight, and warp w stages f16(x·nw) of
 // its columns (the norm's 1/rms is applied to the finished sums, so no
@@ -147,30 +177,11 @@ __device__ __forceinline__ int fm_stage_warp_norm(uint4* xw, float* ss, const fl
 	float sq = 0.f;
 	unsigned m = 0;
 	for (int i = lane; i < 16 * J; i += 32) {
-		const int f = (w + 8 * (i >> 4)) * 16 + (i & 15);
 		float v[8];
-		if (f < c8) {
-			const float4 a = x4[2 * f], b = x4[2 * f + 1];
-			const uint4 q = __ldg(n8 + f);
-			sq = rms_sq4(rms_sq4(sq, a), b);
-			const unsigned qw[4] = {q.x, q.y, q.z, q.w};
-			const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+		fm_xnw8(v, sq, x4, n8, (w + 8 * (i >> 4)) * 16 + (i & 15), c8);
 #pragma unroll
-			for (int j = 0; j < 4; j++) {
-				v[2 * j] = xv[2 * j] * __uint_as_float(qw[j] << 16);
-				v[2 * j + 1] = xv[2 * j + 1] * __uint_as_float(qw[j] & 0xffff0000u);
-			}
-		} else {
-#pragma unroll
-			for (int j = 0; j < 8; j++) v[j] = 0.f;
-		}
-		unsigned h[4];
-#pragma unroll
-		for (int j = 0; j < 4; j++) {
-			m = max(m, max(__float_as_uint(v[2 * j]) & 0x7fffffffu, __float_as_uint(v[2 * j + 1]) & 0x7fffffffu));
-			asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h[j]) : "f"(v[2 * j + 1]), "f"(v[2 * j]));
-		}
-		xw[i] = make_uint4(h[0], h[1], h[2], h[3]);
+		for (int j = 0; j < 8; j++) m = max(m, __float_as_uint(v[j]) & 0x7fffffffu);
+		xw[i] = fm_f16x8f(v, 1.f);
 	}
 #pragma unroll
 	for (int o = 16; o > 0; o >>= 1) {
@@ -184,22 +195,11 @@ __device__ __forceinline__ int fm_stage_warp_norm(uint4* xw, float* ss, const fl
 	}
 	const int e = (int)(m >> 23) - 127 - 14; // ≥ 1
 	const float sc = __int_as_float((127 - e) << 23);
+	float unused = 0.f;
 	for (int i = lane; i < 16 * J; i += 32) {
-		const int f = (w + 8 * (i >> 4)) * 16 + (i & 15);
-		unsigned h[4] = {0u, 0u, 0u, 0u};
-		if (f < c8) {
-			const float4 a = x4[2 * f], b = x4[2 * f + 1];
-			const uint4 q = __ldg(n8 + f);
-			const unsigned qw[4] = {q.x, q.y, q.z, q.w};
-			const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-			for (int j = 0; j < 4; j++) {
-				const float lo = xv[2 * j] * __uint_as_float(qw[j] << 16) * sc;
-				const float hi = xv[2 * j + 1] * __uint_as_float(qw[j] & 0xffff0000u) * sc;
-				asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h[j]) : "f"(hi), "f"(lo));
-			}
-		}
-		xw[i] = make_uint4(h[0], h[1], h[2], h[3]);
+		float v[8];
+		fm_xnw8(v, unused, x4, n8, (w + 8 * (i >> 4)) * 16 + (i & 15), c8);
+		xw[i] = fm_f16x8f(v, sc);
 	}
 	__syncwarp();
 	return e;
