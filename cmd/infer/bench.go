@@ -548,5 +548,30 @@ func measureGraphSteps(m *llama.Model, b kernels.Backend, context, iters int) ([
 			out = append(out, float64(time.Since(start).Microseconds())/1e3)
 		}
 	}
+	if t, ok := b.(blockTracer); ok && t.BlockTraceOn() {
+		// FT_BLOCK_TRACE: one more step, its blocks' times written out
+		if err := t.BlockTraceReset(); err != nil {
+			return nil, err
+		}
+		lt, err := g.Step(max(pick[0], 0))
+		if err == nil {
+			err = am.ArgmaxRows(pick[:], lt)
+		}
+		if err == nil {
+			err = t.BlockTraceWrite(fmt.Sprintf("replayed decode step at context %d", context))
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
+}
+
+// blockTracer is a backend whose kernels may record their blocks' times
+// (the CUDA backend under FT_BLOCK_TRACE): measureGraphSteps then writes
+// one more replayed step's launches out.
+type blockTracer interface {
+	BlockTraceOn() bool
+	BlockTraceReset() error
+	BlockTraceWrite(label string) error
 }

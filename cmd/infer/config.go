@@ -46,6 +46,7 @@ var extraEnv = map[string][]string{
 	"FT_DECODE_PIPE":         {"", "0", "1"},                   // "0": the single-buffered tensor-core decode attention, not the pipelined one (A/B runs, cuda builds)
 	"FT_DECODE_CHUNK":        {"", "64", "128", "256"},         // fewest positions per split of the pipelined decode attention (A/B runs, cuda builds)
 	"FT_SKIP_KERNELS":        nil,                              // timing diagnostic: kernel-name prefixes whose launches are dropped (results wrong; cuda builds)
+	"FT_BLOCK_TRACE":         nil,                              // timing diagnostic: a file; the kernels record their blocks' times and bench appends one replayed decode step's launches to it (cuda builds)
 	"FT_PDL":                 {"", "0", "1"},                   // "0": no programmatic dependent launch of the decode kernels on sm_90 (A/B runs, cuda builds)
 	"FT_FUSE_NORM":           {"", "0", "1"},                   // "1": RMSNorm folded into the one-token q/k/v, gate·up and LM head GEMVs (measured slower, off by default; A/B runs, cuda builds)
 	"FT_GEMV_EARLY":          {"", "0", "1"},                   // "0": the one-token BF16 GEMVs wait for the kernel before them and only then load weights (the default issues each warp's first weight loads before that wait; A/B runs, cuda builds)

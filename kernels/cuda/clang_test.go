@@ -84,9 +84,17 @@ func TestSourcesCompileClang(t *testing.T) {
 		}
 		units["sm90a-"+name] = src
 	}
+	traced, _, err := Traced(Source())
+	if err != nil {
+		t.Fatal(err)
+	}
+	units["main-traced"] = traced
 	for name, src := range units {
 		t.Run(name, func(t *testing.T) {
 			var extra []string
+			if name == "main-traced" {
+				extra = append(extra, "-DFT_BLOCK_TRACE")
+			}
 			if strings.HasPrefix(name, "sm90a") {
 				// clang 14 has no sm_90a target: the sources' guard against
 				// another architecture is told it is one.

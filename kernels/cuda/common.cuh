@@ -206,10 +206,66 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b
 // rows and the position. Those rely on the order here: launch_dependents
 // comes after the wait, so when a kernel's blocks start, every kernel but
 // the one just ahead has completed. Do not move the trigger earlier.
+//
+// Block tracing (FT_BLOCK_TRACE, kernels/cudabackend/blocktrace.go): the
+// backend compiles Traced(Source()) with -DFT_BLOCK_TRACE, which puts
+// FT_TRACE_SCOPE(n) (n: the kernel's index in the source) first in every
+// kernel's body. Thread 0 of each block then appends one record of six
+// words to ft_trace_buf when it leaves the kernel: the kernel index | the
+// SM << 16 | the block's linear index << 32, %gridid (one per launch), its
+// start, the end of its ft_pdl_wait (0 if none), its end (%globaltimer,
+// ns) and the grid's block count. Without the macro none of this is
+// compiled.
+#ifdef FT_BLOCK_TRACE
+__device__ unsigned long long* ft_trace_buf; // set by the host; null: no records
+__device__ unsigned long long ft_trace_cap;  // records ft_trace_buf holds
+__device__ unsigned long long ft_trace_n;    // records asked for so far (may pass cap)
+__shared__ unsigned long long ft_trace_wait; // thread 0's end of ft_pdl_wait
+
+__device__ __forceinline__ unsigned long long ft_now() {
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+struct FtTraceScope {
+	unsigned id;
+	unsigned long long t0;
+	__device__ explicit FtTraceScope(unsigned i) : id(i), t0(ft_now()) {
+		if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) ft_trace_wait = 0;
+	}
+	__device__ ~FtTraceScope() {
+		if (threadIdx.x | threadIdx.y | threadIdx.z) return;
+		unsigned long long* buf = ft_trace_buf;
+		if (!buf) return;
+		const unsigned long long n = atomicAdd(&ft_trace_n, 1ull);
+		if (n >= ft_trace_cap) return;
+		unsigned sm;
+		unsigned long long grid;
+		asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+		asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+		const unsigned long long blk = blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
+		unsigned long long* r = buf + 6 * n;
+		r[0] = (unsigned long long)(id & 0xffffu) | ((unsigned long long)(sm & 0xffffu) << 16) | (blk << 32);
+		r[1] = grid;
+		r[2] = t0;
+		r[3] = ft_trace_wait;
+		r[4] = ft_now();
+		r[5] = (unsigned long long)gridDim.x * gridDim.y * gridDim.z;
+	}
+};
+#define FT_TRACE_SCOPE(i) FtTraceScope ft_trace_scope_(i);
+#else
+#define FT_TRACE_SCOPE(i)
+#endif
+
 __device__ __forceinline__ void ft_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	asm volatile("griddepcontrol.wait;" ::: "memory");
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+#ifdef FT_BLOCK_TRACE
+	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) ft_trace_wait = ft_now();
 #endif
 }
 

@@ -182,6 +182,40 @@ func KernelsSM90aExtra(name string) []string {
 }
 
 // kernelsIn lists the extern "C" kernel names declared in src.
+// Traced is src with "FT_TRACE_SCOPE(n)" put first in the body of its
+// n-th kernel (source order; names[n] is that kernel's name), for a module
+// compiled with -DFT_BLOCK_TRACE (common.cuh's block tracing, FT_BLOCK_TRACE):
+// every block of every kernel then records its start, its dependent-launch
+// wait and its end. A kernel line whose body does not open with a "{"
+// after it is an error: the source is not what this transform knows.
+func Traced(src string) (traced string, names []string, err error) {
+	const decl = "extern \"C\" __global__ void"
+	var b strings.Builder
+	rest := src
+	for {
+		i := strings.Index(rest, "\n"+decl)
+		if i < 0 {
+			b.WriteString(rest)
+			break
+		}
+		line := rest[i+1:]
+		if j := strings.IndexByte(line, '\n'); j >= 0 {
+			line = line[:j]
+		}
+		name := kernelsIn(line)
+		brace := strings.IndexByte(rest[i+1:], '{')
+		if len(name) != 1 || brace < 0 {
+			return "", nil, fmt.Errorf("kernels: tracing: cannot find the name and body of %q", line)
+		}
+		at := i + 1 + brace + 1
+		b.WriteString(rest[:at])
+		fmt.Fprintf(&b, " FT_TRACE_SCOPE(%d)", len(names))
+		names = append(names, name[0])
+		rest = rest[at:]
+	}
+	return b.String(), names, nil
+}
+
 func kernelsIn(src string) []string {
 	var out []string
 	for _, line := range strings.Split(src, "\n") {

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -139,5 +140,44 @@ func TestSourceDecodeLayer(t *testing.T) {
 		if strings.HasPrefix(line, "extern \"C\" __global__") && (i == 0 || !strings.HasPrefix(lines[i-1], "//")) {
 			t.Errorf("kernel at line %d has no doc comment: %s", i+1, line)
 		}
+	}
+}
+
+// TestTraced: every kernel of Source gets exactly one FT_TRACE_SCOPE, its
+// index in source order, first in its own body, and nothing else changes.
+func TestTraced(t *testing.T) {
+	src := Source()
+	traced, names, err := Traced(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	if !slices.Equal(sorted, Kernels()) {
+		t.Fatalf("traced names %v, kernels %v", names, Kernels())
+	}
+	if got := strings.Count(traced, "FT_TRACE_SCOPE("); got != len(names)+strings.Count(src, "FT_TRACE_SCOPE(") {
+		t.Fatalf("%d scopes for %d kernels", got, len(names))
+	}
+	for i, name := range names {
+		decl := strings.Index(traced, " "+name+"(")
+		if decl < 0 {
+			t.Fatalf("kernel %s not found", name)
+		}
+		body := decl + strings.IndexByte(traced[decl:], '{')
+		want := fmt.Sprintf("{ FT_TRACE_SCOPE(%d)", i)
+		if !strings.HasPrefix(traced[body:], want) {
+			t.Errorf("kernel %s: body opens %q, want %q", name, traced[body:body+30], want)
+		}
+	}
+	untraced := traced
+	for i := range names {
+		untraced = strings.Replace(untraced, fmt.Sprintf(" FT_TRACE_SCOPE(%d)", i), "", 1)
+	}
+	if untraced != src {
+		t.Error("Traced changed more than the kernels' first statements")
+	}
+	if _, _, err := Traced("// x\nextern \"C\" __global__ void k(int* y);\n"); err == nil {
+		t.Error("a kernel without a body was traced")
 	}
 }

@@ -301,6 +301,7 @@ type kernelSet struct {
 	decodeLayer   *megaModule                       // decode_layer_bf16's own module, loaded on first use (decodelayer.go)
 
 	normRows normRowsKernels // many-rows RMSNorm (normrows.go)
+	trace    *blockTrace     // FT_BLOCK_TRACE's records (blocktrace.go); nil: the kernels are not traced
 }
 
 var (
@@ -315,7 +316,14 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	if ks, ok := modules[dev]; ok {
 		return ks, nil
 	}
-	mod, err := dev.LoadModule("flextensor_kernels.cu", kcuda.Source())
+	var mod *cuda.Module
+	var trace *blockTrace
+	var err error
+	if path := blockTraceFromEnv(); path != "" {
+		mod, trace, err = loadTraced(dev, path)
+	} else {
+		mod, err = dev.LoadModule("flextensor_kernels.cu", kcuda.Source())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: compiling the kernels: %w", err)
 	}
@@ -325,7 +333,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		errs = append(errs, err)
 		return f
 	}
-	ks := &kernelSet{
+	ks := &kernelSet{trace: trace,
 		add: get("add_bf16"), addV8: get("add_bf16_v8"), addF32: get("add_f32"), addF32V4: get("add_f32_v4"),
 		silu: get("silu_mul_bf16"), siluV8: get("silu_mul_bf16_v8"),
 		embed: get("embedding_bf16"), embedF32: get("embedding_f32out"), store: get("store_rows_bf16"), cast: get("cast_any"),

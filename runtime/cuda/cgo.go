@@ -218,6 +218,11 @@ static CUresult ft_module_function(CUcontext ctx, CUfunction* f, CUmodule m, con
 	return cuModuleGetFunction(f, m, name);
 }
 
+static CUresult ft_module_global(CUcontext ctx, CUdeviceptr* p, size_t* n, CUmodule m, const char* name) {
+	CUresult r = ft_ctx(ctx); if (r != CUDA_SUCCESS) return r;
+	return cuModuleGetGlobal(p, n, m, name);
+}
+
 static CUresult ft_func_max_smem(CUcontext ctx, CUfunction f, int bytes) {
 	CUresult r = ft_ctx(ctx); if (r != CUDA_SUCCESS) return r;
 	return cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
@@ -586,6 +591,15 @@ func cModuleFunction(ctx cContext, m cModule, name string) (cFunction, error) {
 	var f C.CUfunction
 	err := check("cuModuleGetFunction "+name, C.ft_module_function(ctx, &f, m, cs))
 	return f, err
+}
+
+func cModuleGlobal(ctx cContext, m cModule, name string) (uintptr, int64, error) {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	var p C.CUdeviceptr
+	var n C.size_t
+	err := check("cuModuleGetGlobal "+name, C.ft_module_global(ctx, &p, &n, m, cs))
+	return uintptr(p), int64(n), err
 }
 
 func cFuncMaxSmem(ctx cContext, f cFunction, bytes int) error {

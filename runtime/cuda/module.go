@@ -142,6 +142,17 @@ func (m *Module) Function(name string) (*Function, error) {
 	return &Function{dev: m.dev, name: name, f: f, skip: skipped(name)}, nil
 }
 
+// Global is the device address and size in bytes of the module's
+// __device__ variable name (cuModuleGetGlobal); an unknown name fails with
+// the driver's error.
+func (m *Module) Global(name string) (uintptr, int64, error) {
+	p, n, err := cModuleGlobal(m.dev.ctx, m.m, name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: module %s: %w", m.dev.Name(), m.name, err)
+	}
+	return p, n, nil
+}
+
 // Name is the kernel's name.
 func (f *Function) Name() string { return f.name }
 

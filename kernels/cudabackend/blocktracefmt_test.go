@@ -1,0 +1,48 @@
+package cudabackend
+
+import (
+	"encoding/binary"
+	"strings"
+	"testing"
+)
+
+// TestWriteBlockTrace: records of two launches (one waited, one not, given
+// out of order) give one line each, ordered by first start, with the
+// median and last ends, the blocks seen of the grid's, the SMs, the name.
+func TestWriteBlockTrace(t *testing.T) {
+	var raw []byte
+	rec := func(id, sm, blk int, grid, start, wait, end, blocks uint64) {
+		for _, w := range []uint64{uint64(id) | uint64(sm)<<16 | uint64(blk)<<32, grid, start, wait, end, blocks} {
+			raw = binary.LittleEndian.AppendUint64(raw, w)
+		}
+	}
+	const t0 = 1_000_000
+	rec(1, 3, 0, 77, t0+5000, 0, t0+9000, 2)      // the second launch: no wait
+	rec(0, 0, 0, 42, t0, t0+1000, t0+4000, 3)     // the first
+	rec(0, 1, 1, 42, t0+500, t0+2000, t0+6000, 3) //
+	rec(0, 1, 2, 42, t0+600, t0+3000, t0+5000, 3) //
+	var sb strings.Builder
+	if err := writeBlockTrace(&sb, "step", []string{"gemv_a", "attn_b"}, raw, 5); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(sb.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("got %d lines:\n%s", len(lines), sb.String())
+	}
+	if !strings.HasPrefix(lines[0], "# step: 2 launches, 4 block records (5 lost)") {
+		t.Errorf("header %q", lines[0])
+	}
+	want := [][]string{
+		{"0.00", "1.00", "2.00", "5.00", "6.00", "3/3", "2", "gemv_a"},
+		{"5.00", "-1.00", "-1.00", "9.00", "9.00", "1/2", "1", "attn_b"},
+	}
+	for i, w := range want {
+		if got := strings.Fields(lines[i+1]); strings.Join(got, " ") != strings.Join(w, " ") {
+			t.Errorf("line %d: %q, want %q", i+1, got, w)
+		}
+	}
+	sb.Reset()
+	if err := writeBlockTrace(&sb, "unknown", nil, raw[:48], 0); err != nil || !strings.Contains(sb.String(), "kernel#1") {
+		t.Errorf("a kernel index past the names: %v %q", err, sb.String())
+	}
+}
