@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 27, call c: the replayed resident decode step at 512, launch by
+# Session 27, calls c and d: the replayed resident decode step at 512, launch by
 # launch, from the blocks' own clocks (FT_BLOCK_TRACE: every block of every
 # kernel records its start, the end of its dependent-launch wait and its
 # end; bench appends one replayed step's launches to the file): FP8 and
@@ -17,6 +17,7 @@ o=$(cd "$out" && pwd)
 R="--budgets resident --mode decode --context 512 --iters 10"
 BT=200 one f8-traced FT_BLOCK_TRACE=$o/trace-f8.txt -- --model $f8 $R
 one f8-plain -- --model $f8 $R
+BT=150 one f8-traced-c128 FT_DECODE_CHUNK=128 FT_BLOCK_TRACE=$o/trace-f8c128.txt -- --model $f8 $R
 BT=150 one bf-traced FT_BLOCK_TRACE=$o/trace-bf.txt -- --model $m $R
 one bf-plain -- --model $m $R
 tail -3 "$out"/f8-traced.txt

@@ -211,15 +211,18 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b
 // backend compiles Traced(Source()) with -DFT_BLOCK_TRACE, which puts
 // FT_TRACE_SCOPE(n) (n: the kernel's index in the source) first in every
 // kernel's body. Thread 0 of each block then appends one record of six
-// words to ft_trace_buf when it leaves the kernel: the kernel index | the
-// SM << 16 | the block's linear index << 32, %gridid (one per launch), its
-// start, the end of its ft_pdl_wait (0 if none), its end (%globaltimer,
-// ns) and the grid's block count. Without the macro none of this is
-// compiled.
+// words to its SM's region of ft_trace_buf (FT_TRACE_SMS regions of
+// ft_trace_cap records, a counter each, so that the blocks of different
+// SMs never contend for one) when it leaves the kernel: the kernel index |
+// the SM << 16 | the block's linear index << 32, %gridid (one per launch),
+// its start, the end of its ft_pdl_wait (0 if none), its end
+// (%globaltimer, ns) and the grid's block count. Without the macro none of
+// this is compiled.
 #ifdef FT_BLOCK_TRACE
-__device__ unsigned long long* ft_trace_buf; // set by the host; null: no records
-__device__ unsigned long long ft_trace_cap;  // records ft_trace_buf holds
-__device__ unsigned long long ft_trace_n;    // records asked for so far (may pass cap)
+#define FT_TRACE_SMS 256
+__device__ unsigned long long* ft_trace_buf;            // set by the host; null: no records
+__device__ unsigned long long ft_trace_cap;             // records a region of ft_trace_buf holds
+__device__ unsigned long long ft_trace_n[FT_TRACE_SMS]; // records asked for so far by each SM (may pass cap)
 __shared__ unsigned long long ft_trace_wait; // thread 0's end of ft_pdl_wait
 
 __device__ __forceinline__ unsigned long long ft_now() {
@@ -238,14 +241,15 @@ struct FtTraceScope {
 		if (threadIdx.x | threadIdx.y | threadIdx.z) return;
 		unsigned long long* buf = ft_trace_buf;
 		if (!buf) return;
-		const unsigned long long n = atomicAdd(&ft_trace_n, 1ull);
-		if (n >= ft_trace_cap) return;
 		unsigned sm;
 		unsigned long long grid;
 		asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
 		asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+		sm %= FT_TRACE_SMS;
+		const unsigned long long n = atomicAdd(&ft_trace_n[sm], 1ull);
+		if (n >= ft_trace_cap) return;
 		const unsigned long long blk = blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
-		unsigned long long* r = buf + 6 * n;
+		unsigned long long* r = buf + 6 * (sm * ft_trace_cap + n);
 		r[0] = (unsigned long long)(id & 0xffffu) | ((unsigned long long)(sm & 0xffffu) << 16) | (blk << 32);
 		r[1] = grid;
 		r[2] = t0;

@@ -183,37 +183,72 @@ func KernelsSM90aExtra(name string) []string {
 
 // kernelsIn lists the extern "C" kernel names declared in src.
 // Traced is src with "FT_TRACE_SCOPE(n)" put first in the body of its
-// n-th kernel (source order; names[n] is that kernel's name), for a module
-// compiled with -DFT_BLOCK_TRACE (common.cuh's block tracing, FT_BLOCK_TRACE):
-// every block of every kernel then records its start, its dependent-launch
-// wait and its end. A kernel line whose body does not open with a "{"
-// after it is an error: the source is not what this transform knows.
+// n-th kernel definition (source order; names[n] is that kernel's name),
+// for a module compiled with -DFT_BLOCK_TRACE (common.cuh's block tracing,
+// FT_BLOCK_TRACE): every block of every kernel then records its start, its
+// dependent-launch wait and its end. Kernels defined inside a macro share
+// one index, named as written there (with its ## pastes). A kernel whose
+// name or body does not follow is an error: the source is not what this
+// transform knows.
 func Traced(src string) (traced string, names []string, err error) {
 	const decl = "extern \"C\" __global__ void"
 	var b strings.Builder
 	rest := src
 	for {
-		i := strings.Index(rest, "\n"+decl)
+		i := strings.Index(rest, decl)
 		if i < 0 {
 			b.WriteString(rest)
 			break
 		}
-		line := rest[i+1:]
-		if j := strings.IndexByte(line, '\n'); j >= 0 {
-			line = line[:j]
+		if line := strings.LastIndexByte(rest[:i], '\n'); strings.TrimSpace(rest[line+1:i]) != "" {
+			b.WriteString(rest[:i+len(decl)]) // not at the start of a line: in a comment or a string
+			rest = rest[i+len(decl):]
+			continue
 		}
-		name := kernelsIn(line)
-		brace := strings.IndexByte(rest[i+1:], '{')
-		if len(name) != 1 || brace < 0 {
-			return "", nil, fmt.Errorf("kernels: tracing: cannot find the name and body of %q", line)
+		name, ok := kernelName(rest[i+len(decl):])
+		brace := strings.IndexByte(rest[i:], '{')
+		if !ok || brace < 0 || strings.Contains(rest[i:i+brace], ";") {
+			end := min(len(rest), i+80)
+			return "", nil, fmt.Errorf("kernels: tracing: cannot find the name and body of %q", rest[i:end])
 		}
-		at := i + 1 + brace + 1
+		at := i + brace + 1
 		b.WriteString(rest[:at])
 		fmt.Fprintf(&b, " FT_TRACE_SCOPE(%d)", len(names))
-		names = append(names, name[0])
+		names = append(names, name)
 		rest = rest[at:]
 	}
 	return b.String(), names, nil
+}
+
+// kernelName is the name at the start of s, the text after a kernel's
+// "void": past an optional __launch_bounds__(…), up to the "(" of the
+// parameters; the characters of an identifier and the ## of a macro paste.
+func kernelName(s string) (string, bool) {
+	s = strings.TrimLeft(s, " \t\\\n")
+	if strings.HasPrefix(s, "__launch_bounds__") {
+		depth, i := 0, len("__launch_bounds__")
+		for ; i < len(s); i++ {
+			if s[i] == '(' {
+				depth++
+			} else if s[i] == ')' {
+				if depth--; depth == 0 {
+					break
+				}
+			}
+		}
+		if i >= len(s) {
+			return "", false
+		}
+		s = strings.TrimLeft(s[i+1:], " \t\\\n")
+	}
+	n := 0
+	for n < len(s) && (s[n] == '_' || s[n] == '#' || s[n] >= 'a' && s[n] <= 'z' || s[n] >= 'A' && s[n] <= 'Z' || s[n] >= '0' && s[n] <= '9') {
+		n++
+	}
+	if n == 0 || n >= len(s) || s[n] != '(' {
+		return "", false
+	}
+	return s[:n], true
 }
 
 func kernelsIn(src string) []string {

@@ -151,15 +151,29 @@ func TestTraced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sorted := slices.Clone(names)
-	slices.Sort(sorted)
-	if !slices.Equal(sorted, Kernels()) {
-		t.Fatalf("traced names %v, kernels %v", names, Kernels())
+	var plain []string
+	macros := 0
+	for _, name := range names {
+		if strings.Contains(name, "##") {
+			macros++
+		} else {
+			plain = append(plain, name)
+		}
+	}
+	slices.Sort(plain)
+	if !slices.Equal(plain, Kernels()) {
+		t.Fatalf("traced names %v, kernels %v", plain, Kernels())
+	}
+	if macros == 0 {
+		t.Error("no kernel defined in a macro was traced (decode_tr.cu and gemvpipe.cu define theirs so)")
 	}
 	if got := strings.Count(traced, "FT_TRACE_SCOPE("); got != len(names)+strings.Count(src, "FT_TRACE_SCOPE(") {
 		t.Fatalf("%d scopes for %d kernels", got, len(names))
 	}
 	for i, name := range names {
+		if strings.Contains(name, "##") {
+			continue
+		}
 		decl := strings.Index(traced, " "+name+"(")
 		if decl < 0 {
 			t.Fatalf("kernel %s not found", name)
@@ -177,7 +191,17 @@ func TestTraced(t *testing.T) {
 	if untraced != src {
 		t.Error("Traced changed more than the kernels' first statements")
 	}
-	if _, _, err := Traced("// x\nextern \"C\" __global__ void k(int* y);\n"); err == nil {
-		t.Error("a kernel without a body was traced")
+	for _, bad := range []string{
+		"// x\nextern \"C\" __global__ void k(int* y);\nextern \"C\" __global__ void j(int* y) {}\n",
+		"// x\nextern \"C\" __global__ void __launch_bounds__(32 k(int* y) {}\n",
+		"// x\nextern \"C\" __global__ void (int* y) {}\n",
+	} {
+		if _, _, err := Traced(bad); err == nil {
+			t.Errorf("traced %q", bad)
+		}
+	}
+	got, _, err := Traced("// a comment naming extern \"C\" __global__ void k(int*) {\n#define K(N) \\\n\textern \"C\" __global__ void __launch_bounds__(F(2, 3)) \\\n\t\tk_##N(int* y) { *y = N; }\n")
+	if want := "// a comment naming extern \"C\" __global__ void k(int*) {\n#define K(N) \\\n\textern \"C\" __global__ void __launch_bounds__(F(2, 3)) \\\n\t\tk_##N(int* y) { FT_TRACE_SCOPE(0) *y = N; }\n"; err != nil || got != want {
+		t.Errorf("a kernel in a macro: %v\n%q\nwant\n%q", err, got, want)
 	}
 }

@@ -23,10 +23,14 @@ import (
 // device waits. The records cost each block a few instructions and an
 // atomic; kernels near their register limit may spill.
 
-// blockTraceRecords is how many block records the trace buffer holds
-// (48 bytes each): a decode step of a 32-layer model launches ~200 grids of
-// at most a few thousand blocks.
-const blockTraceRecords = 1 << 20
+// blockTraceSMs and blockTraceRecords are common.cuh's FT_TRACE_SMS (the
+// record buffer's regions, one an SM) and how many block records (48 bytes
+// each) a region holds: a decode step of a 32-layer model records ~90,000
+// blocks, ~700 an SM of an H200.
+const (
+	blockTraceSMs     = 256
+	blockTraceRecords = 4096
+)
 
 // blockTrace is a traced module's record buffer and the kernels' names by
 // their index in the traced source.
@@ -34,7 +38,7 @@ type blockTrace struct {
 	path  string
 	names []string
 	buf   *runtime.DeviceBuffer
-	n     uintptr // ft_trace_n's device address
+	n     uintptr // ft_trace_n's device address (a counter an SM)
 }
 
 // blockTraceFromEnv is FT_BLOCK_TRACE's file ("" off).
@@ -51,21 +55,25 @@ func loadTraced(dev *cuda.Device, path string) (*cuda.Module, *blockTrace, error
 	if err != nil {
 		return nil, nil, err
 	}
-	buf, err := dev.Alloc(blockTraceRecords*48, "block trace")
+	buf, err := dev.Alloc(blockTraceSMs*blockTraceRecords*48, "block trace")
 	if err != nil {
 		return nil, nil, err
 	}
 	t := &blockTrace{path: path, names: names, buf: buf}
 	s := dev.ComputeStream()
-	set := func(name string, v uint64) (uintptr, error) {
+	set := func(name string, v ...uint64) (uintptr, error) {
 		p, size, err := mod.Global(name)
 		if err != nil {
 			return 0, err
 		}
-		if size != 8 {
-			return 0, fmt.Errorf("block trace: %s is %d bytes, want 8", name, size)
+		if size != int64(8*len(v)) {
+			return 0, fmt.Errorf("block trace: %s is %d bytes, want %d", name, size, 8*len(v))
 		}
-		return p, s.Upload(p, binary.LittleEndian.AppendUint64(nil, v))
+		var raw []byte
+		for _, x := range v {
+			raw = binary.LittleEndian.AppendUint64(raw, x)
+		}
+		return p, s.Upload(p, raw)
 	}
 	if _, err := set("ft_trace_buf", uint64(buf.Ptr())); err != nil {
 		return nil, nil, err
@@ -73,7 +81,7 @@ func loadTraced(dev *cuda.Device, path string) (*cuda.Module, *blockTrace, error
 	if _, err := set("ft_trace_cap", blockTraceRecords); err != nil {
 		return nil, nil, err
 	}
-	if t.n, err = set("ft_trace_n", 0); err != nil {
+	if t.n, err = set("ft_trace_n", make([]uint64, blockTraceSMs)...); err != nil {
 		return nil, nil, err
 	}
 	fmt.Fprintf(os.Stderr, "FT_BLOCK_TRACE=%s: kernels traced (a timing diagnostic; every block records its times)\n", path)
@@ -92,7 +100,7 @@ func (b *Backend) BlockTraceReset() error {
 	if err := b.s.Synchronize(); err != nil {
 		return err
 	}
-	return b.s.Upload(b.k.trace.n, make([]byte, 8))
+	return b.s.Upload(b.k.trace.n, make([]byte, 8*blockTraceSMs))
 }
 
 // BlockTraceWrite appends to FT_BLOCK_TRACE's file the launches recorded
@@ -109,20 +117,22 @@ func (b *Backend) BlockTraceWrite(label string) error {
 	if err := b.s.Synchronize(); err != nil {
 		return err
 	}
-	var nb [8]byte
-	if err := b.s.Download(nb[:], t.n); err != nil {
+	counts := make([]byte, 8*blockTraceSMs)
+	if err := b.s.Download(counts, t.n); err != nil {
 		return err
 	}
-	n := binary.LittleEndian.Uint64(nb[:])
-	lost := uint64(0)
-	if n > blockTraceRecords {
-		lost, n = n-blockTraceRecords, blockTraceRecords
+	all := make([]byte, blockTraceSMs*blockTraceRecords*48)
+	if err := b.s.Download(all, t.buf.Ptr()); err != nil {
+		return err
 	}
-	raw := make([]byte, n*48)
-	if n > 0 {
-		if err := b.s.Download(raw, b.k.trace.buf.Ptr()); err != nil {
-			return err
+	var raw []byte
+	lost := uint64(0)
+	for sm := range blockTraceSMs {
+		n := binary.LittleEndian.Uint64(counts[8*sm:])
+		if n > blockTraceRecords {
+			lost, n = lost+n-blockTraceRecords, blockTraceRecords
 		}
+		raw = append(raw, all[sm*blockTraceRecords*48:][:n*48]...)
 	}
 	f, err := os.OpenFile(t.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
