@@ -223,6 +223,7 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b
 __device__ unsigned long long* ft_trace_buf;            // set by the host; null: no records
 __device__ unsigned long long ft_trace_cap;             // records a region of ft_trace_buf holds
 __device__ unsigned long long ft_trace_n[FT_TRACE_SMS]; // records asked for so far by each SM (may pass cap)
+__shared__ unsigned long long ft_trace_t0;   // thread 0's start
 __shared__ unsigned long long ft_trace_wait; // thread 0's end of ft_pdl_wait
 
 __device__ __forceinline__ unsigned long long ft_now() {
@@ -231,11 +232,15 @@ __device__ __forceinline__ unsigned long long ft_now() {
 	return t;
 }
 
+// FtTraceScope<ID> keeps its times in shared memory, not registers, so
+// that a kernel capped near its register limit does not spill for it.
+template <unsigned ID>
 struct FtTraceScope {
-	unsigned id;
-	unsigned long long t0;
-	__device__ explicit FtTraceScope(unsigned i) : id(i), t0(ft_now()) {
-		if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) ft_trace_wait = 0;
+	__device__ FtTraceScope() {
+		if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+			ft_trace_t0 = ft_now();
+			ft_trace_wait = 0;
+		}
 	}
 	__device__ ~FtTraceScope() {
 		if (threadIdx.x | threadIdx.y | threadIdx.z) return;
@@ -250,15 +255,15 @@ struct FtTraceScope {
 		if (n >= ft_trace_cap) return;
 		const unsigned long long blk = blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
 		unsigned long long* r = buf + 6 * (sm * ft_trace_cap + n);
-		r[0] = (unsigned long long)(id & 0xffffu) | ((unsigned long long)(sm & 0xffffu) << 16) | (blk << 32);
+		r[0] = (unsigned long long)(ID & 0xffffu) | ((unsigned long long)(sm & 0xffffu) << 16) | (blk << 32);
 		r[1] = grid;
-		r[2] = t0;
+		r[2] = ft_trace_t0;
 		r[3] = ft_trace_wait;
 		r[4] = ft_now();
 		r[5] = (unsigned long long)gridDim.x * gridDim.y * gridDim.z;
 	}
 };
-#define FT_TRACE_SCOPE(i) FtTraceScope ft_trace_scope_(i);
+#define FT_TRACE_SCOPE(i) FtTraceScope<i> ft_trace_scope_;
 #else
 #define FT_TRACE_SCOPE(i)
 #endif

@@ -178,27 +178,18 @@ extern "C" __global__ void argmax_rows(int* out, const void* x, int dt, int n) {
 	if (threadIdx.x == 0) out[blockIdx.x] = sbad ? -1 : bi;
 }
 
-// argmax_feed: the greedy pick of one row x[n] (F32 or BF16, dt) by many
-// blocks, for device-fed decoding (kernels.TokenFeeder; cudabackend
-// feed.go). Block b scans elements [b·chunk, (b+1)·chunk) with blockDim
-// (a multiple of 32, at most 1024) threads and stores its (value, index,
-// bad) in pv/pi/pbad[b]; the block that finishes last (counted in *done,
-// "last block done" as in normtail.cu: release fence + atomicAdd, acquire
-// fence, .cg loads; it resets *done to 0 for the next launch or replay)
-// combines them in block order, so ties keep the first index, and applies
-// argmax_rows' rule: −1 when any element is a NaN or +Inf, or all are −Inf.
-// It then writes, with *seq the number of earlier launches (a counter
-// only this kernel writes) and step[0] the position p this step ran at:
-// ring[*seq & mask] = the pick (host memory mapped into the device, read
-// after the step's event; the host counts the launches too), *seq + 1,
-// step[1] = the pick (0 for −1, so the next step embeds a valid id; the
-// host discards that step) and step[0] = p + 1.
-// Every kernel of the step that reads step[] has completed before this
-// one's ft_pdl_wait returns, and the next step's kernels start after this
-// one has completed (the next graph launch).
-extern "C" __global__ void argmax_feed(const void* x, int dt, int n, int chunk, float* pv, int* pi, int* pbad,
-		unsigned* done, unsigned* seq, int* step, int* ring, int mask) {
-	ft_pdl_wait();
+// argmax_split: one block's share of a row's pick split over gridDim.x
+// blocks. Block b scans the row's elements [b·chunk, (b+1)·chunk) (row at
+// x + base, n elements) with blockDim (a multiple of 32, at most 1024)
+// threads and stores its (value, index, bad) in pv/pi/pbad[b]; the block
+// that finishes last (counted in *done, "last block done" as in
+// normtail.cu: release fence + atomicAdd, acquire fence, .cg loads; it
+// resets *done to 0 for the next launch or replay) combines them in block
+// order, so ties keep the first index, under argmax_rows' rule (−1 when any
+// element is a NaN or +Inf, or all are −Inf). Returns, in thread 0 of that
+// block, the pick; −2 in every other block and thread.
+__device__ __forceinline__ int argmax_split(const void* x, int dt, usize base, int n, int chunk, float* pv, int* pi,
+		int* pbad, unsigned* done) {
 	__shared__ float sv[32];
 	__shared__ int si[32];
 	__shared__ int sbad;
@@ -209,7 +200,7 @@ extern "C" __global__ void argmax_feed(const void* x, int dt, int n, int chunk, 
 	float bv;
 	int bi;
 	bool bad;
-	argmax_scan(x, dt, 0, lo + threadIdx.x, hi, bv, bi, bad);
+	argmax_scan(x, dt, base, lo + threadIdx.x, hi, bv, bi, bad);
 	if (bad) sbad = 1;
 	argmax_block(bv, bi, sv, si);  // its __syncthreads orders the sbad stores before thread 0 reads it
 	if (threadIdx.x == 0) {
@@ -221,7 +212,7 @@ extern "C" __global__ void argmax_feed(const void* x, int dt, int n, int chunk, 
 	__syncthreads();
 	if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
 	__syncthreads();
-	if (!last) return;
+	if (!last) return -2;
 	__threadfence();  // acquire: every block's partials are visible from here on
 	bv = -FT_INF;
 	bi = -1;
@@ -240,17 +231,48 @@ extern "C" __global__ void argmax_feed(const void* x, int dt, int n, int chunk, 
 	__syncthreads();
 	if (bad) sbad = 1;
 	argmax_block(bv, bi, sv, si);
-	if (threadIdx.x == 0) {
-		const int id = sbad ? -1 : bi;
-		const int p = __ldcg(step);
-		const unsigned q = __ldcg(seq);
-		atomicExch(done, 0u);
-		*seq = q + 1u;
-		ring[q & (unsigned)mask] = id;
-		step[1] = id < 0 ? 0 : id;
-		step[0] = p + 1;
-		__threadfence_system();  // the ring's store reaches host memory before the grid completes
-	}
+	if (threadIdx.x != 0) return -2;
+	atomicExch(done, 0u);
+	return sbad ? -1 : bi;
+}
+
+// argmax_rows_split: argmax_rows for rows too few to fill the device with
+// a block each: row r = blockIdx.y of x[R,n] split over gridDim.x blocks of
+// chunk elements (argmax_split; pv/pi/pbad hold gridDim.x partials a row,
+// done a counter a row, all zero before the first launch).
+extern "C" __global__ void argmax_rows_split(int* out, const void* x, int dt, int n, int chunk, float* pv, int* pi,
+		int* pbad, unsigned* done) {
+	ft_pdl_wait();
+	const int r = blockIdx.y;
+	const usize off = (usize)r * gridDim.x;
+	const int id = argmax_split(x, dt, (usize)r * n, n, chunk, pv + off, pi + off, pbad + off, done + r);
+	if (id != -2) out[r] = id;
+}
+
+// argmax_feed: the greedy pick of one row x[n] (F32 or BF16, dt) by many
+// blocks, for device-fed decoding (kernels.TokenFeeder; cudabackend
+// feed.go): argmax_split over gridDim.x blocks of chunk elements. The block
+// that finishes last then writes, with *seq the number of earlier launches
+// (a counter only this kernel writes) and step[0] the position p this step
+// ran at: ring[*seq & mask] = the pick (host memory mapped into the device,
+// read after the step's event; the host counts the launches too), *seq + 1,
+// step[1] = the pick (0 for −1, so the next step embeds a valid id; the
+// host discards that step) and step[0] = p + 1.
+// Every kernel of the step that reads step[] has completed before this
+// one's ft_pdl_wait returns, and the next step's kernels start after this
+// one has completed (the next graph launch).
+extern "C" __global__ void argmax_feed(const void* x, int dt, int n, int chunk, float* pv, int* pi, int* pbad,
+		unsigned* done, unsigned* seq, int* step, int* ring, int mask) {
+	ft_pdl_wait();
+	const int id = argmax_split(x, dt, 0, n, chunk, pv, pi, pbad, done);
+	if (id == -2) return;
+	const int p = __ldcg(step);
+	const unsigned q = __ldcg(seq);
+	*seq = q + 1u;
+	ring[q & (unsigned)mask] = id;
+	step[1] = id < 0 ? 0 : id;
+	step[0] = p + 1;
+	__threadfence_system();  // the ring's store reaches host memory before the grid completes
 }
 
 // add_f32: out[i] = a[i] + b[i] in fp32 (the residual stream); out may alias a or b.

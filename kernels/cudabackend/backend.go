@@ -35,14 +35,15 @@ type Backend struct {
 	capturing bool
 	step      *runtime.DeviceBuffer
 
-	ids     *runtime.DeviceBuffer // eager Embedding ids
-	stage   *runtime.HostBuffer   // pinned staging of the ids
-	stageEv *cuda.Event           // completes when the last copy from stage has run
-	rope    *runtime.DeviceBuffer // the rotary inverse-frequency table on the device
-	ropeFor []float32             // the host table rope holds
-	part    *runtime.DeviceBuffer // attention partial results
-	argOut  *runtime.DeviceBuffer
-	deq     *runtime.DeviceBuffer // an FP8 weight dequantized to bf16 for a cuBLAS prefill (MatMulFP8)
+	ids      *runtime.DeviceBuffer // eager Embedding ids
+	stage    *runtime.HostBuffer   // pinned staging of the ids
+	stageEv  *cuda.Event           // completes when the last copy from stage has run
+	rope     *runtime.DeviceBuffer // the rotary inverse-frequency table on the device
+	ropeFor  []float32             // the host table rope holds
+	part     *runtime.DeviceBuffer // attention partial results
+	argOut   *runtime.DeviceBuffer
+	argSplit *runtime.DeviceBuffer // argmax_rows_split's partials and counters (ArgmaxRows)
+	deq      *runtime.DeviceBuffer // an FP8 weight dequantized to bf16 for a cuBLAS prefill (MatMulFP8)
 	// retired buffers are kept until Close: graphs captured earlier may
 	// still read them.
 	retired []*runtime.DeviceBuffer
@@ -276,6 +277,7 @@ type kernelSet struct {
 	gemvFP8, dequantFP8                                                                    *cuda.Function         // FP8 weights (fp8.go)
 	sample                                                                                 *cuda.Function         // device sampling (sample.go)
 	argmaxFeed                                                                             *cuda.Function         // argmax_feed (feed.go)
+	argmaxSplit                                                                            *cuda.Function         // argmax_rows_split (ArgmaxRows)
 	exp4Unpack                                                                             *cuda.Function         // exp4_unpack (exp4.go)
 	flash, attnDecode                                                                      map[int]*cuda.Function // by head width
 	// persistBlocks is the grid of the persistent GEMV kernels: blocks of 256
@@ -337,7 +339,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		add: get("add_bf16"), addV8: get("add_bf16_v8"), addF32: get("add_f32"), addF32V4: get("add_f32_v4"),
 		silu: get("silu_mul_bf16"), siluV8: get("silu_mul_bf16_v8"),
 		embed: get("embedding_bf16"), embedF32: get("embedding_f32out"), store: get("store_rows_bf16"), cast: get("cast_any"),
-		fill: get("fill_uniform_bf16"), argmax: get("argmax_rows"), argmaxFeed: get("argmax_feed"), exp4Unpack: get("exp4_unpack"),
+		fill: get("fill_uniform_bf16"), argmax: get("argmax_rows"), argmaxFeed: get("argmax_feed"), argmaxSplit: get("argmax_rows_split"), exp4Unpack: get("exp4_unpack"),
 		rms: get("rmsnorm_bf16"), rmsV8: get("rmsnorm_bf16_v8"), rmsF32: get("rmsnorm_f32in_bf16"),
 		rope: get("rope_bf16"), ropeStore: get("rope_store_bf16"),
 		gemv:      map[int]*cuda.Function{4: get("gemv_bf16_u4"), 8: get("gemv_bf16"), 16: get("gemv_bf16_u16")},
@@ -509,11 +511,11 @@ func (b *Backend) ActDType() runtime.DType { return runtime.BF16 }
 // calls it; calling it earlier is fine too.
 func (b *Backend) Close() error {
 	err := b.s.Synchronize()
-	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters, b.fp8lt.buf, b.tailCounter, b.ropeCS.buf) {
+	for _, buf := range append(b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.argSplit, b.deq, b.counters, b.fp8lt.buf, b.tailCounter, b.ropeCS.buf) {
 		buf.Free()
 	}
 	b.fp8lt.buf, b.merged, b.tailCounter, b.ropeCS = nil, nil, nil, ropeCS{} // b.merged is on b.retired
-	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil
+	b.retired, b.step, b.ids, b.rope, b.part, b.argOut, b.argSplit, b.deq, b.counters = nil, nil, nil, nil, nil, nil, nil, nil, nil
 	b.meta.free()
 	b.feed.free()
 	b.mega.free()
@@ -1241,11 +1243,66 @@ func (b *Backend) ArgmaxRows(dst []int32, x *runtime.Tensor) error {
 		}
 		b.argOut = buf
 	}
-	if err := b.k.argmax.Launch(b.s, cuda.Dim3{X: len(dst)}, cuda.Dim3{X: 1024}, 0,
+	if S, chunk := argmaxSplitGrid(len(dst), V); S > 0 {
+		if err := b.argmaxSplit(len(dst), V, S, chunk, x); err != nil {
+			return err
+		}
+	} else if err := b.k.argmax.Launch(b.s, cuda.Dim3{X: len(dst)}, cuda.Dim3{X: 1024}, 0,
 		cuda.Ptr(b.argOut.Ptr()), cuda.Ptr(x.Ptr()), cuda.I32(int(x.DType())), cuda.I32(V)); err != nil {
 		return err
 	}
 	return b.s.Download(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), need), b.argOut.Ptr())
+}
+
+// argmax_rows_split's shape: argmaxSplitThreads threads a block, each
+// scanning about argmaxSplitRun elements of its block's chunk. argmax_rows
+// gives a row one block of 1024 threads, whose ~125 loads a thread at a
+// 128,256-token vocabulary took 54 µs on the H200 (FT_BLOCK_TRACE, s27c),
+// as long as a fifth of a layer of the FP8 decode step.
+const (
+	argmaxSplitThreads = 256
+	argmaxSplitRun     = 16
+	argmaxSplitMaxRows = 65535 // grid.y
+)
+
+// argmaxSplitGrid is argmax_rows_split's blocks a row and elements a block
+// for R rows of V elements; 0 blocks where a row is short enough for one
+// block (argmax_rows) or the rows are more than a grid's y takes.
+func argmaxSplitGrid(R, V int) (blocks, chunk int) {
+	per := argmaxSplitThreads * argmaxSplitRun
+	if V < 2*per || R > argmaxSplitMaxRows {
+		return 0, 0
+	}
+	blocks = (V + per - 1) / per
+	chunk = (V + blocks - 1) / blocks
+	return (V + chunk - 1) / chunk, chunk
+}
+
+// argmaxSplit launches argmax_rows_split for R rows of x over S blocks of
+// chunk elements a row into b.argOut, growing its scratch (S partials and
+// a zeroed counter a row) first when it is short.
+func (b *Backend) argmaxSplit(R, V, S, chunk int, x *runtime.Tensor) error {
+	parts := int64(R) * int64(S)
+	need := 12*parts + 4*int64(R)
+	if b.argSplit == nil || b.argSplit.Size() < need {
+		if b.argSplit != nil {
+			b.retired = append(b.retired, b.argSplit)
+			b.argSplit = nil
+		}
+		buf, err := b.dev.Alloc(need, "argmax partials")
+		if err != nil {
+			return err
+		}
+		if err := b.s.MemsetD32(buf.Ptr(), 0, need/4); err != nil {
+			buf.Free()
+			return err
+		}
+		b.argSplit = buf
+	}
+	p := b.argSplit.Ptr()
+	return b.k.argmaxSplit.Launch(b.s, cuda.Dim3{X: S, Y: R}, cuda.Dim3{X: argmaxSplitThreads}, 0,
+		cuda.Ptr(b.argOut.Ptr()), cuda.Ptr(x.Ptr()), cuda.I32(int(x.DType())), cuda.I32(V), cuda.I32(chunk),
+		cuda.Ptr(p), cuda.Ptr(p+uintptr(4*parts)), cuda.Ptr(p+uintptr(8*parts)), cuda.Ptr(p+uintptr(12*parts)))
 }
 
 // ensureStep makes the step buffer (before any capture, so it never moves).

@@ -648,6 +648,49 @@ func TestArgmaxRows(t *testing.T) {
 	}
 }
 
+// TestArgmaxRowsShapes: rows few and many, vocabularies below and above
+// argmax_rows_split's threshold, equal maxima at the two sides of a split
+// boundary (the first wins), a row of −Inf (−1), each call twice (the
+// split's counters reset themselves), against kernels.Argmax.
+func TestArgmaxRowsShapes(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	for _, V := range []int{500, 8192, 8193, 128256} {
+		for _, R := range []int{1, 3, 70} {
+			x := randBF16(rng, R*V, 10)
+			S, chunk := argmaxSplitGrid(R, V)
+			for r := range R {
+				if S > 1 && r%2 == 0 {
+					x[r*V+chunk], x[r*V+chunk-1] = 50, 50 // the first index wins
+				}
+			}
+			if R > 1 {
+				for i := V; i < 2*V; i++ {
+					x[i] = float32(math.Inf(-1))
+				}
+			}
+			for _, dt := range []runtime.DType{runtime.BF16, runtime.F32} {
+				xt := gpu(t, dt, x, R, V)
+				for call := range 2 {
+					got := make([]int32, R)
+					if err := gb.ArgmaxRows(got, xt); err != nil {
+						t.Fatal(err)
+					}
+					for r := range R {
+						want := int32(kernels.Argmax(x[r*V : (r+1)*V]))
+						if r == 1 {
+							want = -1 // only −Inf
+						}
+						if got[r] != want {
+							t.Errorf("V %d R %d (%d blocks a row) %v call %d row %d: %d, want %d", V, R, S, dt, call, r, got[r], want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 func TestFillUniform(t *testing.T) {
 	needGPU(t)
 	const n = 1 << 20
