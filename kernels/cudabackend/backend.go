@@ -1279,11 +1279,12 @@ func argmaxSplitGrid(R, V int) (blocks, chunk int) {
 }
 
 // argmaxSplit launches argmax_rows_split for R rows of x over S blocks of
-// chunk elements a row into b.argOut, growing its scratch (S partials and
-// a zeroed counter a row) first when it is short.
+// chunk elements a row into b.argOut: its scratch holds a counter a row
+// (zeroed here before every launch: where they sit depends on R, so a
+// word that was another call's partial may be one now) and S partials a row.
 func (b *Backend) argmaxSplit(R, V, S, chunk int, x *runtime.Tensor) error {
 	parts := int64(R) * int64(S)
-	need := 12*parts + 4*int64(R)
+	need := 4*int64(R) + 12*parts
 	if b.argSplit == nil || b.argSplit.Size() < need {
 		if b.argSplit != nil {
 			b.retired = append(b.retired, b.argSplit)
@@ -1293,16 +1294,16 @@ func (b *Backend) argmaxSplit(R, V, S, chunk int, x *runtime.Tensor) error {
 		if err != nil {
 			return err
 		}
-		if err := b.s.MemsetD32(buf.Ptr(), 0, need/4); err != nil {
-			buf.Free()
-			return err
-		}
 		b.argSplit = buf
 	}
 	p := b.argSplit.Ptr()
+	if err := b.s.MemsetD32(p, 0, int64(R)); err != nil {
+		return err
+	}
+	q := p + uintptr(4*R)
 	return b.k.argmaxSplit.Launch(b.s, cuda.Dim3{X: S, Y: R}, cuda.Dim3{X: argmaxSplitThreads}, 0,
 		cuda.Ptr(b.argOut.Ptr()), cuda.Ptr(x.Ptr()), cuda.I32(int(x.DType())), cuda.I32(V), cuda.I32(chunk),
-		cuda.Ptr(p), cuda.Ptr(p+uintptr(4*parts)), cuda.Ptr(p+uintptr(8*parts)), cuda.Ptr(p+uintptr(12*parts)))
+		cuda.Ptr(q), cuda.Ptr(q+uintptr(4*parts)), cuda.Ptr(q+uintptr(8*parts)), cuda.Ptr(p))
 }
 
 // ensureStep makes the step buffer (before any capture, so it never moves).
