@@ -316,7 +316,12 @@ func (b *Backend) pipeChunk() int {
 // against 4.28 ms and at 8,192 4.52 against 4.57; Qwen3-8B run-model 4.23
 // against 4.26 (with the early GEMVs). At 8,192 the split layout is the
 // same for both (the grid's 33 splits bound it: 32 of 256 positions and
-// one of the rest), so that gain is not explained by it.
+// one of the rest), so that gain is not explained by it. Again on
+// 2026-12-04 (bench/h200-s27a.sh): run-model 4.02 (256), 4.03 (128), 4.05
+// (64) ms a token; the graph step at 512 0.03-0.05 ms faster with 128 or 64
+// (FP8 2.73 against 2.76, BF16 4.15-4.17 against 4.20). The block trace
+// (s27c) puts the attention's time at 512 on its latency chain, the same at
+// 128 and 256.
 const pipeChunkDefault = 256
 
 // contigPipeDefault is the variant of a one-sequence decode over a
