@@ -416,6 +416,237 @@ __device__ __forceinline__ void gemv_gateup_silu_fp8_mma_body(bf16_t* act, const
 	}
 }
 
+// The persistent forms (fp8variant.go's mp2, mp4; measured against mm2 and
+// mm4 in session 28): block b takes the tiles b, b + gridDim.x, … of its
+// kernel (a grid of at most one wave of resident blocks), stages x once
+// (and, NORM, its Σx²), and keeps NB k-steps in flight a warp across its
+// tiles: the first tile's before ft_pdl_wait, and each buffer, once
+// computed, refilled with the warp's k-step NB further on, in the next tile
+// when this one has no more. Why (bench/RESULTS.md, s27e's block trace):
+// mm2's gate·up launch is 1,792 blocks in 4.5 waves of small blocks, each
+// staging x and draining its loads before it ends, and ran ~12 µs a layer
+// past its bytes' time. Takes K a multiple of 1,024·NB (every warp the same
+// J k-steps a tile, J % NB == 0, so a buffer's k-step index is the same in
+// every tile and the block barrier after each tile sits in uniform code);
+// the Go side runs mm2/mm4 otherwise. Sums, scales and stores are the mm
+// kernels' (the same bits).
+
+// FmTileV is gemv_fp8_v_mma_body's tile: 16 rows of w (y as fp8_store).
+struct FmTileV {
+	void* y;
+	int out;
+	const unsigned char* w;
+	const void* scale;
+	int sdt, N, K, bshift, sstride;
+	__device__ void lane(int tile, const unsigned char** wr, const void** sc, usize* srow) const {
+		const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+		for (int r = 0; r < 2; r++) {
+			const int row = min(16 * tile + g + 8 * r, N - 1);
+			wr[r] = w + (usize)row * K;
+			sc[r] = scale;
+			srow[r] = fp8_srow(row, bshift, sstride);
+		}
+	}
+	__device__ void store(int tile, const float* red, float rs) const {
+		const int i = threadIdx.x, row = 16 * tile + i;
+		if (i < 16 && row < N) fp8_store(y, out, row, fm_total(red, i) * rs * fp8_row_scale(scale, sdt, row, bshift));
+	}
+};
+
+// FmTile3 is gemv3_fp8_mma_body's tile: 16 of q, k and v's stacked rows.
+struct FmTile3 {
+	bf16_t *y0, *y1, *y2;
+	const unsigned char *w0, *w1, *w2;
+	const void *s0, *s1, *s2;
+	int sdt, N0, N1, N2, K, bshift, sstride;
+	__device__ void lane(int tile, const unsigned char** wr, const void** sc, usize* srow) const {
+		const int g = (threadIdx.x & 31) >> 2, T = N0 + N1 + N2;
+#pragma unroll
+		for (int r = 0; r < 2; r++) {
+			int j;
+			const int row = fm_qkv_row(min(16 * tile + g + 8 * r, T - 1), N0, N1, j);
+			wr[r] = (j == 0 ? w0 : j == 1 ? w1 : w2) + (usize)row * K;
+			sc[r] = j == 0 ? s0 : j == 1 ? s1 : s2;
+			srow[r] = fp8_srow(row, bshift, sstride);
+		}
+	}
+	__device__ void store(int tile, const float* red, float rs) const {
+		const int i = threadIdx.x;
+		if (i < 16 && 16 * tile + i < N0 + N1 + N2) {
+			int j;
+			const int row = fm_qkv_row(16 * tile + i, N0, N1, j);
+			const void* const sj = j == 0 ? s0 : j == 1 ? s1 : s2;
+			bf16_t* const yj = j == 0 ? y0 : j == 1 ? y1 : y2;
+			yj[row] = f2bf(fm_total(red, i) * rs * fp8_row_scale(sj, sdt, row, bshift));
+		}
+	}
+};
+
+// FmTileGU is gemv_gateup_silu_fp8_mma_body's tile: 8 rows of gate (the
+// lanes' first row) and the same 8 of up (their second).
+struct FmTileGU {
+	bf16_t* act;
+	const unsigned char *wg, *wu;
+	const void *sg, *su;
+	int sdt, N, K, bshift, sstride;
+	__device__ void lane(int tile, const unsigned char** wr, const void** sc, usize* srow) const {
+		const int row = min(8 * tile + ((threadIdx.x & 31) >> 2), N - 1);
+		wr[0] = wg + (usize)row * K;
+		wr[1] = wu + (usize)row * K;
+		sc[0] = sg;
+		sc[1] = su;
+		srow[0] = srow[1] = fp8_srow(row, bshift, sstride);
+	}
+	__device__ void store(int tile, const float* red, float rs) const {
+		const int i = threadIdx.x, r = 8 * tile + i;
+		if (i < 8 && r < N) {
+			const float gv = fm_total(red, i) * rs * fp8_row_scale(sg, sdt, r, bshift);
+			const float uv = fm_total(red, 8 + i) * rs * fp8_row_scale(su, sdt, r, bshift);
+			act[r] = f2bf(gv / (1.f + expf(-gv)) * uv);
+		}
+	}
+};
+
+// fm_persist runs the tiles of tl (FmTileV, FmTile3, FmTileGU; tiles of
+// them in all) the persistent way described above. NORM: x is the fp32
+// residual and the sums are of RMSNorm(x) with weight nw and eps.
+template <int NB, bool NORM, class TILE>
+__device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void* __restrict__ x, int K, int sdt, int bshift,
+		const bf16_t* __restrict__ nw = nullptr, float eps = 0.f) {
+	extern __shared__ uint4 fm_xs[];
+	__shared__ float red[2][8 * 16];
+	__shared__ float ss[8];
+	const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
+	const int J = K >> 10; // k-steps a warp a tile: K / 128 / 8
+	uint4* xw = fm_xs + w * 16 * J;
+	const int b = blockIdx.x, G = gridDim.x;
+	const int T = b < tiles ? (tiles - 1 - b) / G + 1 : 0; // this block's tiles
+	const unsigned char* wr[2];
+	const void* sc[2];
+	usize srow[2];
+	uint4 a[NB][2][2];
+	if (T > 0) {
+		tl.lane(b, wr, sc, srow);
+#pragma unroll
+		for (int q = 0; q < NB; q++) fm_load(a[q], wr, K, w + 8 * q, t);
+	}
+	ft_pdl_wait();
+	const int e = NORM ? fm_stage_warp_norm(xw, ss, static_cast<const float*>(x), nw, K, w, J)
+	                   : fm_stage_warp(xw, static_cast<const bf16_t*>(x), K, w, J);
+	const float ef = e ? __int_as_float((127 + e) << 23) : 1.f;
+	for (int i = 0; i < T; i++) {
+		const int tile = b + i * G;
+		tl.lane(tile, wr, sc, srow);
+		float sum[2] = {0.f, 0.f};
+		for (int j0 = 0; j0 < J; j0 += NB) {
+#pragma unroll
+			for (int q = 0; q < NB; q++) {
+				const int j = j0 + q;
+				fm_compute(sum, a[q], xw, j, w + 8 * j, t, sc, sdt, srow, bshift, K);
+				int ni = i, nj = j + NB; // the k-step this buffer takes next
+				if (nj >= J) {
+					nj -= J;
+					ni++;
+				}
+				if (ni < T) {
+					const unsigned char* lw[2];
+					const void* lsc[2];
+					usize lsr[2];
+					tl.lane(b + ni * G, lw, lsc, lsr);
+					fm_load(a[q], lw, K, w + 8 * nj, t);
+				}
+			}
+		}
+		float* rb = red[i & 1];
+		if (t == 0) {
+			const int g = lane >> 2;
+			rb[16 * w + g] = sum[0] * ef;
+			rb[16 * w + g + 8] = sum[1] * ef;
+		}
+		__syncthreads();  // red[i & 1] complete; red[(i + 1) & 1]'s readers (tile i − 1) are done
+		tl.store(tile, rb, NORM ? fm_rstd(ss, K, eps) : 1.f);
+	}
+}
+
+// gemv_fp8_v_mp2: gemv_fp8_v persistent on the tensor cores (fm_persist), 2 k-steps in flight, registers for 3 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_fp8_v_mp2(void* y, int out_f32, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
+	fm_persist<2, false>(FmTileV{y, out_f32, w, scale, sdt, N, K, bshift, sstride}, (N + 15) / 16, x, K, sdt, bshift);
+}
+
+// gemv3_fp8_mp2: gemv3_fp8 persistent on the tensor cores (fm_persist), 2 k-steps in flight, registers for 3 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 3) gemv3_fp8_mp2(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
+		int N0, int N1, int N2, int K, int bshift, int sstride) {
+	fm_persist<2, false>(FmTile3{y0, y1, y2, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride}, (N0 + N1 + N2 + 15) / 16, x, K,
+		sdt, bshift);
+}
+
+// gemv_gateup_silu_fp8_mp2: gemv_gateup_silu_fp8 persistent on the tensor cores (fm_persist), 2 k-steps in flight, registers for 3 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_gateup_silu_fp8_mp2(bf16_t* act, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
+	fm_persist<2, false>(FmTileGU{act, wg, wu, sg, su, sdt, N, K, bshift, sstride}, (N + 7) / 8, x, K, sdt, bshift);
+}
+
+// gemv3_fp8_norm_mp2: gemv3_fp8_mp2 of RMSNorm(x) (x fp32, nw bf16).
+extern "C" __global__ void __launch_bounds__(256, 3) gemv3_fp8_norm_mp2(bf16_t* y0, bf16_t* y1, bf16_t* y2, const float* __restrict__ x,
+		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
+		int N0, int N1, int N2, int K, int bshift, int sstride, const bf16_t* __restrict__ nw, float eps) {
+	fm_persist<2, true>(FmTile3{y0, y1, y2, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride}, (N0 + N1 + N2 + 15) / 16, x, K,
+		sdt, bshift, nw, eps);
+}
+
+// gemv_gateup_silu_fp8_norm_mp2: gemv_gateup_silu_fp8_mp2 of RMSNorm(x) (x fp32, nw bf16).
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_gateup_silu_fp8_norm_mp2(bf16_t* act, const float* __restrict__ x,
+		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride,
+		const bf16_t* __restrict__ nw, float eps) {
+	fm_persist<2, true>(FmTileGU{act, wg, wu, sg, su, sdt, N, K, bshift, sstride}, (N + 7) / 8, x, K, sdt, bshift, nw, eps);
+}
+
+// gemv_fp8_v_mp4: gemv_fp8_v persistent on the tensor cores (fm_persist), 4 k-steps in flight, registers for 2 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_fp8_v_mp4(void* y, int out_f32, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {
+	fm_persist<4, false>(FmTileV{y, out_f32, w, scale, sdt, N, K, bshift, sstride}, (N + 15) / 16, x, K, sdt, bshift);
+}
+
+// gemv3_fp8_mp4: gemv3_fp8 persistent on the tensor cores (fm_persist), 4 k-steps in flight, registers for 2 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 2) gemv3_fp8_mp4(bf16_t* y0, bf16_t* y1, bf16_t* y2, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
+		int N0, int N1, int N2, int K, int bshift, int sstride) {
+	fm_persist<4, false>(FmTile3{y0, y1, y2, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride}, (N0 + N1 + N2 + 15) / 16, x, K,
+		sdt, bshift);
+}
+
+// gemv_gateup_silu_fp8_mp4: gemv_gateup_silu_fp8 persistent on the tensor cores (fm_persist), 4 k-steps in flight, registers for 2 blocks an SM.
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_mp4(bf16_t* act, const bf16_t* __restrict__ x,
+		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {
+	fm_persist<4, false>(FmTileGU{act, wg, wu, sg, su, sdt, N, K, bshift, sstride}, (N + 7) / 8, x, K, sdt, bshift);
+}
+
+// gemv3_fp8_norm_mp4: gemv3_fp8_mp4 of RMSNorm(x) (x fp32, nw bf16).
+extern "C" __global__ void __launch_bounds__(256, 2) gemv3_fp8_norm_mp4(bf16_t* y0, bf16_t* y1, bf16_t* y2, const float* __restrict__ x,
+		const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
+		const void* __restrict__ s0, const void* __restrict__ s1, const void* __restrict__ s2, int sdt,
+		int N0, int N1, int N2, int K, int bshift, int sstride, const bf16_t* __restrict__ nw, float eps) {
+	fm_persist<4, true>(FmTile3{y0, y1, y2, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride}, (N0 + N1 + N2 + 15) / 16, x, K,
+		sdt, bshift, nw, eps);
+}
+
+// gemv_gateup_silu_fp8_norm_mp4: gemv_gateup_silu_fp8_mp4 of RMSNorm(x) (x fp32, nw bf16).
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_gateup_silu_fp8_norm_mp4(bf16_t* act, const float* __restrict__ x,
+		const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,
+		const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride,
+		const bf16_t* __restrict__ nw, float eps) {
+	fm_persist<4, true>(FmTileGU{act, wg, wu, sg, su, sdt, N, K, bshift, sstride}, (N + 7) / 8, x, K, sdt, bshift, nw, eps);
+}
+
 // The variants (fp8variant.go's names): both load their first k-steps
 // before ft_pdl_wait; mm2 keeps 2 k-steps in flight and caps the registers
 // for 3 blocks an SM, mm4 keeps 4 with registers for 2 blocks. s25h: 3

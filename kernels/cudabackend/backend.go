@@ -184,6 +184,11 @@ type Backend struct {
 	// (fp8normgemv.go): the decoder then runs RMSNorm and the FP8 GEMVs.
 	// New sets it for FT_FP8_FUSE_NORM=0.
 	NoFP8FusedNorm bool
+	// FP8Persist asks the auto-picked tensor-core FP8 GEMVs for their
+	// persistent forms (mp2, mp4; fp8variant.go's fp8PersistOn): "gateup"
+	// for gate·up·SiLU, "all" for every kind, "" for none. New sets it from
+	// FT_FP8_PERSIST (A/B runs).
+	FP8Persist string
 	// NoFusedRoPE makes ProjectRoPEStoreKV decline (qkvrope.go): the
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
@@ -483,6 +488,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		GEMM:           gemmMode,
 		NoFusedNorm:    noFusedNormFromEnv(),
 		NoFP8FusedNorm: noFP8FusedNormFromEnv(),
+		FP8Persist:     os.Getenv("FT_FP8_PERSIST"),
 		NoMergedGEMM:   noMergedFromEnv(),
 		NormTail:       normTailFromEnv(),
 		VarlenContig:   varlenContigFromEnv(),

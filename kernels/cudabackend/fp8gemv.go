@@ -54,9 +54,11 @@ type fp8GEMVs struct {
 	// RMSNorm in front of them folded in (fp8normgemv.go); the tensor-core
 	// variants only, nil for the others.
 	gemv3Norm, gateUpNorm *cuda.Function
-	rows                  int  // rows per warp at a time (R)
-	smemX                 bool // x in shared memory as fp32 (K·4 bytes), else read from global memory
-	mma                   bool // fp8gemvmma.cu: a block a tile of 16 rows, x as f16 in shared memory (~K·2 bytes)
+	rows                  int    // rows per warp at a time (R)
+	smemX                 bool   // x in shared memory as fp32 (K·4 bytes), else read from global memory
+	mma                   bool   // fp8gemvmma.cu: a block a tile of 16 rows, x as f16 in shared memory (~K·2 bytes)
+	persistNB             int    // fm_persist's k-steps in flight (fp8PersistNB); 0: a block a tile
+	fallback              string // the variant run where a persistent one does not take K (fp8PersistNB)
 }
 
 // loadFP8 looks fp8gemv.cu's kernels up in the compiled module.
@@ -68,6 +70,9 @@ func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
 			gateUp: get("gemv_gateup_silu_fp8_" + v.Name), rows: v.R, smemX: v.SmemX, mma: v.MMA}
 		if v.MMA {
 			g.gemv3Norm, g.gateUpNorm = get("gemv3_fp8_norm_"+v.Name), get("gemv_gateup_silu_fp8_norm_"+v.Name)
+		}
+		if p, ok := fp8PersistNB[v.Name]; ok {
+			g.persistNB, g.fallback = p.NB, p.Fallback
 		}
 		k.variants[v.Name] = g
 	}
@@ -96,12 +101,21 @@ func (k *fp8Kernels) functions() []*cuda.Function {
 // device (fp8MMATakes), fp8ScalarPick's.
 func (b *Backend) fp8GEMVs(kind fp8Kind, K, block int) *fp8GEMVs {
 	vs := b.k.fp8.variants
-	g, ok := vs[fp8VariantFor(b.FP8Variant, kind, K)]
+	name := fp8VariantFor(b.FP8Variant, kind, K)
+	if (b.FP8Variant == "" || b.FP8Variant == fp8AutoVariant) && fp8PersistOn(b.FP8Persist, kind) {
+		if twin, ok := fp8PersistTwin[name]; ok {
+			name = twin
+		}
+	}
+	g, ok := vs[name]
 	if !ok {
 		return vs[fp8FixedDefault]
 	}
 	if g.mma && !fp8MMATakes(block, b.k.fp8.cc) {
 		return vs[fp8ScalarPick(kind, K)]
+	}
+	if g.persistNB > 0 && !fp8PersistTakes(g.persistNB, K) {
+		return vs[g.fallback]
 	}
 	return g
 }
@@ -182,7 +196,11 @@ func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, 
 		if f == v.gateUp || f == v.gateUpNorm {
 			tile = 8 // 8 rows of gate and the same of up
 		}
-		return (rows + tile - 1) / tile, smem, true, nil
+		tiles := (rows + tile - 1) / tile
+		if v.persistNB > 0 {
+			return min(tiles, wave), smem, true, nil // one wave, each block looping over its tiles
+		}
+		return tiles, smem, true, nil
 	}
 	groups := (rows + v.rows - 1) / v.rows
 	if groups <= 0 { // nothing to compute: the unfused path returns at once

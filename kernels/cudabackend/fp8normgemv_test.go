@@ -4,6 +4,8 @@ package cudabackend
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/kernels"
@@ -50,11 +52,12 @@ func fp8NormInputs(t *testing.T, c fp8NormCase) (gx, gnw *runtime.Tensor, h *run
 }
 
 // fp8NormFolds is whether the folded kernels take the case under gb's
-// FT_FP8_VARIANT: the tensor-core variants (auto's picks, mm2, mm4) with
-// blocks of 64 or more, or per channel.
+// FT_FP8_VARIANT: the tensor-core variants (auto's picks, mm2, mm4 and
+// their persistent forms) with blocks of 64 or more, or per channel.
 func fp8NormFolds(c fp8NormCase) bool {
 	v := gb.FP8Variant
-	return (v == fp8AutoVariant || v == "mm2" || v == "mm4") && fp8MMATakes(c.block, gb.k.fp8.cc)
+	mma := slices.ContainsFunc(fp8Variants, func(f fp8Variant) bool { return f.Name == v && f.MMA })
+	return (v == fp8AutoVariant || mma) && fp8MMATakes(c.block, gb.k.fp8.cc)
 }
 
 // TestNormMatMulNFP8: gemv3_fp8_norm_mm2/mm4 (NormMatMulNFP8 under every
@@ -144,5 +147,89 @@ func TestNormGateUpSiLUFP8(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestFP8PersistBitIdentical: the persistent variants (mp2, mp4) give the
+// bits of their block-a-tile twins (mm2, mm4): the same sums in the same
+// order, over shapes where a block takes several tiles (more tiles than a
+// wave) and a ragged last tile, for every kind, plain and with the norm
+// folded, per channel and in 128-blocks.
+func TestFP8PersistBitIdentical(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	defer func(was string) { gb.FP8Variant = was }(gb.FP8Variant)
+	for _, c := range []struct {
+		N     [3]int
+		D     int
+		block int
+		sdt   runtime.DType
+	}{
+		{[3]int{12345, 1000, 1001}, 4096, 0, runtime.BF16},
+		{[3]int{14336, 4096, 4096}, 4096, 128, runtime.F32},
+		{[3]int{4099, 1024, 1024}, 8192, 0, runtime.BF16},
+	} {
+		layout := kernels.FP8Layout{Block: c.block}
+		nc := fp8NormCase{N: c.N, D: c.D, block: c.block, sdt: c.sdt, xs: 4}
+		gx, gnw, _ := fp8NormInputs(t, nc)
+		xb := gpu(t, runtime.BF16, randBF16(rng, c.D, 2), 1, c.D)
+		var ws, ss []*runtime.Tensor
+		for _, n := range c.N {
+			w := newFP8Weight(t, rng, n, c.D, layout, c.sdt)
+			ws, ss = append(ws, w.g), append(ss, w.gs)
+		}
+		up := newFP8Weight(t, rng, c.N[0], c.D, layout, c.sdt)
+		// run is every kind's output under variant name, as float32.
+		run := func(t *testing.T, name string) map[string][]float32 {
+			gb.FP8Variant = name
+			got := map[string][]float32{}
+			for _, od := range []runtime.DType{runtime.BF16, runtime.F32} {
+				out := poisoned(t, od, 1, c.N[0])
+				if err := gb.MatMulFP8(out, xb, ws[0], ss[0], layout); err != nil {
+					t.Fatal(err)
+				}
+				got["gemv_v "+od.String()] = read(t, out)
+			}
+			outs := []*runtime.Tensor{poisoned(t, runtime.BF16, 1, c.N[0]), poisoned(t, runtime.BF16, 1, c.N[1]), poisoned(t, runtime.BF16, 1, c.N[2])}
+			if err := gb.MatMulNFP8(outs, xb, ws, ss, layout); err != nil {
+				t.Fatal(err)
+			}
+			for i, o := range outs {
+				got[fmt.Sprintf("qkv %d", i)] = read(t, o)
+			}
+			if ran, err := gb.NormMatMulNFP8(outs, gx, gnw, 1e-5, ws, ss, layout); err != nil || !ran {
+				t.Fatalf("NormMatMulNFP8 under %s: ran %v, %v", name, ran, err)
+			}
+			for i, o := range outs {
+				got[fmt.Sprintf("qkv normed %d", i)] = read(t, o)
+			}
+			act, u := poisoned(t, runtime.BF16, 1, c.N[0]), poisoned(t, runtime.BF16, 1, c.N[0])
+			if err := gb.GateUpSiLUFP8(act, u, xb, ws[0], up.g, ss[0], up.gs, layout); err != nil {
+				t.Fatal(err)
+			}
+			got["gateup"] = read(t, act)
+			if ran, err := gb.NormGateUpSiLUFP8(act, gx, gnw, 1e-5, ws[0], up.g, ss[0], up.gs, layout); err != nil || !ran {
+				t.Fatalf("NormGateUpSiLUFP8 under %s: ran %v, %v", name, ran, err)
+			}
+			got["gateup normed"] = read(t, act)
+			return got
+		}
+		for _, pair := range [][2]string{{"mp2", "mm2"}, {"mp4", "mm4"}} {
+			t.Run(fmt.Sprintf("%v_%d_%v_%s", c.N, c.D, layout, pair[0]), func(t *testing.T) {
+				if !fp8PersistTakes(fp8PersistNB[pair[0]].NB, c.D) {
+					t.Fatalf("%s does not take K %d: the case checks nothing", pair[0], c.D)
+				}
+				got, want := run(t, pair[0]), run(t, pair[1])
+				for k, w := range want {
+					g := got[k]
+					for i := range w {
+						if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
+							t.Errorf("%s row %d: %s %v, %s %v", k, i, pair[0], g[i], pair[1], w[i])
+							break
+						}
+					}
+				}
+			})
+		}
 	}
 }

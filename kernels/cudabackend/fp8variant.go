@@ -40,7 +40,35 @@ var fp8Variants = []fp8Variant{
 	// SM), mm4 four (2 blocks). Per-channel scales and blocks of 64 or
 	// more only (fp8MMATakes).
 	{"mm2", 0, 0, true, true}, {"mm4", 0, 0, true, true},
+	// Their persistent forms (fp8gemvmma.cu's fm_persist): a grid of one
+	// wave, each block looping over tiles with x staged once and its loads
+	// in flight across tiles (fp8PersistNB: k-steps in flight a warp). They
+	// take K a multiple of 1,024·NB; fp8GEMVs runs mm2/mm4 otherwise.
+	{"mp2", 0, 0, true, true}, {"mp4", 0, 0, true, true},
 }
+
+// fp8PersistNB is, for each persistent variant, the k-steps a warp keeps
+// in flight (the K it takes is a multiple of 1,024 times that) and the
+// tensor-core variant it falls back to for another K.
+var fp8PersistNB = map[string]struct {
+	NB       int
+	Fallback string
+}{"mp2": {2, "mm2"}, "mp4": {4, "mm4"}}
+
+// fp8PersistTwin is the persistent form of each tensor-core variant.
+var fp8PersistTwin = map[string]string{"mm2": "mp2", "mm4": "mp4"}
+
+// fp8PersistOn reports whether FT_FP8_PERSIST's value persist (Backend.FP8Persist)
+// asks the auto picks of kind for their persistent form: "gateup" for
+// gate·up·SiLU only, "all" for every kind, "" for none (the default).
+func fp8PersistOn(persist string, kind fp8Kind) bool {
+	return persist == "all" || persist == "gateup" && kind == fp8KindGateUp
+}
+
+// fp8PersistTakes reports whether the persistent variant name (with
+// k-steps nb in flight) takes x of K columns: every warp of its blocks the
+// same k-steps a tile, a multiple of nb.
+func fp8PersistTakes(nb, K int) bool { return nb > 0 && K > 0 && K%(1024*nb) == 0 }
 
 // fp8AutoVariant is the FT_FP8_VARIANT value that picks the variant per
 // launch (fp8AutoPick) by kind of GEMV and width.

@@ -101,3 +101,35 @@ func TestFP8MMATakes(t *testing.T) {
 		}
 	}
 }
+
+// TestFP8Persist: every persistent variant is a compiled tensor-core
+// variant whose fallback is one too and whose twin maps to it; the widths
+// each takes; which kinds FT_FP8_PERSIST's values turn persistent.
+func TestFP8Persist(t *testing.T) {
+	isMMA := func(name string) bool {
+		return slices.ContainsFunc(fp8Variants, func(v fp8Variant) bool { return v.Name == name && v.MMA })
+	}
+	for name, p := range fp8PersistNB {
+		if !isMMA(name) || !isMMA(p.Fallback) || fp8PersistTwin[p.Fallback] != name {
+			t.Errorf("%s: fallback %s, twin of the fallback %s", name, p.Fallback, fp8PersistTwin[p.Fallback])
+		}
+	}
+	for _, c := range []struct {
+		nb, K int
+		want  bool
+	}{{2, 4096, true}, {4, 4096, true}, {2, 14336, true}, {4, 14336, false}, {2, 1024, false}, {2, 320, false}, {0, 4096, false}} {
+		if got := fp8PersistTakes(c.nb, c.K); got != c.want {
+			t.Errorf("fp8PersistTakes(%d, %d) = %v", c.nb, c.K, got)
+		}
+	}
+	for _, c := range []struct {
+		persist string
+		kind    fp8Kind
+		want    bool
+	}{{"", fp8KindGateUp, false}, {"gateup", fp8KindGateUp, true}, {"gateup", fp8KindQKV, false}, {"gateup", fp8KindGEMV, false},
+		{"all", fp8KindGEMV, true}, {"all", fp8KindQKV, true}} {
+		if got := fp8PersistOn(c.persist, c.kind); got != c.want {
+			t.Errorf("fp8PersistOn(%q, %d) = %v", c.persist, c.kind, got)
+		}
+	}
+}
