@@ -35,7 +35,8 @@
 // widen E4M3 in registers, fused q/k/v and gate·up·SiLU, dequantization to
 // bf16 for cuBLAS; fp8gemvpipe.cu: software-pipelined variants of those
 // products; fp8gemvmma.cu: the same three on the tensor cores, E4M3 widened
-// to f16 into mma.sync). sm90a/ holds the kernels that need sm_90a
+// to f16 into mma.sync, and their persistent forms, a wave of blocks
+// looping over tiles). sm90a/ holds the kernels that need sm_90a
 // (SourceSM90a). Each kernel's comment
 // gives what it computes.
 package cuda
