@@ -103,7 +103,7 @@ func (b *Backend) fp8GEMVs(kind fp8Kind, K, block int) *fp8GEMVs {
 	vs := b.k.fp8.variants
 	name := fp8VariantFor(b.FP8Variant, kind, K)
 	if (b.FP8Variant == "" || b.FP8Variant == fp8AutoVariant) && fp8PersistOn(b.FP8Persist, kind) {
-		if twin, ok := fp8PersistTwin[name]; ok {
+		if twin := fp8PersistTwin(name); twin != "" {
 			name = twin
 		}
 	}

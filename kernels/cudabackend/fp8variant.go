@@ -55,8 +55,16 @@ var fp8PersistNB = map[string]struct {
 	Fallback string
 }{"mp2": {2, "mm2"}, "mp4": {4, "mm4"}}
 
-// fp8PersistTwin is the persistent form of each tensor-core variant.
-var fp8PersistTwin = map[string]string{"mm2": "mp2", "mm4": "mp4"}
+// fp8PersistTwin is the persistent form of the tensor-core variant name
+// (the variant whose fallback it is), "" where it has none.
+func fp8PersistTwin(name string) string {
+	for p, v := range fp8PersistNB {
+		if v.Fallback == name {
+			return p
+		}
+	}
+	return ""
+}
 
 // fp8PersistOn reports whether FT_FP8_PERSIST's value persist (Backend.FP8Persist)
 // asks the auto picks of kind for their persistent form: "gateup" for
@@ -65,9 +73,9 @@ func fp8PersistOn(persist string, kind fp8Kind) bool {
 	return persist == "all" || persist == "gateup" && kind == fp8KindGateUp
 }
 
-// fp8PersistTakes reports whether the persistent variant name (with
-// k-steps nb in flight) takes x of K columns: every warp of its blocks the
-// same k-steps a tile, a multiple of nb.
+// fp8PersistTakes reports whether a persistent variant with nb k-steps in
+// flight takes x of K columns: every warp of its blocks the same k-steps a
+// tile, a multiple of nb.
 func fp8PersistTakes(nb, K int) bool { return nb > 0 && K > 0 && K%(1024*nb) == 0 }
 
 // fp8AutoVariant is the FT_FP8_VARIANT value that picks the variant per

@@ -110,9 +110,12 @@ func TestFP8Persist(t *testing.T) {
 		return slices.ContainsFunc(fp8Variants, func(v fp8Variant) bool { return v.Name == name && v.MMA })
 	}
 	for name, p := range fp8PersistNB {
-		if !isMMA(name) || !isMMA(p.Fallback) || fp8PersistTwin[p.Fallback] != name {
-			t.Errorf("%s: fallback %s, twin of the fallback %s", name, p.Fallback, fp8PersistTwin[p.Fallback])
+		if !isMMA(name) || !isMMA(p.Fallback) || fp8PersistTwin(p.Fallback) != name {
+			t.Errorf("%s: fallback %s, twin of the fallback %s", name, p.Fallback, fp8PersistTwin(p.Fallback))
 		}
+	}
+	if twin := fp8PersistTwin("u8r1s"); twin != "" {
+		t.Errorf("a scalar variant has the persistent twin %q", twin)
 	}
 	for _, c := range []struct {
 		nb, K int
