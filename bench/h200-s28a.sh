@@ -7,7 +7,9 @@
 # tests with FT_FP8_PERSIST=all. (2) Their rates at the decode shapes
 # (TestFP8GEMVRate; s25e: gate·up mm2 31.23 µs). (3) The resident FP8 step
 # at 512 with FT_FP8_PERSIST unset, gateup and all, interleaved twice
-# (s27e: 2.69, 2.71 ms), and one traced step with gate·up persistent
+# (s27e: 2.69, 2.71 ms), and FT_ROPE_PREFETCH=1024 (the RoPE kernel asks
+# L2 for the layer's older KV rows before its wait: s27e's trace has the
+# attention at ~9 µs a layer for 2 MB), then one traced step with both
 # (s27e's trace: gate·up 40.5 µs a layer on the critical path).
 # Usage (repo root, GPU machine): bash bench/h200-s28a.sh OUTDIR
 set -uo pipefail
@@ -19,7 +21,7 @@ start_call kernels/cudabackend models/all
 make_fp8
 o=$(cd "$out" && pwd)
 log tests
-TT=150 runt fp8 cudabackend kernels/cudabackend 'Persist|TestFP8GEMVv|TestMatMulNFP8|TestGateUpSiLUFP8|TestNormMatMulNFP8|TestNormGateUpSiLUFP8|Argmax'
+TT=150 runt fp8 cudabackend kernels/cudabackend 'Persist|TestFP8GEMVv|TestMatMulNFP8|TestGateUpSiLUFP8|TestNormMatMulNFP8|TestNormGateUpSiLUFP8|Argmax|RoPEStoreKV|TestCapturedStep'
 TT=120 runt rate cudabackend kernels/cudabackend 'TestFP8GEMVRate'
 grep -E "rate (qkv|o|down|gateup) +(bf16pipe|auto|mm|mp)" "$out/test-rate.log" | sed 's/^ *fp8gemvrate_test.go:[0-9]*: //' >>"$out/summary.txt"
 FT_FP8_PERSIST=all TT=150 runt models-mp all models/all 'FP8'
@@ -30,6 +32,9 @@ for r in a b; do
   one f8-auto-$r -- --model $f8 $R
   one f8-pgu-$r FT_FP8_PERSIST=gateup -- --model $f8 $R
   one f8-pall-$r FT_FP8_PERSIST=all -- --model $f8 $R
+  one f8-rpf-$r FT_ROPE_PREFETCH=1024 -- --model $f8 $R
+  one bf-$r -- --model $m $R
+  one bf-rpf-$r FT_ROPE_PREFETCH=1024 -- --model $m $R
 done
-BT=150 one f8-pgu-traced FT_FP8_PERSIST=gateup FT_BLOCK_TRACE=$o/trace-pgu.txt -- --model $f8 --budgets resident --mode decode --context 512 --iters 10
+BT=150 one f8-traced FT_FP8_PERSIST=gateup FT_ROPE_PREFETCH=1024 FT_BLOCK_TRACE=$o/trace-both.txt -- --model $f8 --budgets resident --mode decode --context 512 --iters 10
 finish

@@ -192,6 +192,10 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b
 		: "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// prefetch_l2 asks for the 128-byte line at p in L2 (a hint: nothing is
+// read into the thread, so it may come before ft_pdl_wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // Programmatic dependent launch (sm_90; runtime/cuda/pdl.go). A kernel the
 // backend launches with programmatic stream serialization may start while
 // the kernel before it in the stream still runs. ft_pdl_wait blocks until

@@ -79,10 +79,6 @@ __device__ __forceinline__ float2 ld_cg_f2(const float* p) {
 	return v;
 }
 
-// prefetch_l2 asks for the 128-byte line at p in L2 (a hint: nothing is
-// read into the thread, so it may come before ft_pdl_wait).
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
 // pipe_split is where split `split` of query row t reads in a pipelined
 // decode: the row sees positions lo .. n-1 (n its length, lo after the
 // window); it uses ns = clamp(ceil(span / minChunk), 1, nsplit) splits (or

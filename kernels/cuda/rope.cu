@@ -30,16 +30,12 @@ extern "C" __global__ void rope_bf16(bf16_t* x, int H, int d, const int* posp, i
 	}
 }
 
-// rope_store_bf16 fuses a step's RoPE and KV-cache writes: for token
-// t = blockIdx.x at position p = pos+t, q[t] (H heads) and k[t] (K heads) are
-// rotated in place as rope_bf16 does, the rotated k[t] also lands in kc[p],
-// and vc[p] = v[t] (rows of K·d values). Positions at or past capacity are
-// not stored. The work of a token spreads over gridDim.y blocks.
-extern "C" __global__ void rope_store_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc,
-		int H, int K, int d, int capacity, const int* posp, int pos0, const float* inv) {
-	ft_pdl_wait();
+// rope_store_rows is rope_store_bf16's work (after its ft_pdl_wait) for
+// the step's first position p0.
+__device__ __forceinline__ void rope_store_rows(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc, int H, int K, int d,
+		int capacity, int p0, const float* inv) {
 	const int t = blockIdx.x, half = d >> 1;
-	const int p = ft_pos(posp, pos0) + t;
+	const int p = p0 + t;
 	const bool store = p >= 0 && p < capacity;
 	const int row = K * d;
 	bf16_t* qr = q + (usize)t * H * d;
@@ -57,6 +53,46 @@ extern "C" __global__ void rope_store_bf16(bf16_t* q, bf16_t* k, const bf16_t* v
 			vc[(usize)p * row + e] = v[(usize)t * row + e];
 		}
 	}
+}
+
+// rope_store_bf16 fuses a step's RoPE and KV-cache writes: for token
+// t = blockIdx.x at position p = pos+t, q[t] (H heads) and k[t] (K heads) are
+// rotated in place as rope_bf16 does, the rotated k[t] also lands in kc[p],
+// and vc[p] = v[t] (rows of K·d values). Positions at or past capacity are
+// not stored. The work of a token spreads over gridDim.y blocks.
+extern "C" __global__ void rope_store_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc,
+		int H, int K, int d, int capacity, const int* posp, int pos0, const float* inv) {
+	ft_pdl_wait();
+	rope_store_rows(q, k, v, kc, vc, H, K, d, capacity, ft_pos(posp, pos0), inv);
+}
+
+// rope_store_pf_bf16 is rope_store_bf16 that first, before its
+// ft_pdl_wait, asks L2 for the cache rows the decode attention after it
+// will read: the last pfRows of rows 0 … p − 1 of kc and vc, p the step's
+// first position (capped at capacity). Those rows were written by earlier
+// steps, and the position by a kernel that has completed when this one's
+// blocks start (common.cuh: only the kernel just ahead, the q/k/v GEMV, may
+// still run). Why (FT_ROPE_PREFETCH, bench/RESULTS.md s27e): the block
+// trace puts ~8–9 µs a layer on the decode attention at context 512, which
+// reads 2 MB; its loads then queue in HBM behind the output projection's
+// early weight loads, while here they overlap the q/k/v GEMV instead.
+extern "C" __global__ void rope_store_pf_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc,
+		int H, int K, int d, int capacity, const int* posp, int pos0, const float* inv, int pfRows) {
+	const int p0 = ft_pos(posp, pos0);
+	{
+		const int hi = min(max(p0, 0), capacity), lo = max(0, hi - pfRows);
+		const usize rowBytes = (usize)K * d * 2, bytes = (usize)(hi - lo) * rowBytes;
+		const char* kb = (const char*)kc + (usize)lo * rowBytes;
+		const char* vb = (const char*)vc + (usize)lo * rowBytes;
+		const usize n = (usize)gridDim.x * gridDim.y * blockDim.x;
+		const usize id = ((usize)blockIdx.x * gridDim.y + blockIdx.y) * blockDim.x + threadIdx.x;
+		for (usize off = 128 * id; off < bytes; off += 128 * n) {
+			prefetch_l2(kb + off);
+			prefetch_l2(vb + off);
+		}
+	}
+	ft_pdl_wait();
+	rope_store_rows(q, k, v, kc, vc, H, K, d, capacity, p0, inv);
 }
 
 // rope_store_paged_bf16 is rope_store_bf16 for a batch's packed tokens at

@@ -189,6 +189,12 @@ type Backend struct {
 	// for gate·up·SiLU, "all" for every kind, "" for none. New sets it from
 	// FT_FP8_PERSIST (A/B runs).
 	FP8Persist string
+	// RoPEPrefetch, when positive, makes a decode step's RoPE + KV store
+	// (RoPEStoreKV, fewer than 16 tokens) ask L2 first for up to that many
+	// of the cache rows before the step (rope_store_pf_bf16), which the
+	// decode attention after it reads. New sets it from FT_ROPE_PREFETCH
+	// (rows; unset or 0: off; A/B runs).
+	RoPEPrefetch int
 	// NoFusedRoPE makes ProjectRoPEStoreKV decline (qkvrope.go): the
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
@@ -276,6 +282,7 @@ type kernelSet struct {
 	addBias                                                                                *cuda.Function
 	scale                                                                                  *cuda.Function // scale_bf16
 	rms, rmsV8, rmsF32, rope, ropeStore                                                    *cuda.Function
+	ropeStorePF                                                                            *cuda.Function         // rope_store_pf_bf16 (RoPEStoreKV under FT_ROPE_PREFETCH)
 	gemv, gemvF32                                                                          map[int]*cuda.Function // by unroll
 	gemvPersist, gemvPersistF32, gemv3, gateUp                                             *cuda.Function
 	attnSplit, attnCombine                                                                 *cuda.Function
@@ -346,7 +353,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		embed: get("embedding_bf16"), embedF32: get("embedding_f32out"), store: get("store_rows_bf16"), cast: get("cast_any"),
 		fill: get("fill_uniform_bf16"), argmax: get("argmax_rows"), argmaxFeed: get("argmax_feed"), argmaxSplit: get("argmax_rows_split"), exp4Unpack: get("exp4_unpack"),
 		rms: get("rmsnorm_bf16"), rmsV8: get("rmsnorm_bf16_v8"), rmsF32: get("rmsnorm_f32in_bf16"),
-		rope: get("rope_bf16"), ropeStore: get("rope_store_bf16"),
+		rope: get("rope_bf16"), ropeStore: get("rope_store_bf16"), ropeStorePF: get("rope_store_pf_bf16"),
 		gemv:      map[int]*cuda.Function{4: get("gemv_bf16_u4"), 8: get("gemv_bf16"), 16: get("gemv_bf16_u16")},
 		gemvF32:   map[int]*cuda.Function{8: get("gemv_bf16_f32out"), 16: get("gemv_f32out_u16")},
 		attnSplit: get("attn_split_bf16"), attnCombine: get("attn_combine_bf16"),
@@ -489,6 +496,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoFusedNorm:    noFusedNormFromEnv(),
 		NoFP8FusedNorm: noFP8FusedNormFromEnv(),
 		FP8Persist:     os.Getenv("FT_FP8_PERSIST"),
+		RoPEPrefetch:   envInt("FT_ROPE_PREFETCH"),
 		NoMergedGEMM:   noMergedFromEnv(),
 		NormTail:       normTailFromEnv(),
 		VarlenContig:   varlenContigFromEnv(),
@@ -914,7 +922,13 @@ func (b *Backend) RoPEStoreKV(q, k, v, kCache, vCache *runtime.Tensor, pos0 int,
 			cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
 			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(kCache.Dim(0)), posp, p0, cuda.Ptr(tab))
 	}
-	return b.k.ropeStore.Launch(b.s, cuda.Dim3{X: T, Y: ropeGridY((H+K)*d/2 + K*d)}, cuda.Dim3{X: 256}, 0,
+	grid := cuda.Dim3{X: T, Y: ropeGridY((H+K)*d/2 + K*d)}
+	if b.RoPEPrefetch > 0 {
+		return b.k.ropeStorePF.Launch(b.s, grid, cuda.Dim3{X: 256}, 0,
+			cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
+			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(kCache.Dim(0)), posp, p0, cuda.Ptr(tab), cuda.I32(b.RoPEPrefetch))
+	}
+	return b.k.ropeStore.Launch(b.s, grid, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
 		cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(kCache.Dim(0)), posp, p0, cuda.Ptr(tab))
 }

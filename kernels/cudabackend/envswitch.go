@@ -46,6 +46,7 @@ var envSwitches = map[string][]string{
 	"FT_DECODE_CHUNK":    nil,
 	"FT_DECODE_SPLITS":   nil,
 	"FT_FUSED_GROUP":     nil,
+	"FT_ROPE_PREFETCH":   nil,
 }
 
 // EnvSwitchValues are the simple switches New checks at start-up, each with
