@@ -22,7 +22,7 @@ start_call kernels/cudabackend models/all
 make_fp8
 o=$(cd "$out" && pwd)
 log tests
-TT=150 runt fp8 cudabackend kernels/cudabackend 'Persist|TestFP8GEMVv|TestMatMulNFP8|TestGateUpSiLUFP8|TestNormMatMulNFP8|TestNormGateUpSiLUFP8|Argmax|RoPEStoreKV|TestCapturedStep'
+TT=150 runt fp8 cudabackend kernels/cudabackend 'Persist|TestFP8GEMVv|TestMatMulNFP8|TestGateUpSiLUFP8|TestNormMatMulNFP8|TestNormGateUpSiLUFP8|Argmax|RoPEStoreKV|TestCapturedStep|TestEmbedding'
 TT=120 runt rate cudabackend kernels/cudabackend 'TestFP8GEMVRate'
 grep -E "rate (qkv|o|down|gateup) +(bf16pipe|auto|mm|mp)" "$out/test-rate.log" | sed 's/^ *fp8gemvrate_test.go:[0-9]*: //' >>"$out/summary.txt"
 FT_FP8_PERSIST=all TT=150 runt models-mp all models/all 'FP8'

@@ -45,17 +45,21 @@ extern "C" __global__ void silu_mul_bf16_v8(uint4* out, const uint4* gate, const
 }
 
 // embedding_bf16: out[t,c] = table[ids[t],c] for t = blockIdx.x, c < dim; an
-// id outside [0, vocab) gives a row of NaN (the host checks ids first).
+// id outside [0, vocab) gives a row of NaN (the host checks ids first). A
+// row spreads over gridDim.y blocks (a decode step's one row over several,
+// so that a thread's loads are few: one block took ~9 µs for 4,096 values,
+// s27e's trace).
 extern "C" __global__ void embedding_bf16(bf16_t* out, const bf16_t* table, const int* ids, int dim, int vocab) {
 	const int t = blockIdx.x;
 	const int id = ids[t];
 	bf16_t* o = out + (usize)t * dim;
+	const int c0 = blockIdx.y * blockDim.x + threadIdx.x, step = gridDim.y * blockDim.x;
 	if (id < 0 || id >= vocab) {
-		for (int c = threadIdx.x; c < dim; c += blockDim.x) o[c] = FT_BF16_NAN;
+		for (int c = c0; c < dim; c += step) o[c] = FT_BF16_NAN;
 		return;
 	}
 	const bf16_t* r = table + (usize)id * dim;
-	for (int c = threadIdx.x; c < dim; c += blockDim.x) o[c] = r[c];
+	for (int c = c0; c < dim; c += step) o[c] = r[c];
 }
 
 // store_rows_bf16: cache[(p+t)·row + j] = x[t·row + j] for t = blockIdx.x,
@@ -292,18 +296,20 @@ extern "C" __global__ void add_f32_v4(float4* out, const float4* a, const float4
 }
 
 // embedding_f32out: out[t,c] = float(table[ids[t],c]) for t = blockIdx.x (the
-// fp32 residual stream); ids outside [0, vocab) give NaN rows.
+// fp32 residual stream); ids outside [0, vocab) give NaN rows. A row
+// spreads over gridDim.y blocks, as in embedding_bf16.
 extern "C" __global__ void embedding_f32out(float* out, const bf16_t* table, const int* ids, int dim, int vocab) {
 	ft_pdl_wait();
 	const int t = blockIdx.x;
 	const int id = ids[t];
 	float* o = out + (usize)t * dim;
+	const int c0 = blockIdx.y * blockDim.x + threadIdx.x, step = gridDim.y * blockDim.x;
 	if (id < 0 || id >= vocab) {
-		for (int c = threadIdx.x; c < dim; c += blockDim.x) o[c] = __int_as_float(0x7fc00000);
+		for (int c = c0; c < dim; c += step) o[c] = __int_as_float(0x7fc00000);
 		return;
 	}
 	const bf16_t* r = table + (usize)id * dim;
-	for (int c = threadIdx.x; c < dim; c += blockDim.x) o[c] = bf2f(r[c]);
+	for (int c = c0; c < dim; c += step) o[c] = bf2f(r[c]);
 }
 
 // add_bias_bf16: x[i] += bias[i mod N] for i < n, a projection's bias added

@@ -378,6 +378,27 @@ func TestEmbedding(t *testing.T) {
 		}
 		compare(t, "Embedding into "+dt.String(), read(t, out), ref.F32(), 0, 0)
 	}
+	// one row of 4,096 (a decode step: the row over 16 blocks) and a row of 264
+	// over two
+	const W = 4096
+	wide := randBF16(rng, 50*W, 1)
+	gw := gpu(t, runtime.BF16, wide, 50, W)
+	for _, c := range []struct {
+		table []float32
+		gt    *runtime.Tensor
+		D     int
+	}{{wide, gw, W}, {table, gt, D}} {
+		for _, id := range []int32{0, 7, int32(c.gt.Dim(0) - 1)} {
+			want := c.table[int(id)*c.D : int(id+1)*c.D]
+			for _, dt := range []runtime.DType{runtime.BF16, runtime.F32} {
+				out := poisoned(t, dt, 1, c.D)
+				if err := gb.Embedding(out, c.gt, []int32{id}); err != nil {
+					t.Fatal(err)
+				}
+				compare(t, fmt.Sprintf("one row of %d (id %d) into %v", c.D, id, dt), read(t, out), want, 0, 0)
+			}
+		}
+	}
 	if err := gb.Embedding(poisoned(t, runtime.BF16, 2, D), gt, []int32{3, V}); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
 		t.Errorf("id %d: error %v, want one naming the vocabulary", V, err)
 	}
