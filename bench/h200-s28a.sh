@@ -4,7 +4,8 @@
 # fm_persist), never run on a GPU yet. (1) Their tests: every FP8 kernel
 # test runs every variant, mp2/mp4 included, against the CPU reference;
 # TestFP8PersistBitIdentical against mm2/mm4 bit for bit; the models' FP8
-# tests with FT_FP8_PERSIST=all. (2) Their rates at the decode shapes
+# tests with FT_FP8_PERSIST=all; the default path's model tests (the
+# embedding gather and rope_store_bf16 changed too). (2) Their rates at the decode shapes
 # (TestFP8GEMVRate; s25e: gate·up mm2 31.23 µs). (3) The resident FP8 step
 # at 512 with FT_FP8_PERSIST unset, gateup and all, interleaved twice
 # (s27e: 2.69, 2.71 ms), and FT_ROPE_PREFETCH=1024 (the RoPE kernel asks
@@ -25,6 +26,7 @@ log tests
 TT=150 runt fp8 cudabackend kernels/cudabackend 'Persist|TestFP8GEMVv|TestMatMulNFP8|TestGateUpSiLUFP8|TestNormMatMulNFP8|TestNormGateUpSiLUFP8|Argmax|RoPEStoreKV|TestCapturedStep|TestEmbedding'
 TT=120 runt rate cudabackend kernels/cudabackend 'TestFP8GEMVRate'
 grep -E "rate (qkv|o|down|gateup) +(bf16pipe|auto|mm|mp)" "$out/test-rate.log" | sed 's/^ *fp8gemvrate_test.go:[0-9]*: //' >>"$out/summary.txt"
+TT=150 runt models all models/all 'GPU|TestGolden|TestBatch'
 FT_FP8_PERSIST=all TT=150 runt models-mp all models/all 'FP8'
 tests_done || { finish; exit 0; }
 log figures
