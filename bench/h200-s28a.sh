@@ -12,7 +12,9 @@
 # L2 for the layer's older KV rows before its wait: s27e's trace has the
 # attention at ~9 µs a layer for 2 MB), then one traced step with both
 # (s27e's trace: gate·up 40.5 µs a layer on the critical path); and
-# FT_DECODE_CHUNK=1024 (one split a KV head at 512: no merge round trip).
+# FT_DECODE_CHUNK=1024 (one split a KV head at 512: no merge round trip);
+# FT_L2_HINT_MB=16/32 with the prefetch (the RoPE kernel, after its work,
+# asks L2 for the layer's first gate/up rows while the attention runs).
 # Usage (repo root, GPU machine): bash bench/h200-s28a.sh OUTDIR
 set -uo pipefail
 source .devtools/env.sh
@@ -39,6 +41,8 @@ for r in a b; do
   one bf-$r -- --model $m $R
   one bf-rpf-$r FT_ROPE_PREFETCH=1024 -- --model $m $R
   one f8-c1024-$r FT_DECODE_CHUNK=1024 -- --model $f8 $R
+  one f8-hint16-$r FT_ROPE_PREFETCH=1024 FT_L2_HINT_MB=16 -- --model $f8 $R
+  one f8-hint32-$r FT_ROPE_PREFETCH=1024 FT_L2_HINT_MB=32 -- --model $f8 $R
 done
 BT=150 one f8-traced FT_FP8_PERSIST=gateup FT_ROPE_PREFETCH=1024 FT_BLOCK_TRACE=$o/trace-both.txt -- --model $f8 --budgets resident --mode decode --context 512 --iters 10
 finish
