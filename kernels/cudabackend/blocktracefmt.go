@@ -76,6 +76,13 @@ func writeBlockTrace(w io.Writer, label string, names []string, raw []byte, lost
 		label, len(order), len(raw)/48, lost); err != nil {
 		return err
 	}
+	type crit struct {
+		n  int
+		ns uint64
+	}
+	byName := map[string]*crit{}
+	var kinds []string
+	latest := t0
 	for _, g := range order {
 		name := fmt.Sprintf("kernel#%d", g.id)
 		if g.id < len(names) {
@@ -83,6 +90,27 @@ func writeBlockTrace(w io.Writer, label string, names []string, raw []byte, lost
 		}
 		if _, err := fmt.Fprintf(w, "%9.2f %9.2f %9.2f %9.2f %9.2f %5d/%-5d %3d %s\n", us(g.start), us(g.waitLo), us(g.waitMed),
 			us(g.endMed), us(g.end), g.seen, g.blocks, len(g.sms), name); err != nil {
+			return err
+		}
+		c := byName[name]
+		if c == nil {
+			c = &crit{}
+			byName[name] = c
+			kinds = append(kinds, name)
+		}
+		c.n++
+		if g.end > latest {
+			c.ns += g.end - latest
+			latest = g.end
+		}
+	}
+	// The critical path: how far each launch moved the latest end so far.
+	if _, err := fmt.Fprintf(w, "# critical path by kernel (µs the last block end moved past every earlier one): launches total mean kernel\n"); err != nil {
+		return err
+	}
+	for _, name := range kinds {
+		c := byName[name]
+		if _, err := fmt.Fprintf(w, "# %5d %9.2f %7.2f %s\n", c.n, float64(c.ns)/1e3, float64(c.ns)/1e3/float64(c.n), name); err != nil {
 			return err
 		}
 	}

@@ -8,7 +8,8 @@ import (
 
 // TestWriteBlockTrace: records of two launches (one waited, one not, given
 // out of order) give one line each, ordered by first start, with the
-// median and last ends, the blocks seen of the grid's, the SMs, the name.
+// median and last ends, the blocks seen of the grid's, the SMs, the name;
+// then each kernel's share of the critical path.
 func TestWriteBlockTrace(t *testing.T) {
 	var raw []byte
 	rec := func(id, sm, blk int, grid, start, wait, end, blocks uint64) {
@@ -26,8 +27,14 @@ func TestWriteBlockTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(sb.String()), "\n")
-	if len(lines) != 3 {
+	if len(lines) != 6 {
 		t.Fatalf("got %d lines:\n%s", len(lines), sb.String())
+	}
+	// the critical path: gemv_a to its last end (6 µs), attn_b from there to 9
+	for i, w := range [][]string{{"#", "1", "6.00", "6.00", "gemv_a"}, {"#", "1", "3.00", "3.00", "attn_b"}} {
+		if got := strings.Fields(lines[4+i]); strings.Join(got, " ") != strings.Join(w, " ") {
+			t.Errorf("critical line %d: %q, want %q", i, got, w)
+		}
 	}
 	if !strings.HasPrefix(lines[0], "# step: 2 launches, 4 block records (5 lost)") {
 		t.Errorf("header %q", lines[0])
