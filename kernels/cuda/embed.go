@@ -182,7 +182,6 @@ func KernelsSM90aExtra(name string) []string {
 	return kernelsIn(string(data))
 }
 
-// kernelsIn lists the extern "C" kernel names declared in src.
 // Traced is src with "FT_TRACE_SCOPE(n)" put first in the body of its
 // n-th kernel definition (source order; names[n] is that kernel's name),
 // for a module compiled with -DFT_BLOCK_TRACE (common.cuh's block tracing,
@@ -252,6 +251,7 @@ func kernelName(s string) (string, bool) {
 	return s[:n], true
 }
 
+// kernelsIn lists the extern "C" kernel names declared in src.
 func kernelsIn(src string) []string {
 	var out []string
 	for _, line := range strings.Split(src, "\n") {
