@@ -47,6 +47,19 @@ const fp8StepCount = 5
 // fp8Steps loads the FP8 fixture dir on host and returns the model and a
 // run: the logits of a 4-token prompt's forward and of fp8StepCount greedy
 // one-token steps on a backend, in a fresh KV cache.
+// sameStepLogits fails t unless every step's logits in got have the bits
+// of want's; what and ref name the run and the path it is compared with.
+func sameStepLogits(t *testing.T, what, ref string, got, want [][]float32) {
+	t.Helper()
+	for s := range want {
+		for i := range want[s] {
+			if math.Float32bits(got[s][i]) != math.Float32bits(want[s][i]) {
+				t.Fatalf("%s: forward %d, logit %d = %v, want %v (%s)", what, s, i, got[s][i], want[s][i], ref)
+			}
+		}
+	}
+}
+
 func fp8Steps(t *testing.T, dir string, host runtime.Device) (*decoder.Model, func(kernels.Backend) [][]float32) {
 	t.Helper()
 	m := load(t, dir, host)
@@ -90,14 +103,7 @@ func TestFP8AddDecodeCPU(t *testing.T) {
 			want := run(cpuB)
 			check := func(what string, b *addCPU, calls int) {
 				t.Helper()
-				got := run(b)
-				for s := range want {
-					for i := range want[s] {
-						if math.Float32bits(got[s][i]) != math.Float32bits(want[s][i]) {
-							t.Fatalf("%s: forward %d, logit %d = %v, want %v (product then add)", what, s, i, got[s][i], want[s][i])
-						}
-					}
-				}
+				sameStepLogits(t, what, "product then add", run(b), want)
 				if b.calls != calls || b.rows != calls {
 					t.Errorf("%s: %d MatMulAddFP8 calls over %d rows, want %d of one row", what, b.calls, b.rows, calls)
 				}

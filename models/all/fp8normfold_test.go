@@ -1,7 +1,6 @@
 package all_test
 
 import (
-	"math"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/kernels"
@@ -85,14 +84,7 @@ func TestFP8FoldedNormsCPU(t *testing.T) {
 			want := run(&addCPU{CPUBackend: cpuB})
 			check := func(what string, b *normFP8CPU, qkv, gateUp int) {
 				t.Helper()
-				got := run(b)
-				for s := range want {
-					for i := range want[s] {
-						if math.Float32bits(got[s][i]) != math.Float32bits(want[s][i]) {
-							t.Fatalf("%s: forward %d, logit %d = %v, want %v (norm, then the FP8 ops)", what, s, i, got[s][i], want[s][i])
-						}
-					}
-				}
+				sameStepLogits(t, what, "norm, then the FP8 ops", run(b), want)
 				if b.qkv != qkv || b.gateUp != gateUp {
 					t.Errorf("%s: %d folded q/k/v and %d gate·up calls, want %d and %d", what, b.qkv, b.gateUp, qkv, gateUp)
 				}

@@ -1,7 +1,6 @@
 package all_test
 
 import (
-	"math"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/kernels"
@@ -31,14 +30,7 @@ func TestL2HintsCPU(t *testing.T) {
 	m, run := fp8Steps(t, fp8FixtureDirs[0], host)
 	want := run(cpuB)
 	b := &hintCPU{CPUBackend: cpuB}
-	got := run(b)
-	for s := range want {
-		for i := range want[s] {
-			if math.Float32bits(got[s][i]) != math.Float32bits(want[s][i]) {
-				t.Fatalf("forward %d, logit %d = %v with hints, %v without", s, i, got[s][i], want[s][i])
-			}
-		}
-	}
+	sameStepLogits(t, "with L2 hints", "without", run(b), want)
 	L := m.Cfg.NumHiddenLayers
 	if len(b.hints) != L*fp8StepCount {
 		t.Fatalf("%d hints, want %d (a layer a one-token step, none for the prompt)", len(b.hints), L*fp8StepCount)
