@@ -61,7 +61,7 @@ var extraEnv = map[string][]string{
 	"FT_DECODE_MEGA":         {"", "0", "1"},                          // "1": a plain BF16 layer's one-token step as one persistent kernel with grid barriers (measured slower than the separate kernels, 156.5 against 129.8 µs a layer in s11f; off by default, an experiment; cuda builds)
 	"FT_FP8_GEMV":            {"", "legacy"},                          // "legacy": FP8 weights through the first FP8 kernels, one GEMV launch per projection (A/B runs, cuda builds)
 	"FT_FP8_VARIANT":         fp8VariantValues,                        // the tuning of the one-token FP8 GEMVs: auto (default, per kind and width) or one forced, e.g. u8r1s (A/B sweeps, cuda builds)
-	"FT_FP8_PERSIST":         {"", "gateup", "all"},                   // the auto picks' persistent forms (mp2/mp4: one wave of blocks looping over tiles) for gate·up only or every kind (A/B runs, cuda builds)
+	"FT_FP8_PERSIST":         {"", "all", "gateup", "none"},           // the auto picks' persistent forms (mp2/mp4: one wave of blocks looping over tiles) for every kind (the default), gate·up only, or none (A/B runs, cuda builds)
 	"FT_ROPE_PREFETCH":       nil,                                     // rows: a decode step's RoPE + KV store first asks L2 for up to that many of the cache rows the attention reads next (A/B runs, cuda builds; unset: off)
 	"FT_L2_HINT_MB":          nil,                                     // MB: a decode step's RoPE + KV store then asks L2 for that much of the layer's first MLP weights, streamed while the attention runs (A/B runs, cuda builds; unset: off)
 	"FT_FP8_ADD":             {"", "0", "1"},                          // "0": a decode step's FP8 o_proj/down_proj write their products and separate adds put them into the residual, instead of the GEMV adding (A/B runs, cuda builds)
@@ -101,8 +101,8 @@ var extraEnv = map[string][]string{
 	// layout of the tensor-core prefill attention: auto (per call) or one
 	// for every call (A/B runs, cuda builds; kernels/cudabackend/prefillvariant.go)
 	"FT_PREFILL_VARIANT": {"", "auto", "base", "w4m32", "w8q", "m64", "fa2", "wg", "wg6"},
-	"FT_DECODE_VARIANT":  {"", "s3w4h1r", "s3w4h1o", "s2w4h1o", "s2w4h1r", "s4w4h1r", "s3w8h1r", "s2w4h4r", "s3w4h4r", "s2w8h8r", "s3w8h8r", "s3w4h1rf", "s3w2h1rf", "s4w2h1rf", "s4w1h1rf", "s6w1h1rf", "s3w4h1t", "s2w4h1t", "s4w2h1t", "s3w2h1t", "s3w4h1tf", "s4w2h1tf", "s3w4h1tp", "s2w4h1tp"}, // compiled variant of the pipelined decode attention at head width 128 (kernels/cudabackend/decode.go pipeVariants; A/B runs, cuda builds)
-	"FT_DECODE_SPLITS":   nil,                                                                                                                                                                                                                                                                        // splits per (row, KV head block) of the pipelined decode attention's grid (A/B runs, cuda builds)
+	"FT_DECODE_VARIANT":  {"", "s3w4h1r", "s3w4h1o", "s2w4h1o", "s2w4h1r", "s4w4h1r", "s3w8h1r", "s2w4h4r", "s3w4h4r", "s2w8h8r", "s3w8h8r", "s3w4h1rf", "s3w2h1rf", "s4w2h1rf", "s4w1h1rf", "s6w1h1rf", "s3w4h1t", "s2w4h1t", "s4w2h1t", "s3w2h1t", "s3w4h1tf", "s4w2h1tf", "s3w4h1tp", "s2w4h1tp", "s5w4h1tp", "s4w4h1tp", "s3w8h1tp", "s2w8h1tp"}, // compiled variant of the pipelined decode attention at head width 128 (kernels/cudabackend/decode.go pipeVariants; A/B runs, cuda builds)
+	"FT_DECODE_SPLITS":   nil,                                                                                                                                                                                                                                                                                                                        // splits per (row, KV head block) of the pipelined decode attention's grid (A/B runs, cuda builds)
 }
 
 // envName is the variable of a flag: gpu-budget → FT_GPU_BUDGET.

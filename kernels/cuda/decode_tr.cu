@@ -394,3 +394,11 @@ FT_TR_VARIANT(128, 3, 4, f, true, false)
 FT_TR_VARIANT(128, 4, 2, f, true, false)
 FT_TR_VARIANT(128, 3, 4, p, false, true)
 FT_TR_VARIANT(128, 2, 4, p, false, true)
+// Deeper rings or more warps with the early copies (session 28): at short
+// contexts every group of a warp, not just the first S − 1, may be copied
+// before the wait (s5w4: 4 groups a warp, 256 positions a split), or a
+// split of twice the positions takes the same groups a warp (w8).
+FT_TR_VARIANT(128, 5, 4, p, false, true)
+FT_TR_VARIANT(128, 4, 4, p, false, true)
+FT_TR_VARIANT(128, 3, 8, p, false, true)
+FT_TR_VARIANT(128, 2, 8, p, false, true)

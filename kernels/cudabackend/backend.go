@@ -185,9 +185,9 @@ type Backend struct {
 	// New sets it for FT_FP8_FUSE_NORM=0.
 	NoFP8FusedNorm bool
 	// FP8Persist asks the auto-picked tensor-core FP8 GEMVs for their
-	// persistent forms (mp2, mp4; fp8variant.go's fp8PersistOn): "gateup"
-	// for gate·up·SiLU, "all" for every kind, "" for none. New sets it from
-	// FT_FP8_PERSIST (A/B runs).
+	// persistent forms (mp2, mp4; fp8variant.go's fp8PersistOn): "" or
+	// "all" (the default) for every kind, "gateup" for gate·up·SiLU only,
+	// "none" for no kind. New sets it from FT_FP8_PERSIST (A/B runs).
 	FP8Persist string
 	// RoPEPrefetch, when positive, makes a decode step's RoPE + KV store
 	// (RoPEStoreKV, fewer than 16 tokens) ask L2 first for up to that many

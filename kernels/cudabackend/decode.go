@@ -141,6 +141,12 @@ var pipeVariants = []pipeVariant{
 	// (decode_tr.cu's PRE; issue 21, s15).
 	{128, 3, 4, 1, false, false, true, true},
 	{128, 2, 4, 1, false, false, true, true},
+	// Deeper rings (every group of a short split copied before the wait)
+	// and 8 warps a block (session 28; A/B runs).
+	{128, 5, 4, 1, false, false, true, true},
+	{128, 4, 4, 1, false, false, true, true},
+	{128, 3, 8, 1, false, false, true, true},
+	{128, 2, 8, 1, false, false, true, true},
 }
 
 // PipeVariantNames are the FT_DECODE_VARIANT values (head width 128; head

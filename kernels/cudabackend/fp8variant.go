@@ -67,10 +67,22 @@ func fp8PersistTwin(name string) string {
 }
 
 // fp8PersistOn reports whether FT_FP8_PERSIST's value persist (Backend.FP8Persist)
-// asks the auto picks of kind for their persistent form: "gateup" for
-// gate·up·SiLU only, "all" for every kind, "" for none (the default).
+// asks the auto picks of kind for their persistent form: "" or "all" (the
+// default) for every kind, "gateup" for gate·up·SiLU only, "none" for no
+// kind. Measured on the H200 (2026-12-04, bench/h200-s28b.sh, Llama-3-8B
+// FP8 resident decode at 512, graph replay, two rounds): mm2/mm4 2.71 and
+// 2.70 ms a step, gate·up persistent 2.60 and 2.60, every kind 2.57 and
+// 2.57; TestFP8GEMVRate (s28a, back to back): q/k/v mp2 8.83 µs against
+// mm2 9.30, gate·up mp2 30.93 against 33.48, o mp4 7.49 against mm4 7.38,
+// down mm4 (mp4 does not take K = 14,336) 18.81.
 func fp8PersistOn(persist string, kind fp8Kind) bool {
-	return persist == "all" || persist == "gateup" && kind == fp8KindGateUp
+	switch persist {
+	case "none":
+		return false
+	case "gateup":
+		return kind == fp8KindGateUp
+	}
+	return true
 }
 
 // fp8PersistTakes reports whether a persistent variant with nb k-steps in

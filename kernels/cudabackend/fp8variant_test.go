@@ -129,7 +129,7 @@ func TestFP8Persist(t *testing.T) {
 		persist string
 		kind    fp8Kind
 		want    bool
-	}{{"", fp8KindGateUp, false}, {"gateup", fp8KindGateUp, true}, {"gateup", fp8KindQKV, false}, {"gateup", fp8KindGEMV, false},
+	}{{"", fp8KindGateUp, true}, {"", fp8KindGEMV, true}, {"none", fp8KindGateUp, false}, {"none", fp8KindQKV, false}, {"gateup", fp8KindGateUp, true}, {"gateup", fp8KindQKV, false}, {"gateup", fp8KindGEMV, false},
 		{"all", fp8KindGEMV, true}, {"all", fp8KindQKV, true}} {
 		if got := fp8PersistOn(c.persist, c.kind); got != c.want {
 			t.Errorf("fp8PersistOn(%q, %d) = %v", c.persist, c.kind, got)
