@@ -189,6 +189,10 @@ type Backend struct {
 	// "all" (the default) for every kind, "gateup" for gate·up·SiLU only,
 	// "none" for no kind. New sets it from FT_FP8_PERSIST (A/B runs).
 	FP8Persist string
+	// FP8PersistGrid shapes the persistent FP8 GEMVs' grids
+	// (fp8variant.go's fp8PersistGrid): "" at most a wave, "even", "o1".
+	// New sets it from FT_FP8_PERSIST_GRID (A/B runs).
+	FP8PersistGrid string
 	// RoPEPrefetch, when positive, makes a decode step's RoPE + KV store
 	// (RoPEStoreKV, fewer than 16 tokens) ask L2 first for up to that many
 	// of the cache rows before the step (rope_store_pf_bf16), which the
@@ -502,6 +506,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoFusedNorm:    noFusedNormFromEnv(),
 		NoFP8FusedNorm: noFP8FusedNormFromEnv(),
 		FP8Persist:     os.Getenv("FT_FP8_PERSIST"),
+		FP8PersistGrid: os.Getenv("FT_FP8_PERSIST_GRID"),
 		RoPEPrefetch:   envInt("FT_ROPE_PREFETCH"),
 		L2HintBytes:    int64(envInt("FT_L2_HINT_MB")) << 20,
 		NoMergedGEMM:   noMergedFromEnv(),

@@ -344,19 +344,41 @@ const pipeChunkDefault = 256
 // measured with.
 const contigPipeDefault = "s3w4h1tp"
 
+// contigPipeShort is the variant of a one-sequence decode over a
+// contiguous cache of at most contigShortCap rows at head width 128 when
+// FT_DECODE_VARIANT is unset: 8 warps a block with 2 stages each, so that
+// a split of 256 positions is 2 groups a warp, the first copied before the
+// dependent-launch wait. Measured on the H200 (2026-12-04,
+// bench/h200-s28c.sh, Llama-3-8B FP8, resident graph step at context 512,
+// two rounds): 2.51, 2.52 ms against 2.55, 2.55 with s3w4h1tp; s5w4h1tp
+// 2.55, 2.53; s4w4h1tp 2.52, 2.53; s3w8h1tp 2.57, 2.58.
+const contigPipeShort = "s2w8h1tp"
+
+// contigShortCap is the most cache rows that take contigPipeShort.
+const contigShortCap = 2048
+
+// contigPipeFor is the default variant over a contiguous cache of
+// capacity rows.
+func contigPipeFor(capacity int) string {
+	if capacity <= contigShortCap {
+		return contigPipeShort
+	}
+	return contigPipeDefault
+}
+
 // pipeFor is the pipelined variant for head width d and K KV heads:
 // Backend.DecodePipeVariant (FT_DECODE_VARIANT) by name at head width 128,
-// else contigPipeDefault for a contiguous cache (contig), else the head
-// width's default (the first in pipeVariants). A variant of
+// else contigPipeFor(capacity) for a contiguous cache (contig) of capacity
+// rows, else the head width's default (the first in pipeVariants). A variant of
 // more KV heads a block than K divides falls back to one head a block
 // with the same stages, warps and key copy where compiled, else to the
 // default. pk is nil where no variant has head width d.
-func (b *Backend) pipeFor(d, K int, contig bool) (pipeVariant, *pipeKernels, error) {
+func (b *Backend) pipeFor(d, K int, contig bool, capacity int) (pipeVariant, *pipeKernels, error) {
 	var v pipeVariant
 	found := false
 	want := b.DecodePipeVariant
 	if want == "" && contig {
-		want = contigPipeDefault
+		want = contigPipeFor(capacity)
 	}
 	for _, c := range pipeVariants {
 		if c.D == d && (!found || d == 128 && c.Name() == want) {
@@ -442,7 +464,7 @@ func (b *Backend) attentionMMA(f *cuda.Function, outP, qP, kP, vP uintptr, T, H,
 		return fmt.Errorf("cudabackend.Attention: %d query rows through the decode kernel, at most 65535", T)
 	}
 	if !b.NoDecodePipe {
-		v, pk, err := b.pipeFor(d, K, true)
+		v, pk, err := b.pipeFor(d, K, true, C)
 		if err != nil {
 			return err
 		}
@@ -470,7 +492,7 @@ func (b *Backend) attentionMMA(f *cuda.Function, outP, qP, kP, vP uintptr, T, H,
 // attn_paged_decode_pipe_* (attn_paged_decode_mma_* with NoDecodePipe):
 // one launch.
 func (b *Backend) pagedMMA(f *cuda.Function, outP, qP, kP, vP, rowsP, tableP uintptr, R, H, K, d, span, maxBlocks, bs, window int, kvBytes int64) error {
-	v, pk, err := b.pipeFor(d, K, false)
+	v, pk, err := b.pipeFor(d, K, false, 0)
 	if err != nil && !b.NoDecodePipe {
 		return err
 	}

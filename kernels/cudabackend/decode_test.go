@@ -290,3 +290,29 @@ func TestDecodePipeCapturedStep(t *testing.T) {
 		})
 	}
 }
+
+// TestContigPipeFor: short caches take contigPipeShort, longer ones
+// contigPipeDefault, both compiled variants, and pipeFor resolves each
+// capacity's default to that variant.
+func TestContigPipeFor(t *testing.T) {
+	needGPU(t)
+	saved := gb.DecodePipeVariant
+	gb.DecodePipeVariant = ""
+	defer func() { gb.DecodePipeVariant = saved }()
+	for _, c := range []struct {
+		capacity int
+		want     string
+	}{{1, contigPipeShort}, {535, contigPipeShort}, {contigShortCap, contigPipeShort},
+		{contigShortCap + 1, contigPipeDefault}, {40960, contigPipeDefault}} {
+		if got := contigPipeFor(c.capacity); got != c.want {
+			t.Errorf("contigPipeFor(%d) = %s, want %s", c.capacity, got, c.want)
+		}
+		v, pk, err := gb.pipeFor(128, 8, true, c.capacity)
+		if err != nil || pk == nil || v.Name() != c.want {
+			t.Errorf("pipeFor(128, 8, contiguous, %d) = %s, %v, %v; want %s", c.capacity, v.Name(), pk != nil, err, c.want)
+		}
+	}
+	if v, _, err := gb.pipeFor(128, 8, false, 535); err != nil || v.Name() != PipeVariantNames()[0] {
+		t.Errorf("pipeFor(128, 8, paged) = %s, %v; want %s", v.Name(), err, PipeVariantNames()[0])
+	}
+}

@@ -155,7 +155,10 @@ func fp8Shift(block int) (shift int, ok bool) {
 // A tensor-core variant (v.mma) takes a block of 256 threads a tile of 16
 // rows (gate·up: 8 of each matrix) and x as f16 in shared memory, ~K·2
 // bytes.
-func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, smem int, ok bool, err error) {
+//
+// mode is Backend.FP8PersistGrid: the grid of a persistent variant
+// (fp8PersistGrid).
+func (k *fp8Kernels) fp8Grid(mode string, v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, smem int, ok bool, err error) {
 	if v.smemX {
 		smem = 4 * K
 	}
@@ -198,7 +201,7 @@ func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, 
 		}
 		tiles := (rows + tile - 1) / tile
 		if v.persistNB > 0 {
-			return min(tiles, wave), smem, true, nil // one wave, each block looping over its tiles
+			return fp8PersistGrid(mode, tiles, wave, k.sms, f == v.gemv), smem, true, nil // at most one wave, each block looping over its tiles
 		}
 		return tiles, smem, true, nil
 	}
@@ -242,7 +245,7 @@ func (b *Backend) gemvFP8V(out, x, w, scale *runtime.Tensor, layout kernels.FP8L
 	}
 	v := b.fp8GEMVs(fp8KindGEMV, D, layout.Block)
 	f := v.gemv
-	grid, smem, ok, err := b.k.fp8.fp8Grid(v, f, N, D)
+	grid, smem, ok, err := b.k.fp8.fp8Grid(b.FP8PersistGrid, v, f, N, D)
 	if !ok || err != nil {
 		return false, err
 	}
@@ -355,7 +358,7 @@ func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scal
 	}
 	if fused {
 		var err error
-		if grid, smem, fused, err = b.k.fp8.fp8Grid(v, v.gemv3, ws[0].Dim(0)+ws[1].Dim(0)+ws[2].Dim(0), D); err != nil {
+		if grid, smem, fused, err = b.k.fp8.fp8Grid(b.FP8PersistGrid, v, v.gemv3, ws[0].Dim(0)+ws[1].Dim(0)+ws[2].Dim(0), D); err != nil {
 			return err
 		}
 	}
@@ -411,7 +414,7 @@ func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layo
 	}
 	if fused {
 		var err error
-		if grid, smem, fused, err = b.k.fp8.fp8Grid(v, v.gateUp, N, D); err != nil {
+		if grid, smem, fused, err = b.k.fp8.fp8Grid(b.FP8PersistGrid, v, v.gateUp, N, D); err != nil {
 			return err
 		}
 	}
