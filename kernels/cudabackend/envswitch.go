@@ -49,6 +49,7 @@ var envSwitches = map[string][]string{
 	"FT_FUSED_GROUP":      nil,
 	"FT_ROPE_PREFETCH":    nil,
 	"FT_L2_HINT_MB":       nil,
+	"FT_GATEUP_PREFETCH":  nil,
 }
 
 // EnvSwitchValues are the simple switches New checks at start-up, each with

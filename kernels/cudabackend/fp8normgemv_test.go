@@ -233,3 +233,73 @@ func TestFP8PersistBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// TestGateUpPrefetch: with GateUpPrefetch set and a layer's gate and up
+// weights hinted (HintL2), the next one-token FP8 GEMV (the o projection:
+// MatMulAddFP8 into an F32 residual, and MatMulFP8) runs the persistent
+// kernel's prefetching twin and gives the bits it gives without, and takes
+// the hint (the one after it runs without); gateUpFirstRows covers the
+// gate·up kernel's first tiles; a hint that is not two FP8 matrices of one
+// shape is dropped.
+func TestGateUpPrefetch(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	defer func(v, p string, n int) { gb.FP8Variant, gb.FP8Persist, gb.GateUpPrefetch = v, p, n }(gb.FP8Variant, gb.FP8Persist, gb.GateUpPrefetch)
+	gb.FP8Variant, gb.FP8Persist = "auto", "all"
+	const N, D, I = 4096, 4096, 14336
+	layout := kernels.FP8Layout{}
+	o := newFP8Weight(t, rng, N, D, layout, runtime.BF16)
+	gate, up := newFP8Weight(t, rng, I, D, layout, runtime.BF16), newFP8Weight(t, rng, I, D, layout, runtime.BF16)
+	xb := gpu(t, runtime.BF16, randBF16(rng, D, 2), 1, D)
+	y0 := randBF16(rng, N, 2)
+	run := func(prefetch int, hint bool) ([]float32, []float32) {
+		gb.GateUpPrefetch = prefetch
+		if hint {
+			gb.HintL2(gate.g, up.g)
+			if prefetch > 0 && gb.l2rows.n != I {
+				t.Fatalf("prefetch %d: HintL2 kept %+v", prefetch, gb.l2rows)
+			}
+		}
+		y := gpu(t, runtime.F32, y0, 1, N)
+		if err := gb.MatMulAddFP8(y, xb, o.g, o.gs, layout); err != nil {
+			t.Fatal(err)
+		}
+		if gb.l2rows.n != 0 {
+			t.Errorf("prefetch %d: the hint was not taken", prefetch)
+		}
+		if hint {
+			gb.HintL2(gate.g, up.g)
+		}
+		out := poisoned(t, runtime.BF16, 1, N)
+		if err := gb.MatMulFP8(out, xb, o.g, o.gs, layout); err != nil {
+			t.Fatal(err)
+		}
+		return read(t, y), read(t, out)
+	}
+	wantAdd, want := run(0, false)
+	for _, p := range []int{128, 1000, 2048, 1 << 20} {
+		gotAdd, got := run(p, true)
+		for j := range want {
+			if math.Float32bits(gotAdd[j]) != math.Float32bits(wantAdd[j]) || math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+				t.Fatalf("prefetch %d: row %d %v and %v, without %v and %v", p, j, gotAdd[j], got[j], wantAdd[j], want[j])
+			}
+		}
+	}
+	gb.GateUpPrefetch = 2048
+	gb.HintL2(gate.g, up.g)
+	rows, lines := gb.gateUpFirstRows(gb.l2rows)
+	v := gb.fp8GEMVs(fp8KindGateUp, D, 0)
+	grid, _, _, _ := gb.k.fp8.fp8Grid(gb.FP8PersistGrid, v, v.gateUpNorm, I, D)
+	if rows != min(I, 8*grid) || lines != 16 || rows == 0 {
+		t.Errorf("gateUpFirstRows = %d rows of %d lines; want %d rows (gate·up grid %d) of 16", rows, lines, min(I, 8*grid), grid)
+	}
+	gb.HintL2(gate.g, o.g)
+	if gb.l2rows.n != 0 {
+		t.Errorf("gate and o of different shapes hinted: %+v", gb.l2rows)
+	}
+	gb.HintL2(xb, xb)
+	if gb.l2rows.n != 0 {
+		t.Errorf("BF16 tensors hinted: %+v", gb.l2rows)
+	}
+	gb.l2rows = l2Rows{}
+}
