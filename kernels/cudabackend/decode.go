@@ -351,7 +351,11 @@ const contigPipeDefault = "s3w4h1tp"
 // dependent-launch wait. Measured on the H200 (2026-12-04,
 // bench/h200-s28c.sh, Llama-3-8B FP8, resident graph step at context 512,
 // two rounds): 2.51, 2.52 ms against 2.55, 2.55 with s3w4h1tp; s5w4h1tp
-// 2.55, 2.53; s4w4h1tp 2.52, 2.53; s3w8h1tp 2.57, 2.58.
+// 2.55, 2.53; s4w4h1tp 2.52, 2.53; s3w8h1tp 2.57, 2.58. bench/h200-s28d.sh:
+// FP8 at 512 2.54, 2.55 against 2.60, 2.57; at 1,024 2.57 against 2.63; at
+// 2,000 2.66 against 2.71; BF16 at 512 4.18 against 4.14, at 1,024 4.21
+// against 4.20, at 2,000 4.25 both; run-model (BF16, 256 tokens) 4.01 ms a
+// token both. s28e, BF16 at 512 twice: 4.11, 4.11 against 4.10, 4.10.
 const contigPipeShort = "s2w8h1tp"
 
 // contigShortCap is the most cache rows that take contigPipeShort.
