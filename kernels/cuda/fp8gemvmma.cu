@@ -508,37 +508,12 @@ struct FmTileGU {
 	}
 };
 
-// FmNoPre is fm_persist's default PRE: nothing before the wait.
-struct FmNoPre {
-	__device__ void operator()() const {}
-};
-
-// FmL2Rows asks L2, one 128-byte line a thread at a time over the whole
-// grid, for the first lines·128 bytes of rows 0 … rows − 1 of two matrices
-// a and b (rows stride bytes apart): the first k-steps of the tiles the
-// next GEMV's blocks take first (FT_GATEUP_PREFETCH: the gate·up weights
-// while the o projection's blocks wait for the attention). A hint.
-struct FmL2Rows {
-	const char *a, *b;
-	int rows, lines;
-	usize stride;
-	__device__ void operator()() const {
-		const usize per = (usize)rows * lines, n = 2 * per;
-		for (usize i = (usize)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (usize)gridDim.x * blockDim.x) {
-			const usize j = i < per ? i : i - per;
-			const usize r = j / lines, l = j - r * lines;
-			prefetch_l2((i < per ? a : b) + r * stride + (l << 7));
-		}
-	}
-};
-
 // fm_persist runs the tiles of tl (FmTileV, FmTile3, FmTileGU; tiles of
 // them in all) the persistent way described above. NORM: x is the fp32
-// residual and the sums are of RMSNorm(x) with weight nw and eps. pre runs
-// after the first tile's loads are issued, before ft_pdl_wait.
-template <int NB, bool NORM, class TILE, class PRE = FmNoPre>
+// residual and the sums are of RMSNorm(x) with weight nw and eps.
+template <int NB, bool NORM, class TILE>
 __device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void* __restrict__ x, int K, int sdt, int bshift,
-		const bf16_t* __restrict__ nw = nullptr, float eps = 0.f, const PRE& pre = PRE{}) {
+		const bf16_t* __restrict__ nw = nullptr, float eps = 0.f) {
 	extern __shared__ uint4 fm_xs[];
 	__shared__ float red[2][8 * 16];
 	__shared__ float ss[8];
@@ -556,7 +531,6 @@ __device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void
 #pragma unroll
 		for (int q = 0; q < NB; q++) fm_load(a[q], wr, K, w + 8 * q, t);
 	}
-	pre();
 	ft_pdl_wait();
 	const int e = NORM ? fm_stage_warp_norm(xw, ss, static_cast<const float*>(x), nw, K, w, J)
 	                   : fm_stage_warp(xw, static_cast<const bf16_t*>(x), K, w, J);
@@ -595,11 +569,9 @@ __device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void
 	}
 }
 
-// FM_PERSIST_KERNELS(NB, MINB) defines the six persistent kernels with NB
+// FM_PERSIST_KERNELS(NB, MINB) defines the five persistent kernels with NB
 // k-steps in flight a warp and registers for MINB blocks an SM, named as
-// their block-a-tile twins with mp<NB> for mm<NB>: gemv_fp8_v_mpNB and
-// gemv_fp8_v_pf_mpNB (the same with FmL2Rows before its wait: h0, h1,
-// hrows, hlines, hstride),
+// their block-a-tile twins with mp<NB> for mm<NB>: gemv_fp8_v_mpNB,
 // gemv3_fp8_mpNB and gemv_gateup_silu_fp8_mpNB (the arguments of
 // gemv_fp8_v_mma_body, gemv3_fp8_mma_body and
 // gemv_gateup_silu_fp8_mma_body), and gemv3_fp8_norm_mpNB and
@@ -609,12 +581,6 @@ __device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void
 	extern "C" __global__ void __launch_bounds__(256, MINB) gemv_fp8_v_mp##NB(void* y, int out_f32, const bf16_t* __restrict__ x,    \
 			const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {     \
 		fm_persist<NB, false>(FmTileV{y, out_f32, w, scale, sdt, N, K, bshift, sstride}, (N + 15) / 16, x, K, sdt, bshift);         \
-	}                                                                                                                                  \
-	extern "C" __global__ void __launch_bounds__(256, MINB) gemv_fp8_v_pf_mp##NB(void* y, int out_f32, const bf16_t* __restrict__ x, \
-			const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride,      \
-			const char* h0, const char* h1, int hrows, int hlines, usize hstride) {                                                    \
-		fm_persist<NB, false>(FmTileV{y, out_f32, w, scale, sdt, N, K, bshift, sstride}, (N + 15) / 16, x, K, sdt, bshift, nullptr, \
-			0.f, FmL2Rows{h0, h1, hrows, hlines, hstride});                                                                            \
 	}                                                                                                                                  \
 	extern "C" __global__ void __launch_bounds__(256, MINB) gemv3_fp8_mp##NB(bf16_t* y0, bf16_t* y1, bf16_t* y2,                     \
 			const bf16_t* __restrict__ x, const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1,                 \

@@ -189,10 +189,6 @@ type Backend struct {
 	// "all" (the default) for every kind, "gateup" for gate·up·SiLU only,
 	// "none" for no kind. New sets it from FT_FP8_PERSIST (A/B runs).
 	FP8Persist string
-	// FP8PersistGrid shapes the persistent FP8 GEMVs' grids
-	// (fp8variant.go's fp8PersistGrid): "" at most a wave, "even", "o1".
-	// New sets it from FT_FP8_PERSIST_GRID (A/B runs).
-	FP8PersistGrid string
 	// RoPEPrefetch, when positive, makes a decode step's RoPE + KV store
 	// (RoPEStoreKV, fewer than 16 tokens) ask L2 first for up to that many
 	// of the cache rows before the step (rope_store_pf_bf16), which the
@@ -205,14 +201,6 @@ type Backend struct {
 	// FT_L2_HINT_MB (A/B runs).
 	L2HintBytes int64
 	l2hint      []l2Range // HintL2's ranges, taken by the next RoPEStoreKV
-	// GateUpPrefetch, when positive, is how many bytes of each of its
-	// first tiles' gate and up rows the persistent gate·up GEMV finds
-	// asked of L2 by the o projection before it (HintL2, gateUpFirstRows;
-	// gemv_fp8_v_pf_mp*): the o projection's blocks wait for the decode
-	// attention with HBM mostly idle. New sets it from FT_GATEUP_PREFETCH
-	// (A/B runs).
-	GateUpPrefetch int
-	l2rows         l2Rows // HintL2's gate and up weights, taken by the next FP8 GEMV
 	// NoFusedRoPE makes ProjectRoPEStoreKV decline (qkvrope.go): the
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
@@ -514,10 +502,8 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoFusedNorm:    noFusedNormFromEnv(),
 		NoFP8FusedNorm: noFP8FusedNormFromEnv(),
 		FP8Persist:     os.Getenv("FT_FP8_PERSIST"),
-		FP8PersistGrid: os.Getenv("FT_FP8_PERSIST_GRID"),
 		RoPEPrefetch:   envInt("FT_ROPE_PREFETCH"),
 		L2HintBytes:    int64(envInt("FT_L2_HINT_MB")) << 20,
-		GateUpPrefetch: envInt("FT_GATEUP_PREFETCH"),
 		NoMergedGEMM:   noMergedFromEnv(),
 		NormTail:       normTailFromEnv(),
 		VarlenContig:   varlenContigFromEnv(),
@@ -981,18 +967,8 @@ type l2Range struct {
 // HintL2 is kernels.L2Hinter: the next decode RoPEStoreKV asks L2 for the
 // first L2HintBytes/len(ts) bytes (whole 128-byte lines) of each of the
 // first two tensors of ts, when they are on this device and 16-byte
-// aligned; nothing while L2HintBytes is 0. With GateUpPrefetch set and
-// ts two FP8 matrices of one shape on this device (a layer's gate and up
-// weights), the next FP8 GEMV, the o projection, when it runs a persistent
-// kernel, asks L2 for GateUpPrefetch bytes of each of the rows the
-// persistent gate·up kernel takes first (gateUpFirstRows).
+// aligned; nothing while L2HintBytes is 0.
 func (b *Backend) HintL2(ts ...*runtime.Tensor) {
-	b.l2rows = l2Rows{}
-	if b.GateUpPrefetch > 0 && len(ts) == 2 && ts[0] != nil && ts[1] != nil && ts[0].DType() == runtime.F8E4M3 &&
-		ts[1].DType() == runtime.F8E4M3 && ts[0].Shape().Equal(ts[1].Shape()) && len(ts[0].Shape()) == 2 &&
-		b.onDevice("HintL2", "gate", ts[0]) == nil && b.onDevice("HintL2", "up", ts[1]) == nil {
-		b.l2rows = l2Rows{a: ts[0].Ptr(), b: ts[1].Ptr(), n: ts[0].Dim(0), stride: ts[0].Dim(1)}
-	}
 	b.l2hint = b.l2hint[:0]
 	if b.L2HintBytes <= 0 || len(ts) == 0 {
 		return

@@ -54,14 +54,11 @@ type fp8GEMVs struct {
 	// RMSNorm in front of them folded in (fp8normgemv.go); the tensor-core
 	// variants only, nil for the others.
 	gemv3Norm, gateUpNorm *cuda.Function
-	// gemvPF: gemv's twin that first asks L2 for the next GEMV's first
-	// k-steps (Backend.GateUpPrefetch); the persistent variants only.
-	gemvPF    *cuda.Function
-	rows      int    // rows per warp at a time (R)
-	smemX     bool   // x in shared memory as fp32 (K·4 bytes), else read from global memory
-	mma       bool   // fp8gemvmma.cu: a block a tile of 16 rows, x as f16 in shared memory (~K·2 bytes)
-	persistNB int    // fm_persist's k-steps in flight (fp8PersistNB); 0: a block a tile
-	fallback  string // the variant run where a persistent one does not take K (fp8PersistNB)
+	rows                  int    // rows per warp at a time (R)
+	smemX                 bool   // x in shared memory as fp32 (K·4 bytes), else read from global memory
+	mma                   bool   // fp8gemvmma.cu: a block a tile of 16 rows, x as f16 in shared memory (~K·2 bytes)
+	persistNB             int    // fm_persist's k-steps in flight (fp8PersistNB); 0: a block a tile
+	fallback              string // the variant run where a persistent one does not take K (fp8PersistNB)
 }
 
 // loadFP8 looks fp8gemv.cu's kernels up in the compiled module.
@@ -76,7 +73,6 @@ func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
 		}
 		if p, ok := fp8PersistNB[v.Name]; ok {
 			g.persistNB, g.fallback = p.NB, p.Fallback
-			g.gemvPF = get("gemv_fp8_v_pf_" + v.Name)
 		}
 		k.variants[v.Name] = g
 	}
@@ -92,9 +88,6 @@ func (k *fp8Kernels) functions() []*cuda.Function {
 		fs = append(fs, g.gemv, g.gemv3, g.gateUp)
 		if g.mma {
 			fs = append(fs, g.gemv3Norm, g.gateUpNorm)
-		}
-		if g.gemvPF != nil {
-			fs = append(fs, g.gemvPF)
 		}
 	}
 	return fs
@@ -162,10 +155,7 @@ func fp8Shift(block int) (shift int, ok bool) {
 // A tensor-core variant (v.mma) takes a block of 256 threads a tile of 16
 // rows (gate·up: 8 of each matrix) and x as f16 in shared memory, ~K·2
 // bytes.
-//
-// mode is Backend.FP8PersistGrid: the grid of a persistent variant
-// (fp8PersistGrid).
-func (k *fp8Kernels) fp8Grid(mode string, v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, smem int, ok bool, err error) {
+func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, smem int, ok bool, err error) {
 	if v.smemX {
 		smem = 4 * K
 	}
@@ -208,7 +198,7 @@ func (k *fp8Kernels) fp8Grid(mode string, v *fp8GEMVs, f *cuda.Function, rows, K
 		}
 		tiles := (rows + tile - 1) / tile
 		if v.persistNB > 0 {
-			return fp8PersistGrid(mode, tiles, wave, k.sms, f == v.gemv), smem, true, nil // at most one wave, each block looping over its tiles
+			return min(tiles, wave), smem, true, nil // one wave, each block looping over its tiles
 		}
 		return tiles, smem, true, nil
 	}
@@ -252,7 +242,7 @@ func (b *Backend) gemvFP8V(out, x, w, scale *runtime.Tensor, layout kernels.FP8L
 	}
 	v := b.fp8GEMVs(fp8KindGEMV, D, layout.Block)
 	f := v.gemv
-	grid, smem, ok, err := b.k.fp8.fp8Grid(b.FP8PersistGrid, v, f, N, D)
+	grid, smem, ok, err := b.k.fp8.fp8Grid(v, f, N, D)
 	if !ok || err != nil {
 		return false, err
 	}
@@ -261,47 +251,9 @@ func (b *Backend) gemvFP8V(out, x, w, scale *runtime.Tensor, layout kernels.FP8L
 	if add {
 		bytes += int64(N) * 4 // y read as well as written
 	}
-	args := []uint64{cuda.Ptr(out.Ptr()), cuda.I32(outF32), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.Ptr(scale.Ptr()),
-		cuda.I32(int(scale.DType())), cuda.I32(N), cuda.I32(D), cuda.I32(shift), cuda.I32(fp8Stride(D, layout))}
-	hint := b.l2rows
-	b.l2rows = l2Rows{}
-	if v.gemvPF != nil && f == v.gemv {
-		if rows, lines := b.gateUpFirstRows(hint); rows > 0 {
-			f = v.gemvPF
-			args = append(args, cuda.Ptr(hint.a), cuda.Ptr(hint.b), cuda.I32(rows), cuda.I32(lines), cuda.I64(int64(hint.stride)))
-		}
-	}
-	return true, f.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem, args...)
-}
-
-// l2Rows is the gate and up weights HintL2 named for the next FP8 GEMV to
-// warm (Backend.GateUpPrefetch): FP8 matrices at a and b of n rows of
-// stride bytes each (n 0: none).
-type l2Rows struct {
-	a, b   uintptr
-	n      int
-	stride int
-}
-
-// gateUpFirstRows is how much of the hinted gate and up weights h the
-// o projection's persistent kernel asks L2 for: rows, the rows of the
-// tiles the persistent gate·up kernel's blocks take first (8 a block), and
-// lines, GateUpPrefetch bytes of each (whole 128-byte lines, at most the
-// row). rows is 0 where nothing is hinted or the gate·up GEMV is not
-// persistent.
-func (b *Backend) gateUpFirstRows(h l2Rows) (rows, lines int) {
-	if h.n <= 0 || b.GateUpPrefetch <= 0 || h.stride <= 0 {
-		return 0, 0
-	}
-	v := b.fp8GEMVs(fp8KindGateUp, h.stride, 0)
-	if v.persistNB <= 0 || v.gateUpNorm == nil {
-		return 0, 0
-	}
-	grid, _, ok, err := b.k.fp8.fp8Grid(b.FP8PersistGrid, v, v.gateUpNorm, h.n, h.stride)
-	if !ok || err != nil {
-		return 0, 0
-	}
-	return min(h.n, 8*grid), min(b.GateUpPrefetch, h.stride) >> 7
+	return true, f.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
+		cuda.Ptr(out.Ptr()), cuda.I32(outF32), cuda.Ptr(x.Ptr()), cuda.Ptr(w.Ptr()), cuda.Ptr(scale.Ptr()), cuda.I32(int(scale.DType())),
+		cuda.I32(N), cuda.I32(D), cuda.I32(shift), cuda.I32(fp8Stride(D, layout)))
 }
 
 // dequantFP8 writes dequant(w, scale) as BF16 [N,D] into dst (16-byte
@@ -403,7 +355,7 @@ func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scal
 	}
 	if fused {
 		var err error
-		if grid, smem, fused, err = b.k.fp8.fp8Grid(b.FP8PersistGrid, v, v.gemv3, ws[0].Dim(0)+ws[1].Dim(0)+ws[2].Dim(0), D); err != nil {
+		if grid, smem, fused, err = b.k.fp8.fp8Grid(v, v.gemv3, ws[0].Dim(0)+ws[1].Dim(0)+ws[2].Dim(0), D); err != nil {
 			return err
 		}
 	}
@@ -459,7 +411,7 @@ func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layo
 	}
 	if fused {
 		var err error
-		if grid, smem, fused, err = b.k.fp8.fp8Grid(b.FP8PersistGrid, v, v.gateUp, N, D); err != nil {
+		if grid, smem, fused, err = b.k.fp8.fp8Grid(v, v.gateUp, N, D); err != nil {
 			return err
 		}
 	}

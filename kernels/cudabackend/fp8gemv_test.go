@@ -85,7 +85,7 @@ func mustFast(t *testing.T, f fp8Kind, D int, layout kernels.FP8Layout, rows int
 		t.Fatalf("the fp8gemv.cu kernels do not take D %d, %v", D, layout)
 	}
 	v := gb.fp8GEMVs(f, D, layout.Block)
-	if _, _, ok, err := gb.k.fp8.fp8Grid(gb.FP8PersistGrid, v, v.fn(f), rows, D); err != nil || !ok {
+	if _, _, ok, err := gb.k.fp8.fp8Grid(v, v.fn(f), rows, D); err != nil || !ok {
 		t.Fatalf("%s: no grid for %d rows of %d (%v)", v.fn(f).Name(), rows, D, err)
 	}
 }

@@ -259,7 +259,7 @@ func TestFP8GEMVRate(t *testing.T) {
 					if c.name == "gateup" {
 						total = c.rows[0]
 					}
-					if _, _, ok, err := gb.k.fp8.fp8Grid(gb.FP8PersistGrid, v, f, total, c.K); err != nil || !ok {
+					if _, _, ok, err := gb.k.fp8.fp8Grid(v, f, total, c.K); err != nil || !ok {
 						t.Fatalf("%s: %s does not take %d rows of %d (%v)", name, f.Name(), total, c.K, err)
 					}
 					run = fp8

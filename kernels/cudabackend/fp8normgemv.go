@@ -73,7 +73,7 @@ func (b *Backend) NormMatMulNFP8(outs []*runtime.Tensor, x, nw *runtime.Tensor, 
 		return false, nil
 	}
 	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
-	grid, smem, ok, err := b.k.fp8.fp8Grid(b.FP8PersistGrid, v, v.gemv3Norm, N0+N1+N2, D)
+	grid, smem, ok, err := b.k.fp8.fp8Grid(v, v.gemv3Norm, N0+N1+N2, D)
 	if !ok || err != nil {
 		return false, err
 	}
@@ -114,7 +114,7 @@ func (b *Backend) NormGateUpSiLUFP8(out, x, nw *runtime.Tensor, eps float32, wg,
 	if v.gateUpNorm == nil {
 		return false, nil
 	}
-	grid, smem, ok, err := b.k.fp8.fp8Grid(b.FP8PersistGrid, v, v.gateUpNorm, N, D)
+	grid, smem, ok, err := b.k.fp8.fp8Grid(v, v.gateUpNorm, N, D)
 	if !ok || err != nil {
 		return false, err
 	}

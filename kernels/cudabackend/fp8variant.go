@@ -85,32 +85,6 @@ func fp8PersistOn(persist string, kind fp8Kind) bool {
 	return true
 }
 
-// fp8PersistGrid is the grid of a persistent FP8 GEMV of tiles tiles with
-// wave resident blocks on sms multiprocessors (gemv: the one-weight kernel,
-// o and down) under FT_FP8_PERSIST_GRID's value mode (Backend.FP8PersistGrid;
-// A/B runs): "" one block a tile up to one wave; "even" the fewest blocks
-// that still take the most tiles a block of a wave (⌈tiles/⌈tiles/wave⌉⌉),
-// so the block slots left free can take the next kernel's blocks early;
-// "o1" the one-weight kernel at one block an SM (its registers then leave
-// room on each SM for a block of the next kernel, gate·up, whose early
-// weight loads overlap it), the others as "".
-func fp8PersistGrid(mode string, tiles, wave, sms int, gemv bool) int {
-	if tiles <= 0 || wave <= 0 {
-		return 0
-	}
-	switch {
-	case mode == "even":
-		per := (tiles + wave - 1) / wave
-		return (tiles + per - 1) / per
-	case mode == "o1" && gemv:
-		return min(tiles, max(sms, 1))
-	}
-	return min(tiles, wave)
-}
-
-// fp8PersistGridModes are the values FT_FP8_PERSIST_GRID takes.
-var fp8PersistGridModes = []string{"", "even", "o1"}
-
 // fp8PersistTakes reports whether a persistent variant with nb k-steps in
 // flight takes x of K columns: every warp of its blocks the same k-steps a
 // tile, a multiple of nb.

@@ -136,30 +136,3 @@ func TestFP8Persist(t *testing.T) {
 		}
 	}
 }
-
-// TestFP8PersistGrid: the persistent grids of each FT_FP8_PERSIST_GRID
-// value at Llama-3-8B's shapes on 132 SMs (gate·up 1,792 tiles, q/k/v 384,
-// o 256; waves of 396 and 264 blocks), and no blocks for no tiles.
-func TestFP8PersistGrid(t *testing.T) {
-	for _, c := range []struct {
-		mode               string
-		tiles, wave, sms   int
-		gemv               bool
-		want, mostPerBlock int
-	}{
-		{"", 1792, 396, 132, false, 396, 5}, {"even", 1792, 396, 132, false, 359, 5}, {"o1", 1792, 396, 132, false, 396, 5},
-		{"", 384, 396, 132, false, 384, 1}, {"even", 384, 396, 132, false, 384, 1},
-		{"", 256, 264, 132, true, 256, 1}, {"even", 256, 264, 132, true, 256, 1}, {"o1", 256, 264, 132, true, 132, 2},
-		{"o1", 100, 264, 132, true, 100, 1}, {"even", 0, 264, 132, true, 0, 0}, {"", 5, 0, 132, false, 0, 0},
-	} {
-		got := fp8PersistGrid(c.mode, c.tiles, c.wave, c.sms, c.gemv)
-		most := 0
-		if got > 0 {
-			most = (c.tiles + got - 1) / got
-		}
-		if got != c.want || most != c.mostPerBlock || got > max(c.wave, 0) {
-			t.Errorf("fp8PersistGrid(%q, %d tiles, wave %d, %d SMs, gemv %v) = %d blocks (at most %d tiles each), want %d (%d)",
-				c.mode, c.tiles, c.wave, c.sms, c.gemv, got, most, c.want, c.mostPerBlock)
-		}
-	}
-}
