@@ -8,6 +8,8 @@
 # µs a layer in the step's trace against 28.8 for its bytes), the decode
 # attention (s2w8h1tp: 8.4 µs for 2 MB), q/k/v (gemv3_fp8_norm_mp2), o
 # (gemv_fp8_v_mp4), down (gemv_fp8_v_mm4) and the RoPE + KV store.
+# It also runs the block trace with the phase marks session 28 added
+# without a GPU run (FT_TRACE_MARK: test it first if the traced run fails).
 # Usage (repo root, GPU machine): bash bench/h200-s29a.sh OUTDIR
 set -uo pipefail
 source .devtools/env.sh
@@ -22,6 +24,11 @@ git rev-parse --short HEAD >"$out/commit.txt" 2>/dev/null
 R="--budgets resident --mode decode --context 512"
 one f8-a -- --model $f8 $R --iters 20
 one f8-b -- --model $f8 $R --iters 20
+# the step traced, with the phase marks (FT_TRACE_MARK, untested on a GPU
+# when written: check trace.txt's attention and fm_persist lines carry m0..)
+o=$(cd "$out" && pwd)
+BT=150 one f8-traced FT_BLOCK_TRACE=$o/trace.txt -- --model $f8 $R --iters 10
+grep -E "attn_decode|gateup|gemv3|gemv_fp8_v" "$o/trace.txt" | sed -n '1,12p' >>"$out/summary.txt"
 S="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis"
 prof() { # tag kernel-regex skip
   left 500 || return

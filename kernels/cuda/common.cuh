@@ -230,14 +230,16 @@ __device__ __forceinline__ void prefetch_l2_range(const char* p, usize n, usize 
 // Block tracing (FT_BLOCK_TRACE, kernels/cudabackend/blocktrace.go): the
 // backend compiles Traced(Source()) with -DFT_BLOCK_TRACE, which puts
 // FT_TRACE_SCOPE(n) (n: the kernel's index in the source) first in every
-// kernel's body. Thread 0 of each block then appends one record of six
+// kernel's body. Thread 0 of each block then appends one record of eight
 // words to its SM's region of ft_trace_buf (FT_TRACE_SMS regions of
 // ft_trace_cap records, a counter each, so that the blocks of different
 // SMs never contend for one) when it leaves the kernel: the kernel index |
 // the SM << 16 | the block's linear index << 32, %gridid (one per launch),
 // its start, the end of its ft_pdl_wait (0 if none), its end
-// (%globaltimer, ns) and the grid's block count. Without the macro none of
-// this is compiled.
+// (%globaltimer, ns), the grid's block count, and marks 0 | 1 << 32 and
+// 2 | 3 << 32: the ns after its start at which thread 0 passed
+// FT_TRACE_MARK(k) last (0: not passed; the phases of a kernel that
+// places them). Without the macro none of this is compiled.
 #ifdef FT_BLOCK_TRACE
 #define FT_TRACE_SMS 256
 __device__ unsigned long long* ft_trace_buf;            // set by the host; null: no records
@@ -245,6 +247,7 @@ __device__ unsigned long long ft_trace_cap;             // records a region of f
 __device__ unsigned long long ft_trace_n[FT_TRACE_SMS]; // records asked for so far by each SM (may pass cap)
 __shared__ unsigned long long ft_trace_t0;   // thread 0's start
 __shared__ unsigned long long ft_trace_wait; // thread 0's end of ft_pdl_wait
+__shared__ unsigned ft_trace_mark[4];         // thread 0's marks, ns after ft_trace_t0 (0: none)
 
 __device__ __forceinline__ unsigned long long ft_now() {
 	unsigned long long t;
@@ -260,6 +263,7 @@ struct FtTraceScope {
 		if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
 			ft_trace_t0 = ft_now();
 			ft_trace_wait = 0;
+			ft_trace_mark[0] = ft_trace_mark[1] = ft_trace_mark[2] = ft_trace_mark[3] = 0;
 		}
 	}
 	__device__ ~FtTraceScope() {
@@ -274,18 +278,28 @@ struct FtTraceScope {
 		const unsigned long long n = atomicAdd(&ft_trace_n[sm], 1ull);
 		if (n >= ft_trace_cap) return;
 		const unsigned long long blk = blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
-		unsigned long long* r = buf + 6 * (sm * ft_trace_cap + n);
+		unsigned long long* r = buf + 8 * (sm * ft_trace_cap + n);
 		r[0] = (unsigned long long)(ID & 0xffffu) | ((unsigned long long)(sm & 0xffffu) << 16) | (blk << 32);
 		r[1] = grid;
 		r[2] = ft_trace_t0;
 		r[3] = ft_trace_wait;
 		r[4] = ft_now();
 		r[5] = (unsigned long long)gridDim.x * gridDim.y * gridDim.z;
+		r[6] = ft_trace_mark[0] | (unsigned long long)ft_trace_mark[1] << 32;
+		r[7] = ft_trace_mark[2] | (unsigned long long)ft_trace_mark[3] << 32;
 	}
 };
 #define FT_TRACE_SCOPE(i) FtTraceScope<i> ft_trace_scope_;
+// FT_TRACE_MARK(k) (k 0..3) notes when thread 0 of the block passes it.
+#define FT_TRACE_MARK(k)                                                                                                           \
+	do {                                                                                                                           \
+		if ((threadIdx.x | threadIdx.y | threadIdx.z) == 0) ft_trace_mark[k] = max(1u, (unsigned)(ft_now() - ft_trace_t0));         \
+	} while (0)
 #else
 #define FT_TRACE_SCOPE(i)
+#define FT_TRACE_MARK(k) \
+	do {                 \
+	} while (0)
 #endif
 
 __device__ __forceinline__ void ft_pdl_wait() {

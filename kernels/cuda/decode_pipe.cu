@@ -158,8 +158,10 @@ __device__ __forceinline__ void decode_pipe_merge(bf16_t* out, float* po, float*
 	const usize ci = (usize)t * gridDim.x + blockIdx.x;
 	if (tid == 0) isLast = atomicAdd(cnt + ci, 1) == ns - 1;
 	__syncthreads();
+	FT_TRACE_MARK(2);  // the split's partials are out and counted
 	if (!isLast) return;
 	__threadfence();
+	FT_TRACE_MARK(3);  // the last block of the KV head starts the merge
 	// Scratch after so (dead now): fs[sp·GK + gq] (each split's factor
 	// 2^(m−M)), finv[GK] (1/Σ), red (per-phase sums, max(GK·HD/4, NW·32)
 	// float4; 16-byte aligned: GK rounded up to 4).

@@ -271,6 +271,7 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 		wst = st;
 		cp_async_wait_n<S - 1>();
 		__syncwarp();  // the other lanes' copies of group i are in too
+		if (i == 0) FT_TRACE_MARK(0);  // warp 0's first group is in
 		const int p0 = first(i);
 		// All key fragments first, then the products (ldsm is volatile:
 		// interleaved, each product would wait for its load).
@@ -330,6 +331,7 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 		l0 += __shfl_xor_sync(FT_FULL, l0, x);
 		l1 += __shfl_xor_sync(FT_FULL, l1, x);
 	}
+	FT_TRACE_MARK(1);  // warp 0's groups are done
 	// The rings are done with (every warp): reuse them as so[NW][8][HD].
 	__syncthreads();
 	float* so = (float*)pipe_smem;

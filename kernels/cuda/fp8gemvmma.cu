@@ -535,6 +535,7 @@ __device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void
 	const int e = NORM ? fm_stage_warp_norm(xw, ss, static_cast<const float*>(x), nw, K, w, J)
 	                   : fm_stage_warp(xw, static_cast<const bf16_t*>(x), K, w, J);
 	const float ef = e ? __int_as_float((127 + e) << 23) : 1.f;
+	FT_TRACE_MARK(0);  // warp 0 has staged its x
 	for (int i = 0; i < T; i++) {
 		const int tile = b + i * G;
 		tl.lane(tile, wr, sc, srow);
@@ -566,7 +567,9 @@ __device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void
 		}
 		__syncthreads();  // red[i & 1] complete; red[(i + 1) & 1]'s readers (tile i − 1) are done
 		tl.store(tile, rb, NORM ? fm_rstd(ss, K, eps) : 1.f);
+		if (i == 0) FT_TRACE_MARK(1);  // the first tile is stored
 	}
+	FT_TRACE_MARK(2);  // every tile is stored
 }
 
 // FM_PERSIST_KERNELS(NB, MINB) defines the five persistent kernels with NB

@@ -24,8 +24,8 @@ import (
 // atomic; kernels near their register limit may spill.
 
 // blockTraceSMs and blockTraceRecords are common.cuh's FT_TRACE_SMS (the
-// record buffer's regions, one an SM) and how many block records (48 bytes
-// each) a region holds: a decode step of a 32-layer model records ~90,000
+// record buffer's regions, one an SM) and how many block records
+// (blockTraceBytes each) a region holds: a decode step of a 32-layer model records ~90,000
 // blocks, ~700 an SM of an H200.
 const (
 	blockTraceSMs     = 256
@@ -55,7 +55,7 @@ func loadTraced(dev *cuda.Device, path string) (*cuda.Module, *blockTrace, error
 	if err != nil {
 		return nil, nil, err
 	}
-	buf, err := dev.Alloc(blockTraceSMs*blockTraceRecords*48, "block trace")
+	buf, err := dev.Alloc(blockTraceSMs*blockTraceRecords*blockTraceBytes, "block trace")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -108,7 +108,9 @@ func (b *Backend) BlockTraceReset() error {
 // then a line a launch in order of its first block's start, with times in
 // µs from the first: first start, the earliest and median end of the
 // dependent-launch wait, the median and last block end, blocks seen of the
-// grid's, SMs used, the kernel's name. Without tracing it does nothing.
+// grid's, SMs used, the kernel's name, and where its blocks placed
+// FT_TRACE_MARK, each mark's median and latest time. Without tracing it
+// does nothing.
 func (b *Backend) BlockTraceWrite(label string) error {
 	t := b.k.trace
 	if t == nil {
@@ -121,7 +123,7 @@ func (b *Backend) BlockTraceWrite(label string) error {
 	if err := b.s.Download(counts, t.n); err != nil {
 		return err
 	}
-	all := make([]byte, blockTraceSMs*blockTraceRecords*48)
+	all := make([]byte, blockTraceSMs*blockTraceRecords*blockTraceBytes)
 	if err := b.s.Download(all, t.buf.Ptr()); err != nil {
 		return err
 	}
@@ -132,7 +134,7 @@ func (b *Backend) BlockTraceWrite(label string) error {
 		if n > blockTraceRecords {
 			lost, n = lost+n-blockTraceRecords, blockTraceRecords
 		}
-		raw = append(raw, all[sm*blockTraceRecords*48:][:n*48]...)
+		raw = append(raw, all[sm*blockTraceRecords*blockTraceBytes:][:n*blockTraceBytes]...)
 	}
 	f, err := os.OpenFile(t.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {

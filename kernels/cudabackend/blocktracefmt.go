@@ -7,27 +7,40 @@ import (
 	"slices"
 )
 
+// blockTraceBytes is the size of one block record: eight little-endian
+// words (common.cuh's layout).
+const blockTraceBytes = 64
+
+// traceMarks is the number of FT_TRACE_MARK points a record holds.
+const traceMarks = 4
+
 // traceGrid is one launch's blocks in the trace.
 type traceGrid struct {
 	id, blocks, seen                    int
 	start, waitLo, waitMed, endMed, end uint64 // ns; wait 0: no block waited
 	sms                                 map[int]bool
+	marks                               [traceMarks][]uint64 // each mark's absolute times (ns), blocks that passed it
 }
 
 // writeBlockTrace writes the summary BlockTraceWrite describes of the raw
-// records (six little-endian words each, common.cuh's layout).
+// records (blockTraceBytes each).
 func writeBlockTrace(w io.Writer, label string, names []string, raw []byte, lost uint64) error {
-	word := func(r, i int) uint64 { return binary.LittleEndian.Uint64(raw[48*r+8*i:]) }
+	word := func(r, i int) uint64 { return binary.LittleEndian.Uint64(raw[blockTraceBytes*r+8*i:]) }
 	grids := map[uint64]*traceGrid{}
 	waits := map[uint64][]uint64{}
 	ends := map[uint64][]uint64{}
 	var t0 uint64
-	for r := 0; r < len(raw)/48; r++ {
+	for r := 0; r < len(raw)/blockTraceBytes; r++ {
 		key, start, wait, end := word(r, 1), word(r, 2), word(r, 3), word(r, 4)
 		g := grids[key]
 		if g == nil {
 			g = &traceGrid{id: int(word(r, 0) & 0xffff), blocks: int(word(r, 5)), start: start, sms: map[int]bool{}}
 			grids[key] = g
+		}
+		for k := range traceMarks {
+			if m := word(r, 6+k/2) >> (32 * (k % 2)) & 0xffffffff; m != 0 {
+				g.marks[k] = append(g.marks[k], start+m)
+			}
 		}
 		g.seen++
 		g.sms[int(word(r, 0)>>16&0xffff)] = true
@@ -72,8 +85,8 @@ func writeBlockTrace(w io.Writer, label string, names []string, raw []byte, lost
 		}
 		return float64(t-t0) / 1e3
 	}
-	if _, err := fmt.Fprintf(w, "# %s: %d launches, %d block records (%d lost); µs: start waitLo waitMed endMed end blocks/grid sms kernel\n",
-		label, len(order), len(raw)/48, lost); err != nil {
+	if _, err := fmt.Fprintf(w, "# %s: %d launches, %d block records (%d lost); µs: start waitLo waitMed endMed end blocks/grid sms kernel [mK median/latest: FT_TRACE_MARK(K)]\n",
+		label, len(order), len(raw)/blockTraceBytes, lost); err != nil {
 		return err
 	}
 	type crit struct {
@@ -88,8 +101,14 @@ func writeBlockTrace(w io.Writer, label string, names []string, raw []byte, lost
 		if g.id < len(names) {
 			name = names[g.id]
 		}
-		if _, err := fmt.Fprintf(w, "%9.2f %9.2f %9.2f %9.2f %9.2f %5d/%-5d %3d %s\n", us(g.start), us(g.waitLo), us(g.waitMed),
-			us(g.endMed), us(g.end), g.seen, g.blocks, len(g.sms), name); err != nil {
+		marks := ""
+		for k, m := range g.marks {
+			if len(m) > 0 {
+				marks += fmt.Sprintf(" m%d %.2f/%.2f", k, us(med(m)), us(slices.Max(m)))
+			}
+		}
+		if _, err := fmt.Fprintf(w, "%9.2f %9.2f %9.2f %9.2f %9.2f %5d/%-5d %3d %s%s\n", us(g.start), us(g.waitLo), us(g.waitMed),
+			us(g.endMed), us(g.end), g.seen, g.blocks, len(g.sms), name, marks); err != nil {
 			return err
 		}
 		c := byName[name]
