@@ -40,18 +40,6 @@ type RoPEStorer interface {
 	RoPEStoreKV(q, k, v, kCache, vCache *runtime.Tensor, pos0 int, invFreq []float32) error
 }
 
-// L2Hinter is a backend that can warm its device's cache with weights a
-// later op of a decode step reads: HintL2 names them (the backend takes as
-// many of their first bytes as its setting allows, none by default) and
-// its next RoPEStoreKV asks the cache for them once its own work is done,
-// so that memory streams them while the attention runs. A hint never
-// changes a result.
-type L2Hinter interface {
-	// HintL2 names the tensors the step's next RoPEStoreKV warms the
-	// cache with; a later call replaces an unused hint.
-	HintL2(ts ...*runtime.Tensor)
-}
-
 // Argmaxer picks greedy tokens on the device: dst[r] = the first index of the
 // largest value of row r of x[R,V], read back to the host; −1 when the row
 // holds a NaN or +Inf, or only −Inf (no greedy choice: read the row, as

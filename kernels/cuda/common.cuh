@@ -196,22 +196,6 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b
 // read into the thread, so it may come before ft_pdl_wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-// prefetch_l2_range is this thread's share (part i of parts) of asking L2
-// for n bytes at p (16-byte aligned, n a multiple of 16): on sm_90 the
-// 64 KiB pieces i, i + parts, … by the bulk-copy engine (one instruction a
-// piece), before it the 128-byte lines i, i + parts, …. A hint, like
-// prefetch_l2.
-__device__ __forceinline__ void prefetch_l2_range(const char* p, usize n, usize i, usize parts) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	for (usize off = i << 16; off < n; off += parts << 16) {
-		const unsigned size = (unsigned)(n - off < 65536 ? n - off : 65536);
-		asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(size) : "memory");
-	}
-#else
-	for (usize off = i << 7; off < n; off += parts << 7) prefetch_l2(p + off);
-#endif
-}
-
 // Programmatic dependent launch (sm_90; runtime/cuda/pdl.go). A kernel the
 // backend launches with programmatic stream serialization may start while
 // the kernel before it in the stream still runs. ft_pdl_wait blocks until

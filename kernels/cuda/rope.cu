@@ -66,38 +66,6 @@ extern "C" __global__ void rope_store_bf16(bf16_t* q, bf16_t* k, const bf16_t* v
 	rope_store_rows(q, k, v, kc, vc, H, K, d, capacity, ft_pos(posp, pos0), inv);
 }
 
-// rope_store_pf_bf16 is rope_store_bf16 with two L2 hints for the work
-// after it (FT_ROPE_PREFETCH, FT_L2_HINT_MB; bench/RESULTS.md s27e's block
-// trace: the decode attention ~8–9 µs a layer for 2 MB at context 512, its
-// loads queued in HBM behind the output projection's early weight loads,
-// and HBM idle for much of the RoPE and the attention):
-//   - before its ft_pdl_wait, the last pfRows of the cache rows 0 … p − 1
-//     of kc and vc (p the step's first position, capped at capacity),
-//     which the attention reads next: written by earlier steps, as the
-//     position by a kernel that has completed when this one's blocks start
-//     (common.cuh: only the kernel just ahead, the q/k/v GEMV, may still
-//     run), so they overlap that GEMV;
-//   - after its own work, n0 bytes at h0 and n1 at h1 (weights a later op
-//     of the step reads, the MLP's first rows: kernels.L2Hinter), so that
-//     HBM streams them while the attention runs.
-extern "C" __global__ void rope_store_pf_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc,
-		int H, int K, int d, int capacity, const int* posp, int pos0, const float* inv, int pfRows,
-		const char* h0, usize n0, const char* h1, usize n1) {
-	const int p0 = ft_pos(posp, pos0);
-	const usize parts = (usize)gridDim.x * gridDim.y * blockDim.x;
-	const usize id = ((usize)blockIdx.x * gridDim.y + blockIdx.y) * blockDim.x + threadIdx.x;
-	if (pfRows > 0) {
-		const int hi = min(max(p0, 0), capacity), lo = max(0, hi - pfRows);
-		const usize rowBytes = (usize)K * d * 2, bytes = (usize)(hi - lo) * rowBytes;
-		prefetch_l2_range((const char*)kc + (usize)lo * rowBytes, bytes, id, parts);
-		prefetch_l2_range((const char*)vc + (usize)lo * rowBytes, bytes, id, parts);
-	}
-	ft_pdl_wait();
-	rope_store_rows(q, k, v, kc, vc, H, K, d, capacity, p0, inv);
-	prefetch_l2_range(h0, n0, id, parts);
-	prefetch_l2_range(h1, n1, id, parts);
-}
-
 // rope_store_paged_bf16 is rope_store_bf16 for a batch's packed tokens at
 // unrelated positions and pool rows: token t = blockIdx.x sits at position
 // ps[2t] and its rotated key and its value land in pool row ps[2t+1] of kc

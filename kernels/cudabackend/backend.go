@@ -189,18 +189,6 @@ type Backend struct {
 	// "all" (the default) for every kind, "gateup" for gate·up·SiLU only,
 	// "none" for no kind. New sets it from FT_FP8_PERSIST (A/B runs).
 	FP8Persist string
-	// RoPEPrefetch, when positive, makes a decode step's RoPE + KV store
-	// (RoPEStoreKV, fewer than 16 tokens) ask L2 first for up to that many
-	// of the cache rows before the step (rope_store_pf_bf16), which the
-	// decode attention after it reads. New sets it from FT_ROPE_PREFETCH
-	// (rows; unset or 0: off; A/B runs).
-	RoPEPrefetch int
-	// L2HintBytes is how many bytes of the tensors named by HintL2 (split
-	// evenly, at most two) the next decode RoPEStoreKV asks L2 for after its
-	// work (rope_store_pf_bf16); 0 ignores the hints. New sets it from
-	// FT_L2_HINT_MB (A/B runs).
-	L2HintBytes int64
-	l2hint      []l2Range // HintL2's ranges, taken by the next RoPEStoreKV
 	// NoFusedRoPE makes ProjectRoPEStoreKV decline (qkvrope.go): the
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
@@ -288,7 +276,6 @@ type kernelSet struct {
 	addBias                                                                                *cuda.Function
 	scale                                                                                  *cuda.Function // scale_bf16
 	rms, rmsV8, rmsF32, rope, ropeStore                                                    *cuda.Function
-	ropeStorePF                                                                            *cuda.Function         // rope_store_pf_bf16 (RoPEStoreKV under FT_ROPE_PREFETCH)
 	gemv, gemvF32                                                                          map[int]*cuda.Function // by unroll
 	gemvPersist, gemvPersistF32, gemv3, gateUp                                             *cuda.Function
 	attnSplit, attnCombine                                                                 *cuda.Function
@@ -359,7 +346,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		embed: get("embedding_bf16"), embedF32: get("embedding_f32out"), store: get("store_rows_bf16"), cast: get("cast_any"),
 		fill: get("fill_uniform_bf16"), argmax: get("argmax_rows"), argmaxFeed: get("argmax_feed"), argmaxSplit: get("argmax_rows_split"), exp4Unpack: get("exp4_unpack"),
 		rms: get("rmsnorm_bf16"), rmsV8: get("rmsnorm_bf16_v8"), rmsF32: get("rmsnorm_f32in_bf16"),
-		rope: get("rope_bf16"), ropeStore: get("rope_store_bf16"), ropeStorePF: get("rope_store_pf_bf16"),
+		rope: get("rope_bf16"), ropeStore: get("rope_store_bf16"),
 		gemv:      map[int]*cuda.Function{4: get("gemv_bf16_u4"), 8: get("gemv_bf16"), 16: get("gemv_bf16_u16")},
 		gemvF32:   map[int]*cuda.Function{8: get("gemv_bf16_f32out"), 16: get("gemv_f32out_u16")},
 		attnSplit: get("attn_split_bf16"), attnCombine: get("attn_combine_bf16"),
@@ -502,8 +489,6 @@ func New(dev runtime.Device) (*Backend, error) {
 		NoFusedNorm:    noFusedNormFromEnv(),
 		NoFP8FusedNorm: noFP8FusedNormFromEnv(),
 		FP8Persist:     os.Getenv("FT_FP8_PERSIST"),
-		RoPEPrefetch:   envInt("FT_ROPE_PREFETCH"),
-		L2HintBytes:    int64(envInt("FT_L2_HINT_MB")) << 20,
 		NoMergedGEMM:   noMergedFromEnv(),
 		NormTail:       normTailFromEnv(),
 		VarlenContig:   varlenContigFromEnv(),
@@ -938,51 +923,9 @@ func (b *Backend) RoPEStoreKV(q, k, v, kCache, vCache *runtime.Tensor, pos0 int,
 			cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
 			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(kCache.Dim(0)), posp, p0, cuda.Ptr(tab))
 	}
-	grid := cuda.Dim3{X: T, Y: ropeGridY((H+K)*d/2 + K*d)}
-	hints := b.l2hint
-	b.l2hint = nil
-	pfRows := b.RoPEPrefetch
-	if (K*d)%8 != 0 || !aligned16(kCache.Ptr(), vCache.Ptr()) {
-		pfRows = 0 // the bulk prefetch takes 16-byte multiples
-	}
-	if pfRows > 0 || len(hints) > 0 {
-		var h [2]l2Range
-		copy(h[:], hints)
-		return b.k.ropeStorePF.Launch(b.s, grid, cuda.Dim3{X: 256}, 0,
-			cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
-			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(kCache.Dim(0)), posp, p0, cuda.Ptr(tab), cuda.I32(pfRows),
-			cuda.Ptr(h[0].p), cuda.I64(h[0].n), cuda.Ptr(h[1].p), cuda.I64(h[1].n))
-	}
-	return b.k.ropeStore.Launch(b.s, grid, cuda.Dim3{X: 256}, 0,
+	return b.k.ropeStore.Launch(b.s, cuda.Dim3{X: T, Y: ropeGridY((H+K)*d/2 + K*d)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
 		cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(kCache.Dim(0)), posp, p0, cuda.Ptr(tab))
-}
-
-// l2Range is n bytes at device address p for rope_store_pf_bf16 to ask L2 for.
-type l2Range struct {
-	p uintptr
-	n int64
-}
-
-// HintL2 is kernels.L2Hinter: the next decode RoPEStoreKV asks L2 for the
-// first L2HintBytes/len(ts) bytes (whole 128-byte lines) of each of the
-// first two tensors of ts, when they are on this device and 16-byte
-// aligned; nothing while L2HintBytes is 0.
-func (b *Backend) HintL2(ts ...*runtime.Tensor) {
-	b.l2hint = b.l2hint[:0]
-	if b.L2HintBytes <= 0 || len(ts) == 0 {
-		return
-	}
-	ts = ts[:min(len(ts), 2)]
-	each := b.L2HintBytes / int64(len(ts))
-	for _, t := range ts {
-		if b.onDevice("HintL2", "t", t) != nil || !aligned16(t.Ptr()) {
-			continue
-		}
-		if n := min(t.NumBytes(), each) &^ 127; n > 0 {
-			b.l2hint = append(b.l2hint, l2Range{t.Ptr(), n})
-		}
-	}
 }
 
 // splitsFor is the number of context splits of decode attention for a cache

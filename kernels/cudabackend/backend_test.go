@@ -499,57 +499,6 @@ func TestRoPEStoreKV(t *testing.T) {
 	}
 }
 
-// TestRoPEStoreKVPrefetch: with RoPEPrefetch and an L2 hint
-// (rope_store_pf_bf16's prefetches before and after its work) RoPEStoreKV
-// writes the bits it writes without, for caps below, at and past the
-// position, hints within and past the tensors, at position 0 and at the
-// capacity's end, and takes the hint; a position past the capacity stores
-// nothing either way.
-func TestRoPEStoreKVPrefetch(t *testing.T) {
-	needGPU(t)
-	rng := newRNG(t)
-	defer func(was int, hint int64) { gb.RoPEPrefetch, gb.L2HintBytes = was, hint }(gb.RoPEPrefetch, gb.L2HintBytes)
-	const C, H, K, d = 600, 32, 8, 128
-	inv := ropeTables(t, d)["llama3"]
-	old := randBF16(rng, C*K*d, 2)
-	weights := gpu(t, runtime.BF16, randBF16(rng, 3<<20, 1), 3<<20) // stands for an MLP's weights to hint
-	for _, pos := range []int{0, 1, 511, C - 1, C} {
-		q, k, v := randBF16(rng, H*d, 2), randBF16(rng, K*d, 2), randBF16(rng, K*d, 2)
-		run := func(rows int) [4][]float32 {
-			gb.RoPEPrefetch = rows
-			gb.L2HintBytes = int64(rows) << 12 // 4,096 rows: 8 MiB a tensor, past its 6 MiB
-			gb.HintL2(weights, weights)
-			gq, gk, gv := gpu(t, runtime.BF16, q, 1, H, d), gpu(t, runtime.BF16, k, 1, K, d), gpu(t, runtime.BF16, v, 1, K, d)
-			kc, vc := gpu(t, runtime.BF16, old, C, K, d), gpu(t, runtime.BF16, old, C, K, d)
-			err := gb.RoPEStoreKV(gq, gk, gv, kc, vc, pos, inv)
-			if pos >= C {
-				if err == nil {
-					t.Errorf("position %d past the capacity %d: no error (prefetch %d)", pos, C, rows)
-				}
-				return [4][]float32{}
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(gb.l2hint) != 0 {
-				t.Errorf("position %d, prefetch %d: the L2 hint was not taken", pos, rows)
-			}
-			return [4][]float32{read(t, gq), read(t, gk), read(t, kc), read(t, vc)}
-		}
-		want := run(0)
-		for _, rows := range []int{1, 256, 4096} {
-			got := run(rows)
-			for i, name := range []string{"q", "k", "k cache", "v cache"} {
-				for j := range want[i] {
-					if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
-						t.Fatalf("position %d, prefetch %d rows: %s element %d %v, without %v", pos, rows, name, j, got[i][j], want[i][j])
-					}
-				}
-			}
-		}
-	}
-}
-
 func TestAttention(t *testing.T) {
 	needGPU(t)
 	rng := newRNG(t)

@@ -46,8 +46,6 @@ var envSwitches = map[string][]string{
 	"FT_DECODE_CHUNK":    nil,
 	"FT_DECODE_SPLITS":   nil,
 	"FT_FUSED_GROUP":     nil,
-	"FT_ROPE_PREFETCH":   nil,
-	"FT_L2_HINT_MB":      nil,
 }
 
 // EnvSwitchValues are the simple switches New checks at start-up, each with

@@ -268,10 +268,6 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 			oAcc, oTail = withTail(b, accAttn, T, h, l.PostNorm) // and may leave PostNorm(x) in h
 		}
 	}
-	if hl, ok := b.(kernels.L2Hinter); ok && bs == nil && T == 1 && l.MLP != nil {
-		// the MLP's first weights, streamed into the cache during the attention
-		hl.HintL2(l.MLP.Gate.Weight.Tensor(), l.MLP.Up.Weight.Tensor())
-	}
 	if bs != nil {
 		if err := l.Attn.forwardBatch(b, w, attnOut, h, bs, accAttn); err != nil {
 			return err
