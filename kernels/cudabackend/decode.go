@@ -362,7 +362,8 @@ const contigPipeShort = "s2w8h1tp"
 const contigShortCap = 2048
 
 // contigPipeFor is the default variant over a contiguous cache of
-// capacity rows.
+// capacity rows (pipeFor takes contigPipeDefault where a GPU's shared
+// memory cannot hold contigPipeShort's 128 KiB ring: sm_86/89's 99 KiB).
 func contigPipeFor(capacity int) string {
 	if capacity <= contigShortCap {
 		return contigPipeShort
@@ -383,6 +384,9 @@ func (b *Backend) pipeFor(d, K int, contig bool, capacity int) (pipeVariant, *pi
 	want := b.DecodePipeVariant
 	if want == "" && contig {
 		want = contigPipeFor(capacity)
+		if want != contigPipeDefault && !b.pipeLoaded(d, want) {
+			want = contigPipeDefault // dropped (sizeWave): its ring does not fit this GPU's shared memory
+		}
 	}
 	for _, c := range pipeVariants {
 		if c.D == d && (!found || d == 128 && c.Name() == want) {
@@ -410,6 +414,17 @@ func (b *Backend) pipeFor(d, K int, contig bool, capacity int) (pipeVariant, *pi
 		}
 	}
 	return v, b.k.decodeMMA.pipe[v], nil
+}
+
+// pipeLoaded reports whether the variant of head width d named name has
+// its kernels (a variant whose ring does not fit the GPU is dropped).
+func (b *Backend) pipeLoaded(d int, name string) bool {
+	for v, pk := range b.k.decodeMMA.pipe {
+		if v.D == d && v.Name() == name && pk != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // pipeSplits is the grid's split count of variant v for blocks (query
