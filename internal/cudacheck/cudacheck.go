@@ -31,7 +31,7 @@ import (
 
 // listed is what Check reads of `go list -json` for a package.
 type listed struct {
-	ImportPath, Dir, Name                        string
+	ImportPath, Dir                              string
 	Standard, DepOnly                            bool
 	GoFiles, CgoFiles, TestGoFiles, XTestGoFiles []string
 	Deps                                         []string // every package it imports, directly or not

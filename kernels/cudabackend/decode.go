@@ -379,19 +379,22 @@ func contigPipeFor(capacity int) string {
 // with the same stages, warps and key copy where compiled, else to the
 // default. pk is nil where no variant has head width d.
 func (b *Backend) pipeFor(d, K int, contig bool, capacity int) (pipeVariant, *pipeKernels, error) {
-	var v pipeVariant
-	found := false
+	// pick is the variant of head width d named name, else its first.
+	pick := func(name string) (v pipeVariant, found bool) {
+		for _, c := range pipeVariants {
+			if c.D == d && (!found || d == 128 && c.Name() == name) {
+				v, found = c, true
+			}
+		}
+		return v, found
+	}
 	want := b.DecodePipeVariant
 	if want == "" && contig {
 		want = contigPipeFor(capacity)
-		if want != contigPipeDefault && !b.pipeLoaded(d, want) {
-			want = contigPipeDefault // dropped (sizeWave): its ring does not fit this GPU's shared memory
-		}
 	}
-	for _, c := range pipeVariants {
-		if c.D == d && (!found || d == 128 && c.Name() == want) {
-			v, found = c, true
-		}
+	v, found := pick(want)
+	if b.DecodePipeVariant == "" && v.Name() == contigPipeShort && b.k.decodeMMA.pipe[v] == nil {
+		v, found = pick(contigPipeDefault) // dropped (sizeWave): its ring does not fit this GPU's shared memory
 	}
 	if !found {
 		return v, nil, nil
@@ -414,17 +417,6 @@ func (b *Backend) pipeFor(d, K int, contig bool, capacity int) (pipeVariant, *pi
 		}
 	}
 	return v, b.k.decodeMMA.pipe[v], nil
-}
-
-// pipeLoaded reports whether the variant of head width d named name has
-// its kernels (a variant whose ring does not fit the GPU is dropped).
-func (b *Backend) pipeLoaded(d int, name string) bool {
-	for v, pk := range b.k.decodeMMA.pipe {
-		if v.D == d && v.Name() == name && pk != nil {
-			return true
-		}
-	}
-	return false
 }
 
 // pipeSplits is the grid's split count of variant v for blocks (query
