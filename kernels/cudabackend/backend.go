@@ -193,6 +193,10 @@ type Backend struct {
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
 	NoFusedRoPE bool
+	// NoRoPEAttend makes RoPEAttend decline (ropeattend.go): the decoder
+	// then runs rope_store_bf16 and the decode attention apart. New sets
+	// it for FT_ROPE_ATTEND=0 (A/B runs).
+	NoRoPEAttend bool
 	// QKNormRoPETokens is the most tokens for which NormRoPEStoreKV runs
 	// (qknormrope.go: the q/k norms, RoPE and KV store as one kernel);
 	// it declines larger calls, all of them at 0, none at −1. New sets it
@@ -499,6 +503,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		AsyncDecode:    asyncDecodeFromEnv(),
 		GEMVEarly:      gemvEarlyFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
+	b.NoRoPEAttend = noRoPEAttendFromEnv()
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV
