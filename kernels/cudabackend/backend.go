@@ -195,7 +195,7 @@ type Backend struct {
 	NoFusedRoPE bool
 	// NoRoPEAttend makes RoPEAttend decline (ropeattend.go): the decoder
 	// then runs rope_store_bf16 and the decode attention apart. New sets
-	// it for FT_ROPE_ATTEND=0 (A/B runs).
+	// it unless FT_ROPE_ATTEND=1 (measured slower; A/B runs).
 	NoRoPEAttend bool
 	// QKNormRoPETokens is the most tokens for which NormRoPEStoreKV runs
 	// (qknormrope.go: the q/k norms, RoPE and KV store as one kernel);

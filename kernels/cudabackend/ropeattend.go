@@ -18,8 +18,15 @@ import (
 // heads as it loads them and, in the block whose split ends at the new
 // position, the new key before it stores it and the value into the
 // caches' row, so no rope_store_bf16 launch sits between the q/k/v
-// projection and the attention. Why: in the resident FP8 step's block
-// trace (s28d) that launch took 2.3 µs of each layer's critical path.
+// projection and the attention. Why it was tried: in the resident FP8
+// step's block trace (s28d) that launch took 2.3 µs of each layer's
+// critical path. Measured slower (s29b, H200, bench/h200-s29b.sh): FP8 step
+// at 512 2.59, 2.58 ms against 2.52, 2.51 without; at 2,000 2.68 against
+// 2.62; BF16 at 512 4.15 against 4.10. The attention's blocks become
+// resident only as the persistent q/k/v projection's blocks leave the SMs;
+// with rope_store_bf16 between them they copy the older keys and values
+// during its 2.3 µs (decode_tr.cu's PRE), without it those copies start
+// when the data is already needed. So it is off unless FT_ROPE_ATTEND=1.
 
 // ropeTwins are the variants compiled with a RoPE twin: the contiguous
 // defaults (contigPipeShort, contigPipeDefault).
@@ -30,9 +37,9 @@ func (v pipeVariant) ropeKernel() string {
 	return fmt.Sprintf("attn_decode_rope_d%d_%s_bf16", v.D, v.Name())
 }
 
-// noRoPEAttendFromEnv is the default of Backend.NoRoPEAttend:
-// FT_ROPE_ATTEND=0.
-func noRoPEAttendFromEnv() bool { return os.Getenv("FT_ROPE_ATTEND") == "0" }
+// noRoPEAttendFromEnv is the default of Backend.NoRoPEAttend: set unless
+// FT_ROPE_ATTEND=1.
+func noRoPEAttendFromEnv() bool { return os.Getenv("FT_ROPE_ATTEND") != "1" }
 
 // RoPEAttend is kernels.RoPEAttendRef as one launch of the decode
 // attention variant's RoPE twin. It declines (false, nil: nothing ran)
@@ -41,8 +48,12 @@ func noRoPEAttendFromEnv() bool { return os.Getenv("FT_ROPE_ATTEND") == "0" }
 // the attention would take has no twin (head width other than 128, more
 // than 8 query heads per KV head, a variant picked by FT_DECODE_VARIANT
 // without one, a GPU whose shared memory drops it) or the tensors are not
-// 16-byte aligned. Bad operands are errors.
+// 16-byte aligned. Bad operands are errors (switched off, it declines
+// before looking at them).
 func (b *Backend) RoPEAttend(a kernels.RoPEAttention) (bool, error) {
+	if b.NoRoPEAttend {
+		return false, nil
+	}
 	H, K, d, err := a.Check()
 	if err != nil {
 		return false, err
@@ -55,7 +66,7 @@ func (b *Backend) RoPEAttend(a kernels.RoPEAttention) (bool, error) {
 			return false, err
 		}
 	}
-	if b.NoRoPEAttend || b.NoDecodePipe || d != 128 {
+	if b.NoDecodePipe || d != 128 {
 		return false, nil
 	}
 	G, C := H/K, a.KCache.Dim(0)

@@ -28,6 +28,8 @@ type ropeAttendOperands struct{ out, q, k, v, kc, vc *runtime.Tensor }
 // operands are errors.
 func TestRoPEAttendGPU(t *testing.T) {
 	needGPU(t)
+	defer func(off bool) { gb.NoRoPEAttend = off }(gb.NoRoPEAttend)
+	gb.NoRoPEAttend = false
 	rng := newRNG(t)
 	const H, KV, d = 32, 8, 128
 	inv, err := kernels.RopeInvFreq(d, 500000, kernels.RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4,
