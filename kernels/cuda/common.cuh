@@ -26,16 +26,6 @@ __device__ __forceinline__ bf16_t f2bf(float f) {
 	return (bf16_t)(u >> 16);
 }
 
-// rope_sincos is rope_rotate's sine and cosine of θ = float(p)·f; with
-// rope_rotate_cs, the rotation by them, a kernel may compute the angles
-// apart from the rotation (decode_tr.cu's RoPE twins: before their
-// dependent-launch wait) and get rope_rotate's bits.
-__device__ __forceinline__ void rope_sincos(int p, float f, float& s, float& c) { sincosf(__fmul_rn((float)p, f), &s, &c); }
-__device__ __forceinline__ void rope_rotate_cs(float a, float b, float c, float s, bf16_t& r0, bf16_t& r1) {
-	r0 = f2bf(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-	r1 = f2bf(__fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
-}
-
 // rope_rotate rotates the pair (a, b) by θ = float(p)·f (cos and sin in
 // fp32, full range reduction: within an ulp of the double-precision values
 // the CPU rounds) and rounds it to bf16: r0 = a·cosθ − b·sinθ,
@@ -44,9 +34,11 @@ __device__ __forceinline__ void rope_rotate_cs(float a, float b, float c, float 
 // (rope_qkv.cu) and the one-kernel decode layer (decodelayer.cu, a unit of
 // its own) share it, so they give the same bits.
 __device__ __forceinline__ void rope_rotate(float a, float b, int p, float f, bf16_t& r0, bf16_t& r1) {
+	const float th = __fmul_rn((float)p, f);
 	float s, c;
-	rope_sincos(p, f, s, c);
-	rope_rotate_cs(a, b, c, s, r0, r1);
+	sincosf(th, &s, &c);
+	r0 = f2bf(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+	r1 = f2bf(__fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
 }
 
 // h2f widens IEEE binary16 bits.

@@ -119,24 +119,10 @@ __device__ __forceinline__ unsigned movmatrix_t(unsigned a) {
 // overlap that kernel; the query, and the stages with new rows, come after
 // the wait. The stages a warp may copy early are a prefix of its stages
 // (its groups go up in position), so the commit groups keep their order.
-//
-// ROPE (with PRE, one query row: the RoPE twins below): the step's RoPE
-// and KV store are this kernel's, not a kernel's before it. q is the
-// unrotated query and kn, vn the new token's unrotated key and its value
-// rows [K,HD]; inv the HD/2 rotary frequencies. Before the wait the block
-// computes the angles of the position (rope_sincos, into rs_cs); after it
-// every block rotates its query heads as it loads them (rope_rotate_cs: the
-// bits rope_store_bf16 leaves in q), and in the block whose split ends at
-// the new position the warp that owns the position's group rotates the
-// key, stores it and the value into the caches' row and only then issues
-// that group's copies (after __syncwarp: the copies read what its lanes
-// wrote). No other block reads that row, so the kernel before this one
-// is the q/k/v projection, which writes no cache row at all.
-template <int HD, int S, int NW, bool FAST, bool PAGED, bool PRE = false, bool ROPE = false>
+template <int HD, int S, int NW, bool FAST, bool PAGED, bool PRE = false>
 __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table, int maxBlocks, int bs,
-		const int* posp, int pos0, float scale_log2, int window, const bf16_t* kn = nullptr, const bf16_t* vn = nullptr,
-		const float* inv = nullptr) {
+		const int* posp, int pos0, float scale_log2, int window) {
 	constexpr int CH = HD / 8;          // 16-byte chunks of a row
 	constexpr int KS = HD / 16;         // k-steps of Sᵀ, 16-row tiles of Oᵀ
 	constexpr int ROW = HD * 2;         // bytes of a row
@@ -145,9 +131,7 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	constexpr int RPI = 32 / CH;        // rows one warp copy instruction covers
 	constexpr int NI = 16 / RPI;        // copy instructions per tile and operand
 	static_assert(CH >= 8 && CH <= 32, "decode_tr_body: head width 64 or 128 (the swizzle needs 8 chunks a row)");
-	static_assert(!ROPE || (PRE && !PAGED && !FAST), "decode_tr_body: ROPE is the contiguous PRE kernel's");
 	extern __shared__ uint4 pipe_smem[];
-	__shared__ float2 rs_cs[ROPE ? HD / 2 : 1];  // ROPE: (cos θ_i, sin θ_i) of the position
 	__shared__ float sm_m[NW][8], sm_l[NW][8];
 	__shared__ int isLast;
 	constexpr bool EARLY = PRE && !PAGED;
@@ -163,15 +147,6 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	const usize rs = (usize)K * HD;  // elements between cache rows
 	const bf16_t* kb = kc + (usize)kvh * HD;
 	const bf16_t* vb = vc + (usize)kvh * HD;
-	const int np = n - 1 - t;  // this query's position
-	if (ROPE) {
-		for (int i = tid; i < HD / 2; i += NW * 32) {
-			float sn, cs;
-			rope_sincos(np, inv[i], sn, cs);
-			rs_cs[i] = make_float2(cs, sn);
-		}
-		__syncthreads();
-	}
 
 	// Qᵀ as B: qb[j] = Q[g][16j+2tg, +1] and Q[g][16j+8+2tg, +1] (zero for
 	// g ≥ G: those columns' scores are 0 and never written).
@@ -182,24 +157,6 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 		for (int j = 0; j < KS; j++) {
 			qb[j][0] = g < G ? qr[8 * j] : 0u;
 			qb[j][1] = g < G ? qr[8 * j + 4] : 0u;
-		}
-		if (ROPE && g < G) {
-			// Dimension i < HD/2 pairs with i + HD/2: word w of k-step j
-			// holds i = 16j + 8w + 2tg and i + 1, k-step j + KS/2 their
-			// partners.
-#pragma unroll
-			for (int j = 0; j < KS / 2; j++) {
-#pragma unroll
-				for (int w = 0; w < 2; w++) {
-					const int i = 16 * j + 8 * w + 2 * tg;
-					const unsigned lo = qb[j][w], hi = qb[j + KS / 2][w];
-					bf16_t a0, a1, b0, b1;
-					rope_rotate_cs(bf2f((bf16_t)lo), bf2f((bf16_t)hi), rs_cs[i].x, rs_cs[i].y, a0, b0);
-					rope_rotate_cs(bf2f((bf16_t)(lo >> 16)), bf2f((bf16_t)(hi >> 16)), rs_cs[i + 1].x, rs_cs[i + 1].y, a1, b1);
-					qb[j][w] = (unsigned)a0 | (unsigned)a1 << 16;
-					qb[j + KS / 2][w] = (unsigned)b0 | (unsigned)b1 << 16;
-				}
-			}
 		}
 	};
 	if (!FAST && !EARLY) loadQ();
@@ -285,23 +242,6 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 			}
 		}
 		ft_pdl_wait();
-		if (ROPE && end == n && warp == ((np - beg) >> 4) % NW) {
-			// The new row: 2 of its HD/2 key pairs a lane (HD 128), its
-			// value in 16-byte pieces.
-			const bf16_t* kr = kn + (usize)kvh * HD;
-			bf16_t* kd = const_cast<bf16_t*>(kb) + (usize)np * rs;
-			for (int i = lane; i < HD / 2; i += 32) {
-				bf16_t r0, r1;
-				rope_rotate_cs(bf2f(kr[i]), bf2f(kr[i + HD / 2]), rs_cs[i].x, rs_cs[i].y, r0, r1);
-				kd[i] = r0;
-				kd[i + HD / 2] = r1;
-			}
-			if (lane < CH)
-				reinterpret_cast<uint4*>(const_cast<bf16_t*>(vb) + (usize)np * rs)[lane] =
-						reinterpret_cast<const uint4*>(vn + (usize)kvh * HD)[lane];
-			__threadfence_block();
-			__syncwarp();
-		}
 	}
 #pragma unroll
 	for (int s = 0; s < S - 1; s++) {
@@ -464,24 +404,3 @@ FT_TR_VARIANT(128, 5, 4, p, false, true)
 FT_TR_VARIANT(128, 4, 4, p, false, true)
 FT_TR_VARIANT(128, 3, 8, p, false, true)
 FT_TR_VARIANT(128, 2, 8, p, false, true)
-
-// FT_TR_ROPE_VARIANT defines the RoPE twin of a transposed PRE variant
-// (decode_tr_body's ROPE): attn_decode_rope_d{HD}_s{S}w{NW}h1tp_bf16 is
-// rope_store_bf16 followed by attn_decode_pipe_d{HD}_s{S}w{NW}h1tp_bf16 for
-// one query row (grid K × nsplit × 1), in one launch: q, kn and vn are the
-// step's unrotated query, key and value rows, kc and vc the caches whose
-// row at the position receives the rotated key and the value, inv the
-// HD/2 rotary frequencies. The other arguments are the plain kernel's.
-#define FT_TR_ROPE_VARIANT(HD, S, NW)                                                                                                   \
-	extern "C" __global__ void __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                                     \
-			attn_decode_rope_d##HD##_s##S##w##NW##h1tp_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,                \
-					const bf16_t* kn, const bf16_t* vn, bf16_t* kc, bf16_t* vc, int H, int K, int nsplit, int minChunk,                  \
-					const int* posp, int pos0, float scale_log2, int window, const float* inv) {                                        \
-		decode_tr_body<HD, S, NW, false, false, true, true>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1,  \
-				posp, pos0, scale_log2, window, kn, vn, inv);                                                                          \
-	}
-
-// The RoPE twins of the contiguous defaults (decode.go's contigPipeShort
-// and contigPipeDefault; ropeattend.go).
-FT_TR_ROPE_VARIANT(128, 2, 8)
-FT_TR_ROPE_VARIANT(128, 3, 4)

@@ -193,10 +193,6 @@ type Backend struct {
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
 	NoFusedRoPE bool
-	// NoRoPEAttend makes RoPEAttend decline (ropeattend.go): the decoder
-	// then runs rope_store_bf16 and the decode attention apart. New sets
-	// it unless FT_ROPE_ATTEND=1 (measured slower; A/B runs).
-	NoRoPEAttend bool
 	// QKNormRoPETokens is the most tokens for which NormRoPEStoreKV runs
 	// (qknormrope.go: the q/k norms, RoPE and KV store as one kernel);
 	// it declines larger calls, all of them at 0, none at −1. New sets it
@@ -503,7 +499,6 @@ func New(dev runtime.Device) (*Backend, error) {
 		AsyncDecode:    asyncDecodeFromEnv(),
 		GEMVEarly:      gemvEarlyFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
-	b.NoRoPEAttend = noRoPEAttendFromEnv()
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
 
 	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
@@ -48,11 +47,6 @@ type pipeKernels struct {
 	// maxSmem is the dynamic shared memory both kernels accept: the
 	// block's limit less their static shared memory (the merge's).
 	maxSmem int
-	// rope is the variant's RoPE twin over a contiguous cache
-	// (ropeattend.go), nil where none is compiled or its shared memory
-	// does not fit; ropeSmem the dynamic shared memory it accepts.
-	rope     *cuda.Function
-	ropeSmem int
 }
 
 // pipeVariant is one compiled tuning of decode_pipe.cu's decode_pipe_body:
@@ -184,9 +178,6 @@ func loadDecodeMMA(get func(string) *cuda.Function) decodeMMAKernels {
 	}
 	for _, v := range pipeVariants {
 		k.pipe[v] = &pipeKernels{contig: get(v.kernel("")), paged: get(v.kernel("paged_"))}
-		if slices.Contains(ropeTwins, v.Name()) {
-			k.pipe[v].rope = get(v.ropeKernel())
-		}
 	}
 	return k
 }
@@ -222,15 +213,6 @@ func (k *decodeMMAKernels) sizeWave(sms int) error {
 		if pk.maxSmem == 0 {
 			delete(k.pipe, v)
 			continue
-		}
-		pk.ropeSmem = 0
-		for s := pk.maxSmem; pk.rope != nil && s >= v.ring() && pk.ropeSmem == 0; s -= 1024 {
-			if pk.rope.SetMaxDynamicSharedMemory(s) == nil {
-				pk.ropeSmem = s
-			}
-		}
-		if pk.ropeSmem == 0 {
-			pk.rope = nil
 		}
 		n, err := pk.paged.MaxActiveBlocksPerSM(32*v.W, v.ring())
 		if err != nil {

@@ -341,49 +341,20 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {
 		q, k, v := rows(w.q, T), rows(w.k, T), rows(w.v, T) // [T,H,d], [T,K,d], [T,K,d]
-		att := rows(w.att, T)                               // [T,H,d]
-		// project, qkNorm, ropeAndAppend, fused for one token (ropefuse.go);
-		// RoPE and the append left to the attention where it takes them
-		ra := a.ropeAttender(b, T, cache)
-		pending, err := a.projectRoPE(b, m.invFreq, in, q, k, v, cache, ra != nil)
-		if err != nil {
+		// project, qkNorm, ropeAndAppend, fused for one token (ropefuse.go)
+		if err := a.projectRoPE(b, m.invFreq, in, q, k, v, cache); err != nil {
 			return err
-		}
-		if pending {
-			kc, vc := cache.View(a.Layer) // a Direct cache's tensors
-			ran, err := ra.RoPEAttend(kernels.RoPEAttention{Out: att, Q: q, K: k, V: v, KCache: kc, VCache: vc,
-				Pos: cache.Len(), InvFreq: m.invFreq, Window: a.Window})
-			if err != nil {
-				return err
-			}
-			if ran {
-				return a.output(b, out, att, acc)
-			}
-			if err := a.ropeAndAppend(b, m.invFreq, q, k, v, cache); err != nil {
-				return err
-			}
 		}
 		if err := a.scaleQ(b, q); err != nil {
 			return err
 		}
 		kc, vc := cache.View(a.Layer) // [C,K,d]
+		att := rows(w.att, T)         // [T,H,d]
 		if err := kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window); err != nil {
 			return err
 		}
 		return a.output(b, out, att, acc)
 	})
-}
-
-// ropeAttender is b's one-op RoPE, KV append and attention
-// (kernels.RoPEAttender) where it applies to this step: one token, a
-// Direct cache, no q/k norm and no query scale (they sit between the
-// rotation and the attention); else nil.
-func (a *Attention) ropeAttender(b kernels.Backend, T int, cache Cache) kernels.RoPEAttender {
-	f, ok := b.(kernels.RoPEAttender)
-	if _, direct := cache.(Direct); !ok || !direct || T != 1 || a.QNorm != nil || a.QScale != 0 {
-		return nil
-	}
-	return f
 }
 
 // scaleQ multiplies the rotated queries by QScale, when there is one.

@@ -8,9 +8,7 @@ import (
 
 // projectRoPE computes q, k and v from the input in, normalises q and k
 // per head where the layer has q/k norms, rotates them and appends k and v
-// to the cache. With ropeLater, where the rotation and the append would
-// run as ropeAndAppend it leaves them to the caller and returns pending
-// (the caller's attention takes them: kernels.RoPEAttender). For several tokens into a Direct cache it is one op where
+// to the cache. For several tokens into a Direct cache it is one op where
 // the backend fuses it (projectRoPERows). For one token it is one op where
 // the backend fuses the projections with the rest (kernels.QKVRoPEStorer):
 // plain weights, no q/k norm (it would sit between the projection and the
@@ -18,34 +16,27 @@ import (
 // backend may decline the operands. Otherwise (and when a pending norm folds into the projections
 // instead: normfuse.go) project, then qkNorm and ropeAndAppend: one op
 // where the backend fuses them (normRoPEStore), else two.
-func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed, q, k, v *runtime.Tensor, cache Cache,
-	ropeLater bool) (pending bool, err error) {
-	rope := func() (bool, error) {
-		if ropeLater {
-			return true, nil
-		}
-		return false, a.ropeAndAppend(b, invFreq, q, k, v, cache)
-	}
+func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed, q, k, v *runtime.Tensor, cache Cache) error {
 	f, ok := b.(kernels.QKVRoPEStorer)
 	_, direct := cache.(Direct)
 	if direct && in.h.Dim(0) > 1 {
 		kc, vc := cache.View(a.Layer)
 		ran, err := a.projectRoPERows(b, invFreq, in, q, k, v, kc, vc, cache.Len(), nil, nil)
 		if err != nil || ran {
-			return false, err
+			return err
 		}
 	}
 	if ok && direct && a.QNorm == nil && in.h.Dim(0) == 1 && plain(a.Q, a.K, a.V) && nn.Unwatched(a.Q, a.K, a.V) {
 		ran, err := a.foldNorm(b, in, q, k, v)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if ran {
-			return rope()
+			return a.ropeAndAppend(b, invFreq, q, k, v, cache)
 		}
 		h, err := in.ready(b)
 		if err != nil {
-			return false, err
+			return err
 		}
 		in = normed{h: h}
 		kc, vc := cache.View(a.Layer)
@@ -54,19 +45,19 @@ func (a *Attention) projectRoPE(b kernels.Backend, invFreq []float32, in normed,
 			BQ: biasOf(a.Q), BK: biasOf(a.K), BV: biasOf(a.V),
 			KCache: kc, VCache: vc, Pos: cache.Len(), InvFreq: invFreq})
 		if err != nil || ran {
-			return false, err
+			return err
 		}
 	}
 	if err := a.project(b, in, q, k, v); err != nil {
-		return false, err
+		return err
 	}
 	if ran, err := a.normRoPEStore(b, invFreq, q, k, v, cache); err != nil || ran {
-		return false, err
+		return err
 	}
 	if err := a.qkNorm(b, q, k); err != nil {
-		return false, err
+		return err
 	}
-	return rope()
+	return a.ropeAndAppend(b, invFreq, q, k, v, cache)
 }
 
 // normRoPEStore runs qkNorm and ropeAndAppend as one op where the backend
