@@ -220,13 +220,26 @@ func Traced(src string) (traced string, names []string, err error) {
 	return b.String(), names, nil
 }
 
-// kernelName is the name at the start of s, the text after a kernel's
-// "void": past an optional __launch_bounds__(…), up to the "(" of the
-// parameters; the characters of an identifier and the ## of a macro paste.
-func kernelName(s string) (string, bool) {
+// kernelAttrs are the attribute macros a kernel's declaration may carry
+// between "void" and its name.
+var kernelAttrs = []string{"__launch_bounds__", "FT_CLUSTER_Y"}
+
+// skipAttrs is s past any kernelAttrs(…) at its start (and the spaces,
+// tabs, newlines and macro line continuations around them); ok false
+// where an attribute's parentheses do not close.
+func skipAttrs(s string) (string, bool) {
 	s = strings.TrimLeft(s, " \t\\\n")
-	if strings.HasPrefix(s, "__launch_bounds__") {
-		depth, i := 0, len("__launch_bounds__")
+	for {
+		attr := ""
+		for _, a := range kernelAttrs {
+			if strings.HasPrefix(s, a) {
+				attr = a
+			}
+		}
+		if attr == "" {
+			return s, true
+		}
+		depth, i := 0, len(attr)
 		for ; i < len(s); i++ {
 			if s[i] == '(' {
 				depth++
@@ -240,6 +253,16 @@ func kernelName(s string) (string, bool) {
 			return "", false
 		}
 		s = strings.TrimLeft(s[i+1:], " \t\\\n")
+	}
+}
+
+// kernelName is the name at the start of s, the text after a kernel's
+// "void": past its attributes (kernelAttrs), up to the "(" of the
+// parameters; the characters of an identifier and the ## of a macro paste.
+func kernelName(s string) (string, bool) {
+	s, ok := skipAttrs(s)
+	if !ok {
+		return "", false
 	}
 	n := 0
 	for n < len(s) && (s[n] == '_' || s[n] == '#' || s[n] >= 'a' && s[n] <= 'z' || s[n] >= 'A' && s[n] <= 'Z' || s[n] >= '0' && s[n] <= '9') {
@@ -258,12 +281,9 @@ func kernelsIn(src string) []string {
 		if !strings.HasPrefix(line, "extern \"C\" __global__ void") {
 			continue
 		}
-		rest := strings.TrimPrefix(line, "extern \"C\" __global__ void")
-		rest = strings.TrimSpace(rest)
-		if strings.HasPrefix(rest, "__launch_bounds__") {
-			if i := strings.Index(rest, ")"); i >= 0 {
-				rest = strings.TrimSpace(rest[i+1:])
-			}
+		rest, ok := skipAttrs(strings.TrimPrefix(line, "extern \"C\" __global__ void"))
+		if !ok {
+			continue
 		}
 		if i := strings.Index(rest, "("); i > 0 {
 			out = append(out, rest[:i])

@@ -193,6 +193,10 @@ type Backend struct {
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
 	NoFusedRoPE bool
+	// NoDecodeCluster keeps one-token decode attention over short caches
+	// off the cluster twins (cluster.go): the pipelined kernel's global
+	// merge instead. New sets it for FT_DECODE_CLUSTER=0 (A/B runs).
+	NoDecodeCluster bool
 	// QKNormRoPETokens is the most tokens for which NormRoPEStoreKV runs
 	// (qknormrope.go: the q/k norms, RoPE and KV store as one kernel);
 	// it declines larger calls, all of them at 0, none at −1. New sets it
@@ -499,6 +503,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		AsyncDecode:    asyncDecodeFromEnv(),
 		GEMVEarly:      gemvEarlyFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
+	b.NoDecodeCluster = noDecodeClusterFromEnv()
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV

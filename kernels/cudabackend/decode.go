@@ -37,6 +37,8 @@ type decodeMMAKernels struct {
 	wave int
 	// pipe are the pipelined kernels (decode_pipe.cu) by variant.
 	pipe map[pipeVariant]*pipeKernels
+	// cluster are contigPipeShort's cluster twins by splits (cluster.go).
+	cluster map[int]*cuda.Function
 }
 
 // pipeKernels are the two kernels of one pipelined variant and how many
@@ -179,6 +181,10 @@ func loadDecodeMMA(get func(string) *cuda.Function) decodeMMAKernels {
 	for _, v := range pipeVariants {
 		k.pipe[v] = &pipeKernels{contig: get(v.kernel("")), paged: get(v.kernel("paged_"))}
 	}
+	k.cluster = map[int]*cuda.Function{}
+	for _, cs := range clusterSplits {
+		k.cluster[cs] = get(clusterKernel(cs))
+	}
 	return k
 }
 
@@ -220,6 +226,7 @@ func (k *decodeMMAKernels) sizeWave(sms int) error {
 		}
 		pk.wave = max(1, n) * sms
 	}
+	k.sizeClusters()
 	return nil
 }
 
@@ -449,9 +456,13 @@ func (b *Backend) pipeSplits(v pipeVariant, pk *pipeKernels, limit, blocks, G in
 }
 
 // attentionPipe is the one-token (or T-token, each at pos0+t) decode over
-// a contiguous cache [C,K,d] through variant v's attn_decode_pipe_*: one
-// launch.
+// a contiguous cache [C,K,d] through variant v's attn_decode_pipe_* (one
+// token over a short cache: its cluster twin where clusterFor has one):
+// one launch.
 func (b *Backend) attentionPipe(v pipeVariant, pk *pipeKernels, outP, qP, kP, vP uintptr, T, H, K, d, C, pos0, window int, kvBytes int64) error {
+	if f, cs := b.clusterFor(v, C); T == 1 && f != nil {
+		return b.attentionCluster(f, cs, v, outP, qP, kP, vP, H, K, d, pos0, window, kvBytes)
+	}
 	nsplit := 1
 	if T == 1 {
 		nsplit = b.pipeSplits(v, pk, C, K/v.H, H/K)

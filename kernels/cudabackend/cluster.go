@@ -1,0 +1,88 @@
+//go:build cuda
+
+package cudabackend
+
+import (
+	"fmt"
+	"math"
+	"os"
+
+	"github.com/flextensor-go/flextensor/runtime/cuda"
+)
+
+// One-sequence decode attention over a short contiguous cache with its
+// splits merged inside a thread-block cluster (decode_tr.cu's
+// FT_TR_CLUSTER_VARIANT, sm_90): the CS splits of a KV head are one
+// cluster; each block combines its warps' partials in its shared memory
+// and the cluster's blocks read each other's through distributed shared
+// memory, where the pipelined kernel writes every split's partials to
+// global memory, fences, counts the finished splits with an atomic and
+// lets the last block read them back. Why: in s29c's block trace (FP8
+// step at context 512, H200) ~6 µs of the attention's 8.7 µs a layer on
+// the critical path lay between a warp's last key group and the merged
+// output, in those dependent round trips.
+
+// clusterSplits are the compiled cluster sizes (splits a KV head).
+var clusterSplits = []int{2, 4, 8}
+
+// clusterRows is the most cache rows a split of a cluster twin covers at
+// full capacity: clusterFor takes the fewest splits that keep to it.
+const clusterRows = 256
+
+// clusterKernel is the name of contigPipeShort's cluster twin of cs splits.
+func clusterKernel(cs int) string {
+	return fmt.Sprintf("attn_decode_pipe_d128_%sc%d_bf16", contigPipeShort, cs)
+}
+
+// noDecodeClusterFromEnv is the default of Backend.NoDecodeCluster:
+// FT_DECODE_CLUSTER=0.
+func noDecodeClusterFromEnv() bool { return os.Getenv("FT_DECODE_CLUSTER") == "0" }
+
+// sizeClusters lets the cluster twins take contigPipeShort's shared
+// memory, dropping those the driver refuses it (and all of them where
+// contigPipeShort itself was dropped).
+func (k *decodeMMAKernels) sizeClusters() {
+	var pk *pipeKernels
+	for v, p := range k.pipe {
+		if v.D == 128 && v.Name() == contigPipeShort {
+			pk = p
+		}
+	}
+	for cs, f := range k.cluster {
+		if f == nil || pk == nil || f.SetMaxDynamicSharedMemory(pk.maxSmem) != nil {
+			delete(k.cluster, cs)
+		}
+	}
+}
+
+// clusterFor is the cluster twin and its split count for a one-token
+// decode by variant v over a contiguous cache of capacity rows, or nil:
+// only where v is the short-cache default picked by capacity (no
+// FT_DECODE_VARIANT, no fixed FT_DECODE_SPLITS), the GPU is sm_90, the
+// switch is on (Backend.NoDecodeCluster) and capacity ≤ contigShortCap;
+// the fewest compiled splits of at most clusterRows rows each.
+func (b *Backend) clusterFor(v pipeVariant, capacity int) (*cuda.Function, int) {
+	if b.NoDecodeCluster || b.DecodePipeVariant != "" || b.DecodePipeSplits > 0 || v.D != 128 || v.Name() != contigPipeShort ||
+		capacity > contigShortCap || b.dev.ComputeCapability() != 90 {
+		return nil, 0
+	}
+	for _, cs := range clusterSplits {
+		if capacity <= cs*clusterRows {
+			if f := b.k.decodeMMA.cluster[cs]; f != nil {
+				return f, cs
+			}
+		}
+	}
+	return nil, 0
+}
+
+// attentionCluster is the one-token decode over a contiguous cache [C,K,d]
+// through the cluster twin f of cs splits: one launch of K × cs blocks.
+func (b *Backend) attentionCluster(f *cuda.Function, cs int, v pipeVariant, outP, qP, kP, vP uintptr, H, K, d, pos0, window int,
+	kvBytes int64) error {
+	scale := float32(math.Log2E / math.Sqrt(float64(d)))
+	posp, p0 := b.posArgs(pos0)
+	return f.LaunchBytes(b.s, kvBytes, cuda.Dim3{X: K, Y: cs, Z: 1}, cuda.Dim3{X: 32 * v.W}, v.smem(cs, H/K),
+		cuda.Ptr(outP), cuda.Ptr(0), cuda.Ptr(0), cuda.Ptr(0), cuda.Ptr(qP), cuda.Ptr(kP), cuda.Ptr(vP),
+		cuda.I32(H), cuda.I32(K), cuda.I32(cs), cuda.I32(0), posp, p0, cuda.F32(scale), cuda.I32(window))
+}
