@@ -174,7 +174,8 @@ __device__ __forceinline__ void decode_cluster_merge(bf16_t* out, float* so, con
 	for (int j = rank * NW * 32 + tid; j < G * HD; j += CS * NW * 32) {
 		const int gq = j / HD;
 		const unsigned ao = smem_u32(cp + j), am = smem_u32(cml + 2 * gq);
-		float m[CS], l[CS], o[CS];
+		constexpr int NR = CS > 1 ? CS : 1;  // CS ≤ 1 instantiates this (never run)
+		float m[NR], l[NR], o[NR];
 #pragma unroll
 		for (int r = 0; r < CS; r++) {
 			m[r] = ld_cluster_f32(am, r);
