@@ -197,6 +197,10 @@ type Backend struct {
 	// off the cluster twins (cluster.go): the pipelined kernel's global
 	// merge instead. New sets it for FT_DECODE_CLUSTER=0 (A/B runs).
 	NoDecodeCluster bool
+	// DecodeClusterSplits forces the cluster twins' split count (2, 4 or
+	// 8; 0: by the capacity, clusterFor). New sets it from
+	// FT_DECODE_CLUSTER=2|4|8 (A/B runs).
+	DecodeClusterSplits int
 	// QKNormRoPETokens is the most tokens for which NormRoPEStoreKV runs
 	// (qknormrope.go: the q/k norms, RoPE and KV store as one kernel);
 	// it declines larger calls, all of them at 0, none at −1. New sets it
@@ -503,7 +507,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		AsyncDecode:    asyncDecodeFromEnv(),
 		GEMVEarly:      gemvEarlyFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
-	b.NoDecodeCluster = noDecodeClusterFromEnv()
+	b.NoDecodeCluster, b.DecodeClusterSplits = decodeClusterFromEnv()
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 
 	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
@@ -34,9 +35,16 @@ func clusterKernel(cs int) string {
 	return fmt.Sprintf("attn_decode_pipe_d128_%sc%d_bf16", contigPipeShort, cs)
 }
 
-// noDecodeClusterFromEnv is the default of Backend.NoDecodeCluster:
-// FT_DECODE_CLUSTER=0.
-func noDecodeClusterFromEnv() bool { return os.Getenv("FT_DECODE_CLUSTER") == "0" }
+// decodeClusterFromEnv is the default of Backend.NoDecodeCluster
+// (FT_DECODE_CLUSTER=0) and Backend.DecodeClusterSplits (=2, 4 or 8;
+// envSwitches lists the values).
+func decodeClusterFromEnv() (off bool, splits int) {
+	v := os.Getenv("FT_DECODE_CLUSTER")
+	if n, err := strconv.Atoi(v); err == nil && n > 1 {
+		splits = n
+	}
+	return v == "0", splits
+}
 
 // sizeClusters lets the cluster twins take contigPipeShort's shared
 // memory, dropping those the driver refuses it (and all of them where
@@ -60,10 +68,17 @@ func (k *decodeMMAKernels) sizeClusters() {
 // only where v is the short-cache default picked by capacity (no
 // FT_DECODE_VARIANT, no fixed FT_DECODE_SPLITS), the GPU is sm_90, the
 // switch is on (Backend.NoDecodeCluster) and capacity ≤ contigShortCap;
-// the fewest compiled splits of at most clusterRows rows each.
+// the fewest compiled splits of at most clusterRows rows each, or
+// Backend.DecodeClusterSplits where set.
 func (b *Backend) clusterFor(v pipeVariant, capacity int) (*cuda.Function, int) {
 	if b.NoDecodeCluster || b.DecodePipeVariant != "" || b.DecodePipeSplits > 0 || v.D != 128 || v.Name() != contigPipeShort ||
 		capacity > contigShortCap || b.dev.ComputeCapability() != 90 {
+		return nil, 0
+	}
+	if cs := b.DecodeClusterSplits; cs > 0 {
+		if f := b.k.decodeMMA.cluster[cs]; f != nil {
+			return f, cs
+		}
 		return nil, 0
 	}
 	for _, cs := range clusterSplits {

@@ -13,8 +13,8 @@ import (
 // contigShortCap rows takes the cluster twin of the fewest splits of at
 // most clusterRows rows (none past that, with FT_DECODE_CLUSTER=0, a
 // variant or split count given), and its outputs match the CPU reference
-// (rows past the position NaN): capacities 20 to 2,048 (2, 4 and 8
-// splits), positions at the first rows, on and around the 16-row groups
+// (rows past the position NaN; FT_DECODE_CLUSTER=8 forces 8 splits):
+// capacities 20 to 2,048 (2, 4 and 8 splits), positions at the first rows, on and around the 16-row groups
 // and the splits' edges and the last row, 4 and 8 query heads per KV head,
 // with and without a sliding window; each position twice (a cluster
 // barrier or shared-memory read gone wrong would show as a hang, a
@@ -48,6 +48,11 @@ func TestDecodeClusterGPU(t *testing.T) {
 			t.Error("clusterFor took the twin with it switched off, a variant or a split count given")
 		}
 	}
+	gb.DecodeClusterSplits = 8
+	if f, cs := gb.clusterFor(v, 512); f == nil || cs != 8 {
+		t.Errorf("clusterFor(512) with 8 splits forced = %v, %d", f != nil, cs)
+	}
+	gb.DecodeClusterSplits = 0
 	defer func() { gb.ForceMMADecode = false }()
 	const H, d = 32, 128
 	for _, K := range []int{8, 4} {

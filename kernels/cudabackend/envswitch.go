@@ -41,7 +41,7 @@ var envSwitches = map[string][]string{
 	"FT_QKV_GEMM":        {"", "0", "1"},
 	"FT_TRACE":           {"", "0", "1"},
 	"FT_ASYNC_DECODE":    {"", "0", "1"},
-	"FT_DECODE_CLUSTER":  {"", "0", "1"},
+	"FT_DECODE_CLUSTER":  {"", "0", "1", "2", "4", "8"},
 	"FT_PREFILL_VARIANT": append([]string{""}, prefillVariantNames()...),
 	"FT_DECODE_SPLIT":    nil,
 	"FT_DECODE_CHUNK":    nil,
