@@ -27,8 +27,12 @@ import (
 var clusterSplits = []int{2, 4, 8}
 
 // clusterRows is the most cache rows a split of a cluster twin covers at
-// full capacity: clusterFor takes the fewest splits that keep to it.
-const clusterRows = 256
+// full capacity: clusterFor takes the fewest splits that keep to it (8
+// from 257 rows up). Measured on the H200 (bench/h200-s29e.sh, FP8 step at
+// context 512, two rounds): 8 splits 2.46, 2.47 ms against 2.50, 2.48
+// with 4 (256 rows a split) and 2.51, 2.52 with 2; BF16 4.06 with 8 and
+// 4, 4.11 with 2.
+const clusterRows = 64
 
 // clusterKernel is the name of contigPipeShort's cluster twin of cs splits.
 func clusterKernel(cs int) string {

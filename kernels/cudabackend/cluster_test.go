@@ -13,7 +13,7 @@ import (
 // contigShortCap rows takes the cluster twin of the fewest splits of at
 // most clusterRows rows (none past that, with FT_DECODE_CLUSTER=0, a
 // variant or split count given), and its outputs match the CPU reference
-// (rows past the position NaN; FT_DECODE_CLUSTER=8 forces 8 splits):
+// (rows past the position NaN; FT_DECODE_CLUSTER=2 forces 2 splits):
 // capacities 20 to 2,048 (2, 4 and 8 splits), positions at the first rows, on and around the 16-row groups
 // and the splits' edges and the last row, 4 and 8 query heads per KV head,
 // with and without a sliding window; each position twice (a cluster
@@ -30,7 +30,7 @@ func TestDecodeClusterGPU(t *testing.T) {
 	if err != nil || v.Name() != contigPipeShort {
 		t.Fatalf("pipeFor(512) = %s, %v; want %s", v.Name(), err, contigPipeShort)
 	}
-	for _, c := range []struct{ capacity, cs int }{{1, 2}, {512, 2}, {513, 4}, {1024, 4}, {1025, 8}, {2048, 8}, {2049, 0}} {
+	for _, c := range []struct{ capacity, cs int }{{1, 2}, {128, 2}, {129, 4}, {256, 4}, {257, 8}, {535, 8}, {2048, 8}, {2049, 0}} {
 		f, cs := gb.clusterFor(v, c.capacity)
 		if cs != c.cs || (f == nil) != (c.cs == 0) {
 			t.Errorf("clusterFor(%d) = %v, %d; want %d splits", c.capacity, f != nil, cs, c.cs)
@@ -48,9 +48,9 @@ func TestDecodeClusterGPU(t *testing.T) {
 			t.Error("clusterFor took the twin with it switched off, a variant or a split count given")
 		}
 	}
-	gb.DecodeClusterSplits = 8
-	if f, cs := gb.clusterFor(v, 512); f == nil || cs != 8 {
-		t.Errorf("clusterFor(512) with 8 splits forced = %v, %d", f != nil, cs)
+	gb.DecodeClusterSplits = 2
+	if f, cs := gb.clusterFor(v, 512); f == nil || cs != 2 {
+		t.Errorf("clusterFor(512) with 2 splits forced = %v, %d", f != nil, cs)
 	}
 	gb.DecodeClusterSplits = 0
 	defer func() { gb.ForceMMADecode = false }()
