@@ -28,7 +28,7 @@ var clusterSplits = []int{2, 4, 8}
 
 // clusterRows is the most cache rows a split of a cluster twin covers at
 // full capacity: clusterFor takes the fewest splits that keep to it (8
-// from 257 rows up). Measured on the H200 (bench/h200-s29e.sh, FP8 step at
+// from 257 rows up, also past 8·64). Measured on the H200 (bench/h200-s29e.sh, FP8 step at
 // context 512, two rounds): 8 splits 2.46, 2.47 ms against 2.50, 2.48
 // with 4 (256 rows a split) and 2.51, 2.52 with 2; BF16 4.06 with 8 and
 // 4, 4.11 with 2.
@@ -72,8 +72,9 @@ func (k *decodeMMAKernels) sizeClusters() {
 // only where v is the short-cache default picked by capacity (no
 // FT_DECODE_VARIANT, no fixed FT_DECODE_SPLITS), the GPU is sm_90, the
 // switch is on (Backend.NoDecodeCluster) and capacity ≤ contigShortCap;
-// the fewest compiled splits of at most clusterRows rows each, or
-// Backend.DecodeClusterSplits where set.
+// the fewest compiled splits of at most clusterRows rows each (the most
+// compiled where none keeps to it), or Backend.DecodeClusterSplits where
+// set.
 func (b *Backend) clusterFor(v pipeVariant, capacity int) (*cuda.Function, int) {
 	if b.NoDecodeCluster || b.DecodePipeVariant != "" || b.DecodePipeSplits > 0 || v.D != 128 || v.Name() != contigPipeShort ||
 		capacity > contigShortCap || b.dev.ComputeCapability() != 90 {
@@ -85,8 +86,8 @@ func (b *Backend) clusterFor(v pipeVariant, capacity int) (*cuda.Function, int) 
 		}
 		return nil, 0
 	}
-	for _, cs := range clusterSplits {
-		if capacity <= cs*clusterRows {
+	for i, cs := range clusterSplits {
+		if capacity <= cs*clusterRows || i == len(clusterSplits)-1 {
 			if f := b.k.decodeMMA.cluster[cs]; f != nil {
 				return f, cs
 			}
