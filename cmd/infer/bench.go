@@ -341,7 +341,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			row.StreamedUnits, row.HostUnits, row.Slots, float64(row.StreamedBytes)/1e9, row.H2DGBps, row.FloorMs, row.PredictedMs,
 			row.MeasuredMs, row.MeasuredVsFlr, 100*row.PredictedError)
 		if row.GraphMs > 0 {
-			fmt.Fprintf(stdout, "%-10s the same step replayed as a CUDA graph, token picked on the device: %.2f ms\n", "", row.GraphMs)
+			fmt.Fprintf(stdout, "%-10s the same step replayed as a CUDA graph, token picked on the device: %.3f ms\n", "", row.GraphMs)
 		}
 		printPerDevice(stdout, row)
 	}
