@@ -461,7 +461,14 @@ func (b *Backend) pipeSplits(v pipeVariant, pk *pipeKernels, limit, blocks, G in
 // one launch.
 func (b *Backend) attentionPipe(v pipeVariant, pk *pipeKernels, outP, qP, kP, vP uintptr, T, H, K, d, C, pos0, window int, kvBytes int64) error {
 	if f, cs := b.clusterFor(v, C); T == 1 && f != nil {
-		return b.attentionCluster(f, cs, v, outP, qP, kP, vP, H, K, d, pos0, window, kvBytes)
+		err := b.attentionCluster(f, cs, v, outP, qP, kP, vP, H, K, d, pos0, window, kvBytes)
+		if err == nil || b.capturing {
+			return err
+		}
+		// A GPU (or a MIG slice) whose processing clusters cannot hold
+		// the cluster refuses the launch: take the global merge from now on.
+		fmt.Fprintf(os.Stderr, "cudabackend: decode attention in clusters of %d blocks refused (%v); merging through global memory instead\n", cs, err)
+		b.NoDecodeCluster = true
 	}
 	nsplit := 1
 	if T == 1 {
