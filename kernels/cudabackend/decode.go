@@ -363,6 +363,7 @@ const contigPipeDefault = "s3w4h1tp"
 // 2,000 2.66 against 2.71; BF16 at 512 4.18 against 4.14, at 1,024 4.21
 // against 4.20, at 2,000 4.25 both; run-model (BF16, 256 tokens) 4.01 ms a
 // token both. s28e, BF16 at 512 twice: 4.11, 4.11 against 4.10, 4.10.
+// One token on sm_90 takes its cluster twins (cluster.go) since s29.
 const contigPipeShort = "s2w8h1tp"
 
 // contigShortCap is the most cache rows that take contigPipeShort.
