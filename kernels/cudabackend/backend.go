@@ -42,7 +42,8 @@ type Backend struct {
 	ropeFor  []float32             // the host table rope holds
 	part     *runtime.DeviceBuffer // attention partial results
 	argOut   *runtime.DeviceBuffer
-	argSplit *runtime.DeviceBuffer // argmax_rows_split's partials and counters (ArgmaxRows)
+	argSplit *runtime.DeviceBuffer // argmax_rows_split's counters, then its partials (ArgmaxRows)
+	argRows  int                   // the counters at argSplit's start (rows of the largest call)
 	deq      *runtime.DeviceBuffer // an FP8 weight dequantized to bf16 for a cuBLAS prefill (MatMulFP8)
 	// retired buffers are kept until Close: graphs captured earlier may
 	// still read them.
@@ -1303,28 +1304,33 @@ func argmaxSplitGrid(R, V int) (blocks, chunk int) {
 }
 
 // argmaxSplit launches argmax_rows_split for R rows of x over S blocks of
-// chunk elements a row into b.argOut: its scratch holds a counter a row
-// (zeroed here before every launch: where they sit depends on R, so a
-// word that was another call's partial may be one now) and S partials a row.
+// chunk elements a row into b.argOut: its scratch holds b.argRows counters
+// (one a row; zeroed once, when the scratch is made, through the aux
+// stream, as ensureCounters does: every launch leaves its counters zero
+// and the partials never sit where a counter does, so nothing is zeroed
+// between launches and a captured step holds no memset node between the
+// LM head and this kernel) and then S partials a row.
 func (b *Backend) argmaxSplit(R, V, S, chunk int, x *runtime.Tensor) error {
 	parts := int64(R) * int64(S)
-	need := 4*int64(R) + 12*parts
-	if b.argSplit == nil || b.argSplit.Size() < need {
+	if b.argSplit == nil || R > b.argRows || b.argSplit.Size() < 4*int64(b.argRows)+12*parts {
+		rows := max(R, b.argRows)
+		size := max(4*int64(rows)+12*parts, 4096)
 		if b.argSplit != nil {
 			b.retired = append(b.retired, b.argSplit)
-			b.argSplit = nil
+			b.argSplit, b.argRows = nil, 0
 		}
-		buf, err := b.dev.Alloc(need, "argmax partials")
+		buf, err := b.dev.Alloc(size, "argmax partials")
 		if err != nil {
 			return err
 		}
-		b.argSplit = buf
+		if err := b.aux.Upload(buf.Ptr(), make([]byte, size)); err != nil {
+			buf.Free()
+			return err
+		}
+		b.argSplit, b.argRows = buf, rows
 	}
 	p := b.argSplit.Ptr()
-	if err := b.s.MemsetD32(p, 0, int64(R)); err != nil {
-		return err
-	}
-	q := p + uintptr(4*R)
+	q := p + uintptr(4*b.argRows)
 	return b.k.argmaxSplit.Launch(b.s, cuda.Dim3{X: S, Y: R}, cuda.Dim3{X: argmaxSplitThreads}, 0,
 		cuda.Ptr(b.argOut.Ptr()), cuda.Ptr(x.Ptr()), cuda.I32(int(x.DType())), cuda.I32(V), cuda.I32(chunk),
 		cuda.Ptr(q), cuda.Ptr(q+uintptr(4*parts)), cuda.Ptr(q+uintptr(8*parts)), cuda.Ptr(p))
