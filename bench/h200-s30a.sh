@@ -10,7 +10,9 @@
 # them; models/all GPU/golden/batch and FP8 tests. (2) the FP8 step at 512
 # four times, the global merge (FT_DECODE_CLUSTER=0) twice, BF16 at 512,
 # the 8 GiB FP8 row (issue 18: ≤ 1.10 × its plan's floor), run-model.
-# (3) the block trace (the argmax's time after the LM head).
+# (3) the block trace (the argmax's time after the LM head). Also the
+# 4-warp cluster twins (FT_DECODE_CLUSTER_WARPS=4: s29d's trace had the
+# 8-warp twins' blocks start ~1.6 µs later than the plain kernel's).
 # Usage (repo root, GPU machine): bash bench/h200-s30a.sh OUTDIR
 set -uo pipefail
 source .devtools/env.sh
@@ -20,7 +22,7 @@ BUDGET=560
 start_call kernels/cudabackend models/all
 make_fp8
 log tests
-TT=150 runt kern cudabackend kernels/cudabackend 'TestDecodeClusterGPU|Argmax|TestCapturedStep|TestContigPipeFor|TestDecodePipePositions|TestDecodePipeCapturedStep'
+TT=150 runt kern cudabackend kernels/cudabackend 'TestDecodeClusterGPU|Argmax|TestEnvSwitch|TestCapturedStep|TestContigPipeFor|TestDecodePipePositions|TestDecodePipeCapturedStep'
 TT=150 runt models all models/all 'GPU|TestGolden|TestBatch'
 TT=60 runt models-fp8 all models/all 'FP8'
 tests_done || { finish; exit 0; }
@@ -29,8 +31,11 @@ log bench
 for r in a b; do
   one f8-$r -- --model $f8 $R --iters 20
   one f8-off-$r FT_DECODE_CLUSTER=0 -- --model $f8 $R --iters 20
+  one f8-w4-$r FT_DECODE_CLUSTER_WARPS=4 -- --model $f8 $R --iters 20
   one f8-$r$r -- --model $f8 $R --iters 20
 done
+one f8-2k -- --model $f8 --budgets resident --mode decode --context 2000 --iters 20
+one f8-w4-2k FT_DECODE_CLUSTER_WARPS=4 -- --model $f8 --budgets resident --mode decode --context 2000 --iters 20
 one bf -- --model $m $R --iters 20
 one f8-8g -- --model $f8 --budgets 8GiB --mode decode --context 512 --iters 10
 rmodel bf -- --max-new-tokens 256

@@ -525,8 +525,12 @@ FT_TR_VARIANT(128, 2, 8, p, false, true)
 				pos0, scale_log2, window);                                                                                                 \
 	}
 
-// The cluster twins of the short-cache default s2w8h1tp (decode.go's
-// clusterFor: 2, 4 or 8 splits by the cache's capacity).
+// The cluster twins of the short-cache default s2w8h1tp (cluster.go's
+// clusterFor: 2, 4 or 8 splits by the cache's capacity) and of its 4-warp
+// sibling s2w4h1tp (FT_DECODE_CLUSTER_WARPS=4).
 FT_TR_CLUSTER_VARIANT(128, 2, 8, 2)
 FT_TR_CLUSTER_VARIANT(128, 2, 8, 4)
 FT_TR_CLUSTER_VARIANT(128, 2, 8, 8)
+FT_TR_CLUSTER_VARIANT(128, 2, 4, 2)
+FT_TR_CLUSTER_VARIANT(128, 2, 4, 4)
+FT_TR_CLUSTER_VARIANT(128, 2, 4, 8)

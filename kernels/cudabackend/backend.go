@@ -202,6 +202,10 @@ type Backend struct {
 	// 8; 0: by the capacity, clusterFor). New sets it from
 	// FT_DECODE_CLUSTER=2|4|8 (A/B runs).
 	DecodeClusterSplits int
+	// DecodeClusterWarps = 4 takes the cluster twins of the 4-warp
+	// s2w4h1tp instead of contigPipeShort's 8 warps (cluster.go). New sets
+	// it from FT_DECODE_CLUSTER_WARPS (A/B runs).
+	DecodeClusterWarps int
 	// QKNormRoPETokens is the most tokens for which NormRoPEStoreKV runs
 	// (qknormrope.go: the q/k norms, RoPE and KV store as one kernel);
 	// it declines larger calls, all of them at 0, none at −1. New sets it
@@ -508,7 +512,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		AsyncDecode:    asyncDecodeFromEnv(),
 		GEMVEarly:      gemvEarlyFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
-	b.NoDecodeCluster, b.DecodeClusterSplits = decodeClusterFromEnv()
+	b.NoDecodeCluster, b.DecodeClusterSplits, b.DecodeClusterWarps = decodeClusterFromEnv()
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV

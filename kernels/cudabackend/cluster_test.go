@@ -16,7 +16,8 @@ import (
 // (rows past the position NaN; FT_DECODE_CLUSTER=2 forces 2 splits):
 // capacities 20 to 2,048 (2, 4 and 8 splits), positions at the first rows, on and around the 16-row groups
 // and the splits' edges and the last row, 4 and 8 query heads per KV head,
-// with and without a sliding window; each position twice (a cluster
+// with and without a sliding window, the 8-warp twins and the 4-warp
+// ones (FT_DECODE_CLUSTER_WARPS=4); each position twice (a cluster
 // barrier or shared-memory read gone wrong would show as a hang, a
 // poisoned output or a wrong value). A graph captured at one position
 // replays at others.
@@ -31,9 +32,9 @@ func TestDecodeClusterGPU(t *testing.T) {
 		t.Fatalf("pipeFor(512) = %s, %v; want %s", v.Name(), err, contigPipeShort)
 	}
 	for _, c := range []struct{ capacity, cs int }{{1, 2}, {128, 2}, {129, 4}, {256, 4}, {257, 8}, {535, 8}, {2048, 8}, {2049, 0}} {
-		f, cs := gb.clusterFor(v, c.capacity)
-		if cs != c.cs || (f == nil) != (c.cs == 0) {
-			t.Errorf("clusterFor(%d) = %v, %d; want %d splits", c.capacity, f != nil, cs, c.cs)
+		f, cs, base := gb.clusterFor(v, c.capacity)
+		if cs != c.cs || (f == nil) != (c.cs == 0) || base.Name() != contigPipeShort {
+			t.Errorf("clusterFor(%d) = %v, %d, %s; want %d splits of %s", c.capacity, f != nil, cs, base.Name(), c.cs, contigPipeShort)
 		}
 	}
 	for _, off := range []func(){
@@ -42,23 +43,25 @@ func TestDecodeClusterGPU(t *testing.T) {
 		func() { gb.DecodePipeSplits = 2 },
 	} {
 		off()
-		f, _ := gb.clusterFor(v, 512)
+		f, _, _ := gb.clusterFor(v, 512)
 		gb.NoDecodeCluster, gb.DecodePipeVariant, gb.DecodePipeSplits = false, "", 0
 		if f != nil {
 			t.Error("clusterFor took the twin with it switched off, a variant or a split count given")
 		}
 	}
-	gb.DecodeClusterSplits = 2
-	if f, cs := gb.clusterFor(v, 512); f == nil || cs != 2 {
-		t.Errorf("clusterFor(512) with 2 splits forced = %v, %d", f != nil, cs)
+	gb.DecodeClusterSplits, gb.DecodeClusterWarps = 2, 4
+	if f, cs, base := gb.clusterFor(v, 512); f == nil || cs != 2 || base.Name() != clusterBases[1] {
+		t.Errorf("clusterFor(512) with 2 splits and 4 warps forced = %v, %d, %s", f != nil, cs, base.Name())
 	}
-	gb.DecodeClusterSplits = 0
-	defer func() { gb.ForceMMADecode = false }()
+	gb.DecodeClusterSplits, gb.DecodeClusterWarps = 0, 0
+	defer func() { gb.ForceMMADecode, gb.DecodeClusterWarps = false, 0 }()
 	const H, d = 32, 128
-	for _, K := range []int{8, 4} {
+	for _, c := range []struct{ K, warps int }{{8, 0}, {4, 0}, {8, 4}, {4, 4}} {
+		K := c.K
 		gb.ForceMMADecode = K == 4 // 8 query heads a KV head take the tensor cores only when forced
+		gb.DecodeClusterWarps = c.warps
 		for _, C := range []int{20, 300, 535, 2048} {
-			t.Run(fmt.Sprintf("K%d_C%d", K, C), func(t *testing.T) {
+			t.Run(fmt.Sprintf("K%d_C%d_w%d", K, C, c.warps), func(t *testing.T) {
 				gkc, gvc, kc, vc, q := contigDecode(t, rng, C, C, H, K, d)
 				gq := gpu(t, runtime.BF16, q, 1, H, d)
 				for _, pos := range []int{0, 1, 15, 16, 17, 127, 128, 255, 256, C / 2, C - 2, C - 1} {
@@ -76,7 +79,7 @@ func TestDecodeClusterGPU(t *testing.T) {
 						}
 					}
 				}
-				if K != 8 {
+				if K != 8 || c.warps != 0 {
 					return
 				}
 				out := poisoned(t, runtime.BF16, 1, H, d)

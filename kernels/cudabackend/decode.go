@@ -37,8 +37,8 @@ type decodeMMAKernels struct {
 	wave int
 	// pipe are the pipelined kernels (decode_pipe.cu) by variant.
 	pipe map[pipeVariant]*pipeKernels
-	// cluster are contigPipeShort's cluster twins by splits (cluster.go).
-	cluster map[int]*cuda.Function
+	// cluster are the cluster twins by base variant and splits (cluster.go).
+	cluster map[clusterKey]*cuda.Function
 }
 
 // pipeKernels are the two kernels of one pipelined variant and how many
@@ -181,9 +181,11 @@ func loadDecodeMMA(get func(string) *cuda.Function) decodeMMAKernels {
 	for _, v := range pipeVariants {
 		k.pipe[v] = &pipeKernels{contig: get(v.kernel("")), paged: get(v.kernel("paged_"))}
 	}
-	k.cluster = map[int]*cuda.Function{}
-	for _, cs := range clusterSplits {
-		k.cluster[cs] = get(clusterKernel(cs))
+	k.cluster = map[clusterKey]*cuda.Function{}
+	for _, base := range clusterBases {
+		for _, cs := range clusterSplits {
+			k.cluster[clusterKey{base, cs}] = get(clusterKernel(base, cs))
+		}
 	}
 	return k
 }
@@ -461,8 +463,8 @@ func (b *Backend) pipeSplits(v pipeVariant, pk *pipeKernels, limit, blocks, G in
 // token over a short cache: its cluster twin where clusterFor has one):
 // one launch.
 func (b *Backend) attentionPipe(v pipeVariant, pk *pipeKernels, outP, qP, kP, vP uintptr, T, H, K, d, C, pos0, window int, kvBytes int64) error {
-	if f, cs := b.clusterFor(v, C); T == 1 && f != nil {
-		err := b.attentionCluster(f, cs, v, outP, qP, kP, vP, H, K, d, pos0, window, kvBytes)
+	if f, cs, cv := b.clusterFor(v, C); T == 1 && f != nil {
+		err := b.attentionCluster(f, cs, cv, outP, qP, kP, vP, H, K, d, pos0, window, kvBytes)
 		if err == nil || b.capturing {
 			return err
 		}
