@@ -12,7 +12,9 @@
 # the 8 GiB FP8 row (issue 18: ≤ 1.10 × its plan's floor), run-model.
 # (3) the block trace (the argmax's time after the LM head). Also the
 # 4-warp cluster twins (FT_DECODE_CLUSTER_WARPS=4: s29d's trace had the
-# 8-warp twins' blocks start ~1.6 µs later than the plain kernel's).
+# 8-warp twins' blocks start ~1.6 µs later than the plain kernel's), and
+# FT_FP8_PF=1 (the persistent FP8 GEMVs ask L2 for their first tile's
+# later k-steps before their wait; the FP8 model tests run with it too).
 # Usage (repo root, GPU machine): bash bench/h200-s30a.sh OUTDIR
 set -uo pipefail
 source .devtools/env.sh
@@ -25,6 +27,7 @@ log tests
 TT=150 runt kern cudabackend kernels/cudabackend 'TestDecodeClusterGPU|Argmax|TestEnvSwitch|TestCapturedStep|TestContigPipeFor|TestDecodePipePositions|TestDecodePipeCapturedStep'
 TT=150 runt models all models/all 'GPU|TestGolden|TestBatch'
 TT=60 runt models-fp8 all models/all 'FP8'
+FT_FP8_PF=1 TT=60 runt models-fp8-pf all models/all 'FP8'
 tests_done || { finish; exit 0; }
 R="--budgets resident --mode decode --context 512"
 log bench
@@ -32,6 +35,7 @@ for r in a b; do
   one f8-$r -- --model $f8 $R --iters 20
   one f8-off-$r FT_DECODE_CLUSTER=0 -- --model $f8 $R --iters 20
   one f8-w4-$r FT_DECODE_CLUSTER_WARPS=4 -- --model $f8 $R --iters 20
+  one f8-pf-$r FT_FP8_PF=1 -- --model $f8 $R --iters 20
   one f8-$r$r -- --model $f8 $R --iters 20
 done
 one f8-2k -- --model $f8 --budgets resident --mode decode --context 2000 --iters 20

@@ -394,6 +394,9 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	ks.allowDependentLaunch()
+	if err := setFP8Prefetch(dev, mod); err != nil {
+		return nil, fmt.Errorf("cudabackend: %w", err)
+	}
 	ks.fp8.sms = dev.Multiprocessors()
 	ks.fp8.cc = dev.ComputeCapability()
 	ks.persistBlocks = map[*cuda.Function]int{}
