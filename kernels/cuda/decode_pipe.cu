@@ -106,6 +106,30 @@ __device__ __forceinline__ bool pipe_split(const int* rows, const int* table, in
 	return true;
 }
 
+// decode_warp_combine folds the NW/KPB warps' partials of head gg of block
+// head hh (warps hh, hh + KPB, …) at dimension dd: M their largest running
+// maximum, O = Σ 2^(m_w − M)·so[w·8 + gg][dd] and L = Σ 2^(m_w − M)·l_w (0
+// and 0 where every warp's maximum is −∞), in warp order.
+template <int HD, int NW, int KPB>
+__device__ __forceinline__ void decode_warp_combine(const float* so, const float (*sm_m)[8], const float (*sm_l)[8], int hh, int gg,
+		int dd, float& M, float& O, float& L) {
+	constexpr int WPH = NW / KPB;  // warps per KV head
+	M = -FT_INF;
+#pragma unroll
+	for (int x = 0; x < WPH; x++) M = fmaxf(M, sm_m[hh + KPB * x][gg]);
+	O = 0.f;
+	L = 0.f;
+	if (M != -FT_INF) {
+#pragma unroll
+		for (int x = 0; x < WPH; x++) {
+			const int w = hh + KPB * x;
+			const float f = exp2f(sm_m[w][gg] - M);
+			O += f * so[(w * 8 + gg) * HD + dd];
+			L += f * sm_l[w][gg];
+		}
+	}
+}
+
 // decode_pipe_merge is the end of a pipelined decode block (decode_pipe_body
 // here, decode_tr_body in decode_tr.cu) once its NW warps have left their
 // partial outputs in so[NW][8][HD] (so = the block's dynamic shared
@@ -117,7 +141,6 @@ __device__ __forceinline__ bool pipe_split(const int* rows, const int* table, in
 template <int HD, int NW, int KPB, bool FAST>
 __device__ __forceinline__ void decode_pipe_merge(bf16_t* out, float* po, float* pml, int* cnt, float* so, const float (*sm_m)[8],
 		const float (*sm_l)[8], int& isLast, int H, int G, int nsplit, int ns, int split, int t) {
-	constexpr int WPH = NW / KPB;  // warps per KV head
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	// The block's heads: GK = KPB·G consecutive query heads from hb; head
 	// gq = hh·G + gg is head gg of block head hh, whose warps are hh,
@@ -128,19 +151,8 @@ __device__ __forceinline__ void decode_pipe_merge(bf16_t* out, float* po, float*
 	for (int j = tid; j < GK * HD; j += NW * 32) {
 		const int gq = j / HD, dd = j - gq * HD;
 		const int hh = gq / G, gg = gq - hh * G;
-		float M = -FT_INF;
-#pragma unroll
-		for (int x = 0; x < WPH; x++) M = fmaxf(M, sm_m[hh + KPB * x][gg]);
-		float O = 0.f, L = 0.f;
-		if (M != -FT_INF) {
-#pragma unroll
-			for (int x = 0; x < WPH; x++) {
-				const int w = hh + KPB * x;
-				const float f = exp2f(sm_m[w][gg] - M);
-				O += f * so[(w * 8 + gg) * HD + dd];
-				L += f * sm_l[w][gg];
-			}
-		}
+		float M, O, L;
+		decode_warp_combine<HD, NW, KPB>(so, sm_m, sm_l, hh, gg, dd, M, O, L);
 		if (ns == 1) {
 			out[((usize)t * H + hb + gq) * HD + dd] = f2bf(O / L);
 		} else {

@@ -150,18 +150,8 @@ __device__ __forceinline__ void decode_cluster_merge(bf16_t* out, float* so, con
 	float* cml = cp + G * HD;
 	for (int j = tid; j < G * HD; j += NW * 32) {
 		const int gq = j / HD, dd = j - gq * HD;
-		float M = -FT_INF;
-#pragma unroll
-		for (int w = 0; w < NW; w++) M = fmaxf(M, sm_m[w][gq]);
-		float O = 0.f, L = 0.f;
-		if (M != -FT_INF) {
-#pragma unroll
-			for (int w = 0; w < NW; w++) {
-				const float f = exp2f(sm_m[w][gq] - M);
-				O += f * so[(w * 8 + gq) * HD + dd];
-				L += f * sm_l[w][gq];
-			}
-		}
+		float M, O, L;
+		decode_warp_combine<HD, NW, 1>(so, sm_m, sm_l, 0, gq, dd, M, O, L);
 		cp[j] = O;
 		if (dd == 0) {
 			cml[2 * gq] = M;
