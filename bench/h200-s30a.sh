@@ -14,7 +14,9 @@
 # 4-warp cluster twins (FT_DECODE_CLUSTER_WARPS=4: s29d's trace had the
 # 8-warp twins' blocks start ~1.6 µs later than the plain kernel's), and
 # FT_FP8_PF=1 (the persistent FP8 GEMVs ask L2 for their first tile's
-# later k-steps before their wait; the FP8 model tests run with it too).
+# later k-steps before their wait; the FP8 model tests run with it too),
+# and FT_FP8_VARIANT=mp2 (o and down as mp2 too: 78 registers, so an SM
+# running o's two blocks has room for a gate·up block to start early).
 # Usage (repo root, GPU machine): bash bench/h200-s30a.sh OUTDIR
 set -uo pipefail
 source .devtools/env.sh
@@ -36,6 +38,7 @@ for r in a b; do
   one f8-off-$r FT_DECODE_CLUSTER=0 -- --model $f8 $R --iters 20
   one f8-w4-$r FT_DECODE_CLUSTER_WARPS=4 -- --model $f8 $R --iters 20
   one f8-pf-$r FT_FP8_PF=1 -- --model $f8 $R --iters 20
+  one f8-mp2-$r FT_FP8_VARIANT=mp2 -- --model $f8 $R --iters 20
   one f8-$r$r -- --model $f8 $R --iters 20
 done
 one f8-2k -- --model $f8 --budgets resident --mode decode --context 2000 --iters 20
