@@ -16,7 +16,10 @@
 # FT_FP8_PF=1 (the persistent FP8 GEMVs ask L2 for their first tile's
 # later k-steps before their wait; the FP8 model tests run with it too),
 # and FT_FP8_VARIANT=mp2 (o and down as mp2 too: 78 registers, so an SM
-# running o's two blocks has room for a gate·up block to start early).
+# running o's two blocks has room for a gate·up block to start early),
+# and FT_GEMV=bal2 (in the FP8 model only the BF16 LM head: its rows cut
+# in two, 30.4 row-halves' worth a warp at most instead of 31 rows; the
+# trace had its last block end ~10 µs after its median one).
 # Usage (repo root, GPU machine): bash bench/h200-s30a.sh OUTDIR
 set -uo pipefail
 source .devtools/env.sh
@@ -39,6 +42,7 @@ for r in a b; do
   one f8-w4-$r FT_DECODE_CLUSTER_WARPS=4 -- --model $f8 $R --iters 20
   one f8-pf-$r FT_FP8_PF=1 -- --model $f8 $R --iters 20
   one f8-mp2-$r FT_FP8_VARIANT=mp2 -- --model $f8 $R --iters 20
+  one f8-bal2-$r FT_GEMV=bal2 -- --model $f8 $R --iters 20
   one f8-$r$r -- --model $f8 $R --iters 20
 done
 one f8-2k -- --model $f8 --budgets resident --mode decode --context 2000 --iters 20
