@@ -18,7 +18,7 @@
 # and FT_FP8_VARIANT=mp2 (o and down as mp2 too: 78 registers, so an SM
 # running o's two blocks has room for a gate·up block to start early),
 # and FT_GEMV=bal2 (in the FP8 model only the BF16 LM head: its rows cut
-# in two, 30.4 row-halves' worth a warp at most instead of 31 rows; the
+# in two, at most 61 halves (30.5 rows' worth) a warp instead of 31 rows; the
 # trace had its last block end ~10 µs after its median one).
 # Usage (repo root, GPU machine): bash bench/h200-s30a.sh OUTDIR
 set -uo pipefail
