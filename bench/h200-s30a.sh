@@ -19,7 +19,9 @@
 # running o's two blocks has room for a gate·up block to start early),
 # and FT_GEMV=bal2 (in the FP8 model only the BF16 LM head: its rows cut
 # in two, at most 61 halves (30.5 rows' worth) a warp instead of 31 rows; the
-# trace had its last block end ~10 µs after its median one).
+# trace had its last block end ~10 µs after its median one), and
+# FT_FP8_XB=1 (the folded-norm persistent GEMVs batch x's loads when they
+# stage it; TestFP8PersistBitIdentical checks their bits first).
 # Usage (repo root, GPU machine): bash bench/h200-s30a.sh OUTDIR
 set -uo pipefail
 source .devtools/env.sh
@@ -29,7 +31,7 @@ BUDGET=560
 start_call kernels/cudabackend models/all
 make_fp8
 log tests
-TT=150 runt kern cudabackend kernels/cudabackend 'TestDecodeClusterGPU|Argmax|TestEnvSwitch|TestCapturedStep|TestContigPipeFor|TestDecodePipePositions|TestDecodePipeCapturedStep'
+TT=150 runt kern cudabackend kernels/cudabackend 'TestDecodeClusterGPU|Argmax|TestEnvSwitch|TestFP8PersistBitIdentical|TestCapturedStep|TestContigPipeFor|TestDecodePipePositions|TestDecodePipeCapturedStep'
 TT=150 runt models all models/all 'GPU|TestGolden|TestBatch'
 TT=60 runt models-fp8 all models/all 'FP8'
 FT_FP8_PF=1 TT=60 runt models-fp8-pf all models/all 'FP8'
@@ -43,6 +45,7 @@ for r in a b; do
   one f8-pf-$r FT_FP8_PF=1 -- --model $f8 $R --iters 20
   one f8-mp2-$r FT_FP8_VARIANT=mp2 -- --model $f8 $R --iters 20
   one f8-bal2-$r FT_GEMV=bal2 -- --model $f8 $R --iters 20
+  one f8-xb-$r FT_FP8_XB=1 -- --model $f8 $R --iters 20
   one f8-$r$r -- --model $f8 $R --iters 20
 done
 one f8-2k -- --model $f8 --budgets resident --mode decode --context 2000 --iters 20
