@@ -2,7 +2,7 @@
 # Session 30, call a (written in session 29 after its device time ran
 # out): the tests of what landed without a GPU run, then issue 18's
 # resident FP8 figure at the µs (infer bench now prints the graph step
-# with three decimals; the line is 1.25 × 1.966 = 2.458 ms).
+# with three decimals; the line is 1.25 × 1.97 = 2.4625 ms).
 # (1) kernels/cudabackend: TestDecodeClusterGPU with the final cluster rule
 # (8 splits from 257 rows up to 2,048), the argmax tests (the scan's loads
 # batched 8 at a time; ArgmaxRows' counters apart from its partials,
