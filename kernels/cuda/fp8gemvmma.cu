@@ -550,7 +550,7 @@ struct FmTileGU {
 // the NB they load then (one 128-byte line a lane: q/k/v and gate·up's
 // k-steps 2 and 3), so that the loads issued for them after the wait find
 // the bytes nearer. Why: in s29c's block trace gate·up's first tile took
-// ~9 µs, a later one ~4.5, and q/k/v's one tile ~6 µs after its wait for
+// ~9 µs, a later one ~5, and q/k/v's one tile ~6 µs after its wait for
 // half its bytes.
 __device__ int fm_pf;
 
