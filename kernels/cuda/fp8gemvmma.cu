@@ -620,14 +620,35 @@ __device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void
 	FT_TRACE_MARK(2);  // every tile is stored
 }
 
+// FM_PERSIST_NORM_KERNELS(NB, MINB, SUF, XB) defines the two folded-norm
+// persistent kernels gemv3_fp8_norm_mpNB<SUF> and
+// gemv_gateup_silu_fp8_norm_mpNB<SUF> (x the fp32 residual, with the
+// RMSNorm's weight nw and eps folded in, as the norm_mm twins; XB:
+// fm_stage_warp_norm's batched loads of x, the same bits).
+#define FM_PERSIST_NORM_KERNELS(NB, MINB, SUF, XB)                                                                                      \
+	extern "C" __global__ void __launch_bounds__(256, MINB) gemv3_fp8_norm_mp##NB##SUF(bf16_t* y0, bf16_t* y1, bf16_t* y2,           \
+			const float* __restrict__ x, const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1,                  \
+			const unsigned char* __restrict__ w2, const void* __restrict__ s0, const void* __restrict__ s1,                           \
+			const void* __restrict__ s2, int sdt, int N0, int N1, int N2, int K, int bshift, int sstride,                             \
+			const bf16_t* __restrict__ nw, float eps) {                                                                                \
+		fm_persist<NB, true, FmTile3, XB>(FmTile3{y0, y1, y2, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride},        \
+			(N0 + N1 + N2 + 15) / 16, x, K, sdt, bshift, nw, eps);                                                                      \
+	}                                                                                                                                  \
+	extern "C" __global__ void __launch_bounds__(256, MINB) gemv_gateup_silu_fp8_norm_mp##NB##SUF(bf16_t* act,                      \
+			const float* __restrict__ x, const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,                  \
+			const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride,                 \
+			const bf16_t* __restrict__ nw, float eps) {                                                                                \
+		fm_persist<NB, true, FmTileGU, XB>(FmTileGU{act, wg, wu, sg, su, sdt, N, K, bshift, sstride}, (N + 7) / 8, x, K, sdt,       \
+			bshift, nw, eps);                                                                                                           \
+	}
+
 // FM_PERSIST_KERNELS(NB, MINB) defines the five persistent kernels with NB
 // k-steps in flight a warp and registers for MINB blocks an SM, named as
 // their block-a-tile twins with mp<NB> for mm<NB>: gemv_fp8_v_mpNB,
 // gemv3_fp8_mpNB and gemv_gateup_silu_fp8_mpNB (the arguments of
 // gemv_fp8_v_mma_body, gemv3_fp8_mma_body and
-// gemv_gateup_silu_fp8_mma_body), and gemv3_fp8_norm_mpNB and
-// gemv_gateup_silu_fp8_norm_mpNB (x the fp32 residual, with the RMSNorm's
-// weight nw and eps folded in, as the norm_mm twins).
+// gemv_gateup_silu_fp8_mma_body), and the two folded-norm ones
+// (FM_PERSIST_NORM_KERNELS).
 #define FM_PERSIST_KERNELS(NB, MINB)                                                                                                   \
 	extern "C" __global__ void __launch_bounds__(256, MINB) gemv_fp8_v_mp##NB(void* y, int out_f32, const bf16_t* __restrict__ x,    \
 			const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {     \
@@ -645,45 +666,15 @@ __device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void
 			const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {                                            \
 		fm_persist<NB, false>(FmTileGU{act, wg, wu, sg, su, sdt, N, K, bshift, sstride}, (N + 7) / 8, x, K, sdt, bshift);          \
 	}                                                                                                                                  \
-	extern "C" __global__ void __launch_bounds__(256, MINB) gemv3_fp8_norm_mp##NB(bf16_t* y0, bf16_t* y1, bf16_t* y2,                \
-			const float* __restrict__ x, const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1,                  \
-			const unsigned char* __restrict__ w2, const void* __restrict__ s0, const void* __restrict__ s1,                           \
-			const void* __restrict__ s2, int sdt, int N0, int N1, int N2, int K, int bshift, int sstride,                             \
-			const bf16_t* __restrict__ nw, float eps) {                                                                                \
-		fm_persist<NB, true>(FmTile3{y0, y1, y2, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride},                     \
-			(N0 + N1 + N2 + 15) / 16, x, K, sdt, bshift, nw, eps);                                                                      \
-	}                                                                                                                                  \
-	extern "C" __global__ void __launch_bounds__(256, MINB) gemv_gateup_silu_fp8_norm_mp##NB(bf16_t* act, const float* __restrict__ x, \
-			const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu, const void* __restrict__ sg,                  \
-			const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride, const bf16_t* __restrict__ nw, float eps) {   \
-		fm_persist<NB, true>(FmTileGU{act, wg, wu, sg, su, sdt, N, K, bshift, sstride}, (N + 7) / 8, x, K, sdt, bshift, nw, eps);   \
-	}
+	FM_PERSIST_NORM_KERNELS(NB, MINB, , false)
 
 FM_PERSIST_KERNELS(2, 3)
 FM_PERSIST_KERNELS(4, 2)
 
-// FM_PERSIST_XB_KERNELS(NB, MINB) defines the XB twins of the two norm
-// kernels of FM_PERSIST_KERNELS(NB, MINB) (fm_stage_warp_norm's XB: x's
-// loads batched; the same arguments and bits):
+// The folded-norm kernels' XB twins (FT_FP8_XB=1, A/B):
 // gemv3_fp8_norm_mpNBxb and gemv_gateup_silu_fp8_norm_mpNBxb.
-#define FM_PERSIST_XB_KERNELS(NB, MINB)                                                                                                \
-	extern "C" __global__ void __launch_bounds__(256, MINB) gemv3_fp8_norm_mp##NB##xb(bf16_t* y0, bf16_t* y1, bf16_t* y2,            \
-			const float* __restrict__ x, const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1,                  \
-			const unsigned char* __restrict__ w2, const void* __restrict__ s0, const void* __restrict__ s1,                           \
-			const void* __restrict__ s2, int sdt, int N0, int N1, int N2, int K, int bshift, int sstride,                             \
-			const bf16_t* __restrict__ nw, float eps) {                                                                                \
-		fm_persist<NB, true, FmTile3, true>(FmTile3{y0, y1, y2, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride},      \
-			(N0 + N1 + N2 + 15) / 16, x, K, sdt, bshift, nw, eps);                                                                      \
-	}                                                                                                                                  \
-	extern "C" __global__ void __launch_bounds__(256, MINB) gemv_gateup_silu_fp8_norm_mp##NB##xb(bf16_t* act, const float* __restrict__ x, \
-			const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu, const void* __restrict__ sg,                  \
-			const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride, const bf16_t* __restrict__ nw, float eps) {   \
-		fm_persist<NB, true, FmTileGU, true>(FmTileGU{act, wg, wu, sg, su, sdt, N, K, bshift, sstride}, (N + 7) / 8, x, K, sdt,     \
-			bshift, nw, eps);                                                                                                           \
-	}
-
-FM_PERSIST_XB_KERNELS(2, 3)
-FM_PERSIST_XB_KERNELS(4, 2)
+FM_PERSIST_NORM_KERNELS(2, 3, xb, true)
+FM_PERSIST_NORM_KERNELS(4, 2, xb, true)
 
 // The variants (fp8variant.go's names): both load their first k-steps
 // before ft_pdl_wait; mm2 keeps 2 k-steps in flight and caps the registers

@@ -463,15 +463,18 @@ func (b *Backend) pipeSplits(v pipeVariant, pk *pipeKernels, limit, blocks, G in
 // token over a short cache: its cluster twin where clusterFor has one):
 // one launch.
 func (b *Backend) attentionPipe(v pipeVariant, pk *pipeKernels, outP, qP, kP, vP uintptr, T, H, K, d, C, pos0, window int, kvBytes int64) error {
-	if f, cs, cv := b.clusterFor(v, C); T == 1 && f != nil {
-		err := b.attentionCluster(f, cs, cv, outP, qP, kP, vP, H, K, d, pos0, window, kvBytes)
-		if err == nil || b.capturing {
-			return err
+	if T == 1 {
+		if f, cs, cv := b.clusterFor(v, C); f != nil {
+			err := b.attentionCluster(f, cs, cv, outP, qP, kP, vP, H, K, d, pos0, window, kvBytes)
+			if err == nil || b.capturing {
+				return err
+			}
+			// A GPU (or a MIG slice) whose processing clusters cannot
+			// hold the cluster refuses the launch: take the global merge
+			// from now on.
+			fmt.Fprintf(os.Stderr, "cudabackend: decode attention in clusters of %d blocks refused (%v); merging through global memory instead\n", cs, err)
+			b.NoDecodeCluster = true
 		}
-		// A GPU (or a MIG slice) whose processing clusters cannot hold
-		// the cluster refuses the launch: take the global merge from now on.
-		fmt.Fprintf(os.Stderr, "cudabackend: decode attention in clusters of %d blocks refused (%v); merging through global memory instead\n", cs, err)
-		b.NoDecodeCluster = true
 	}
 	nsplit := 1
 	if T == 1 {
