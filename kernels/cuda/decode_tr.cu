@@ -124,9 +124,32 @@ __device__ __forceinline__ float ld_cluster_f32(unsigned addr, unsigned rank) {
 	asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
 	return v;
 }
+// st_cluster_f32 stores v at block rank's copy of the 32-bit shared address
+// addr (mapa, then st.shared::cluster).
+__device__ __forceinline__ void st_cluster_f32(unsigned addr, unsigned rank, float v) {
+	unsigned a;
+	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(addr), "r"(rank));
+	asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(a), "f"(v) : "memory");
+}
+// The two halves of the cluster barrier apart: arrive with release or
+// relaxed (no ordering) semantics, and wait with acquire.
+__device__ __forceinline__ void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
 #else
 #define FT_CLUSTER_Y(n)
 #endif
+
+// cluster_started is the start of a push-merge cluster block
+// (decode_cluster_push): it arrives at the cluster barrier without
+// waiting, so that the wait before the block's first store into another
+// block's shared memory knows every block of the cluster has started.
+// Before sm_90 it is empty.
+__device__ __forceinline__ void cluster_started() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	cluster_arrive_relaxed();
+#endif
+}
 
 // decode_cluster_merge is decode_pipe_merge for the CS splits of a KV head
 // launched as one cluster (decode_tr_body's CS; one KV head a block): each
@@ -189,6 +212,66 @@ __device__ __forceinline__ void decode_cluster_merge(bf16_t* out, float* so, con
 #endif
 }
 
+// decode_cluster_push is decode_cluster_merge the other way round: each
+// block combines its warps' partials per head and stores them straight
+// into the shared memory of the block that owns those outputs (block r
+// owns the G·HD/CS outputs from r·G·HD/CS; its receive area rcv, past the
+// ring and the warps' scratch, holds [CS][G·HD/CS] partial outputs and
+// then [CS][8] (m, l) pairs, every head's pair sent to every block); the
+// cluster meets once (arrive with release, wait with acquire), and each
+// block merges its own outputs from its own shared memory, the splits in
+// rank order as decode_cluster_merge does (the same bits). After that
+// meeting no block touches another's shared memory, so each leaves as
+// soon as it has written: one cluster barrier instead of two, and stores
+// that need no round trip instead of dependent remote loads (s30a's trace
+// had ~1.3 µs between a block's last output and its end, the second
+// barrier). The wait before the first store ends the barrier phase that
+// cluster_started opened at the block's start.
+template <int HD, int NW, int CS>
+__device__ __forceinline__ void decode_cluster_push(bf16_t* out, const float* so, float* rcv, const float (*sm_m)[8],
+		const float (*sm_l)[8], int H, int G, int t) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	const int tid = threadIdx.x;
+	const usize hb = (usize)blockIdx.x * G;
+	const int n = G * HD, per = n / CS;  // HD % CS == 0
+	float* rml = rcv + n;                // [CS][8][2]
+	const unsigned rank = cluster_rank();
+	cluster_wait();  // every block of the cluster has started
+	for (int j = tid; j < n; j += NW * 32) {
+		const int gq = j / HD, dd = j - gq * HD;
+		float M, O, L;
+		decode_warp_combine<HD, NW, 1>(so, sm_m, sm_l, 0, gq, dd, M, O, L);
+		const int owner = j / per;
+		st_cluster_f32(smem_u32(rcv + rank * per + (j - owner * per)), owner, O);
+		if (dd == 0) {
+			const unsigned am = smem_u32(rml + (rank * 8 + gq) * 2);
+			for (int r = 0; r < CS; r++) {
+				st_cluster_f32(am, r, M);
+				st_cluster_f32(am + 4, r, L);
+			}
+		}
+	}
+	cluster_arrive_release();
+	cluster_wait();
+	FT_TRACE_MARK(2);  // every split's partials of this block's outputs are here
+	for (int s = tid; s < per; s += NW * 32) {
+		const int j = rank * per + s, gq = j / HD;
+		float M = rml[gq * 2];
+#pragma unroll
+		for (int r = 1; r < CS; r++) M = fmaxf(M, rml[(r * 8 + gq) * 2]);
+		float O = 0.f, L = 0.f;
+#pragma unroll
+		for (int r = 0; r < CS; r++) {
+			const float f = exp2f(rml[(r * 8 + gq) * 2] - M);  // an empty split: m = −∞, f = 0
+			O += f * rcv[r * per + s];
+			L += f * rml[(r * 8 + gq) * 2 + 1];
+		}
+		out[((usize)t * H + hb) * HD + j] = f2bf(O / L);
+	}
+	FT_TRACE_MARK(3);  // this block's outputs are written
+#endif
+}
+
 // decode_tr_body: block (kvh, split, t) = blockIdx (x, y, z), NW·32
 // threads, S ring stages per warp, query row t and KV head kvh; arguments,
 // splits and outputs as decode_pipe_body's with one KV head a block.
@@ -211,8 +294,9 @@ __device__ __forceinline__ void decode_cluster_merge(bf16_t* out, float* so, con
 // one thread-block cluster, the launch passes nsplit = CS and minChunk 0
 // (every split takes a CS-th of the span, possibly nothing), and the
 // splits merge through distributed shared memory (decode_cluster_merge)
-// instead of global partials and a counter.
-template <int HD, int S, int NW, bool FAST, bool PAGED, bool PRE = false, int CS = 0>
+// instead of global partials and a counter; PUSH: decode_cluster_push
+// instead of decode_cluster_merge.
+template <int HD, int S, int NW, bool FAST, bool PAGED, bool PRE = false, int CS = 0, bool PUSH = false>
 __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q, const bf16_t* kc,
 		const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* rows, const int* table, int maxBlocks, int bs,
 		const int* posp, int pos0, float scale_log2, int window) {
@@ -237,6 +321,7 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 	int n, lo, ns, beg, end;
 	if (!pipe_split<PAGED>(rows, table, maxBlocks, posp, pos0, t, window, minChunk, nsplit, split, tab, n, lo, ns, beg, end))
 		return;  // the whole block
+	if (CS > 1 && PUSH) cluster_started();
 	const usize rs = (usize)K * HD;  // elements between cache rows
 	const bf16_t* kb = kc + (usize)kvh * HD;
 	const bf16_t* vb = vc + (usize)kvh * HD;
@@ -452,7 +537,11 @@ __device__ __forceinline__ void decode_tr_body(bf16_t* out, float* po, float* pm
 		}
 	}
 	__syncthreads();
-	if (CS > 1)
+	if (CS > 1 && PUSH) {
+		constexpr int RING = NW * S * STAGE, SO = NW * 8 * HD * 4;  // bytes
+		float* rcv = (float*)((char*)pipe_smem + (RING > SO ? RING : SO));
+		decode_cluster_push<HD, NW, CS>(out, so, rcv, sm_m, sm_l, H, G, t);
+	} else if (CS > 1)
 		decode_cluster_merge<HD, NW, CS>(out, so, sm_m, sm_l, H, G, t);
 	else
 		decode_pipe_merge<HD, NW, 1, FAST>(out, po, pml, cnt, so, sm_m, sm_l, isLast, H, G, nsplit, ns, split, t);
@@ -503,24 +592,26 @@ FT_TR_VARIANT(128, 2, 8, p, false, true)
 
 // FT_TR_CLUSTER_VARIANT defines the cluster twin of the contiguous PRE
 // kernel attn_decode_pipe_d{HD}_s{S}w{NW}h1tp_bf16 (same arguments) for CS
-// splits: attn_decode_pipe_d{HD}_s{S}w{NW}h1tpc{CS}_bf16, a grid of
+// splits: attn_decode_pipe_d{HD}_s{S}w{NW}h1tp{M}{CS}_bf16, a grid of
 // K × CS × T blocks in clusters of (1, CS, 1), launched with nsplit = CS and
-// minChunk 0; po, pml and cnt are unused (decode_cluster_merge).
-#define FT_TR_CLUSTER_VARIANT(HD, S, NW, CS)                                                                                            \
+// minChunk 0; po, pml and cnt are unused. M is c (decode_cluster_merge,
+// PUSH false) or q (decode_cluster_push, PUSH true: the launch adds the
+// receive area to the dynamic shared memory).
+#define FT_TR_CLUSTER_VARIANT(HD, S, NW, CS, M, PUSH)                                                                                   \
 	extern "C" __global__ void FT_CLUSTER_Y(CS) __launch_bounds__(NW * 32, FT_PIPE_MINB(HD, S, NW))                                   \
-			attn_decode_pipe_d##HD##_s##S##w##NW##h1tpc##CS##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,        \
+			attn_decode_pipe_d##HD##_s##S##w##NW##h1tp##M##CS##_bf16(bf16_t* out, float* po, float* pml, int* cnt, const bf16_t* q,      \
 					const bf16_t* kc, const bf16_t* vc, int H, int K, int nsplit, int minChunk, const int* posp, int pos0,                 \
 					float scale_log2, int window) {                                                                                        \
-		decode_tr_body<HD, S, NW, false, false, true, CS>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0, 1, posp, \
-				pos0, scale_log2, window);                                                                                                 \
+		decode_tr_body<HD, S, NW, false, false, true, CS, PUSH>(out, po, pml, cnt, q, kc, vc, H, K, nsplit, minChunk, nullptr, nullptr, 0,    \
+				1, posp, pos0, scale_log2, window);                                                                                        \
 	}
 
 // The cluster twins of the short-cache default s2w8h1tp (cluster.go's
-// clusterFor: 2, 4 or 8 splits by the cache's capacity) and of its 4-warp
-// sibling s2w4h1tp (FT_DECODE_CLUSTER_WARPS=4).
-FT_TR_CLUSTER_VARIANT(128, 2, 8, 2)
-FT_TR_CLUSTER_VARIANT(128, 2, 8, 4)
-FT_TR_CLUSTER_VARIANT(128, 2, 8, 8)
-FT_TR_CLUSTER_VARIANT(128, 2, 4, 2)
-FT_TR_CLUSTER_VARIANT(128, 2, 4, 4)
-FT_TR_CLUSTER_VARIANT(128, 2, 4, 8)
+// clusterFor: 2, 4 or 8 splits by the cache's capacity), merging by
+// remote loads (c) and by pushes (q, FT_DECODE_CLUSTER_PUSH=1).
+FT_TR_CLUSTER_VARIANT(128, 2, 8, 2, c, false)
+FT_TR_CLUSTER_VARIANT(128, 2, 8, 4, c, false)
+FT_TR_CLUSTER_VARIANT(128, 2, 8, 8, c, false)
+FT_TR_CLUSTER_VARIANT(128, 2, 8, 2, q, true)
+FT_TR_CLUSTER_VARIANT(128, 2, 8, 4, q, true)
+FT_TR_CLUSTER_VARIANT(128, 2, 8, 8, q, true)

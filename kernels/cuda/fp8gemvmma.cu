@@ -544,16 +544,6 @@ struct FmTileGU {
 	}
 };
 
-// fm_pf is FT_FP8_PF (the backend sets it in the module when the variable
-// is 1; an A/B switch, off by default): fm_persist's blocks also ask L2,
-// before their dependent-launch wait, for their first tile's k-steps past
-// the NB they load then (one 128-byte line a lane: q/k/v and gate·up's
-// k-steps 2 and 3), so that the loads issued for them after the wait find
-// the bytes nearer. Why: in s29c's block trace gate·up's first tile took
-// ~9 µs, a later one ~5, and q/k/v's one tile ~6 µs after its wait for
-// half its bytes.
-__device__ int fm_pf;
-
 // fm_persist runs the tiles of tl (FmTileV, FmTile3, FmTileGU; tiles of
 // them in all) the persistent way described above. NORM: x is the fp32
 // residual and the sums are of RMSNorm(x) with weight nw and eps.
@@ -576,8 +566,6 @@ __device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void
 		tl.lane(b, wr, sc, srow);
 #pragma unroll
 		for (int q = 0; q < NB; q++) fm_load(a[q], wr, K, w + 8 * q, t);
-		if (fm_pf)
-			for (int i = t; i < 2 * (J - NB); i += 4) prefetch_l2(wr[i & 1] + (usize)(w + 8 * (NB + (i >> 1))) * 128);
 	}
 	ft_pdl_wait();
 	const int e = NORM ? fm_stage_warp_norm<XB>(xw, ss, static_cast<const float*>(x), nw, K, w, J)

@@ -26,19 +26,15 @@ import (
 // clusterSplits are the compiled cluster sizes (splits a KV head).
 var clusterSplits = []int{2, 4, 8}
 
-// clusterBases are the variants compiled with cluster twins: the default
-// contigPipeShort (8 warps a block, a 128 KiB ring) and its 4-warp
-// sibling (64 KiB; Backend.DecodeClusterWarps = 4, an A/B run: s29d's
-// trace had the 8-warp twins' blocks start ~1.6 µs later after the RoPE
-// kernel's wait than the plain kernel's, losing the window in which they
-// copy the older rows early; a block that takes half an SM's shared
-// memory may find room sooner).
-var clusterBases = []string{contigPipeShort, "s2w4h1tp"}
-
-// clusterKey names one cluster twin: its base variant and split count.
+// clusterKey names one cluster twin of contigPipeShort: its split count
+// and how its splits merge (push: decode_cluster_push, where each block
+// stores its partials into the blocks that own the outputs and the
+// cluster meets once; else decode_cluster_merge, where each block reads
+// the others' partials between two meetings; Backend.DecodeClusterPush
+// picks, an A/B switch).
 type clusterKey struct {
-	base string
 	cs   int
+	push bool
 }
 
 // clusterRows is the most cache rows a split of a cluster twin covers at
@@ -49,22 +45,26 @@ type clusterKey struct {
 // 4, 4.11 with 2.
 const clusterRows = 64
 
-// clusterKernel is the name of base's cluster twin of cs splits.
-func clusterKernel(base string, cs int) string {
-	return fmt.Sprintf("attn_decode_pipe_d128_%sc%d_bf16", base, cs)
+// clusterKernel is the name of contigPipeShort's cluster twin of cs
+// splits (push: the push-merge twin).
+func clusterKernel(cs int, push bool) string {
+	m := "c"
+	if push {
+		m = "q"
+	}
+	return fmt.Sprintf("attn_decode_pipe_d128_%s%s%d_bf16", contigPipeShort, m, cs)
 }
 
 // decodeClusterFromEnv is the default of Backend.NoDecodeCluster
 // (FT_DECODE_CLUSTER=0), Backend.DecodeClusterSplits (=2, 4 or 8) and
-// Backend.DecodeClusterWarps (FT_DECODE_CLUSTER_WARPS=4 or 8); envSwitches
-// lists the values.
-func decodeClusterFromEnv() (off bool, splits, warps int) {
+// Backend.DecodeClusterPush (FT_DECODE_CLUSTER_PUSH=1); envSwitches lists
+// the values.
+func decodeClusterFromEnv() (off bool, splits int, push bool) {
 	v := os.Getenv("FT_DECODE_CLUSTER")
 	if n, err := strconv.Atoi(v); err == nil && n > 1 {
 		splits = n
 	}
-	warps, _ = strconv.Atoi(os.Getenv("FT_DECODE_CLUSTER_WARPS"))
-	return v == "0", splits, warps
+	return v == "0", splits, os.Getenv("FT_DECODE_CLUSTER_PUSH") == "1"
 }
 
 // variantNamed is the compiled head-width-128 variant named name.
@@ -77,46 +77,54 @@ func variantNamed(name string) (pipeVariant, bool) {
 	return pipeVariant{}, false
 }
 
-// sizeClusters lets each cluster twin take its base variant's shared
-// memory, dropping those the driver refuses it (and all of a base whose
-// own kernels were dropped).
+// sizeClusters lets each cluster twin take contigPipeShort's shared
+// memory, dropping those the driver refuses it (and all of them where
+// contigPipeShort's own kernels were dropped).
 func (k *decodeMMAKernels) sizeClusters() {
+	v, ok := variantNamed(contigPipeShort)
+	pk := k.pipe[v]
 	for key, f := range k.cluster {
-		v, ok := variantNamed(key.base)
-		pk := k.pipe[v]
 		if f == nil || !ok || pk == nil || f.SetMaxDynamicSharedMemory(pk.maxSmem) != nil {
 			delete(k.cluster, key)
 		}
 	}
 }
 
-// clusterFor is the cluster twin, its split count and its base variant
-// for a one-token decode by variant v over a contiguous cache of capacity
-// rows, or nil: only where v is the short-cache default picked by
-// capacity (no FT_DECODE_VARIANT, no fixed FT_DECODE_SPLITS), the GPU is
-// sm_90, the switch is on (Backend.NoDecodeCluster) and capacity ≤
-// contigShortCap; the fewest compiled splits of at most clusterRows rows
-// each (the most compiled where none keeps to it), or
-// Backend.DecodeClusterSplits where set; the base is v, or its 4-warp
-// sibling with Backend.DecodeClusterWarps = 4.
-func (b *Backend) clusterFor(v pipeVariant, capacity int) (*cuda.Function, int, pipeVariant) {
+// clusterSmem is the dynamic shared memory of a cluster twin's launch with
+// cs splits and G query heads a KV head: v.smem's, or for a push twin the
+// ring or the warps' scratch (so[W][8][D] floats), whichever is larger,
+// then the receive area (decode_cluster_push: G·D partial outputs and
+// cs·8 (m, l) pairs).
+func clusterSmem(v pipeVariant, cs, G int, push bool) int {
+	if !push {
+		return v.smem(cs, G)
+	}
+	return max(v.ring(), 4*v.W*8*v.D) + 4*(G*v.D+16*cs)
+}
+
+// clusterFor is the cluster twin and its split count for a one-token
+// decode by variant v over a contiguous cache of capacity rows with G
+// query heads a KV head, or nil: only where v is the short-cache default
+// picked by capacity (no FT_DECODE_VARIANT, no fixed FT_DECODE_SPLITS),
+// the GPU is sm_90, the switch is on (Backend.NoDecodeCluster) and
+// capacity ≤ contigShortCap; the fewest compiled splits of at most
+// clusterRows rows each (the most compiled where none keeps to it), or
+// Backend.DecodeClusterSplits where set; the push twin with
+// Backend.DecodeClusterPush where its shared memory fits (push: it is).
+func (b *Backend) clusterFor(v pipeVariant, capacity, G int) (f *cuda.Function, cs int, push bool) {
 	if b.NoDecodeCluster || b.DecodePipeVariant != "" || b.DecodePipeSplits > 0 || v.D != 128 || v.Name() != contigPipeShort ||
 		capacity > contigShortCap || b.dev.ComputeCapability() != 90 {
-		return nil, 0, v
+		return nil, 0, false
 	}
-	base := v
-	if b.DecodeClusterWarps == 4 {
-		w4, ok := variantNamed(clusterBases[1])
-		if !ok {
-			return nil, 0, v
+	pick := func(cs int) (*cuda.Function, int, bool) {
+		push := b.DecodeClusterPush
+		if pk := b.k.decodeMMA.pipe[v]; push && (pk == nil || clusterSmem(v, cs, G, true) > pk.maxSmem) {
+			push = false
 		}
-		base = w4
-	}
-	pick := func(cs int) (*cuda.Function, int, pipeVariant) {
-		if f := b.k.decodeMMA.cluster[clusterKey{base.Name(), cs}]; f != nil {
-			return f, cs, base
+		if f := b.k.decodeMMA.cluster[clusterKey{cs, push}]; f != nil {
+			return f, cs, push
 		}
-		return nil, 0, v
+		return nil, 0, false
 	}
 	if cs := b.DecodeClusterSplits; cs > 0 {
 		return pick(cs)
@@ -126,16 +134,17 @@ func (b *Backend) clusterFor(v pipeVariant, capacity int) (*cuda.Function, int, 
 			return pick(cs)
 		}
 	}
-	return nil, 0, v
+	return nil, 0, false
 }
 
 // attentionCluster is the one-token decode over a contiguous cache [C,K,d]
-// through the cluster twin f of cs splits: one launch of K × cs blocks.
-func (b *Backend) attentionCluster(f *cuda.Function, cs int, v pipeVariant, outP, qP, kP, vP uintptr, H, K, d, pos0, window int,
-	kvBytes int64) error {
+// through the cluster twin f of cs splits (push: a push twin): one launch
+// of K × cs blocks.
+func (b *Backend) attentionCluster(f *cuda.Function, cs int, push bool, v pipeVariant, outP, qP, kP, vP uintptr, H, K, d, pos0,
+	window int, kvBytes int64) error {
 	scale := float32(math.Log2E / math.Sqrt(float64(d)))
 	posp, p0 := b.posArgs(pos0)
-	return f.LaunchBytes(b.s, kvBytes, cuda.Dim3{X: K, Y: cs, Z: 1}, cuda.Dim3{X: 32 * v.W}, v.smem(cs, H/K),
+	return f.LaunchBytes(b.s, kvBytes, cuda.Dim3{X: K, Y: cs, Z: 1}, cuda.Dim3{X: 32 * v.W}, clusterSmem(v, cs, H/K, push),
 		cuda.Ptr(outP), cuda.Ptr(0), cuda.Ptr(0), cuda.Ptr(0), cuda.Ptr(qP), cuda.Ptr(kP), cuda.Ptr(vP),
 		cuda.I32(H), cuda.I32(K), cuda.I32(cs), cuda.I32(0), posp, p0, cuda.F32(scale), cuda.I32(window))
 }

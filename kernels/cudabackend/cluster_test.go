@@ -4,6 +4,7 @@ package cudabackend
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/runtime"
@@ -14,13 +15,14 @@ import (
 // most clusterRows rows (none past that, with FT_DECODE_CLUSTER=0, a
 // variant or split count given), and its outputs match the CPU reference
 // (rows past the position NaN; FT_DECODE_CLUSTER=2 forces 2 splits):
-// capacities 20 to 2,048 (2, 4 and 8 splits), positions at the first rows, on and around the 16-row groups
-// and the splits' edges and the last row, 4 and 8 query heads per KV head,
-// with and without a sliding window, the 8-warp twins and the 4-warp
-// ones (FT_DECODE_CLUSTER_WARPS=4); each position twice (a cluster
-// barrier or shared-memory read gone wrong would show as a hang, a
-// poisoned output or a wrong value). A graph captured at one position
-// replays at others.
+// capacities 20 to 2,048 (2, 4 and 8 splits), positions at the first
+// rows, on and around the 16-row groups and the splits' edges and the
+// last row, 4 and 8 query heads per KV head, with and without a sliding
+// window; each position twice with either merge (a cluster barrier or
+// shared-memory access gone wrong would show as a hang, a poisoned output
+// or a wrong value), the push merge (FT_DECODE_CLUSTER_PUSH=1) giving the
+// remote-load merge's bits. A graph captured at one position replays at
+// others, with either merge.
 func TestDecodeClusterGPU(t *testing.T) {
 	needGPU(t)
 	if gb.dev.ComputeCapability() != 90 {
@@ -31,37 +33,39 @@ func TestDecodeClusterGPU(t *testing.T) {
 	if err != nil || v.Name() != contigPipeShort {
 		t.Fatalf("pipeFor(512) = %s, %v; want %s", v.Name(), err, contigPipeShort)
 	}
-	for _, c := range []struct{ capacity, cs int }{{1, 2}, {128, 2}, {129, 4}, {256, 4}, {257, 8}, {535, 8}, {2048, 8}, {2049, 0}} {
-		f, cs, base := gb.clusterFor(v, c.capacity)
-		if cs != c.cs || (f == nil) != (c.cs == 0) || base.Name() != contigPipeShort {
-			t.Errorf("clusterFor(%d) = %v, %d, %s; want %d splits of %s", c.capacity, f != nil, cs, base.Name(), c.cs, contigPipeShort)
+	defer func() { gb.ForceMMADecode, gb.DecodeClusterPush = false, false }()
+	for _, push := range []bool{false, true} {
+		gb.DecodeClusterPush = push
+		for _, c := range []struct{ capacity, cs int }{{1, 2}, {128, 2}, {129, 4}, {256, 4}, {257, 8}, {535, 8}, {2048, 8}, {2049, 0}} {
+			f, cs, p := gb.clusterFor(v, c.capacity, 4)
+			if cs != c.cs || (f == nil) != (c.cs == 0) || p != (push && f != nil) {
+				t.Errorf("clusterFor(%d) with push %v = %v, %d, push %v; want %d splits", c.capacity, push, f != nil, cs, p, c.cs)
+			}
 		}
 	}
+	gb.DecodeClusterPush = false
 	for _, off := range []func(){
 		func() { gb.NoDecodeCluster = true },
 		func() { gb.DecodePipeVariant = contigPipeShort },
 		func() { gb.DecodePipeSplits = 2 },
 	} {
 		off()
-		f, _, _ := gb.clusterFor(v, 512)
+		f, _, _ := gb.clusterFor(v, 512, 4)
 		gb.NoDecodeCluster, gb.DecodePipeVariant, gb.DecodePipeSplits = false, "", 0
 		if f != nil {
 			t.Error("clusterFor took the twin with it switched off, a variant or a split count given")
 		}
 	}
-	gb.DecodeClusterSplits, gb.DecodeClusterWarps = 2, 4
-	if f, cs, base := gb.clusterFor(v, 512); f == nil || cs != 2 || base.Name() != clusterBases[1] {
-		t.Errorf("clusterFor(512) with 2 splits and 4 warps forced = %v, %d, %s", f != nil, cs, base.Name())
+	gb.DecodeClusterSplits = 2
+	if f, cs, _ := gb.clusterFor(v, 512, 4); f == nil || cs != 2 {
+		t.Errorf("clusterFor(512) with 2 splits forced = %v, %d", f != nil, cs)
 	}
-	gb.DecodeClusterSplits, gb.DecodeClusterWarps = 0, 0
-	defer func() { gb.ForceMMADecode, gb.DecodeClusterWarps = false, 0 }()
+	gb.DecodeClusterSplits = 0
 	const H, d = 32, 128
-	for _, c := range []struct{ K, warps int }{{8, 0}, {4, 0}, {8, 4}, {4, 4}} {
-		K := c.K
+	for _, K := range []int{8, 4} {
 		gb.ForceMMADecode = K == 4 // 8 query heads a KV head take the tensor cores only when forced
-		gb.DecodeClusterWarps = c.warps
 		for _, C := range []int{20, 300, 535, 2048} {
-			t.Run(fmt.Sprintf("K%d_C%d_w%d", K, C, c.warps), func(t *testing.T) {
+			t.Run(fmt.Sprintf("K%d_C%d", K, C), func(t *testing.T) {
 				gkc, gvc, kc, vc, q := contigDecode(t, rng, C, C, H, K, d)
 				gq := gpu(t, runtime.BF16, q, 1, H, d)
 				for _, pos := range []int{0, 1, 15, 16, 17, 127, 128, 255, 256, C / 2, C - 2, C - 1} {
@@ -70,34 +74,107 @@ func TestDecodeClusterGPU(t *testing.T) {
 					}
 					for _, window := range []int{0, 37} {
 						ref := contigRef(t, q, kc, vc, pos, C, H, K, d, window)
-						for range 2 {
+						var pulled []float32
+						for _, push := range []bool{false, true, false, true} {
+							gb.DecodeClusterPush = push
 							out := poisoned(t, runtime.BF16, 1, H, d)
 							if err := gb.AttentionWindow(out, gq, gkc, gvc, pos, window); err != nil {
 								t.Fatal(err)
 							}
-							compare(t, fmt.Sprintf("position %d, window %d", pos, window), read(t, out), ref, 1e-2, 2e-2)
+							got := read(t, out)
+							what := fmt.Sprintf("position %d, window %d, push %v", pos, window, push)
+							compare(t, what, got, ref, 1e-2, 2e-2)
+							if pulled == nil {
+								pulled = got
+							} else if i := firstBitDiff(got, pulled); i >= 0 {
+								t.Fatalf("%s: output %d = %v, the remote-load merge gave %v (want the same bits)", what, i, got[i], pulled[i])
+							}
 						}
+						gb.DecodeClusterPush = false
 					}
 				}
-				if K != 8 || c.warps != 0 {
+				if K != 8 {
 					return
 				}
-				out := poisoned(t, runtime.BF16, 1, H, d)
-				graph, err := gb.CaptureStep(func() error { return gb.Attention(out, gq, gkc, gvc, 3) })
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer graph.Close()
-				for _, pos := range []int{C - 1, 7, C / 2, 0} {
-					if err := gb.SetStep([]int32{0}, pos); err != nil {
+				for _, push := range []bool{false, true} {
+					gb.DecodeClusterPush = push
+					out := poisoned(t, runtime.BF16, 1, H, d)
+					graph, err := gb.CaptureStep(func() error { return gb.Attention(out, gq, gkc, gvc, 3) })
+					if err != nil {
 						t.Fatal(err)
 					}
-					if err := graph.Replay(); err != nil {
-						t.Fatal(err)
+					for _, pos := range []int{C - 1, 7, C / 2, 0} {
+						if err := gb.SetStep([]int32{0}, pos); err != nil {
+							t.Fatal(err)
+						}
+						if err := graph.Replay(); err != nil {
+							t.Fatal(err)
+						}
+						compare(t, fmt.Sprintf("replay at %d, push %v", pos, push), read(t, out), contigRef(t, q, kc, vc, pos, C, H, K, d, 0), 1e-2, 2e-2)
 					}
-					compare(t, fmt.Sprintf("replay at %d", pos), read(t, out), contigRef(t, q, kc, vc, pos, C, H, K, d, 0), 1e-2, 2e-2)
+					graph.Close()
 				}
+				gb.DecodeClusterPush = false
 			})
+		}
+	}
+}
+
+// firstBitDiff is the first index at which a and b differ in their bits
+// (NaNs compared by bits too), or −1.
+func firstBitDiff(a, b []float32) int {
+	for i := range a {
+		if i >= len(b) || math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	if len(b) > len(a) {
+		return len(a)
+	}
+	return -1
+}
+
+// TestRoPEStoreEarlyGPU: a one-token RoPEStoreKV with Backend.RoPEEarly
+// (rope_store_early_bf16: the next kernel may launch at its start) rotates
+// q and k and fills the cache row as rope_store_bf16 does, bit for bit,
+// and the decode attention after it (the cluster twin, launched while the
+// RoPE kernel may still run) reads the row it stored: the same output as
+// with the switch off, at positions across a capacity-512 cache.
+func TestRoPEStoreEarlyGPU(t *testing.T) {
+	needGPU(t)
+	if gb.k.ropeStoreEarly == nil {
+		t.Fatal("rope_store_early_bf16 is not in the module")
+	}
+	defer func() { gb.RoPEEarly = false }()
+	rng := newRNG(t)
+	const C, H, K, d = 512, 32, 8, 128
+	inv := ropeTables(t, d)["llama3"]
+	q, k, v := randBF16(rng, H*d, 2), randBF16(rng, K*d, 2), randBF16(rng, K*d, 2)
+	gkc0, gvc0, _, _, _ := contigDecode(t, rng, C, C, H, K, d)
+	base, baseV := read(t, gkc0), read(t, gvc0)
+	for _, pos := range []int{0, 1, 200, C - 1} {
+		var want [][]float32
+		for _, early := range []bool{false, true} {
+			gb.RoPEEarly = early
+			gq, gk, gv := gpu(t, runtime.BF16, q, 1, H, d), gpu(t, runtime.BF16, k, 1, K, d), gpu(t, runtime.BF16, v, 1, K, d)
+			kc, vc := gpu(t, runtime.BF16, base, C, K, d), gpu(t, runtime.BF16, baseV, C, K, d)
+			out := poisoned(t, runtime.BF16, 1, H, d)
+			if err := gb.RoPEStoreKV(gq, gk, gv, kc, vc, pos, inv); err != nil {
+				t.Fatal(err)
+			}
+			if err := gb.Attention(out, gq, kc, vc, pos); err != nil {
+				t.Fatal(err)
+			}
+			got := [][]float32{read(t, gq), read(t, gk), read(t, kc), read(t, vc), read(t, out)}
+			if want == nil {
+				want = got
+				continue
+			}
+			for i, name := range []string{"q", "k", "k cache", "v cache", "attention"} {
+				if j := firstBitDiff(got[i], want[i]); j >= 0 {
+					t.Fatalf("position %d: %s element %d = %v with the early trigger, %v without", pos, name, j, got[i][j], want[i][j])
+				}
+			}
 		}
 	}
 }

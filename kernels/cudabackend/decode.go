@@ -37,7 +37,7 @@ type decodeMMAKernels struct {
 	wave int
 	// pipe are the pipelined kernels (decode_pipe.cu) by variant.
 	pipe map[pipeVariant]*pipeKernels
-	// cluster are the cluster twins by base variant and splits (cluster.go).
+	// cluster are contigPipeShort's cluster twins (cluster.go).
 	cluster map[clusterKey]*cuda.Function
 }
 
@@ -182,9 +182,9 @@ func loadDecodeMMA(get func(string) *cuda.Function) decodeMMAKernels {
 		k.pipe[v] = &pipeKernels{contig: get(v.kernel("")), paged: get(v.kernel("paged_"))}
 	}
 	k.cluster = map[clusterKey]*cuda.Function{}
-	for _, base := range clusterBases {
+	for _, push := range []bool{false, true} {
 		for _, cs := range clusterSplits {
-			k.cluster[clusterKey{base, cs}] = get(clusterKernel(base, cs))
+			k.cluster[clusterKey{cs, push}] = get(clusterKernel(cs, push))
 		}
 	}
 	return k
@@ -464,8 +464,8 @@ func (b *Backend) pipeSplits(v pipeVariant, pk *pipeKernels, limit, blocks, G in
 // one launch.
 func (b *Backend) attentionPipe(v pipeVariant, pk *pipeKernels, outP, qP, kP, vP uintptr, T, H, K, d, C, pos0, window int, kvBytes int64) error {
 	if T == 1 {
-		if f, cs, cv := b.clusterFor(v, C); f != nil {
-			err := b.attentionCluster(f, cs, cv, outP, qP, kP, vP, H, K, d, pos0, window, kvBytes)
+		if f, cs, push := b.clusterFor(v, C, H/K); f != nil {
+			err := b.attentionCluster(f, cs, push, v, outP, qP, kP, vP, H, K, d, pos0, window, kvBytes)
 			if err == nil || b.capturing {
 				return err
 			}

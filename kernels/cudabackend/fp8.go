@@ -4,7 +4,6 @@ package cudabackend
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/runtime"
@@ -117,26 +116,4 @@ func (b *Backend) matMulFP8DequantAdd(out, x, w, scale *runtime.Tensor, layout k
 		return err
 	}
 	return b.gemm(out.Ptr(), !f32, x.Ptr(), b.deq.Ptr(), T, N, D, add && f32)
-}
-
-// setFP8Prefetch sets the module's fm_pf (fp8gemvmma.cu: the persistent
-// FP8 GEMVs ask L2 for their first tile's later k-steps before their
-// dependent-launch wait) when FT_FP8_PF=1; the module is the device's, so
-// the switch holds for every backend on it. Off by default (an A/B run).
-func setFP8Prefetch(dev *cuda.Device, mod *cuda.Module) error {
-	if os.Getenv("FT_FP8_PF") != "1" {
-		return nil
-	}
-	p, size, err := mod.Global("fm_pf")
-	if err != nil {
-		return err
-	}
-	if size != 4 {
-		return fmt.Errorf("fm_pf is %d bytes, want 4", size)
-	}
-	s := dev.ComputeStream()
-	if err := s.Upload(p, []byte{1, 0, 0, 0}); err != nil {
-		return err
-	}
-	return s.Synchronize()
 }

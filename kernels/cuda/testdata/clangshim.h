@@ -17,6 +17,7 @@
 #define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
 #define __align__(n) __attribute__((aligned(n)))
 #define __grid_constant__ // a kernel parameter attribute clang 14 does not know
+#define __cluster_dims__(...) // a kernel attribute (sm_90) clang 14 does not know
 typedef unsigned long size_t;
 
 // The vector types and their make_ functions.
