@@ -608,7 +608,7 @@ FT_TR_VARIANT(128, 2, 8, p, false, true)
 
 // The cluster twins of the short-cache default s2w8h1tp (cluster.go's
 // clusterFor: 2, 4 or 8 splits by the cache's capacity), merging by
-// remote loads (c) and by pushes (q, FT_DECODE_CLUSTER_PUSH=1).
+// pushes (q, the default) and by remote loads (c, FT_DECODE_CLUSTER_PUSH=0).
 FT_TR_CLUSTER_VARIANT(128, 2, 8, 2, c, false)
 FT_TR_CLUSTER_VARIANT(128, 2, 8, 4, c, false)
 FT_TR_CLUSTER_VARIANT(128, 2, 8, 8, c, false)

@@ -30,8 +30,9 @@ var clusterSplits = []int{2, 4, 8}
 // and how its splits merge (push: decode_cluster_push, where each block
 // stores its partials into the blocks that own the outputs and the
 // cluster meets once; else decode_cluster_merge, where each block reads
-// the others' partials between two meetings; Backend.DecodeClusterPush
-// picks, an A/B switch).
+// the others' partials between two meetings, Backend.DecodeClusterPull:
+// an A/B switch). Measured on the H200 (bench/h200-s30b.sh, FP8 step at
+// context 512, two rounds): push 2.425, 2.414 ms against 2.445, 2.442.
 type clusterKey struct {
 	cs   int
 	push bool
@@ -57,14 +58,14 @@ func clusterKernel(cs int, push bool) string {
 
 // decodeClusterFromEnv is the default of Backend.NoDecodeCluster
 // (FT_DECODE_CLUSTER=0), Backend.DecodeClusterSplits (=2, 4 or 8) and
-// Backend.DecodeClusterPush (FT_DECODE_CLUSTER_PUSH=1); envSwitches lists
+// Backend.DecodeClusterPull (FT_DECODE_CLUSTER_PUSH=0); envSwitches lists
 // the values.
-func decodeClusterFromEnv() (off bool, splits int, push bool) {
+func decodeClusterFromEnv() (off bool, splits int, pull bool) {
 	v := os.Getenv("FT_DECODE_CLUSTER")
 	if n, err := strconv.Atoi(v); err == nil && n > 1 {
 		splits = n
 	}
-	return v == "0", splits, os.Getenv("FT_DECODE_CLUSTER_PUSH") == "1"
+	return v == "0", splits, os.Getenv("FT_DECODE_CLUSTER_PUSH") == "0"
 }
 
 // variantNamed is the compiled head-width-128 variant named name.
@@ -109,15 +110,15 @@ func clusterSmem(v pipeVariant, cs, G int, push bool) int {
 // the GPU is sm_90, the switch is on (Backend.NoDecodeCluster) and
 // capacity ≤ contigShortCap; the fewest compiled splits of at most
 // clusterRows rows each (the most compiled where none keeps to it), or
-// Backend.DecodeClusterSplits where set; the push twin with
-// Backend.DecodeClusterPush where its shared memory fits (push: it is).
+// Backend.DecodeClusterSplits where set; the push twin where its shared
+// memory fits, unless Backend.DecodeClusterPull (push: it is).
 func (b *Backend) clusterFor(v pipeVariant, capacity, G int) (f *cuda.Function, cs int, push bool) {
 	if b.NoDecodeCluster || b.DecodePipeVariant != "" || b.DecodePipeSplits > 0 || v.D != 128 || v.Name() != contigPipeShort ||
 		capacity > contigShortCap || b.dev.ComputeCapability() != 90 {
 		return nil, 0, false
 	}
 	pick := func(cs int) (*cuda.Function, int, bool) {
-		push := b.DecodeClusterPush
+		push := !b.DecodeClusterPull
 		if pk := b.k.decodeMMA.pipe[v]; push && (pk == nil || clusterSmem(v, cs, G, true) > pk.maxSmem) {
 			push = false
 		}

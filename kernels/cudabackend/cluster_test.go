@@ -20,8 +20,8 @@ import (
 // last row, 4 and 8 query heads per KV head, with and without a sliding
 // window; each position twice with either merge (a cluster barrier or
 // shared-memory access gone wrong would show as a hang, a poisoned output
-// or a wrong value), the push merge (FT_DECODE_CLUSTER_PUSH=1) giving the
-// remote-load merge's bits. A graph captured at one position replays at
+// or a wrong value), the push merge (the default) giving the remote-load
+// merge's (FT_DECODE_CLUSTER_PUSH=0) bits. A graph captured at one position replays at
 // others, with either merge.
 func TestDecodeClusterGPU(t *testing.T) {
 	needGPU(t)
@@ -33,9 +33,9 @@ func TestDecodeClusterGPU(t *testing.T) {
 	if err != nil || v.Name() != contigPipeShort {
 		t.Fatalf("pipeFor(512) = %s, %v; want %s", v.Name(), err, contigPipeShort)
 	}
-	defer func() { gb.ForceMMADecode, gb.DecodeClusterPush = false, false }()
+	defer func() { gb.ForceMMADecode, gb.DecodeClusterPull = false, false }()
 	for _, push := range []bool{false, true} {
-		gb.DecodeClusterPush = push
+		gb.DecodeClusterPull = !push
 		for _, c := range []struct{ capacity, cs int }{{1, 2}, {128, 2}, {129, 4}, {256, 4}, {257, 8}, {535, 8}, {2048, 8}, {2049, 0}} {
 			f, cs, p := gb.clusterFor(v, c.capacity, 4)
 			if cs != c.cs || (f == nil) != (c.cs == 0) || p != (push && f != nil) {
@@ -43,7 +43,7 @@ func TestDecodeClusterGPU(t *testing.T) {
 			}
 		}
 	}
-	gb.DecodeClusterPush = false
+	gb.DecodeClusterPull = false
 	for _, off := range []func(){
 		func() { gb.NoDecodeCluster = true },
 		func() { gb.DecodePipeVariant = contigPipeShort },
@@ -76,7 +76,7 @@ func TestDecodeClusterGPU(t *testing.T) {
 						ref := contigRef(t, q, kc, vc, pos, C, H, K, d, window)
 						var pulled []float32
 						for _, push := range []bool{false, true, false, true} {
-							gb.DecodeClusterPush = push
+							gb.DecodeClusterPull = !push
 							out := poisoned(t, runtime.BF16, 1, H, d)
 							if err := gb.AttentionWindow(out, gq, gkc, gvc, pos, window); err != nil {
 								t.Fatal(err)
@@ -90,14 +90,14 @@ func TestDecodeClusterGPU(t *testing.T) {
 								t.Fatalf("%s: output %d = %v, the remote-load merge gave %v (want the same bits)", what, i, got[i], pulled[i])
 							}
 						}
-						gb.DecodeClusterPush = false
+						gb.DecodeClusterPull = false
 					}
 				}
 				if K != 8 {
 					return
 				}
 				for _, push := range []bool{false, true} {
-					gb.DecodeClusterPush = push
+					gb.DecodeClusterPull = !push
 					out := poisoned(t, runtime.BF16, 1, H, d)
 					graph, err := gb.CaptureStep(func() error { return gb.Attention(out, gq, gkc, gvc, 3) })
 					if err != nil {
@@ -114,7 +114,7 @@ func TestDecodeClusterGPU(t *testing.T) {
 					}
 					graph.Close()
 				}
-				gb.DecodeClusterPush = false
+				gb.DecodeClusterPull = false
 			})
 		}
 	}
@@ -132,49 +132,4 @@ func firstBitDiff(a, b []float32) int {
 		return len(a)
 	}
 	return -1
-}
-
-// TestRoPEStoreEarlyGPU: a one-token RoPEStoreKV with Backend.RoPEEarly
-// (rope_store_early_bf16: the next kernel may launch at its start) rotates
-// q and k and fills the cache row as rope_store_bf16 does, bit for bit,
-// and the decode attention after it (the cluster twin, launched while the
-// RoPE kernel may still run) reads the row it stored: the same output as
-// with the switch off, at positions across a capacity-512 cache.
-func TestRoPEStoreEarlyGPU(t *testing.T) {
-	needGPU(t)
-	if gb.k.ropeStoreEarly == nil {
-		t.Fatal("rope_store_early_bf16 is not in the module")
-	}
-	defer func() { gb.RoPEEarly = false }()
-	rng := newRNG(t)
-	const C, H, K, d = 512, 32, 8, 128
-	inv := ropeTables(t, d)["llama3"]
-	q, k, v := randBF16(rng, H*d, 2), randBF16(rng, K*d, 2), randBF16(rng, K*d, 2)
-	gkc0, gvc0, _, _, _ := contigDecode(t, rng, C, C, H, K, d)
-	base, baseV := read(t, gkc0), read(t, gvc0)
-	for _, pos := range []int{0, 1, 200, C - 1} {
-		var want [][]float32
-		for _, early := range []bool{false, true} {
-			gb.RoPEEarly = early
-			gq, gk, gv := gpu(t, runtime.BF16, q, 1, H, d), gpu(t, runtime.BF16, k, 1, K, d), gpu(t, runtime.BF16, v, 1, K, d)
-			kc, vc := gpu(t, runtime.BF16, base, C, K, d), gpu(t, runtime.BF16, baseV, C, K, d)
-			out := poisoned(t, runtime.BF16, 1, H, d)
-			if err := gb.RoPEStoreKV(gq, gk, gv, kc, vc, pos, inv); err != nil {
-				t.Fatal(err)
-			}
-			if err := gb.Attention(out, gq, kc, vc, pos); err != nil {
-				t.Fatal(err)
-			}
-			got := [][]float32{read(t, gq), read(t, gk), read(t, kc), read(t, vc), read(t, out)}
-			if want == nil {
-				want = got
-				continue
-			}
-			for i, name := range []string{"q", "k", "k cache", "v cache", "attention"} {
-				if j := firstBitDiff(got[i], want[i]); j >= 0 {
-					t.Fatalf("position %d: %s element %d = %v with the early trigger, %v without", pos, name, j, got[i][j], want[i][j])
-				}
-			}
-		}
-	}
 }
