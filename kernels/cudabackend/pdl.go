@@ -20,9 +20,9 @@ import "github.com/flextensor-go/flextensor/runtime/cuda"
 // dependentLaunchKernels are the kernels that call ft_pdl_wait first.
 func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 	fs := []*cuda.Function{
-		ks.addF32, ks.addF32V4, ks.embedF32, ks.argmax, ks.argmaxFeed, ks.addBias, ks.scale,
+		ks.addF32, ks.addF32V4, ks.embedF32, ks.argmax, ks.argmaxFeed, ks.argmaxSplit, ks.addBias, ks.scale,
 		ks.rms, ks.rmsV8, ks.rmsF32, ks.addRMS, ks.rmsPair, ks.qkNormRoPE,
-		ks.rope, ks.ropeStore, ks.paged.ropeStore,
+		ks.rope, ks.ropeStore, ks.ropeStoreEarly, ks.paged.ropeStore,
 		ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemvAccNorm, ks.gemv3, ks.gateUp,
 		ks.sample, ks.prefill.ropeStore, ks.prefill.ropeStorePaged,
 	}
@@ -33,6 +33,11 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 	}
 	for _, pk := range ks.decodeMMA.pipe {
 		fs = append(fs, pk.contig, pk.paged)
+	}
+	for _, f := range ks.decodeMMA.cluster {
+		if f != nil {
+			fs = append(fs, f)
+		}
 	}
 	fs = append(fs, ks.norm.functions()...)
 	fs = append(fs, ks.qkvRoPE)
