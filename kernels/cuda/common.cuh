@@ -209,8 +209,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefe
 // norm weights and RoPE table, decode_tr.cu's PRE variants the older KV
 // rows and the position. Those rely on the order here: launch_dependents
 // comes after the wait, so when a kernel's blocks start, every kernel but
-// the one just ahead has completed. Do not move the trigger earlier, but
-// for the one kernel that says so (ft_pdl_trigger_early below).
+// the one just ahead has completed. Do not move the trigger earlier.
 //
 // Block tracing (FT_BLOCK_TRACE, kernels/cudabackend/blocktrace.go): the
 // backend compiles Traced(Source()) with -DFT_BLOCK_TRACE, which puts
@@ -286,18 +285,6 @@ struct FtTraceScope {
 	do {                 \
 	} while (0)
 #endif
-
-// ft_pdl_trigger_early lets the next kernel of the stream begin launching
-// before this one's ft_pdl_wait: its blocks may then start while the
-// kernel two ahead of it still runs, so whatever it does before its own
-// wait must not need that kernel's writes. rope_store_early_bf16 alone
-// calls it (the decode attention after it copies older cache rows before
-// its wait, which no projection writes).
-__device__ __forceinline__ void ft_pdl_trigger_early() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 
 __device__ __forceinline__ void ft_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -66,18 +66,6 @@ extern "C" __global__ void rope_store_bf16(bf16_t* q, bf16_t* k, const bf16_t* v
 	rope_store_rows(q, k, v, kc, vc, H, K, d, capacity, ft_pos(posp, pos0), inv);
 }
 
-// rope_store_early_bf16 is rope_store_bf16 that lets the next kernel (a
-// one-token decode's attention) begin launching at its start, not after
-// its wait (ft_pdl_trigger_early), so that the attention's blocks take
-// SM slots as the q/k/v projection's blocks leave and copy the older
-// cache rows meanwhile (Backend.RoPEEarly, FT_ROPE_EARLY=1, an A/B switch).
-extern "C" __global__ void rope_store_early_bf16(bf16_t* q, bf16_t* k, const bf16_t* v, bf16_t* kc, bf16_t* vc,
-		int H, int K, int d, int capacity, const int* posp, int pos0, const float* inv) {
-	ft_pdl_trigger_early();
-	ft_pdl_wait();
-	rope_store_rows(q, k, v, kc, vc, H, K, d, capacity, ft_pos(posp, pos0), inv);
-}
-
 // rope_store_paged_bf16 is rope_store_bf16 for a batch's packed tokens at
 // unrelated positions and pool rows: token t = blockIdx.x sits at position
 // ps[2t] and its rotated key and its value land in pool row ps[2t+1] of kc

@@ -206,11 +206,6 @@ type Backend struct {
 	// 8; 0: by the capacity, clusterFor). New sets it from
 	// FT_DECODE_CLUSTER=2|4|8 (A/B runs).
 	DecodeClusterSplits int
-	// RoPEEarly: a one-token RoPEStoreKV runs rope_store_early_bf16, which
-	// lets the decode attention after it begin launching at its start, not
-	// after its dependent-launch wait (rope.cu). New sets it from
-	// FT_ROPE_EARLY=1 (A/B runs).
-	RoPEEarly bool
 	// DecodeClusterPull takes the remote-load cluster twins
 	// (decode_cluster_merge: two cluster barriers) instead of the
 	// push-merge ones (decode_cluster_push; cluster.go). New sets it from
@@ -298,7 +293,7 @@ type kernelSet struct {
 	add, addV8, addF32, addF32V4, silu, siluV8, embed, embedF32, store, cast, fill, argmax *cuda.Function
 	addBias                                                                                *cuda.Function
 	scale                                                                                  *cuda.Function // scale_bf16
-	rms, rmsV8, rmsF32, rope, ropeStore, ropeStoreEarly                                    *cuda.Function
+	rms, rmsV8, rmsF32, rope, ropeStore                                                    *cuda.Function
 	gemv, gemvF32                                                                          map[int]*cuda.Function // by unroll
 	gemvPersist, gemvPersistF32, gemv3, gateUp                                             *cuda.Function
 	attnSplit, attnCombine                                                                 *cuda.Function
@@ -369,7 +364,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		embed: get("embedding_bf16"), embedF32: get("embedding_f32out"), store: get("store_rows_bf16"), cast: get("cast_any"),
 		fill: get("fill_uniform_bf16"), argmax: get("argmax_rows"), argmaxFeed: get("argmax_feed"), argmaxSplit: get("argmax_rows_split"), exp4Unpack: get("exp4_unpack"),
 		rms: get("rmsnorm_bf16"), rmsV8: get("rmsnorm_bf16_v8"), rmsF32: get("rmsnorm_f32in_bf16"),
-		rope: get("rope_bf16"), ropeStore: get("rope_store_bf16"), ropeStoreEarly: get("rope_store_early_bf16"),
+		rope: get("rope_bf16"), ropeStore: get("rope_store_bf16"),
 		gemv:      map[int]*cuda.Function{4: get("gemv_bf16_u4"), 8: get("gemv_bf16"), 16: get("gemv_bf16_u16")},
 		gemvF32:   map[int]*cuda.Function{8: get("gemv_bf16_f32out"), 16: get("gemv_f32out_u16")},
 		attnSplit: get("attn_split_bf16"), attnCombine: get("attn_combine_bf16"),
@@ -524,7 +519,6 @@ func New(dev runtime.Device) (*Backend, error) {
 	b.NoFusedRoPE = noFusedRoPE
 	b.FP8StageBatch = os.Getenv("FT_FP8_XB") == "1"
 	b.NoDecodeCluster, b.DecodeClusterSplits, b.DecodeClusterPull = decodeClusterFromEnv()
-	b.RoPEEarly = os.Getenv("FT_ROPE_EARLY") == "1"
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc
 	b.GEMVPipe, b.GEMVBal, b.GEMVPersistQKV = gemv.Pipe, gemv.Bal, gemv.PersistQKV
@@ -949,11 +943,7 @@ func (b *Backend) RoPEStoreKV(q, k, v, kCache, vCache *runtime.Tensor, pos0 int,
 			cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
 			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(kCache.Dim(0)), posp, p0, cuda.Ptr(tab))
 	}
-	f := b.k.ropeStore
-	if T == 1 && b.RoPEEarly && b.k.ropeStoreEarly != nil {
-		f = b.k.ropeStoreEarly
-	}
-	return f.Launch(b.s, cuda.Dim3{X: T, Y: ropeGridY((H+K)*d/2 + K*d)}, cuda.Dim3{X: 256}, 0,
+	return b.k.ropeStore.Launch(b.s, cuda.Dim3{X: T, Y: ropeGridY((H+K)*d/2 + K*d)}, cuda.Dim3{X: 256}, 0,
 		cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kCache.Ptr()), cuda.Ptr(vCache.Ptr()),
 		cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.I32(kCache.Dim(0)), posp, p0, cuda.Ptr(tab))
 }

@@ -22,7 +22,7 @@ func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
 	fs := []*cuda.Function{
 		ks.addF32, ks.addF32V4, ks.embedF32, ks.argmax, ks.argmaxFeed, ks.argmaxSplit, ks.addBias, ks.scale,
 		ks.rms, ks.rmsV8, ks.rmsF32, ks.addRMS, ks.rmsPair, ks.qkNormRoPE,
-		ks.rope, ks.ropeStore, ks.ropeStoreEarly, ks.paged.ropeStore,
+		ks.rope, ks.ropeStore, ks.paged.ropeStore,
 		ks.gemvPersist, ks.gemvPersistF32, ks.gemvAcc, ks.gemvAccNorm, ks.gemv3, ks.gateUp,
 		ks.sample, ks.prefill.ropeStore, ks.prefill.ropeStorePaged,
 	}
