@@ -77,6 +77,12 @@ type benchRow struct {
 	// token picked on the device (what run-model's generation does), where
 	// the backend captures graphs; 0 elsewhere.
 	GraphMs float64 `json:"graph_ms,omitempty"`
+	// GenerateMs is the median time between two greedy tokens of the
+	// model's Generate after a prompt of the context's length (what
+	// run-model does: on the CUDA backend device-fed replayed steps, one
+	// step enqueued ahead of the host), for a resident decode row; 0
+	// elsewhere.
+	GenerateMs float64 `json:"generate_ms,omitempty"`
 	// A model sharded over several devices (--device cuda:0,cuda:1): each
 	// device's plan, and the streamed bytes of all of them per measured
 	// forward time. The row's streamed and device bytes are the sums, its
@@ -241,6 +247,12 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 				if gt, err = measureGraphSteps(m, backend, *context, *iters); err == nil && len(gt) > 0 {
 					row.GraphMs = medianOf(gt)
 				}
+				if err == nil {
+					var gen []float64
+					if gen, err = measureGenerate(m, backend, *context, *iters); err == nil && len(gen) > 0 {
+						row.GenerateMs = medianOf(gen)
+					}
+				}
 			}
 			row.DeviceBytes = ck2.TotalBytes()
 			m.Close()
@@ -342,6 +354,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 			row.MeasuredMs, row.MeasuredVsFlr, 100*row.PredictedError)
 		if row.GraphMs > 0 {
 			fmt.Fprintf(stdout, "%-10s the same step replayed as a CUDA graph, token picked on the device: %.3f ms\n", "", row.GraphMs)
+		}
+		if row.GenerateMs > 0 {
+			fmt.Fprintf(stdout, "%-10s greedy generation after a prompt of the context's length (run-model's loop): %.3f ms a token\n", "", row.GenerateMs)
 		}
 		printPerDevice(stdout, row)
 	}
@@ -493,6 +508,41 @@ func medianOf(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// measureGenerate times greedy generation as run-model runs it: the
+// model's Generate after a prompt of context random tokens, the gaps
+// between consecutive new tokens (as OnToken sees them) after the first
+// three, iters of them. On the CUDA backend that is the device-fed loop
+// (models/decoder/fed.go: each replayed step picks its token on the
+// device and feeds the next, one step enqueued ahead of the host) where
+// measureGraphSteps replays a step, then picks and reads its token
+// before the next. No times where the context leaves no room for the
+// tokens.
+func measureGenerate(m *llama.Model, b kernels.Backend, context, iters int) ([]float64, error) {
+	const warm = 3
+	if iters < 1 || context+warm+iters+1 > m.Cfg.MaxPositionEmbeddings {
+		return nil, nil
+	}
+	rng := rand.New(rand.NewPCG(uint64(context), 7))
+	prompt := make([]int32, max(context, 1))
+	for i := range prompt {
+		prompt[i] = int32(rng.IntN(m.Cfg.VocabSize))
+	}
+	var at []time.Time
+	_, err := m.Generate(b, prompt, llama.GenerateOptions{MaxNewTokens: warm + iters + 1, IgnoreEOS: true,
+		Context: cmdCtx, OnToken: func(int32) error {
+			at = append(at, time.Now())
+			return nil
+		}})
+	if err != nil {
+		return nil, err
+	}
+	var out []float64
+	for i := warm + 1; i < len(at); i++ {
+		out = append(out, float64(at[i].Sub(at[i-1]).Microseconds())/1e3)
+	}
+	return out, nil
 }
 
 // measureGraphSteps times resident one-token steps the way generation runs

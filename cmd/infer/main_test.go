@@ -176,6 +176,21 @@ func TestBench(t *testing.T) {
 	if row.StreamedUnits != 4 || row.FloorMs <= 0 || row.MeasuredMs <= 0 {
 		t.Errorf("budget 0 row: %+v (want all 4 layers streamed, positive floor and time)", row)
 	}
+	// The resident decode row also times greedy generation (run-model's
+	// loop); the offloaded rows do not.
+	var res struct {
+		Budget     string  `json:"budget"`
+		GenerateMs float64 `json:"generate_ms"`
+	}
+	if err := json.Unmarshal([]byte(lines[2]), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Budget != "resident" || !(res.GenerateMs > 0) {
+		t.Errorf("resident row %s: want a positive generate_ms", lines[2])
+	}
+	if strings.Contains(lines[0], "generate_ms") {
+		t.Errorf("budget 0 row has generate_ms: %s", lines[0])
+	}
 }
 
 // TestProfileThenRun: infer profile writes a profile; run-model --profile
