@@ -510,6 +510,16 @@ func medianOf(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// randomIDs is n token ids below vocab from the PCG stream (seed, stream).
+func randomIDs(n, vocab int, seed, stream uint64) []int32 {
+	rng := rand.New(rand.NewPCG(seed, stream))
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(rng.IntN(vocab))
+	}
+	return ids
+}
+
 // measureGenerate times greedy generation as run-model runs it: the
 // model's Generate after a prompt of context random tokens, the gaps
 // between consecutive new tokens (as OnToken sees them) after the first
@@ -524,11 +534,7 @@ func measureGenerate(m *llama.Model, b kernels.Backend, context, iters int) ([]f
 	if iters < 1 || context+warm+iters+1 > m.Cfg.MaxPositionEmbeddings {
 		return nil, nil
 	}
-	rng := rand.New(rand.NewPCG(uint64(context), 7))
-	prompt := make([]int32, max(context, 1))
-	for i := range prompt {
-		prompt[i] = int32(rng.IntN(m.Cfg.VocabSize))
-	}
+	prompt := randomIDs(max(context, 1), m.Cfg.VocabSize, uint64(context), 7)
 	var at []time.Time
 	_, err := m.Generate(b, prompt, llama.GenerateOptions{MaxNewTokens: warm + iters + 1, IgnoreEOS: true,
 		Context: cmdCtx, OnToken: func(int32) error {
@@ -563,11 +569,7 @@ func measureGraphSteps(m *llama.Model, b kernels.Backend, context, iters int) ([
 		return nil, err
 	}
 	defer cache.Free()
-	rng := rand.New(rand.NewPCG(uint64(context), 5))
-	ids := make([]int32, max(context, 1))
-	for i := range ids {
-		ids[i] = int32(rng.IntN(m.Cfg.VocabSize))
-	}
+	ids := randomIDs(max(context, 1), m.Cfg.VocabSize, uint64(context), 5)
 	lt, err := m.Forward(b, cache, ids, false)
 	if err != nil {
 		return nil, err
