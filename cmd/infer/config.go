@@ -64,7 +64,6 @@ var extraEnv = map[string][]string{
 	"FT_FP8_GEMV":            {"", "legacy"},                          // "legacy": FP8 weights through the first FP8 kernels, one GEMV launch per projection (A/B runs, cuda builds)
 	"FT_FP8_VARIANT":         fp8VariantValues,                        // the tuning of the one-token FP8 GEMVs: auto (default, per kind and width) or one forced, e.g. u8r1s (A/B sweeps, cuda builds)
 	"FT_FP8_PERSIST":         {"", "all", "gateup", "none"},           // the auto picks' persistent forms (mp2/mp4: one wave of blocks looping over tiles) for every kind (the default), gate·up only, or none (A/B runs, cuda builds)
-	"FT_FP8_XB":              {"", "0", "1"},                          // "1": the folded-norm persistent FP8 GEMVs batch the loads of x when they stage it (A/B runs, cuda builds)
 	"FT_FP8_ADD":             {"", "0", "1"},                          // "0": a decode step's FP8 o_proj/down_proj write their products and separate adds put them into the residual, instead of the GEMV adding (A/B runs, cuda builds)
 	"FT_FP8_GEMM":            {"", "lt", "lt-fast", "dequant"},        // multi-token matmuls by per-channel FP8 weights: cuBLASLt FP8 GEMM (W8A8, default), the same with fast accumulation, or dequantize to BF16 (cuda builds)
 	"FT_FP8_GEMM_MIN_TOKENS": nil,                                     // the fewest tokens that take the FP8 GEMM (default 16; cuda builds)

@@ -135,41 +135,23 @@ __device__ __forceinline__ int fm_stage_warp(uint4* xw, const bf16_t* __restrict
 // fm_xnw8 is columns 8f … 8f + 7 of x·nw for the fp32 residual x4 and
 // the norm's bf16 weight n8 (zeros from f = c8, past K), their squares of
 // x added to sq (rms_sq4's order).
-// fm_xnw8 in two halves, so that a loop may issue several columns' loads
-// before it uses any (fm_stage_warp_norm's XB): FmXnw is what
-// fm_xnw8_load reads for column group f (nothing past c8), fm_xnw8_use
-// the rest, the same bits.
-struct FmXnw {
-	float4 a, b;
-	uint4 q;
-};
-__device__ __forceinline__ FmXnw fm_xnw8_load(const float4* __restrict__ x4, const uint4* __restrict__ n8, int f, int c8) {
-	FmXnw l;
-	if (f < c8) {
-		l.a = x4[2 * f];
-		l.b = x4[2 * f + 1];
-		l.q = __ldg(n8 + f);
-	}
-	return l;
-}
-__device__ __forceinline__ void fm_xnw8_use(float (&v)[8], float& sq, const FmXnw& l, int f, int c8) {
+__device__ __forceinline__ void fm_xnw8(float (&v)[8], float& sq, const float4* __restrict__ x4, const uint4* __restrict__ n8,
+		int f, int c8) {
 	if (f >= c8) {
 #pragma unroll
 		for (int j = 0; j < 8; j++) v[j] = 0.f;
 		return;
 	}
-	sq = rms_sq4(rms_sq4(sq, l.a), l.b);
-	const unsigned qw[4] = {l.q.x, l.q.y, l.q.z, l.q.w};
-	const float xv[8] = {l.a.x, l.a.y, l.a.z, l.a.w, l.b.x, l.b.y, l.b.z, l.b.w};
+	const float4 a = x4[2 * f], b = x4[2 * f + 1];
+	const uint4 q = __ldg(n8 + f);
+	sq = rms_sq4(rms_sq4(sq, a), b);
+	const unsigned qw[4] = {q.x, q.y, q.z, q.w};
+	const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
 	for (int j = 0; j < 4; j++) {
 		v[2 * j] = xv[2 * j] * __uint_as_float(qw[j] << 16);
 		v[2 * j + 1] = xv[2 * j + 1] * __uint_as_float(qw[j] & 0xffff0000u);
 	}
-}
-__device__ __forceinline__ void fm_xnw8(float (&v)[8], float& sq, const float4* __restrict__ x4, const uint4* __restrict__ n8,
-		int f, int c8) {
-	fm_xnw8_use(v, sq, fm_xnw8_load(x4, n8, f, c8), f, c8);
 }
 
 // fm_f16x8f is the 8 fp32 values of v times sc as f16.
@@ -187,12 +169,6 @@ __device__ __forceinline__ uint4 fm_f16x8f(const float (&v)[8], float sc) {
 // fm_stage_warp, here from the fp32 products: 0 unless one exceeds f16's
 // 65,504). ss[w] gets the warp's Σx² over its columns (rms_sq4's fp32
 // sums; lane order, then the warp's butterfly). Ends at __syncwarp.
-// XB: a lane's loads go out FM_XB column groups at a time before it uses
-// any (the same bits; an A/B, FT_FP8_XB=1: in s29c's block trace q/k/v
-// and gate·up staged x ~1.5–1.8 µs after their wait, a lane's two groups
-// at K = 4,096 read one after the other).
-#define FM_XB 2
-template <bool XB = false>
 __device__ __forceinline__ int fm_stage_warp_norm(uint4* xw, float* ss, const float* __restrict__ x,
 		const bf16_t* __restrict__ nw, int K, int w, int J) {
 	const float4* x4 = reinterpret_cast<const float4*>(x);
@@ -200,24 +176,12 @@ __device__ __forceinline__ int fm_stage_warp_norm(uint4* xw, float* ss, const fl
 	const int lane = threadIdx.x & 31, c8 = K >> 3;
 	float sq = 0.f;
 	unsigned m = 0;
-	constexpr int UB = XB ? FM_XB : 1;
-	for (int i0 = lane; i0 < 16 * J; i0 += 32 * UB) {
-		FmXnw l[UB];
+	for (int i = lane; i < 16 * J; i += 32) {
+		float v[8];
+		fm_xnw8(v, sq, x4, n8, (w + 8 * (i >> 4)) * 16 + (i & 15), c8);
 #pragma unroll
-		for (int u = 0; u < UB; u++) {
-			const int i = i0 + 32 * u;
-			l[u] = fm_xnw8_load(x4, n8, i < 16 * J ? (w + 8 * (i >> 4)) * 16 + (i & 15) : c8, c8);
-		}
-#pragma unroll
-		for (int u = 0; u < UB; u++) {
-			const int i = i0 + 32 * u;
-			if (i >= 16 * J) break;
-			float v[8];
-			fm_xnw8_use(v, sq, l[u], (w + 8 * (i >> 4)) * 16 + (i & 15), c8);
-#pragma unroll
-			for (int j = 0; j < 8; j++) m = max(m, __float_as_uint(v[j]) & 0x7fffffffu);
-			xw[i] = fm_f16x8f(v, 1.f);
-		}
+		for (int j = 0; j < 8; j++) m = max(m, __float_as_uint(v[j]) & 0x7fffffffu);
+		xw[i] = fm_f16x8f(v, 1.f);
 	}
 #pragma unroll
 	for (int o = 16; o > 0; o >>= 1) {
@@ -547,7 +511,7 @@ struct FmTileGU {
 // fm_persist runs the tiles of tl (FmTileV, FmTile3, FmTileGU; tiles of
 // them in all) the persistent way described above. NORM: x is the fp32
 // residual and the sums are of RMSNorm(x) with weight nw and eps.
-template <int NB, bool NORM, class TILE, bool XB = false>
+template <int NB, bool NORM, class TILE>
 __device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void* __restrict__ x, int K, int sdt, int bshift,
 		const bf16_t* __restrict__ nw = nullptr, float eps = 0.f) {
 	extern __shared__ uint4 fm_xs[];
@@ -568,7 +532,7 @@ __device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void
 		for (int q = 0; q < NB; q++) fm_load(a[q], wr, K, w + 8 * q, t);
 	}
 	ft_pdl_wait();
-	const int e = NORM ? fm_stage_warp_norm<XB>(xw, ss, static_cast<const float*>(x), nw, K, w, J)
+	const int e = NORM ? fm_stage_warp_norm(xw, ss, static_cast<const float*>(x), nw, K, w, J)
 	                   : fm_stage_warp(xw, static_cast<const bf16_t*>(x), K, w, J);
 	const float ef = e ? __int_as_float((127 + e) << 23) : 1.f;
 	FT_TRACE_MARK(0);  // warp 0 has staged its x
@@ -608,35 +572,14 @@ __device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void
 	FT_TRACE_MARK(2);  // every tile is stored
 }
 
-// FM_PERSIST_NORM_KERNELS(NB, MINB, SUF, XB) defines the two folded-norm
-// persistent kernels gemv3_fp8_norm_mpNB<SUF> and
-// gemv_gateup_silu_fp8_norm_mpNB<SUF> (x the fp32 residual, with the
-// RMSNorm's weight nw and eps folded in, as the norm_mm twins; XB:
-// fm_stage_warp_norm's batched loads of x, the same bits).
-#define FM_PERSIST_NORM_KERNELS(NB, MINB, SUF, XB)                                                                                      \
-	extern "C" __global__ void __launch_bounds__(256, MINB) gemv3_fp8_norm_mp##NB##SUF(bf16_t* y0, bf16_t* y1, bf16_t* y2,           \
-			const float* __restrict__ x, const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1,                  \
-			const unsigned char* __restrict__ w2, const void* __restrict__ s0, const void* __restrict__ s1,                           \
-			const void* __restrict__ s2, int sdt, int N0, int N1, int N2, int K, int bshift, int sstride,                             \
-			const bf16_t* __restrict__ nw, float eps) {                                                                                \
-		fm_persist<NB, true, FmTile3, XB>(FmTile3{y0, y1, y2, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride},        \
-			(N0 + N1 + N2 + 15) / 16, x, K, sdt, bshift, nw, eps);                                                                      \
-	}                                                                                                                                  \
-	extern "C" __global__ void __launch_bounds__(256, MINB) gemv_gateup_silu_fp8_norm_mp##NB##SUF(bf16_t* act,                      \
-			const float* __restrict__ x, const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu,                  \
-			const void* __restrict__ sg, const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride,                 \
-			const bf16_t* __restrict__ nw, float eps) {                                                                                \
-		fm_persist<NB, true, FmTileGU, XB>(FmTileGU{act, wg, wu, sg, su, sdt, N, K, bshift, sstride}, (N + 7) / 8, x, K, sdt,       \
-			bshift, nw, eps);                                                                                                           \
-	}
-
 // FM_PERSIST_KERNELS(NB, MINB) defines the five persistent kernels with NB
 // k-steps in flight a warp and registers for MINB blocks an SM, named as
 // their block-a-tile twins with mp<NB> for mm<NB>: gemv_fp8_v_mpNB,
 // gemv3_fp8_mpNB and gemv_gateup_silu_fp8_mpNB (the arguments of
 // gemv_fp8_v_mma_body, gemv3_fp8_mma_body and
-// gemv_gateup_silu_fp8_mma_body), and the two folded-norm ones
-// (FM_PERSIST_NORM_KERNELS).
+// gemv_gateup_silu_fp8_mma_body), and gemv3_fp8_norm_mpNB and
+// gemv_gateup_silu_fp8_norm_mpNB (x the fp32 residual, with the RMSNorm's
+// weight nw and eps folded in, as the norm_mm twins).
 #define FM_PERSIST_KERNELS(NB, MINB)                                                                                                   \
 	extern "C" __global__ void __launch_bounds__(256, MINB) gemv_fp8_v_mp##NB(void* y, int out_f32, const bf16_t* __restrict__ x,    \
 			const unsigned char* __restrict__ w, const void* __restrict__ scale, int sdt, int N, int K, int bshift, int sstride) {     \
@@ -654,15 +597,22 @@ __device__ __forceinline__ void fm_persist(const TILE& tl, int tiles, const void
 			const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride) {                                            \
 		fm_persist<NB, false>(FmTileGU{act, wg, wu, sg, su, sdt, N, K, bshift, sstride}, (N + 7) / 8, x, K, sdt, bshift);          \
 	}                                                                                                                                  \
-	FM_PERSIST_NORM_KERNELS(NB, MINB, , false)
+	extern "C" __global__ void __launch_bounds__(256, MINB) gemv3_fp8_norm_mp##NB(bf16_t* y0, bf16_t* y1, bf16_t* y2,                \
+			const float* __restrict__ x, const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1,                  \
+			const unsigned char* __restrict__ w2, const void* __restrict__ s0, const void* __restrict__ s1,                           \
+			const void* __restrict__ s2, int sdt, int N0, int N1, int N2, int K, int bshift, int sstride,                             \
+			const bf16_t* __restrict__ nw, float eps) {                                                                                \
+		fm_persist<NB, true>(FmTile3{y0, y1, y2, w0, w1, w2, s0, s1, s2, sdt, N0, N1, N2, K, bshift, sstride},                     \
+			(N0 + N1 + N2 + 15) / 16, x, K, sdt, bshift, nw, eps);                                                                      \
+	}                                                                                                                                  \
+	extern "C" __global__ void __launch_bounds__(256, MINB) gemv_gateup_silu_fp8_norm_mp##NB(bf16_t* act, const float* __restrict__ x, \
+			const unsigned char* __restrict__ wg, const unsigned char* __restrict__ wu, const void* __restrict__ sg,                  \
+			const void* __restrict__ su, int sdt, int N, int K, int bshift, int sstride, const bf16_t* __restrict__ nw, float eps) {   \
+		fm_persist<NB, true>(FmTileGU{act, wg, wu, sg, su, sdt, N, K, bshift, sstride}, (N + 7) / 8, x, K, sdt, bshift, nw, eps);   \
+	}
 
 FM_PERSIST_KERNELS(2, 3)
 FM_PERSIST_KERNELS(4, 2)
-
-// The folded-norm kernels' XB twins (FT_FP8_XB=1, A/B):
-// gemv3_fp8_norm_mpNBxb and gemv_gateup_silu_fp8_norm_mpNBxb.
-FM_PERSIST_NORM_KERNELS(2, 3, xb, true)
-FM_PERSIST_NORM_KERNELS(4, 2, xb, true)
 
 // The variants (fp8variant.go's names): both load their first k-steps
 // before ft_pdl_wait; mm2 keeps 2 k-steps in flight and caps the registers

@@ -190,10 +190,6 @@ type Backend struct {
 	// "all" (the default) for every kind, "gateup" for gate·up·SiLU only,
 	// "none" for no kind. New sets it from FT_FP8_PERSIST (A/B runs).
 	FP8Persist string
-	// FP8StageBatch runs the folded-norm persistent FP8 GEMVs' twins that
-	// batch the loads of x (fp8gemv.go's normFns). New sets it for
-	// FT_FP8_XB=1 (A/B runs).
-	FP8StageBatch bool
 	// NoFusedRoPE makes ProjectRoPEStoreKV decline (qkvrope.go): the
 	// decoder then runs the q/k/v GEMV and rope_store_bf16. New sets it
 	// unless FT_FUSE_ROPE=1 (measured slower on the H200).
@@ -517,7 +513,6 @@ func New(dev runtime.Device) (*Backend, error) {
 		AsyncDecode:    asyncDecodeFromEnv(),
 		GEMVEarly:      gemvEarlyFromEnv()}
 	b.NoFusedRoPE = noFusedRoPE
-	b.FP8StageBatch = os.Getenv("FT_FP8_XB") == "1"
 	b.NoDecodeCluster, b.DecodeClusterSplits, b.DecodeClusterPull = decodeClusterFromEnv()
 	b.QKNormRoPETokens = qkNormRoPEFromEnv()
 	b.NormRows, b.MergedAll, b.ResidualNorm = normRows, mergedAll, resAcc

@@ -33,7 +33,6 @@ var envSwitches = map[string][]string{
 	"FT_FUSE_NORM":           {"", "0", "1"},
 	"FT_FP8_FUSE_NORM":       {"", "0", "1"},
 	"FT_FP8_PERSIST":         {"", "all", "gateup", "none"},
-	"FT_FP8_XB":              {"", "0", "1"},
 	"FT_GEMV_EARLY":          {"", "0", "1"},
 	"FT_NORM_TAIL":           {"", "0", "1"},
 	"FT_QKNORM_ROPE":         {"", "0", "1", "all"},

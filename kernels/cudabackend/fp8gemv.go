@@ -54,15 +54,11 @@ type fp8GEMVs struct {
 	// RMSNorm in front of them folded in (fp8normgemv.go); the tensor-core
 	// variants only, nil for the others.
 	gemv3Norm, gateUpNorm *cuda.Function
-	// gemv3NormXB, gateUpNormXB: their twins with x's loads batched
-	// (fp8gemvmma.cu's FM_PERSIST_XB_KERNELS; Backend.FP8StageBatch); the
-	// persistent variants only, nil for the others.
-	gemv3NormXB, gateUpNormXB *cuda.Function
-	rows                      int    // rows per warp at a time (R)
-	smemX                     bool   // x in shared memory as fp32 (K·4 bytes), else read from global memory
-	mma                       bool   // fp8gemvmma.cu: a block a tile of 16 rows, x as f16 in shared memory (~K·2 bytes)
-	persistNB                 int    // fm_persist's k-steps in flight (fp8PersistNB); 0: a block a tile
-	fallback                  string // the variant run where a persistent one does not take K (fp8PersistNB)
+	rows                  int    // rows per warp at a time (R)
+	smemX                 bool   // x in shared memory as fp32 (K·4 bytes), else read from global memory
+	mma                   bool   // fp8gemvmma.cu: a block a tile of 16 rows, x as f16 in shared memory (~K·2 bytes)
+	persistNB             int    // fm_persist's k-steps in flight (fp8PersistNB); 0: a block a tile
+	fallback              string // the variant run where a persistent one does not take K (fp8PersistNB)
 }
 
 // loadFP8 looks fp8gemv.cu's kernels up in the compiled module.
@@ -77,7 +73,6 @@ func loadFP8(get func(string) *cuda.Function) *fp8Kernels {
 		}
 		if p, ok := fp8PersistNB[v.Name]; ok {
 			g.persistNB, g.fallback = p.NB, p.Fallback
-			g.gemv3NormXB, g.gateUpNormXB = get("gemv3_fp8_norm_"+v.Name+"xb"), get("gemv_gateup_silu_fp8_norm_"+v.Name+"xb")
 		}
 		k.variants[v.Name] = g
 	}
@@ -93,9 +88,6 @@ func (k *fp8Kernels) functions() []*cuda.Function {
 		fs = append(fs, g.gemv, g.gemv3, g.gateUp)
 		if g.mma {
 			fs = append(fs, g.gemv3Norm, g.gateUpNorm)
-		}
-		if g.gemv3NormXB != nil {
-			fs = append(fs, g.gemv3NormXB, g.gateUpNormXB)
 		}
 	}
 	return fs
@@ -201,7 +193,7 @@ func (k *fp8Kernels) fp8Grid(v *fp8GEMVs, f *cuda.Function, rows, K int) (grid, 
 			return 0, 0, false, nil
 		}
 		tile := 16
-		if f == v.gateUp || f == v.gateUpNorm || f == v.gateUpNormXB {
+		if f == v.gateUp || f == v.gateUpNorm {
 			tile = 8 // 8 rows of gate and the same of up
 		}
 		tiles := (rows + tile - 1) / tile
@@ -443,13 +435,4 @@ func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layo
 	return v.gateUp.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.Ptr(sg.Ptr()), cuda.Ptr(su.Ptr()),
 		cuda.I32(int(sg.DType())), cuda.I32(N), cuda.I32(D), cuda.I32(shift), cuda.I32(fp8Stride(D, layout)))
-}
-
-// normFns are the folded-norm q/k/v and gate·up kernels v runs: their XB
-// twins where xb (Backend.FP8StageBatch) and v has them.
-func (v *fp8GEMVs) normFns(xb bool) (gemv3, gateUp *cuda.Function) {
-	if xb && v.gemv3NormXB != nil {
-		return v.gemv3NormXB, v.gateUpNormXB
-	}
-	return v.gemv3Norm, v.gateUpNorm
 }

@@ -69,17 +69,16 @@ func (b *Backend) NormMatMulNFP8(outs []*runtime.Tensor, x, nw *runtime.Tensor, 
 		return false, nil
 	}
 	v := b.fp8GEMVs(fp8KindQKV, D, layout.Block)
-	f, _ := v.normFns(b.FP8StageBatch)
-	if f == nil {
+	if v.gemv3Norm == nil {
 		return false, nil
 	}
 	N0, N1, N2 := ws[0].Dim(0), ws[1].Dim(0), ws[2].Dim(0)
-	grid, smem, ok, err := b.k.fp8.fp8Grid(v, f, N0+N1+N2, D)
+	grid, smem, ok, err := b.k.fp8.fp8Grid(v, v.gemv3Norm, N0+N1+N2, D)
 	if !ok || err != nil {
 		return false, err
 	}
 	bytes := int64(N0+N1+N2)*int64(D+2) + scales[0].NumBytes() + scales[1].NumBytes() + scales[2].NumBytes() + int64(D)*6
-	return true, f.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
+	return true, v.gemv3Norm.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
 		cuda.Ptr(outs[0].Ptr()), cuda.Ptr(outs[1].Ptr()), cuda.Ptr(outs[2].Ptr()), cuda.Ptr(x.Ptr()),
 		cuda.Ptr(ws[0].Ptr()), cuda.Ptr(ws[1].Ptr()), cuda.Ptr(ws[2].Ptr()),
 		cuda.Ptr(scales[0].Ptr()), cuda.Ptr(scales[1].Ptr()), cuda.Ptr(scales[2].Ptr()), cuda.I32(int(scales[0].DType())),
@@ -112,16 +111,15 @@ func (b *Backend) NormGateUpSiLUFP8(out, x, nw *runtime.Tensor, eps float32, wg,
 		return false, nil
 	}
 	v := b.fp8GEMVs(fp8KindGateUp, D, layout.Block)
-	_, f := v.normFns(b.FP8StageBatch)
-	if f == nil {
+	if v.gateUpNorm == nil {
 		return false, nil
 	}
-	grid, smem, ok, err := b.k.fp8.fp8Grid(v, f, N, D)
+	grid, smem, ok, err := b.k.fp8.fp8Grid(v, v.gateUpNorm, N, D)
 	if !ok || err != nil {
 		return false, err
 	}
 	bytes := 2*int64(N)*int64(D) + sg.NumBytes() + su.NumBytes() + int64(D)*6 + int64(N)*2
-	return true, f.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
+	return true, v.gateUpNorm.LaunchBytes(b.s, bytes, cuda.Dim3{X: grid}, cuda.Dim3{X: 256}, smem,
 		cuda.Ptr(out.Ptr()), cuda.Ptr(x.Ptr()), cuda.Ptr(wg.Ptr()), cuda.Ptr(wu.Ptr()), cuda.Ptr(sg.Ptr()), cuda.Ptr(su.Ptr()),
 		cuda.I32(int(sg.DType())), cuda.I32(N), cuda.I32(D), cuda.I32(shift), cuda.I32(fp8Stride(D, layout)),
 		cuda.Ptr(nw.Ptr()), cuda.F32(eps))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/kernels"
@@ -155,8 +154,7 @@ func TestNormGateUpSiLUFP8(t *testing.T) {
 // bits of their block-a-tile twins (mm2, mm4): the same sums in the same
 // order, over shapes where a block takes several tiles (more tiles than a
 // wave) and a ragged last tile, for every kind, plain and with the norm
-// folded, per channel and in 128-blocks; so do the folded-norm ones' XB
-// twins (FT_FP8_XB: x's loads batched).
+// folded, per channel and in 128-blocks.
 func TestFP8PersistBitIdentical(t *testing.T) {
 	needGPU(t)
 	rng := newRNG(t)
@@ -181,11 +179,8 @@ func TestFP8PersistBitIdentical(t *testing.T) {
 			ws, ss = append(ws, w.g), append(ss, w.gs)
 		}
 		up := newFP8Weight(t, rng, c.N[0], c.D, layout, c.sdt)
-		// run is every kind's output under variant name, as float32; a
-		// name ending in " xb" runs it with FP8StageBatch.
+		// run is every kind's output under variant name, as float32.
 		run := func(t *testing.T, name string) map[string][]float32 {
-			name, gb.FP8StageBatch = strings.CutSuffix(name, " xb")
-			defer func() { gb.FP8StageBatch = false }()
 			gb.FP8Variant = name
 			got := map[string][]float32{}
 			for _, od := range []runtime.DType{runtime.BF16, runtime.F32} {
@@ -219,9 +214,9 @@ func TestFP8PersistBitIdentical(t *testing.T) {
 			got["gateup normed"] = read(t, act)
 			return got
 		}
-		for _, pair := range [][2]string{{"mp2", "mm2"}, {"mp4", "mm4"}, {"mp2 xb", "mm2"}, {"mp4 xb", "mm4"}} {
+		for _, pair := range [][2]string{{"mp2", "mm2"}, {"mp4", "mm4"}} {
 			t.Run(fmt.Sprintf("%v_%d_%v_%s", c.N, c.D, layout, pair[0]), func(t *testing.T) {
-				if nb := fp8PersistNB[strings.TrimSuffix(pair[0], " xb")].NB; !fp8PersistTakes(nb, c.D) {
+				if !fp8PersistTakes(fp8PersistNB[pair[0]].NB, c.D) {
 					t.Fatalf("%s does not take K %d: the case checks nothing", pair[0], c.D)
 				}
 				got, want := run(t, pair[0]), run(t, pair[1])
