@@ -15,8 +15,9 @@ import (
 // splits merged inside a thread-block cluster (decode_tr.cu's
 // FT_TR_CLUSTER_VARIANT, sm_90): the CS splits of a KV head are one
 // cluster; each block combines its warps' partials in its shared memory
-// and the cluster's blocks read each other's through distributed shared
-// memory, where the pipelined kernel writes every split's partials to
+// and the cluster's blocks exchange them through distributed shared
+// memory (clusterKey: pushed into the blocks that own the outputs by
+// default), where the pipelined kernel writes every split's partials to
 // global memory, fences, counts the finished splits with an atomic and
 // lets the last block read them back. Why: in s29c's block trace (FP8
 // step at context 512, H200) ~6 µs of the attention's 8.7 µs a layer on
@@ -31,8 +32,9 @@ var clusterSplits = []int{2, 4, 8}
 // stores its partials into the blocks that own the outputs and the
 // cluster meets once; else decode_cluster_merge, where each block reads
 // the others' partials between two meetings, Backend.DecodeClusterPull:
-// an A/B switch). Measured on the H200 (bench/h200-s30b.sh, FP8 step at
-// context 512, two rounds): push 2.425, 2.414 ms against 2.445, 2.442.
+// an A/B switch). Measured on the H200 (FP8 step at context 512): push
+// 2.425, 2.414 ms against 2.445, 2.442 (bench/h200-s30b.sh), 2.433–2.436
+// against 2.454, 2.452 (s30c).
 type clusterKey struct {
 	cs   int
 	push bool
