@@ -151,6 +151,26 @@ __device__ __forceinline__ void cluster_started() {
 #endif
 }
 
+// cluster_combine is the merged output Σ 2^(m_r − M)·o_r / Σ 2^(m_r − M)·l_r
+// of CS splits' partials (m_r their running maxima, l_r their sums, o_r
+// their partial outputs; M the largest m_r), the splits in rank order:
+// the one arithmetic of both cluster merges, so that they give the same
+// bits.
+template <int CS>
+__device__ __forceinline__ float cluster_combine(const float* m, const float* l, const float* o) {
+	float M = m[0];
+#pragma unroll
+	for (int r = 1; r < CS; r++) M = fmaxf(M, m[r]);
+	float O = 0.f, L = 0.f;
+#pragma unroll
+	for (int r = 0; r < CS; r++) {
+		const float f = exp2f(m[r] - M);  // an empty split: m = −∞, f = 0
+		O += f * o[r];
+		L += f * l[r];
+	}
+	return O / L;
+}
+
 // decode_cluster_merge is decode_pipe_merge for the CS splits of a KV head
 // launched as one cluster (decode_tr_body's CS; one KV head a block): each
 // block combines its warps' partials per head into its shared memory
@@ -195,17 +215,7 @@ __device__ __forceinline__ void decode_cluster_merge(bf16_t* out, float* so, con
 			l[r] = ld_cluster_f32(am + 4, r);
 			o[r] = ld_cluster_f32(ao, r);
 		}
-		float M = m[0];
-#pragma unroll
-		for (int r = 1; r < CS; r++) M = fmaxf(M, m[r]);
-		float O = 0.f, L = 0.f;
-#pragma unroll
-		for (int r = 0; r < CS; r++) {
-			const float f = exp2f(m[r] - M);  // an empty split: m = −∞, f = 0
-			O += f * o[r];
-			L += f * l[r];
-		}
-		out[((usize)t * H + hb) * HD + j] = f2bf(O / L);
+		out[((usize)t * H + hb) * HD + j] = f2bf(cluster_combine<CS>(m, l, o));
 	}
 	FT_TRACE_MARK(3);  // this block's outputs are written
 	cluster_sync_all();
@@ -219,13 +229,13 @@ __device__ __forceinline__ void decode_cluster_merge(bf16_t* out, float* so, con
 // ring and the warps' scratch, holds [CS][G·HD/CS] partial outputs and
 // then [CS][8] (m, l) pairs, every head's pair sent to every block); the
 // cluster meets once (arrive with release, wait with acquire), and each
-// block merges its own outputs from its own shared memory, the splits in
-// rank order as decode_cluster_merge does (the same bits). After that
-// meeting no block touches another's shared memory, so each leaves as
-// soon as it has written: one cluster barrier instead of two, and stores
-// that need no round trip instead of dependent remote loads (s30a's trace
-// had ~1.3 µs between a block's last output and its end, the second
-// barrier). The wait before the first store ends the barrier phase that
+// block merges its own outputs from its own shared memory with
+// cluster_combine, as decode_cluster_merge does (the same bits). After
+// that meeting no block touches another's shared memory, so each leaves
+// as soon as it has written: one cluster barrier instead of two, and
+// stores that need no round trip instead of dependent remote loads
+// (s30a's trace had ~1.3 µs between a block's last output and its end,
+// the second barrier). The wait before the first store ends the barrier phase that
 // cluster_started opened at the block's start.
 template <int HD, int NW, int CS>
 __device__ __forceinline__ void decode_cluster_push(bf16_t* out, const float* so, float* rcv, const float (*sm_m)[8],
@@ -256,17 +266,15 @@ __device__ __forceinline__ void decode_cluster_push(bf16_t* out, const float* so
 	FT_TRACE_MARK(2);  // every split's partials of this block's outputs are here
 	for (int s = tid; s < per; s += NW * 32) {
 		const int j = rank * per + s, gq = j / HD;
-		float M = rml[gq * 2];
-#pragma unroll
-		for (int r = 1; r < CS; r++) M = fmaxf(M, rml[(r * 8 + gq) * 2]);
-		float O = 0.f, L = 0.f;
+		constexpr int NR = CS > 1 ? CS : 1;  // CS ≤ 1 instantiates this (never run)
+		float m[NR], l[NR], o[NR];
 #pragma unroll
 		for (int r = 0; r < CS; r++) {
-			const float f = exp2f(rml[(r * 8 + gq) * 2] - M);  // an empty split: m = −∞, f = 0
-			O += f * rcv[r * per + s];
-			L += f * rml[(r * 8 + gq) * 2 + 1];
+			m[r] = rml[(r * 8 + gq) * 2];
+			l[r] = rml[(r * 8 + gq) * 2 + 1];
+			o[r] = rcv[r * per + s];
 		}
-		out[((usize)t * H + hb) * HD + j] = f2bf(O / L);
+		out[((usize)t * H + hb) * HD + j] = f2bf(cluster_combine<CS>(m, l, o));
 	}
 	FT_TRACE_MARK(3);  // this block's outputs are written
 #endif
