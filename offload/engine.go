@@ -573,6 +573,27 @@ func (e *engine) measuring() bool {
 	return e.cfg.OffloadTiming != TimingOff || e.replan.state == ReplanInProgress || e.tok.measure != nil
 }
 
+// InnerTrapsIdle implements nn.Idler: in the forward now running (asked
+// by the goroutine that entered the root, which holds the manager), the
+// traps of the units would do nothing. That is an INFERENCE pass of a plan
+// that streams nothing (no ring, no pool of streamed experts), computes
+// nothing on the host, announces no units (their calls are counted) and
+// measures nothing (no timing, replan or token-count measurement). The
+// decoder then replays its one-token step as one recorded graph inside the
+// root's traps instead of running the units one by one.
+func (e *engine) InnerTrapsIdle() bool {
+	if !e.inForward || e.phase != PhaseInference || e.failed != nil || e.active != nil || e.measuring() || e.hm.on ||
+		(e.ring != nil && len(e.ring.order) > 0) || e.pool != nil || e.plan.HostUnits() > 0 {
+		return false
+	}
+	for _, u := range e.units {
+		if !u.resident || u.onHost || u.announced {
+			return false
+		}
+	}
+	return true
+}
+
 // finishPass ends one forward of the root: after a failure the pipeline is
 // drained and restarted at a pass boundary; otherwise the phase advances.
 func (e *engine) finishPass(ferr error) error {

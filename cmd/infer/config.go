@@ -96,6 +96,7 @@ var extraEnv = map[string][]string{
 	"FT_HOST_GBPS":          nil,                    // the host GEMV rate, GB/s, the offload planner starts from instead of timing it at start-up (unset or 0: timed; A/B runs; kernels/host checks it)
 	"FT_HOST_COPY_MEASURE":  {"", "0", "1"},         // "0": the passes that time the host units do not time the streamed units' copies, and the replan keeps the profiled copy curve (A/B runs; offload/host_copyrate.go)
 	"FT_EMBED_HOST":         {"", "0", "1"},         // "0": an offloading engine uploads the token embedding table to the device instead of keeping it in device-mapped host memory (A/B runs; offload/embedhost.go)
+	"FT_IDLE_STEP_GRAPH":    {"", "0", "1"},         // "0": one-token forwards of an offloaded model whose plan streams nothing run eagerly through the engine's traps, not as one recorded step replayed inside the root's (A/B runs; models/decoder/idlestep.go)
 	"FT_SCHED_GRAPH":        {"", "0", "1"},         // "0": the batch scheduler (run-model --batch-file, serve) runs every step as a batched forward over the paged blocks; by default a request decoding alone steps through a captured graph over a contiguous copy of its KV cache (models/generate)
 	"FT_TOKEN_TRACE":        {"", "0", "1"},         // "1": run-model prints a line a token (bench one a timed forward): forward, pick and time outside them, GC cycles, the offload engine's pass (plan in force, what it measured); a steady/other summary at the end (cmd/infer/tokentrace.go)
 	// layout of the tensor-core prefill attention: auto (per call) or one

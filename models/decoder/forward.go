@@ -187,28 +187,18 @@ func (m *Model) localForward(b kernels.Backend, cache Cache, ids []int32, allLog
 	var logits *runtime.Tensor
 	m.passTokens, m.passAsks = T, true
 	err = nn.Call(m, func() error {
-		x := rows(w.x, T) // the residual stream [T,D]
-		w.normed = tailNormed{}
-		if err := m.Embed.Forward(b, x, ids); err != nil {
-			return err
-		}
-		if T == 1 && m.unitGraphs != nil {
-			// The layers' graphs read the position from the step inputs.
-			if err := m.unitGraphs.SetStep(ids, pos0); err != nil {
+		if T == 1 {
+			// Under hooks that have nothing to do for the layers (an offload
+			// plan that streams nothing): the step replays as one graph.
+			lg, ok, err := m.idleStep(b, w, cache, ids[0], pos0)
+			if ok || err != nil {
+				logits = lg
 				return err
 			}
 		}
-		if err := m.runLayers(b, w, x, cache); err != nil {
-			return err
-		}
-		if !allLogits {
-			x = lastRow(x)
-		}
-		logits = rows(w.logits, x.Dim(0))
-		if x.Dim(0) == 1 && w.takeNormed(m.Norm, x) { // the last down_proj's tail left Norm(x) in h (normtail.go)
-			return m.Head.Forward(b, logits, rows(w.h, 1))
-		}
-		return m.head(b, logits, rows(w.h, x.Dim(0)), x)
+		var err error
+		logits, err = m.body(b, w, cache, ids, allLogits)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -217,6 +207,35 @@ func (m *Model) localForward(b kernels.Backend, cache Cache, ids []int32, allLog
 		return nil, err
 	}
 	return logits, nil
+}
+
+// body is the forward of the root (inside its Call): embedding, layers,
+// final norm and LM head over ids at position cache.Len(), into w; the
+// logits of the last row, or of every row with allLogits.
+func (m *Model) body(b kernels.Backend, w *workspace, cache Cache, ids []int32, allLogits bool) (*runtime.Tensor, error) {
+	T, pos0 := len(ids), cache.Len()
+	x := rows(w.x, T) // the residual stream [T,D]
+	w.normed = tailNormed{}
+	if err := m.Embed.Forward(b, x, ids); err != nil {
+		return nil, err
+	}
+	if T == 1 && m.unitGraphs != nil {
+		// The layers' graphs read the position from the step inputs.
+		if err := m.unitGraphs.SetStep(ids, pos0); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.runLayers(b, w, x, cache); err != nil {
+		return nil, err
+	}
+	if !allLogits {
+		x = lastRow(x)
+	}
+	logits := rows(w.logits, x.Dim(0))
+	if x.Dim(0) == 1 && w.takeNormed(m.Norm, x) { // the last down_proj's tail left Norm(x) in h (normtail.go)
+		return logits, m.Head.Forward(b, logits, rows(w.h, 1))
+	}
+	return logits, m.head(b, logits, rows(w.h, x.Dim(0)), x)
 }
 
 // Forward of one decoder layer over the residual stream x[T,D], in place.

@@ -108,6 +108,14 @@ type Model struct {
 	// that a separate add puts into the residual stream, also on backends
 	// that can add the product in place (accumulate.go; A/B runs, tests).
 	NoResidualAccumulate bool
+	// NoIdleStepGraph runs one-token forwards under idle hooks (an offload
+	// plan that streams nothing) eagerly instead of replaying a recorded
+	// step (idlestep.go; A/B runs, tests). FT_IDLE_STEP_GRAPH=0 does the
+	// same for every model.
+	NoIdleStepGraph bool
+	// idle is the recorded step of one-token forwards under idle hooks
+	// (idlestep.go); guarded by mu.
+	idle *idleStep
 	// mergeTrace counts the layers that ran merged GEMMs (merged.go).
 	mergeTrace mergeTrace
 	// mu is the forward lock: every forward (Forward, ForwardBatch, a

@@ -147,6 +147,7 @@ func (m *Model) Close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.stop()
+	m.idle.close()
 	m.closeGroup()
 	m.closeMoETables()
 	for _, b := range m.owned {
