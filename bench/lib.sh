@@ -66,7 +66,7 @@ one() { # tag env... -- bench args
   env "${envs[@]}" timeout ${BT:-90} $b bench --device cuda:0 "$@" >"$f" 2>&1
   local r g k
   r=$(grep -E '^(resident|0 |8GiB|budget)' "$f" | awk '{printf "row: %s | ", $0}' | tr -s ' ')
-  g=$(grep replayed "$f" | sed 's/.*device: /graph /')
+  g=$(grep -E 'replayed|greedy generation' "$f" | sed -e 's/.*device: /graph /' -e 's/.*loop): /generate /' | tr '\n' ' ')
   k=$(grep -E '^attn_' "$f" | awk '{printf "%s %s ms; ", $1, $3}')
   echo "$tag: $r $g $k" | tee -a "$out/summary.txt"
 }
