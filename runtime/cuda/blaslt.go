@@ -69,7 +69,7 @@ static void ft_lt_plan_free(ft_lt_plan* p) {
 // A's and B's scale modes are OUTER_VEC_32F: D[n,m] = sw[n]·sx[m]·Σ, the
 // scale vectors given to ft_lt_run. On failure *what names the call that
 // failed.
-static int ft_lt_make_plan(CUcontext ctx, void* h, int M, int N, int K, int dtype, int fast, int outer,
+static int ft_lt_make_plan(CUcontext ctx, void* h, int M, int N, int K, int dtype, int fast, int outer, CUdeviceptr stand,
 		uint32_t alignX, uint32_t alignW, uint32_t alignOut, uint64_t wsMax, ft_lt_plan** out, const char** what) {
 	*out = NULL;
 	*what = "cuCtxSetCurrent";
@@ -91,6 +91,12 @@ static int ft_lt_make_plan(CUcontext ctx, void* h, int M, int N, int K, int dtyp
 		const int32_t mode = FT_LT_SCALE_OUTER_VEC_32F;
 		FT_LT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_A_SCALE_MODE, &mode, sizeof mode), "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
 		FT_LT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_B_SCALE_MODE, &mode, sizeof mode), "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
+		// Vector scale modes with no scale vectors set: the heuristic may
+		// take the descriptor as incomplete. A stand-in address (16-byte
+		// aligned, never read here) until ft_lt_run sets the real ones.
+		const void* sp = (const void*)stand;
+		FT_LT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_A_SCALE_POINTER, &sp, sizeof sp), "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+		FT_LT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_B_SCALE_POINTER, &sp, sizeof sp), "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
 		p->outer = 1;
 	}
 	FT_LT_TRY(ft_lt.layout_create(&p->la, FT_LT_CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, (int64_t)K), "cublasLtMatrixLayoutCreate(w)");
@@ -323,7 +329,7 @@ func (b *BLAS) ltPlan(key ltKey) (*C.ft_lt_plan, error) {
 	}
 	var p *C.ft_lt_plan
 	var what *C.char
-	st := C.ft_lt_make_plan(b.dev.ctx, l.h, C.int(key.m), C.int(key.n), C.int(key.k), dt, fast, outer,
+	st := C.ft_lt_make_plan(b.dev.ctx, l.h, C.int(key.m), C.int(key.n), C.int(key.k), dt, fast, outer, C.CUdeviceptr(b.ws.Ptr()),
 		C.uint32_t(key.alignX), C.uint32_t(key.alignW), C.uint32_t(key.alignC), C.uint64_t(blasWorkspace), &p, &what)
 	if st != 0 {
 		err := fmt.Errorf("%w: cuBLASLt FP8 GEMM [%d,%d]x[%d,%d]T%s: %s: %s (status %d)", ErrFP8Unsupported,
