@@ -487,7 +487,6 @@ func New(dev runtime.Device) (*Backend, error) {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
 	blas.TuneSustained = gemmMode == GEMMTunedSustained
-	blas.SustainedRows = envInt("FT_GEMM_SUSTAINED_ROWS") // shapes of at least N rows tuned at sustained clocks (A/B runs)
 	aux, err := cd.NewCUDAStream("cudabackend uploads")
 	if err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)

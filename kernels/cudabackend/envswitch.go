@@ -48,7 +48,6 @@ var envSwitches = map[string][]string{
 	"FT_DECODE_CHUNK":        nil,
 	"FT_DECODE_SPLITS":       nil,
 	"FT_FUSED_GROUP":         nil,
-	"FT_GEMM_SUSTAINED_ROWS": nil,
 }
 
 // EnvSwitchValues are the simple switches New checks at start-up, each with

@@ -29,10 +29,6 @@ type BLAS struct {
 	// long prefill runs at rather than on a cool GPU, and no candidate is
 	// favoured by its place in the order. Set it before the first GEMM.
 	TuneSustained bool
-	// SustainedRows, when above 0, makes shapes of at least that many rows
-	// (m) tuned as TuneSustained tunes every shape, the others as without
-	// it. Set it before the first GEMM.
-	SustainedRows int
 }
 
 // NewBLAS creates a cuBLAS handle on this device.

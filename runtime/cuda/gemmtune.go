@@ -698,8 +698,7 @@ func (b *BLAS) measure(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, *C
 		return nil, nil, err
 	}
 	runs, samples := gemmSamplePlan(once)
-	sustained := b.TuneSustained || (b.SustainedRows > 0 && key.m >= b.SustainedRows)
-	if sustained {
+	if b.TuneSustained {
 		samples = gemmSustainSamples
 	}
 
@@ -740,7 +739,7 @@ func (b *BLAS) measure(s *Stream, key gemmKey, c, a, w uintptr) (*gemmChoice, *C
 	// after a lead-in of the reference's runs that brings the GPU to its
 	// sustained clocks, the candidates' samples in turns, so that each is
 	// timed in the same state.
-	if !sustained {
+	if !b.TuneSustained {
 		for _, cd := range cands {
 			if _, err := runN(cd, 1); err != nil {
 				return nil, nil, err
