@@ -12,7 +12,8 @@ import (
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
-// replayBackend is a CPU backend made a kernels.StepCapturer that behaves
+// replayBackend is the CPU backend (all its ops, the optional ones too)
+// made a kernels.StepCapturer that behaves
 // as the CUDA backend's graphs do for the decoder: a capture runs the step
 // once (a real capture's recording hands back the logits tensor) and keeps
 // it; a replay runs it again with the token SetStep gave instead of the
@@ -20,11 +21,9 @@ import (
 // step's). So a replayed step computes what an eager one computes, through
 // the replay's code path.
 type replayBackend struct {
-	kernels.Backend
+	*kernels.CPUBackend
 	replaying bool
 	stepTok   int32
-	stepPos   int
-	wrongPos  int // replays whose SetStep position was not the embedding's step
 }
 
 type replayGraph struct {
@@ -48,7 +47,7 @@ func (b *replayBackend) CaptureStep(fn func() error) (kernels.Graph, error) {
 }
 
 func (b *replayBackend) SetStep(ids []int32, pos0 int) error {
-	b.stepTok, b.stepPos = ids[0], pos0
+	b.stepTok = ids[0]
 	return nil
 }
 
@@ -56,7 +55,7 @@ func (b *replayBackend) Embedding(out, table *runtime.Tensor, ids []int32) error
 	if b.replaying {
 		ids = []int32{b.stepTok}
 	}
-	return b.Backend.Embedding(out, table, ids)
+	return b.CPUBackend.Embedding(out, table, ids)
 }
 
 // TestIdleStepGraph: an offloaded model whose plan keeps every layer
@@ -121,7 +120,7 @@ func TestIdleStepGraph(t *testing.T) {
 					t.Error(err)
 				}
 			}()
-			rb := &replayBackend{Backend: cb}
+			rb := &replayBackend{CPUBackend: cb}
 			for r := 0; r < runs; r++ {
 				got := testmodel.Run(t, m, rb, prompt, steps)
 				for i := range want {
