@@ -59,7 +59,7 @@ func (m *Model) captureDecode(b kernels.Backend, cache Cache, feed kernels.Token
 		return nil, errors.New("decoder.CaptureDecode: a sharded model runs its shards' collectives eagerly")
 	}
 	if m.Node().Tree().HasHooks() {
-		return nil, errors.New("decoder.CaptureDecode: the model has hooks (an offload engine?) whose work must run at every step; run it eagerly")
+		return nil, errors.New("decoder.CaptureDecode: the model has hooks (an offload engine?) whose work must run at every step; run it eagerly (Forward replays a recorded step by itself while every hook has nothing to do: an offload plan that streams nothing)")
 	}
 	if host, err := m.hostRouted(b); err != nil {
 		return nil, fmt.Errorf("decoder.CaptureDecode: %w", err)
