@@ -91,9 +91,11 @@ static int ft_lt_make_plan(CUcontext ctx, void* h, int M, int N, int K, int dtyp
 		const int32_t mode = FT_LT_SCALE_OUTER_VEC_32F;
 		FT_LT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_A_SCALE_MODE, &mode, sizeof mode), "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
 		FT_LT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_B_SCALE_MODE, &mode, sizeof mode), "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
-		// Vector scale modes with no scale vectors set: the heuristic may
-		// take the descriptor as incomplete. A stand-in address (16-byte
-		// aligned, never read here) until ft_lt_run sets the real ones.
+		// Vector scale modes need scale vectors set before the heuristic:
+		// without them cuBLASLt 13.1 refused every shape on the H200
+		// (status 7, INVALID_VALUE); with them it takes every shape (s31d).
+		// A stand-in address (16-byte aligned, never read here) until
+		// ft_lt_run sets the real ones at each call.
 		const void* sp = (const void*)stand;
 		FT_LT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_A_SCALE_POINTER, &sp, sizeof sp), "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
 		FT_LT_TRY(ft_lt.desc_set(p->desc, FT_LT_DESC_B_SCALE_POINTER, &sp, sizeof sp), "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
