@@ -14,7 +14,11 @@
 //     host-to-device size→time curve is measured; then the planner chooses
 //     what stays resident.
 //   - INFERENCE: the plan runs: resident units stay, streamed units are copied
-//     ahead into transfer blocks on the copy stream.
+//     ahead into transfer blocks on the copy stream. A pass of a plan that
+//     streams nothing, computes nothing on the host and measures nothing
+//     has nothing to do at the units' traps; the engine says so to the model
+//     (nn.Idler), and the decoder then replays its one-token step as one
+//     recorded graph inside the root's traps (models/decoder/idlestep.go).
 //
 // Managers are named ("default" is the default). A manager may be used from
 // any goroutine: its calls are serialised by a mutex, and a forward pass holds
