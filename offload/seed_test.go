@@ -738,6 +738,9 @@ type seedModel struct {
 	placedOn runtime.Device
 	// skipLast makes the next forward skip the last block.
 	skipLast bool
+	// idle records, for each forward, what the tree's hooks answered to
+	// nn.Tree.InnerTrapsIdle inside the root's Call.
+	idle []bool
 }
 
 type seedBlock struct {
@@ -811,6 +814,7 @@ func (m *seedModel) Forward(b kernels.Backend, x []float32) ([]float32, error) {
 		blocks = blocks[:len(blocks)-1]
 	}
 	err = nn.Call(m, func() error {
+		m.idle = append(m.idle, m.Node().Tree().InnerTrapsIdle())
 		for _, blk := range blocks {
 			if err := nn.Call(blk, func() error {
 				if err := blk.Lin.Forward(b, o, h); err != nil {
