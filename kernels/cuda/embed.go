@@ -1,7 +1,9 @@
 // Package cuda holds the CUDA C++ sources of FlexTensor's GPU kernels,
 // embedded so that the CUDA backend (package kernels/cudabackend) compiles
 // them at run time with NVRTC for the GPU it finds. It is pure Go and builds
-// everywhere; nothing in it is generated.
+// everywhere; nothing in it is generated, and dependent_launch.txt (the
+// kernels that call ft_pdl_wait, pdl.go) is checked against the sources by
+// a test.
 //
 // Files: common.cuh (helpers, first), elementwise.cu (add, SiLU·up,
 // embedding gather, KV-cache row stores, casts, random fill, argmax),

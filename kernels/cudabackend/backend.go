@@ -323,6 +323,10 @@ type kernelSet struct {
 
 	normRows normRowsKernels // many-rows RMSNorm (normrows.go)
 	trace    *blockTrace     // FT_BLOCK_TRACE's records (blocktrace.go); nil: the kernels are not traced
+
+	// loaded are the main module's functions, each once, in the order
+	// they were looked up (TestDependentLaunchMatchesSources).
+	loaded []*cuda.Function
 }
 
 var (
@@ -349,9 +353,13 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 		return nil, fmt.Errorf("cudabackend: compiling the kernels: %w", err)
 	}
 	var errs []error
+	var loaded []*cuda.Function
 	get := func(name string) *cuda.Function {
 		f, err := mod.Function(name)
 		errs = append(errs, err)
+		if f != nil && !slices.Contains(loaded, f) {
+			loaded = append(loaded, f)
+		}
 		return f
 	}
 	ks := &kernelSet{trace: trace,
@@ -394,6 +402,7 @@ func kernelsFor(dev *cuda.Device) (*kernelSet, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("cudabackend: %w", err)
 	}
+	ks.loaded = loaded
 	ks.allowDependentLaunch()
 	ks.fp8.sms = dev.Multiprocessors()
 	ks.fp8.cc = dev.ComputeCapability()

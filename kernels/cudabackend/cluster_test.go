@@ -7,6 +7,7 @@ import (
 	"math"
 	"testing"
 
+	kcuda "github.com/flextensor-go/flextensor/kernels/cuda"
 	"github.com/flextensor-go/flextensor/runtime"
 	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
@@ -152,4 +153,35 @@ func TestDependentLaunchDecodeKernels(t *testing.T) {
 			t.Errorf("%s: not declared for dependent launch (or missing)", name)
 		}
 	}
+}
+
+// TestDependentLaunchMatchesSources: every kernel of the main module that
+// is declared for dependent launch (dependentLaunchKernels) reaches
+// ft_pdl_wait in its device code (kernels/cuda/dependent_launch.txt, kept
+// true to the sources by TestDependentLaunchList); one that does not would
+// race with the kernel ahead of it. And every kernel that reaches it is
+// declared: one that is not loses the overlap with the kernel ahead (what
+// the cluster twins and the split argmax lost until session 30).
+func TestDependentLaunchMatchesSources(t *testing.T) {
+	needGPU(t)
+	if len(gb.k.loaded) == 0 {
+		t.Fatal("the kernel set recorded no loaded functions")
+	}
+	var racing, undeclared []string
+	for _, f := range gb.k.loaded {
+		waits := kcuda.WaitsForDependentLaunch(f.Name())
+		switch {
+		case f.DependentLaunch() && !waits:
+			racing = append(racing, f.Name())
+		case !f.DependentLaunch() && waits:
+			undeclared = append(undeclared, f.Name())
+		}
+	}
+	if len(racing) > 0 {
+		t.Errorf("declared for dependent launch without reaching ft_pdl_wait (they would race): %v", racing)
+	}
+	if len(undeclared) > 0 {
+		t.Errorf("reach ft_pdl_wait but are not declared for dependent launch (kernels/cudabackend/pdl.go): %v", undeclared)
+	}
+	t.Logf("%d functions of the main module, %d declared", len(gb.k.loaded), len(gb.k.dependentLaunchKernels()))
 }

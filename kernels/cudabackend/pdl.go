@@ -16,6 +16,11 @@ import "github.com/flextensor-go/flextensor/runtime/cuda"
 // argmax and sampling). The device
 // decides whether the attribute is used (SetDependentLaunch; FT_PDL=0 turns
 // it off); the kernel profiler's events between launches serialise them.
+// The list is kept by hand; kernels/cuda/dependent_launch.txt, which a
+// test keeps true to the sources, names every kernel that reaches
+// ft_pdl_wait, and TestDependentLaunchMatchesSources (GPU) checks this list
+// against it both ways: nothing declared that does not wait, nothing that
+// waits left undeclared.
 
 // dependentLaunchKernels are the kernels that call ft_pdl_wait first.
 func (ks *kernelSet) dependentLaunchKernels() []*cuda.Function {
