@@ -1,8 +1,10 @@
 package all_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/testmodel"
@@ -24,6 +26,8 @@ type replayBackend struct {
 	*kernels.CPUBackend
 	replaying bool
 	stepTok   int32
+	fail      bool // every capture fails
+	attempts  int  // captures tried
 }
 
 type replayGraph struct {
@@ -40,6 +44,10 @@ func (r *replayGraph) Replay() error {
 func (r *replayGraph) Close() error { return nil }
 
 func (b *replayBackend) CaptureStep(fn func() error) (kernels.Graph, error) {
+	b.attempts++
+	if b.fail {
+		return nil, errors.New("test: the capture fails")
+	}
 	if err := fn(); err != nil {
 		return nil, err
 	}
@@ -64,7 +72,8 @@ func (b *replayBackend) Embedding(out, table *runtime.Tensor, ids []int32) error
 // resident model bit for bit over three greedy runs (a new KV cache each:
 // a new recording each). A plan that streams layers, a measured pass
 // (offload timing on) and NoIdleStepGraph run every step eagerly, with the
-// same logits.
+// same logits; so does a backend whose recordings fail, tried once a KV
+// cache, the failure kept for IdleStepErr.
 func TestIdleStepGraph(t *testing.T) {
 	const dir = "../../testdata/tiny-qwen3"
 	prompt := []int32{5, 17, 42, 3, 9, 11}
@@ -90,12 +99,14 @@ func TestIdleStepGraph(t *testing.T) {
 		budget  int64
 		timing  offload.TimingMode
 		noGraph bool
+		fail    bool
 		replay  bool
 	}{
-		{"all resident", total, offload.TimingOff, false, true},
-		{"streamed", fixed + 2*unit, offload.TimingOff, false, false},
-		{"timed", total, offload.TimingEager, false, false},
-		{"switched off", total, offload.TimingOff, true, false},
+		{"all resident", total, offload.TimingOff, false, false, true},
+		{"streamed", fixed + 2*unit, offload.TimingOff, false, false, false},
+		{"timed", total, offload.TimingEager, false, false, false},
+		{"switched off", total, offload.TimingOff, true, false, false},
+		{"recording fails", total, offload.TimingOff, false, true, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -120,7 +131,7 @@ func TestIdleStepGraph(t *testing.T) {
 					t.Error(err)
 				}
 			}()
-			rb := &replayBackend{CPUBackend: cb}
+			rb := &replayBackend{CPUBackend: cb, fail: c.fail}
 			for r := 0; r < runs; r++ {
 				got := testmodel.Run(t, m, rb, prompt, steps)
 				for i := range want {
@@ -137,6 +148,14 @@ func TestIdleStepGraph(t *testing.T) {
 				t.Fatalf("budget %d of %d: %d layers stream", c.budget, total, streamed)
 			}
 			captures, replays := m.IdleStepCounts()
+			if c.fail {
+				// One try a KV cache (a run), every step eager, the reason kept.
+				if err := m.IdleStepErr(); rb.attempts != runs || err == nil || !strings.Contains(err.Error(), "the capture fails") {
+					t.Errorf("failing recordings: %d tried over %d runs, error %v; want one a run and the capture's error", rb.attempts, runs, err)
+				}
+			} else if err := m.IdleStepErr(); err != nil {
+				t.Errorf("IdleStepErr: %v", err)
+			}
 			if !c.replay {
 				if captures != 0 || replays != 0 {
 					t.Errorf("%d recordings and %d replays; want every step eager", captures, replays)

@@ -28,15 +28,24 @@ import (
 // idleStepOff is FT_IDLE_STEP_GRAPH=0.
 var idleStepOff = os.Getenv("FT_IDLE_STEP_GRAPH") == "0"
 
+// idleKey is what a recorded step depends on besides the step inputs.
+type idleKey struct {
+	b     kernels.StepCapturer
+	ws    *workspace
+	kv    *KVCache
+	kbuf  *runtime.DeviceBuffer // kv's first buffer at the recording
+	binds uint64
+}
+
 // idleStep is the recorded step and what it depends on.
 type idleStep struct {
-	g        kernels.Graph
-	b        kernels.StepCapturer
-	ws       *workspace
-	kv       *KVCache
-	kbuf     *runtime.DeviceBuffer // kv's first buffer at the recording
-	binds    uint64
-	logits   *runtime.Tensor
+	g      kernels.Graph
+	key    idleKey
+	logits *runtime.Tensor
+	// failed is the key of the last recording that failed, err its error:
+	// forwards with that key run eagerly without trying again.
+	failed   idleKey
+	err      error
 	captures int // recordings made (tests)
 	replays  int // steps replayed (tests)
 }
@@ -46,7 +55,8 @@ type idleStep struct {
 // false, with no error, when the forward must run eagerly (a hook with work
 // to do, a backend that cannot record, a cache other than a plain device
 // KVCache, a sharded model or one whose experts route on the host, per-layer
-// graphs compiled in, switched off).
+// graphs compiled in, switched off, or a recording that failed for these
+// operands: IdleStepErr says why).
 func (m *Model) idleStep(b kernels.Backend, w *workspace, cache Cache, id int32, pos int) (*runtime.Tensor, bool, error) {
 	sc, ok := b.(kernels.StepCapturer)
 	if !ok || idleStepOff || m.NoIdleStepGraph || m.unitGraphs != nil || m.tp != nil || w.onHost {
@@ -63,12 +73,14 @@ func (m *Model) idleStep(b kernels.Backend, w *workspace, cache Cache, id int32,
 	if host, err := m.hostRouted(b); err != nil || host {
 		return nil, false, err
 	}
+	if m.idle == nil {
+		m.idle = &idleStep{}
+	}
 	s := m.idle
-	binds := tree.BindGeneration()
-	if s == nil || s.g == nil || s.b != sc || s.ws != w || s.kv != kv || s.kbuf != kv.bufs[0] || s.binds != binds {
-		if s == nil {
-			s = &idleStep{}
-			m.idle = s
+	key := idleKey{b: sc, ws: w, kv: kv, kbuf: kv.bufs[0], binds: tree.BindGeneration()}
+	if s.g == nil || s.key != key {
+		if s.err != nil && s.failed == key {
+			return nil, false, nil
 		}
 		s.close()
 		var logits *runtime.Tensor
@@ -78,9 +90,13 @@ func (m *Model) idleStep(b kernels.Backend, w *workspace, cache Cache, id int32,
 			return err
 		})
 		if err != nil {
-			return nil, false, fmt.Errorf("decoder: recording the one-token step under idle hooks: %w", err)
+			// The eager forward computes the same: this one and the next
+			// ones with these operands run that way.
+			s.failed, s.err = key, fmt.Errorf("decoder: recording the one-token step under idle hooks: %w", err)
+			return nil, false, nil
 		}
-		s.g, s.b, s.ws, s.kv, s.kbuf, s.binds, s.logits = g, sc, w, kv, kv.bufs[0], binds, logits
+		s.g, s.key, s.logits = g, key, logits
+		s.failed, s.err = idleKey{}, nil
 		s.captures++
 	}
 	if err := sc.SetStep([]int32{id}, pos); err != nil {
@@ -97,8 +113,20 @@ func (m *Model) idleStep(b kernels.Backend, w *workspace, cache Cache, id int32,
 func (s *idleStep) close() {
 	if s != nil && s.g != nil {
 		_ = s.g.Close()
-		s.g, s.kv, s.kbuf, s.ws, s.logits = nil, nil, nil, nil, nil
+		s.g, s.key, s.logits = nil, idleKey{}, nil
 	}
+}
+
+// IdleStepErr is why the latest recording of the idle step graph failed
+// (the forwards with its operands run eagerly), or nil when the latest
+// recording succeeded or none was tried.
+func (m *Model) IdleStepErr() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.idle == nil {
+		return nil
+	}
+	return m.idle.err
 }
 
 // IdleStepCounts reports how many times one-token forwards under idle hooks
