@@ -66,6 +66,31 @@ func (c clangCheck) run(t *testing.T, name, src string, extra ...string) (cmd st
 	return c.clang + " " + strings.Join(args, " "), out, err
 }
 
+// kernelUnits are the kernel translation units by name: "main" (Source),
+// "decodelayer", "sm90a" and "sm90a-<file>" for each of its extras.
+func kernelUnits(t *testing.T) map[string]string {
+	t.Helper()
+	units := map[string]string{"main": Source(), "decodelayer": SourceDecodeLayer(), "sm90a": SourceSM90a()}
+	for _, name := range SM90aExtras() {
+		src, err := SourceSM90aExtra(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		units["sm90a-"+name] = src
+	}
+	return units
+}
+
+// unitFlags are the extra clang arguments of the unit of that name: clang
+// 14 has no sm_90a target, so the sm_90a sources' guard against another
+// architecture is told it is one.
+func unitFlags(name string) []string {
+	if strings.HasPrefix(name, "sm90a") {
+		return []string{"-D__CUDA_ARCH_FEAT_SM90_ALL"}
+	}
+	return nil
+}
+
 // TestSourcesCompileClang parses and type-checks every kernel unit (Source,
 // SourceDecodeLayer, SourceSM90a and its extras) as CUDA device code with
 // clang (testdata/clangshim.h standing in for what NVRTC provides), so that
@@ -76,14 +101,7 @@ func (c clangCheck) run(t *testing.T, name, src string, extra ...string) (cmd st
 // another).
 func TestSourcesCompileClang(t *testing.T) {
 	c := newClangCheck(t)
-	units := map[string]string{"main": Source(), "decodelayer": SourceDecodeLayer(), "sm90a": SourceSM90a()}
-	for _, name := range SM90aExtras() {
-		src, err := SourceSM90aExtra(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		units["sm90a-"+name] = src
-	}
+	units := kernelUnits(t)
 	traced, _, err := Traced(Source())
 	if err != nil {
 		t.Fatal(err)
@@ -99,11 +117,7 @@ func TestSourcesCompileClang(t *testing.T) {
 			if name == "main-traced" {
 				extra = append(extra, "-DFT_BLOCK_TRACE")
 			}
-			if strings.HasPrefix(name, "sm90a") {
-				// clang 14 has no sm_90a target: the sources' guard against
-				// another architecture is told it is one.
-				extra = append(extra, "-D__CUDA_ARCH_FEAT_SM90_ALL")
-			}
+			extra = append(extra, unitFlags(name)...)
 			if cmd, out, err := c.run(t, name, src, extra...); err != nil {
 				t.Fatalf("%s: %v\n%s", cmd, err, out)
 			}

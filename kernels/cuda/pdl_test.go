@@ -89,21 +89,9 @@ func waitersInIR(ir string) []string {
 // Skips without clang (.ci/run installs clang-14).
 func TestDependentLaunchList(t *testing.T) {
 	c := newClangCheck(t)
-	units := map[string]string{"main": Source(), "decodelayer": SourceDecodeLayer(), "sm90a": SourceSM90a()}
-	for _, name := range SM90aExtras() {
-		src, err := SourceSM90aExtra(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		units["sm90a-"+name] = src
-	}
 	var all []string
-	for name, src := range units {
-		var extra []string
-		if strings.HasPrefix(name, "sm90a") {
-			extra = append(extra, "-D__CUDA_ARCH_FEAT_SM90_ALL")
-		}
-		for _, k := range c.pdlWaiters(t, name, src, extra...) {
+	for name, src := range kernelUnits(t) {
+		for _, k := range c.pdlWaiters(t, name, src, unitFlags(name)...) {
 			if !slices.Contains(all, k) {
 				all = append(all, k)
 			}
