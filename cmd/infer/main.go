@@ -1,4 +1,5 @@
-// Command infer runs Llama checkpoints with FlexTensor.
+// Command infer runs Hugging Face checkpoints (Llama, Qwen2, Qwen3, Mistral,
+// Mixtral, Qwen3-MoE; BF16 or FP8) with FlexTensor.
 //
 //	infer run-model [flags]     generate from a prompt of token ids
 //
@@ -118,7 +119,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 var helpOut io.Writer = os.Stdout
 
 func printUsage(w io.Writer) {
-	fmt.Fprintln(w, "infer runs Llama checkpoints with FlexTensor.\n\nUsage:\n  infer <command> [flags]\n\nCommands:")
+	fmt.Fprintln(w, "infer runs Hugging Face checkpoints (Llama, Qwen2, Qwen3, Mistral, Mixtral,\nQwen3-MoE; BF16 or FP8) with FlexTensor.\n\nUsage:\n  infer <command> [flags]\n\nCommands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)

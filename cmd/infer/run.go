@@ -20,12 +20,13 @@ import (
 )
 
 func init() {
-	register(command{name: "run-model", summary: "generate tokens with a Llama checkpoint", run: runModel,
+	register(command{name: "run-model", summary: "generate tokens with a checkpoint (Llama, Qwen2/3, Mistral, Mixtral, Qwen3-MoE; BF16 or FP8)", run: runModel,
 		define: func(fs *pflag.FlagSet) { runModelFlags(fs) }})
 }
 
 const runModelUsage = `
-infer run-model generates tokens with a Hugging Face Llama checkpoint.
+infer run-model generates tokens with a Hugging Face checkpoint of a family
+FlexTensor runs (Llama, Qwen2, Qwen3, Mistral, Mixtral, Qwen3-MoE; BF16 or FP8).
 With no --model it runs the tiny model bundled in the binary.
 
 Usage:
