@@ -22,6 +22,7 @@ const (
 	TimingGraph                   // as eager, published after each graph replay by UpdateOffloadTiming
 )
 
+// String names the timing mode.
 func (m TimingMode) String() string {
 	switch m {
 	case TimingOff:

@@ -53,6 +53,7 @@ const (
 	PhaseInference
 )
 
+// String names the phase (DISCOVERY, PROFILING, INFERENCE).
 func (p Phase) String() string {
 	return [...]string{"IDLE", "DISCOVERY", "PROFILING", "INFERENCE"}[p]
 }

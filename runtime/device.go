@@ -18,6 +18,7 @@ const (
 	KindMeta                       // shapes and dtypes only: no storage
 )
 
+// String is the kind's name as device names spell it (cpu, cuda, meta).
 func (k DeviceKind) String() string {
 	switch k {
 	case KindCPU:

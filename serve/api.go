@@ -22,6 +22,7 @@ type APIError struct {
 	Code    string // a machine-readable code ("" when none)
 }
 
+// Error is the API error's message.
 func (e *APIError) Error() string {
 	if e.Param != "" {
 		return fmt.Sprintf("%d %s (%s): %s", e.Status, e.Type, e.Param, e.Message)

@@ -65,6 +65,7 @@ type Percentiles struct {
 	P50, P90, P99, Max time.Duration
 }
 
+// String formats the percentiles on one line.
 func (p Percentiles) String() string {
 	if p.N == 0 {
 		return "no samples"

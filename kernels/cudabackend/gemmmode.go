@@ -31,6 +31,7 @@ const (
 	GEMMTunedSustained
 )
 
+// String is the mode's FT_GEMM value.
 func (m GEMMMode) String() string {
 	switch m {
 	case GEMMTuned:

@@ -55,6 +55,7 @@ type RaiseError struct {
 	Message string
 }
 
+// Error names the template and the message it raised.
 func (e *RaiseError) Error() string {
 	return fmt.Sprintf("chat template %s: %s", e.Template, e.Message)
 }

@@ -401,6 +401,7 @@ type Error struct {
 	Msg  string // the library's description of the status
 }
 
+// Error says which call failed and the library's status (name, code, description).
 func (e *Error) Error() string {
 	if e.Name != "" {
 		return fmt.Sprintf("%s: %s (%s %d: %s)", e.Op, e.Name, e.Lib, e.Code, e.Msg)

@@ -203,6 +203,7 @@ type MissError struct {
 	Problems []error
 }
 
+// Error names the module that was not in the cache, with the problems found.
 func (e *MissError) Error() string {
 	if len(e.Problems) == 0 {
 		return fmt.Sprintf("%s: %v", e.Name, ErrMiss)
