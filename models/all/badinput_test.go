@@ -69,6 +69,9 @@ func TestBadInput(t *testing.T) {
 		{"qwen3 sliding layer type", func(t *testing.T) string {
 			return checkpointWith(t, qwen3, qwen3, `"full_attention",`, `"sliding_attention",`)
 		}, []string{"field layer_types[0]", `"sliding_attention"`}},
+		{"qwen3 layer_types shorter than the layers", func(t *testing.T) string {
+			return checkpointWith(t, qwen3, qwen3, `"full_attention",`, ``)
+		}, []string{"field layer_types", "has 2 entries, num_hidden_layers is 3"}},
 		{"qwen3 attention bias", func(t *testing.T) string {
 			return checkpointWith(t, qwen3, qwen3, `"attention_bias": false`, `"attention_bias": true`)
 		}, []string{"field attention_bias", "not supported"}},

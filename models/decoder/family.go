@@ -56,14 +56,20 @@ func ReadHeader(r *loader.Fields, arch, modelType string) (Header, error) {
 // FullAttentionOnly checks that a config whose family can mix sliding-window
 // layers in (Qwen2, Qwen3: use_sliding_window with max_window_layers in
 // transformers 4, layer_types in 5) has full attention in every layer, the
-// only layout implemented. The sliding_window value itself is then unused.
+// only layout implemented, and that layer_types, where given, has an entry
+// a layer. The sliding_window value itself is then unused.
 // It returns r's error: the first one recorded, its own or an earlier one.
 func FullAttentionOnly(r *loader.Fields) error {
 	if r.Bool("use_sliding_window", false) {
 		r.Fail(r.Errorf("use_sliding_window", "true is not supported (per-layer sliding windows are not implemented)"))
 		return r.Err()
 	}
-	for i, t := range r.Strings("layer_types") {
+	types := r.Strings("layer_types")
+	if n := r.Int("num_hidden_layers", 0); len(types) > 0 && n > 0 && len(types) != n {
+		r.Fail(r.Errorf("layer_types", "has %d entries, num_hidden_layers is %d (one a layer)", len(types), n))
+		return r.Err()
+	}
+	for i, t := range types {
 		if t != "full_attention" {
 			r.Fail(r.Errorf(fmt.Sprintf("layer_types[%d]", i), "%q is not supported (only full_attention)", t))
 			break
