@@ -218,7 +218,7 @@ func TestCheckpointFaults(t *testing.T) {
 		{"index a named pipe", model(withFIFO(t, "model.safetensors.index.json")), nil, 1, []string{"model.safetensors.index.json", "not a regular file (a named pipe)"}},
 		{"weights a directory", model(dirAsFile), nil, 1, []string{"model.safetensors", "not a regular file (a directory)"}},
 		{"an extra layer's tensors", model(extraLayer), nil, 1, []string{"num_hidden_layers is 4", "holds tensors for 5 layers"}},
-		{"an extra bias", model(extraBias), nil, 1, []string{"1 tensors are not used by its config", "model.layers.0.self_attn.q_proj.bias"}},
+		{"an extra bias", model(extraBias), nil, 1, []string{"1 tensor is not used by its config", "model.layers.0.self_attn.q_proj.bias"}},
 		{"num_hidden_layers smaller", model(fewer), nil, 1, []string{"num_hidden_layers is 2", "4 layers: layers 2..3 would be ignored"}},
 		{"num_hidden_layers 2147483647", model(huge), nil, 1, []string{"num_hidden_layers is 2147483647", "holds tensors for 4 layers"}},
 		{"a tensor name twice in the header", model(dup), nil, 1, []string{"model.safetensors", `names tensor "model.norm.weight" twice`}},

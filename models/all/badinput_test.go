@@ -45,7 +45,7 @@ func TestBadInput(t *testing.T) {
 		want []string
 	}{
 		{"qwen3 config over weights without q_norm", func(t *testing.T) string { return checkpointWith(t, qwen3, mistral) },
-			[]string{"tensors the config", "q/k norm", "model.layers.0.self_attn.k_norm.weight", "model.layers.0.self_attn.q_norm.weight", "and 2 more"}},
+			[]string{"6 tensors that the config", "q/k norm", "are missing", "model.layers.0.self_attn.k_norm.weight", "model.layers.0.self_attn.q_norm.weight", "and 2 more"}},
 		{"qwen2 config over weights without biases", func(t *testing.T) string {
 			return checkpointWith(t, qwen2, llama, `"hidden_size": 128`, `"hidden_size": 128, "head_dim": 32`,
 				`"intermediate_size": 256`, `"intermediate_size": 352`, `"num_hidden_layers": 3`, `"num_hidden_layers": 4`,

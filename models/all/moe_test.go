@@ -231,7 +231,7 @@ func TestMoEBadInput(t *testing.T) {
 			return rewriteWeights(t, mixtral, func(n *loader.NamedTensor) bool {
 				return n.Name != "model.layers.1.block_sparse_moe.experts.5.w2.weight"
 			})
-		}, []string{"1 tensors", "missing", "model.layers.1.block_sparse_moe.experts.5.w2.weight"}},
+		}, []string{"1 tensor that the config", "is missing", "model.layers.1.block_sparse_moe.experts.5.w2.weight"}},
 		{"router of the wrong shape", func(t *testing.T) string {
 			return rewriteWeights(t, qwen, func(n *loader.NamedTensor) bool {
 				if n.Name == "model.layers.0.mlp.gate.weight" { // [16, 64] → [8, 64]

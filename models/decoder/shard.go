@@ -334,7 +334,7 @@ func (m *Model) BindShard(ck *loader.Checkpoint, dev runtime.Device, full *Confi
 	}
 	if missing := m.MissingTensors(ck); len(missing) > 0 {
 		m.Close()
-		return fmt.Errorf("checkpoint %s: %d tensors the config (%s) implies are missing, first %s", ck.Dir(), len(missing), full.Summary(), missing[0])
+		return missingError(ck, missing, full)
 	}
 	whole, err := New(full, m.Names) // the full tree, no weights: what the checkpoint may hold (other shards' experts too)
 	if err == nil {

@@ -46,12 +46,7 @@ func (m *Model) BindCheckpoint(ck *loader.Checkpoint, dev runtime.Device) error 
 	}
 	if missing := m.MissingTensors(ck); len(missing) > 0 {
 		m.Close()
-		list := missing
-		if len(list) > 4 {
-			list = append(list[:4:4], fmt.Sprintf("and %d more", len(missing)-4))
-		}
-		return fmt.Errorf("checkpoint %s: %d tensors the config (%s) implies are missing: %s",
-			ck.Dir(), len(missing), m.Cfg.Summary(), strings.Join(list, ", "))
+		return missingError(ck, missing, &m.Cfg)
 	}
 	// After the dtype and missing-tensor checks, which name the more
 	// specific cause (FP8 weights without a quantization_config, a scale
@@ -105,8 +100,9 @@ func (m *Model) checkUnused(ck *loader.Checkpoint) error {
 	if len(list) > 8 {
 		list = append(slices.Clone(list[:8]), fmt.Sprintf("... (%d more)", len(unused)-8))
 	}
-	return fmt.Errorf("checkpoint %s: %d tensors are not used by its config (%d layers, %s): %s; config.json and the weights disagree",
-		ck.Dir(), len(unused), m.Cfg.NumHiddenLayers, m.Cfg.Summary(), strings.Join(list, ", "))
+	noun, verb := tensorsAre(len(unused))
+	return fmt.Errorf("checkpoint %s: %d %s %s not used by its config (%d layers, %s): %s; config.json and the weights disagree",
+		ck.Dir(), len(unused), noun, verb, m.Cfg.NumHiddenLayers, m.Cfg.Summary(), strings.Join(list, ", "))
 }
 
 // Stop closes the model to new work without freeing its weights: it waits
@@ -175,4 +171,25 @@ func (m *Model) MissingTensors(ck *loader.Checkpoint) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// missingError is the error for tensors the config cfg implies that the
+// checkpoint lacks: how many, the config's summary, the first four names.
+func missingError(ck *loader.Checkpoint, missing []string, cfg *Config) error {
+	list := missing
+	if len(list) > 4 {
+		list = append(list[:4:4], fmt.Sprintf("and %d more", len(missing)-4))
+	}
+	noun, verb := tensorsAre(len(missing))
+	return fmt.Errorf("checkpoint %s: %d %s that the config (%s) implies %s missing: %s",
+		ck.Dir(), len(missing), noun, cfg.Summary(), verb, strings.Join(list, ", "))
+}
+
+// tensorsAre is the noun and verb for n tensors: "tensor", "is" for one,
+// else "tensors", "are".
+func tensorsAre(n int) (noun, verb string) {
+	if n == 1 {
+		return "tensor", "is"
+	}
+	return "tensors", "are"
 }
