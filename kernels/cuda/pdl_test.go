@@ -11,13 +11,11 @@ import (
 	"testing"
 )
 
-// pdlWaiters compiles src's device code to LLVM IR with clang (the same
-// shim as the clang check; the sm_90 guards told sm_80 is enough, so that
+// unitIR compiles src's device code to LLVM IR with clang (the same shim
+// as the clang check; the sm_90 guards told sm_80 is enough, so that
 // ft_pdl_wait's griddepcontrol.wait is compiled in; -O0, where clang
-// still inlines the __forceinline__ helpers) and returns the
-// kernels whose code reaches that instruction: in their own body (inlined)
-// or through the device functions they call.
-func (c clangCheck) pdlWaiters(t *testing.T, name, src string, extra ...string) []string {
+// still inlines the __forceinline__ helpers) and returns the IR's text.
+func (c clangCheck) unitIR(t *testing.T, name, src string, extra ...string) string {
 	t.Helper()
 	src = strings.ReplaceAll(src, "__CUDA_ARCH__ >= 900", "__CUDA_ARCH__ >= 800")
 	path := filepath.Join(c.dir, name+".cu")
@@ -35,7 +33,26 @@ func (c clangCheck) pdlWaiters(t *testing.T, name, src string, extra ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return waitersInIR(string(ir))
+	return string(ir)
+}
+
+// pdlWaiters are the kernels of src whose code reaches griddepcontrol.wait:
+// in their own body (inlined) or through the device functions they call.
+func (c clangCheck) pdlWaiters(t *testing.T, name, src string, extra ...string) []string {
+	t.Helper()
+	return waitersInIR(c.unitIR(t, name, src, extra...))
+}
+
+// kernelsInIR are the kernels (nvvm.annotations "kernel") a unit's IR
+// defines.
+func kernelsInIR(ir string) []string {
+	var out []string
+	for _, m := range irKernel.FindAllStringSubmatch(ir, -1) {
+		if !slices.Contains(out, m[1]) {
+			out = append(out, m[1])
+		}
+	}
+	return out
 }
 
 var (
