@@ -87,10 +87,11 @@ func newPool(threads int, spin time.Duration) *Pool {
 	}
 	p := &Pool{threads: threads, spin: spin, afterPhases: max(spin, phaseSpin), scratch: make([][]float32, threads),
 		workers: make([]poolWorker, threads), tiles: make([]poolTile, threads), done: make(chan struct{}, 1)}
-	p.job.Store(&poolJob{}) // generation 0: nothing to do
+	idle := &poolJob{} // generation 0: nothing to do
+	p.job.Store(idle)
 	for w := 1; w < threads; w++ {
 		p.workers[w].wake = make(chan struct{}, 1)
-		go p.helper(w)
+		go p.helper(w, idle)
 	}
 	return p
 }
@@ -121,10 +122,13 @@ func (p *Pool) publish(j *poolJob) {
 }
 
 // helper is worker w's loop: wait for a job other than the last one seen,
-// take part if it asks for w.
-func (p *Pool) helper(w int) {
+// take part if it asks for w. It starts having seen idle, the pool's first
+// job, not whatever is current when the goroutine first runs: a job
+// published before that (Close's quit, for a pool closed at once) is then
+// still one it has to take.
+func (p *Pool) helper(w int, idle *poolJob) {
 	pw := &p.workers[w]
-	seen := p.job.Load()
+	seen := idle
 	spin := p.spin
 	for {
 		j := p.awaitJob(pw, seen, spin)

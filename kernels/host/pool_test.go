@@ -1,6 +1,7 @@
 package host
 
 import (
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,23 @@ func TestPoolCovers(t *testing.T) {
 				t.Fatalf("Run after Close covered %d of 10", ran)
 			}
 		}
+	}
+}
+
+// TestPoolClosedAtOnce: a pool closed right after NewPool, before its
+// helper goroutines have first run, still stops them all (they once took
+// Close's quit job for the job they had already seen and waited forever).
+func TestPoolClosedAtOnce(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for i := 0; i < 50; i++ {
+		NewPool(4).Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after 50 pools of 4 threads were made and closed, %d before", n, before)
 	}
 }
 
