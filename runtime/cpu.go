@@ -18,8 +18,9 @@ type CPUDevice struct {
 	compute   *syncStream
 	mu        sync.Mutex
 	streams   []*cpuStream
-	closed    atomic.Bool // set by Close: allocations and NewStream then fail
-	name      string      // "" = "cpu" (NewCPUNamed)
+	closed    atomic.Bool    // set by Close: allocations and NewStream then fail
+	name      string         // "" = "cpu" (NewCPUNamed)
+	atClose   []func() error // AtClose's functions, guarded by mu
 	// CopyFault, when set, is called before each copy a stream runs; an error
 	// it returns fails that copy (fault injection for tests).
 	CopyFault func(op string, bytes int64) error
@@ -136,16 +137,35 @@ func (d *CPUDevice) NewStream(name string) (Stream, error) {
 	return s, nil
 }
 
+// AtClose registers f to run first thing in Close, last registered first,
+// before the device checks that its memory was all freed: what holds the
+// device's memory or works on it (a backend's scratch and workers) is
+// released with it. An error f returns is one of Close's.
+func (d *CPUDevice) AtClose(f func() error) {
+	d.mu.Lock()
+	d.atClose = append(d.atClose, f)
+	d.mu.Unlock()
+}
+
 // Close stops the device's streams; allocations after it fail. Device or
 // host bytes still in use are reported as an error (they are leaks of the
 // caller's); freeing them after Close is fine.
 func (d *CPUDevice) Close() error {
 	d.mu.Lock()
+	hooks := d.atClose
+	d.atClose = nil
+	d.mu.Unlock()
+	var errs []error
+	for i := len(hooks) - 1; i >= 0; i-- {
+		if err := hooks[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.mu.Lock()
 	streams := d.streams
 	d.streams = nil
 	d.closed.Store(true)
 	d.mu.Unlock()
-	var errs []error
 	for _, s := range streams {
 		if err := s.Close(); err != nil {
 			errs = append(errs, err)
