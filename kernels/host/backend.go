@@ -29,11 +29,13 @@ type Backend struct {
 }
 
 var (
-	_ kernels.Backend        = (*Backend)(nil)
-	_ kernels.MultiMatMuler  = (*Backend)(nil)
-	_ kernels.GateUpSiLUer   = (*Backend)(nil)
-	_ kernels.FP8MatMuler    = (*Backend)(nil)
-	_ kernels.WindowAttender = (*Backend)(nil)
+	_ kernels.Backend          = (*Backend)(nil)
+	_ kernels.MultiMatMuler    = (*Backend)(nil)
+	_ kernels.GateUpSiLUer     = (*Backend)(nil)
+	_ kernels.FP8MatMuler      = (*Backend)(nil)
+	_ kernels.FP8MultiMatMuler = (*Backend)(nil)
+	_ kernels.FP8GateUpSiLUer  = (*Backend)(nil)
+	_ kernels.WindowAttender   = (*Backend)(nil)
 )
 
 // New returns the host backend for dev (a CPU device) with o's threads and
@@ -202,6 +204,34 @@ func (b *Backend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout kernels.FP8
 		return err
 	}
 	return b.e.MatMulQ(ov, xv, T, qm)
+}
+
+// MatMulNFP8 is kernels.FP8MultiMatMuler by this backend's MatMulFP8, one
+// product a weight: the embedded reference's would run the reference
+// products (a promoted method calls the reference MatMulFP8, not this
+// backend's).
+func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scales []*runtime.Tensor, layout kernels.FP8Layout) error {
+	if len(outs) != len(ws) || len(scales) != len(ws) {
+		return fmt.Errorf("host.MatMulNFP8: %d outputs and %d scales for %d weights", len(outs), len(scales), len(ws))
+	}
+	for i := range ws {
+		if err := b.MatMulFP8(outs[i], x, ws[i], scales[i], layout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// GateUpSiLUFP8 is kernels.FP8GateUpSiLUer by this backend's kernels: gate
+// into out, up into up, then SiLUMul (for the reason MatMulNFP8 gives).
+func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layout kernels.FP8Layout) error {
+	if err := b.MatMulFP8(out, x, wg, sg, layout); err != nil {
+		return err
+	}
+	if err := b.MatMulFP8(up, x, wu, su, layout); err != nil {
+		return err
+	}
+	return b.SiLUMul(out, out, up)
 }
 
 // SiLUMul: out = silu(gate)·up.
