@@ -234,6 +234,29 @@ func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layo
 	return b.SiLUMul(out, out, up)
 }
 
+// NewExpertTable gives a table that takes no weights
+// (kernels.ErrNotFusable), so a mixture-of-experts block runs its experts
+// one by one through this backend's threaded products instead of the
+// embedded reference's fused expert ops, whose products run on one
+// goroutine in the reference kernels.
+func (b *Backend) NewExpertTable(experts int) (kernels.ExpertTable, error) {
+	if experts <= 0 {
+		return nil, fmt.Errorf("host.NewExpertTable: %d experts", experts)
+	}
+	return declinedExperts{}, nil
+}
+
+// declinedExperts is NewExpertTable's table.
+type declinedExperts struct{}
+
+// Set declines every set of experts.
+func (declinedExperts) Set(gate, up, down []*runtime.Tensor) error {
+	return fmt.Errorf("host: %w: the host backend runs experts one by one on its threaded products", kernels.ErrNotFusable)
+}
+
+// Close frees nothing.
+func (declinedExperts) Close() error { return nil }
+
 // SiLUMul: out = silu(gate)·up.
 func (b *Backend) SiLUMul(out, gate, up *runtime.Tensor) error {
 	ov, err := f32s("SiLUMul", "out", out)

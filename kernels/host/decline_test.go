@@ -1,6 +1,7 @@
 package host
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/kernels"
@@ -36,6 +37,13 @@ func TestHostDeclinesReferenceFusions(t *testing.T) {
 	}
 	if ran, _ := b.CPUBackend.NormRoPEStoreKV(kernels.QKNormRoPE{}); !ran {
 		t.Error("the reference CPUBackend declined NormRoPEStoreKV; this test no longer guards anything")
+	}
+	if f, ok := be.(kernels.MoEFused); !ok {
+		t.Fatal("the host backend is no MoEFused: the table that declines is gone")
+	} else if tab, err := f.NewExpertTable(2); err != nil {
+		t.Fatal(err)
+	} else if err := tab.Set(nil, nil, nil); !errors.Is(err, kernels.ErrNotFusable) {
+		t.Errorf("the host expert table's Set: %v, want ErrNotFusable (experts one by one on the threaded products)", err)
 	}
 	// The reference itself runs (and so would have been inherited).
 	if ran, _ := b.CPUBackend.ProjectRoPEStoreKV(kernels.QKVRoPE{}); !ran {

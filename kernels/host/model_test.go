@@ -24,7 +24,7 @@ const logitTol = 1e-4
 // CPU supports and through the reference CPU backend: logits within
 // logitTol, the same greedy tokens.
 func TestFixturesEqualReference(t *testing.T) {
-	for _, fx := range []string{"tiny-llama", "tiny-llama-fp8-channel", "tiny-llama-fp8-block", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"} {
+	for _, fx := range []string{"tiny-llama", "tiny-llama-fp8-channel", "tiny-llama-fp8-block", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral", "tiny-qwen3moe"} {
 		dir := filepath.Join("..", "..", "testdata", fx)
 		var ref testmodel.Reference
 		testfile.ReadJSON(t, filepath.Join(dir, "reference.json"), &ref)
