@@ -29,6 +29,26 @@ var (
 
 // MatMulNFP8 is FP8MultiMatMuler on the CPU: one MatMulFP8 per weight.
 func (b *CPUBackend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scales []*runtime.Tensor, layout FP8Layout) error {
+	return MatMulNFP8Each(b, outs, x, ws, scales, layout)
+}
+
+// GateUpSiLUFP8 is FP8GateUpSiLUer on the CPU: gate into out, up into up,
+// then SiLUMul.
+func (b *CPUBackend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layout FP8Layout) error {
+	return GateUpSiLUFP8Apart(b, out, up, x, wg, wu, sg, su, layout)
+}
+
+// FP8Products is what the fused FP8 ops are made of when a backend runs
+// them as separate ops: its FP8 product and SiLUMul.
+type FP8Products interface {
+	FP8MatMuler
+	SiLUMul(out, gate, up *runtime.Tensor) error
+}
+
+// MatMulNFP8Each is MatMulNFP8 by b's MatMulFP8, one product a weight: the
+// fused op of a backend without a fused kernel. A backend embedding
+// another passes itself, so that its own products run.
+func MatMulNFP8Each(b FP8MatMuler, outs []*runtime.Tensor, x *runtime.Tensor, ws, scales []*runtime.Tensor, layout FP8Layout) error {
 	if len(outs) != len(ws) || len(scales) != len(ws) {
 		return fmt.Errorf("kernels.MatMulNFP8: %d outputs and %d scales for %d weights", len(outs), len(scales), len(ws))
 	}
@@ -40,9 +60,9 @@ func (b *CPUBackend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, s
 	return nil
 }
 
-// GateUpSiLUFP8 is FP8GateUpSiLUer on the CPU: gate into out, up into up,
-// then SiLUMul.
-func (b *CPUBackend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layout FP8Layout) error {
+// GateUpSiLUFP8Apart is GateUpSiLUFP8 by b's separate ops: gate into out,
+// up into up, then SiLUMul.
+func GateUpSiLUFP8Apart(b FP8Products, out, up, x, wg, wu, sg, su *runtime.Tensor, layout FP8Layout) error {
 	if err := b.MatMulFP8(out, x, wg, sg, layout); err != nil {
 		return err
 	}

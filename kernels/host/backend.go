@@ -211,27 +211,13 @@ func (b *Backend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout kernels.FP8
 // products (a promoted method calls the reference MatMulFP8, not this
 // backend's).
 func (b *Backend) MatMulNFP8(outs []*runtime.Tensor, x *runtime.Tensor, ws, scales []*runtime.Tensor, layout kernels.FP8Layout) error {
-	if len(outs) != len(ws) || len(scales) != len(ws) {
-		return fmt.Errorf("host.MatMulNFP8: %d outputs and %d scales for %d weights", len(outs), len(scales), len(ws))
-	}
-	for i := range ws {
-		if err := b.MatMulFP8(outs[i], x, ws[i], scales[i], layout); err != nil {
-			return err
-		}
-	}
-	return nil
+	return kernels.MatMulNFP8Each(b, outs, x, ws, scales, layout)
 }
 
 // GateUpSiLUFP8 is kernels.FP8GateUpSiLUer by this backend's kernels: gate
 // into out, up into up, then SiLUMul (for the reason MatMulNFP8 gives).
 func (b *Backend) GateUpSiLUFP8(out, up, x, wg, wu, sg, su *runtime.Tensor, layout kernels.FP8Layout) error {
-	if err := b.MatMulFP8(out, x, wg, sg, layout); err != nil {
-		return err
-	}
-	if err := b.MatMulFP8(up, x, wu, su, layout); err != nil {
-		return err
-	}
-	return b.SiLUMul(out, out, up)
+	return kernels.GateUpSiLUFP8Apart(b, out, up, x, wg, wu, sg, su, layout)
 }
 
 // NewExpertTable gives a table that takes no weights
