@@ -47,10 +47,12 @@ func ParseDevice(name string) (isCUDA bool, index int, err error) {
 
 // OpenDevice opens a device by name ("cpu", "cuda", "cuda:N") with the
 // kernels that run on it: on "cpu" the host kernels (cpuBackend), on
-// "cpu:N" the reference CPU kernels, on a GPU the CUDA backend. cpuLimit caps the cpu device's memory in bytes (0 =
-// none); it must be 0 for a GPU. A build without the cuda tag compiles the
-// same and fails for a GPU with an error wrapping cuda.ErrNotBuilt. The
-// caller closes the device (which also releases a GPU backend).
+// "cpu:N" the reference CPU kernels, on a GPU the CUDA backend. cpuLimit
+// caps the cpu device's memory in bytes (0 = none); it must be 0 for a
+// GPU. A build without the cuda tag compiles the same and fails for a GPU
+// with an error wrapping cuda.ErrNotBuilt. The caller closes the device,
+// which also releases its backend (a GPU's scratch, the host kernels'
+// workers).
 func OpenDevice(name string, cpuLimit int64) (runtime.Device, kernels.Backend, error) {
 	isCUDA, index, err := ParseDevice(name)
 	if err != nil {
@@ -95,10 +97,10 @@ const CPUKernelsEnv = "FT_CPU_KERNELS"
 // device runs the hot ops of a forward (the matrix products, SiLU·up,
 // attention) in kernels/host's SIMD kernels on a pool of every core, and
 // every other op in the reference kernels it embeds: the same results as
-// the reference within float rounding (sums in another order), 2.7 ×
-// faster a decoded token and 13 × faster a 128-token prompt on
-// Llama-3.2-1B's shape on this project's 2-core machines. FT_CPU_KERNELS=reference keeps the
-// reference kernels alone. The devices of a sharded model on the CPU
+// the reference within float rounding (sums in another order), 2.6 ×
+// faster a decoded token and 13.6 × a 128-token prompt on the llama3-1b
+// shape on this project's 2-core machines (bench/RESULTS.md).
+// FT_CPU_KERNELS=reference keeps the reference kernels alone. The devices of a sharded model on the CPU
 // ("cpu:0", "cpu:1", …) run the reference kernels: they share the
 // process's cores, and a pool per device would each claim them all. The
 // pool's workers stop when the device closes.
