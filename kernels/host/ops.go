@@ -444,6 +444,13 @@ var attnOnePass = os.Getenv("FT_HOST_ATTN") != "legacy"
 // g < G, o_g = o[g·ostride : g·ostride+d], in one pass over the m rows of
 // v: each row is added into every head's output while it is in cache.
 func (e *Engine) axpyHeads(o []float32, ostride int, v, a []float32, m, G, off, stride, d int) {
+	e.axpyHeadsLd(o, ostride, v, a, m, m, G, off, stride, d)
+}
+
+// axpyHeadsLd is axpyHeads with head g's weights at a[g·lda+i] (lda ≥ m):
+// a run of m rows out of a longer list of weights, as the paged attention
+// takes a block's rows at a time.
+func (e *Engine) axpyHeadsLd(o []float32, ostride int, v, a []float32, lda, m, G, off, stride, d int) {
 	if m == 0 {
 		return
 	}
@@ -451,11 +458,11 @@ func (e *Engine) axpyHeads(o []float32, ostride int, v, a []float32, m, G, off, 
 	if C := e.k.wsumCols; e.k.wsum4 != nil && d%C == 0 {
 		// Four heads at a time, C columns at a time, in registers.
 		_ = v[off+(m-1)*stride+d-1]
-		_ = a[G*m-1]
+		_ = a[(G-1)*lda+m-1]
 		for ; g0+4 <= G; g0 += 4 {
 			for c := 0; c < d; c += C {
 				e.k.wsum4(&o[g0*ostride+c], &o[(g0+1)*ostride+c], &o[(g0+2)*ostride+c], &o[(g0+3)*ostride+c],
-					&a[g0*m], uintptr(4*m), &v[off+c], uintptr(4*stride), m)
+					&a[g0*lda], uintptr(4*lda), &v[off+c], uintptr(4*stride), m)
 			}
 		}
 		if g0 == G {
@@ -468,7 +475,7 @@ func (e *Engine) axpyHeads(o []float32, ostride int, v, a []float32, m, G, off, 
 		vr := v[off+i*stride : off+i*stride+d]
 		for g := g0; g < G; g++ {
 			og := o[g*ostride : g*ostride+d]
-			ai := a[g*m+i]
+			ai := a[g*lda+i]
 			if nv > 0 {
 				e.k.axpy(&og[0], &vr[0], ai, nv)
 			}
