@@ -62,7 +62,7 @@ func EvictMapped() (Eviction, error) {
 		if err := unix.Madvise(sf.data, unix.MADV_DONTNEED); err != nil {
 			errs = append(errs, fmt.Errorf("safetensors %s: madvise DONTNEED: %w", sf.path, err))
 		}
-		if err := unix.Fadvise(int(sf.f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		if err := dropFileCache(int(sf.f.Fd()), 0, 0); err != nil {
 			errs = append(errs, fmt.Errorf("safetensors %s: fadvise DONTNEED: %w", sf.path, err))
 		}
 		ev.Files = append(ev.Files, sf.path)
@@ -110,7 +110,7 @@ func (sf *File) evictRange(off, n int64) error {
 			errs = append(errs, fmt.Errorf("safetensors %s: madvise DONTNEED [%d, %d): %w", sf.path, lo, hi, err))
 		}
 	}
-	if err := unix.Fadvise(int(sf.f.Fd()), off, n, unix.FADV_DONTNEED); err != nil {
+	if err := dropFileCache(int(sf.f.Fd()), off, n); err != nil {
 		errs = append(errs, fmt.Errorf("safetensors %s: fadvise DONTNEED [%d, %d): %w", sf.path, off, off+n, err))
 	}
 	return errors.Join(errs...)
