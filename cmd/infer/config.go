@@ -86,6 +86,7 @@ var extraEnv = map[string][]string{
 	"FT_HOST_CHUNK_KIB":     nil,                       // host kernels: the GEMV pool chunk cap in KiB, negative: none (A/B runs; kernels/host checks it)
 	"FT_HOST_ATTN":          {"", "legacy"},            // "legacy": host attention's weighted sum one pass over V per query head, not one pass for the group in registers (A/B runs; kernels/host)
 	"FT_HOST_PREFETCH":      nil,                       // host kernels: bytes ahead the one-token BF16 GEMV tile prefetches each row (unset: 1024; 0: none; A/B runs; kernels/host checks it)
+	"FT_HOST_AMX":           nil,                       // host kernels: passes of the AMX tile products of 16+ tokens with BF16 weights (1, 2, 3; off; unset: kernels/host.DefaultAMXPasses; kernels/host checks it)
 	"FT_HOST_LAYER":         {"", "0", "1", "jobs"},    // a host-placed layer's decode step: "0" separate ops, "jobs" one op of five pool jobs, "1"/unset one op, one pool job (A/B runs; kernels/host)
 	"FT_HOST_DRAM_GBPS":     nil,                       // the host's DRAM read bandwidth the offload planner's shared-read model uses, GB/s ("measure": measured at start-up; unset or 0: model off; kernels/host checks it)
 	"FT_PINNED_HUGE":        {"", "0", "1"},            // "0": pinned host blocks mapped as before (unaligned, MADV_HUGEPAGE only), not 2 MiB-aligned and MADV_COLLAPSE'd (A/B runs, cuda builds)

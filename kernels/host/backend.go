@@ -181,6 +181,40 @@ func (b *Backend) GateUpSiLU(out, x, wg, wu *runtime.Tensor) error {
 	return b.e.GateUpSiLU(ov, xv, T, gm, um)
 }
 
+// GateUpSiLUFused: out[T,I] = silu(x·wgᵀ)·(x·wuᵀ) for several tokens as
+// one AMX product with SiLU·up applied to its sums (FusedGateUpSiLUer);
+// ran is false (nothing done) where the AMX products do not apply: no
+// tiles, fewer than 16 tokens, weights not BF16 or of widths off 32.
+func (b *Backend) GateUpSiLUFused(out, x, wg, wu *runtime.Tensor) (bool, error) {
+	if b.e.amx == 0 {
+		return false, nil
+	}
+	gm, err := kernels.AsMat(wg)
+	if err != nil {
+		return false, err
+	}
+	um, err := kernels.AsMat(wu)
+	if err != nil {
+		return false, err
+	}
+	if gm.Rows != um.Rows || gm.Cols != um.Cols {
+		return false, fmt.Errorf("host.GateUpSiLUFused: gate %dx%d and up %dx%d differ", gm.Rows, gm.Cols, um.Rows, um.Cols)
+	}
+	xv, err := f32s("GateUpSiLUFused", "x", x)
+	if err != nil {
+		return false, err
+	}
+	ov, err := f32s("GateUpSiLUFused", "out", out)
+	if err != nil {
+		return false, err
+	}
+	T, err := tokens("GateUpSiLUFused", out, x, gm.Rows, gm.Cols)
+	if err != nil {
+		return false, err
+	}
+	return b.e.amxGateUp(ov, xv, T, gm, um), nil
+}
+
 // MatMulFP8: out[T,N] = x[T,D]·dequant(w, scale)ᵀ (FP8MatMuler). With
 // FP8Activations set it is the reference's W8A8 emulation.
 func (b *Backend) MatMulFP8(out, x, w, scale *runtime.Tensor, layout kernels.FP8Layout) error {

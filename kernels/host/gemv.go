@@ -6,6 +6,7 @@ import (
 	"os"
 	goruntime "runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/flextensor-go/flextensor/kernels"
@@ -47,6 +48,12 @@ type Options struct {
 	// environment's FT_HOST_PREFETCH or else DefaultPrefetchBytes;
 	// negative none.
 	PrefetchBytes int
+	// AMXPasses is how the products of 16 tokens or more with a BF16
+	// weight use the AMX tiles, where the CPU has them (amx.go): the
+	// passes over x's bf16 parts, 1 (x rounded to bf16, a GPU's product),
+	// 2, or 3 (float32's precision); 0 means the environment's FT_HOST_AMX
+	// (1, 2, 3 or off) or else DefaultAMXPasses; negative never.
+	AMXPasses int
 }
 
 // DefaultPrefetchBytes is how far ahead the one-token BF16 GEMV tile
@@ -68,6 +75,11 @@ type Engine struct {
 	k        *simd // nil at Generic
 	maxChunk int   // bytes; 0: no cap
 	prefetch int   // bytes the one-token BF16 tile prefetches ahead; 0: none
+	amx      int   // passes of the AMX products; 0: none
+
+	amxMu  sync.Mutex // the AMX products' packing buffer and job
+	amxBuf []uint16
+	amxJob amxJob
 }
 
 // NewEngine starts an Engine with o's thread count and level.
@@ -132,11 +144,18 @@ func NewEngine(o Options) (*Engine, error) {
 		kk.r4BF16 = func(w *uint16, ld uintptr, x *float32, n int, out *[4]float32) { f(w, ld, x, n, out, dist) }
 		k = &kk
 	}
+	amx := 0
+	if k != nil {
+		var err error
+		if amx, err = amxPasses(o.AMXPasses); err != nil {
+			return nil, err
+		}
+	}
 	pool := newPool(o.Threads, max(spin, 0))
 	if explicitSpin {
 		pool.afterPhases = max(spin, 0)
 	}
-	return &Engine{pool: pool, level: l, k: k, maxChunk: max(kib, 0) << 10, prefetch: prefetch}, nil
+	return &Engine{pool: pool, level: l, k: k, maxChunk: max(kib, 0) << 10, prefetch: prefetch, amx: amx}, nil
 }
 
 // Level is the instruction set the Engine runs.
@@ -267,6 +286,9 @@ func (e *Engine) gemvChunk(nq, bytes int) int {
 // multi runs the GEMVs of segs over one x in one pool job: the quads (4-row
 // groups) of every segment form one index range split over the workers.
 func (e *Engine) multi(x []float32, T int, segs []segment) {
+	if e.amxMulti(x, T, segs, nil) {
+		return
+	}
 	ph := e.multiPhase(x, T, segs)
 	e.pool.Run(ph.N, ph.Chunk, ph.Fn)
 }

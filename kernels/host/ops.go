@@ -95,6 +95,9 @@ func (e *Engine) GateUpSiLU(out, x []float32, T int, wg, wu kernels.Mat) error {
 		clear(out) // silu(0)·0
 		return nil
 	}
+	if e.amxGateUp(out, x, T, wg, wu) {
+		return nil
+	}
 	ph := e.gateUpPhase(out, x, T, wg, wu)
 	e.pool.Run(ph.N, ph.Chunk, ph.Fn)
 	return nil

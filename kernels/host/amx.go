@@ -1,0 +1,334 @@
+package host
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"unsafe"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// The AMX path: products of many tokens with a BF16 weight on the tiles
+// of Intel's Advanced Matrix Extensions (Sapphire Rapids and later), which
+// multiply 16×32 by 32×16 bf16 tiles into 16×16 float32 sums, an order of
+// magnitude more multiply-adds a cycle than the AVX-512 FMAs. The weight
+// is read as it lies (16 rows of 32 columns a tile, the row stride its
+// width); x is packed once a product into bf16 tiles in the pairs layout
+// the tiles' second operand wants. A float32 x is not a bf16 one: with
+// AMXPasses p, x is the sum of p bf16 parts (x rounded, then the rounding
+// of what is left, …), each multiplied in its own pass, so that 3 passes
+// carry 24 bits of x's mantissa (float32's) and 1 pass is a GPU's bf16
+// product. The tiles accumulate in float32, in k order.
+
+// DefaultAMXPasses is the passes a product takes when neither
+// Options.AMXPasses nor FT_HOST_AMX says: x to float32's precision, so the
+// AMX products stay within the package's tolerance of the reference.
+const DefaultAMXPasses = 2
+
+// amxMinTokens is the least tokens a product takes the tiles for: a tile
+// holds 16, and fewer read the weight once in the SIMD tiles at no loss.
+const amxMinTokens = 16
+
+const (
+	// amxKSteps is the k steps (of 32 columns) one sweep of a chunk's
+	// weight rows covers: 2 KiB of each row, x's part of it (amxTBlocks
+	// token blocks × 3 passes × 32 KiB) staying in L2 while every row pair
+	// of the chunk uses it.
+	amxKSteps = 64
+	// amxTBlocks is the token blocks (of 16) a sweep covers: a weight is
+	// read from memory once per 128 tokens.
+	amxTBlocks = 8
+	// amxSlab is the most tokens one packing covers (a longer product runs
+	// in slabs): x packed is then at most 256·K·6 bytes.
+	amxSlab = 256
+)
+
+// amxCfg is the tile configuration: palette 1, tiles 0–7 of 16 rows × 64
+// bytes (c00 c01 c10 c11, two weight tiles, two x tiles).
+var amxCfg = func() (c [64]byte) {
+	c[0] = 1
+	for t := range 8 {
+		c[16+2*t] = 64
+		c[48+t] = 16
+	}
+	return
+}()
+
+// amxPasses reads Options.AMXPasses and FT_HOST_AMX into the passes an
+// Engine uses (0: the tiles are off).
+func amxPasses(opt int) (int, error) {
+	if opt < 0 || !hasAMX() {
+		return 0, nil
+	}
+	if opt > 3 {
+		return 0, fmt.Errorf("host: %d AMX passes: want 1, 2 or 3 (negative: off)", opt)
+	}
+	if opt > 0 {
+		return opt, nil
+	}
+	switch v := os.Getenv("FT_HOST_AMX"); v {
+	case "":
+		return DefaultAMXPasses, nil
+	case "off", "0":
+		return 0, nil
+	default:
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 3 {
+			return 0, fmt.Errorf("host: FT_HOST_AMX=%q: want 1, 2 or 3 (passes over x's bf16 parts) or off", v)
+		}
+		return n, nil
+	}
+}
+
+// AMXPasses is the passes the Engine's AMX products take (0: it does not
+// use the tiles: the CPU lacks them, the OS refused them, or they are off).
+func (e *Engine) AMXPasses() int { return e.amx }
+
+// bf16Round is v rounded to the nearest bf16 (ties to even); NaN stays a
+// quiet NaN.
+func bf16Round(v float32) uint16 {
+	b := math.Float32bits(v)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+// amxJob is one AMX product: x packed, the weights' 32-row pairs as one
+// index range over the segments (segment i's pairs from starts[i]).
+type amxJob struct {
+	e      *Engine
+	x      []float32
+	px     []uint16 // x packed (amxPack)
+	T, K   int
+	P      int // passes
+	ntb    int // token blocks of 16
+	ks     int // k steps of 32
+	segs   []segment
+	up     *weight // gate·up: segs[0] is the gate, its outputs silu(g)·u
+	starts []int
+}
+
+// tile is the offset in px of the tile of token block tb, k step s, pass p.
+func (j *amxJob) tile(tb, s, p int) int { return ((tb*j.ks+s)*j.P + p) * 512 }
+
+// pack writes units [lo,hi) (a unit: token block u/ks, k step u%ks) of px:
+// in the tile of (tb, s, p), the value of token 16tb+t at column 32s+2i+e
+// lies at i·32 + t·2 + e, part p of it (zero past T).
+func (j *amxJob) pack(_, lo, hi int) {
+	K, P := j.K, j.P
+	var parts [3][]uint32 // a tile as 256 pairs: pair (i, t) at i·16 + t
+	for u := lo; u < hi; u++ {
+		tb, s := u/j.ks, u%j.ks
+		for p := range P {
+			at := j.tile(tb, s, p)
+			parts[p] = unsafe.Slice((*uint32)(unsafe.Pointer(&j.px[at])), 256)
+		}
+		nt := min(16, j.T-16*tb)
+		for t := range nt {
+			xr := j.x[(16*tb+t)*K+32*s:][:32]
+			for i := range 16 {
+				v0, v1 := xr[2*i], xr[2*i+1]
+				h0, h1 := bf16Round(v0), bf16Round(v1)
+				parts[0][i*16+t] = uint32(h0) | uint32(h1)<<16
+				for p := 1; p < P; p++ {
+					v0 -= math.Float32frombits(uint32(h0) << 16)
+					v1 -= math.Float32frombits(uint32(h1) << 16)
+					h0, h1 = bf16Round(v0), bf16Round(v1)
+					parts[p][i*16+t] = uint32(h0) | uint32(h1)<<16
+				}
+			}
+		}
+		for t := nt; t < 16; t++ {
+			for p := range P {
+				for i := range 16 {
+					parts[p][i*16+t] = 0
+				}
+			}
+		}
+	}
+}
+
+// run computes the pairs [lo,hi): for each sweep of amxTBlocks token
+// blocks and amxKSteps k steps, every pair of the range against those
+// tokens (the x tiles stay in L2), the sums kept in the worker's scratch
+// between k sweeps and written out after the last.
+func (j *amxJob) run(worker, lo, hi int) {
+	for i := range j.segs {
+		a, b := max(lo, j.starts[i]), min(hi, j.starts[i+1])
+		if a < b {
+			j.pairs(worker, &j.segs[i], a-j.starts[i], b-j.starts[i])
+		}
+	}
+}
+
+// pairs computes the pairs [a,b) of segment s.
+func (j *amxJob) pairs(worker int, s *segment, a, b int) {
+	K := j.K
+	ldw := uintptr(2 * K)
+	tbStride := uintptr(j.ks * j.P * 1024) // bytes from a token block's tile to the next's
+	np := b - a
+	nw := 1
+	if j.up != nil {
+		nw = 2
+	}
+	for tb0 := 0; tb0 < j.ntb; tb0 += amxTBlocks {
+		tb1 := min(j.ntb, tb0+amxTBlocks)
+		ntp := (tb1 - tb0 + 1) / 2
+		c := j.e.pool.Scratch(worker, nw*np*ntp*1024)
+		for s0 := 0; s0 < j.ks; s0 += amxKSteps {
+			s1 := min(j.ks, s0+amxKSteps)
+			load := 0
+			if s0 > 0 {
+				load = 1
+			}
+			x := &j.px[j.tile(tb0, s0, 0)]
+			for pi := range np {
+				row := 32 * (a + pi)
+				at := pi * ntp * 1024
+				amxPanel(&amxCfg, &s.w.half[row*K+32*s0], ldw, x, tbStride, tb1-tb0, j.P, s1-s0, &c[at], load)
+				if j.up != nil {
+					at += np * ntp * 1024
+					amxPanel(&amxCfg, &j.up.half[row*K+32*s0], ldw, x, tbStride, tb1-tb0, j.P, s1-s0, &c[at], load)
+				}
+			}
+		}
+		for pi := range np {
+			for tp := range ntp {
+				tbA := tb0 + 2*tp
+				at := (pi*ntp + tp) * 1024
+				for q := range 4 {
+					tb := tbA + q&1
+					if tb >= tb1 {
+						continue
+					}
+					tok0 := 16 * tb
+					nt := min(16, j.T-tok0)
+					row0 := 32*(a+pi) + 16*(q>>1)
+					ct := c[at+q*256 : at+q*256+256]
+					if j.up != nil {
+						cu := c[at+np*ntp*1024+q*256 : at+np*ntp*1024+q*256+256]
+						for t := range nt {
+							o := s.out[(tok0+t)*s.ldo+row0 : (tok0+t)*s.ldo+row0+16]
+							for r := range o {
+								g := ct[r*16+t]
+								o[r] = g / (1 + expf(-g)) * cu[r*16+t]
+							}
+						}
+						continue
+					}
+					for t := range nt {
+						o := s.out[(tok0+t)*s.ldo+row0 : (tok0+t)*s.ldo+row0+16]
+						if s.acc {
+							for r := range o {
+								o[r] += ct[r*16+t]
+							}
+						} else {
+							for r := range o {
+								o[r] = ct[r*16+t]
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// amxUsable reports whether the product of T tokens with segs' weights
+// goes to the tiles: all BF16 of the same width, a multiple of 32.
+func (e *Engine) amxUsable(T int, segs []segment) bool {
+	if e.amx == 0 || T < amxMinTokens || len(segs) == 0 {
+		return false
+	}
+	K := segs[0].w.cols
+	if K == 0 || K%32 != 0 {
+		return false
+	}
+	for i := range segs {
+		if w := &segs[i].w; w.dt != runtime.BF16 || w.cols != K {
+			return false
+		}
+	}
+	return true
+}
+
+// amxMulti runs multi's product on the tiles when amxUsable says so (and
+// reports whether it did): the 32-row pairs of every segment there, the
+// rows past the last pair in the SIMD tiles. up non-nil makes it the
+// gate·up product of GateUpSiLU (segs is then the gate alone, rows a
+// multiple of 32).
+func (e *Engine) amxMulti(x []float32, T int, segs []segment, up *weight) bool {
+	if !e.amxUsable(T, segs) {
+		return false
+	}
+	if up != nil && (len(segs) != 1 || up.dt != runtime.BF16 || up.cols != segs[0].w.cols || up.rows != segs[0].w.rows || up.rows%32 != 0) {
+		return false
+	}
+	e.amxMu.Lock()
+	defer e.amxMu.Unlock()
+	if T <= amxSlab {
+		e.amxSlab(x, T, segs, up)
+		return true
+	}
+	K := segs[0].w.cols
+	slab := make([]segment, len(segs))
+	for t0 := 0; t0 < T; t0 += amxSlab {
+		ts := min(amxSlab, T-t0)
+		for i, s := range segs {
+			s.out = s.out[t0*s.ldo:]
+			slab[i] = s
+		}
+		e.amxSlab(x[t0*K:(t0+ts)*K], ts, slab, up)
+	}
+	return true
+}
+
+// amxSlab is amxMulti for at most amxSlab tokens (e.amxMu held).
+func (e *Engine) amxSlab(x []float32, T int, segs []segment, up *weight) {
+	K := segs[0].w.cols
+	j := &e.amxJob
+	*j = amxJob{e: e, x: x, T: T, K: K, P: e.amx, ntb: (T + 15) / 16, ks: K / 32, segs: segs, up: up, starts: j.starts[:0]}
+	n := j.ntb * 16 * K * j.P
+	if cap(e.amxBuf) < n {
+		e.amxBuf = make([]uint16, n)
+	}
+	j.px = e.amxBuf[:n]
+	units := j.ntb * j.ks
+	e.pool.Run(units, e.pool.Chunk(units, 4, 2), j.pack)
+
+	j.starts = append(j.starts, 0)
+	var rest []segment
+	for i := range segs {
+		s := &segs[i]
+		full := s.w.rows / 32 * 32
+		j.starts = append(j.starts, j.starts[i]+full/32)
+		if full < s.w.rows {
+			w := s.w
+			w.half, w.rows = w.half[full*K:], w.rows-full
+			rest = append(rest, segment{w: w, out: s.out[full:], ldo: s.ldo, acc: s.acc})
+		}
+	}
+	if np := j.starts[len(segs)]; np > 0 {
+		e.pool.Run(np, e.pool.Chunk(np, 2, 2), j.run)
+	}
+	if len(rest) > 0 {
+		ph := e.multiPhase(x, T, rest)
+		e.pool.Run(ph.N, ph.Chunk, ph.Fn)
+	}
+	*j = amxJob{starts: j.starts[:0]}
+}
+
+// amxGateUp is GateUpSiLU's product on the tiles when they apply (and
+// reports whether it ran): checked operands, rows a multiple of 32.
+func (e *Engine) amxGateUp(out, x []float32, T int, wg, wu kernels.Mat) bool {
+	if wg.Rows%32 != 0 || wg.Rows == 0 {
+		return false
+	}
+	g, u := fromMat(wg), fromMat(wu)
+	return e.amxMulti(x, T, []segment{{w: g, out: out, ldo: wg.Rows}}, &u)
+}

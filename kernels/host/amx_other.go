@@ -1,0 +1,10 @@
+//go:build !amd64
+
+package host
+
+// hasAMX: the tiles are an amd64 feature.
+func hasAMX() bool { return false }
+
+func amxPanel(cfg *[64]byte, w *uint16, ldw uintptr, x *uint16, tbStride uintptr, ntb, passes, ksteps int, c *float32, load int) {
+	panic("host: amxPanel off amd64")
+}

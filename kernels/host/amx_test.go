@@ -1,0 +1,219 @@
+package host
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// amxEngines are engines with the AMX products at each pass count, one and
+// three threads; the test is skipped where the CPU or OS has no tiles.
+func amxEngines(t *testing.T, passes ...int) []*Engine {
+	t.Helper()
+	if !hasAMX() {
+		t.Skip("no AMX tiles on this CPU or OS")
+	}
+	var es []*Engine
+	for _, p := range passes {
+		for _, th := range []int{1, 3} {
+			e, err := NewEngine(Options{Threads: th, AMXPasses: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.AMXPasses() != p {
+				t.Fatalf("engine asked for %d AMX passes runs %d", p, e.AMXPasses())
+			}
+			t.Cleanup(e.Close)
+			es = append(es, e)
+		}
+	}
+	return es
+}
+
+// amxShapes are [n, k] with k a multiple of 32: one row pair, pairs and a
+// remainder, fewer rows than a pair, and k past one sweep (amxKSteps).
+var amxShapes = [][2]int{{32, 32}, {64, 96}, {70, 64}, {7, 32}, {96, 32 * (amxKSteps + 3)}}
+
+// TestAMXMatMulEqualsReference: 3-pass AMX products are within the SIMD
+// tiles' tolerance of the reference, at token counts from one tile to past
+// a slab, the same bits at one and three threads and whatever T; 1-pass
+// ones within bf16's rounding of x.
+func TestAMXMatMulEqualsReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	Ts := []int{16, 17, 40, 129, amxSlab + 20}
+	if raceEnabled {
+		Ts = []int{16, 40}
+	}
+	for _, e := range amxEngines(t, 3, 2, 1) {
+		for _, sh := range amxShapes {
+			n, k := sh[0], sh[1]
+			w := randMat(r, runtime.BF16, n, k)
+			wf := widenMat(w)
+			for _, T := range Ts {
+				name := fmt.Sprintf("%d passes/%d threads/%dx%d/T%d", e.AMXPasses(), e.Threads(), n, k, T)
+				x := randF32(r, T*k)
+				want := make([]float32, T*n)
+				if err := kernels.MatMul(want, x, T, w); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]float32, T*n)
+				if err := e.MatMul(got, x, T, w); err != nil {
+					t.Fatal(err)
+				}
+				mag := magnitude(wf, x, T, n, k)
+				if e.AMXPasses() >= 2 {
+					checkTol(t, name, got, want, mag)
+				} else {
+					for i := range want {
+						// x rounded to bf16: each product off by ≤ 2⁻⁹ of itself.
+						if d := math.Abs(float64(got[i] - want[i])); d > 0x1p-9*mag[i]+1e-5*mag[i] {
+							t.Fatalf("%s: [%d] = %v, reference %v (|Δ| %.3g, Σ|w·x| %.3g)", name, i, got[i], want[i], d, mag[i])
+						}
+					}
+				}
+				// The last 16 tokens alone give the same bits.
+				tail := make([]float32, 16*n)
+				if err := e.MatMul(tail, x[(T-16)*k:], 16, w); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(tail, got[(T-16)*n:]) {
+					t.Fatalf("%s: the last 16 tokens alone differ", name)
+				}
+			}
+		}
+	}
+}
+
+// TestAMXMultiAndGateUp: several weights over one x (q, k, v), a product
+// added into its output, and gate·up with SiLU, each against the
+// reference.
+func TestAMXMultiAndGateUp(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	const T, k = 33, 64
+	for _, e := range amxEngines(t, 3) {
+		x := randF32(r, T*k)
+		ws := []kernels.Mat{randMat(r, runtime.BF16, 64, k), randMat(r, runtime.BF16, 40, k), randMat(r, runtime.BF16, 32, k)}
+		var segs []segment
+		var wants, mags [][]float64
+		outs := make([][]float32, len(ws))
+		for i, w := range ws {
+			outs[i] = randF32(r, T*w.Rows)
+			want := make([]float32, T*w.Rows)
+			if err := kernels.MatMul(want, x, T, w); err != nil {
+				t.Fatal(err)
+			}
+			acc := i == 1
+			w64 := make([]float64, len(want))
+			for j := range want {
+				w64[j] = float64(want[j])
+				if acc {
+					w64[j] += float64(outs[i][j])
+				}
+			}
+			wants = append(wants, w64)
+			mags = append(mags, magnitude(widenMat(w), x, T, w.Rows, k))
+			segs = append(segs, segment{w: fromMat(w), out: outs[i], ldo: w.Rows, acc: acc})
+		}
+		e.multi(x, T, segs)
+		for i := range ws {
+			for j, g := range outs[i] {
+				if d := math.Abs(float64(g) - wants[i][j]); d > tolRel*mags[i][j]+1e-6 {
+					t.Fatalf("%d threads: weight %d [%d] = %v, want %v", e.Threads(), i, j, g, wants[i][j])
+				}
+			}
+		}
+
+		wg, wu := randMat(r, runtime.BF16, 64, k), randMat(r, runtime.BF16, 64, k)
+		got := make([]float32, T*64)
+		if err := e.GateUpSiLU(got, x, T, wg, wu); err != nil {
+			t.Fatal(err)
+		}
+		g, u := make([]float32, T*64), make([]float32, T*64)
+		if err := kernels.MatMul(g, x, T, wg); err != nil {
+			t.Fatal(err)
+		}
+		if err := kernels.MatMul(u, x, T, wu); err != nil {
+			t.Fatal(err)
+		}
+		mg, mu := magnitude(widenMat(wg), x, T, 64, k), magnitude(widenMat(wu), x, T, 64, k)
+		for i := range got {
+			want := float64(g[i]) / (1 + math.Exp(-float64(g[i]))) * float64(u[i])
+			// |d(silu(g)·u)| ≤ 1.1·|u|·|dg| + |silu(g)|·|du|.
+			tol := tolRel*(1.1*math.Abs(float64(u[i]))*mg[i]+math.Abs(float64(g[i]))*mu[i]) + 1e-6*math.Abs(want) + 1e-7
+			if d := math.Abs(float64(got[i]) - want); d > tol {
+				t.Fatalf("%d threads: gate·up [%d] = %v, want %v (|Δ| %.3g > %.3g)", e.Threads(), i, got[i], want, d, tol)
+			}
+		}
+	}
+}
+
+// TestAMXPassesOption: the option and FT_HOST_AMX pick the passes, bad
+// values are errors naming what is wrong.
+func TestAMXPassesOption(t *testing.T) {
+	if _, err := NewEngine(Options{AMXPasses: 4}); hasAMX() && err == nil {
+		t.Fatal("4 AMX passes accepted")
+	}
+	t.Setenv("FT_HOST_AMX", "five")
+	if _, err := NewEngine(Options{}); hasAMX() && err == nil {
+		t.Fatal("FT_HOST_AMX=five accepted")
+	}
+	for v, want := range map[string]int{"off": 0, "0": 0, "1": 1, "2": 2, "3": 3, "": DefaultAMXPasses} {
+		t.Setenv("FT_HOST_AMX", v)
+		e, err := NewEngine(Options{Threads: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hasAMX() {
+			want = 0
+		}
+		if got := e.AMXPasses(); got != want {
+			t.Errorf("FT_HOST_AMX=%q: %d passes, want %d", v, got, want)
+		}
+		e.Close()
+	}
+	e, err := NewEngine(Options{Threads: 1, AMXPasses: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.AMXPasses() != 0 {
+		t.Fatalf("AMXPasses −1 runs %d passes", e.AMXPasses())
+	}
+}
+
+// BenchmarkAMXMatMul times many-token BF16 products with the SIMD tiles
+// (passes 0) and the AMX ones at 1 and 3 passes; GFLOP/s counts 2·T·N·K.
+func BenchmarkAMXMatMul(b *testing.B) {
+	if !hasAMX() {
+		b.Skip("no AMX tiles")
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, sh := range [][2]int{{512, 2048}, {2048, 2048}, {2048, 2080}, {8192, 2048}, {2048, 8192}} {
+		n, k := sh[0], sh[1]
+		w := randMat(r, runtime.BF16, n, k)
+		for _, T := range []int{16, 64, 128, 512} {
+			x := randF32(r, T*k)
+			out := make([]float32, T*n)
+			for _, p := range []int{-1, 1, 2, 3} {
+				e, err := NewEngine(Options{AMXPasses: p})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Run(fmt.Sprintf("%dx%d/T%d/passes%d", n, k, T, max(p, 0)), func(b *testing.B) {
+					for b.Loop() {
+						if err := e.MatMul(out, x, T, w); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(2*float64(T*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+				e.Close()
+			}
+		}
+	}
+}
