@@ -137,9 +137,13 @@ type engine struct {
 
 	timing timingState
 
-	asked  *unit       // the host unit RunsOn named last (host.go)
-	hostBW float64     // the host backend's measured GEMV bytes a second
-	hm     hostMeasure // measured host times per unit (host_measure.go)
+	asked  *unit   // the host unit RunsOn named last (host.go)
+	hostBW float64 // the host backend's measured GEMV bytes a second
+	// hostProd is, per forward's token count (a bucket past 1), the host
+	// backend's measured seconds a weight byte for products of that many
+	// tokens (host.go's hostProducts; capped at hostProdMaxTokens).
+	hostProd map[int]float64
+	hm       hostMeasure // measured host times per unit (host_measure.go)
 
 	// hostDRAM is the host's DRAM read bandwidth the planner's shared-read
 	// model uses (bytes a second; host_dram.go), hostDRAMFrom where it came

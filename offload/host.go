@@ -24,7 +24,12 @@ import (
 // whichever is higher, the GEMV figure measured once when INFERENCE starts by
 // multiplying one token through the largest unit's own matrices (from its
 // host block) with the host backend, per token of the forward
-// (planner_host.go). The first passes under a plan with host units then time
+// (planner_host.go). A forward of several tokens may cost the host less
+// than that many single tokens (the products read each weight once for
+// several tokens; kernels/host's AMX products of 16 or more are bound by
+// compute, not by the weights' reads), so for such a forward the estimate
+// is the lower of that and the same matrices timed at the forward's token
+// count, per byte of the unit. The first passes under a plan with host units then time
 // each host unit's whole forward and replan once with those times, per
 // tokens-per-forward bucket (host_measure.go).
 
@@ -182,7 +187,15 @@ func (e *engine) hostInputs(in *PlanInput) error {
 	// Each unit's estimate is scaled by its block's read rate against the
 	// fastest block's (host_blocks.go; 1 without rates).
 	ref := e.maxBlockRate()
-	est := func(u *unit) float64 { return float64(u.bytes) / estBW * e.rateFactor(u, ref) }
+	perByte := 1 / estBW // host seconds a byte of weights, a token
+	if in.Tokens > 1 && !fixedBW(e.cfg.HostBackend) {
+		prod, err := e.hostProducts(in.Tokens)
+		if err != nil {
+			return fmt.Errorf("timing the host backend's products of %d tokens: %w", in.Tokens, err)
+		}
+		perByte = min(perByte, prod/float64(min(in.Tokens, hostProdMaxTokens)))
+	}
+	est := func(u *unit) float64 { return float64(u.bytes) * perByte * e.rateFactor(u, ref) }
 	ratio := e.hm.hostRatio(in.Tokens, est)
 	for i, u := range e.units {
 		if u.announced || len(u.shared) > 0 {
@@ -200,6 +213,38 @@ func (e *engine) hostInputs(in *PlanInput) error {
 	return nil
 }
 
+// fixedBW reports whether the host backend fixes its rate itself
+// (HostBandwidthMeasurer reporting more than 0: FT_HOST_GBPS), which then
+// stands for every token count.
+func fixedBW(hb kernels.Backend) bool {
+	bm, ok := hb.(HostBandwidthMeasurer)
+	return ok && bm.HostBandwidth() > 0
+}
+
+// hostProdMaxTokens is the most tokens the host products are timed at: a
+// larger forward takes that figure (its products cost at least as much a
+// token), so that timing a prefill's products does not stall the start.
+const hostProdMaxTokens = 256
+
+// hostProducts is the host backend's seconds a weight byte for products
+// of tokens rows (at most hostProdMaxTokens), timed once per count through
+// the largest unit's matrices.
+func (e *engine) hostProducts(tokens int) (float64, error) {
+	tokens = min(tokens, hostProdMaxTokens)
+	if s, ok := e.hostProd[tokens]; ok {
+		return s, nil
+	}
+	bytes, sec, err := e.timeHostProducts(tokens)
+	if err != nil {
+		return 0, err
+	}
+	if e.hostProd == nil {
+		e.hostProd = map[int]float64{}
+	}
+	e.hostProd[tokens] = sec / float64(bytes)
+	return e.hostProd[tokens], nil
+}
+
 // measureHostBW times one token through the largest unit's 2-D weights
 // (the fastest-reading block among the largest, when rated) with the host
 // backend (best of 3) and returns bytes a second.
@@ -209,6 +254,17 @@ func (e *engine) measureHostBW() (float64, error) {
 			return bw, nil
 		}
 	}
+	bytes, sec, err := e.timeHostProducts(1)
+	if err != nil {
+		return 0, err
+	}
+	return float64(bytes) / max(sec, 1e-9), nil
+}
+
+// timeHostProducts multiplies tokens rows through the largest unit's 2-D
+// weights (the fastest-reading block among the largest, when rated) with
+// the host backend and returns their bytes and the best of 3 times.
+func (e *engine) timeHostProducts(tokens int) (int64, float64, error) {
 	// The largest unit; among equally large ones the one whose block reads
 	// fastest (host_blocks.go), so the figure is the fast memory's, which
 	// rateFactor scales from.
@@ -219,21 +275,21 @@ func (e *engine) measureHostBW() (float64, error) {
 		}
 	}
 	if big == nil {
-		return 0, fmt.Errorf("no unit to time")
+		return 0, 0, fmt.Errorf("no unit to time")
 	}
 	hb := e.cfg.HostBackend
 	w, ok := hb.Device().(hostWrapper)
 	if !ok {
-		return 0, fmt.Errorf("the host backend's device %s cannot view host memory", hb.Device().Name())
+		return 0, 0, fmt.Errorf("the host backend's device %s cannot view host memory", hb.Device().Name())
 	}
 	buf, err := w.Wrap(big.host.Bytes()[:big.bytes], "offload host timing "+big.name)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer buf.Free()
 	vs, err := big.viewsOn(buf)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	type mm struct{ x, out, w *runtime.Tensor }
 	var mms []mm
@@ -248,34 +304,34 @@ func (e *engine) measureHostBW() (float64, error) {
 		if len(v.Shape()) != 2 || (v.DType() != runtime.BF16 && v.DType() != runtime.F32 && v.DType() != runtime.F16) {
 			continue
 		}
-		x, err := runtime.NewTensor(hb.Device(), runtime.F32, runtime.Shape{1, v.Dim(1)}, "host timing x")
+		x, err := runtime.NewTensor(hb.Device(), runtime.F32, runtime.Shape{tokens, v.Dim(1)}, "host timing x")
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		out, err := runtime.NewTensor(hb.Device(), runtime.F32, runtime.Shape{1, v.Dim(0)}, "host timing out")
+		out, err := runtime.NewTensor(hb.Device(), runtime.F32, runtime.Shape{tokens, v.Dim(0)}, "host timing out")
 		if err != nil {
 			x.Buffer().Free()
-			return 0, err
+			return 0, 0, err
 		}
 		mms = append(mms, mm{x, out, v})
 		bytes += v.NumBytes()
 	}
 	if len(mms) == 0 {
-		return 0, fmt.Errorf("unit %s has no BF16/F16/F32 matrix to time", big.name)
+		return 0, 0, fmt.Errorf("unit %s has no BF16/F16/F32 matrix to time", big.name)
 	}
 	best := -1.0
 	for rep := 0; rep < 3; rep++ {
 		t0 := time.Now()
 		for _, m := range mms {
 			if err := hb.MatMul(m.out, m.x, m.w); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		}
 		if s := time.Since(t0).Seconds(); best < 0 || s < best {
 			best = s
 		}
 	}
-	return float64(bytes) / max(best, 1e-9), nil
+	return bytes, max(best, 1e-9), nil
 }
 
 // HostBandwidth is the host backend's GEMV bandwidth (bytes a second) the
@@ -287,6 +343,24 @@ func (m *Manager) HostBandwidth() float64 {
 		return 0
 	}
 	return m.e.hostBW
+}
+
+// HostProductRate is the rate the host backend's products of tokens rows
+// were timed at for the planner's estimate, in weight bytes × tokens a
+// second (0: not timed: no host backend, a forward of one token, or the
+// rate fixed by FT_HOST_GBPS). Counts past hostProdMaxTokens read that
+// figure.
+func (m *Manager) HostProductRate(tokens int) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil {
+		return 0
+	}
+	t := min(tokens, hostProdMaxTokens)
+	if s := m.e.hostProd[t]; s > 0 {
+		return float64(t) / s
+	}
+	return 0
 }
 
 // HostUnits lists the units the plan in force computes on the host

@@ -4,6 +4,9 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
 )
 
 // PredictPlan scores a three-way plan as the planner did: for every
@@ -69,5 +72,43 @@ func TestHostUnitsLine(t *testing.T) {
 	want := ": *4.60[5.00..4.40] 4.00[4.00..4.00] *4.50"
 	if !strings.HasSuffix(got, want) {
 		t.Fatalf("line %q, want it to end %q", got, want)
+	}
+}
+
+// hostInputs' estimate for a forward of several tokens: the lower of the
+// one-token rate times the tokens and the products timed at that count
+// (per byte of the unit); a count past hostProdMaxTokens reads the capped
+// figure; a forward of one token keeps the one-token rate.
+func TestHostEstimateAtTokens(t *testing.T) {
+	cb, err := kernels.NewCPUBackend(runtime.NewCPU(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tokens  int
+		prod    float64 // timed seconds a byte at min(tokens, cap)
+		perTok  float64 // want: seconds a token a byte
+		comment string
+	}{
+		{1, 0, 1e-9, "one token: the GEMV rate"},
+		{64, 16e-9, 0.25e-9, "products of 64 at a quarter of 64 GEMVs"},
+		{64, 128e-9, 1e-9, "products slower than the GEMVs: the GEMV rate"},
+		{1000, 64e-9, 0.25e-9, "past the cap: the cap's figure"},
+	} {
+		e := &engine{cfg: Config{HostBackend: cb, TransferBudgetScale: 1}, hostBW: 1e9, hostDRAM: 0.5e9, hostDRAMFrom: "test"}
+		e.units = []*unit{{name: "u0", bytes: 1000}, {name: "u1", bytes: 2000}}
+		if tc.prod > 0 {
+			e.hostProd = map[int]float64{min(tc.tokens, hostProdMaxTokens): tc.prod}
+		}
+		in := PlanInput{Tokens: tc.tokens, Units: []PlanUnit{{Name: "u0", Bytes: 1000}, {Name: "u1", Bytes: 2000}}}
+		if err := e.hostInputs(&in); err != nil {
+			t.Fatalf("%s: %v", tc.comment, err)
+		}
+		for i, u := range in.Units {
+			want := float64(u.Bytes) * tc.perTok
+			if math.Abs(u.HostSecPerToken-want) > 1e-9*want {
+				t.Errorf("%s: unit %d %g s a token, want %g", tc.comment, i, u.HostSecPerToken, want)
+			}
+		}
 	}
 }

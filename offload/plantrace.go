@@ -41,6 +41,9 @@ func (e *engine) tracePlanIn(why string, p Plan, in PlanInput, d time.Duration) 
 		step += fmt.Sprintf(", host unit measured %.2f ms in the forward, %.2f ms alone by the model (medians of %d units)", median(ms), median(alone), len(ms))
 	} else if e.hostBW > 0 {
 		step += fmt.Sprintf(", host estimate at %.1f GB/s", e.hostBW/1e9)
+		if t := min(p.Tokens, hostProdMaxTokens); e.hostProd[t] > 0 {
+			step += fmt.Sprintf(" (products of %d tokens timed at %.1f GB/s a token)", t, float64(t)/e.hostProd[t]/1e9)
+		}
 	}
 	if p.HostUnits() > 0 {
 		if in.HostReadBytesPerSec > 0 {

@@ -33,6 +33,11 @@ func TestHostPlacementOptions(t *testing.T) {
 	if bw := offload.GetOffloadManager(s.Manager).HostBandwidth(); bw <= 0 {
 		t.Errorf("the engine measured no host bandwidth (%g): the host backend is not its Config.HostBackend", bw)
 	}
+	// Forwards of two tokens: the estimate also timed the host's products
+	// of two rows.
+	if r := offload.GetOffloadManager(s.Manager).HostProductRate(2); r <= 0 {
+		t.Errorf("the engine timed no 2-token host products (%g)", r)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
