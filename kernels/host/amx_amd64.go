@@ -18,8 +18,8 @@ import (
 //	TILESTORED TMMt, (base)(index*1) C4 E2 7A 4B t<<3|4 index<<3|base
 //	TDPBF16PS TMMd += TMMa·TMMb    C4 E2 (^b&15)<<3|2 5C C0|d<<3|a
 //
-// (registers AX 0, CX 1, DX 2, BX 3, SI 6, DI 7; TestAMXTiles checks the
-// products against float32 sums.)
+// (registers AX 0, CX 1, DX 2, BX 3, SI 6, DI 7; amx_test.go checks the
+// products against the reference kernels'.)
 
 //go:noescape
 func amxPanel(cfg *[64]byte, w *uint16, ldw uintptr, x *uint16, tbStride uintptr, ntb, passes, ksteps int, c *float32, load int)

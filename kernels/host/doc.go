@@ -20,6 +20,17 @@
 // loads, zero-extension, shifts, FMA) but builds only with
 // GOEXPERIMENT=simd, so assembly is the default.
 //
+// Products of 16 tokens or more with a BF16 weight run on the AMX tiles
+// where the CPU has AMX-BF16 and Linux grants the tile state (amx.go,
+// amx_amd64.s: the instructions as bytes, Go's assembler not knowing
+// them): the weight read in place, 32 rows a panel, x packed once a
+// product into bf16 tiles as the sum of 2 parts (its rounding, then the
+// rounding of the remainder: Options.AMXPasses, FT_HOST_AMX), so that the
+// sums keep the tolerance below; gate·up applies SiLU·up to the tiles'
+// sums (Backend.GateUpSiLUFused). A token's row then depends on whether
+// its product ran on the tiles (T ≥ 16) or the SIMD tiles, not on T or the
+// thread count otherwise.
+//
 // Work is split by output rows over a persistent worker pool (Pool) of
 // Options.Threads goroutines, in chunks of at most 512 KiB of weights
 // claimed dynamically (so a GEMV's threads finish within tens of µs of each
@@ -35,7 +46,8 @@
 // (FT_HOST_LAYER=0; =jobs: one op, five jobs). Options and the environment
 // (FT_HOST_SPIN, FT_HOST_CHUNK_KIB, FT_HOST_PREFETCH, FT_HOST_LAYER) tune
 // them. Row j of token t
-// gets the same bits whatever T and the thread count.
+// gets the same bits whatever T (below 16, or from 16 on with AMX) and the
+// thread count.
 //
 // Tolerance against the reference (float32 sums in another order): each
 // GEMV output within 1e-5·Σ_c|w[j,c]·x[t,c]| of kernels.MatMul /

@@ -210,7 +210,8 @@ type segment struct {
 // [T,N] float32; w BF16, F16 or F32 [N,K]) with float32 accumulation, rows
 // of w split over the pool. Results differ from kernels.MatMul by the
 // summation order only (see the package doc for the tolerance); row j of
-// token t has the same bits whatever T and the thread count.
+// token t has the same bits whatever the thread count and T, as long as T
+// stays below 16 or (BF16 weights on a CPU with AMX: amx.go) at 16 or more.
 func (e *Engine) MatMul(out, x []float32, T int, w kernels.Mat) error {
 	if err := w.Validate(); err != nil {
 		return fmt.Errorf("host.MatMul: w: %w", err)
