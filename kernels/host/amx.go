@@ -211,28 +211,23 @@ func (j *amxJob) pairs(worker int, s *segment, a, b int) {
 					row0 := 32*(a+pi) + 16*(q>>1)
 					ct := c[at+q*256 : at+q*256+256]
 					if j.up != nil {
+						// g and u as [token][row], then silu(g)·u.
+						var gu [2][256]float32
 						cu := c[at+np*ntp*1024+q*256 : at+np*ntp*1024+q*256+256]
+						amxTranspose(&gu[0][0], 64, &ct[0], nt, 0)
+						amxTranspose(&gu[1][0], 64, &cu[0], nt, 0)
 						for t := range nt {
 							o := s.out[(tok0+t)*s.ldo+row0 : (tok0+t)*s.ldo+row0+16]
-							for r := range o {
-								g := ct[r*16+t]
-								o[r] = g / (1 + expf(-g)) * cu[r*16+t]
-							}
+							siluMul(o, gu[0][16*t:16*t+16], gu[1][16*t:16*t+16])
 						}
 						continue
 					}
-					for t := range nt {
-						o := s.out[(tok0+t)*s.ldo+row0 : (tok0+t)*s.ldo+row0+16]
-						if s.acc {
-							for r := range o {
-								o[r] += ct[r*16+t]
-							}
-						} else {
-							for r := range o {
-								o[r] = ct[r*16+t]
-							}
-						}
+					_ = s.out[(tok0+nt-1)*s.ldo+row0+15] // the rows amxTranspose writes
+					acc := 0
+					if s.acc {
+						acc = 1
 					}
+					amxTranspose(&s.out[tok0*s.ldo+row0], uintptr(4*s.ldo), &ct[0], nt, acc)
 				}
 			}
 		}

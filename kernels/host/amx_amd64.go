@@ -40,3 +40,6 @@ func hasAMX() bool {
 	})
 	return amxOnce.ok
 }
+
+//go:noescape
+func amxTranspose(dst *float32, ldo uintptr, src *float32, nt int, acc int)

@@ -8,3 +8,7 @@ func hasAMX() bool { return false }
 func amxPanel(cfg *[64]byte, w *uint16, ldw uintptr, x *uint16, tbStride uintptr, ntb, passes, ksteps int, c *float32, load int) {
 	panic("host: amxPanel off amd64")
 }
+
+func amxTranspose(dst *float32, ldo uintptr, src *float32, nt int, acc int) {
+	panic("host: amxTranspose off amd64")
+}

@@ -217,3 +217,70 @@ func BenchmarkAMXMatMul(b *testing.B) {
 		}
 	}
 }
+
+// amxTranspose writes a [row][token] tile to nt token rows of an output
+// with a row stride, setting or adding, and nothing past them.
+func TestAMXTranspose(t *testing.T) {
+	if !hasAMX() {
+		t.Skip("no AMX tiles on this CPU or OS")
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	src := randF32(r, 256)
+	const ldo = 21
+	for nt := 1; nt <= 16; nt++ {
+		for acc := range 2 {
+			dst := randF32(r, 17*ldo+16)
+			was := slices.Clone(dst)
+			amxTranspose(&dst[ldo+3], 4*ldo, &src[0], nt, acc)
+			for i := range dst {
+				want := was[i]
+				if tok, row := i/ldo-1, i%ldo-3; tok >= 0 && tok < nt && row >= 0 && row < 16 {
+					if acc == 1 {
+						want += src[row*16+tok]
+					} else {
+						want = src[row*16+tok]
+					}
+				}
+				if dst[i] != want {
+					t.Fatalf("nt %d acc %d: [%d] = %v, want %v", nt, acc, i, dst[i], want)
+				}
+			}
+		}
+	}
+}
+
+// siluMulAVX512 gives scalar siluMul's bits: random gates over the whole
+// range expf handles and past it, the clamps' edges, values whose x·log2e
+// lies near a half (where n's rounding decides), zeros and a NaN.
+func TestSiLUMulAVX512Bits(t *testing.T) {
+	if !hasLevel(AVX512) {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(13, 14))
+	var g []float32
+	for range 4096 {
+		g = append(g, 200*r.Float32()-100, 2*r.Float32()-1, float32(r.NormFloat64()*4))
+	}
+	for _, v := range []float32{0, float32(math.Copysign(0, -1)), 88, -88, 87, -87, 88.0001, -87.0001, 1e-30, -1e-30, 1e30, -1e30, float32(math.NaN())} {
+		g = append(g, v)
+	}
+	for k := -60; k <= 60; k++ { // x·log2e close to k + 1/2
+		x := (float32(k) + 0.5) / 1.44269504088896341
+		for _, d := range []float32{x, math.Nextafter32(x, 100), math.Nextafter32(x, -100)} {
+			g = append(g, -d)
+		}
+	}
+	for len(g)%16 != 0 {
+		g = append(g, 1)
+	}
+	u := randF32(r, len(g))
+	want := make([]float32, len(g))
+	siluMulScalar(want, g, u)
+	got := make([]float32, len(g))
+	siluMulAVX512(&got[0], &g[0], &u[0], len(g)/16)
+	for i := range g {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+			t.Fatalf("gate %v (bits %#x), up %v: %v, scalar %v", g[i], math.Float32bits(g[i]), u[i], got[i], want[i])
+		}
+	}
+}

@@ -149,3 +149,11 @@ var simdSets = map[Level]*simd{
 		sum: sumAVX512, axpy: axpyAVX512, wsum4: wsum4AVX512, wsumCols: 64, r4pfBF16: dotR4PFBF16AVX512,
 	},
 }
+
+// hasAVX512 reports whether siluMul may take siluMulAVX512.
+var hasAVX512 = hasLevel(AVX512)
+
+// siluMulAVX512 is siluMul's 16-lane loop over 16·n values (silu_amd64.s).
+//
+//go:noescape
+func siluMulAVX512(out, gate, up *float32, n int)

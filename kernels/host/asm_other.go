@@ -6,3 +6,10 @@ package host
 func hasLevel(l Level) bool { return l == Generic }
 
 var simdSets = map[Level]*simd{}
+
+// hasAVX512: never off amd64.
+const hasAVX512 = false
+
+func siluMulAVX512(out, gate, up *float32, n int) {
+	panic("host: siluMulAVX512 off amd64")
+}
