@@ -284,3 +284,24 @@ func TestSiLUMulAVX512Bits(t *testing.T) {
 		}
 	}
 }
+
+// expShiftAVX512 gives expf's bits for in − shift.
+func TestExpShiftAVX512Bits(t *testing.T) {
+	if !hasLevel(AVX512) {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(15, 16))
+	in := make([]float32, 16*512)
+	for i := range in {
+		in[i] = 240*r.Float32() - 200
+	}
+	for _, shift := range []float32{0, 3.5, -40} {
+		got := make([]float32, len(in))
+		expShiftAVX512(&got[0], &in[0], shift, len(in)/16)
+		for i, v := range in {
+			if want := expf(v - shift); math.Float32bits(got[i]) != math.Float32bits(want) {
+				t.Fatalf("expf(%v − %v): %v, scalar %v", v, shift, got[i], want)
+			}
+		}
+	}
+}

@@ -157,3 +157,9 @@ var hasAVX512 = hasLevel(AVX512)
 //
 //go:noescape
 func siluMulAVX512(out, gate, up *float32, n int)
+
+// expShiftAVX512 sets out[i] = expf(in[i] − shift) over 16·n values
+// (silu_amd64.s).
+//
+//go:noescape
+func expShiftAVX512(out, in *float32, shift float32, n int)

@@ -13,3 +13,7 @@ const hasAVX512 = false
 func siluMulAVX512(out, gate, up *float32, n int) {
 	panic("host: siluMulAVX512 off amd64")
 }
+
+func expShiftAVX512(out, in *float32, shift float32, n int) {
+	panic("host: expShiftAVX512 off amd64")
+}

@@ -519,9 +519,15 @@ func expShift(s []float32) (mx, sum float32) {
 	for _, v := range s {
 		mx = max(mx, v)
 	}
-	for i, v := range s {
-		ev := expf(v - mx)
-		s[i] = ev
+	n := 0
+	if hasAVX512 && len(s) >= 16 {
+		n = len(s) / 16 * 16
+		expShiftAVX512(&s[0], &s[0], mx, n/16) // expf's bits, 16 at a time
+	}
+	for i := n; i < len(s); i++ {
+		s[i] = expf(s[i] - mx)
+	}
+	for _, ev := range s {
 		sum += ev
 	}
 	return mx, sum
