@@ -153,9 +153,13 @@ func benchHostCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "host kernels: level %v (detected %v), %d threads\n", e.Level(), host.Detect(), e.Threads())
+	amx := "no AMX products (FT_HOST_AMX=off, or no AMX-BF16 tiles granted)"
+	if p := e.AMXPasses(); p > 0 {
+		amx = fmt.Sprintf("BF16 products of 16+ tokens on the AMX tiles in %d passes (FT_HOST_AMX)", p)
+	}
+	fmt.Fprintf(stdout, "host kernels: level %v (detected %v), %d threads; %s\n", e.Level(), host.Detect(), e.Threads(), amx)
 	fmt.Fprintf(stdout, "read bandwidth (STREAM-like sum over %d MiB): %.1f GB/s\n\n", o.readMiB, read)
-	fmt.Fprintf(stdout, "%-22s %-13s %6s %10s %9s %8s %7s\n", "shape", "weights", "tokens", "MB", "ms", "GB/s", "%read")
+	fmt.Fprintf(stdout, "%-22s %-13s %6s %10s %9s %8s %7s %9s\n", "shape", "weights", "tokens", "MB", "ms", "GB/s", "%read", "GFLOP/s")
 	for _, s := range shapes {
 		for _, kind := range o.kinds {
 			for _, T := range o.tokens {
@@ -163,8 +167,9 @@ func benchHostCmd(args []string, stdout, stderr io.Writer) error {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(stdout, "%-22s %-13s %6d %10.1f %9.3f %8.1f %6.0f%%\n",
-					s.Name, kind, T, float64(r.Bytes)/1e6, r.Best.Seconds()*1e3, r.GBs, 100*r.GBs/read)
+				flops := 2 * float64(T) * float64(s.N) * float64(s.K) / r.Best.Seconds() / 1e9
+				fmt.Fprintf(stdout, "%-22s %-13s %6d %10.1f %9.3f %8.1f %6.0f%% %9.1f\n",
+					s.Name, kind, T, float64(r.Bytes)/1e6, r.Best.Seconds()*1e3, r.GBs, 100*r.GBs/read, flops)
 			}
 		}
 	}
