@@ -24,8 +24,9 @@ import (
 // product. The tiles accumulate in float32, in k order.
 
 // DefaultAMXPasses is the passes a product takes when neither
-// Options.AMXPasses nor FT_HOST_AMX says: x to float32's precision, so the
-// AMX products stay within the package's tolerance of the reference.
+// Options.AMXPasses nor FT_HOST_AMX says: x as its bf16 rounding plus the
+// rounding of the remainder, within 2⁻¹⁸ of x, which keeps the products
+// within the package's tolerance of the reference (1 pass does not).
 const DefaultAMXPasses = 2
 
 // amxMinTokens is the least tokens a product takes the tiles for: a tile
@@ -34,13 +35,16 @@ const amxMinTokens = 16
 
 const (
 	// amxKSteps is the k steps (of 32 columns) one sweep of a chunk's
-	// weight rows covers: 2 KiB of each row, x's part of it (amxTBlocks
-	// token blocks × 3 passes × 32 KiB) staying in L2 while every row pair
-	// of the chunk uses it.
+	// weight rows covers: 4 KiB of each row, x's part of it (amxTBlocks
+	// token blocks × passes × 64 KiB) staying in L2 while every row pair
+	// of the chunk uses it (8 and 16 steps measured slower).
 	amxKSteps = 64
 	// amxTBlocks is the token blocks (of 16) a sweep covers: a weight is
 	// read from memory once per 128 tokens.
 	amxTBlocks = 8
+	// amxMaxPairs is the most 32-row pairs one pool chunk of a product
+	// covers.
+	amxMaxPairs = 32
 	// amxSlab is the most tokens one packing covers (a longer product runs
 	// in slabs): x packed is then at most 256·K·6 bytes.
 	amxSlab = 256
@@ -60,27 +64,30 @@ var amxCfg = func() (c [64]byte) {
 // amxPasses reads Options.AMXPasses and FT_HOST_AMX into the passes an
 // Engine uses (0: the tiles are off).
 func amxPasses(opt int) (int, error) {
-	if opt < 0 || !hasAMX() {
-		return 0, nil
-	}
-	if opt > 3 {
+	n := opt
+	switch {
+	case opt > 3:
 		return 0, fmt.Errorf("host: %d AMX passes: want 1, 2 or 3 (negative: off)", opt)
-	}
-	if opt > 0 {
-		return opt, nil
-	}
-	switch v := os.Getenv("FT_HOST_AMX"); v {
-	case "":
-		return DefaultAMXPasses, nil
-	case "off", "0":
-		return 0, nil
-	default:
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 3 {
-			return 0, fmt.Errorf("host: FT_HOST_AMX=%q: want 1, 2 or 3 (passes over x's bf16 parts) or off", v)
+	case opt < 0:
+		n = 0
+	case opt == 0:
+		switch v := os.Getenv("FT_HOST_AMX"); v {
+		case "":
+			n = DefaultAMXPasses
+		case "off", "0":
+			n = 0
+		default:
+			p, err := strconv.Atoi(v)
+			if err != nil || p < 1 || p > 3 {
+				return 0, fmt.Errorf("host: FT_HOST_AMX=%q: want 1, 2 or 3 (passes over x's bf16 parts) or off", v)
+			}
+			n = p
 		}
-		return n, nil
 	}
+	if !hasAMX() {
+		return 0, nil
+	}
+	return n, nil
 }
 
 // AMXPasses is the passes the Engine's AMX products take (0: it does not
@@ -309,7 +316,9 @@ func (e *Engine) amxSlab(x []float32, T int, segs []segment, up *weight) {
 		}
 	}
 	if np := j.starts[len(segs)]; np > 0 {
-		e.pool.Run(np, e.pool.Chunk(np, 2, 2), j.run)
+		// At most amxMaxPairs pairs a chunk: a worker's sums between k
+		// sweeps (4 KiB a pair and block pair) stay within 512 KiB.
+		e.pool.Run(np, min(e.pool.Chunk(np, 2, 2), amxMaxPairs), j.run)
 	}
 	if len(rest) > 0 {
 		ph := e.multiPhase(x, T, rest)

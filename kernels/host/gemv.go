@@ -144,12 +144,12 @@ func NewEngine(o Options) (*Engine, error) {
 		kk.r4BF16 = func(w *uint16, ld uintptr, x *float32, n int, out *[4]float32) { f(w, ld, x, n, out, dist) }
 		k = &kk
 	}
-	amx := 0
-	if k != nil {
-		var err error
-		if amx, err = amxPasses(o.AMXPasses); err != nil {
-			return nil, err
-		}
+	amx, err := amxPasses(o.AMXPasses)
+	if err != nil {
+		return nil, err
+	}
+	if k == nil { // Generic: the reference kernels alone
+		amx = 0
 	}
 	pool := newPool(o.Threads, max(spin, 0))
 	if explicitSpin {
