@@ -299,11 +299,47 @@ func TestExpShiftAVX512Bits(t *testing.T) {
 	}
 	for _, shift := range []float32{0, 3.5, -40} {
 		got := make([]float32, len(in))
-		expShiftAVX512(&got[0], &in[0], shift, len(in)/16)
+		var sums [16]float32
+		expShiftAVX512(&got[0], &in[0], shift, len(in)/16, &sums)
+		var want16 [16]float32
 		for i, v := range in {
-			if want := expf(v - shift); math.Float32bits(got[i]) != math.Float32bits(want) {
+			want := expf(v - shift)
+			if math.Float32bits(got[i]) != math.Float32bits(want) {
 				t.Fatalf("expf(%v − %v): %v, scalar %v", v, shift, got[i], want)
 			}
+			want16[i%16] += want
+		}
+		if sums != want16 {
+			t.Fatalf("lane sums %v, want %v", sums, want16)
+		}
+	}
+}
+
+// expShift: the largest score exactly, each exponential with expf's bits,
+// the sum within float32 rounding of the sequential one, at every length
+// around the 16-lane blocks.
+func TestExpShift(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	for n := 1; n <= 70; n++ {
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = 30*r.Float32() - 20
+		}
+		in := slices.Clone(s)
+		mx, sum := expShift(s)
+		if want := slices.Max(in); mx != want {
+			t.Fatalf("n %d: max %v, want %v", n, mx, want)
+		}
+		var want float64
+		for i, v := range in {
+			e := expf(v - mx)
+			if math.Float32bits(s[i]) != math.Float32bits(e) {
+				t.Fatalf("n %d: [%d] = %v, want %v", n, i, s[i], e)
+			}
+			want += float64(e)
+		}
+		if math.Abs(float64(sum)-want) > 1e-6*want {
+			t.Fatalf("n %d: sum %v, want %v", n, sum, want)
 		}
 	}
 }

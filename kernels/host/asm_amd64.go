@@ -158,8 +158,14 @@ var hasAVX512 = hasLevel(AVX512)
 //go:noescape
 func siluMulAVX512(out, gate, up *float32, n int)
 
-// expShiftAVX512 sets out[i] = expf(in[i] − shift) over 16·n values
-// (silu_amd64.s).
+// expShiftAVX512 sets out[i] = expf(in[i] − shift) over 16·n values and
+// sums[l] to the sum of lane l's (silu_amd64.s).
 //
 //go:noescape
-func expShiftAVX512(out, in *float32, shift float32, n int)
+func expShiftAVX512(out, in *float32, shift float32, n int, sums *[16]float32)
+
+// maxAVX512 sets out[l] to the largest of lane l's values over 16·n (n ≥
+// 1).
+//
+//go:noescape
+func maxAVX512(p *float32, n int, out *[16]float32)

@@ -516,18 +516,30 @@ func (e *Engine) axpyHeadsLd(o []float32, ostride int, v, a []float32, lda, m, G
 // shared by the host attention's whole-context and split paths.
 func expShift(s []float32) (mx, sum float32) {
 	mx = float32(math.Inf(-1))
-	for _, v := range s {
-		mx = max(mx, v)
-	}
 	n := 0
 	if hasAVX512 && len(s) >= 16 {
 		n = len(s) / 16 * 16
-		expShiftAVX512(&s[0], &s[0], mx, n/16) // expf's bits, 16 at a time
+		var lanes [16]float32
+		maxAVX512(&s[0], n/16, &lanes)
+		for _, v := range lanes {
+			mx = max(mx, v)
+		}
+	}
+	for _, v := range s[n:] {
+		mx = max(mx, v)
+	}
+	if n > 0 {
+		// expf's bits 16 at a time, summed a lane at a time, the lanes
+		// then in order.
+		var lanes [16]float32
+		expShiftAVX512(&s[0], &s[0], mx, n/16, &lanes)
+		for _, v := range lanes {
+			sum += v
+		}
 	}
 	for i := n; i < len(s); i++ {
-		s[i] = expf(s[i] - mx)
-	}
-	for _, ev := range s {
+		ev := expf(s[i] - mx)
+		s[i] = ev
 		sum += ev
 	}
 	return mx, sum

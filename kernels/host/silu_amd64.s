@@ -101,13 +101,16 @@ sloop:
 sdone:
 	RET
 
-// func expShiftAVX512(out, in *float32, shift float32, n int)
+// func expShiftAVX512(out, in *float32, shift float32, n int, sums *[16]float32)
 //
-// out[i] = expf(in[i] − shift) for i < 16·n, the bits of ops.go's expf.
-TEXT ·expShiftAVX512(SB), NOSPLIT, $0-32
+// out[i] = expf(in[i] − shift) for i < 16·n, the bits of ops.go's expf;
+// sums[l] = Σ out[16j + l] over j in order.
+TEXT ·expShiftAVX512(SB), NOSPLIT, $0-40
 	MOVQ out+0(FP), DI
 	MOVQ in+8(FP), SI
 	MOVQ n+24(FP), CX
+	MOVQ sums+32(FP), DX
+	VPXORD Z31, Z31, Z31
 	TESTQ CX, CX
 	JLE edone
 	LOADK
@@ -118,11 +121,36 @@ eloop:
 	VSUBPS Z30, Z0, Z1
 	EXPF
 	VMOVUPS Z9, (DI)
+	VADDPS Z9, Z31, Z31
 	ADDQ $64, SI
 	ADDQ $64, DI
 	DECQ CX
 	JNZ eloop
-	VZEROUPPER
 
 edone:
+	VMOVUPS Z31, (DX)
+	VZEROUPPER
+	RET
+
+// func maxAVX512(p *float32, n int, out *[16]float32)
+//
+// out[l] = max over j of p[16j + l], j < n (n ≥ 1).
+TEXT ·maxAVX512(SB), NOSPLIT, $0-24
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ out+16(FP), DX
+	VMOVUPS (SI), Z0
+	ADDQ $64, SI
+	DECQ CX
+	JLE mdone
+
+mloop:
+	VMAXPS (SI), Z0, Z0
+	ADDQ $64, SI
+	DECQ CX
+	JNZ mloop
+
+mdone:
+	VMOVUPS Z0, (DX)
+	VZEROUPPER
 	RET
