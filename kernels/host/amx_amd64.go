@@ -33,7 +33,8 @@ var amxOnce struct {
 // process use the tiles (asked for on the first call).
 func hasAMX() bool {
 	amxOnce.Do(func() {
-		if !cpu.X86.HasAMXTile || !cpu.X86.HasAMXBF16 || !hasLevel(AVX512) {
+		// The packing and the transposes use AVX-512 F and BW.
+		if !cpu.X86.HasAMXTile || !cpu.X86.HasAMXBF16 || !hasLevel(AVX512) || !cpu.X86.HasAVX512BW {
 			return
 		}
 		amxOnce.ok = amxPermit()
@@ -43,3 +44,6 @@ func hasAMX() bool {
 
 //go:noescape
 func amxTranspose(dst *float32, ldo uintptr, src *float32, nt int, acc int)
+
+//go:noescape
+func amxPackAVX512(dst *uint16, src *float32, ldx uintptr, nt, passes int, scratch *[256]uint32)

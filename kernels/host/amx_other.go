@@ -12,3 +12,7 @@ func amxPanel(cfg *[64]byte, w *uint16, ldw uintptr, x *uint16, tbStride uintptr
 func amxTranspose(dst *float32, ldo uintptr, src *float32, nt int, acc int) {
 	panic("host: amxTranspose off amd64")
 }
+
+func amxPackAVX512(dst *uint16, src *float32, ldx uintptr, nt, passes int, scratch *[256]uint32) {
+	panic("host: amxPackAVX512 off amd64")
+}

@@ -343,3 +343,47 @@ func TestExpShift(t *testing.T) {
 		}
 	}
 }
+
+// amxPackAVX512 packs x as packGo does, bit for bit: every pass count,
+// token blocks full and partial, NaN and values on rounding ties.
+func TestAMXPackAVX512(t *testing.T) {
+	if !hasAMX() {
+		t.Skip("no AMX (the packing's AVX-512 comes with it)")
+	}
+	r := rand.New(rand.NewPCG(19, 20))
+	const K = 96
+	for _, T := range []int{16, 20, 37} {
+		x := randF32(r, T*K)
+		for i := range x {
+			switch i % 97 {
+			case 3:
+				x[i] = float32(math.NaN())
+			case 5:
+				x[i] = math.Float32frombits(0x3f808000) // a tie: rounds to even
+			case 7:
+				x[i] = math.Float32frombits(0x3f818000) // a tie: rounds up
+			case 11:
+				x[i] *= 1e30
+			case 13:
+				x[i] = math.Float32frombits(0x7f800001) // a signalling NaN: made quiet
+			}
+		}
+		for P := 1; P <= 3; P++ {
+			j := &amxJob{x: x, T: T, K: K, P: P, ntb: (T + 15) / 16, ks: K / 32}
+			n := j.ntb * 16 * K * P
+			j.px = make([]uint16, n)
+			units := j.ntb * j.ks
+			j.packGo(0, 0, units)
+			want := slices.Clone(j.px)
+			for i := range j.px {
+				j.px[i] = 0xdead
+			}
+			j.pack(0, 0, units)
+			for i := range want {
+				if j.px[i] != want[i] {
+					t.Fatalf("T %d, %d passes: value %d = %#x, Go %#x", T, P, i, j.px[i], want[i])
+				}
+			}
+		}
+	}
+}
