@@ -110,7 +110,7 @@ func bf16Round(v float32) uint16 {
 type amxJob struct {
 	e      *Engine
 	x      []float32
-	px     []uint16 // x packed (amxPack)
+	px     []uint16 // x packed (pack)
 	T, K   int
 	P      int // passes
 	ntb    int // token blocks of 16
@@ -127,8 +127,7 @@ func (j *amxJob) tile(tb, s, p int) int { return ((tb*j.ks+s)*j.P + p) * 512 }
 // in the tile of (tb, s, p), the value of token 16tb+t at column 32s+2i+e
 // lies at i·32 + t·2 + e, part p of it (zero past T).
 func (j *amxJob) pack(w, lo, hi int) {
-	if hasAMX() { // AVX-512 F and BW with it
-
+	if hasAMX() { // AVX-512 F and BW come with it
 		var scratch [256]uint32
 		for u := lo; u < hi; u++ {
 			tb, s := u/j.ks, u%j.ks
@@ -139,7 +138,8 @@ func (j *amxJob) pack(w, lo, hi int) {
 	j.packGo(w, lo, hi)
 }
 
-// packGo is pack in Go.
+// packGo is pack in Go (little-endian): the reference TestAMXPackAVX512
+// holds amxPackAVX512 to.
 func (j *amxJob) packGo(_, lo, hi int) {
 	K, P := j.K, j.P
 	var parts [3][]uint32 // a tile as 256 pairs: pair (i, t) at i·16 + t
