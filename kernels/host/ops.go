@@ -117,7 +117,7 @@ func (e *Engine) GateUpSiLU(out, x []float32, T int, wg, wu kernels.Mat) error {
 		clear(out) // silu(0)·0
 		return nil
 	}
-	if e.amxGateUp(out, x, T, wg, wu) {
+	if T >= amxMinTokens && e.amx > 0 && e.amxGateUp(out, x, T, wg, wu) {
 		return nil
 	}
 	ph := e.gateUpPhase(out, x, T, wg, wu)
