@@ -931,7 +931,7 @@ func (e *engine) startInference() error {
 		in.Units = append(in.Units, pu)
 	}
 	in.MaxAnnounced = e.maxAnnounced
-	if err := e.hostInputs(&in); err != nil {
+	if err := e.hostInputs(&in, true); err != nil {
 		return err
 	}
 	room, known, err := e.deviceRoom(e.ownDeviceBytes())

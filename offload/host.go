@@ -154,8 +154,11 @@ func hostUnitErr(name string) error {
 }
 
 // hostInputs fills the host fields of in: each unit's host seconds per
-// token from the measured host bandwidth, the forced units, and the hop.
-func (e *engine) hostInputs(in *PlanInput) error {
+// token from the measured host bandwidth (and, with products set and
+// several tokens a forward, the host's products timed at that count), the
+// forced units, and the hop. A host-free bucket's plan (tokens.go) asks
+// without products: its host fields are dropped.
+func (e *engine) hostInputs(in *PlanInput, products bool) error {
 	if e.cfg.HostBackend == nil {
 		return nil
 	}
@@ -188,7 +191,7 @@ func (e *engine) hostInputs(in *PlanInput) error {
 	// fastest block's (host_blocks.go; 1 without rates).
 	ref := e.maxBlockRate()
 	perByte := 1 / estBW // host seconds a byte of weights, a token
-	if in.Tokens > 1 && !fixedBW(e.cfg.HostBackend) {
+	if products && in.Tokens > 1 && !fixedBW(e.cfg.HostBackend) {
 		prod, err := e.hostProducts(in.Tokens)
 		if err != nil {
 			return fmt.Errorf("timing the host backend's products of %d tokens: %w", in.Tokens, err)

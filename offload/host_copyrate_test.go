@@ -127,7 +127,7 @@ func TestHostCopyMeasured(t *testing.T) {
 	}
 	got := in
 	got.Units = append([]PlanUnit(nil), in.Units...)
-	if err := e.hostInputs(&got); err != nil {
+	if err := e.hostInputs(&got, true); err != nil {
 		t.Fatal(err)
 	}
 	if got.TransferScale != cs.scale {

@@ -144,7 +144,7 @@ func (e *engine) hostMeasureEnd() error {
 func (e *engine) hostReplan() error {
 	in := e.planIn
 	in.Units = slices.Clone(in.Units)
-	if err := e.hostInputs(&in); err != nil {
+	if err := e.hostInputs(&in, true); err != nil {
 		return e.fail(fmt.Errorf("replanning with measured host times: %w", err))
 	}
 	cur, ok := PredictPlan(in, e.plan)

@@ -101,7 +101,7 @@ func TestHostEstimateAtTokens(t *testing.T) {
 			e.hostProd = map[int]float64{min(tc.tokens, hostProdMaxTokens): tc.prod}
 		}
 		in := PlanInput{Tokens: tc.tokens, Units: []PlanUnit{{Name: "u0", Bytes: 1000}, {Name: "u1", Bytes: 2000}}}
-		if err := e.hostInputs(&in); err != nil {
+		if err := e.hostInputs(&in, true); err != nil {
 			t.Fatalf("%s: %v", tc.comment, err)
 		}
 		for i, u := range in.Units {
@@ -109,6 +109,13 @@ func TestHostEstimateAtTokens(t *testing.T) {
 			if math.Abs(u.HostSecPerToken-want) > 1e-9*want {
 				t.Errorf("%s: unit %d %g s a token, want %g", tc.comment, i, u.HostSecPerToken, want)
 			}
+		}
+		// Without products (a host-free bucket's plan): the GEMV rate.
+		if err := e.hostInputs(&in, false); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := in.Units[1].HostSecPerToken, 2000*1e-9; math.Abs(got-want) > 1e-9*want {
+			t.Errorf("%s, no products: %g s a token, want %g", tc.comment, got, want)
 		}
 	}
 }

@@ -851,7 +851,7 @@ func (e *engine) startFromState(st *State) error {
 	// Later replans (tokens per forward changing) plan three ways too: the
 	// host times come from the host backend measured now, over the packed
 	// host blocks.
-	if err := e.hostInputs(&e.planIn); err != nil {
+	if err := e.hostInputs(&e.planIn, true); err != nil {
 		return err
 	}
 	t := time.Now()

@@ -211,7 +211,7 @@ func (e *engine) tokensCollect() error {
 	}
 	bk.freq.apply(e, &in)
 	in.Tokens = bk.ref
-	if err := e.hostInputs(&in); err != nil { // the hop grows with the tokens
+	if err := e.hostInputs(&in, !bk.free); err != nil { // the hop grows with the tokens
 		return e.fail(err)
 	}
 	if bk.free {
