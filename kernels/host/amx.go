@@ -211,7 +211,8 @@ func (j *amxJob) pairs(worker int, s *segment, a, b int) {
 			for pi := range np {
 				row := 32 * (a + pi)
 				at := pi * ntp * 1024
-				amxPanel(&amxCfg, &s.w.half[row*K+32*s0], ldw, x, tbStride, tb1-tb0, j.P, s1-s0, &c[at], load)
+				w, ld := j.panel(worker, &s.w, row, s0, s1)
+				amxPanel(&amxCfg, w, ld, x, tbStride, tb1-tb0, j.P, s1-s0, &c[at], load)
 				if j.up != nil {
 					at += np * ntp * 1024
 					amxPanel(&amxCfg, &j.up.half[row*K+32*s0], ldw, x, tbStride, tb1-tb0, j.P, s1-s0, &c[at], load)
@@ -235,8 +236,8 @@ func (j *amxJob) pairs(worker int, s *segment, a, b int) {
 						// g and u as [token][row], then silu(g)·u.
 						var gu [2][256]float32
 						cu := c[at+np*ntp*1024+q*256 : at+np*ntp*1024+q*256+256]
-						amxTranspose(&gu[0][0], 64, &ct[0], nt, 0)
-						amxTranspose(&gu[1][0], 64, &cu[0], nt, 0)
+						amxTranspose(&gu[0][0], 64, &ct[0], nt, 0, nil)
+						amxTranspose(&gu[1][0], 64, &cu[0], nt, 0, nil)
 						for t := range nt {
 							o := s.out[(tok0+t)*s.ldo+row0 : (tok0+t)*s.ldo+row0+16]
 							siluMul(o, gu[0][16*t:16*t+16], gu[1][16*t:16*t+16])
@@ -248,15 +249,42 @@ func (j *amxJob) pairs(worker int, s *segment, a, b int) {
 					if s.acc {
 						acc = 1
 					}
-					amxTranspose(&s.out[tok0*s.ldo+row0], uintptr(4*s.ldo), &ct[0], nt, acc)
+					var scale *float32 // FP8: each row's scale
+					if s.w.dt == runtime.F8E4M3 {
+						scale = &s.w.scale[row0 : row0+16][0]
+					}
+					amxTranspose(&s.out[tok0*s.ldo+row0], uintptr(4*s.ldo), &ct[0], nt, acc, scale)
 				}
 			}
 		}
 	}
 }
 
+// panel is the tile kernel's view of rows [row, row+32) and k steps
+// [s0, s1) of w: a BF16 weight in place (its row stride), an FP8 one
+// widened exactly to bf16 in the worker's buffer (its scales applied to the
+// sums).
+func (j *amxJob) panel(worker int, w *weight, row, s0, s1 int) (*uint16, uintptr) {
+	K := j.K
+	if w.dt != runtime.F8E4M3 {
+		return &w.half[row*K+32*s0], uintptr(2 * K)
+	}
+	nk := 32 * (s1 - s0)
+	buf := &j.e.amxA[worker]
+	if cap(*buf) < 32*nk {
+		*buf = make([]uint16, 32*nk)
+	}
+	b := (*buf)[:32*nk]
+	for r := range 32 {
+		q := w.q[(row+r)*K+32*s0 : (row+r)*K+32*s1]
+		fp8ToBF16AVX512(&b[r*nk], &q[0], nk/32)
+	}
+	return &b[0], uintptr(2 * nk)
+}
+
 // amxUsable reports whether the product of T tokens with segs' weights
-// goes to the tiles: all BF16 of the same width, a multiple of 32.
+// goes to the tiles: all of the same width, a multiple of 32, each BF16 or
+// FP8 E4M3 with a scale a row.
 func (e *Engine) amxUsable(T int, segs []segment) bool {
 	if e.amx == 0 || T < amxMinTokens || len(segs) == 0 {
 		return false
@@ -266,7 +294,8 @@ func (e *Engine) amxUsable(T int, segs []segment) bool {
 		return false
 	}
 	for i := range segs {
-		if w := &segs[i].w; w.dt != runtime.BF16 || w.cols != K {
+		w := &segs[i].w
+		if w.cols != K || !(w.dt == runtime.BF16 || w.dt == runtime.F8E4M3 && w.block == 0) {
 			return false
 		}
 	}
@@ -314,6 +343,9 @@ func (e *Engine) amxSlab(x []float32, T int, segs []segment, up *weight) {
 		e.amxBuf = make([]uint16, n)
 	}
 	j.px = e.amxBuf[:n]
+	if len(e.amxA) < e.pool.Threads() {
+		e.amxA = make([][]uint16, e.pool.Threads())
+	}
 	units := j.ntb * j.ks
 	e.pool.Run(units, e.pool.Chunk(units, 4, 2), j.pack)
 
@@ -325,7 +357,12 @@ func (e *Engine) amxSlab(x []float32, T int, segs []segment, up *weight) {
 		j.starts = append(j.starts, j.starts[i]+full/32)
 		if full < s.w.rows {
 			w := s.w
-			w.half, w.rows = w.half[full*K:], w.rows-full
+			if w.dt == runtime.F8E4M3 {
+				w.q, w.scale = w.q[full*K:], w.scale[full:]
+			} else {
+				w.half = w.half[full*K:]
+			}
+			w.rows -= full
 			rest = append(rest, segment{w: w, out: s.out[full:], ldo: s.ldo, acc: s.acc})
 		}
 	}

@@ -43,7 +43,10 @@ func hasAMX() bool {
 }
 
 //go:noescape
-func amxTranspose(dst *float32, ldo uintptr, src *float32, nt int, acc int)
+func amxTranspose(dst *float32, ldo uintptr, src *float32, nt int, acc int, scale *float32)
+
+//go:noescape
+func fp8ToBF16AVX512(dst *uint16, src *uint8, n int)
 
 //go:noescape
 func amxPackAVX512(dst *uint16, src *float32, ldx uintptr, nt, passes int, scratch *[256]uint32)

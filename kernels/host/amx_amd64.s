@@ -179,12 +179,13 @@ release:
 	BYTE $0xC4; BYTE $0xE2; BYTE $0x78; BYTE $0x49; BYTE $0xC0 // TILERELEASE
 	RET
 
-// func amxTranspose(dst *float32, ldo uintptr, src *float32, nt int, acc int)
+// func amxTranspose(dst *float32, ldo uintptr, src *float32, nt int, acc int, scale *float32)
 //
-// dst[t·ldo/4 + r] = src[r·16 + t] (acc ≠ 0: +=) for r < 16, t < nt ≤ 16:
-// a tile of sums [row][token] written to the output's token rows. AVX-512:
-// the 16 rows in Z0–Z15, transposed in four rounds of 16 shuffles.
-TEXT ·amxTranspose(SB), NOSPLIT, $0-40
+// dst[t·ldo/4 + r] = src[r·16 + t]·scale[r] (acc ≠ 0: +=; scale nil: 1)
+// for r < 16, t < nt ≤ 16: a tile of sums [row][token] written to the
+// output's token rows. AVX-512: the 16 rows in Z0–Z15, transposed in four
+// rounds of 16 shuffles.
+TEXT ·amxTranspose(SB), NOSPLIT, $0-48
 	MOVQ src+16(FP), SI
 	VMOVUPS 0(SI), Z0
 	VMOVUPS 64(SI), Z1
@@ -203,6 +204,28 @@ TEXT ·amxTranspose(SB), NOSPLIT, $0-40
 	VMOVUPS 896(SI), Z14
 	VMOVUPS 960(SI), Z15
 	TRANSPOSE16
+	MOVQ scale+40(FP), R8
+	TESTQ R8, R8
+	JZ unscaled
+	VMOVUPS (R8), Z16
+	VMULPS Z16, Z0, Z0
+	VMULPS Z16, Z1, Z1
+	VMULPS Z16, Z2, Z2
+	VMULPS Z16, Z3, Z3
+	VMULPS Z16, Z4, Z4
+	VMULPS Z16, Z5, Z5
+	VMULPS Z16, Z6, Z6
+	VMULPS Z16, Z7, Z7
+	VMULPS Z16, Z8, Z8
+	VMULPS Z16, Z9, Z9
+	VMULPS Z16, Z10, Z10
+	VMULPS Z16, Z11, Z11
+	VMULPS Z16, Z12, Z12
+	VMULPS Z16, Z13, Z13
+	VMULPS Z16, Z14, Z14
+	VMULPS Z16, Z15, Z15
+
+unscaled:
 	MOVQ dst+0(FP), DI
 	MOVQ ldo+8(FP), BX
 	MOVQ nt+24(FP), CX
@@ -526,3 +549,84 @@ pnext:
 	JLT ppass
 	VZEROUPPER
 	RET
+
+// func fp8ToBF16AVX512(dst *uint16, src *uint8, n int)
+//
+// dst[i] = the bf16 of E4M3 code src[i], for i < 32·n, exactly: a normal
+// code s eeee mmm is s·2^(e−7)·(1 + m/8), bf16 bits s<<15 | (e+120)<<7 |
+// m<<4; a subnormal (e = 0) m·2⁻⁹ from a table; the NaN codes read as
+// ±480, as the SIMD tiles read them.
+TEXT ·fp8ToBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	TESTQ CX, CX
+	JLE fdone
+	VPBROADCASTW fp8k<>+0(SB), Z20 // 0x7f
+	VPBROADCASTW fp8k<>+2(SB), Z21 // 0x3c00
+	VPBROADCASTW fp8k<>+4(SB), Z22 // 0x80
+	VPBROADCASTW fp8k<>+6(SB), Z23 // 0x78
+	VPBROADCASTW fp8k<>+8(SB), Z24 // 7
+	VMOVDQU16 fp8k<>+16(SB), Z25    // subnormals m·2⁻⁹, m < 8 (repeated)
+
+floop:
+	VPMOVZXBW (SI), Z0
+	VPANDD Z20, Z0, Z1
+	VPSLLW $4, Z1, Z1
+	VPADDW Z21, Z1, Z1  // (e+120)<<7 | m<<4
+	VPANDD Z24, Z0, Z2
+	VPERMW Z25, Z2, Z2  // the subnormal of m
+	VPTESTNMW Z23, Z0, K1
+	VMOVDQU16 Z2, K1, Z1
+	VPANDD Z22, Z0, Z3
+	VPSLLW $8, Z3, Z3
+	VPORD Z3, Z1, Z1
+	VMOVDQU16 Z1, (DI)
+	ADDQ $32, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ floop
+	VZEROUPPER
+
+fdone:
+	RET
+
+// Constants of fp8ToBF16AVX512.
+DATA fp8k<>+0(SB)/2, $0x7f
+DATA fp8k<>+2(SB)/2, $0x3c00
+DATA fp8k<>+4(SB)/2, $0x80
+DATA fp8k<>+6(SB)/2, $0x78
+DATA fp8k<>+8(SB)/2, $7
+DATA fp8k<>+16(SB)/2, $0x0
+DATA fp8k<>+18(SB)/2, $0x3b00
+DATA fp8k<>+20(SB)/2, $0x3b80
+DATA fp8k<>+22(SB)/2, $0x3bc0
+DATA fp8k<>+24(SB)/2, $0x3c00
+DATA fp8k<>+26(SB)/2, $0x3c20
+DATA fp8k<>+28(SB)/2, $0x3c40
+DATA fp8k<>+30(SB)/2, $0x3c60
+DATA fp8k<>+32(SB)/2, $0x0
+DATA fp8k<>+34(SB)/2, $0x3b00
+DATA fp8k<>+36(SB)/2, $0x3b80
+DATA fp8k<>+38(SB)/2, $0x3bc0
+DATA fp8k<>+40(SB)/2, $0x3c00
+DATA fp8k<>+42(SB)/2, $0x3c20
+DATA fp8k<>+44(SB)/2, $0x3c40
+DATA fp8k<>+46(SB)/2, $0x3c60
+DATA fp8k<>+48(SB)/2, $0x0
+DATA fp8k<>+50(SB)/2, $0x3b00
+DATA fp8k<>+52(SB)/2, $0x3b80
+DATA fp8k<>+54(SB)/2, $0x3bc0
+DATA fp8k<>+56(SB)/2, $0x3c00
+DATA fp8k<>+58(SB)/2, $0x3c20
+DATA fp8k<>+60(SB)/2, $0x3c40
+DATA fp8k<>+62(SB)/2, $0x3c60
+DATA fp8k<>+64(SB)/2, $0x0
+DATA fp8k<>+66(SB)/2, $0x3b00
+DATA fp8k<>+68(SB)/2, $0x3b80
+DATA fp8k<>+70(SB)/2, $0x3bc0
+DATA fp8k<>+72(SB)/2, $0x3c00
+DATA fp8k<>+74(SB)/2, $0x3c20
+DATA fp8k<>+76(SB)/2, $0x3c40
+DATA fp8k<>+78(SB)/2, $0x3c60
+GLOBL fp8k<>(SB), RODATA|NOPTR, $80

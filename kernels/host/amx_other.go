@@ -9,7 +9,9 @@ func amxPanel(cfg *[64]byte, w *uint16, ldw uintptr, x *uint16, tbStride uintptr
 	panic("host: amxPanel off amd64")
 }
 
-func amxTranspose(dst *float32, ldo uintptr, src *float32, nt int, acc int) {
+func fp8ToBF16AVX512(dst *uint16, src *uint8, n int) { panic("host: fp8ToBF16AVX512 off amd64") }
+
+func amxTranspose(dst *float32, ldo uintptr, src *float32, nt int, acc int, scale *float32) {
 	panic("host: amxTranspose off amd64")
 }
 

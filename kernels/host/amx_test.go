@@ -233,7 +233,7 @@ func TestAMXTranspose(t *testing.T) {
 		for acc := range 2 {
 			dst := randF32(r, 17*ldo+16)
 			was := slices.Clone(dst)
-			amxTranspose(&dst[ldo+3], 4*ldo, &src[0], nt, acc)
+			amxTranspose(&dst[ldo+3], 4*ldo, &src[0], nt, acc, nil)
 			for i := range dst {
 				want := was[i]
 				if tok, row := i/ldo-1, i%ldo-3; tok >= 0 && tok < nt && row >= 0 && row < 16 {
@@ -383,6 +383,78 @@ func TestAMXPackAVX512(t *testing.T) {
 				if j.px[i] != want[i] {
 					t.Fatalf("T %d, %d passes: value %d = %#x, Go %#x", T, P, i, j.px[i], want[i])
 				}
+			}
+		}
+	}
+}
+
+// fp8ToBF16AVX512 widens every E4M3 code to its exact value as a bf16
+// (the NaN codes to ±480, as the SIMD tiles read them).
+func TestFP8ToBF16AVX512(t *testing.T) {
+	if !hasAMX() {
+		t.Skip("no AMX (the conversion's AVX-512 BW comes with it)")
+	}
+	src := make([]uint8, 256)
+	for i := range src {
+		src[i] = uint8(i)
+	}
+	dst := make([]uint16, 256)
+	fp8ToBF16AVX512(&dst[0], &src[0], 256/32)
+	for c := range 256 {
+		want := runtime.F8E4M3ToF32(uint8(c))
+		if c&0x7f == 0x7f {
+			want = 480
+			if c&0x80 != 0 {
+				want = -480
+			}
+		}
+		if got := bf16Val(dst[c]); got != want || math.Signbit(float64(got)) != math.Signbit(float64(want)) {
+			t.Fatalf("code %#x: %v (bits %#x), want %v", c, got, dst[c], want)
+		}
+	}
+}
+
+// amxTranspose with row scales multiplies each row's sums by its scale.
+func TestAMXTransposeScaled(t *testing.T) {
+	if !hasAMX() {
+		t.Skip("no AMX tiles on this CPU or OS")
+	}
+	r := rand.New(rand.NewPCG(21, 22))
+	src, scale := randF32(r, 256), randF32(r, 16)
+	dst := make([]float32, 16*16)
+	amxTranspose(&dst[0], 64, &src[0], 16, 0, &scale[0])
+	for tok := range 16 {
+		for row := range 16 {
+			if got, want := dst[tok*16+row], src[row*16+tok]*scale[row]; got != want {
+				t.Fatalf("token %d row %d: %v, want %v", tok, row, got, want)
+			}
+		}
+	}
+}
+
+// FP8 E4M3 weights with a scale a row take the tiles (widened exactly to
+// bf16, the scales applied to the sums) within the tolerance of the
+// reference's MatMulQ; block-scaled ones stay on the SIMD tiles, as
+// correct.
+func TestAMXMatMulQEqualsReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, e := range amxEngines(t, 2, 3) {
+		for _, sh := range [][3]int{{64, 96, 0}, {70, 64, 0}, {96, 32 * (amxKSteps + 3), 0}, {64, 256, 128}} {
+			n, k, block := sh[0], sh[1], sh[2]
+			w := randQMat(r, n, k, block)
+			wf := dequant(w)
+			for _, T := range []int{16, 33} {
+				name := fmt.Sprintf("%d passes/%d threads/%dx%d block %d/T%d", e.AMXPasses(), e.Threads(), n, k, block, T)
+				x := randF32(r, T*k)
+				want := make([]float32, T*n)
+				if err := kernels.MatMulQ(want, x, T, w); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]float32, T*n)
+				if err := e.MatMulQ(got, x, T, w); err != nil {
+					t.Fatal(err)
+				}
+				checkTol(t, name, got, want, magnitude(wf, x, T, n, k))
 			}
 		}
 	}

@@ -77,9 +77,10 @@ type Engine struct {
 	prefetch int   // bytes the one-token BF16 tile prefetches ahead; 0: none
 	amx      int   // passes of the AMX products; 0: none
 
-	amxMu  sync.Mutex // the AMX products' packing buffer and job
+	amxMu  sync.Mutex // the AMX products' packing buffer, job and FP8 panels
 	amxBuf []uint16
 	amxJob amxJob
+	amxA   [][]uint16 // a worker's FP8 rows widened to bf16 (amxJob.panel)
 }
 
 // NewEngine starts an Engine with o's thread count and level.
