@@ -20,7 +20,9 @@
 // loads, zero-extension, shifts, FMA) but builds only with
 // GOEXPERIMENT=simd, so assembly is the default.
 //
-// Products of 16 tokens or more with a BF16 weight run on the AMX tiles
+// Products of 16 tokens or more with a BF16 weight (or an FP8 E4M3 one
+// with a scale a row, each panel widened exactly to bf16 first) run on the
+// AMX tiles
 // where the CPU has AMX-BF16 and Linux grants the tile state (amx.go,
 // amx_amd64.s: the instructions as bytes, Go's assembler not knowing
 // them): the weight read in place, 32 rows a panel, x packed once a
