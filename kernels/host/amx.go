@@ -16,7 +16,9 @@ import (
 // multiply 16×32 by 32×16 bf16 tiles into 16×16 float32 sums, an order of
 // magnitude more multiply-adds a cycle than the AVX-512 FMAs. The weight
 // is read as it lies (16 rows of 32 columns a tile, the row stride its
-// width); x is packed once a product into bf16 tiles in the pairs layout
+// width; an FP8 E4M3 weight with a scale a row is widened exactly to bf16
+// a panel at a time, its scales applied to the sums); x is packed once a
+// product into bf16 tiles in the pairs layout
 // the tiles' second operand wants. A float32 x is not a bf16 one: with
 // AMXPasses p, x is the sum of p bf16 parts (x rounded, then the rounding
 // of what is left, …), each multiplied in its own pass, so that 3 passes
