@@ -426,6 +426,18 @@ DATA packk<>+76(SB)/2, $61
 DATA packk<>+78(SB)/2, $63
 GLOBL packk<>(SB), RODATA|NOPTR, $80
 
+// BF16ROUND sets out to v rounded to bf16 (ties to even) as float32
+// bits, a NaN made quiet as bf16Round does: u = v + 0x7fff + (v>>16 & 1),
+// its high half. Uses Z24, K1 and the constants in Z26–Z29.
+#define BF16ROUND(v, out) VPSRLD $16, v, Z24; \
+	VPANDD Z27, Z24, Z24; \
+	VPADDD Z26, Z24, Z24; \
+	VPADDD v, Z24, Z24; \
+	VPANDD Z28, Z24, out; \
+	VCMPPS $3, v, v, K1; \
+	VPORD Z29, v, Z24; \
+	VPANDD Z28, Z24, K1, out
+
 // func amxPackAVX512(dst *uint16, src *float32, ldx uintptr, nt, passes int, scratch *[256]uint32)
 //
 // One k step of one token block of amxJob.pack: for each pass p, the tile
@@ -459,44 +471,16 @@ ptok:
 	JZ plast
 
 pchain:
-	VPSRLD $16, Z16, Z24
-	VPANDD Z27, Z24, Z24
-	VPADDD Z26, Z24, Z24
-	VPADDD Z16, Z24, Z24
-	VPANDD Z28, Z24, Z18
-	VCMPPS $3, Z16, Z16, K1
-	VPORD Z29, Z16, Z24
-	VPANDD Z28, Z24, K1, Z18
+	BF16ROUND(Z16, Z18)
 	VSUBPS Z18, Z16, Z16
-	VPSRLD $16, Z17, Z24
-	VPANDD Z27, Z24, Z24
-	VPADDD Z26, Z24, Z24
-	VPADDD Z17, Z24, Z24
-	VPANDD Z28, Z24, Z19
-	VCMPPS $3, Z17, Z17, K1
-	VPORD Z29, Z17, Z24
-	VPANDD Z28, Z24, K1, Z19
+	BF16ROUND(Z17, Z19)
 	VSUBPS Z19, Z17, Z17
 	DECQ R10
 	JNZ pchain
 
 plast:
-	VPSRLD $16, Z16, Z24
-	VPANDD Z27, Z24, Z24
-	VPADDD Z26, Z24, Z24
-	VPADDD Z16, Z24, Z24
-	VPANDD Z28, Z24, Z18
-	VCMPPS $3, Z16, Z16, K1
-	VPORD Z29, Z16, Z24
-	VPANDD Z28, Z24, K1, Z18
-	VPSRLD $16, Z17, Z24
-	VPANDD Z27, Z24, Z24
-	VPADDD Z26, Z24, Z24
-	VPADDD Z17, Z24, Z24
-	VPANDD Z28, Z24, Z19
-	VCMPPS $3, Z17, Z17, K1
-	VPORD Z29, Z17, Z24
-	VPANDD Z28, Z24, K1, Z19
+	BF16ROUND(Z16, Z18)
+	BF16ROUND(Z17, Z19)
 	VPERMT2W Z19, Z30, Z18
 	VMOVDQU32 Z18, (BX)
 	JMP pnext
