@@ -49,7 +49,8 @@ type Options struct {
 	// negative none.
 	PrefetchBytes int
 	// AMXPasses is how the products of 16 tokens or more with a BF16
-	// weight use the AMX tiles, where the CPU has them (amx.go): the
+	// weight (or an FP8 E4M3 one with a scale a row) use the AMX tiles,
+	// where the CPU has them (amx.go): the
 	// passes over x's bf16 parts, 1 (x rounded to bf16, a GPU's product),
 	// 2, or 3 (float32's precision); 0 means the environment's FT_HOST_AMX
 	// (1, 2, 3 or off) or else DefaultAMXPasses; negative never.
@@ -230,8 +231,9 @@ func (e *Engine) MatMul(out, x []float32, T int, w kernels.Mat) error {
 // MatMulQ is MatMul for an FP8 weight: out[t,j] = Σ_c x[t,c]·dequant(w)[j,c]
 // with dequant(w)[j,c] = float32(q[j,c])·s(j,c) as kernels.QMat lays the
 // scales out. E4M3 runs in SIMD (the codes widened in registers; NaN codes,
-// which quantizers never write, read as ±480); E5M2 and Generic use
-// kernels.MatMulQ.
+// which quantizers never write, read as ±480), or, for 16 tokens or more
+// with a scale a row on a CPU with AMX, on the tiles (amx.go); E5M2 and
+// Generic use kernels.MatMulQ.
 func (e *Engine) MatMulQ(out, x []float32, T int, w kernels.QMat) error {
 	if err := w.Validate(); err != nil {
 		return fmt.Errorf("host.MatMulFP8: w: %w", err)
