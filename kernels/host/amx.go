@@ -127,21 +127,18 @@ func (j *amxJob) tile(tb, s, p int) int { return ((tb*j.ks+s)*j.P + p) * 512 }
 
 // pack writes units [lo,hi) (a unit: token block u/ks, k step u%ks) of px:
 // in the tile of (tb, s, p), the value of token 16tb+t at column 32s+2i+e
-// lies at i·32 + t·2 + e, part p of it (zero past T).
-func (j *amxJob) pack(w, lo, hi int) {
-	if hasAMX() { // AVX-512 F and BW come with it
-		var scratch [256]uint32
-		for u := lo; u < hi; u++ {
-			tb, s := u/j.ks, u%j.ks
-			amxPackAVX512(&j.px[j.tile(tb, s, 0)], &j.x[(16*tb)*j.K+32*s], uintptr(4*j.K), min(16, j.T-16*tb), j.P, &scratch)
-		}
-		return
+// lies at i·32 + t·2 + e, part p of it (zero past T). An AMX job runs only
+// where hasAMX holds, and AVX-512 F and BW come with it.
+func (j *amxJob) pack(_, lo, hi int) {
+	var scratch [256]uint32
+	for u := lo; u < hi; u++ {
+		tb, s := u/j.ks, u%j.ks
+		amxPackAVX512(&j.px[j.tile(tb, s, 0)], &j.x[(16*tb)*j.K+32*s], uintptr(4*j.K), min(16, j.T-16*tb), j.P, &scratch)
 	}
-	j.packGo(w, lo, hi)
 }
 
-// packGo is pack in Go (little-endian): the reference TestAMXPackAVX512
-// holds amxPackAVX512 to.
+// packGo is pack in Go (little-endian), used only as the reference
+// TestAMXPackAVX512 holds amxPackAVX512 to.
 func (j *amxJob) packGo(_, lo, hi int) {
 	K, P := j.K, j.P
 	var parts [3][]uint32 // a tile as 256 pairs: pair (i, t) at i·16 + t
