@@ -7,12 +7,11 @@ import (
 
 // Forwards that cannot compute host units. A host unit runs only where the
 // model's layer loop asks where each unit runs (nn.Tree.RunsOn) and hands
-// the hidden state to the host backend: decoder.Model's single-sequence
-// Forward does, its batched ForwardBatch does not (a batch's paged KV cache
-// lives on the device). Such a pass under a plan with host units would
-// reach a unit it cannot compute, so the engine puts a host-free plan in
-// force before the pass starts: at a batch's tokens per forward the host's
-// compute, which grows with the tokens, would lose to streaming anyway.
+// the hidden state to the host backend: decoder.Model's forwards do, its
+// ForwardBatch not with BatchHostFree set, and a root without
+// PlacementAsker is taken to ask. A pass that does not ask, under a plan
+// with host units, would reach a unit it cannot compute, so the engine
+// puts a host-free plan in force before the pass starts.
 //
 // Host-free plans have token buckets of their own (tokens.go), keyed apart
 // from the three-way ones: a batch of one is host-free, a decode step of
@@ -26,8 +25,8 @@ import (
 
 // PlacementAsker is an optional interface of a model's root module: whether
 // the forward being entered asks nn.Tree.RunsOn before each unit, and so
-// can compute units on the host (decoder.Model: true for Forward, false for
-// ForwardBatch). A root without it is taken to ask.
+// can compute units on the host (decoder.Model: true unless a ForwardBatch
+// with BatchHostFree). A root without it is taken to ask.
 type PlacementAsker interface {
 	PassAsksPlacement() bool
 }
@@ -67,7 +66,7 @@ func (e *engine) leaveHost() error {
 	}
 	for _, u := range e.units {
 		if forced[u] {
-			return fmt.Errorf("offload: unit %s is placed on the host by Config.HostUnits, and this forward (a batched one: ForwardBatch) cannot compute host units; offload without HostUnits to batch", u.name)
+			return fmt.Errorf("offload: unit %s is placed on the host by Config.HostUnits, and this forward cannot compute host units (it does not ask where units run: a decoder.Model's ForwardBatch with BatchHostFree or FT_BATCH_HOST=off); offload without HostUnits, or let it ask", u.name)
 		}
 	}
 	t := &e.tok

@@ -4,6 +4,7 @@
 package runtime
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"strings"
@@ -67,4 +68,28 @@ func F32ToBF16(f float32) uint16 {
 	}
 	u += 0x7fff + (u>>16)&1
 	return uint16(u >> 16)
+}
+
+// Convert copies the values of src (of dtype sd) into dst (of dtype dd):
+// the same bytes where the dtypes are equal, else F32 ↔ BF16 (widened
+// exactly, narrowed with F32ToBF16's rounding). dst holds as many values
+// as src. Other pairs are an error naming them.
+func Convert(dst []byte, dd DType, src []byte, sd DType) error {
+	switch {
+	case dd == sd:
+		copy(dst, src)
+	case dd == F32 && sd == BF16:
+		for i := 0; i < len(src)/2; i++ {
+			f := BF16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(f))
+		}
+	case dd == BF16 && sd == F32:
+		for i := 0; i < len(src)/4; i++ {
+			f := math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+			binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(f))
+		}
+	default:
+		return fmt.Errorf("runtime.Convert: cannot convert %v to %v", sd, dd)
+	}
+	return nil
 }

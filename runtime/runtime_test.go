@@ -2,7 +2,9 @@ package runtime
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 )
@@ -191,5 +193,41 @@ func TestMetaHasNoStorage(t *testing.T) {
 	}
 	if _, err := m.AllocHost(1, "h"); err == nil || !strings.Contains(err.Error(), "no storage") {
 		t.Fatalf("meta AllocHost = %v", err)
+	}
+}
+
+// TestConvert: F32 ↔ BF16 value by value as BF16ToF32 and F32ToBF16 do
+// (rounding to nearest even, NaN kept), equal dtypes copied, other pairs an
+// error naming them.
+func TestConvert(t *testing.T) {
+	vals := []float32{0, -1.5, 3.1415927, 1e-30, -65504, float32(math.Inf(1)), float32(math.NaN())}
+	f := make([]byte, 4*len(vals))
+	for i, x := range vals {
+		binary.LittleEndian.PutUint32(f[4*i:], math.Float32bits(x))
+	}
+	h := make([]byte, 2*len(vals))
+	if err := Convert(h, BF16, f, F32); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]byte, len(f))
+	if err := Convert(back, F32, h, BF16); err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range vals {
+		b := binary.LittleEndian.Uint16(h[2*i:])
+		if b != F32ToBF16(x) {
+			t.Errorf("%g: bf16 %#04x, want %#04x", x, b, F32ToBF16(x))
+		}
+		y := math.Float32frombits(binary.LittleEndian.Uint32(back[4*i:]))
+		if want := BF16ToF32(b); math.Float32bits(y) != math.Float32bits(want) {
+			t.Errorf("%g: widened to %g, want %g", x, y, want)
+		}
+	}
+	same := make([]byte, len(f))
+	if err := Convert(same, F32, f, F32); err != nil || string(same) != string(f) {
+		t.Errorf("F32 to F32: %v, bytes equal %v", err, string(same) == string(f))
+	}
+	if err := Convert(h, BF16, f, I32); err == nil || !strings.Contains(err.Error(), "I32") {
+		t.Errorf("I32 to BF16: %v; want an error naming I32", err)
 	}
 }

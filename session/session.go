@@ -125,10 +125,9 @@ type Options struct {
 	// caller that offloads itself), lets the offload planner compute layers
 	// on the host CPU: Open makes a CPU device and the host kernels
 	// (kernels/host) with HostThreads workers and sets them as the offload
-	// engine's Config.HostBackend (Session.HostBackend). Single-sequence
-	// forwards (Forward, Generate) compute host layers; before a batched
-	// forward the engine puts a plan with no layer on the host in force.
-	// Not with several devices.
+	// engine's Config.HostBackend (Session.HostBackend). Forwards of one
+	// sequence (Forward, Generate) and batched ones (ForwardBatch, and so
+	// the scheduler) compute host layers. Not with several devices.
 	HostPlacement bool
 	// HostThreads is the host kernels' worker count with HostPlacement (0 =
 	// every core); negative is an error.

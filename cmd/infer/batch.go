@@ -203,9 +203,6 @@ func maybeRunBatch(o *runOptions, stdout, stderr io.Writer) (bool, error) {
 		}
 		return false, nil
 	}
-	if err := o.dev.refuseHostBatched("run-model --batch-file"); err != nil {
-		return true, err
-	}
 	return true, runBatch(o, stdout, stderr)
 }
 

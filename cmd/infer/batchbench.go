@@ -29,8 +29,8 @@ type batchBenchRow struct {
 	// ResidentUnits, StreamedUnits and HostUnits are the placement of the
 	// offloaded budgets' plan in force after the measured steps (0, 0, 0
 	// when resident). Budget "B+host" rows (--host-threads) plan three
-	// ways; a batched forward computes no unit on the host, so their plan
-	// is the two-way one for the batch's tokens.
+	// ways for the batch's tokens (FT_BATCH_HOST=off: two ways, no unit
+	// on the host).
 	ResidentUnits int `json:"resident_units"`
 	StreamedUnits int `json:"streamed_units"`
 	HostUnits     int `json:"host_units"`

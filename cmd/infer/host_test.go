@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -140,8 +141,6 @@ func TestHostThreadsErrors(t *testing.T) {
 		{[]string{"run-model", "--gpu-budget", "0", "--token-ids", "1", "--host-threads", "many"}, `--host-threads "many"`},
 		{[]string{"run-model", "--token-ids", "1", "--host-threads", "2"}, "--host-threads applies to an offloaded model only"},
 		{[]string{"run-model", "--device", "cpu:0,cpu:1", "--gpu-budget", "0", "--token-ids", "1", "--host-threads", "2"}, "does not apply to several devices"},
-		{[]string{"run-model", "--gpu-budget", "0", "--batch-file", batch, "--host-threads", "2"}, "host placement runs single-sequence forwards only"},
-		{[]string{"serve", "--gpu-budget", "0", "--host-threads", "2"}, "does not apply to serve"},
 	} {
 		code, _, errOut := run(t, c.args...)
 		if code != 2 || !strings.Contains(errOut, c.want) {
@@ -156,24 +155,72 @@ func TestHostThreadsErrors(t *testing.T) {
 }
 
 // TestBenchBatchHost: bench --batch with --host-threads runs each offloaded
-// budget twice, the two-way plan and "0+host", and the +host rows compute
-// no layer on the host (a batched forward runs under a host-free plan),
-// streaming every layer as the two-way rows do, at batch 1 and 3.
+// budget twice, the two-way plan and "0+host", at batch 1 and 3: the
+// two-way rows stream every layer and compute none on the host; the +host
+// rows place every layer somewhere (resident, streamed or, batched forwards
+// computing host layers, on the host), and with FT_BATCH_HOST=off none on
+// the host.
 func TestBenchBatchHost(t *testing.T) {
-	code, out, errOut := run(t, "bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0", "--batch", "1,3",
-		"--context", "5", "--iters", "2", "--warmup", "0", "--host-threads", "2", "--json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	rows := batchRows(t, out)
-	var budgets []string
-	for _, r := range rows {
-		budgets = append(budgets, r.Budget)
-		if r.HostUnits != 0 || r.StreamedUnits == 0 || r.StepMs <= 0 {
-			t.Errorf("row %+v: want no host unit, streamed layers and a step time", r)
+	args := []string{"bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0", "--batch", "1,3",
+		"--context", "5", "--iters", "2", "--warmup", "0", "--host-threads", "2", "--json"}
+	for _, off := range []bool{false, true} {
+		if off {
+			t.Setenv("FT_BATCH_HOST", "off")
+		}
+		code, out, errOut := run(t, args...)
+		if code != 0 {
+			t.Fatalf("FT_BATCH_HOST off %v: exit %d: %s", off, code, errOut)
+		}
+		rows := batchRows(t, out)
+		var budgets []string
+		for _, r := range rows {
+			budgets = append(budgets, r.Budget)
+			placed := r.ResidentUnits + r.StreamedUnits + r.HostUnits
+			switch {
+			case r.StepMs <= 0 || placed != rows[0].StreamedUnits:
+				t.Errorf("FT_BATCH_HOST off %v: row %+v: want a step time and the %d layers placed", off, r, rows[0].StreamedUnits)
+			case (r.Budget == "0" || off) && (r.HostUnits != 0 || r.StreamedUnits == 0):
+				t.Errorf("FT_BATCH_HOST off %v: row %+v: want no host unit, streamed layers", off, r)
+			}
+		}
+		if want := []string{"0", "0", "0+host", "0+host"}; !slices.Equal(budgets, want) {
+			t.Fatalf("budgets %v, want %v:\n%s", budgets, want, out)
 		}
 	}
-	if want := []string{"0", "0", "0+host", "0+host"}; !slices.Equal(budgets, want) {
-		t.Fatalf("budgets %v, want %v:\n%s", budgets, want, out)
+}
+
+// TestRunModelBatchFileHost: run-model --batch-file takes --host-threads
+// (batched forwards compute host layers): an offloaded model's greedy
+// requests give the tokens they give without it.
+func TestRunModelBatchFileHost(t *testing.T) {
+	in := writeBatch(t,
+		`{"token_ids": [5, 6, 7], "max_new_tokens": 6, "ignore_eos": true}`,
+		`{"token_ids": [9, 8, 7, 6, 5, 4, 3, 2, 1, 20, 30], "max_new_tokens": 4, "ignore_eos": true}`,
+		`{"token_ids": [11], "max_new_tokens": 8, "ignore_eos": true}`,
+	)
+	var got [][][]int32
+	for _, host := range []bool{false, true} {
+		out := filepath.Join(t.TempDir(), "results.jsonl")
+		args := []string{"run-model", "--gpu-budget", "0", "--batch-file", in, "--out", out}
+		if host {
+			args = append(args, "--host-threads", "2")
+		}
+		code, _, errOut := run(t, args...)
+		if code != 0 {
+			t.Fatalf("host threads %v: exit %d: %s", host, code, errOut)
+		}
+		var ids [][]int32
+		for _, r := range readResults(t, out) {
+			if r.Error != "" || r.FinishReason != "length" {
+				t.Fatalf("host threads %v: result %+v", host, r)
+			}
+			ids = append(ids, r.GeneratedIDs)
+		}
+		got = append(got, ids)
+	}
+	for i := range got[0] {
+		if !slices.Equal(got[0][i], got[1][i]) {
+			t.Errorf("request %d: %v with --host-threads, %v without", i, got[1][i], got[0][i])
+		}
 	}
 }

@@ -141,9 +141,6 @@ func serveCmd(args []string, stdout, stderr io.Writer) (err error) {
 	if err := o.dev.checkOffloadFlags(); err != nil {
 		return err
 	}
-	if err := o.dev.refuseHostBatched("serve (it batches requests)"); err != nil {
-		return err
-	}
 	// Bind before loading, so that a taken port fails at once.
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
 	if err != nil {

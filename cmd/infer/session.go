@@ -189,16 +189,6 @@ func (d deviceFlags) sessionOptions() (ftsession.Options, error) {
 	return opts, nil
 }
 
-// refuseHostBatched refuses --host-threads for a run whose forwards are
-// all batched (what names it): host placement computes single-sequence
-// forwards only, and batched ones run with no layer on the host.
-func (d deviceFlags) refuseHostBatched(what string) error {
-	if d.hostThreads.set {
-		return usagef("--host-threads does not apply to %s: host placement runs single-sequence forwards only (run-model without --batch-file; bench --batch shows batches streaming)", what)
-	}
-	return nil
-}
-
 // checkOffloadFlags refuses the offload flags that would do nothing without
 // an offloaded model (--gpu-budget or --profile): run-model and profile.
 func (d deviceFlags) checkOffloadFlags() error {

@@ -73,7 +73,9 @@ func runAlone(t *testing.T, m *decoder.Model, b kernels.Backend, ps []seqPlan) [
 // runBatched runs the plans through ForwardBatch, every active sequence in
 // one forward per step, and returns each sequence's logits per forward
 // (prefill, then each decode step). Sequences are freed as they finish.
-func runBatched(t *testing.T, m *decoder.Model, b kernels.Backend, cache *kvcache.Paged, ps []seqPlan) [][][]float32 {
+// before, when given, is called ahead of each step's forward with the
+// step and the sequences so far (nil: not joined yet).
+func runBatched(t *testing.T, m *decoder.Model, b kernels.Backend, cache *kvcache.Paged, ps []seqPlan, before ...func(step int, seqs []*kvcache.Seq)) [][][]float32 {
 	t.Helper()
 	V := m.Cfg.VocabSize
 	out := make([][][]float32, len(ps))
@@ -99,6 +101,9 @@ func runBatched(t *testing.T, m *decoder.Model, b kernels.Backend, cache *kvcach
 				continue
 			}
 			return out
+		}
+		for _, f := range before {
+			f(step, seqs)
 		}
 		lt, err := m.ForwardBatch(b, cache, entries)
 		if err != nil {

@@ -53,6 +53,7 @@ func (m *Model) PagedConfig(blocks, blockSize int) kvcache.Config {
 // in packed order (decode steps first, then prefills) and where each sits.
 type batchState struct {
 	cache    *kvcache.Paged
+	kv       batchPools // the pools the layers read and write: the cache's, or its Mirror's on the host (hostbatch.go)
 	packed   []BatchEntry
 	starts   []int // packed[i]'s rows are starts[i]..starts[i+1]−1
 	nDecode  int   // packed[:nDecode] are one-token entries
@@ -156,16 +157,14 @@ func (m *Model) forwardBatch(b kernels.Backend, cache *kvcache.Paged, entries []
 		}
 	}
 	var logits *runtime.Tensor
-	m.passTokens, m.passAsks = T, false
+	m.passTokens, m.passAsks = T, !m.batchHostFree()
 	err = nn.Call(m, func() error {
 		x := rows(w.x, T) // the residual stream [T,D], all sequences packed
 		if err := m.Embed.Forward(b, x, ids); err != nil {
 			return err
 		}
-		for _, l := range m.Layers {
-			if err := nn.Call(l, func() error { return l.ops(b, w, x, nil, bs) }); err != nil {
-				return err
-			}
+		if err := m.runBatchLayers(b, w, x, bs); err != nil {
+			return err
 		}
 		h := rows(w.h, T)
 		if err := m.Norm.Forward(b, h, x); err != nil { // row-wise: the same values as on each last row alone
@@ -230,7 +229,7 @@ func (m *Model) planBatch(b kernels.Backend, cache *kvcache.Paged, entries []Bat
 			return nil, nil, fmt.Errorf("decoder.ForwardBatch: entry %d (%d cached + %d new positions): %w", i, e.Seq.Len(), len(e.IDs), err)
 		}
 	}
-	bs := &batchState{cache: cache}
+	bs := &batchState{cache: cache, kv: cache}
 	for _, e := range entries {
 		if len(e.IDs) == 1 {
 			bs.packed = append(bs.packed, e)
@@ -311,7 +310,7 @@ func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtim
 // kernels.BatchRoPEStorer, else per sequence).
 func (a *Attention) projectRoPEBatch(b kernels.Backend, invFreq []float32, h, q, k, v *runtime.Tensor, bs *batchState) error {
 	in := normed{h: h}
-	kp, vp := bs.cache.K[a.Layer], bs.cache.V[a.Layer]
+	kp, vp := bs.kv.Pools(a.Layer)
 	if ran, err := a.projectRoPERows(b, invFreq, in, q, k, v, kp, vp, 0, bs.positions, bs.slots); err != nil || ran {
 		return err
 	}
@@ -330,7 +329,7 @@ func (a *Attention) projectRoPEBatch(b kernels.Backend, invFreq []float32, h, q,
 		if err := kernels.RoPEQK(b, qi, ki, e.Seq.Len(), invFreq); err != nil {
 			return err
 		}
-		if err := bs.cache.Store(b, a.Layer, e.Seq, ki, vi); err != nil {
+		if err := bs.kv.Store(b, a.Layer, e.Seq, ki, vi); err != nil {
 			return err
 		}
 	}
@@ -344,7 +343,7 @@ func (a *Attention) projectRoPEBatch(b kernels.Backend, invFreq []float32, h, q,
 // takes it, else with one varlen prefill attention over the pool; or
 // sequence by sequence over gathered copies where the backend has neither.
 func (a *Attention) attendBatch(b kernels.Backend, att, q, k, v *runtime.Tensor, bs *batchState) error {
-	kp, vp := bs.cache.K[a.Layer], bs.cache.V[a.Layer]
+	kp, vp := bs.kv.Pools(a.Layer)
 	nd, T := bs.starts[bs.nDecode], q.Dim(0)
 	done := make([]bool, len(bs.packed))
 	if f, ok := b.(kernels.PagedDecodeAttender); ok && nd > 0 {
@@ -391,7 +390,7 @@ func (a *Attention) attendBatch(b kernels.Backend, att, q, k, v *runtime.Tensor,
 		}
 		lo, hi := bs.starts[i], bs.starts[i+1]
 		ctx := e.Seq.Len() + hi - lo
-		if err := bs.cache.Gather(b, a.Layer, e.Seq, ctx, bs.kScratch, bs.vScratch); err != nil {
+		if err := bs.kv.Gather(b, a.Layer, e.Seq, ctx, bs.kScratch, bs.vScratch); err != nil {
 			return err
 		}
 		if err := kernels.AttendWindow(b, slice(att, lo, hi), slice(q, lo, hi), bs.kScratch, bs.vScratch, e.Seq.Len(), a.Window); err != nil {

@@ -5,9 +5,9 @@ import (
 	"os"
 
 	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/models/kvcache"
 	"github.com/flextensor-go/flextensor/nn"
 	"github.com/flextensor-go/flextensor/runtime"
-	"github.com/flextensor-go/flextensor/runtime/hostmem"
 )
 
 // hostKVHeap: FT_HOST_KV=heap keeps the host-placed layers' KV storage on
@@ -37,17 +37,14 @@ func (c *hostKV) ensureAll(layers []*Layer, runsOn func(nn.Module) kernels.Backe
 }
 
 // alloc makes layer's host keys and values, shaped as the parent cache's:
-// one block mapped outside the Go heap (runtime/hostmem, on huge pages
-// where large enough) when the host backend's device can account for
-// memory it did not allocate, else two tensors of the device.
+// one block mapped outside the Go heap (kvcache.NewHostPools) where the host
+// backend's device can view it, else (or with FT_HOST_KV=heap) two
+// tensors of the device.
 func (c *hostKV) alloc(layer int) (kt, vt *runtime.Tensor, err error) {
 	shape := c.parent.K[layer].Shape()
 	dt := c.b.ActDType()
 	label := fmt.Sprintf("host kv cache layer %d", layer)
-	w, ok := c.b.Device().(interface {
-		Wrap(data []byte, label string) (*runtime.DeviceBuffer, error)
-	})
-	if !ok || hostKVHeap {
+	if hostKVHeap {
 		if kt, err = runtime.NewTensor(c.b.Device(), dt, shape, label+" k"); err != nil {
 			return nil, nil, err
 		}
@@ -57,31 +54,10 @@ func (c *hostKV) alloc(layer int) (kt, vt *runtime.Tensor, err error) {
 		}
 		return kt, vt, nil
 	}
-	per := int64(shape.NumElements()) * int64(dt.Size())
-	blk, err := hostmem.Map(2*max(per, 1), hostmem.Options{Huge: 2*per >= hostmem.HugePageSize})
+	hp, err := kvcache.NewHostPools(c.b.Device(), dt, shape, label)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", label, err)
-	}
-	tensor := func(off int64, kv string) (*runtime.Tensor, error) {
-		buf, err := w.Wrap(blk.Bytes()[off:off+per], label+" "+kv)
-		if err != nil {
-			return nil, err
-		}
-		t, err := runtime.TensorOn(buf, 0, dt, shape)
-		if err != nil {
-			buf.Free()
-		}
-		return t, err
-	}
-	if kt, err = tensor(0, "k"); err != nil {
-		blk.Free()
 		return nil, nil, err
 	}
-	if vt, err = tensor(per, "v"); err != nil {
-		kt.Buffer().Free()
-		blk.Free()
-		return nil, nil, err
-	}
-	c.blocks[layer] = blk
-	return kt, vt, nil
+	c.pools[layer] = hp
+	return hp.K, hp.V, nil
 }

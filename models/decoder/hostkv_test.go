@@ -63,11 +63,12 @@ func TestHostKVBlocksResident(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(kv.blocks) != 2 {
-		t.Fatalf("%d KV blocks for 2 host layers", len(kv.blocks))
+	if len(kv.pools) != 2 {
+		t.Fatalf("%d KV blocks for 2 host layers", len(kv.pools))
 	}
 	mode := hostmem.THPMode()
-	for layer, blk := range kv.blocks {
+	for layer, hp := range kv.pools {
+		blk := hp.Block
 		k, v := kv.k[layer], kv.v[layer]
 		if k == nil || v == nil {
 			t.Fatalf("layer %d: block without tensors", layer)

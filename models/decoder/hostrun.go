@@ -1,13 +1,11 @@
 package decoder
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/models/kvcache"
 	"github.com/flextensor-go/flextensor/runtime"
-	"github.com/flextensor-go/flextensor/runtime/hostmem"
 )
 
 // Host-placed layers: an offload engine with a host backend may plan to
@@ -16,10 +14,9 @@ import (
 // a stretch of consecutive host layers runs with the host backend on a
 // workspace and per-layer KV caches of its own on the host, and the
 // residual stream crosses the link once each way: copied device→host
-// before the stretch's first layer and host→device after its last.
-// Single-sequence forwards only (Forward, and so Generate); ForwardBatch
-// does not ask, and the engine fails a batched forward whose plan has host
-// layers.
+// before the stretch's first layer and host→device after its last. This
+// file is the single-sequence forward's side (Forward, and so Generate);
+// hostbatch.go is ForwardBatch's.
 
 // HiddenStateBytes is the bytes one token's residual stream takes (F32 on
 // every backend): what crosses the link each way per host stretch
@@ -103,7 +100,6 @@ func (m *Model) runLayers(b kernels.Backend, w *workspace, x *runtime.Tensor, ca
 		in     bool // inside a host stretch
 	)
 	T := x.Dim(0)
-	n := x.NumBytes()
 	for _, l := range m.Layers {
 		hb := tree.RunsOn(l)
 		if hb != nil && !in {
@@ -126,15 +122,9 @@ func (m *Model) runLayers(b kernels.Backend, w *workspace, x *runtime.Tensor, ca
 				tree.RunsOn(l)
 				hx = rows(h.ws.x, T)
 			}
-			// Device → host: after the device's work so far.
-			c := b.Device().Compute()
-			if err := c.CopyD2H(h.pinned, 0, x.Buffer(), x.Offset(), n); err != nil {
+			if err := m.toHost(b, h, x, hx); err != nil {
 				return err
 			}
-			if err := c.Synchronize(); err != nil {
-				return err
-			}
-			copy(hx.Bytes(), h.pinned.Bytes()[:n])
 			in = true
 		}
 		if hb == nil && in {
@@ -182,7 +172,7 @@ type hostKV struct {
 	parent *KVCache
 	b      kernels.Backend
 	k, v   map[int]*runtime.Tensor
-	blocks map[int]*hostmem.Block // a layer's k and v storage mapped outside the Go heap (hostkv.go)
+	pools map[int]*kvcache.HostPools // a layer's k and v storage, mapped outside the Go heap (hostkv.go); nil entries under FT_HOST_KV=heap
 }
 
 // hostCacheOf returns cache's host side for hb.
@@ -199,7 +189,7 @@ func hostCacheOf(cache Cache, hb kernels.Backend) (Cache, error) {
 		kc.host = nil
 	}
 	if kc.host == nil {
-		kc.host = &hostKV{parent: kc, b: hb, k: map[int]*runtime.Tensor{}, v: map[int]*runtime.Tensor{}, blocks: map[int]*hostmem.Block{}}
+		kc.host = &hostKV{parent: kc, b: hb, k: map[int]*runtime.Tensor{}, v: map[int]*runtime.Tensor{}, pools: map[int]*kvcache.HostPools{}}
 	}
 	return kc.host, nil
 }
@@ -211,16 +201,15 @@ func (c *hostKV) free() {
 }
 
 func (c *hostKV) drop(layer int) {
-	if t := c.k[layer]; t != nil {
+	if hp := c.pools[layer]; hp != nil {
+		hp.Free()
+	} else if t := c.k[layer]; t != nil {
 		t.Buffer().Free()
 		c.v[layer].Buffer().Free()
 	}
-	if blk := c.blocks[layer]; blk != nil {
-		blk.Free()
-	}
 	delete(c.k, layer)
 	delete(c.v, layer)
-	delete(c.blocks, layer)
+	delete(c.pools, layer)
 }
 
 // Len is the parent cache's.
@@ -302,10 +291,10 @@ func (c *hostKV) move(layer int, toHost bool) error {
 				err = cs.Synchronize()
 			}
 			if err == nil {
-				err = convertKV(h.Bytes()[:hn], h.DType(), tmp.Bytes(), d.DType())
+				err = runtime.Convert(h.Bytes()[:hn], h.DType(), tmp.Bytes(), d.DType())
 			}
 		} else {
-			err = convertKV(tmp.Bytes(), d.DType(), h.Bytes()[:hn], h.DType())
+			err = runtime.Convert(tmp.Bytes(), d.DType(), h.Bytes()[:hn], h.DType())
 			if err == nil {
 				err = cs.CopyH2D(d.Buffer(), d.Offset(), tmp, 0, n)
 			}
@@ -317,27 +306,6 @@ func (c *hostKV) move(layer int, toHost bool) error {
 		if err != nil {
 			return fmt.Errorf("decoder: moving kv cache layer %d (%d positions) between device and host: %w", layer, c.Len(), err)
 		}
-	}
-	return nil
-}
-
-// convertKV copies src (of dtype sd) into dst (of dtype dd).
-func convertKV(dst []byte, dd runtime.DType, src []byte, sd runtime.DType) error {
-	switch {
-	case dd == sd:
-		copy(dst, src)
-	case dd == runtime.F32 && sd == runtime.BF16:
-		for i := 0; i < len(src)/2; i++ {
-			f := runtime.BF16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
-			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(f))
-		}
-	case dd == runtime.BF16 && sd == runtime.F32:
-		for i := 0; i < len(src)/4; i++ {
-			f := math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
-			binary.LittleEndian.PutUint16(dst[2*i:], runtime.F32ToBF16(f))
-		}
-	default:
-		return fmt.Errorf("cannot convert cached %v to %v", sd, dd)
 	}
 	return nil
 }

@@ -108,6 +108,12 @@ type Model struct {
 	// that a separate add puts into the residual stream, also on backends
 	// that can add the product in place (accumulate.go; A/B runs, tests).
 	NoResidualAccumulate bool
+	// BatchHostFree keeps every layer of ForwardBatch on the device: an
+	// offload engine with a host backend then runs batched forwards under
+	// plans with no layer on the host, as before batched forwards could
+	// compute host layers (hostbatch.go; A/B runs, tests).
+	// FT_BATCH_HOST=off does the same for every model.
+	BatchHostFree bool
 	// NoIdleStepGraph runs one-token forwards under idle hooks (an offload
 	// plan that streams nothing) eagerly instead of replaying a recorded
 	// step (idlestep.go; A/B runs, tests). FT_IDLE_STEP_GRAPH=0 does the
@@ -144,10 +150,10 @@ type Model struct {
 func (m *Model) PassTokens() int { return m.passTokens }
 
 // PassAsksPlacement reports whether the forward in progress asks the module
-// tree where each layer runs (nn.Tree.RunsOn), as Forward does and
-// ForwardBatch does not. It makes the model an offload.PlacementAsker, so an
-// offload engine with a host backend runs ForwardBatch under a plan with no
-// layer on the host.
+// tree where each layer runs (nn.Tree.RunsOn): Forward does, ForwardBatch
+// unless BatchHostFree. It makes the model an offload.PlacementAsker, so an
+// offload engine with a host backend runs a forward that does not ask
+// under a plan with no layer on the host.
 func (m *Model) PassAsksPlacement() bool { return m.passAsks }
 
 // New builds the module tree for cfg with no weights bound, each module

@@ -79,6 +79,9 @@ type Paged struct {
 	free  []int32 // the free blocks, a stack
 	live  int     // sequences not yet freed
 	swaps []*Swap // the swap areas made by NewSwap, closed with the cache
+	// mirror is the copy of some layers on another device (Mirror), freed
+	// with the cache.
+	mirror *Mirror
 }
 
 // New allocates a paged cache of cfg's shape in dt on dev.
@@ -157,6 +160,10 @@ func (c *Paged) Close() {
 	c.mu.Lock()
 	swaps := c.swaps
 	c.swaps = nil
+	if c.mirror != nil {
+		c.mirror.free()
+		c.mirror = nil
+	}
 	c.mu.Unlock()
 	for _, sw := range swaps {
 		sw.close()
@@ -270,23 +277,38 @@ func (s *Seq) Slot(p int) int {
 	return int(s.blocks[p/bs])*bs + p%bs
 }
 
+// Pools is layer's key and value pools [Blocks·BlockSize, K, d].
+func (c *Paged) Pools(layer int) (k, v *runtime.Tensor) { return c.K[layer], c.V[layer] }
+
 // Store writes layer's new keys and values k, v [T,K,d] at the sequence's
 // positions Len()..Len()+T−1 (reserved before), one StoreKV a K/V per run
-// of physically consecutive blocks.
+// of physically consecutive blocks. A Mirror's copies of those blocks are
+// brought up to date at their next Mirror.Layer.
 func (c *Paged) Store(b kernels.Backend, layer int, s *Seq, k, v *runtime.Tensor) error {
-	return c.storeAt("Store", b, layer, s, s.n, k, v)
+	return c.StoreAt(b, layer, s, s.n, k, v)
 }
 
 // StoreAt writes layer's keys and values k, v [T,K,d] at the sequence's
 // positions pos..pos+T−1 (within its reserved room; positions already
 // filled are overwritten, and Len() does not change): a copy made
-// elsewhere put back into the blocks.
+// elsewhere put back into the blocks. A Mirror's copies of those blocks
+// are brought up to date at their next Mirror.Layer.
 func (c *Paged) StoreAt(b kernels.Backend, layer int, s *Seq, pos int, k, v *runtime.Tensor) error {
-	return c.storeAt("StoreAt", b, layer, s, pos, k, v)
+	if err := c.storeInto("StoreAt", b, nil, nil, layer, s, pos, k, v); err != nil {
+		return err
+	}
+	if T := k.Dim(0); T > 0 {
+		bs := c.cfg.BlockSize
+		c.mu.Lock()
+		c.markStale(s.blocks[pos/bs : (pos+T-1)/bs+1])
+		c.mu.Unlock()
+	}
+	return nil
 }
 
-// storeAt is StoreAt, its errors named after what (Store or StoreAt).
-func (c *Paged) storeAt(what string, b kernels.Backend, layer int, s *Seq, pos int, k, v *runtime.Tensor) error {
+// storeInto is StoreAt into the pools kPool, vPool (nil: the
+// cache's own of layer), its errors named after what.
+func (c *Paged) storeInto(what string, b kernels.Backend, kPool, vPool *runtime.Tensor, layer int, s *Seq, pos int, k, v *runtime.Tensor) error {
 	if s.c != c || s.freed {
 		return fmt.Errorf("kvcache: %s of a sequence that is not live in this cache", what)
 	}
@@ -296,12 +318,15 @@ func (c *Paged) storeAt(what string, b kernels.Backend, layer int, s *Seq, pos i
 	if layer < 0 || layer >= c.cfg.Layers {
 		return fmt.Errorf("kvcache: %s of layer %d in a cache of %d layers", what, layer, c.cfg.Layers)
 	}
+	if kPool == nil {
+		kPool, vPool = c.K[layer], c.V[layer]
+	}
 	T := k.Dim(0)
 	if pos < 0 || pos+T > s.Cap() {
 		return fmt.Errorf("kvcache: %s of %d positions at position %d of a sequence with room for %d (Reserve first)", what, T, pos, s.Cap())
 	}
 	return s.slotRuns(pos, T, func(p, slot, run int) error {
-		for _, kv := range []struct{ pool, x *runtime.Tensor }{{c.K[layer], k}, {c.V[layer], v}} {
+		for _, kv := range []struct{ pool, x *runtime.Tensor }{{kPool, k}, {vPool, v}} {
 			x, err := kv.x.Slice(p-pos, p-pos+run)
 			if err != nil {
 				return err
@@ -335,6 +360,14 @@ func (c *Paged) Layout(seqs []*Seq, news []int) kernels.PagedKV {
 // 0..n−1 to rows 0..n−1 of k and v [C,K,d] (C ≥ n): a contiguous copy for
 // backends without paged attention.
 func (c *Paged) Gather(b kernels.Backend, layer int, s *Seq, n int, k, v *runtime.Tensor) error {
+	if layer < 0 || layer >= c.cfg.Layers {
+		return fmt.Errorf("kvcache: Gather of layer %d in a cache of %d layers", layer, c.cfg.Layers)
+	}
+	return c.gatherFrom(b, c.K[layer], c.V[layer], layer, s, n, k, v)
+}
+
+// gatherFrom is Gather from the pools kPool, vPool.
+func (c *Paged) gatherFrom(b kernels.Backend, kPool, vPool *runtime.Tensor, layer int, s *Seq, n int, k, v *runtime.Tensor) error {
 	if s.c != c || s.freed {
 		return errors.New("kvcache: Gather of a sequence that is not live in this cache")
 	}
@@ -345,7 +378,7 @@ func (c *Paged) Gather(b kernels.Backend, layer int, s *Seq, n int, k, v *runtim
 		return fmt.Errorf("kvcache: gathering %d positions of a sequence with room for %d into %d rows", n, s.Cap(), k.Dim(0))
 	}
 	return s.slotRuns(0, n, func(p, slot, run int) error {
-		for _, kv := range []struct{ pool, dst *runtime.Tensor }{{c.K[layer], k}, {c.V[layer], v}} {
+		for _, kv := range []struct{ pool, dst *runtime.Tensor }{{kPool, k}, {vPool, v}} {
 			src, err := kv.pool.Slice(slot, slot+run)
 			if err != nil {
 				return err

@@ -169,6 +169,9 @@ func (sw *Swap) In(s *Seq) error {
 	}
 	sw.release(s.slots)
 	s.blocks, s.sw, s.slots = blocks, nil, nil
+	c.mu.Lock()
+	c.markStale(blocks)
+	c.mu.Unlock()
 	return nil
 }
 
