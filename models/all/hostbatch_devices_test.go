@@ -60,4 +60,3 @@ func TestBatchHostEveryDevice(t *testing.T) {
 		}
 	})
 }
-

@@ -172,7 +172,7 @@ type hostKV struct {
 	parent *KVCache
 	b      kernels.Backend
 	k, v   map[int]*runtime.Tensor
-	pools map[int]*kvcache.HostPools // a layer's k and v storage, mapped outside the Go heap (hostkv.go); nil entries under FT_HOST_KV=heap
+	pools  map[int]*kvcache.HostPools // a layer's k and v storage, mapped outside the Go heap (hostkv.go); nil entries under FT_HOST_KV=heap
 }
 
 // hostCacheOf returns cache's host side for hb.

@@ -197,4 +197,3 @@ func TestMirror(t *testing.T) {
 		t.Fatalf("Mirror of a closed cache: %v", err)
 	}
 }
-
