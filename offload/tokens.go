@@ -150,6 +150,9 @@ func (e *engine) tokensBegin() error {
 		return nil
 	}
 	b := t.bucketFor(t.passT, free)
+	if b != t.cur && e.hostOutgrown(t.passT) {
+		return e.leaveHostGrown(b)
+	}
 	if b == t.cur {
 		t.cand, t.streak = 0, 0
 		if bk := t.byT[b]; bk.provisional {
@@ -174,6 +177,48 @@ func (e *engine) tokensBegin() error {
 		return nil
 	}
 	return e.switchTokens(bk, "")
+}
+
+// hostOutgrown reports whether a pass of n tokens would stretch the plan
+// in force's host units far past what they were planned for: the plan
+// computes units on the host (none forced there by Config.HostUnits), and
+// n is tokenFactor or more times its bucket's tokens. The host's compute
+// grows with the tokens while a streamed unit's copy does not, so a prefill
+// of thousands of tokens under a decode step's three-way plan would take
+// seconds a host unit.
+func (e *engine) hostOutgrown(n int) bool {
+	t := &e.tok
+	cur := t.byT[t.cur]
+	return e.plan.HostUnits() > 0 && len(e.cfg.HostUnits) == 0 && cur != nil && n >= tokenFactor*cur.ref
+}
+
+// leaveHostGrown runs a pass that hostOutgrown under the plan of its
+// bucket (key b) at once, without waiting for tokenSwitchPasses: the
+// bucket's measured plan, or, when it has none yet, a provisional one made
+// from the plan in force's input with the host taken out (as leaveHost
+// does for a forward that cannot compute host units), measured and
+// replaced by the bucket's three-way plan as a host-free bucket's is.
+func (e *engine) leaveHostGrown(b int) error {
+	t := &e.tok
+	bk := t.byT[b]
+	if bk == nil {
+		bk = &tokenBucket{ref: max(b, -b), key: b}
+		t.byT[b] = bk
+	}
+	if bk.plan != nil {
+		return e.switchTokens(bk, "at once: its passes carry too many tokens for the host units of the plan it replaces")
+	}
+	in := hostFreeInput(e.planIn, t.passT)
+	plan, err := MakePlan(in)
+	if err != nil {
+		return fmt.Errorf("offload: a plan with no host unit for a pass of %d tokens: %w", t.passT, err)
+	}
+	bk.plan, bk.in, bk.provisional = &plan, in, true
+	if err := e.switchTokens(bk, "with no host unit, provisional until its passes are measured (too many tokens for the host units of the plan it replaces)"); err != nil {
+		return err
+	}
+	t.measure = bk
+	return nil
 }
 
 // tokensCollect keeps the measured pass's unit compute times; once the
