@@ -145,13 +145,16 @@ func (e *engine) tokensBegin() error {
 			return err
 		}
 	}
-	if e.phase != PhaseInference || t.cur == 0 || t.passT == 0 || e.m.suspended > 0 || e.noReplan ||
+	if e.phase != PhaseInference || t.cur == 0 || t.passT == 0 || e.noReplan ||
 		e.replan.state == ReplanInProgress || e.replan.state == ReplanFailed {
 		return nil
 	}
 	b := t.bucketFor(t.passT, free)
-	if b != t.cur && e.hostOutgrown(t.passT) {
+	if b != t.cur && e.hostOutgrown(t.passT) { // also while profiling is suspended (warm-ups, a bench's prefills)
 		return e.leaveHostGrown(b)
+	}
+	if e.m.suspended > 0 {
+		return nil
 	}
 	if b == t.cur {
 		t.cand, t.streak = 0, 0
@@ -197,7 +200,8 @@ func (e *engine) hostOutgrown(n int) bool {
 // bucket's measured plan, or, when it has none yet, a provisional one made
 // from the plan in force's input with the host taken out (as leaveHost
 // does for a forward that cannot compute host units), measured and
-// replaced by the bucket's three-way plan as a host-free bucket's is.
+// replaced by the bucket's three-way plan as a host-free bucket's is (the
+// measuring waits for passes run with profiling not suspended).
 func (e *engine) leaveHostGrown(b int) error {
 	t := &e.tok
 	bk := t.byT[b]
@@ -217,7 +221,9 @@ func (e *engine) leaveHostGrown(b int) error {
 	if err := e.switchTokens(bk, "with no host unit, provisional until its passes are measured (too many tokens for the host units of the plan it replaces)"); err != nil {
 		return err
 	}
-	t.measure = bk
+	if e.m.suspended == 0 {
+		t.measure = bk
+	}
 	return nil
 }
 
