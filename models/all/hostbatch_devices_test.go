@@ -10,7 +10,8 @@ import (
 )
 
 // TestBatchHostEveryDevice: on every device (the CPU, and the GPU in a cuda
-// build), each dense fixture offloaded with every layer streamed but one
+// build), each dense fixture (host placement does not combine with
+// announced experts: offload refuses it) offloaded with every layer streamed but one
 // computed on the host CPU (Config.HostUnits) gives, batched (sequences of
 // mixed lengths joining and finishing at different steps, the host layer
 // over the paged cache's mirror on the host), each sequence's logits run
