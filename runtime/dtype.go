@@ -7,7 +7,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	goruntime "runtime"
 	"strings"
+	"sync"
 )
 
 // DType is the element type of a tensor.
@@ -73,23 +75,51 @@ func F32ToBF16(f float32) uint16 {
 // Convert copies the values of src (of dtype sd) into dst (of dtype dd):
 // the same bytes where the dtypes are equal, else F32 ↔ BF16 (widened
 // exactly, narrowed with F32ToBF16's rounding). dst holds as many values
-// as src. Other pairs are an error naming them.
+// as src. Other pairs are an error naming them. Large conversions are
+// split over the machine's cores (a KV pool of a batch's sequences is
+// hundreds of MB).
 func Convert(dst []byte, dd DType, src []byte, sd DType) error {
 	switch {
 	case dd == sd:
 		copy(dst, src)
-	case dd == F32 && sd == BF16:
-		for i := 0; i < len(src)/2; i++ {
-			f := BF16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
-			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(f))
-		}
-	case dd == BF16 && sd == F32:
-		for i := 0; i < len(src)/4; i++ {
-			f := math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
-			binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(f))
-		}
+		return nil
+	case dd == F32 && sd == BF16, dd == BF16 && sd == F32:
 	default:
 		return fmt.Errorf("runtime.Convert: cannot convert %v to %v", sd, dd)
 	}
+	n := len(src) / sd.Size()
+	parts := min(goruntime.GOMAXPROCS(0), n/convertPart)
+	if parts <= 1 {
+		convert(dst, dd, src, n)
+		return nil
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		lo, hi := n*p/parts, n*(p+1)/parts
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			convert(dst[lo*dd.Size():], dd, src[lo*sd.Size():], hi-lo)
+		}()
+	}
+	wg.Wait()
 	return nil
+}
+
+// convertPart is the fewest values a goroutine of Convert takes.
+const convertPart = 1 << 18
+
+// convert is Convert of n values F32 ↔ BF16 on one goroutine.
+func convert(dst []byte, dd DType, src []byte, n int) {
+	if dd == F32 {
+		for i := range n {
+			f := BF16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(f))
+		}
+		return
+	}
+	for i := range n {
+		f := math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+		binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(f))
+	}
 }

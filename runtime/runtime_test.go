@@ -198,7 +198,7 @@ func TestMetaHasNoStorage(t *testing.T) {
 
 // TestConvert: F32 ↔ BF16 value by value as BF16ToF32 and F32ToBF16 do
 // (rounding to nearest even, NaN kept), equal dtypes copied, other pairs an
-// error naming them.
+// error naming them; a conversion split over goroutines gives every value.
 func TestConvert(t *testing.T) {
 	vals := []float32{0, -1.5, 3.1415927, 1e-30, -65504, float32(math.Inf(1)), float32(math.NaN())}
 	f := make([]byte, 4*len(vals))
@@ -229,5 +229,26 @@ func TestConvert(t *testing.T) {
 	}
 	if err := Convert(h, BF16, f, I32); err == nil || !strings.Contains(err.Error(), "I32") {
 		t.Errorf("I32 to BF16: %v; want an error naming I32", err)
+	}
+	// Enough values for several goroutines (an odd count: uneven parts).
+	n := 3*convertPart + 7
+	big := make([]byte, 4*n)
+	for i := range n {
+		binary.LittleEndian.PutUint32(big[4*i:], uint32(i)*2654435761)
+	}
+	bh := make([]byte, 2*n)
+	if err := Convert(bh, BF16, big, F32); err != nil {
+		t.Fatal(err)
+	}
+	bw := make([]byte, 4*n)
+	if err := Convert(bw, F32, bh, BF16); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		x := math.Float32frombits(binary.LittleEndian.Uint32(big[4*i:]))
+		b := binary.LittleEndian.Uint16(bh[2*i:])
+		if b != F32ToBF16(x) || binary.LittleEndian.Uint32(bw[4*i:]) != math.Float32bits(BF16ToF32(b)) {
+			t.Fatalf("value %d of %d: bf16 %#04x, want %#04x; widened %#08x", i, n, b, F32ToBF16(x), binary.LittleEndian.Uint32(bw[4*i:]))
+		}
 	}
 }

@@ -189,6 +189,7 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 		if ent.host {
 			cfg.HostBackend, label = sess.HostBackend, b+"+host"
 		}
+		cfg.Trace = traceStep // FT_TRACE=1: each plan put in force, as bench's single-sequence rows print them
 		budget, isMin, err := parseBenchBudget(b)
 		if err != nil {
 			return err
