@@ -20,18 +20,7 @@ import (
 // cleanup.
 func hostBackend(t *testing.T) *host.Backend {
 	t.Helper()
-	dev := runtime.NewCPUNamed("host", 0)
-	hb, err := host.New(dev, host.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		hb.Close()
-		if err := dev.Close(); err != nil {
-			t.Errorf("host device: %v", err)
-		}
-	})
-	return hb
+	return hostBackendPasses(t, 0)
 }
 
 // hybridConfig offloads onto dev under a budget of the fixed weights and
