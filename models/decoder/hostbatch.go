@@ -57,6 +57,10 @@ func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tenso
 		hbs *batchState
 		mi  *kvcache.Mirror
 		in  bool // inside a host stretch
+		// the packed entries' sequences, first new positions and new
+		// positions' counts, for every host layer's write-back
+		seqs      []*kvcache.Seq
+		pos, news []int
 	)
 	defer func() {
 		if hbs != nil {
@@ -91,6 +95,7 @@ func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tenso
 				tree.RunsOn(l) // the engine expects the question just before the unit's entry
 				hx = rows(h.ws.x, T)
 				hbs = bs.on(mi)
+				seqs, pos, news = bs.seqs(), bs.firstPos(), bs.news()
 			}
 			if err := m.toHost(b, h, x, hx); err != nil {
 				return err
@@ -110,7 +115,7 @@ func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tenso
 			if err := nn.Call(l, func() error { return l.ops(hb, h.ws, hx, nil, hbs) }); err != nil {
 				return err
 			}
-			if err := mi.WriteBack(b, l.Index, bs.seqs(), bs.firstPos(), bs.news()); err != nil {
+			if err := mi.WriteBack(b, l.Index, seqs, pos, news); err != nil {
 				return err
 			}
 			continue
