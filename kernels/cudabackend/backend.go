@@ -224,6 +224,9 @@ type Backend struct {
 	// silu·mul of a many-token forward as one wgmma GEMM of our own); off,
 	// it declines. New sets it unless FT_SWIGLU_GEMM=0.
 	SwiGLUGEMM bool
+	// SwiGLUStore is how that GEMM's epilogue stores (gemmfusedmode.go);
+	// New sets it from FT_SWIGLU_GEMM (shfl, tma; A/B runs).
+	SwiGLUStore SwiGLUStore
 	// QKVGEMM lets ProjectRoPEStoreRows run (qkvgemm.go: q, k, v, RoPE and
 	// the KV-cache store of a many-token forward as one such GEMM); off,
 	// it declines. New sets it when FT_QKV_GEMM=1.
@@ -516,6 +519,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		NormTail:       normTailFromEnv(),
 		VarlenContig:   varlenContigFromEnv(),
 		SwiGLUGEMM:     swigluGEMMFromEnv(),
+		SwiGLUStore:    swigluStoreFromEnv(),
 		QKVGEMM:        qkvGEMMFromEnv(),
 		FusedGroup:     envInt("FT_FUSED_GROUP"),
 		DecodeMega:     decodeMegaFromEnv(),

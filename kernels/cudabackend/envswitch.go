@@ -37,7 +37,7 @@ var envSwitches = map[string][]string{
 	"FT_NORM_TAIL":           {"", "0", "1"},
 	"FT_QKNORM_ROPE":         {"", "0", "1", "all"},
 	"FT_VARLEN_CONTIG":       {"", "0", "1"},
-	"FT_SWIGLU_GEMM":         {"", "0", "1"},
+	"FT_SWIGLU_GEMM":         {"", "0", "1", "shfl", "tma"},
 	"FT_QKV_GEMM":            {"", "0", "1"},
 	"FT_TRACE":               {"", "0", "1"},
 	"FT_ASYNC_DECODE":        {"", "0", "1"},

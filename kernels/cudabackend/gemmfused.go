@@ -35,6 +35,8 @@ var _ kernels.FusedGateUpSiLUer = (*Backend)(nil)
 type gemmFusedModule struct {
 	once               sync.Once
 	swiglu, qkv, table *cuda.Function
+	swigluShfl         *cuda.Function // swiglu storing 16 bytes a lane (SwiGLUStoreShfl)
+	swigluTMA          *cuda.Function // swiglu storing by TMA (SwiGLUStoreTMA)
 	err                error
 }
 
@@ -76,7 +78,8 @@ func (m *gemmFusedModule) load(dev *cuda.Device, group int) error {
 		p    **cuda.Function
 		name string
 		smem int
-	}{{&m.swiglu, "gemm_swiglu_bf16", gemmFusedSmem}, {&m.qkv, "gemm_qkv_rope_bf16", gemmFusedSmem}, {&m.table, "rope_cs_table", 0}} {
+	}{{&m.swiglu, "gemm_swiglu_bf16", gemmFusedSmem}, {&m.swigluShfl, "gemm_swiglu_shfl_bf16", gemmFusedSmem},
+		{&m.swigluTMA, "gemm_swiglu_tma_bf16", gemmFusedSmemTMA}, {&m.qkv, "gemm_qkv_rope_bf16", gemmFusedSmem}, {&m.table, "rope_cs_table", 0}} {
 		if *f.p, err = mod.Function(f.name); err != nil {
 			return err
 		}
@@ -111,9 +114,10 @@ func (b *Backend) tensorMaps(op string, D int, ms ...matrix) ([]uint64, error) {
 	return slots, nil
 }
 
-// launchFused launches f over tiles tiles (at most a block an SM).
-func (b *Backend) launchFused(f *cuda.Function, tiles int, bytes int64, args ...uint64) error {
-	return f.LaunchBytes(b.s, bytes, cuda.Dim3{X: min(tiles, b.sms)}, cuda.Dim3{X: 384}, gemmFusedSmem, args...)
+// launchFused launches f over tiles tiles (at most a block an SM) with
+// smem bytes of dynamic shared memory.
+func (b *Backend) launchFused(f *cuda.Function, tiles, smem int, bytes int64, args ...uint64) error {
+	return f.LaunchBytes(b.s, bytes, cuda.Dim3{X: min(tiles, b.sms)}, cuda.Dim3{X: 384}, smem, args...)
 }
 
 // GateUpSiLUFused is kernels.FusedGateUpSiLUer: out[T,I] =
@@ -153,8 +157,25 @@ func (b *Backend) GateUpSiLUFused(out, x, wg, wu *runtime.Tensor) (bool, error) 
 	if err != nil {
 		return false, err
 	}
+	f, smem := m.swiglu, gemmFusedSmem
+	store := b.SwiGLUStore
+	if !aligned16(out.Ptr()) {
+		store = SwiGLUStoreRegs // the others store 16-byte chunks
+	}
+	switch store {
+	case SwiGLUStoreShfl:
+		f = m.swigluShfl
+	case SwiGLUStoreTMA:
+		// The outputs' map: boxes of 64 rows × 64 columns.
+		om, err := b.dev.TensorMapBF16(out.Ptr(), I, T, 2*I, 64, 64)
+		if err != nil {
+			return false, fmt.Errorf("cudabackend.%s: %w", op, err)
+		}
+		f, smem = m.swigluTMA, gemmFusedSmemTMA
+		maps = append(maps, om.Slots()...)
+	}
 	args := append([]uint64{cuda.Ptr(out.Ptr()), cuda.I32(T), cuda.I32(I), cuda.I32(D)}, maps...)
-	return true, b.launchFused(m.swiglu, (T+127)/128*(I/128), int64(T)*int64(D)*2+int64(2*I)*int64(D)*2+int64(T)*int64(I)*2, args...)
+	return true, b.launchFused(f, (T+127)/128*(I/128), smem, int64(T)*int64(D)*2+int64(2*I)*int64(D)*2+int64(T)*int64(I)*2, args...)
 }
 
 // named is an operand and its name in errors.

@@ -19,6 +19,17 @@ func withSwiGLU(on bool, f func()) {
 	f()
 }
 
+// withSwiGLUStore runs f with Backend.SwiGLUStore set to s.
+func withSwiGLUStore(s SwiGLUStore, f func()) {
+	old := gb.SwiGLUStore
+	gb.SwiGLUStore = s
+	defer func() { gb.SwiGLUStore = old }()
+	f()
+}
+
+// swigluStores are the fused gate/up GEMM's epilogues.
+var swigluStores = []SwiGLUStore{SwiGLUStoreRegs, SwiGLUStoreShfl, SwiGLUStoreTMA}
+
 // checkFusedKernels fails t unless the fused-epilogue GEMMs loaded on
 // compute capability 9.0, each keeping its registers (no local memory).
 func checkFusedKernels(t *testing.T) {
@@ -27,7 +38,7 @@ func checkFusedKernels(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no fused-epilogue GEMMs on compute capability 9.0: %v", gb.fusedGEMM.err)
 	}
-	for _, f := range []*cuda.Function{m.swiglu, m.qkv} {
+	for _, f := range []*cuda.Function{m.swiglu, m.swigluShfl, m.swigluTMA, m.qkv} {
 		if regs, local, err := f.Resources(); err != nil || local != 0 {
 			t.Errorf("%s: %d registers, %d bytes of local memory, error %v; want no local memory", f.Name(), regs, local, err)
 		} else {
@@ -42,7 +53,8 @@ func checkFusedKernels(t *testing.T) {
 // hence twice mergedTol) over ragged row counts (a last tile with rows for
 // one consumer only, one with none for either's second half), more tiles
 // than blocks (the persistent loop, a partial group of the tile order) and
-// Llama-3-8B's widths; the same bits when run twice. Calls it does not take
+// Llama-3-8B's widths; the same bits when run twice, and from each of its
+// epilogues' stores (SwiGLUStore). Calls it does not take
 // (switched off, too few rows, I not a multiple of 128, D not of 64) write
 // nothing; a wrong output size is an error. The kernel keeps its
 // registers (no local memory). Off sm_90: never taken.
@@ -93,6 +105,31 @@ func TestGateUpSiLUFusedGPU(t *testing.T) {
 			for i, v := range read(t, again) {
 				if math.Float32bits(v) != math.Float32bits(got[i]) {
 					t.Fatalf("second run: element %d is %v, first %v", i, v, got[i])
+				}
+			}
+			for _, st := range swigluStores[1:] {
+				// The output is the first T rows of T + 128: the rows past
+				// it must stay unwritten (the TMA stores' bounds).
+				whole := poisoned(t, runtime.BF16, c.T+128, c.I)
+				other, err := whole.Slice(0, c.T)
+				if err != nil {
+					t.Fatal(err)
+				}
+				withSwiGLUStore(st, func() {
+					withSwiGLU(true, func() { ran, err = gb.GateUpSiLUFused(other, gx, wg, wu) })
+				})
+				if err != nil || !ran {
+					t.Fatalf("stores %v: ran %v, error %v", st, ran, err)
+				}
+				for i, v := range read(t, other) {
+					if math.Float32bits(v) != math.Float32bits(got[i]) {
+						t.Fatalf("stores %v: element %d (row %d) is %v, the register stores' %v", st, i, i/c.I, v, got[i])
+					}
+				}
+				for i, v := range read(t, whole)[c.T*c.I:] {
+					if !math.IsNaN(float64(v)) {
+						t.Fatalf("stores %v: wrote element %d of the rows past the output", st, i)
+					}
 				}
 			}
 			g, u := poisoned(t, runtime.BF16, c.T, c.I), poisoned(t, runtime.BF16, c.T, c.I)
@@ -158,7 +195,8 @@ func TestGateUpSiLUFusedGPU(t *testing.T) {
 
 // BenchmarkGateUpSiLU times Llama-3-8B's gate, up and silu·mul (D 4,096,
 // I 14,336) at 8,192 and 32,768 rows (prefill 8,192; 64 × 512): the fused
-// GEMM against cuBLASLt's two GEMMs and the silu·mul kernel.
+// GEMM (each of its epilogues' stores) against cuBLASLt's two GEMMs and
+// the silu·mul kernel.
 //
 //	go test -tags cuda ./kernels/cudabackend -run '^$' -bench GateUpSiLU -benchtime 10x
 func BenchmarkGateUpSiLU(b *testing.B) {
@@ -184,17 +222,25 @@ func BenchmarkGateUpSiLU(b *testing.B) {
 	for _, T := range []int{8192, 32768} {
 		x, out, u := tensor(T, D), tensor(T, I), tensor(T, I)
 		flops := 2 * 2 * float64(T) * D * I
-		b.Run(fmt.Sprintf("fused/%d", T), func(b *testing.B) {
-			withSwiGLU(true, func() {
-				timeGPU(b, flops, 0, func() error {
-					ran, err := gb.GateUpSiLUFused(out, x, wg, wu)
-					if err == nil && !ran {
-						err = fmt.Errorf("the fused GEMM did not run")
-					}
-					return err
+		for _, st := range swigluStores {
+			name := "fused"
+			if st != SwiGLUStoreRegs {
+				name += "-" + st.String()
+			}
+			b.Run(fmt.Sprintf("%s/%d", name, T), func(b *testing.B) {
+				withSwiGLUStore(st, func() {
+					withSwiGLU(true, func() {
+						timeGPU(b, flops, 0, func() error {
+							ran, err := gb.GateUpSiLUFused(out, x, wg, wu)
+							if err == nil && !ran {
+								err = fmt.Errorf("the fused GEMM did not run")
+							}
+							return err
+						})
+					})
 				})
 			})
-		})
+		}
 		b.Run(fmt.Sprintf("separate/%d", T), func(b *testing.B) {
 			timeGPU(b, flops, 0, func() error {
 				if err := gb.MatMul(out, x, wg); err != nil {

@@ -14,15 +14,58 @@ import (
 const gemmFusedFile = "gemm_fused.cu"
 
 // gemmFusedSmem is the kernels' dynamic shared memory (GS_SMEM: 1,024
-// bytes of alignment and four stages of 48 KiB).
-const gemmFusedSmem = 1024 + 4*48*1024
+// bytes of alignment and four stages of 48 KiB); gemmFusedSmemTMA adds
+// the two consumers' 16 KiB output tiles (GS_SMEM_TMA).
+const (
+	gemmFusedSmem    = 1024 + 4*48*1024
+	gemmFusedSmemTMA = gemmFusedSmem + 2*16*1024
+)
+
+// SwiGLUStore is how the fused gate/up GEMM's epilogue stores its outputs
+// (Backend.SwiGLUStore; A/B runs of the same products).
+type SwiGLUStore int
+
+const (
+	// SwiGLUStoreRegs stores 4-byte pairs from the accumulator layout
+	// (gemm_swiglu_bf16; the default, FT_SWIGLU_GEMM=1 or unset).
+	SwiGLUStoreRegs SwiGLUStore = iota
+	// SwiGLUStoreShfl exchanges pairs within each quad of lanes and stores
+	// 16 bytes at a time (gemm_swiglu_shfl_bf16; FT_SWIGLU_GEMM=shfl).
+	SwiGLUStoreShfl
+	// SwiGLUStoreTMA writes each consumer's outputs into shared memory and
+	// stores them by TMA (gemm_swiglu_tma_bf16; FT_SWIGLU_GEMM=tma).
+	SwiGLUStoreTMA
+)
+
+// String is the store's FT_SWIGLU_GEMM value.
+func (s SwiGLUStore) String() string {
+	switch s {
+	case SwiGLUStoreShfl:
+		return "shfl"
+	case SwiGLUStoreTMA:
+		return "tma"
+	}
+	return "1"
+}
+
+// swigluStoreFromEnv is the default of Backend.SwiGLUStore.
+func swigluStoreFromEnv() SwiGLUStore {
+	switch os.Getenv("FT_SWIGLU_GEMM") {
+	case "shfl":
+		return SwiGLUStoreShfl
+	case "tma":
+		return SwiGLUStoreTMA
+	}
+	return SwiGLUStoreRegs
+}
 
 // fusedMinTokens is the fewest rows the fused GEMMs take: below a few row
 // tiles a layer's tiles do not fill the device.
 const fusedMinTokens = 256
 
 // swigluGEMMFromEnv is the default of Backend.SwiGLUGEMM: on unless
-// FT_SWIGLU_GEMM=0 (New rejects values other than "", "0" and "1"). On by
+// FT_SWIGLU_GEMM=0 (New rejects values other than "", "0", "1", "shfl"
+// and "tma": SwiGLUStore). On by
 // default since s23b/s23c: prefill 8,192 212.59, 212.44 ms against 216.09,
 // 215.79 off; 64 × 512 725.17–728.27 against 733.14–743.72 (interleaved;
 // bench/RESULTS.md).

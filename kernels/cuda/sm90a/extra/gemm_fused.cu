@@ -49,6 +49,7 @@
 #define GS_BBYTES (GS_BN * GS_BK * 2)          // 32 KiB of weights a stage
 #define GS_STAGE (GS_ABYTES + GS_BBYTES)       // 48 KiB
 #define GS_SMEM (1024 + GS_NS * GS_STAGE)      // dynamic shared memory, with the 1024-byte alignment
+#define GS_SMEM_TMA (GS_SMEM + 2 * 16384)      // and the two consumers' output tiles (gemm_swiglu_tma_bf16)
 
 // gs_tmap is a CUtensorMap (runtime/cuda/tmap.go); gs_swiglu_maps and
 // gs_qkv_maps the maps the kernels take as their last, __grid_constant__
@@ -58,6 +59,11 @@ struct __align__(64) gs_tmap {
 };
 struct gs_swiglu_maps {
 	gs_tmap x, g, u;
+};
+// gs_swiglu_tma_maps adds the output's map (boxes of 64 rows × 64 columns,
+// the 128-byte swizzle) for gemm_swiglu_tma_bf16's stores.
+struct gs_swiglu_tma_maps {
+	gs_tmap x, g, u, o;
 };
 struct gs_qkv_maps {
 	gs_tmap x, q, k, v;
@@ -125,6 +131,19 @@ __device__ __forceinline__ void gs_mma(float* d, unsigned long long da, unsigned
 		: "l"(da), "l"(db), "r"(acc));
 }
 
+// gs_ep is what an op's epilogue knows of its place: the rows M of x, the
+// tile's first row m0 and column tile c, the consumer cw (0, 1: rows
+// 64cw.. of the tile), the thread's warp in it, its lane's row g (0..7)
+// and column pair tg (0..3) of the accumulator layout, and ob, the shared
+// memory past the stages (gemm_swiglu_tma_bf16's output tile).
+struct gs_ep {
+	int M, m0, c, cw, warp, g, tg;
+	unsigned ob;
+	// row0 is the tile row of the thread's accumulators 4j, 4j + 1 (those
+	// of 4j + 2, 4j + 3 are 8 rows below).
+	__device__ __forceinline__ int row0() const { return m0 + cw * 64 + warp * 16 + g; }
+};
+
 // gs_tile maps tile index t to its first output row m0 and column tile c:
 // groups of GS_GM row tiles, the column tile outer within a group.
 __device__ __forceinline__ void gs_tile(int t, int mt, int nt, int& m0, int& c) {
@@ -162,7 +181,8 @@ struct gs_swiglu {
 	// of column tile c: accumulator 4j + 2h + e holds row r0 + 8h, column
 	// 8j + 2·tg + e of the 256 products: gate for j < 16, up of the same
 	// output for j + 16.
-	__device__ __forceinline__ void store(const float (&d)[128], int M, int r0, int c, int tg) const {
+	__device__ __forceinline__ void store(const float (&d)[128], const gs_ep& e) const {
+		const int r0 = e.row0(), M = e.M, c = e.c, tg = e.tg;
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			const int r = r0 + 8 * h;
@@ -174,6 +194,110 @@ struct gs_swiglu {
 				*(unsigned*)(o + 8 * j) = pack_bf16(gs_silu_mul(d[i], d[i + 64]), gs_silu_mul(d[i + 1], d[i + 65]));
 			}
 		}
+	}
+	__device__ __forceinline__ void finish(const gs_ep&) const {}
+};
+
+// gs_swiglu_shfl is gs_swiglu with 16-byte stores (FT_SWIGLU_GEMM=shfl):
+// the four lanes of a quad hold the pairs 2tg, 2tg + 1 of each 8-column
+// chunk j; for each four chunks 4q.. they exchange pairs (a 4 × 4
+// transpose in two rounds of lane xor 2 and xor 1) so that lane tg holds
+// all of chunk 4q + tg and stores it at once: a quarter of the store
+// instructions, each writing 64 contiguous bytes of a row.
+struct gs_swiglu_shfl {
+	gs_swiglu s;
+	__device__ __forceinline__ int cols() const { return s.cols(); }
+	__device__ __forceinline__ void load(unsigned sb, int k, int c, unsigned full) const { s.load(sb, k, c, full); }
+	__device__ __forceinline__ void store(const float (&d)[128], const gs_ep& e) const {
+		const int r0 = e.row0(), tg = e.tg;
+		const bool x2 = (tg & 2) != 0, x1 = (tg & 1) != 0;
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int r = r0 + 8 * h;
+#pragma unroll
+			for (int q = 0; q < 4; q++) {
+				unsigned v[4];
+#pragma unroll
+				for (int cc = 0; cc < 4; cc++) {
+					const int i = 4 * (4 * q + cc) + 2 * h;
+					v[cc] = pack_bf16(gs_silu_mul(d[i], d[i + 64]), gs_silu_mul(d[i + 1], d[i + 65]));
+				}
+				// Round 1 (xor 2): lanes 0, 1 keep chunks 0, 1 and take
+				// their partner's; lanes 2, 3 keep chunks 2, 3.
+				unsigned a = __shfl_xor_sync(FT_FULL, x2 ? v[0] : v[2], 2), b = __shfl_xor_sync(FT_FULL, x2 ? v[1] : v[3], 2);
+				if (x2) {
+					v[0] = a;
+					v[1] = b;
+				} else {
+					v[2] = a;
+					v[3] = b;
+				}
+				// Round 2 (xor 1): lane tg ends with chunk tg of lanes 0..3.
+				a = __shfl_xor_sync(FT_FULL, x1 ? v[0] : v[1], 1);
+				b = __shfl_xor_sync(FT_FULL, x1 ? v[2] : v[3], 1);
+				if (x1) {
+					v[0] = a;
+					v[2] = b;
+				} else {
+					v[1] = a;
+					v[3] = b;
+				}
+				if (r < e.M)
+					*(uint4*)(s.out + (usize)r * s.N + e.c * 128 + 8 * (4 * q + tg)) = make_uint4(v[0], v[1], v[2], v[3]);
+			}
+		}
+	}
+	__device__ __forceinline__ void finish(const gs_ep&) const {}
+};
+
+// gs_bar_sync waits at named barrier id (1, 2: a consumer warpgroup's own)
+// for its 128 threads.
+__device__ __forceinline__ void gs_bar_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+
+// gs_swiglu_tma is gs_swiglu with the outputs stored by TMA
+// (FT_SWIGLU_GEMM=tma): each consumer writes its 64 × 128 outputs into its
+// 16 KiB past the stages (two boxes of 64 columns, the 128-byte swizzle:
+// a warp's 4-byte writes fall in 32 banks), and one thread of it issues
+// the two boxes' bulk stores, which leave while the consumers go on to the
+// next tile's products. Rows past M are not stored (the map's bounds). A
+// consumer's next epilogue first waits until its stores have read the
+// shared memory (cp.async.bulk.wait_group.read).
+struct gs_swiglu_tma {
+	gs_swiglu s;
+	const gs_tmap* o;
+	__device__ __forceinline__ int cols() const { return s.cols(); }
+	__device__ __forceinline__ void load(unsigned sb, int k, int c, unsigned full) const { s.load(sb, k, c, full); }
+	__device__ __forceinline__ void store(const float (&d)[128], const gs_ep& e) const {
+		const bool lead = e.warp == 0 && e.g == 0 && e.tg == 0;
+		const unsigned ob = e.ob + (unsigned)e.cw * 16384u;
+		if (lead) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+		gs_bar_sync(1 + e.cw);
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int rl = e.warp * 16 + e.g + 8 * h;  // row in the consumer's 64; rl mod 8 = g
+#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				const int i = 4 * j + 2 * h;
+				const unsigned w = pack_bf16(gs_silu_mul(d[i], d[i + 64]), gs_silu_mul(d[i + 1], d[i + 65]));
+				const unsigned a = ob + (unsigned)(j >> 3) * 8192u + (unsigned)rl * 128u + (unsigned)(((j & 7) ^ e.g) * 16 + 4 * e.tg);
+				asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(w) : "memory");
+			}
+		}
+		asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+		gs_bar_sync(1 + e.cw);
+		if (lead) {
+			const int y = e.m0 + e.cw * 64;
+#pragma unroll
+			for (int b = 0; b < 2; b++)
+				asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(o),
+						"r"(e.c * 128 + b * 64), "r"(y), "r"(ob + (unsigned)b * 8192u)
+						: "memory");
+			asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+		}
+	}
+	// finish waits for the consumer's last stores before the block exits.
+	__device__ __forceinline__ void finish(const gs_ep& e) const {
+		if (e.warp == 0 && e.g == 0 && e.tg == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 	}
 };
 
@@ -201,7 +325,8 @@ struct gs_qkv {
 		gs_tma(sb, m, kk * GS_BK, r, full);
 		gs_tma(sb + GS_BBYTES / 2, m, kk * GS_BK, r + 128, full);
 	}
-	__device__ __forceinline__ void store(const float (&d)[128], int M, int r0, int c, int tg) const {
+	__device__ __forceinline__ void store(const float (&d)[128], const gs_ep& e) const {
+		const int r0 = e.row0(), M = e.M, c = e.c, tg = e.tg;
 		const int n0 = c * 256, nq = H * 128, nk = KV * 128;
 		const int reg = n0 < nq ? 0 : (n0 < nq + nk ? 1 : 2);  // q, k, v
 		const int col0 = n0 - (reg == 0 ? 0 : (reg == 1 ? nq : nq + nk));
@@ -245,6 +370,7 @@ struct gs_qkv {
 			}
 		}
 	}
+	__device__ __forceinline__ void finish(const gs_ep&) const {}
 };
 
 // gs_gemm is the kernels' body: the product of x [M,K] (map mx) with the
@@ -304,10 +430,13 @@ __device__ __forceinline__ void gs_gemm(const Op& op, const gs_tmap* mx, int M, 
 	float d[128];
 #pragma unroll
 	for (int i = 0; i < 128; i++) d[i] = 0.f;
+	gs_ep e{M, 0, 0, cw, warp, g, tg, base + GS_NS * GS_STAGE};
 	int it = 0;
 	for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
 		int m0, c;
 		gs_tile(t, mt, nt, m0, c);
+		e.m0 = m0;
+		e.c = c;
 		int sp = 0;  // the previous k-step's stage
 		for (int k = 0; k < kt; k++, it++) {
 			const int s = it % GS_NS;
@@ -329,12 +458,25 @@ __device__ __forceinline__ void gs_gemm(const Op& op, const gs_tmap* mx, int M, 
 		wg_wait0();
 		wg_pin<128>(d);
 		release(sp);
-		op.store(d, M, m0 + cw * 64 + warp * 16 + g, c, tg);
+		op.store(d, e);
 	}
+	op.finish(e);
 }
 
 extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_bf16(bf16_t* out, int M, int N, int K, const __grid_constant__ gs_swiglu_maps maps) {
 	gs_gemm(gs_swiglu{out, N, &maps.g, &maps.u}, &maps.x, M, K);
+}
+
+// gemm_swiglu_shfl_bf16 is gemm_swiglu_bf16 storing 16 bytes at a time
+// (gs_swiglu_shfl).
+extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_shfl_bf16(bf16_t* out, int M, int N, int K, const __grid_constant__ gs_swiglu_maps maps) {
+	gs_gemm(gs_swiglu_shfl{{out, N, &maps.g, &maps.u}}, &maps.x, M, K);
+}
+
+// gemm_swiglu_tma_bf16 is gemm_swiglu_bf16 storing by TMA (gs_swiglu_tma);
+// its dynamic shared memory is GS_SMEM_TMA.
+extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_tma_bf16(bf16_t* out, int M, int N, int K, const __grid_constant__ gs_swiglu_tma_maps maps) {
+	gs_gemm(gs_swiglu_tma{{out, N, &maps.g, &maps.u}, &maps.o}, &maps.x, M, K);
 }
 
 // gemm_qkv_rope_bf16: q, k, v = x·[wq; wk; wv]ᵀ with q and k rotated and
