@@ -30,7 +30,10 @@
 //    of the previous k-step released once its group is done (one arrival a
 //    consumer on "empty"); after the last k-step the op's epilogue (gs_swiglu,
 //    gs_qkv) stores bf16 pairs, while the producer already fills the stages
-//    of the tile that follows.
+//    of the tile that follows. The gate/up op has two more forms of its
+//    stores for A/B runs: 16 bytes a lane after a transpose within each
+//    quad of lanes (gs_swiglu_shfl), and through shared memory past the
+//    stages by TMA bulk stores (gs_swiglu_tma).
 // Tiles are taken in groups of GS_GM row tiles, column tile outer within a
 // group, so that the ~132 tiles in flight share ~16 row tiles of x and ~8
 // column tiles of the weights in L2. Rows of x past M are read as zeros
