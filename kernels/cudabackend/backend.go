@@ -225,12 +225,16 @@ type Backend struct {
 	// it declines. New sets it unless FT_SWIGLU_GEMM=0.
 	SwiGLUGEMM bool
 	// SwiGLUStore is how that GEMM's epilogue stores (gemmfusedmode.go);
-	// New sets it from FT_SWIGLU_GEMM (shfl, tma; A/B runs).
+	// New sets it from FT_SWIGLU_GEMM (regs; A/B runs).
 	SwiGLUStore SwiGLUStore
 	// QKVGEMM lets ProjectRoPEStoreRows run (qkvgemm.go: q, k, v, RoPE and
 	// the KV-cache store of a many-token forward as one such GEMM); off,
-	// it declines. New sets it when FT_QKV_GEMM=1.
+	// it declines. New sets it when FT_QKV_GEMM=1 or tma.
 	QKVGEMM bool
+	// QKVStoreTMA has that GEMM store through shared memory and by TMA
+	// (gemm_qkv_rope_tma_bf16) rather than from registers; New sets it
+	// when FT_QKV_GEMM=tma.
+	QKVStoreTMA bool
 	// FusedGroup is how many row tiles make a group of the fused GEMMs'
 	// tile order (GS_GM in kernels/cuda/sm90a/extra/gemm_fused.cu), read
 	// when their module is first loaded; 0 keeps the file's 16. New sets
@@ -521,6 +525,7 @@ func New(dev runtime.Device) (*Backend, error) {
 		SwiGLUGEMM:     swigluGEMMFromEnv(),
 		SwiGLUStore:    swigluStoreFromEnv(),
 		QKVGEMM:        qkvGEMMFromEnv(),
+		QKVStoreTMA:    qkvStoreTMAFromEnv(),
 		FusedGroup:     envInt("FT_FUSED_GROUP"),
 		DecodeMega:     decodeMegaFromEnv(),
 		AsyncDecode:    asyncDecodeFromEnv(),

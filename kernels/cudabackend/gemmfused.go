@@ -34,9 +34,8 @@ var _ kernels.FusedGateUpSiLUer = (*Backend)(nil)
 // gemmFusedModule is the kernels' module, loaded once.
 type gemmFusedModule struct {
 	once               sync.Once
-	swiglu, qkv, table *cuda.Function
-	swigluShfl         *cuda.Function // swiglu storing 16 bytes a lane (SwiGLUStoreShfl)
-	swigluTMA          *cuda.Function // swiglu storing by TMA (SwiGLUStoreTMA)
+	swiglu, qkv, table *cuda.Function // storing from registers
+	swigluTMA, qkvTMA  *cuda.Function // storing by TMA (SwiGLUStoreTMA, Backend.QKVStoreTMA)
 	err                error
 }
 
@@ -78,8 +77,8 @@ func (m *gemmFusedModule) load(dev *cuda.Device, group int) error {
 		p    **cuda.Function
 		name string
 		smem int
-	}{{&m.swiglu, "gemm_swiglu_bf16", gemmFusedSmem}, {&m.swigluShfl, "gemm_swiglu_shfl_bf16", gemmFusedSmem},
-		{&m.swigluTMA, "gemm_swiglu_tma_bf16", gemmFusedSmemTMA}, {&m.qkv, "gemm_qkv_rope_bf16", gemmFusedSmem}, {&m.table, "rope_cs_table", 0}} {
+	}{{&m.swiglu, "gemm_swiglu_bf16", gemmFusedSmem}, {&m.swigluTMA, "gemm_swiglu_tma_bf16", gemmFusedSmemTMA},
+		{&m.qkv, "gemm_qkv_rope_bf16", gemmFusedSmem}, {&m.qkvTMA, "gemm_qkv_rope_tma_bf16", gemmFusedSmemTMA}, {&m.table, "rope_cs_table", 0}} {
 		if *f.p, err = mod.Function(f.name); err != nil {
 			return err
 		}
@@ -114,6 +113,16 @@ func (b *Backend) tensorMaps(op string, D int, ms ...matrix) ([]uint64, error) {
 	return slots, nil
 }
 
+// outputMaps are the launch slots of the map of the bf16 output matrix m
+// (rows of N columns) for the TMA stores' boxes of 64 rows × 64 columns.
+func (b *Backend) outputMaps(op string, m matrix, N int) ([]uint64, error) {
+	tm, err := b.dev.TensorMapBF16(m.p, N, m.rows, 2*N, 64, 64)
+	if err != nil {
+		return nil, fmt.Errorf("cudabackend.%s: %w", op, err)
+	}
+	return tm.Slots(), nil
+}
+
 // launchFused launches f over tiles tiles (at most a block an SM) with
 // smem bytes of dynamic shared memory.
 func (b *Backend) launchFused(f *cuda.Function, tiles, smem int, bytes int64, args ...uint64) error {
@@ -121,7 +130,8 @@ func (b *Backend) launchFused(f *cuda.Function, tiles, smem int, bytes int64, ar
 }
 
 // GateUpSiLUFused is kernels.FusedGateUpSiLUer: out[T,I] =
-// silu(x·wgᵀ)·(x·wuᵀ) by gemm_swiglu_bf16. ran false, nothing written:
+// silu(x·wgᵀ)·(x·wuᵀ) by gemm_swiglu_tma_bf16 (gemm_swiglu_bf16 under
+// SwiGLUStoreRegs or where out is not 16-byte aligned). ran false, nothing written:
 // switched off, weights not BF16, T below fusedMinTokens, I not a multiple
 // of 128 or D of 64, unaligned rows, or no kernel on this device.
 func (b *Backend) GateUpSiLUFused(out, x, wg, wu *runtime.Tensor) (bool, error) {
@@ -158,21 +168,13 @@ func (b *Backend) GateUpSiLUFused(out, x, wg, wu *runtime.Tensor) (bool, error) 
 		return false, err
 	}
 	f, smem := m.swiglu, gemmFusedSmem
-	store := b.SwiGLUStore
-	if !aligned16(out.Ptr()) {
-		store = SwiGLUStoreRegs // the others store 16-byte chunks
-	}
-	switch store {
-	case SwiGLUStoreShfl:
-		f = m.swigluShfl
-	case SwiGLUStoreTMA:
-		// The outputs' map: boxes of 64 rows × 64 columns.
-		om, err := b.dev.TensorMapBF16(out.Ptr(), I, T, 2*I, 64, 64)
+	if b.SwiGLUStore == SwiGLUStoreTMA && aligned16(out.Ptr()) { // TMA stores 16-byte chunks
+		om, err := b.outputMaps(op, matrix{out.Ptr(), T}, I)
 		if err != nil {
-			return false, fmt.Errorf("cudabackend.%s: %w", op, err)
+			return false, err
 		}
 		f, smem = m.swigluTMA, gemmFusedSmemTMA
-		maps = append(maps, om.Slots()...)
+		maps = append(maps, om...)
 	}
 	args := append([]uint64{cuda.Ptr(out.Ptr()), cuda.I32(T), cuda.I32(I), cuda.I32(D)}, maps...)
 	return true, b.launchFused(f, (T+127)/128*(I/128), smem, int64(T)*int64(D)*2+int64(2*I)*int64(D)*2+int64(T)*int64(I)*2, args...)

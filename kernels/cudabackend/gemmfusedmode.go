@@ -26,37 +26,31 @@ const (
 type SwiGLUStore int
 
 const (
-	// SwiGLUStoreRegs stores 4-byte pairs from the accumulator layout
-	// (gemm_swiglu_bf16; the default, FT_SWIGLU_GEMM=1 or unset).
-	SwiGLUStoreRegs SwiGLUStore = iota
-	// SwiGLUStoreShfl exchanges pairs within each quad of lanes and stores
-	// 16 bytes at a time (gemm_swiglu_shfl_bf16; FT_SWIGLU_GEMM=shfl).
-	SwiGLUStoreShfl
 	// SwiGLUStoreTMA writes each consumer's outputs into shared memory and
-	// stores them by TMA (gemm_swiglu_tma_bf16; FT_SWIGLU_GEMM=tma).
-	SwiGLUStoreTMA
+	// stores them by TMA (gemm_swiglu_tma_bf16; the default, FT_SWIGLU_GEMM
+	// unset or 1, since the thirty-seventh session: 64 × 512 709.95,
+	// 711.68 ms against 724.50, 725.16 from registers, interleaved, s37a).
+	SwiGLUStoreTMA SwiGLUStore = iota
+	// SwiGLUStoreRegs stores 4-byte pairs from the accumulator layout
+	// (gemm_swiglu_bf16; FT_SWIGLU_GEMM=regs, and where the output is not
+	// 16-byte aligned).
+	SwiGLUStoreRegs
 )
 
 // String is the store's FT_SWIGLU_GEMM value.
 func (s SwiGLUStore) String() string {
-	switch s {
-	case SwiGLUStoreShfl:
-		return "shfl"
-	case SwiGLUStoreTMA:
-		return "tma"
+	if s == SwiGLUStoreRegs {
+		return "regs"
 	}
-	return "1"
+	return "tma"
 }
 
 // swigluStoreFromEnv is the default of Backend.SwiGLUStore.
 func swigluStoreFromEnv() SwiGLUStore {
-	switch os.Getenv("FT_SWIGLU_GEMM") {
-	case "shfl":
-		return SwiGLUStoreShfl
-	case "tma":
-		return SwiGLUStoreTMA
+	if os.Getenv("FT_SWIGLU_GEMM") == "regs" {
+		return SwiGLUStoreRegs
 	}
-	return SwiGLUStoreRegs
+	return SwiGLUStoreTMA
 }
 
 // fusedMinTokens is the fewest rows the fused GEMMs take: below a few row
@@ -64,18 +58,24 @@ func swigluStoreFromEnv() SwiGLUStore {
 const fusedMinTokens = 256
 
 // swigluGEMMFromEnv is the default of Backend.SwiGLUGEMM: on unless
-// FT_SWIGLU_GEMM=0 (New rejects values other than "", "0", "1", "shfl"
-// and "tma": SwiGLUStore). On by
-// default since s23b/s23c: prefill 8,192 212.59, 212.44 ms against 216.09,
-// 215.79 off; 64 × 512 725.17–728.27 against 733.14–743.72 (interleaved;
-// bench/RESULTS.md).
+// FT_SWIGLU_GEMM=0 (New rejects values other than "", "0", "1", "regs"
+// and "tma": SwiGLUStore). On by default since s23b/s23c: prefill 8,192
+// 212.59, 212.44 ms against 216.09, 215.79 off; 64 × 512 725.17–728.27
+// against 733.14–743.72 (interleaved; bench/RESULTS.md).
 func swigluGEMMFromEnv() bool { return os.Getenv("FT_SWIGLU_GEMM") != "0" }
 
 // qkvGEMMFromEnv is the default of Backend.QKVGEMM: off unless
-// FT_QKV_GEMM=1 (s23f: prefill 8,192 214.65–215.34 ms against
-// 213.37–213.66 off, 64 × 512 728.17–730.79 against 722.65–725.72; the
-// kernel 549 TFLOP/s, its epilogue's stores exposed).
-func qkvGEMMFromEnv() bool { return os.Getenv("FT_QKV_GEMM") == "1" }
+// FT_QKV_GEMM=1 (stores from registers; s23f: prefill 8,192 214.65–215.34
+// ms against 213.37–213.66 off, 64 × 512 728.17–730.79 against
+// 722.65–725.72; the kernel 549 TFLOP/s, its epilogue's stores exposed)
+// or tma (QKVStoreTMA).
+func qkvGEMMFromEnv() bool {
+	v := os.Getenv("FT_QKV_GEMM")
+	return v == "1" || v == "tma"
+}
+
+// qkvStoreTMAFromEnv is the default of Backend.QKVStoreTMA: FT_QKV_GEMM=tma.
+func qkvStoreTMAFromEnv() bool { return os.Getenv("FT_QKV_GEMM") == "tma" }
 
 // gemmFusedDefines is what goes ahead of the fused GEMMs' source for a
 // tile-order group of group row tiles (Backend.FusedGroup): "" for 0, the

@@ -241,7 +241,7 @@ static CUresult ft_func_resources(CUcontext ctx, CUfunction f, int* regs, int* l
 	return cuFuncGetAttribute(local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
 }
 
-#define FT_MAX_ARGS 80  // up to 64 of them four tensor maps (tmap.go)
+#define FT_MAX_ARGS 128  // up to 112 of them seven tensor maps (tmap.go)
 
 // ft_launch launches f with nargs 8-byte argument slots: each kernel
 // parameter is read from the start of its slot (4-byte parameters from the

@@ -71,7 +71,7 @@ static int ft_resolve_launch_ex(void) {
 // FT_PDL_MAX_ARGS is cgo.go's FT_MAX_ARGS: every launch may take the dependent
 // path (with 24 here, a kernel of 25 arguments failed with
 // CUDA_ERROR_INVALID_VALUE only when launched dependently).
-#define FT_PDL_MAX_ARGS 80
+#define FT_PDL_MAX_ARGS 128
 
 // ft_launch_pdl is ft_launch (cgo.go) through cuLaunchKernelEx with
 // programmatic stream serialization allowed.

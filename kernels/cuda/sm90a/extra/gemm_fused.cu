@@ -1,13 +1,16 @@
 // Our own wgmma GEMM with fused epilogues (kernels/cudabackend/
 // gemmfused.go), for forwards of many rows where a library GEMM would
 // write its products to memory only for the next kernel to read them back:
-//  - gemm_swiglu_bf16 (on by default, FT_SWIGLU_GEMM=0 off): the gated MLP's
-//    first half, out[M,N] = silu(x·gᵀ)·(x·uᵀ) for x [M,K], the gate and up
-//    weights g, u [N,K]; the separate path writes the two products [M,2N]
-//    in bf16 and reads them back for the silu·mul (at 64 × 512 tokens of
-//    Llama-3-8B 23 ms of a 720 ms forward, all of it memory traffic);
-//  - gemm_qkv_rope_bf16 (FT_QKV_GEMM=1; measured slower than the separate
-//    kernels, s23f, so off by default): the attention input, q, k, v =
+//  - gemm_swiglu_tma_bf16 (on by default, FT_SWIGLU_GEMM=0 off): the gated
+//    MLP's first half, out[M,N] = silu(x·gᵀ)·(x·uᵀ) for x [M,K], the gate
+//    and up weights g, u [N,K]; the separate path writes the two products
+//    [M,2N] in bf16 and reads them back for the silu·mul (at 64 × 512
+//    tokens of Llama-3-8B 23 ms of a 720 ms forward, all of it memory
+//    traffic); gemm_swiglu_bf16 is the same with the stores from registers
+//    (FT_SWIGLU_GEMM=regs, and where the output is not 16-byte aligned);
+//  - gemm_qkv_rope_tma_bf16 (FT_QKV_GEMM=tma) and gemm_qkv_rope_bf16
+//    (FT_QKV_GEMM=1, stores from registers; measured slower than the
+//    separate kernels, s23f): the attention input, q, k, v =
 //    x·[wq; wk; wv]ᵀ in one GEMM whose epilogue applies RoPE to q and k and
 //    stores k and v into the KV cache, in place of three GEMMs and the RoPE
 //    + store kernel.
@@ -28,12 +31,11 @@
 //    tile each: per k-step four wgmmas (A = their x rows, B = the 256 weight
 //    rows, both K-major from shared memory), one group in flight, the stage
 //    of the previous k-step released once its group is done (one arrival a
-//    consumer on "empty"); after the last k-step the op's epilogue (gs_swiglu,
-//    gs_qkv) stores bf16 pairs, while the producer already fills the stages
-//    of the tile that follows. The gate/up op has two more forms of its
-//    stores for A/B runs: 16 bytes a lane after a transpose within each
-//    quad of lanes (gs_swiglu_shfl), and through shared memory past the
-//    stages by TMA bulk stores (gs_swiglu_tma).
+//    consumer on "empty"); after the last k-step the op's epilogue
+//    (gs_swiglu_tma, gs_qkv_tma: into shared memory past the stages, then
+//    TMA bulk stores that leave while the consumers go on to the next
+//    tile's products; gs_swiglu, gs_qkv: bf16 pairs from the registers),
+//    while the producer already fills the stages of the tile that follows.
 // Tiles are taken in groups of GS_GM row tiles, column tile outer within a
 // group, so that the ~132 tiles in flight share ~16 row tiles of x and ~8
 // column tiles of the weights in L2. Rows of x past M are read as zeros
@@ -52,7 +54,7 @@
 #define GS_BBYTES (GS_BN * GS_BK * 2)          // 32 KiB of weights a stage
 #define GS_STAGE (GS_ABYTES + GS_BBYTES)       // 48 KiB
 #define GS_SMEM (1024 + GS_NS * GS_STAGE)      // dynamic shared memory, with the 1024-byte alignment
-#define GS_SMEM_TMA (GS_SMEM + 2 * 16384)      // and the two consumers' output tiles (gemm_swiglu_tma_bf16)
+#define GS_SMEM_TMA (GS_SMEM + 2 * 16384)      // and the two consumers' output tiles (the _tma kernels)
 
 // gs_tmap is a CUtensorMap (runtime/cuda/tmap.go); gs_swiglu_maps and
 // gs_qkv_maps the maps the kernels take as their last, __grid_constant__
@@ -70,6 +72,11 @@ struct gs_swiglu_tma_maps {
 };
 struct gs_qkv_maps {
 	gs_tmap x, q, k, v;
+};
+// gs_qkv_tma_maps adds the maps of the outputs q, k, v (boxes of 64 rows ×
+// 64 columns, the 128-byte swizzle) for gemm_qkv_rope_tma_bf16's stores.
+struct gs_qkv_tma_maps {
+	gs_tmap x, q, k, v, oq, ok, ov;
 };
 
 __device__ __forceinline__ void gs_mbar_init(unsigned bar, unsigned count) {
@@ -145,6 +152,10 @@ struct gs_ep {
 	// row0 is the tile row of the thread's accumulators 4j, 4j + 1 (those
 	// of 4j + 2, 4j + 3 are 8 rows below).
 	__device__ __forceinline__ int row0() const { return m0 + cw * 64 + warp * 16 + g; }
+	// tid is the thread's index in its consumer warpgroup (0..127).
+	__device__ __forceinline__ int tid() const { return warp * 32 + g * 4 + tg; }
+	// lead is the one thread of the consumer that issues its bulk stores.
+	__device__ __forceinline__ bool lead() const { return warp == 0 && g == 0 && tg == 0; }
 };
 
 // gs_tile maps tile index t to its first output row m0 and column tile c:
@@ -195,58 +206,6 @@ struct gs_swiglu {
 			for (int j = 0; j < 16; j++) {
 				const int i = 4 * j + 2 * h;
 				*(unsigned*)(o + 8 * j) = pack_bf16(gs_silu_mul(d[i], d[i + 64]), gs_silu_mul(d[i + 1], d[i + 65]));
-			}
-		}
-	}
-	__device__ __forceinline__ void finish(const gs_ep&) const {}
-};
-
-// gs_swiglu_shfl is gs_swiglu with 16-byte stores (FT_SWIGLU_GEMM=shfl):
-// the four lanes of a quad hold the pairs 2tg, 2tg + 1 of each 8-column
-// chunk j; for each four chunks 4q.. they exchange pairs (a 4 × 4
-// transpose in two rounds of lane xor 2 and xor 1) so that lane tg holds
-// all of chunk 4q + tg and stores it at once: a quarter of the store
-// instructions, each writing 64 contiguous bytes of a row.
-struct gs_swiglu_shfl {
-	gs_swiglu s;
-	__device__ __forceinline__ int cols() const { return s.cols(); }
-	__device__ __forceinline__ void load(unsigned sb, int k, int c, unsigned full) const { s.load(sb, k, c, full); }
-	__device__ __forceinline__ void store(const float (&d)[128], const gs_ep& e) const {
-		const int r0 = e.row0(), tg = e.tg;
-		const bool x2 = (tg & 2) != 0, x1 = (tg & 1) != 0;
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const int r = r0 + 8 * h;
-#pragma unroll
-			for (int q = 0; q < 4; q++) {
-				unsigned v[4];
-#pragma unroll
-				for (int cc = 0; cc < 4; cc++) {
-					const int i = 4 * (4 * q + cc) + 2 * h;
-					v[cc] = pack_bf16(gs_silu_mul(d[i], d[i + 64]), gs_silu_mul(d[i + 1], d[i + 65]));
-				}
-				// Round 1 (xor 2): lanes 0, 1 keep chunks 0, 1 and take
-				// their partner's; lanes 2, 3 keep chunks 2, 3.
-				unsigned a = __shfl_xor_sync(FT_FULL, x2 ? v[0] : v[2], 2), b = __shfl_xor_sync(FT_FULL, x2 ? v[1] : v[3], 2);
-				if (x2) {
-					v[0] = a;
-					v[1] = b;
-				} else {
-					v[2] = a;
-					v[3] = b;
-				}
-				// Round 2 (xor 1): lane tg ends with chunk tg of lanes 0..3.
-				a = __shfl_xor_sync(FT_FULL, x1 ? v[0] : v[1], 1);
-				b = __shfl_xor_sync(FT_FULL, x1 ? v[2] : v[3], 1);
-				if (x1) {
-					v[0] = a;
-					v[2] = b;
-				} else {
-					v[1] = a;
-					v[3] = b;
-				}
-				if (r < e.M)
-					*(uint4*)(s.out + (usize)r * s.N + e.c * 128 + 8 * (4 * q + tg)) = make_uint4(v[0], v[1], v[2], v[3]);
 			}
 		}
 	}
@@ -376,6 +335,95 @@ struct gs_qkv {
 	__device__ __forceinline__ void finish(const gs_ep&) const {}
 };
 
+// gs_qkv_tma is gs_qkv storing through shared memory (FT_QKV_GEMM=tma), a
+// head of the tile at a time: each consumer writes its 64 rows of the head
+// (q and k rotated; 128 columns, two boxes of 64 in its 16 KiB past the
+// stages, the 128-byte swizzle as gs_swiglu_tma), one thread of it stores
+// the boxes by TMA into q, k or v (maps oq, ok, ov; rows past M clipped by
+// the map), and for k and v the consumer's threads copy the rows from
+// shared memory into their cache rows, 16 bytes a lane (a row's 256 bytes
+// by 16 lanes). Before a head's writes the consumer waits until its
+// previous bulk stores have read the shared memory.
+struct gs_qkv_tma {
+	gs_qkv s;
+	const gs_tmap *oq, *ok, *ov;
+	__device__ __forceinline__ int cols() const { return s.cols(); }
+	__device__ __forceinline__ void load(unsigned sb, int kk, int c, unsigned full) const { s.load(sb, kk, c, full); }
+	__device__ __forceinline__ void store(const float (&d)[128], const gs_ep& e) const {
+		const int M = e.M, n0 = e.c * 256, nq = s.H * 128, nk = s.KV * 128;
+		const int reg = n0 < nq ? 0 : (n0 < nq + nk ? 1 : 2);  // q, k, v
+		const int col0 = n0 - (reg == 0 ? 0 : (reg == 1 ? nq : nq + nk));
+		const gs_tmap* om = reg == 0 ? oq : (reg == 1 ? ok : ov);
+		bf16_t* cache = reg == 0 ? nullptr : (reg == 1 ? s.kc : s.vc);
+		const unsigned ob = e.ob + (unsigned)e.cw * 16384u;
+		const int rt = e.m0 + e.cw * 64;  // the consumer's first row
+		int p[2];                          // the positions of the thread's rows (0 past M: not stored)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int r = e.row0() + 8 * h;
+			p[h] = r < M ? (s.ps ? s.ps[2 * r] : s.pos0 + r) : 0;
+		}
+#pragma unroll
+		for (int hh = 0; hh < 2; hh++) {
+			if (e.lead()) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+			gs_bar_sync(1 + e.cw);
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const int rl = e.warp * 16 + e.g + 8 * h;  // row in the consumer's 64; rl mod 8 = g
+				const unsigned row = ob + (unsigned)rl * 128u + 4u * (unsigned)e.tg;
+				if (reg == 2) {
+#pragma unroll
+					for (int j = 0; j < 16; j++) {
+						const int i = 4 * (16 * hh + j) + 2 * h;
+						const unsigned a = row + (unsigned)(j >> 3) * 8192u + (unsigned)(((j & 7) ^ e.g) * 16);
+						asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(pack_bf16(d[i], d[i + 1])) : "memory");
+					}
+					continue;
+				}
+				const float2* cp = s.cs + (usize)p[h] * 64 + 2 * e.tg;
+#pragma unroll
+				for (int j = 0; j < 8; j++) {
+					const float4 t = *(const float4*)(cp + 8 * j);  // cos, sin of i = 8j + 2tg and i + 1
+					const int ia = 4 * (16 * hh + j) + 2 * h, ib = ia + 32;
+					const float a0 = d[ia], a1 = d[ia + 1], b0 = d[ib], b1 = d[ib + 1];
+					const unsigned x = pack_bf16(__fsub_rn(__fmul_rn(a0, t.x), __fmul_rn(b0, t.y)), __fsub_rn(__fmul_rn(a1, t.z), __fmul_rn(b1, t.w)));
+					const unsigned y = pack_bf16(__fadd_rn(__fmul_rn(b0, t.x), __fmul_rn(a0, t.y)), __fadd_rn(__fmul_rn(b1, t.z), __fmul_rn(a1, t.w)));
+					const unsigned a = row + (unsigned)((j ^ e.g) * 16);
+					asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(x) : "memory");
+					asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a + 8192u), "r"(y) : "memory");
+				}
+			}
+			asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+			gs_bar_sync(1 + e.cw);
+			if (e.lead()) {
+#pragma unroll
+				for (int b = 0; b < 2; b++)
+					asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(om),
+							"r"(col0 + hh * 128 + b * 64), "r"(rt), "r"(ob + (unsigned)b * 8192u)
+							: "memory");
+				asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+			}
+			if (cache) {
+#pragma unroll
+				for (int q = 0; q < 8; q++) {
+					const int idx = q * 128 + e.tid(), rl = idx >> 4, cc = idx & 15, r = rt + rl;
+					if (r >= M) continue;
+					const int slot = s.ps ? s.ps[2 * r + 1] : (s.pos0 + r < s.cap ? s.pos0 + r : -1);
+					if (slot < 0) continue;
+					uint4 v;
+					const unsigned a = ob + (unsigned)(cc >> 3) * 8192u + (unsigned)rl * 128u + (unsigned)(((cc & 7) ^ (rl & 7)) * 16);
+					asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+					*(uint4*)(cache + (usize)slot * nk + col0 + hh * 128 + cc * 8) = v;
+				}
+			}
+		}
+	}
+	// finish waits for the consumer's last stores before the block exits.
+	__device__ __forceinline__ void finish(const gs_ep& e) const {
+		if (e.lead()) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+	}
+};
+
 // gs_gemm is the kernels' body: the product of x [M,K] (map mx) with the
 // 256 weight rows of each of op.cols() column tiles, op's copies and
 // epilogue (the file comment's layout).
@@ -470,12 +518,6 @@ extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_bf16(bf16_t* 
 	gs_gemm(gs_swiglu{out, N, &maps.g, &maps.u}, &maps.x, M, K);
 }
 
-// gemm_swiglu_shfl_bf16 is gemm_swiglu_bf16 storing 16 bytes at a time
-// (gs_swiglu_shfl).
-extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_shfl_bf16(bf16_t* out, int M, int N, int K, const __grid_constant__ gs_swiglu_maps maps) {
-	gs_gemm(gs_swiglu_shfl{{out, N, &maps.g, &maps.u}}, &maps.x, M, K);
-}
-
 // gemm_swiglu_tma_bf16 is gemm_swiglu_bf16 storing by TMA (gs_swiglu_tma);
 // its dynamic shared memory is GS_SMEM_TMA.
 extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_tma_bf16(bf16_t* out, int M, int N, int K, const __grid_constant__ gs_swiglu_tma_maps maps) {
@@ -487,6 +529,13 @@ extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_tma_bf16(bf16
 extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_qkv_rope_bf16(bf16_t* q, bf16_t* k, bf16_t* v, bf16_t* kc, bf16_t* vc,
 		const int* ps, int pos0, int cap, const float2* cs, int H, int KV, int M, int K, const __grid_constant__ gs_qkv_maps maps) {
 	gs_gemm(gs_qkv{q, k, v, kc, vc, ps, pos0, cap, cs, H, KV, &maps.q, &maps.k, &maps.v}, &maps.x, M, K);
+}
+
+// gemm_qkv_rope_tma_bf16 is gemm_qkv_rope_bf16 storing through shared
+// memory and by TMA (gs_qkv_tma); its dynamic shared memory is GS_SMEM_TMA.
+extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_qkv_rope_tma_bf16(bf16_t* q, bf16_t* k, bf16_t* v, bf16_t* kc, bf16_t* vc,
+		const int* ps, int pos0, int cap, const float2* cs, int H, int KV, int M, int K, const __grid_constant__ gs_qkv_tma_maps maps) {
+	gs_gemm(gs_qkv_tma{{q, k, v, kc, vc, ps, pos0, cap, cs, H, KV, &maps.q, &maps.k, &maps.v}, &maps.oq, &maps.ok, &maps.ov}, &maps.x, M, K);
 }
 
 // rope_cs_table: out[p·half + i] = (cos, sin) of p·inv[i] for p < n, as
