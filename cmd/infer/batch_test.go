@@ -137,8 +137,8 @@ func TestRunModelBatchUsage(t *testing.T) {
 }
 
 // TestBenchBatch: bench --batch prints a row per budget and batch size
-// with the step time and tokens/s, offloaded and resident; a bad size is
-// a usage error.
+// with the step time (the median of the timed steps, each given) and
+// tokens/s, offloaded and resident; a bad size is a usage error.
 func TestBenchBatch(t *testing.T) {
 	code, out, errOut := run(t, "bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0,resident",
 		"--batch", "1,3", "--context", "5", "--iters", "2", "--warmup", "0", "--json")
@@ -155,6 +155,9 @@ func TestBenchBatch(t *testing.T) {
 		}
 		if got := float64(r.Batch) / (r.StepMs / 1e3); got < r.TokensPerSec*0.999 || got > r.TokensPerSec*1.001 {
 			t.Errorf("row %d: tokens/s %.1f, want batch/step = %.1f", i, r.TokensPerSec, got)
+		}
+		if len(r.StepsMs) != 2 || r.MinMs != min(r.StepsMs[0], r.StepsMs[1]) || r.StepMs != (r.StepsMs[0]+r.StepsMs[1])/2 {
+			t.Errorf("row %d: steps %v, min %v, median %v; want the 2 timed steps, their minimum and median", i, r.StepsMs, r.MinMs, r.StepMs)
 		}
 	}
 	if code, _, errOut := run(t, "bench", "--batch", "1,0"); code != 2 || !strings.Contains(errOut, `"0" is not a positive batch size`) {

@@ -26,6 +26,10 @@ type batchBenchRow struct {
 	MinMs        float64 `json:"min_ms"`       // fastest step
 	TokensPerSec float64 `json:"tokens_per_s"` // batch / step
 	KVBytes      int64   `json:"kv_cache_bytes"`
+	// StepsMs are the timed steps in the order they ran (what the median
+	// and the minimum are of: a drift across them, a GPU's clocks falling
+	// under a long load, shows here).
+	StepsMs []float64 `json:"steps_ms"`
 	// ResidentUnits, StreamedUnits and HostUnits are the placement of the
 	// offloaded budgets' plan in force after the measured steps (0, 0, 0
 	// when resident). Budget "B+host" rows (--host-threads) plan three
@@ -102,6 +106,14 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 		}
 		_, err := fmt.Fprintf(stdout, "%-12s %6d %5d %5d %5d %10.2f %10.2f %12.1f %10.1f\n", row.Budget, row.Batch, row.ResidentUnits,
 			row.StreamedUnits, row.HostUnits, row.StepMs, row.MinMs, row.TokensPerSec, float64(row.KVBytes)/(1<<20))
+		if err != nil || len(row.StepsMs) < 2 {
+			return err
+		}
+		steps := make([]string, len(row.StepsMs))
+		for i, ms := range row.StepsMs {
+			steps[i] = strconv.FormatFloat(ms, 'f', 2, 64)
+		}
+		_, err = fmt.Fprintf(stdout, "%12s steps ms, in order: %s\n", "", strings.Join(steps, " "))
 		return err
 	}
 	// manager names the offload manager of the budget being measured ("" when
@@ -133,7 +145,7 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 				return fmt.Errorf("budget %s, batch %d: %w", budget, B, err)
 			}
 			med := medianOf(times)
-			row := batchBenchRow{Budget: budget, Batch: B, Context: o.context, StepMs: med, MinMs: slices.Min(times),
+			row := batchBenchRow{Budget: budget, Batch: B, Context: o.context, StepMs: med, MinMs: slices.Min(times), StepsMs: times,
 				TokensPerSec: float64(perStep) / (med / 1e3), KVBytes: kvBytes}
 			if prefill {
 				row.Context, row.PrefillTokens = 0, o.tokens

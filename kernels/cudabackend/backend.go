@@ -229,19 +229,15 @@ type Backend struct {
 	SwiGLUStore SwiGLUStore
 	// QKVGEMM lets ProjectRoPEStoreRows run (qkvgemm.go: q, k, v, RoPE and
 	// the KV-cache store of a many-token forward as one such GEMM); off,
-	// it declines. New sets it when FT_QKV_GEMM=1 or tma.
+	// it declines. New sets it when FT_QKV_GEMM=1.
 	QKVGEMM bool
-	// QKVStoreTMA has that GEMM store through shared memory and by TMA
-	// (gemm_qkv_rope_tma_bf16) rather than from registers; New sets it
-	// when FT_QKV_GEMM=tma.
-	QKVStoreTMA bool
 	// FusedGroup is how many row tiles make a group of the fused GEMMs'
 	// tile order (GS_GM in kernels/cuda/sm90a/extra/gemm_fused.cu), read
 	// when their module is first loaded; 0 keeps the file's 16. New sets
 	// it from FT_FUSED_GROUP (A/B runs).
 	FusedGroup int
 	fusedGEMM  gemmFusedModule // their kernels (gemmfused.go)
-	ropeCS     ropeCS          // the cos/sin table of gemm_qkv_rope_bf16
+	ropeCS     ropeCS          // the cos/sin table of gemm_qkv_rope_tma_bf16
 
 	// NormTail lets MatMulAddNorm run (normtail.go: the one-token
 	// residual-adding GEMV whose last block writes the RMSNorm after it);
@@ -525,7 +521,6 @@ func New(dev runtime.Device) (*Backend, error) {
 		SwiGLUGEMM:     swigluGEMMFromEnv(),
 		SwiGLUStore:    swigluStoreFromEnv(),
 		QKVGEMM:        qkvGEMMFromEnv(),
-		QKVStoreTMA:    qkvStoreTMAFromEnv(),
 		FusedGroup:     envInt("FT_FUSED_GROUP"),
 		DecodeMega:     decodeMegaFromEnv(),
 		AsyncDecode:    asyncDecodeFromEnv(),

@@ -38,7 +38,7 @@ var envSwitches = map[string][]string{
 	"FT_QKNORM_ROPE":         {"", "0", "1", "all"},
 	"FT_VARLEN_CONTIG":       {"", "0", "1"},
 	"FT_SWIGLU_GEMM":         {"", "0", "1", "regs", "tma"},
-	"FT_QKV_GEMM":            {"", "0", "1", "tma"},
+	"FT_QKV_GEMM":            {"", "0", "1"},
 	"FT_TRACE":               {"", "0", "1"},
 	"FT_ASYNC_DECODE":        {"", "0", "1"},
 	"FT_DECODE_CLUSTER":      {"", "0", "1", "2", "4", "8"},

@@ -33,10 +33,10 @@ var _ kernels.FusedGateUpSiLUer = (*Backend)(nil)
 
 // gemmFusedModule is the kernels' module, loaded once.
 type gemmFusedModule struct {
-	once               sync.Once
-	swiglu, qkv, table *cuda.Function // storing from registers
-	swigluTMA, qkvTMA  *cuda.Function // storing by TMA (SwiGLUStoreTMA, Backend.QKVStoreTMA)
-	err                error
+	once                  sync.Once
+	swigluTMA, qkv, table *cuda.Function // the epilogues store by TMA
+	swiglu                *cuda.Function // gate/up storing from registers (SwiGLUStoreRegs)
+	err                   error
 }
 
 // gemmFused is the loaded module, or nil where it cannot be had (another
@@ -78,7 +78,7 @@ func (m *gemmFusedModule) load(dev *cuda.Device, group int) error {
 		name string
 		smem int
 	}{{&m.swiglu, "gemm_swiglu_bf16", gemmFusedSmem}, {&m.swigluTMA, "gemm_swiglu_tma_bf16", gemmFusedSmemTMA},
-		{&m.qkv, "gemm_qkv_rope_bf16", gemmFusedSmem}, {&m.qkvTMA, "gemm_qkv_rope_tma_bf16", gemmFusedSmemTMA}, {&m.table, "rope_cs_table", 0}} {
+		{&m.qkv, "gemm_qkv_rope_tma_bf16", gemmFusedSmemTMA}, {&m.table, "rope_cs_table", 0}} {
 		if *f.p, err = mod.Function(f.name); err != nil {
 			return err
 		}

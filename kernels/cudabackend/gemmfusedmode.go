@@ -65,17 +65,13 @@ const fusedMinTokens = 256
 func swigluGEMMFromEnv() bool { return os.Getenv("FT_SWIGLU_GEMM") != "0" }
 
 // qkvGEMMFromEnv is the default of Backend.QKVGEMM: off unless
-// FT_QKV_GEMM=1 (stores from registers; s23f: prefill 8,192 214.65–215.34
-// ms against 213.37–213.66 off, 64 × 512 728.17–730.79 against
-// 722.65–725.72; the kernel 549 TFLOP/s, its epilogue's stores exposed)
-// or tma (QKVStoreTMA).
-func qkvGEMMFromEnv() bool {
-	v := os.Getenv("FT_QKV_GEMM")
-	return v == "1" || v == "tma"
-}
-
-// qkvStoreTMAFromEnv is the default of Backend.QKVStoreTMA: FT_QKV_GEMM=tma.
-func qkvStoreTMAFromEnv() bool { return os.Getenv("FT_QKV_GEMM") == "tma" }
+// FT_QKV_GEMM=1. Its first epilogue, storing from registers, was slower
+// (s23f: 64 × 512 728.17–730.79 ms against 722.65–725.72 off; the kernel
+// 549 TFLOP/s); storing through shared memory and TMA as now, the kernel
+// takes 85.8 ms of the step against ~87 for the three GEMMs and the RoPE
+// kernel, the step as fast as without (s37b, H100: 717.69, 717.65 ms
+// against 714.11, 717.77).
+func qkvGEMMFromEnv() bool { return os.Getenv("FT_QKV_GEMM") == "1" }
 
 // gemmFusedDefines is what goes ahead of the fused GEMMs' source for a
 // tile-order group of group row tiles (Backend.FusedGroup): "" for 0, the

@@ -11,12 +11,12 @@ import (
 	"github.com/flextensor-go/flextensor/runtime/cuda"
 )
 
-// The attention input of a many-row forward as one GEMM (gemm_qkv_rope_bf16,
+// The attention input of a many-row forward as one GEMM (gemm_qkv_rope_tma_bf16,
 // gemmfused.go): q, k, v = x·[wq; wk; wv]ᵀ, q and k rotated and k, v stored
 // into the cache by the epilogue, in place of three GEMMs (k and v too
 // narrow to fill the device alone) and the RoPE + store kernel that reads
-// q, k and v back. FT_QKV_GEMM=1 (Backend.QKVGEMM; stores from registers)
-// or tma (Backend.QKVStoreTMA: through shared memory and by TMA).
+// q, k and v back; the epilogue stores through shared memory and by TMA.
+// FT_QKV_GEMM=1 (Backend.QKVGEMM).
 
 var _ kernels.QKVRoPERowsStorer = (*Backend)(nil)
 
@@ -64,8 +64,8 @@ func (b *Backend) ropeCSTable(m *gemmFusedModule, invFreq []float32, need int) (
 	return buf.Ptr(), nil
 }
 
-// ProjectRoPEStoreRows is kernels.QKVRoPERowsStorer by gemm_qkv_rope_bf16
-// (gemm_qkv_rope_tma_bf16 under QKVStoreTMA).
+// ProjectRoPEStoreRows is kernels.QKVRoPERowsStorer by
+// gemm_qkv_rope_tma_bf16.
 // ran false, nothing written: switched off, a stream being captured, an
 // operand not BF16 on this device, fewer than fusedMinTokens rows, a head
 // width other than 128, an odd head count, D not a multiple of 64,
@@ -110,22 +110,18 @@ func (b *Backend) ProjectRoPEStoreRows(a kernels.QKVRoPERows) (bool, error) {
 		return false, err
 	}
 	N := (H + 2*KV) * d
-	f, smem := m.qkv, gemmFusedSmem
-	if b.QKVStoreTMA {
-		for _, o := range []struct {
-			p    uintptr
-			cols int
-		}{{a.Q.Ptr(), H * d}, {a.K.Ptr(), KV * d}, {a.V.Ptr(), KV * d}} {
-			om, err := b.outputMaps(op, matrix{o.p, T}, o.cols)
-			if err != nil {
-				return false, err
-			}
-			maps = append(maps, om...)
+	for _, o := range []struct {
+		p    uintptr
+		cols int
+	}{{a.Q.Ptr(), H * d}, {a.K.Ptr(), KV * d}, {a.V.Ptr(), KV * d}} {
+		om, err := b.outputMaps(op, matrix{o.p, T}, o.cols)
+		if err != nil {
+			return false, err
 		}
-		f, smem = m.qkvTMA, gemmFusedSmemTMA
+		maps = append(maps, om...)
 	}
 	args := append([]uint64{cuda.Ptr(a.Q.Ptr()), cuda.Ptr(a.K.Ptr()), cuda.Ptr(a.V.Ptr()), cuda.Ptr(a.KCache.Ptr()), cuda.Ptr(a.VCache.Ptr()),
 		cuda.Ptr(ps), cuda.I32(a.Pos), cuda.I32(a.KCache.Dim(0)), cuda.Ptr(cs), cuda.I32(H), cuda.I32(KV), cuda.I32(T), cuda.I32(D)}, maps...)
 	bytes := int64(T)*int64(D)*2 + int64(N)*int64(D)*2 + int64(T)*int64(N+2*KV*d)*2
-	return true, b.launchFused(f, (T+127)/128*(H+2*KV)/2, smem, bytes, args...)
+	return true, b.launchFused(m.qkv, (T+127)/128*(H+2*KV)/2, gemmFusedSmemTMA, bytes, args...)
 }

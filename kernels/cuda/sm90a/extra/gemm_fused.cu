@@ -8,9 +8,9 @@
 //    tokens of Llama-3-8B 23 ms of a 720 ms forward, all of it memory
 //    traffic); gemm_swiglu_bf16 is the same with the stores from registers
 //    (FT_SWIGLU_GEMM=regs, and where the output is not 16-byte aligned);
-//  - gemm_qkv_rope_tma_bf16 (FT_QKV_GEMM=tma) and gemm_qkv_rope_bf16
-//    (FT_QKV_GEMM=1, stores from registers; measured slower than the
-//    separate kernels, s23f): the attention input, q, k, v =
+//  - gemm_qkv_rope_tma_bf16 (FT_QKV_GEMM=1; off by default: with stores
+//    from registers it measured slower than the separate kernels, s23f,
+//    through shared memory and TMA as fast, s37b): the attention input, q, k, v =
 //    x·[wq; wk; wv]ᵀ in one GEMM whose epilogue applies RoPE to q and k and
 //    stores k and v into the KV cache, in place of three GEMMs and the RoPE
 //    + store kernel.
@@ -34,7 +34,7 @@
 //    consumer on "empty"); after the last k-step the op's epilogue
 //    (gs_swiglu_tma, gs_qkv_tma: into shared memory past the stages, then
 //    TMA bulk stores that leave while the consumers go on to the next
-//    tile's products; gs_swiglu, gs_qkv: bf16 pairs from the registers),
+//    tile's products; gs_swiglu: bf16 pairs from the registers),
 //    while the producer already fills the stages of the tile that follows.
 // Tiles are taken in groups of GS_GM row tiles, column tile outer within a
 // group, so that the ~132 tiles in flight share ~16 row tiles of x and ~8
@@ -56,9 +56,8 @@
 #define GS_SMEM (1024 + GS_NS * GS_STAGE)      // dynamic shared memory, with the 1024-byte alignment
 #define GS_SMEM_TMA (GS_SMEM + 2 * 16384)      // and the two consumers' output tiles (the _tma kernels)
 
-// gs_tmap is a CUtensorMap (runtime/cuda/tmap.go); gs_swiglu_maps and
-// gs_qkv_maps the maps the kernels take as their last, __grid_constant__
-// parameter.
+// gs_tmap is a CUtensorMap (runtime/cuda/tmap.go); the gs_*_maps the maps
+// the kernels take as their last, __grid_constant__ parameter.
 struct __align__(64) gs_tmap {
 	unsigned long long w[16];
 };
@@ -70,11 +69,9 @@ struct gs_swiglu_maps {
 struct gs_swiglu_tma_maps {
 	gs_tmap x, g, u, o;
 };
-struct gs_qkv_maps {
-	gs_tmap x, q, k, v;
-};
-// gs_qkv_tma_maps adds the maps of the outputs q, k, v (boxes of 64 rows ×
-// 64 columns, the 128-byte swizzle) for gemm_qkv_rope_tma_bf16's stores.
+// gs_qkv_tma_maps are x's, the weights' and the outputs q, k, v's (boxes
+// of 64 rows × 64 columns, the 128-byte swizzle) for
+// gemm_qkv_rope_tma_bf16.
 struct gs_qkv_tma_maps {
 	gs_tmap x, q, k, v, oq, ok, ov;
 };
@@ -263,15 +260,16 @@ struct gs_swiglu_tma {
 	}
 };
 
-// gs_qkv is the attention input's op for gs_gemm (head width 128): the
-// q, k and v weights are one matrix of (H + 2·KV)·128 rows, column tile c
-// its rows 256c.. (two heads of one of them: H and KV are even). The
-// epilogue rotates q and k (RoPE: the pair i, i + 64 of a head, which one
-// thread holds as accumulators 4j and 4(j + 8)) with cos and sin of
-// position·θ_i from the table cs [positions, 64] (float2, computed as the
-// separate RoPE kernels compute them), writes q, k, v [M,·] and k, v also
-// into the cache: row ps[2r + 1] of kc, vc for row r at position ps[2r],
-// or without ps row and position pos0 + r (below cap).
+// gs_qkv is what the attention input's op (gs_qkv_tma) reads and copies
+// (head width 128): the q, k and v weights are one matrix of
+// (H + 2·KV)·128 rows, column tile c its rows 256c.. (two heads of one of
+// them: H and KV are even). q and k are rotated (RoPE: the pair i, i + 64
+// of a head, which one thread holds as accumulators 4j and 4(j + 8)) with
+// cos and sin of position·θ_i from the table cs [positions, 64] (float2,
+// computed as the separate RoPE kernels compute them); q, k, v [M,·] are
+// written, and k, v also into the cache: row ps[2r + 1] of kc, vc for row
+// r at position ps[2r], or without ps row and position pos0 + r (below
+// cap).
 struct gs_qkv {
 	bf16_t *q, *k, *v, *kc, *vc;
 	const int* ps;
@@ -287,56 +285,10 @@ struct gs_qkv {
 		gs_tma(sb, m, kk * GS_BK, r, full);
 		gs_tma(sb + GS_BBYTES / 2, m, kk * GS_BK, r + 128, full);
 	}
-	__device__ __forceinline__ void store(const float (&d)[128], const gs_ep& e) const {
-		const int r0 = e.row0(), M = e.M, c = e.c, tg = e.tg;
-		const int n0 = c * 256, nq = H * 128, nk = KV * 128;
-		const int reg = n0 < nq ? 0 : (n0 < nq + nk ? 1 : 2);  // q, k, v
-		const int col0 = n0 - (reg == 0 ? 0 : (reg == 1 ? nq : nq + nk));
-		const int rs = reg == 0 ? nq : nk;
-		bf16_t* dst = reg == 0 ? q : (reg == 1 ? k : v);
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const int r = r0 + 8 * h;
-			if (r >= M) continue;
-			const int p = ps ? ps[2 * r] : pos0 + r;
-			const int slot = ps ? ps[2 * r + 1] : (p < cap ? p : -1);
-			bf16_t* o = dst + (usize)r * rs + col0 + 2 * tg;
-			bf16_t* oc = reg == 0 || slot < 0 ? nullptr : (reg == 1 ? kc : vc) + (usize)slot * nk + col0 + 2 * tg;
-			if (reg == 2) {
-#pragma unroll
-				for (int j = 0; j < 32; j++) {
-					const unsigned w = pack_bf16(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-					*(unsigned*)(o + 8 * j) = w;
-					if (oc) *(unsigned*)(oc + 8 * j) = w;
-				}
-				continue;
-			}
-			const float2* cp = cs + (usize)p * 64 + 2 * tg;
-#pragma unroll
-			for (int j = 0; j < 8; j++) {
-				const float4 t = *(const float4*)(cp + 8 * j);  // cos, sin of i = 8j + 2tg and i + 1
-#pragma unroll
-				for (int hh = 0; hh < 2; hh++) {
-					const int ia = 4 * (16 * hh + j) + 2 * h, ib = ia + 32;
-					const float a0 = d[ia], a1 = d[ia + 1], b0 = d[ib], b1 = d[ib + 1];
-					const unsigned x = pack_bf16(__fsub_rn(__fmul_rn(a0, t.x), __fmul_rn(b0, t.y)), __fsub_rn(__fmul_rn(a1, t.z), __fmul_rn(b1, t.w)));
-					const unsigned y = pack_bf16(__fadd_rn(__fmul_rn(b0, t.x), __fmul_rn(a0, t.y)), __fadd_rn(__fmul_rn(b1, t.z), __fmul_rn(a1, t.w)));
-					const int off = hh * 128 + 8 * j;
-					*(unsigned*)(o + off) = x;
-					*(unsigned*)(o + off + 64) = y;
-					if (oc) {
-						*(unsigned*)(oc + off) = x;
-						*(unsigned*)(oc + off + 64) = y;
-					}
-				}
-			}
-		}
-	}
-	__device__ __forceinline__ void finish(const gs_ep&) const {}
 };
 
-// gs_qkv_tma is gs_qkv storing through shared memory (FT_QKV_GEMM=tma), a
-// head of the tile at a time: each consumer writes its 64 rows of the head
+// gs_qkv_tma is the attention input's op for gs_gemm (FT_QKV_GEMM=1),
+// storing through shared memory a head of the tile at a time: each consumer writes its 64 rows of the head
 // (q and k rotated; 128 columns, two boxes of 64 in its 16 KiB past the
 // stages, the 128-byte swizzle as gs_swiglu_tma), one thread of it stores
 // the boxes by TMA into q, k or v (maps oq, ok, ov; rows past M clipped by
@@ -524,15 +476,9 @@ extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_tma_bf16(bf16
 	gs_gemm(gs_swiglu_tma{{out, N, &maps.g, &maps.u}, &maps.o}, &maps.x, M, K);
 }
 
-// gemm_qkv_rope_bf16: q, k, v = x·[wq; wk; wv]ᵀ with q and k rotated and
-// k, v stored into the cache (gs_qkv); head width 128, H and KV even.
-extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_qkv_rope_bf16(bf16_t* q, bf16_t* k, bf16_t* v, bf16_t* kc, bf16_t* vc,
-		const int* ps, int pos0, int cap, const float2* cs, int H, int KV, int M, int K, const __grid_constant__ gs_qkv_maps maps) {
-	gs_gemm(gs_qkv{q, k, v, kc, vc, ps, pos0, cap, cs, H, KV, &maps.q, &maps.k, &maps.v}, &maps.x, M, K);
-}
-
-// gemm_qkv_rope_tma_bf16 is gemm_qkv_rope_bf16 storing through shared
-// memory and by TMA (gs_qkv_tma); its dynamic shared memory is GS_SMEM_TMA.
+// gemm_qkv_rope_tma_bf16: q, k, v = x·[wq; wk; wv]ᵀ with q and k rotated
+// and k, v stored into the cache (gs_qkv_tma); head width 128, H and KV
+// even; its dynamic shared memory is GS_SMEM_TMA.
 extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_qkv_rope_tma_bf16(bf16_t* q, bf16_t* k, bf16_t* v, bf16_t* kc, bf16_t* vc,
 		const int* ps, int pos0, int cap, const float2* cs, int H, int KV, int M, int K, const __grid_constant__ gs_qkv_tma_maps maps) {
 	gs_gemm(gs_qkv_tma{{q, k, v, kc, vc, ps, pos0, cap, cs, H, KV, &maps.q, &maps.k, &maps.v}, &maps.oq, &maps.ok, &maps.ov}, &maps.x, M, K);
