@@ -227,7 +227,7 @@ struct gs_swiglu_tma {
 	__device__ __forceinline__ int cols() const { return s.cols(); }
 	__device__ __forceinline__ void load(unsigned sb, int k, int c, unsigned full) const { s.load(sb, k, c, full); }
 	__device__ __forceinline__ void store(const float (&d)[128], const gs_ep& e) const {
-		const bool lead = e.warp == 0 && e.g == 0 && e.tg == 0;
+		const bool lead = e.lead();
 		const unsigned ob = e.ob + (unsigned)e.cw * 16384u;
 		if (lead) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 		gs_bar_sync(1 + e.cw);
@@ -256,7 +256,7 @@ struct gs_swiglu_tma {
 	}
 	// finish waits for the consumer's last stores before the block exits.
 	__device__ __forceinline__ void finish(const gs_ep& e) const {
-		if (e.warp == 0 && e.g == 0 && e.tg == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+		if (e.lead()) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 	}
 };
 
