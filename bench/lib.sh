@@ -17,6 +17,9 @@
 #   peer_build                    llama.cpp's llama-bench from .peer/llamacpp.tar.xz into /tmp/lc/build/bin (run it in the
 #                                 background; "peer build rc=N" in summary.txt). .peer/ holds the source archive and
 #                                 tok/ (the Llama 3 tokenizer): see ../shared/peers/peer_llamacpp.sh for how to make them
+#   smi_start / smi_stop          nvidia-smi samples the SM clock, power and throttle reasons every 200 ms into smi.txt;
+#                                 smi_stop ends it and puts the clocks' histogram and the loaded samples' means into
+#                                 summary.txt (the clocks a long load holds under the power cap: s37c, s37d)
 #   finish                        tar the call's outputs into all.tgz
 #   start_call PKG...             the usual start: compile_tests PKG... (background), build_cuda, FT_KERNEL_CACHE,
 #                                 make_models (background), wait for all
@@ -92,6 +95,17 @@ peer_build() {
       -DCMAKE_BUILD_TYPE=Release >"$o/peer-cfg.log" 2>&1 &&
     cmake --build build --target llama-bench -j16 >"$o/peer-build.log" 2>&1 )
   local rc=$?; echo "peer build rc=$rc" >>"$out/summary.txt"; log peer-built; return $rc
+}
+smi_start() {
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv -lms 200 >"$out/smi.txt" 2>&1 &
+  smi_pid=$!
+}
+smi_stop() {
+  kill "${smi_pid:-}" 2>/dev/null
+  awk -F', ' 'NR>1 {print $2, $6}' "$out/smi.txt" | sort | uniq -c | sort -rn | head -12 >>"$out/summary.txt"
+  awk -F', ' 'NR>1 && $4+0 > 650 {n++; c+=$2; p+=$4} END {if (n) printf "loaded samples (over 650 W): %d, mean SM clock %.0f MHz, mean power %.1f W\n", n, c/n, p/n}' \
+    "$out/smi.txt" >>"$out/summary.txt"
 }
 finish() { log done; (cd "$out" && tar czf all.tgz *.txt *.log 2>/dev/null); true; }
 start_call() {
