@@ -288,9 +288,10 @@ struct gs_qkv {
 };
 
 // gs_qkv_tma is the attention input's op for gs_gemm (FT_QKV_GEMM=1),
-// storing through shared memory a head of the tile at a time: each consumer writes its 64 rows of the head
-// (q and k rotated; 128 columns, two boxes of 64 in its 16 KiB past the
-// stages, the 128-byte swizzle as gs_swiglu_tma), one thread of it stores
+// storing through shared memory a head of the tile at a time: each
+// consumer writes its 64 rows of the head (q and k rotated; 128 columns,
+// two boxes of 64 in its 16 KiB past the stages, the 128-byte swizzle as
+// gs_swiglu_tma), one thread of it stores
 // the boxes by TMA into q, k or v (maps oq, ok, ov; rows past M clipped by
 // the map), and for k and v the consumer's threads copy the rows from
 // shared memory into their cache rows, 16 bytes a lane (a row's 256 bytes
