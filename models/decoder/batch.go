@@ -71,6 +71,9 @@ type batchState struct {
 	// values [maxCtx, K, d] that each sequence's are gathered into.
 	kScratch, vScratch *runtime.Tensor
 	maxCtx             int
+	// last: set while the forward's last layer runs, the rows that go on
+	// past its attention (lastrows.go); nil: every row.
+	last *lastRows
 }
 
 func (bs *batchState) free() {
@@ -163,16 +166,22 @@ func (m *Model) forwardBatch(b kernels.Backend, cache *kvcache.Paged, entries []
 		if err := m.Embed.Forward(b, x, ids); err != nil {
 			return err
 		}
-		if err := m.runBatchLayers(b, w, x, bs); err != nil {
-			return err
-		}
-		h := rows(w.h, T)
-		if err := m.Norm.Forward(b, h, x); err != nil { // row-wise: the same values as on each last row alone
+		if err := m.runBatchLayers(b, w, x, bs, last); err != nil {
 			return err
 		}
 		sel := rows(w.sel, N)
-		if err := gatherRows(b, sel, h, last); err != nil {
-			return err
+		if bs.last != nil { // the last layer's output is x's rows last already
+			if err := m.Norm.Forward(b, sel, bs.last.x); err != nil {
+				return err
+			}
+		} else {
+			h := rows(w.h, T)
+			if err := m.Norm.Forward(b, h, x); err != nil { // row-wise: the same values as on each last row alone
+				return err
+			}
+			if err := gatherRows(b, sel, h, last); err != nil {
+				return err
+			}
 		}
 		logits = rows(w.logits, N)
 		return m.Head.Forward(b, logits, sel)
@@ -298,6 +307,12 @@ func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtim
 		att := rows(w.att, T) // [T,H,d]
 		if err := a.attendBatch(b, att, q, k, v, bs); err != nil {
 			return err
+		}
+		if bs.last != nil { // the forward's last layer: the rows whose logits it returns go on (into q's rows, free now)
+			var err error
+			if att, err = bs.last.gatherAtt(w.q, att); err != nil {
+				return err
+			}
 		}
 		return a.output(b, out, att, acc)
 	})

@@ -16,6 +16,7 @@ type workspace struct {
 	x, h, q, k, v, att, o *runtime.Tensor // [cap, …]
 	gate, up, logits      *runtime.Tensor
 	sel                   *runtime.Tensor // [logitCap, D]: the rows whose logits a batched forward returns
+	xLast                 *runtime.Tensor // [logitCap, D] F32: those rows of the residual stream past the last layer's attention (lastrows.go)
 	moe                   *moeScratch     // the expert blocks' activations (moe.go), made at the first sparse forward
 	bufs                  []*runtime.DeviceBuffer
 	onHost                bool    // the host-placed layers' workspace (hostrun.go)
@@ -89,6 +90,7 @@ func (m *Model) allocWorkspace(b kernels.Backend, n, logitRows int) (*workspace,
 		w.up = alloc("up", n, c.IntermediateSize)
 		w.logits = allocF32("logits", logitRows, c.VocabSize) // F32 on every backend: greedy picks compare logits, bf16 would tie
 		w.sel = alloc("selected rows", logitRows, c.HiddenSize)
+		w.xLast = allocF32("selected residual rows", logitRows, c.HiddenSize)
 	}()
 	if err != nil {
 		w.free()
@@ -261,9 +263,18 @@ func (l *Layer) body(b kernels.Backend, w *workspace, x *runtime.Tensor, cache C
 // sequences packed in x's rows (a batched forward; cache unused).
 func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Cache, bs *batchState) error {
 	T := x.Dim(0)
-	h, o := rows(w.h, T), rows(w.o, T)
+	h := rows(w.h, T)
 	m := l.Node().Tree().Root().(*Model)
-	accAttn, accMLP := l.accumulators(b, m, T)
+	// xo is the residual stream's rows past attention: x, or, in a batched
+	// forward's last layer, the rows whose logits it returns (lastrows.go);
+	// To of them.
+	xo := x
+	if bs != nil && bs.last != nil {
+		xo = bs.last.x
+	}
+	To := xo.Dim(0)
+	ho, o := rows(w.h, To), rows(w.o, To)
+	accAttn, accMLP := l.accumulators(b, m, To)
 	in := normed{h: h}
 	prenormed := w.takeNormed(l.InputNorm, x) && T == 1 // the previous down_proj's tail left InputNorm(x) in h (normtail.go)
 	if bs == nil && !prenormed {
@@ -278,22 +289,28 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	}
 	attnOut, oAcc := o, accAttn
 	var oTail *tailAdder
-	viaNorm := l.residualViaNorm(b, T, accAttn)
+	viaNorm := l.residualViaNorm(b, To, accAttn)
 	if viaNorm != nil {
-		attnOut, accAttn, oAcc = h, nil, nil // o_proj writes bf16 into h (free once q, k, v are made); the add folds into the norm
+		attnOut, accAttn, oAcc = ho, nil, nil // o_proj writes bf16 into h (free once q, k, v are made); the add folds into the norm
 	} else if accAttn != nil {
-		attnOut = x // o_proj adds into the residual stream
+		attnOut = xo // o_proj adds into the residual stream
 		if bs == nil {
 			oAcc, oTail = withTail(b, accAttn, T, h, l.PostNorm) // and may leave PostNorm(x) in h
 		}
 	}
 	if bs != nil {
+		if bs.last != nil {
+			if err := bs.last.gatherX(x); err != nil {
+				return err
+			}
+		}
 		if err := l.Attn.forwardBatch(b, w, attnOut, h, bs, accAttn); err != nil {
 			return err
 		}
 	} else if err := l.Attn.forward(b, w, attnOut, in, cache, oAcc); err != nil {
 		return err
 	}
+	x, h, T = xo, ho, To // from here on the rows past attention
 	mlpIn := normed{h: h}
 	if viaNorm != nil {
 		if err := viaNorm.AddBF16RMSNorm(h, x, h, l.PostNorm.Weight.Tensor(), l.PostNorm.Eps); err != nil {

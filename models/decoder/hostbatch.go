@@ -49,7 +49,7 @@ func (bs *batchState) on(kv batchPools) *batchState {
 // runBatchLayers runs a batched forward's layers over the packed rows
 // x[T,D]: each with b, or, for the stretches the offload plan computes on
 // the host, with the host backend over the cache's mirror there.
-func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tensor, bs *batchState) error {
+func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tensor, bs *batchState, last []int) error {
 	tree := m.Node().Tree()
 	var (
 		h   *hostSide
@@ -121,6 +121,9 @@ func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tenso
 			continue
 		}
 		bs.cache.Wrote(l.Index, bs.slots)
+		if l == m.Layers[len(m.Layers)-1] {
+			bs.last = m.lastRowsFor(b, w, T, last)
+		}
 		if err := nn.Call(l, func() error { return l.ops(b, w, x, nil, bs) }); err != nil {
 			return err
 		}

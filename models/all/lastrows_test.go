@@ -1,0 +1,163 @@
+package all_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/runtime"
+)
+
+// productRowsCPU is the CPU backend recording how many rows each weight's
+// products take, call by call; with add, it also adds products into the
+// residual stream (kernels.MatMulAdder, as a GPU backend does: the
+// layers' o_proj and down_proj then write into the stream's rows).
+type productRowsCPU struct {
+	*kernels.CPUBackend
+	rows map[*runtime.Tensor][]int
+}
+
+func (b *productRowsCPU) MatMul(out, x, w *runtime.Tensor) error {
+	b.rows[w] = append(b.rows[w], x.Dim(0))
+	return b.CPUBackend.MatMul(out, x, w)
+}
+
+type addingRowsCPU struct{ *productRowsCPU }
+
+func (b addingRowsCPU) MatMulAdd(y, x, w *runtime.Tensor) error {
+	p, err := runtime.NewTensor(b.Device(), runtime.F32, y.Shape(), "test product")
+	if err != nil {
+		return err
+	}
+	defer p.Buffer().Free()
+	if err := b.MatMul(p, x, w); err != nil {
+		return err
+	}
+	return b.Add(y, y, p)
+}
+
+// TestBatchLastLayerRows: a batched forward runs its last layer past
+// attention on only the rows whose logits it returns — the first step of
+// the plans packs 39 prompt rows for 4 sequences, and the last layer's
+// o_proj and down_proj take 4 rows while every other layer's take 39 —
+// and gives the logits of the full last layer (FullLastLayer) bit for bit
+// at every step (the later steps read every layer's cached keys and
+// values, the last layer's included), with o_proj and down_proj writing a
+// scratch (the CPU backend) and adding into the residual stream.
+func TestBatchLastLayerRows(t *testing.T) {
+	for _, fx := range batchFixtures {
+		for _, add := range []bool{false, true} {
+			name := fx.family
+			if add {
+				name += "/accumulating"
+			}
+			t.Run(name, func(t *testing.T) {
+				dev, b := cpu(t)
+				m := load(t, fx.dir, dev)
+				ps := plans(m.Cfg.VocabSize)
+				run := func(full bool) ([][][]float32, map[*runtime.Tensor][]int) {
+					m.FullLastLayer = full
+					rb := &productRowsCPU{CPUBackend: b.(*kernels.CPUBackend), rows: map[*runtime.Tensor][]int{}}
+					var be kernels.Backend = rb
+					if add {
+						be = addingRowsCPU{rb}
+					}
+					cache, err := m.NewPagedCache(be, 64, 4)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer cache.Close()
+					got := runBatched(t, m, be, cache, ps)
+					if cache.FreeBlocks() != cache.TotalBlocks() {
+						t.Errorf("full %v: %d of %d blocks free after the run", full, cache.FreeBlocks(), cache.TotalBlocks())
+					}
+					return got, rb.rows
+				}
+				want, fullRows := run(true)
+				got, rows := run(false)
+				m.FullLastLayer = false
+				for i := range want {
+					if len(got[i]) != len(want[i]) {
+						t.Fatalf("sequence %d: %d forwards, %d with the full last layer", i, len(got[i]), len(want[i]))
+					}
+					for s := range want[i] {
+						for j := range want[i][s] {
+							if math.Float32bits(got[i][s][j]) != math.Float32bits(want[i][s][j]) {
+								t.Fatalf("sequence %d forward %d logit %d: %v, %v with the full last layer", i, s, j, got[i][s][j], want[i][s][j])
+							}
+						}
+					}
+				}
+				prompt := 0
+				for _, p := range ps {
+					if p.join == 0 {
+						prompt += len(p.prompt)
+					}
+				}
+				first, last := m.Layers[0], m.Layers[len(m.Layers)-1]
+				for _, c := range []struct {
+					what string
+					rows map[*runtime.Tensor][]int
+					w    *runtime.Tensor
+					want int
+				}{
+					{"layer 0's o_proj", rows, first.Attn.O.Weight.Tensor(), prompt},
+					{"layer 0's down_proj", rows, first.MLP.Down.Weight.Tensor(), prompt},
+					{"the last layer's q_proj", rows, last.Attn.Q.Weight.Tensor(), prompt},
+					{"the last layer's o_proj", rows, last.Attn.O.Weight.Tensor(), 4},
+					{"the last layer's down_proj", rows, last.MLP.Down.Weight.Tensor(), 4},
+					{"the full last layer's down_proj", fullRows, last.MLP.Down.Weight.Tensor(), prompt},
+				} {
+					if r := c.rows[c.w]; len(r) == 0 || r[0] != c.want {
+						t.Errorf("%s: the first step's product took rows %v (one entry a call), want %d first", c.what, r, c.want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestBatchLastLayerRowsEveryDevice: on every device (the GPU's GEMMs of
+// 4 rows may round otherwise than those of 39), the batched plans with the
+// last layer past attention on the returned rows alone choose the greedy
+// tokens of the full last layer (FullLastLayer) at every step, their
+// logits within 2% of the row's largest magnitude.
+func TestBatchLastLayerRowsEveryDevice(t *testing.T) {
+	devtest.Each(t, func(t *testing.T, d devtest.Device) {
+		for _, fx := range batchFixtures {
+			t.Run(fx.family, func(t *testing.T) {
+				m := load(t, fx.dir, d.Dev)
+				ps := plans(m.Cfg.VocabSize)
+				run := func(full bool) [][][]float32 {
+					m.FullLastLayer = full
+					defer func() { m.FullLastLayer = false }()
+					cache, err := m.NewPagedCache(d.Backend, 64, 4)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer cache.Close()
+					return runBatched(t, m, d.Backend, cache, ps)
+				}
+				want, got := run(true), run(false)
+				for i := range want {
+					if len(got[i]) != len(want[i]) {
+						t.Fatalf("sequence %d: %d forwards, %d with the full last layer", i, len(got[i]), len(want[i]))
+					}
+					for s := range want[i] {
+						var top float64
+						for _, v := range want[i][s] {
+							top = max(top, math.Abs(float64(v)))
+						}
+						if diff := maxDiff(got[i][s], want[i][s]); diff > 0.02*top {
+							t.Errorf("sequence %d forward %d: logits differ by %.3g from the full last layer's (largest magnitude %.3g)", i, s, diff, top)
+						}
+						if g, w := kernels.Argmax(got[i][s]), kernels.Argmax(want[i][s]); g != w {
+							t.Errorf("sequence %d forward %d: greedy token %d, %d with the full last layer", i, s, g, w)
+						}
+					}
+				}
+			})
+		}
+	})
+}
