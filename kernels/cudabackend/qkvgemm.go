@@ -120,7 +120,7 @@ func (b *Backend) ProjectRoPEStoreRows(a kernels.QKVRoPERows) (bool, error) {
 		}
 		maps = append(maps, om...)
 	}
-	args := append([]uint64{cuda.Ptr(a.Q.Ptr()), cuda.Ptr(a.K.Ptr()), cuda.Ptr(a.V.Ptr()), cuda.Ptr(a.KCache.Ptr()), cuda.Ptr(a.VCache.Ptr()),
+	args := append([]uint64{cuda.Ptr(a.KCache.Ptr()), cuda.Ptr(a.VCache.Ptr()),
 		cuda.Ptr(ps), cuda.I32(a.Pos), cuda.I32(a.KCache.Dim(0)), cuda.Ptr(cs), cuda.I32(H), cuda.I32(KV), cuda.I32(T), cuda.I32(D)}, maps...)
 	bytes := int64(T)*int64(D)*2 + int64(N)*int64(D)*2 + int64(T)*int64(N+2*KV*d)*2
 	return true, b.launchFused(m.qkv, (T+127)/128*(H+2*KV)/2, gemmFusedSmemTMA, bytes, args...)

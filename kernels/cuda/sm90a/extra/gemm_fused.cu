@@ -213,6 +213,31 @@ struct gs_swiglu {
 // for its 128 threads.
 __device__ __forceinline__ void gs_bar_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 
+// gs_stage_begin: before a consumer writes its 16 KiB staging area past
+// the stages, its previous bulk stores have read it (the consumer's lead
+// thread waits, the consumer's 128 threads meet).
+__device__ __forceinline__ void gs_stage_begin(const gs_ep& e) {
+	if (e.lead()) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+	gs_bar_sync(1 + e.cw);
+}
+
+// gs_stage_store: once every thread of the consumer has written its
+// staging area ob (two boxes of 64 columns, 8 KiB apart), its lead thread
+// stores the boxes by TMA through map m at columns x.. and x + 64.., rows
+// y.., as one bulk group.
+__device__ __forceinline__ void gs_stage_store(const gs_ep& e, const gs_tmap* m, unsigned ob, int x, int y) {
+	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+	gs_bar_sync(1 + e.cw);
+	if (e.lead()) {
+#pragma unroll
+		for (int b = 0; b < 2; b++)
+			asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(m), "r"(x + b * 64), "r"(y),
+					"r"(ob + (unsigned)b * 8192u)
+					: "memory");
+		asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+	}
+}
+
 // gs_swiglu_tma is gs_swiglu with the outputs stored by TMA
 // (FT_SWIGLU_GEMM=tma): each consumer writes its 64 × 128 outputs into its
 // 16 KiB past the stages (two boxes of 64 columns, the 128-byte swizzle:
@@ -227,10 +252,8 @@ struct gs_swiglu_tma {
 	__device__ __forceinline__ int cols() const { return s.cols(); }
 	__device__ __forceinline__ void load(unsigned sb, int k, int c, unsigned full) const { s.load(sb, k, c, full); }
 	__device__ __forceinline__ void store(const float (&d)[128], const gs_ep& e) const {
-		const bool lead = e.lead();
 		const unsigned ob = e.ob + (unsigned)e.cw * 16384u;
-		if (lead) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-		gs_bar_sync(1 + e.cw);
+		gs_stage_begin(e);
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			const int rl = e.warp * 16 + e.g + 8 * h;  // row in the consumer's 64; rl mod 8 = g
@@ -242,17 +265,7 @@ struct gs_swiglu_tma {
 				asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(w) : "memory");
 			}
 		}
-		asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-		gs_bar_sync(1 + e.cw);
-		if (lead) {
-			const int y = e.m0 + e.cw * 64;
-#pragma unroll
-			for (int b = 0; b < 2; b++)
-				asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(o),
-						"r"(e.c * 128 + b * 64), "r"(y), "r"(ob + (unsigned)b * 8192u)
-						: "memory");
-			asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-		}
+		gs_stage_store(e, o, ob, e.c * 128, e.m0 + e.cw * 64);
 	}
 	// finish waits for the consumer's last stores before the block exits.
 	__device__ __forceinline__ void finish(const gs_ep& e) const {
@@ -266,12 +279,12 @@ struct gs_swiglu_tma {
 // them: H and KV are even). q and k are rotated (RoPE: the pair i, i + 64
 // of a head, which one thread holds as accumulators 4j and 4(j + 8)) with
 // cos and sin of position·θ_i from the table cs [positions, 64] (float2,
-// computed as the separate RoPE kernels compute them); q, k, v [M,·] are
-// written, and k, v also into the cache: row ps[2r + 1] of kc, vc for row
-// r at position ps[2r], or without ps row and position pos0 + r (below
-// cap).
+// computed as the separate RoPE kernels compute them); k and v also go
+// into the cache: row ps[2r + 1] of kc, vc for row r at position ps[2r],
+// or without ps row and position pos0 + r (below cap). (q, k, v [M,·]
+// themselves are written through gs_qkv_tma's output maps.)
 struct gs_qkv {
-	bf16_t *q, *k, *v, *kc, *vc;
+	bf16_t *kc, *vc;
 	const int* ps;
 	int pos0, cap;
 	const float2* cs;
@@ -318,8 +331,7 @@ struct gs_qkv_tma {
 		}
 #pragma unroll
 		for (int hh = 0; hh < 2; hh++) {
-			if (e.lead()) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-			gs_bar_sync(1 + e.cw);
+			gs_stage_begin(e);
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
 				const int rl = e.warp * 16 + e.g + 8 * h;  // row in the consumer's 64; rl mod 8 = g
@@ -346,16 +358,7 @@ struct gs_qkv_tma {
 					asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a + 8192u), "r"(y) : "memory");
 				}
 			}
-			asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-			gs_bar_sync(1 + e.cw);
-			if (e.lead()) {
-#pragma unroll
-				for (int b = 0; b < 2; b++)
-					asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(om),
-							"r"(col0 + hh * 128 + b * 64), "r"(rt), "r"(ob + (unsigned)b * 8192u)
-							: "memory");
-				asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-			}
+			gs_stage_store(e, om, ob, col0 + hh * 128, rt);
 			if (cache) {
 #pragma unroll
 				for (int q = 0; q < 8; q++) {
@@ -480,9 +483,9 @@ extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_swiglu_tma_bf16(bf16
 // gemm_qkv_rope_tma_bf16: q, k, v = x·[wq; wk; wv]ᵀ with q and k rotated
 // and k, v stored into the cache (gs_qkv_tma); head width 128, H and KV
 // even; its dynamic shared memory is GS_SMEM_TMA.
-extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_qkv_rope_tma_bf16(bf16_t* q, bf16_t* k, bf16_t* v, bf16_t* kc, bf16_t* vc,
+extern "C" __global__ void __launch_bounds__(GS_NT, 1) gemm_qkv_rope_tma_bf16(bf16_t* kc, bf16_t* vc,
 		const int* ps, int pos0, int cap, const float2* cs, int H, int KV, int M, int K, const __grid_constant__ gs_qkv_tma_maps maps) {
-	gs_gemm(gs_qkv_tma{{q, k, v, kc, vc, ps, pos0, cap, cs, H, KV, &maps.q, &maps.k, &maps.v}, &maps.oq, &maps.ok, &maps.ov}, &maps.x, M, K);
+	gs_gemm(gs_qkv_tma{{kc, vc, ps, pos0, cap, cs, H, KV, &maps.q, &maps.k, &maps.v}, &maps.oq, &maps.ok, &maps.ov}, &maps.x, M, K);
 }
 
 // rope_cs_table: out[p·half + i] = (cos, sin) of p·inv[i] for p < n, as
