@@ -4,16 +4,21 @@
 # fused-GEMM model test counting the batched forwards' last-layer MLPs on
 # their returned rows: issue 15's 64 × 512 packed step, 6 timed steps a run,
 # default and FT_LAST_LAYER=all interleaved three times while nvidia-smi
-# samples the clocks (smi.txt).
+# samples the clocks (smi.txt). Before it, the tests of the two TMA
+# epilogues after their staging helpers (gs_stage_begin, gs_stage_store) and
+# the q/k/v kernel without its unused pointers: TestGateUpSiLUFusedGPU,
+# TestProjectRoPEStoreRowsGPU, TestFusedGEMMsModelGPU under FT_QKV_GEMM=1.
 # Usage (repo root, GPU machine): bash bench/h200-s38b.sh OUTDIR
 set -uo pipefail
 source .devtools/env.sh
 out=${1:?}; mkdir -p "$out"
 source bench/lib.sh
 BUDGET=540
-start_call models/all
+start_call kernels/cudabackend models/all
 log tests
+TT=150 runt fused cudabackend kernels/cudabackend 'TestGateUpSiLUFusedGPU|TestProjectRoPEStoreRowsGPU|TestDependentLaunchMatchesSources'
 TT=150 runt model all models/all 'LastLayer|FusedGEMMsModel'
+FT_QKV_GEMM=1 TT=150 runt model-qkv all models/all 'FusedGEMMsModel'
 tests_done
 log issue15
 smi_start
