@@ -85,8 +85,10 @@ func fp8Steps(t *testing.T, dir string, host runtime.Device) (*decoder.Model, fu
 // TestFP8AddDecodeCPU: on a backend that adds FP8 products into the
 // residual stream (the decoder's path on the GPU: FT_FP8_ADD), both FP8
 // fixtures' decode steps run every layer's o_proj and down_proj through
-// MatMulAddFP8 for one token (never for the prompt's rows) and give, bit
-// for bit, the logits of the CPU backend's product-then-add path; with
+// MatMulAddFP8 for one token (and so does the prompt's last layer, which
+// goes on past attention with the last row alone: models/decoder/lastrows.go;
+// never for the prompt's rows) and give, bit for bit, the logits of the CPU
+// backend's product-then-add path; with
 // AddsFP8 false, NoResidualAccumulate, or a hook watching one layer's
 // o_proj, that projection is not added.
 func TestFP8AddDecodeCPU(t *testing.T) {
@@ -108,13 +110,13 @@ func TestFP8AddDecodeCPU(t *testing.T) {
 					t.Errorf("%s: %d MatMulAddFP8 calls over %d rows, want %d of one row", what, b.calls, b.rows, calls)
 				}
 			}
-			check("adding", &addCPU{CPUBackend: cpuB}, 2*L*fp8StepCount)
+			check("adding", &addCPU{CPUBackend: cpuB}, 2*L*fp8StepCount+2)
 			check("AddsFP8 false", &addCPU{CPUBackend: cpuB, off: true}, 0)
 			m.NoResidualAccumulate = true
 			check("NoResidualAccumulate", &addCPU{CPUBackend: cpuB}, 0)
 			m.NoResidualAccumulate = false
 			remove := m.Tree().AddHook(watchModule{m.Layers[1].Attn.O})
-			check("o_proj of layer 1 watched", &addCPU{CPUBackend: cpuB}, (2*L-1)*fp8StepCount)
+			check("o_proj of layer 1 watched", &addCPU{CPUBackend: cpuB}, (2*L-1)*fp8StepCount+2)
 			remove()
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/runtime"
 )
@@ -35,6 +36,14 @@ func (b addingRowsCPU) MatMulAdd(y, x, w *runtime.Tensor) error {
 		return err
 	}
 	return b.Add(y, y, p)
+}
+
+// MatMulAddNorm records the product's rows for the CPU backend's fused
+// one-row add and norm (kernels.MatMulAddNormer), which a one-row o_proj
+// or down_proj takes.
+func (b addingRowsCPU) MatMulAddNorm(y, x, w, out, nw *runtime.Tensor, eps float32) (bool, error) {
+	b.rows[w] = append(b.rows[w], x.Dim(0))
+	return b.CPUBackend.MatMulAddNorm(y, x, w, out, nw, eps)
 }
 
 // TestBatchLastLayerRows: a batched forward runs its last layer past
@@ -119,10 +128,12 @@ func TestBatchLastLayerRows(t *testing.T) {
 }
 
 // TestBatchLastLayerRowsEveryDevice: on every device (the GPU's GEMMs of
-// 4 rows may round otherwise than those of 39), the batched plans with the
-// last layer past attention on the returned rows alone choose the greedy
-// tokens of the full last layer (FullLastLayer) at every step, their
-// logits within 2% of the row's largest magnitude.
+// 4 rows may round otherwise than those of 39, its one-row products are
+// GEMVs), the batched plans with the last layer past attention on the
+// returned rows alone, and a 23-token prompt and its greedy steps through
+// Forward with it on the last row alone, choose the greedy tokens of the
+// full last layer (FullLastLayer) at every step, their logits within 2% of
+// the row's largest magnitude.
 func TestBatchLastLayerRowsEveryDevice(t *testing.T) {
 	devtest.Each(t, func(t *testing.T, d devtest.Device) {
 		for _, fx := range batchFixtures {
@@ -140,6 +151,12 @@ func TestBatchLastLayerRowsEveryDevice(t *testing.T) {
 					return runBatched(t, m, d.Backend, cache, ps)
 				}
 				want, got := run(true), run(false)
+				// and one sequence alone through Forward (the last row past attention)
+				prompt := planPrompt(23, 1, m.Cfg.VocabSize)
+				m.FullLastLayer = true
+				alone := testmodel.Run(t, m, d.Backend, prompt, 4)
+				m.FullLastLayer = false
+				want, got = append(want, alone), append(got, testmodel.Run(t, m, d.Backend, prompt, 4))
 				for i := range want {
 					if len(got[i]) != len(want[i]) {
 						t.Fatalf("sequence %d: %d forwards, %d with the full last layer", i, len(got[i]), len(want[i]))
@@ -160,4 +177,84 @@ func TestBatchLastLayerRowsEveryDevice(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestForwardLastRow: Forward without allLogits runs its last layer past
+// attention on the last row alone — the last layer's o_proj and down_proj
+// take 1 row of a 23-token prompt, every other layer's 23 — for every
+// family, with o_proj and down_proj writing a scratch and adding into the
+// residual stream, and gives bit for bit the logits of the full last layer
+// (FullLastLayer) at the prompt and at every greedy step after it (which
+// read the last layer's cached keys and values), and the last row of
+// Forward with allLogits.
+func TestForwardLastRow(t *testing.T) {
+	for _, fx := range batchFixtures {
+		for _, add := range []bool{false, true} {
+			name := fx.family
+			if add {
+				name += "/accumulating"
+			}
+			t.Run(name, func(t *testing.T) {
+				dev, b := cpu(t)
+				m := load(t, fx.dir, dev)
+				prompt := planPrompt(23, 1, m.Cfg.VocabSize)
+				run := func(full bool) ([][]float32, map[*runtime.Tensor][]int) {
+					m.FullLastLayer = full
+					defer func() { m.FullLastLayer = false }()
+					rb := &productRowsCPU{CPUBackend: b.(*kernels.CPUBackend), rows: map[*runtime.Tensor][]int{}}
+					var be kernels.Backend = rb
+					if add {
+						be = addingRowsCPU{rb}
+					}
+					return testmodel.Run(t, m, be, prompt, 4), rb.rows
+				}
+				want, fullRows := run(true)
+				got, rows := run(false)
+				for s := range want {
+					for j := range want[s] {
+						if math.Float32bits(got[s][j]) != math.Float32bits(want[s][j]) {
+							t.Fatalf("forward %d logit %d: %v, %v with the full last layer", s, j, got[s][j], want[s][j])
+						}
+					}
+				}
+				cache, err := m.NewKVCache(b, len(prompt))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cache.Free()
+				all, err := m.Forward(b, cache, prompt, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				V := m.Cfg.VocabSize
+				lastAll := make([]float32, all.NumElements())
+				if err := b.ReadF32(lastAll, all); err != nil {
+					t.Fatal(err)
+				}
+				lastAll = lastAll[(len(prompt)-1)*V:]
+				for j := range lastAll {
+					if math.Float32bits(got[0][j]) != math.Float32bits(lastAll[j]) {
+						t.Fatalf("prompt logit %d: %v, the last row of all logits %v", j, got[0][j], lastAll[j])
+					}
+				}
+				first, last := m.Layers[0], m.Layers[len(m.Layers)-1]
+				for _, c := range []struct {
+					what string
+					rows map[*runtime.Tensor][]int
+					w    *runtime.Tensor
+					want int
+				}{
+					{"layer 0's down_proj", rows, first.MLP.Down.Weight.Tensor(), len(prompt)},
+					{"the last layer's k_proj", rows, last.Attn.K.Weight.Tensor(), len(prompt)},
+					{"the last layer's o_proj", rows, last.Attn.O.Weight.Tensor(), 1},
+					{"the last layer's down_proj", rows, last.MLP.Down.Weight.Tensor(), 1},
+					{"the full last layer's down_proj", fullRows, last.MLP.Down.Weight.Tensor(), len(prompt)},
+				} {
+					if r := c.rows[c.w]; len(r) == 0 || r[0] != c.want {
+						t.Errorf("%s: the prompt's product took rows %v (one entry a call), want %d first", c.what, r, c.want)
+					}
+				}
+			})
+		}
+	}
 }

@@ -308,9 +308,9 @@ func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtim
 		if err := a.attendBatch(b, att, q, k, v, bs); err != nil {
 			return err
 		}
-		if bs.last != nil { // the forward's last layer: the rows whose logits it returns go on (into q's rows, free now)
+		if w.last != nil { // the forward's last layer: the rows whose logits it returns go on (into q's rows, free now)
 			var err error
-			if att, err = bs.last.gatherAtt(w.q, att); err != nil {
+			if att, err = w.last.attRows(w.q, att); err != nil {
 				return err
 			}
 		}

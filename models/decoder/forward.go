@@ -22,6 +22,9 @@ type workspace struct {
 	onHost                bool    // the host-placed layers' workspace (hostrun.go)
 	one                   *oneRow // one-token views for decodeLayer (hostlayer.go), made at first use
 	normed                tailNormed
+	// last: set while a forward's last layer runs on this workspace where
+	// it goes on past attention with some rows only (lastrows.go).
+	last *lastRows
 }
 
 func (w *workspace) free() {
@@ -227,7 +230,11 @@ func (m *Model) body(b kernels.Backend, w *workspace, cache Cache, ids []int32, 
 			return nil, err
 		}
 	}
-	if err := m.runLayers(b, w, x, cache); err != nil {
+	var lr *lastRows
+	if !allLogits {
+		lr = m.lastRowOf(x)
+	}
+	if err := m.runLayers(b, w, x, cache, lr); err != nil {
 		return nil, err
 	}
 	if !allLogits {
@@ -269,8 +276,8 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	// forward's last layer, the rows whose logits it returns (lastrows.go);
 	// To of them.
 	xo := x
-	if bs != nil && bs.last != nil {
-		xo = bs.last.x
+	if w.last != nil {
+		xo = w.last.x
 	}
 	To := xo.Dim(0)
 	ho, o := rows(w.h, To), rows(w.o, To)
@@ -295,15 +302,15 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	} else if accAttn != nil {
 		attnOut = xo // o_proj adds into the residual stream
 		if bs == nil {
-			oAcc, oTail = withTail(b, accAttn, T, h, l.PostNorm) // and may leave PostNorm(x) in h
+			oAcc, oTail = withTail(b, accAttn, To, ho, l.PostNorm) // and may leave PostNorm(x) in h
+		}
+	}
+	if w.last != nil {
+		if err := w.last.gatherX(x); err != nil {
+			return err
 		}
 	}
 	if bs != nil {
-		if bs.last != nil {
-			if err := bs.last.gatherX(x); err != nil {
-				return err
-			}
-		}
 		if err := l.Attn.forwardBatch(b, w, attnOut, h, bs, accAttn); err != nil {
 			return err
 		}
@@ -388,6 +395,12 @@ func (a *Attention) forward(b kernels.Backend, w *workspace, out *runtime.Tensor
 		att := rows(w.att, T)         // [T,H,d]
 		if err := kernels.AttendWindow(b, att, q, kc, vc, cache.Len(), a.Window); err != nil {
 			return err
+		}
+		if w.last != nil { // the forward's last layer: only the rows whose logits it returns go on
+			var err error
+			if att, err = w.last.attRows(w.q, att); err != nil {
+				return err
+			}
 		}
 		return a.output(b, out, att, acc)
 	})

@@ -48,7 +48,9 @@ func (bs *batchState) on(kv batchPools) *batchState {
 
 // runBatchLayers runs a batched forward's layers over the packed rows
 // x[T,D]: each with b, or, for the stretches the offload plan computes on
-// the host, with the host backend over the cache's mirror there.
+// the host, with the host backend over the cache's mirror there. The last
+// layer, where it runs on the device, goes on past attention with the
+// rows last alone (bs.last, lastrows.go) where it can.
 func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tensor, bs *batchState, last []int) error {
 	tree := m.Node().Tree()
 	var (
@@ -66,6 +68,7 @@ func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tenso
 		if hbs != nil {
 			hbs.free()
 		}
+		w.last = nil
 	}()
 	asks := tree.HasHooks() && !m.batchHostFree()
 	T := x.Dim(0)
@@ -123,6 +126,7 @@ func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tenso
 		bs.cache.Wrote(l.Index, bs.slots)
 		if l == m.Layers[len(m.Layers)-1] {
 			bs.last = m.lastRowsFor(b, w, T, last)
+			w.last = bs.last
 		}
 		if err := nn.Call(l, func() error { return l.ops(b, w, x, nil, bs) }); err != nil {
 			return err

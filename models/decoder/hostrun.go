@@ -77,9 +77,13 @@ func (m *Model) hostSideFor(dev kernels.Backend, hb kernels.Backend, n int) (*ho
 }
 
 // runLayers runs the layers over x[T,D]: each with b, or the stretches the
-// offload plan computes on the host with the host backend.
-func (m *Model) runLayers(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Cache) error {
+// offload plan computes on the host with the host backend. lr, when set,
+// is how the last layer goes on past attention (lastrows.go), where it
+// runs on the device.
+func (m *Model) runLayers(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Cache, lr *lastRows) error {
 	tree := m.Node().Tree()
+	defer func() { w.last = nil }()
+	final := m.Layers[len(m.Layers)-1]
 	if !tree.HasHooks() {
 		if kc, ok := cache.(*KVCache); ok && kc.host != nil {
 			if err := kc.host.releaseAll(); err != nil { // the engine that placed layers on the host is gone
@@ -87,6 +91,9 @@ func (m *Model) runLayers(b kernels.Backend, w *workspace, x *runtime.Tensor, ca
 			}
 		}
 		for _, l := range m.Layers {
+			if l == final {
+				w.last = lr
+			}
 			if err := l.Forward(b, w, x, cache); err != nil {
 				return err
 			}
@@ -143,6 +150,9 @@ func (m *Model) runLayers(b kernels.Backend, w *workspace, x *runtime.Tensor, ca
 			if err := kc.host.release(l.Index); err != nil { // it ran on the host before
 				return err
 			}
+		}
+		if l == final {
+			w.last = lr
 		}
 		if err := l.Forward(b, w, x, cache); err != nil {
 			return err

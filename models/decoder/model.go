@@ -114,10 +114,10 @@ type Model struct {
 	// compute host layers (hostbatch.go; A/B runs, tests).
 	// FT_BATCH_HOST=off does the same for every model.
 	BatchHostFree bool
-	// FullLastLayer runs the last layer of ForwardBatch on every row, as
-	// before the forward ran it past attention on only the rows whose
-	// logits it returns (lastrows.go; A/B runs, tests). FT_LAST_LAYER=all
-	// does the same for every model.
+	// FullLastLayer runs the last layer of ForwardBatch, and of Forward
+	// without allLogits, on every row, as before the forwards ran it past
+	// attention on only the rows whose logits they return (lastrows.go;
+	// A/B runs, tests). FT_LAST_LAYER=all does the same for every model.
 	FullLastLayer bool
 	// NoIdleStepGraph runs one-token forwards under idle hooks (an offload
 	// plan that streams nothing) eagerly instead of replaying a recorded

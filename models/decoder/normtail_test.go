@@ -37,7 +37,8 @@ func (f *tailer) RMSNorm(out, x, w *runtime.Tensor, eps float32) error {
 // TestNormTail: on a backend with MatMulAddNormer, every one-token step's
 // o_proj and down_proj also leave the norm after them (2 fused calls a
 // layer, and of all the norms of a step only the first layer's input norm
-// still runs on its own), a prefill uses none, and the logits are exactly
+// still runs on its own), a prefill only in its last layer, which runs on
+// the last row past attention (lastrows.go), and the logits are exactly
 // those of MatMulAdd then RMSNorm. A hook watching one post-attention norm
 // leaves that layer's o_proj unfused and, the tree now having hooks, every
 // down_proj (their norms belong to the next layer); a backend that
@@ -56,18 +57,19 @@ func TestNormTail(t *testing.T) {
 	}
 	want := run(&adder{Backend: b})
 	L, decodes := len(m.Layers), len(ids)
-	normsOf := func(perStep int) int { return (2*L + 1) + decodes*perStep } // the prefill's norms, then each step's
+	// the prefill's norms less the ones its last layer's tails make, then each step's
+	normsOf := func(prefillTails, perStep int) int { return (2*L + 1 - prefillTails) + decodes*perStep }
 
 	f := &tailer{adder: adder{Backend: b}}
 	same("fused", run(f), want)
-	if f.tails != 2*L*decodes {
-		t.Errorf("%d fused calls, want 2 a layer and one-token step = %d", f.tails, 2*L*decodes)
+	if f.tails != 2*L*decodes+2 {
+		t.Errorf("%d fused calls, want 2 a layer and one-token step and the prefill's last layer's 2 = %d", f.tails, 2*L*decodes+2)
 	}
-	if f.norms != normsOf(1) {
-		t.Errorf("%d RMSNorm calls, want %d (the prefill's %d, then only layer 0's input norm a step)", f.norms, normsOf(1), 2*L+1)
+	if f.norms != normsOf(2, 1) {
+		t.Errorf("%d RMSNorm calls, want %d (the prefill's %d, then only layer 0's input norm a step)", f.norms, normsOf(2, 1), 2*L-1)
 	}
-	if n := f.calls - f.tails; n != 2*L { // the reference's fused op counts a MatMulAdd too
-		t.Errorf("%d MatMulAdd calls outside the fused op, want %d (the prefill's)", n, 2*L)
+	if n := f.calls - f.tails; n != 2*L-2 { // the reference's fused op counts a MatMulAdd too
+		t.Errorf("%d MatMulAdd calls outside the fused op, want %d (the prefill's but its last layer's)", n, 2*L-2)
 	}
 
 	remove := m.Tree().AddHook(watchOne{m: m.Layers[1].PostNorm})
@@ -75,17 +77,20 @@ func TestNormTail(t *testing.T) {
 	got := run(f)
 	remove()
 	same("post norm of layer 1 watched", got, want)
-	if f.tails != (L-1)*decodes {
-		t.Errorf("post norm of layer 1 watched: %d fused calls, want the other layers' o_proj = %d", f.tails, (L-1)*decodes)
+	if L < 3 {
+		t.Fatalf("%d layers: the watched layer 1 must not be the last", L)
 	}
-	if f.norms != normsOf(L+2) {
-		t.Errorf("post norm of layer 1 watched: %d RMSNorm calls, want %d", f.norms, normsOf(L+2))
+	if f.tails != (L-1)*decodes+1 {
+		t.Errorf("post norm of layer 1 watched: %d fused calls, want the other layers' o_proj and the prefill's last = %d", f.tails, (L-1)*decodes+1)
+	}
+	if f.norms != normsOf(1, L+2) {
+		t.Errorf("post norm of layer 1 watched: %d RMSNorm calls, want %d", f.norms, normsOf(1, L+2))
 	}
 
 	f = &tailer{adder: adder{Backend: b}, decline: true}
 	same("declined", run(f), want)
-	if f.tails != 0 || f.calls != 2*L*(1+decodes) || f.norms != normsOf(2*L+1) {
-		t.Errorf("declined: %d fused, %d MatMulAdd, %d RMSNorm calls; want 0, %d, %d", f.tails, f.calls, f.norms, 2*L*(1+decodes), normsOf(2*L+1))
+	if f.tails != 0 || f.calls != 2*L*(1+decodes) || f.norms != normsOf(0, 2*L+1) {
+		t.Errorf("declined: %d fused, %d MatMulAdd, %d RMSNorm calls; want 0, %d, %d", f.tails, f.calls, f.norms, 2*L*(1+decodes), normsOf(0, 2*L+1))
 	}
 }
 
