@@ -51,19 +51,21 @@ func TestNormTailDecodeGPU(t *testing.T) {
 				ab := decodeAB{t: t, m: m, be: be, prompt: []int32{5, 17, 42, 3, 9}, set: func(on bool) { gb.NormTail = on }}
 				ab.sameTokens("norm tails", 20)
 
+				// The prompt's last layer goes on past attention with its last row alone
+				// (models/decoder/lastrows.go): one-row products, fused as a step's.
 				off := ab.eagerLogits(false, 6)
 				be.ran = 0
 				on := ab.eagerLogits(true, 6)
-				if be.ran != 2*L*6 {
-					t.Errorf("eager: %d fused calls ran, want 2 a layer and step = %d", be.ran, 2*L*6)
+				if be.ran != 2*L*6+2 {
+					t.Errorf("eager: %d fused calls ran, want 2 a layer and step and the prompt's last layer's 2 = %d", be.ran, 2*L*6+2)
 				}
 				sameLogits(t, "eager, norm tails on against off", on, off)
 
 				goff := ab.graphLogits(false, 20)
 				be.ran = 0
 				gon := ab.graphLogits(true, 20)
-				if be.ran != 2*L {
-					t.Errorf("graph: %d fused calls ran in the capture, want 2 a layer = %d", be.ran, 2*L)
+				if be.ran != 2*L+2 {
+					t.Errorf("graph: %d fused calls ran in the prompt and the capture, want 2 a layer and the prompt's last layer's 2 = %d", be.ran, 2*L+2)
 				}
 				sameLogits(t, "graph, norm tails on against off", gon, goff)
 			})
