@@ -48,13 +48,21 @@ func moeBudgets(t *testing.T, m *decoder.Model) (fp offload.Footprint, budgets m
 // 1e-5 on the CPU, the device's tolerance on a GPU) at every step of a
 // prefill and decode, the same greedy continuation as transformers, and,
 // batched (sequences of mixed lengths joining and finishing at different
-// steps), each sequence's resident logits and greedy tokens. The expert
+// steps), each sequence's resident logits and greedy tokens (on a GPU up to
+// a near-tie of the resident run's top two, after which that sequence is
+// not compared: a forward's last layer past attention takes only the rows
+// whose logits it returns, so the batched and the resident run's last
+// layers round their few rows' products differently). The expert
 // cache copied experts and its hit rate is in the timing table.
 func TestMoEOffloadEqualsResident(t *testing.T) {
 	devtest.Each(t, func(t *testing.T, d devtest.Device) {
 		// Within 1e-5 on the CPU; the device's tolerance on a GPU (as
-		// TestBatchEveryDevice's offloaded run), with the same top-1.
-		same := func(what string, got, want []float32) {
+		// TestBatchEveryDevice's offloaded run), with the same top-1 — on a
+		// GPU, unless the resident run's top two are a near-tie (within the
+		// device's tolerance of each other): then same reports false, and a
+		// greedy sequence's later forwards, whose inputs part there, are
+		// not compared.
+		same := func(what string, got, want []float32) bool {
 			t.Helper()
 			if d.Kind() == runtime.KindCPU {
 				if dd := maxDiff(got, want); dd > 1e-5 {
@@ -63,9 +71,17 @@ func TestMoEOffloadEqualsResident(t *testing.T) {
 			} else if !devtest.Close(t, got, want, d.Tol.Abs, d.Tol.Rel) {
 				t.FailNow()
 			}
-			if g, w := kernels.Argmax(got), kernels.Argmax(want); g != w {
-				t.Fatalf("%s: top-1 %d, resident %d", what, g, w)
+			g, w := kernels.Argmax(got), kernels.Argmax(want)
+			if g == w {
+				return true
 			}
+			margin := float64(want[w]) - float64(want[g])
+			if d.Kind() == runtime.KindCPU || margin > d.Tol.Allowed(float64(want[w])) {
+				t.Fatalf("%s: top-1 %d, resident %d (the resident margin %.3g)", what, g, w, margin)
+			}
+			t.Logf("%s: top-1 %d, resident %d: a near-tie (the resident margin %.3g, the tolerance %.3g); the sequence's later forwards not compared",
+				what, g, w, margin, d.Tol.Allowed(float64(want[w])))
+			return false
 		}
 		compute := d.Backend
 		if cb, ok := d.Backend.(*kernels.CPUBackend); ok {
@@ -100,7 +116,9 @@ func TestMoEOffloadEqualsResident(t *testing.T) {
 						}()
 						got := testmodel.Run(t, m, compute, prompt, steps)
 						for i := range want {
-							same(fmt.Sprintf("forward %d", i), got[i], want[i])
+							if !same(fmt.Sprintf("forward %d", i), got[i], want[i]) {
+								break
+							}
 						}
 						gen, err := m.Generate(compute, ref.GreedyPrompt, decoder.GenerateOptions{MaxNewTokens: len(ref.GreedyContinuation), IgnoreEOS: true})
 						if err != nil {
@@ -117,7 +135,9 @@ func TestMoEOffloadEqualsResident(t *testing.T) {
 						gotB := runBatched(t, m, compute, pc, ps)
 						for i := range wantB {
 							for s := range wantB[i] {
-								same(fmt.Sprintf("sequence %d forward %d batched", i, s), gotB[i][s], wantB[i][s])
+								if !same(fmt.Sprintf("sequence %d forward %d batched", i, s), gotB[i][s], wantB[i][s]) {
+									break
+								}
 							}
 						}
 						mgr := offload.GetOffloadManager(name)
