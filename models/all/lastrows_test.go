@@ -1,12 +1,14 @@
 package all_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
 	"github.com/flextensor-go/flextensor/internal/devtest"
 	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
+	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/runtime"
 )
 
@@ -46,6 +48,69 @@ func (b addingRowsCPU) MatMulAddNorm(y, x, w, out, nw *runtime.Tensor, eps float
 	return b.CPUBackend.MatMulAddNorm(y, x, w, out, nw, eps)
 }
 
+// eachFamilyAdding runs f for every family of batchFixtures on a fresh CPU
+// device, with backends that write o_proj's and down_proj's products into
+// a scratch (add false: the CPU backend's path) and that add them into the
+// residual stream (add true: a GPU backend's path); the subtests are
+// named family and family/accumulating.
+func eachFamilyAdding(t *testing.T, f func(t *testing.T, m *decoder.Model, b *kernels.CPUBackend, add bool)) {
+	for _, fx := range batchFixtures {
+		for _, add := range []bool{false, true} {
+			name := fx.family
+			if add {
+				name += "/accumulating"
+			}
+			t.Run(name, func(t *testing.T) {
+				dev, b := cpu(t)
+				f(t, load(t, fx.dir, dev), b.(*kernels.CPUBackend), add)
+			})
+		}
+	}
+}
+
+// rowsBackend is b recording its products' rows, adding them into the
+// residual stream with add; the record is the second result's rows.
+func rowsBackend(b *kernels.CPUBackend, add bool) (kernels.Backend, *productRowsCPU) {
+	rb := &productRowsCPU{CPUBackend: b, rows: map[*runtime.Tensor][]int{}}
+	if add {
+		return addingRowsCPU{rb}, rb
+	}
+	return rb, rb
+}
+
+// sameBits fails t unless got and want hold the same float32 bits.
+func sameBits(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d logits, %d with the full last layer", what, len(got), len(want))
+	}
+	for j := range want {
+		if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+			t.Fatalf("%s logit %d: %v, %v with the full last layer", what, j, got[j], want[j])
+		}
+	}
+}
+
+// rowCheck is a product whose first call must have taken want rows: the
+// weight w in a record of rows (productRowsCPU.rows).
+type rowCheck struct {
+	what string
+	rows map[*runtime.Tensor][]int
+	w    *runtime.Tensor
+	want int
+}
+
+// checkRows reports each check whose first call took other rows than it
+// wants (when names that call).
+func checkRows(t *testing.T, when string, cs []rowCheck) {
+	t.Helper()
+	for _, c := range cs {
+		if r := c.rows[c.w]; len(r) == 0 || r[0] != c.want {
+			t.Errorf("%s: %s's product took rows %v (one entry a call), want %d first", c.what, when, r, c.want)
+		}
+	}
+}
+
 // TestBatchLastLayerRows: a batched forward runs its last layer past
 // attention on only the rows whose logits it returns — the first step of
 // the plans packs 39 prompt rows for 4 sequences, and the last layer's
@@ -55,76 +120,49 @@ func (b addingRowsCPU) MatMulAddNorm(y, x, w, out, nw *runtime.Tensor, eps float
 // values, the last layer's included), with o_proj and down_proj writing a
 // scratch (the CPU backend) and adding into the residual stream.
 func TestBatchLastLayerRows(t *testing.T) {
-	for _, fx := range batchFixtures {
-		for _, add := range []bool{false, true} {
-			name := fx.family
-			if add {
-				name += "/accumulating"
+	eachFamilyAdding(t, func(t *testing.T, m *decoder.Model, b *kernels.CPUBackend, add bool) {
+		ps := plans(m.Cfg.VocabSize)
+		run := func(full bool) ([][][]float32, map[*runtime.Tensor][]int) {
+			m.FullLastLayer = full
+			defer func() { m.FullLastLayer = false }()
+			be, rb := rowsBackend(b, add)
+			cache, err := m.NewPagedCache(be, 64, 4)
+			if err != nil {
+				t.Fatal(err)
 			}
-			t.Run(name, func(t *testing.T) {
-				dev, b := cpu(t)
-				m := load(t, fx.dir, dev)
-				ps := plans(m.Cfg.VocabSize)
-				run := func(full bool) ([][][]float32, map[*runtime.Tensor][]int) {
-					m.FullLastLayer = full
-					rb := &productRowsCPU{CPUBackend: b.(*kernels.CPUBackend), rows: map[*runtime.Tensor][]int{}}
-					var be kernels.Backend = rb
-					if add {
-						be = addingRowsCPU{rb}
-					}
-					cache, err := m.NewPagedCache(be, 64, 4)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer cache.Close()
-					got := runBatched(t, m, be, cache, ps)
-					if cache.FreeBlocks() != cache.TotalBlocks() {
-						t.Errorf("full %v: %d of %d blocks free after the run", full, cache.FreeBlocks(), cache.TotalBlocks())
-					}
-					return got, rb.rows
-				}
-				want, fullRows := run(true)
-				got, rows := run(false)
-				m.FullLastLayer = false
-				for i := range want {
-					if len(got[i]) != len(want[i]) {
-						t.Fatalf("sequence %d: %d forwards, %d with the full last layer", i, len(got[i]), len(want[i]))
-					}
-					for s := range want[i] {
-						for j := range want[i][s] {
-							if math.Float32bits(got[i][s][j]) != math.Float32bits(want[i][s][j]) {
-								t.Fatalf("sequence %d forward %d logit %d: %v, %v with the full last layer", i, s, j, got[i][s][j], want[i][s][j])
-							}
-						}
-					}
-				}
-				prompt := 0
-				for _, p := range ps {
-					if p.join == 0 {
-						prompt += len(p.prompt)
-					}
-				}
-				first, last := m.Layers[0], m.Layers[len(m.Layers)-1]
-				for _, c := range []struct {
-					what string
-					rows map[*runtime.Tensor][]int
-					w    *runtime.Tensor
-					want int
-				}{
-					{"layer 0's o_proj", rows, first.Attn.O.Weight.Tensor(), prompt},
-					{"layer 0's down_proj", rows, first.MLP.Down.Weight.Tensor(), prompt},
-					{"the last layer's q_proj", rows, last.Attn.Q.Weight.Tensor(), prompt},
-					{"the last layer's o_proj", rows, last.Attn.O.Weight.Tensor(), 4},
-					{"the last layer's down_proj", rows, last.MLP.Down.Weight.Tensor(), 4},
-					{"the full last layer's down_proj", fullRows, last.MLP.Down.Weight.Tensor(), prompt},
-				} {
-					if r := c.rows[c.w]; len(r) == 0 || r[0] != c.want {
-						t.Errorf("%s: the first step's product took rows %v (one entry a call), want %d first", c.what, r, c.want)
-					}
-				}
-			})
+			defer cache.Close()
+			got := runBatched(t, m, be, cache, ps)
+			if cache.FreeBlocks() != cache.TotalBlocks() {
+				t.Errorf("full %v: %d of %d blocks free after the run", full, cache.FreeBlocks(), cache.TotalBlocks())
+			}
+			return got, rb.rows
 		}
-	}
+		want, fullRows := run(true)
+		got, rows := run(false)
+		for i := range want {
+			if len(got[i]) != len(want[i]) {
+				t.Fatalf("sequence %d: %d forwards, %d with the full last layer", i, len(got[i]), len(want[i]))
+			}
+			for s := range want[i] {
+				sameBits(t, fmt.Sprintf("sequence %d forward %d", i, s), got[i][s], want[i][s])
+			}
+		}
+		prompt := 0
+		for _, p := range ps {
+			if p.join == 0 {
+				prompt += len(p.prompt)
+			}
+		}
+		first, last := m.Layers[0], m.Layers[len(m.Layers)-1]
+		checkRows(t, "the first step", []rowCheck{
+			{"layer 0's o_proj", rows, first.Attn.O.Weight.Tensor(), prompt},
+			{"layer 0's down_proj", rows, first.MLP.Down.Weight.Tensor(), prompt},
+			{"the last layer's q_proj", rows, last.Attn.Q.Weight.Tensor(), prompt},
+			{"the last layer's o_proj", rows, last.Attn.O.Weight.Tensor(), 4},
+			{"the last layer's down_proj", rows, last.MLP.Down.Weight.Tensor(), 4},
+			{"the full last layer's down_proj", fullRows, last.MLP.Down.Weight.Tensor(), prompt},
+		})
+	})
 }
 
 // TestBatchLastLayerRowsEveryDevice: on every device (the GPU's GEMMs of
@@ -188,73 +226,41 @@ func TestBatchLastLayerRowsEveryDevice(t *testing.T) {
 // read the last layer's cached keys and values), and the last row of
 // Forward with allLogits.
 func TestForwardLastRow(t *testing.T) {
-	for _, fx := range batchFixtures {
-		for _, add := range []bool{false, true} {
-			name := fx.family
-			if add {
-				name += "/accumulating"
-			}
-			t.Run(name, func(t *testing.T) {
-				dev, b := cpu(t)
-				m := load(t, fx.dir, dev)
-				prompt := planPrompt(23, 1, m.Cfg.VocabSize)
-				run := func(full bool) ([][]float32, map[*runtime.Tensor][]int) {
-					m.FullLastLayer = full
-					defer func() { m.FullLastLayer = false }()
-					rb := &productRowsCPU{CPUBackend: b.(*kernels.CPUBackend), rows: map[*runtime.Tensor][]int{}}
-					var be kernels.Backend = rb
-					if add {
-						be = addingRowsCPU{rb}
-					}
-					return testmodel.Run(t, m, be, prompt, 4), rb.rows
-				}
-				want, fullRows := run(true)
-				got, rows := run(false)
-				for s := range want {
-					for j := range want[s] {
-						if math.Float32bits(got[s][j]) != math.Float32bits(want[s][j]) {
-							t.Fatalf("forward %d logit %d: %v, %v with the full last layer", s, j, got[s][j], want[s][j])
-						}
-					}
-				}
-				cache, err := m.NewKVCache(b, len(prompt))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer cache.Free()
-				all, err := m.Forward(b, cache, prompt, true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				V := m.Cfg.VocabSize
-				lastAll := make([]float32, all.NumElements())
-				if err := b.ReadF32(lastAll, all); err != nil {
-					t.Fatal(err)
-				}
-				lastAll = lastAll[(len(prompt)-1)*V:]
-				for j := range lastAll {
-					if math.Float32bits(got[0][j]) != math.Float32bits(lastAll[j]) {
-						t.Fatalf("prompt logit %d: %v, the last row of all logits %v", j, got[0][j], lastAll[j])
-					}
-				}
-				first, last := m.Layers[0], m.Layers[len(m.Layers)-1]
-				for _, c := range []struct {
-					what string
-					rows map[*runtime.Tensor][]int
-					w    *runtime.Tensor
-					want int
-				}{
-					{"layer 0's down_proj", rows, first.MLP.Down.Weight.Tensor(), len(prompt)},
-					{"the last layer's k_proj", rows, last.Attn.K.Weight.Tensor(), len(prompt)},
-					{"the last layer's o_proj", rows, last.Attn.O.Weight.Tensor(), 1},
-					{"the last layer's down_proj", rows, last.MLP.Down.Weight.Tensor(), 1},
-					{"the full last layer's down_proj", fullRows, last.MLP.Down.Weight.Tensor(), len(prompt)},
-				} {
-					if r := c.rows[c.w]; len(r) == 0 || r[0] != c.want {
-						t.Errorf("%s: the prompt's product took rows %v (one entry a call), want %d first", c.what, r, c.want)
-					}
-				}
-			})
+	eachFamilyAdding(t, func(t *testing.T, m *decoder.Model, b *kernels.CPUBackend, add bool) {
+		prompt := planPrompt(23, 1, m.Cfg.VocabSize)
+		run := func(full bool) ([][]float32, map[*runtime.Tensor][]int) {
+			m.FullLastLayer = full
+			defer func() { m.FullLastLayer = false }()
+			be, rb := rowsBackend(b, add)
+			return testmodel.Run(t, m, be, prompt, 4), rb.rows
 		}
-	}
+		want, fullRows := run(true)
+		got, rows := run(false)
+		for s := range want {
+			sameBits(t, fmt.Sprintf("forward %d", s), got[s], want[s])
+		}
+		cache, err := m.NewKVCache(b, len(prompt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cache.Free()
+		all, err := m.Forward(b, cache, prompt, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		V := m.Cfg.VocabSize
+		allRows := make([]float32, all.NumElements())
+		if err := b.ReadF32(allRows, all); err != nil {
+			t.Fatal(err)
+		}
+		sameBits(t, "the prompt against the last row of all logits", got[0], allRows[(len(prompt)-1)*V:])
+		first, last := m.Layers[0], m.Layers[len(m.Layers)-1]
+		checkRows(t, "the prompt", []rowCheck{
+			{"layer 0's down_proj", rows, first.MLP.Down.Weight.Tensor(), len(prompt)},
+			{"the last layer's k_proj", rows, last.Attn.K.Weight.Tensor(), len(prompt)},
+			{"the last layer's o_proj", rows, last.Attn.O.Weight.Tensor(), 1},
+			{"the last layer's down_proj", rows, last.MLP.Down.Weight.Tensor(), 1},
+			{"the full last layer's down_proj", fullRows, last.MLP.Down.Weight.Tensor(), len(prompt)},
+		})
+	})
 }
