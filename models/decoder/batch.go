@@ -71,9 +71,6 @@ type batchState struct {
 	// values [maxCtx, K, d] that each sequence's are gathered into.
 	kScratch, vScratch *runtime.Tensor
 	maxCtx             int
-	// last: set while the forward's last layer runs, the rows that go on
-	// past its attention (lastrows.go); nil: every row.
-	last *lastRows
 }
 
 func (bs *batchState) free() {
@@ -166,12 +163,13 @@ func (m *Model) forwardBatch(b kernels.Backend, cache *kvcache.Paged, entries []
 		if err := m.Embed.Forward(b, x, ids); err != nil {
 			return err
 		}
-		if err := m.runBatchLayers(b, w, x, bs, last); err != nil {
+		kept, err := m.runBatchLayers(b, w, x, bs, last)
+		if err != nil {
 			return err
 		}
 		sel := rows(w.sel, N)
-		if bs.last != nil { // the last layer's output is x's rows last already
-			if err := m.Norm.Forward(b, sel, bs.last.x); err != nil {
+		if kept != nil { // the last layer's output is x's rows last already
+			if err := m.Norm.Forward(b, sel, kept.x); err != nil {
 				return err
 			}
 		} else {

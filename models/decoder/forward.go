@@ -272,7 +272,7 @@ func (l *Layer) ops(b kernels.Backend, w *workspace, x *runtime.Tensor, cache Ca
 	T := x.Dim(0)
 	h := rows(w.h, T)
 	m := l.Node().Tree().Root().(*Model)
-	// xo is the residual stream's rows past attention: x, or, in a batched
+	// xo is the residual stream's rows past attention: x, or, in a
 	// forward's last layer, the rows whose logits it returns (lastrows.go);
 	// To of them.
 	xo := x

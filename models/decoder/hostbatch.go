@@ -50,8 +50,9 @@ func (bs *batchState) on(kv batchPools) *batchState {
 // x[T,D]: each with b, or, for the stretches the offload plan computes on
 // the host, with the host backend over the cache's mirror there. The last
 // layer, where it runs on the device, goes on past attention with the
-// rows last alone (bs.last, lastrows.go) where it can.
-func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tensor, bs *batchState, last []int) error {
+// rows last alone where it can (lastrows.go): then it returns them, their
+// residual rows the layer's output.
+func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tensor, bs *batchState, last []int) (*lastRows, error) {
 	tree := m.Node().Tree()
 	var (
 		h   *hostSide
@@ -59,6 +60,9 @@ func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tenso
 		hbs *batchState
 		mi  *kvcache.Mirror
 		in  bool // inside a host stretch
+		// kept: the rows the last layer goes on with past attention
+		// (lastrows.go); nil: every row
+		kept *lastRows
 		// the packed entries' sequences, first new positions and new
 		// positions' counts, for every host layer's write-back
 		seqs      []*kvcache.Seq
@@ -81,17 +85,17 @@ func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tenso
 			if h == nil {
 				var err error
 				if h, err = m.hostSideFor(b, hb, T); err != nil {
-					return err
+					return nil, err
 				}
 				if mi, err = bs.cache.Mirror(hb); err != nil {
-					return err
+					return nil, err
 				}
 				// Every host layer's copy now, before the stretch's
 				// first layer runs (and is timed).
 				for _, hl := range m.Layers {
 					if tree.RunsOn(hl) != nil {
 						if _, _, err := mi.Layer(hl.Index); err != nil {
-							return err
+							return nil, err
 						}
 					}
 				}
@@ -101,41 +105,41 @@ func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tenso
 				seqs, pos, news = bs.seqs(), bs.firstPos(), bs.news()
 			}
 			if err := m.toHost(b, h, x, hx); err != nil {
-				return err
+				return nil, err
 			}
 			in = true
 		}
 		if hb == nil && in {
 			if err := m.toDevice(b, h, hx, x); err != nil {
-				return err
+				return nil, err
 			}
 			in = false
 		}
 		if in {
 			if _, _, err := mi.Layer(l.Index); err != nil { // up to date already unless the plan changed mid-pass
-				return err
+				return nil, err
 			}
 			if err := nn.Call(l, func() error { return l.ops(hb, h.ws, hx, nil, hbs) }); err != nil {
-				return err
+				return nil, err
 			}
 			if err := mi.WriteBack(b, l.Index, seqs, pos, news); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
 		bs.cache.Wrote(l.Index, bs.slots)
 		if l == m.Layers[len(m.Layers)-1] {
-			bs.last = m.lastRowsFor(b, w, T, last)
-			w.last = bs.last
+			kept = m.lastRowsFor(b, w, T, last)
+			w.last = kept
 		}
 		if err := nn.Call(l, func() error { return l.ops(b, w, x, nil, bs) }); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if in {
-		return m.toDevice(b, h, hx, x)
+	if in { // the last layer ran on the host, on every row
+		return nil, m.toDevice(b, h, hx, x)
 	}
-	return nil
+	return kept, nil
 }
 
 // toHost copies the residual stream x into the host stretch's hx, after
