@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/models/decoder"
 	"github.com/flextensor-go/flextensor/session"
 )
@@ -50,32 +51,16 @@ func TestCloseDuringGenerate(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				reached, closed := make(chan struct{}), make(chan struct{})
-				n := 0
-				opt.OnToken = func(int32) error {
-					if n++; n == v.at {
-						close(reached)
-						if v.wait {
-							<-closed
-						}
-					}
-					return nil
-				}
-				type result struct {
+				var r struct {
 					ids []int32
 					err error
 				}
-				done := make(chan result, 1)
-				go func() {
-					ids, err := s.Model.Generate(s.Backend, prompt, opt)
-					done <- result{ids, err}
-				}()
-				<-reached
-				if err := s.Close(); err != nil {
-					t.Errorf("Close during Generate: %v", err)
-				}
-				close(closed)
-				r := <-done
+				r.ids, r.err = testmodel.CloseDuringGenerate(func(o decoder.GenerateOptions) ([]int32, error) { return s.Model.Generate(s.Backend, prompt, o) },
+					opt, v.at, v.wait, func() {
+						if err := s.Close(); err != nil {
+							t.Errorf("Close during Generate: %v", err)
+						}
+					})
 				switch {
 				case !v.wait && r.err == nil && slices.Equal(r.ids, want):
 					t.Logf("Close got the model after the Generate's last step: all %d tokens, no error", len(r.ids))

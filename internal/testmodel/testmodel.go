@@ -142,3 +142,36 @@ type Reference struct {
 	LongPrompt         []int32       `json:"long_prompt"`
 	LongLastLogits     []float32     `json:"long_last_logits"`
 }
+
+// CloseDuringGenerate runs generate(opt) in another goroutine with an
+// OnToken that, at the at-th token, lets this goroutine call closeFn and,
+// with wait, holds the Generate in that OnToken until closeFn has
+// returned; it returns what the Generate returned. (opt's own OnToken is
+// replaced.)
+func CloseDuringGenerate(generate func(decoder.GenerateOptions) ([]int32, error), opt decoder.GenerateOptions, at int, wait bool, closeFn func()) ([]int32, error) {
+	reached, closed := make(chan struct{}), make(chan struct{})
+	n := 0
+	opt.OnToken = func(int32) error {
+		if n++; n == at {
+			close(reached)
+			if wait {
+				<-closed
+			}
+		}
+		return nil
+	}
+	type result struct {
+		ids []int32
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ids, err := generate(opt)
+		done <- result{ids, err}
+	}()
+	<-reached
+	closeFn()
+	close(closed)
+	r := <-done
+	return r.ids, r.err
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flextensor-go/flextensor/internal/testmodel"
 	"github.com/flextensor-go/flextensor/kernels"
 	"github.com/flextensor-go/flextensor/models/decoder"
 )
@@ -170,30 +171,12 @@ func TestCloseDuringGenerate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			reached, closed := make(chan struct{}), make(chan struct{})
-			n := 0
-			opt.OnToken = func(int32) error {
-				if n++; n == tc.at {
-					close(reached)
-					if tc.wait {
-						<-closed
-					}
-				}
-				return nil
-			}
-			type result struct {
+			var r struct {
 				ids []int32
 				err error
 			}
-			done := make(chan result, 1)
-			go func() {
-				ids, err := m.Generate(b, prompt, opt)
-				done <- result{ids, err}
-			}()
-			<-reached
-			m.Close()
-			close(closed)
-			r := <-done
+			r.ids, r.err = testmodel.CloseDuringGenerate(func(o decoder.GenerateOptions) ([]int32, error) { return m.Generate(b, prompt, o) },
+				opt, tc.at, tc.wait, m.Close)
 			if !errors.Is(r.err, decoder.ErrClosed) {
 				t.Errorf("Generate during Close: error %v; want decoder.ErrClosed", r.err)
 			}
