@@ -236,43 +236,85 @@ func (b *CPUBackend) VarlenPrefillAttention(out, q, kPool, vPool *runtime.Tensor
 // (as RoPE rotates a token at that position), and the rotated k[t] and v[t]
 // [T,K,d] are written to row slots[t] of the pools kPool and vPool [P,K,d].
 // It is RoPE and StoreKV per token, for a batch whose tokens sit at
-// unrelated positions and pool rows (decoder.ForwardBatch).
+// unrelated positions and pool rows (decoder.ForwardBatch). Either half
+// may be left out: q nil rotates and stores the keys and values alone; k,
+// v and both pools nil (and slots unused) rotate q alone — a forward's
+// last layer makes every row's keys and values but the queries of a few
+// rows only (decoder's lastrows.go).
 type BatchRoPEStorer interface {
 	// RoPEStoreKVAt rotates each token at its position and stores its k and v at its slot.
 	RoPEStoreKVAt(q, k, v, kPool, vPool *runtime.Tensor, positions, slots []int32, invFreq []float32) error
 }
 
-// CheckRoPEStoreAt validates RoPEStoreKVAt's arguments by shape: q [T,H,d],
-// k and v [T,K,d], pools [P,K,d], T positions ≥ 0, T slots in [0,P) and
-// d/2 frequencies. It returns T, H, K and d.
+// CheckRoPEStoreAt validates RoPEStoreKVAt's arguments by shape: q [T,H,d]
+// or nil, k and v [T,K,d], pools [P,K,d] (all four nil, or none; not with
+// q nil too), T positions ≥ 0, T slots in [0,P) where there are pools, and
+// d/2 frequencies. It returns T, H and K (0 for a half left out) and d.
 func CheckRoPEStoreAt(q, k, v, kPool, vPool *runtime.Tensor, positions, slots []int32, invFreq []float32) (T, H, K, d int, err error) {
-	for _, c := range []struct {
+	kvs := []struct {
 		n string
 		t *runtime.Tensor
-	}{{"q", q}, {"k", k}, {"v", v}, {"k pool", kPool}, {"v pool", vPool}} {
+	}{{"k", k}, {"v", v}, {"k pool", kPool}, {"v pool", vPool}}
+	nils := 0
+	for _, c := range kvs {
 		if c.t == nil {
-			return 0, 0, 0, 0, fmt.Errorf("RoPEStoreKVAt: %s is nil", c.n)
+			nils++
 		}
 	}
-	qs, ks, ps := q.Shape(), k.Shape(), kPool.Shape()
-	if len(qs) != 3 || len(ks) != 3 || len(ps) != 3 || !ks.Equal(v.Shape()) || !ps.Equal(vPool.Shape()) ||
-		ks[0] != qs[0] || ks[2] != qs[2] || ps[1] != ks[1] || ps[2] != ks[2] || qs[2]%2 != 0 || len(invFreq) != qs[2]/2 {
-		return 0, 0, 0, 0, fmt.Errorf("RoPEStoreKVAt: q %v, k %v, v %v, pools %v / %v with %d frequencies: want [T,H,d], [T,K,d] and [P,K,d] with d/2 frequencies",
-			qs, ks, v.Shape(), ps, vPool.Shape(), len(invFreq))
+	switch {
+	case nils == len(kvs) && q == nil:
+		return 0, 0, 0, 0, fmt.Errorf("RoPEStoreKVAt: q, k, v and the pools are all nil")
+	case nils != 0 && nils != len(kvs):
+		for _, c := range kvs {
+			if c.t == nil {
+				return 0, 0, 0, 0, fmt.Errorf("RoPEStoreKVAt: %s is nil (k, v and the pools go together)", c.n)
+			}
+		}
 	}
-	T = qs[0]
-	if len(positions) != T || len(slots) != T {
+	shapes := func() error {
+		return fmt.Errorf("RoPEStoreKVAt: q %s, k %s, v %s, pools %s / %s with %d frequencies: want [T,H,d], [T,K,d] and [P,K,d] with d/2 frequencies",
+			shapeOrNil(q), shapeOrNil(k), shapeOrNil(v), shapeOrNil(kPool), shapeOrNil(vPool), len(invFreq))
+	}
+	T, d = -1, -1
+	if q != nil {
+		qs := q.Shape()
+		if len(qs) != 3 {
+			return 0, 0, 0, 0, shapes()
+		}
+		T, H, d = qs[0], qs[1], qs[2]
+	}
+	var P int
+	if nils == 0 {
+		ks, ps := k.Shape(), kPool.Shape()
+		if len(ks) != 3 || len(ps) != 3 || !ks.Equal(v.Shape()) || !ps.Equal(vPool.Shape()) || ps[1] != ks[1] || ps[2] != ks[2] ||
+			(T >= 0 && (ks[0] != T || ks[2] != d)) {
+			return 0, 0, 0, 0, shapes()
+		}
+		T, K, d, P = ks[0], ks[1], ks[2], ps[0]
+	}
+	if d%2 != 0 || len(invFreq) != d/2 {
+		return 0, 0, 0, 0, shapes()
+	}
+	if len(positions) != T || (nils == 0 && len(slots) != T) {
 		return 0, 0, 0, 0, fmt.Errorf("RoPEStoreKVAt: %d positions and %d slots for %d tokens", len(positions), len(slots), T)
 	}
 	for t := range T {
 		if positions[t] < 0 {
 			return 0, 0, 0, 0, fmt.Errorf("RoPEStoreKVAt: token %d at position %d", t, positions[t])
 		}
-		if slots[t] < 0 || int(slots[t]) >= ps[0] {
-			return 0, 0, 0, 0, fmt.Errorf("RoPEStoreKVAt: token %d goes to pool row %d of %d", t, slots[t], ps[0])
+		if nils == 0 && (slots[t] < 0 || int(slots[t]) >= P) {
+			return 0, 0, 0, 0, fmt.Errorf("RoPEStoreKVAt: token %d goes to pool row %d of %d", t, slots[t], P)
 		}
 	}
-	return T, qs[1], ks[1], qs[2], nil
+	return T, H, K, d, nil
+}
+
+// shapeOrNil is t's shape for an error message, or "nil".
+func shapeOrNil(t *runtime.Tensor) string {
+	if t == nil {
+		return "nil"
+	}
+	return fmt.Sprint(t.Shape())
 }
 
 // RoPEStoreKVAt rotates each token at its own position and stores its key
@@ -285,6 +327,9 @@ func (b *CPUBackend) RoPEStoreKVAt(q, k, v, kPool, vPool *runtime.Tensor, positi
 	}
 	vals := make([][]float32, 5)
 	for i, c := range []*runtime.Tensor{q, k, v, kPool, vPool} {
+		if c == nil { // a half left out (CheckRoPEStoreAt)
+			continue
+		}
 		if vals[i], err = f32("RoPEStoreKVAt", c); err != nil {
 			return err
 		}
@@ -296,11 +341,15 @@ func (b *CPUBackend) RoPEStoreKVAt(q, k, v, kPool, vPool *runtime.Tensor, positi
 		for t := lo; t < hi; t++ {
 			// ropeTokens rotates token t at pos0+t: pos0 = positions[t]−t.
 			p := int(positions[t]) - t
-			ropeTokens(qv, H, d, p, invFreq, t, t+1)
-			ropeTokens(kv, K, d, p, invFreq, t, t+1)
-			s := int(slots[t])
-			copy(kp[s*row:(s+1)*row], kv[t*row:(t+1)*row])
-			copy(vp[s*row:(s+1)*row], vv[t*row:(t+1)*row])
+			if H > 0 {
+				ropeTokens(qv, H, d, p, invFreq, t, t+1)
+			}
+			if K > 0 {
+				ropeTokens(kv, K, d, p, invFreq, t, t+1)
+				s := int(slots[t])
+				copy(kp[s*row:(s+1)*row], kv[t*row:(t+1)*row])
+				copy(vp[s*row:(s+1)*row], vv[t*row:(t+1)*row])
+			}
 		}
 	}
 	if !splits(T, grain) {

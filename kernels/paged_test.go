@@ -205,3 +205,76 @@ func TestRoPEStoreKVAt(t *testing.T) {
 		t.Errorf("short frequency table: error %v", err)
 	}
 }
+
+// TestRoPEStoreKVAtHalves: RoPEStoreKVAt with q left out rotates and stores
+// the keys and values as the whole call does; with k, v and the pools left
+// out it rotates q alone as the whole call does (no slots needed); other
+// mixes of nil tensors are errors naming them.
+func TestRoPEStoreKVAtHalves(t *testing.T) {
+	const H, K, d, P = 4, 2, 8, 40
+	r := rand.New(rand.NewPCG(5, 2))
+	dev := runtime.NewCPU(0)
+	defer dev.Close()
+	b, err := NewCPUBackend(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := RopeInvFreq(d, 10000, RopeScaling{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensor := func(v []float32, shape ...int) *runtime.Tensor {
+		tt, err := runtime.NewTensor(dev, runtime.F32, shape, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tt.Buffer().Free)
+		copy(tt.F32(), v)
+		return tt
+	}
+	positions := []int32{3, 0, 511, 8}
+	slots := []int32{2, 30, 39, 7}
+	T := len(positions)
+	q, k, v := randF32(r, T*H*d), randF32(r, T*K*d), randF32(r, T*K*d)
+	kp0, vp0 := randF32(r, P*K*d), randF32(r, P*K*d)
+	whole := []*runtime.Tensor{tensor(q, T, H, d), tensor(k, T, K, d), tensor(v, T, K, d), tensor(kp0, P, K, d), tensor(vp0, P, K, d)}
+	if err := b.RoPEStoreKVAt(whole[0], whole[1], whole[2], whole[3], whole[4], positions, slots, inv); err != nil {
+		t.Fatal(err)
+	}
+	kvOnly := []*runtime.Tensor{tensor(k, T, K, d), tensor(v, T, K, d), tensor(kp0, P, K, d), tensor(vp0, P, K, d)}
+	if err := b.RoPEStoreKVAt(nil, kvOnly[0], kvOnly[1], kvOnly[2], kvOnly[3], positions, slots, inv); err != nil {
+		t.Fatalf("q left out: %v", err)
+	}
+	for i, n := range []string{"k", "v", "k pool", "v pool"} {
+		if !slices.Equal(kvOnly[i].F32(), whole[i+1].F32()) {
+			t.Errorf("q left out: %s differs from the whole call's", n)
+		}
+	}
+	qOnly := tensor(q, T, H, d)
+	if err := b.RoPEStoreKVAt(qOnly, nil, nil, nil, nil, positions, nil, inv); err != nil {
+		t.Fatalf("k, v and the pools left out: %v", err)
+	}
+	if !slices.Equal(qOnly.F32(), whole[0].F32()) {
+		t.Errorf("k, v and the pools left out: q differs from the whole call's")
+	}
+	if slices.Equal(qOnly.F32(), q) {
+		t.Errorf("q alone was not rotated")
+	}
+	for _, tc := range []struct {
+		name string
+		args []*runtime.Tensor
+		want string
+	}{
+		{"everything nil", []*runtime.Tensor{nil, nil, nil, nil, nil}, "all nil"},
+		{"v without k", []*runtime.Tensor{qOnly, nil, kvOnly[1], kvOnly[2], kvOnly[3]}, "k is nil"},
+		{"no v pool", []*runtime.Tensor{nil, kvOnly[0], kvOnly[1], kvOnly[2], nil}, "v pool is nil"},
+	} {
+		err := b.RoPEStoreKVAt(tc.args[0], tc.args[1], tc.args[2], tc.args[3], tc.args[4], positions, slots, inv)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+	if err := b.RoPEStoreKVAt(qOnly, nil, nil, nil, nil, positions[:3], nil, inv); err == nil || !strings.Contains(err.Error(), "3 positions") {
+		t.Errorf("q alone with too few positions: error %v", err)
+	}
+}

@@ -91,7 +91,7 @@ var extraEnv = map[string][]string{
 	"FT_HOST_DRAM_GBPS":     nil,                       // the host's DRAM read bandwidth the offload planner's shared-read model uses, GB/s ("measure": measured at start-up; unset or 0: model off; kernels/host checks it)
 	"FT_PINNED_HUGE":        {"", "0", "1"},            // "0": pinned host blocks mapped as before (unaligned, MADV_HUGEPAGE only), not 2 MiB-aligned and MADV_COLLAPSE'd (A/B runs, cuda builds)
 	"FT_BATCH_HOST":         {"", "off"},               // "off": batched forwards compute no layer on the host (the engine puts a host-free plan in force before each; A/B runs; models/decoder)
-	"FT_LAST_LAYER":         {"", "all"},               // "all": a forward runs its last layer past attention on every row, not only on the rows whose logits it returns (A/B runs; models/decoder)
+	"FT_LAST_LAYER":         {"", "all", "attend-all"}, // "all": a forward runs its last layer past attention on every row, not only on the rows whose logits it returns; "attend-all": past attention on those rows, but every row's queries attend (A/B runs; models/decoder)
 	"FT_HOST_KV":            {"", "heap"},              // "heap": host-placed layers' KV storage on the Go heap, each made at its first host forward, not all at once outside the heap (A/B runs)
 	"FT_CUDA_SCHED":         cudaSchedValues,           // how a thread waits for the GPU: the primary context's CU_CTX_SCHED_* flag set before it is retained (unset: the driver's, AUTO; A/B runs, cuda builds)
 	"FT_PACK_EVICT":         {"", "0", "1"},            // "1": drop the checkpoint from the page cache before packing host blocks, allocate them all before reading, evict each unit's file bytes after its read (A/B runs; offload/packevict.go)

@@ -1565,11 +1565,12 @@ type metaUpload struct {
 }
 
 // pagedMeta are the paged ops' uploads, one per op so that they do not
-// evict each other within a forward.
-type pagedMeta struct{ rope, decode, prefill metaUpload }
+// evict each other within a forward (ropeQ: RoPEStoreKVAt of queries
+// alone, a last layer's few rows, next to its keys' and values' call).
+type pagedMeta struct{ rope, ropeQ, decode, prefill metaUpload }
 
 func (m *pagedMeta) free() {
-	for _, u := range []*metaUpload{&m.rope, &m.decode, &m.prefill} {
+	for _, u := range []*metaUpload{&m.rope, &m.ropeQ, &m.decode, &m.prefill} {
 		u.free()
 	}
 }
@@ -1582,11 +1583,18 @@ func (m *metaUpload) free() {
 }
 
 // uploadRoPEPairs uploads the (position, cache row) pair of each packed
-// row, the table the batched RoPE + store kernels read (ps[2t], ps[2t+1]).
+// row, the table the batched RoPE + store kernels read (ps[2t], ps[2t+1]);
+// without slots (queries alone) the rows are 0 and the upload its own.
 func (b *Backend) uploadRoPEPairs(positions, slots []int32) (uintptr, error) {
 	ps := make([]int32, 2*len(positions))
 	for t := range positions {
-		ps[2*t], ps[2*t+1] = positions[t], slots[t]
+		ps[2*t] = positions[t]
+		if slots != nil {
+			ps[2*t+1] = slots[t]
+		}
+	}
+	if slots == nil {
+		return b.uploadMeta(&b.meta.ropeQ, ps, "batched rope positions of queries")
 	}
 	return b.uploadMeta(&b.meta.rope, ps, "batched rope positions")
 }
@@ -1824,20 +1832,28 @@ func (b *Backend) VarlenPrefillAttention(out, q, kPool, vPool *runtime.Tensor, q
 // and value at its own pool row, one launch for the whole batch
 // (kernels.BatchRoPEStorer).
 func (b *Backend) RoPEStoreKVAt(q, k, v, kPool, vPool *runtime.Tensor, positions, slots []int32, invFreq []float32) error {
-	for _, c := range []struct {
-		n string
-		t *runtime.Tensor
-	}{{"q", q}, {"k", k}, {"v", v}, {"k pool", kPool}, {"v pool", vPool}} {
-		if err := b.act("RoPEStoreKVAt", c.n, c.t); err != nil {
-			return err
-		}
-	}
 	T, H, K, d, err := kernels.CheckRoPEStoreAt(q, k, v, kPool, vPool, positions, slots, invFreq)
 	if err != nil {
 		return fmt.Errorf("cudabackend.%w", err)
 	}
+	ptrs := make([]uintptr, 5) // 0 for a half left out: H or K is 0 then, and the kernels do not touch it
+	for i, c := range []struct {
+		n string
+		t *runtime.Tensor
+	}{{"q", q}, {"k", k}, {"v", v}, {"k pool", kPool}, {"v pool", vPool}} {
+		if c.t == nil {
+			continue
+		}
+		if err := b.act("RoPEStoreKVAt", c.n, c.t); err != nil {
+			return err
+		}
+		ptrs[i] = c.t.Ptr()
+	}
 	if T == 0 {
 		return nil
+	}
+	if K == 0 {
+		slots = nil
 	}
 	tab, err := b.ropeTable(invFreq)
 	if err != nil {
@@ -1847,14 +1863,12 @@ func (b *Backend) RoPEStoreKVAt(q, k, v, kPool, vPool *runtime.Tensor, positions
 	if err != nil {
 		return err
 	}
-	if b.ropeStoreV8(d, q.Ptr(), k.Ptr(), v.Ptr(), kPool.Ptr(), vPool.Ptr()) {
-		return b.ropeStoreV8Launch(b.k.prefill.ropeStorePaged, T, d,
-			cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kPool.Ptr()), cuda.Ptr(vPool.Ptr()),
-			cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.Ptr(p), cuda.Ptr(tab))
+	args := []uint64{cuda.Ptr(ptrs[0]), cuda.Ptr(ptrs[1]), cuda.Ptr(ptrs[2]), cuda.Ptr(ptrs[3]), cuda.Ptr(ptrs[4]),
+		cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.Ptr(p), cuda.Ptr(tab)}
+	if b.ropeStoreV8(d, ptrs...) {
+		return b.ropeStoreV8Launch(b.k.prefill.ropeStorePaged, T, d, args...)
 	}
-	return b.k.paged.ropeStore.Launch(b.s, cuda.Dim3{X: T, Y: ropeGridY((H+K)*d/2 + K*d)}, cuda.Dim3{X: 256}, 0,
-		cuda.Ptr(q.Ptr()), cuda.Ptr(k.Ptr()), cuda.Ptr(v.Ptr()), cuda.Ptr(kPool.Ptr()), cuda.Ptr(vPool.Ptr()),
-		cuda.I32(H), cuda.I32(K), cuda.I32(d), cuda.Ptr(p), cuda.Ptr(tab))
+	return b.k.paged.ropeStore.Launch(b.s, cuda.Dim3{X: T, Y: ropeGridY((H+K)*d/2 + K*d)}, cuda.Dim3{X: 256}, 0, args...)
 }
 
 var (

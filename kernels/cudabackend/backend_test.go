@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -1002,6 +1003,56 @@ func TestRoPEStoreKVAtGPU(t *testing.T) {
 	}
 	if err := gb.RoPEStoreKVAt(gq, gk, gv, kp, vp, positions, []int32{95, 0, 40, 41, 42, 7, 96}, inv); err == nil || !strings.Contains(err.Error(), "pool row 96 of 96") {
 		t.Errorf("slot past the pool: error %v", err)
+	}
+}
+
+// TestRoPEStoreKVAtHalvesGPU: RoPEStoreKVAt with q left out, and with k, v
+// and the pools left out, gives the whole call's keys, values, pools and
+// queries bit for bit, at a head width of the 16-byte kernel (128) and of
+// the other (24).
+func TestRoPEStoreKVAtHalvesGPU(t *testing.T) {
+	needGPU(t)
+	rng := newRNG(t)
+	for _, d := range []int{128, 24} {
+		t.Run(fmt.Sprint("d", d), func(t *testing.T) {
+			const P, H, K = 64, 8, 2
+			inv := make([]float32, d/2)
+			for i := range inv {
+				inv[i] = float32(math.Pow(10000, -2*float64(i)/float64(d)))
+			}
+			positions := []int32{511, 0, 7, 300}
+			slots := []int32{3, 60, 0, 31}
+			T := len(positions)
+			q, k, v := randBF16(rng, T*H*d, 2), randBF16(rng, T*K*d, 2), randBF16(rng, T*K*d, 2)
+			wq, wk, wv := gpu(t, runtime.BF16, q, T, H, d), gpu(t, runtime.BF16, k, T, K, d), gpu(t, runtime.BF16, v, T, K, d)
+			wkp, wvp := poisoned(t, runtime.BF16, P, K, d), poisoned(t, runtime.BF16, P, K, d)
+			if err := gb.RoPEStoreKVAt(wq, wk, wv, wkp, wvp, positions, slots, inv); err != nil {
+				t.Fatal(err)
+			}
+			hk, hv := gpu(t, runtime.BF16, k, T, K, d), gpu(t, runtime.BF16, v, T, K, d)
+			hkp, hvp := poisoned(t, runtime.BF16, P, K, d), poisoned(t, runtime.BF16, P, K, d)
+			if err := gb.RoPEStoreKVAt(nil, hk, hv, hkp, hvp, positions, slots, inv); err != nil {
+				t.Fatalf("q left out: %v", err)
+			}
+			hq := gpu(t, runtime.BF16, q, T, H, d)
+			if err := gb.RoPEStoreKVAt(hq, nil, nil, nil, nil, positions, nil, inv); err != nil {
+				t.Fatalf("k, v and the pools left out: %v", err)
+			}
+			for _, c := range []struct {
+				n         string
+				got, want *runtime.Tensor
+			}{{"k", hk, wk}, {"v", hv, wv}, {"k pool", hkp, wkp}, {"v pool", hvp, wvp}, {"q", hq, wq}} {
+				g, w := read(t, c.got), read(t, c.want)
+				for i := range w {
+					if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
+						t.Fatalf("%s element %d: %v, the whole call's %v", c.n, i, g[i], w[i])
+					}
+				}
+			}
+			if slices.Equal(read(t, hq), q) {
+				t.Errorf("q alone was not rotated")
+			}
+		})
 	}
 }
 

@@ -111,10 +111,12 @@ func checkRows(t *testing.T, when string, cs []rowCheck) {
 	}
 }
 
-// TestBatchLastLayerRows: a batched forward runs its last layer past
-// attention on only the rows whose logits it returns — the first step of
-// the plans packs 39 prompt rows for 4 sequences, and the last layer's
-// o_proj and down_proj take 4 rows while every other layer's take 39 —
+// TestBatchLastLayerRows: a batched forward runs its last layer on only
+// the rows whose logits it returns past its keys and values — the first
+// step of the plans packs 39 prompt rows for 4 sequences, and the last
+// layer's k_proj and v_proj take 39 rows, its q_proj, o_proj and down_proj
+// 4 (their queries attend alone, as decode steps), while every other
+// layer's take 39 —
 // and gives the logits of the full last layer (FullLastLayer) bit for bit
 // at every step (the later steps read every layer's cached keys and
 // values, the last layer's included), with o_proj and down_proj writing a
@@ -157,7 +159,9 @@ func TestBatchLastLayerRows(t *testing.T) {
 		checkRows(t, "the first step", []rowCheck{
 			{"layer 0's o_proj", rows, first.Attn.O.Weight.Tensor(), prompt},
 			{"layer 0's down_proj", rows, first.MLP.Down.Weight.Tensor(), prompt},
-			{"the last layer's q_proj", rows, last.Attn.Q.Weight.Tensor(), prompt},
+			{"the last layer's k_proj", rows, last.Attn.K.Weight.Tensor(), prompt},
+			{"the last layer's v_proj", rows, last.Attn.V.Weight.Tensor(), prompt},
+			{"the last layer's q_proj", rows, last.Attn.Q.Weight.Tensor(), 4},
 			{"the last layer's o_proj", rows, last.Attn.O.Weight.Tensor(), 4},
 			{"the last layer's down_proj", rows, last.MLP.Down.Weight.Tensor(), 4},
 			{"the full last layer's down_proj", fullRows, last.MLP.Down.Weight.Tensor(), prompt},

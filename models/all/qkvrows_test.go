@@ -67,6 +67,14 @@ func TestProjectRoPERowsRouting(t *testing.T) {
 				return runBatched(t, m, be, cache, ps)
 			}
 			same("batched", run(fb), run(b))
+			// The last layer of a forward that returns fewer rows than it
+			// packs makes the queries of those rows alone (decoder's
+			// lastrows.go), not through the fused op: the count is of
+			// the full last layer's run.
+			fb.paged = 0
+			m.FullLastLayer = true
+			same("batched, the full last layer", run(fb), run(b))
+			m.FullLastLayer = false
 			L := m.Cfg.NumHiddenLayers
 			multi := 0 // prompts of several tokens: each a several-row forward alone
 			for _, p := range ps {

@@ -292,6 +292,9 @@ func gatherRows(b kernels.Backend, dst, src *runtime.Tensor, from []int) error {
 // projections, norms, RoPE and cache stores over all rows at once
 // (projectRoPEBatch); attention as attendBatch; the output projection.
 func (a *Attention) forwardBatch(b kernels.Backend, w *workspace, out, h *runtime.Tensor, bs *batchState, acc kernels.MatMulAdder) error {
+	if w.last != nil && w.last.rs != nil {
+		return a.attendKept(b, w, out, h, bs, acc) // a forward's last layer: the rows whose logits it returns attend alone (lastrows.go)
+	}
 	T := h.Dim(0)
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {

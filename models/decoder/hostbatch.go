@@ -129,7 +129,7 @@ func (m *Model) runBatchLayers(b kernels.Backend, w *workspace, x *runtime.Tenso
 		}
 		bs.cache.Wrote(l.Index, bs.slots)
 		if l == m.Layers[len(m.Layers)-1] {
-			kept = m.lastRowsFor(b, w, T, last)
+			kept = m.lastRowsFor(b, w, bs, last)
 			w.last = kept
 		}
 		if err := nn.Call(l, func() error { return l.ops(b, w, x, nil, bs) }); err != nil {
