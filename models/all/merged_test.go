@@ -18,6 +18,7 @@ import (
 type mergingCPU struct {
 	*kernels.CPUBackend
 	qkvRan, qkvNot, guRan, guNot int
+	kvRan                        int // of qkvRan: calls of two weights (a last layer's k and v)
 	minRows                      int
 }
 
@@ -58,6 +59,9 @@ func (b *mergingCPU) MatMulMerged(outs []*runtime.Tensor, x *runtime.Tensor, ws 
 		return false, nil
 	}
 	b.qkvRan++
+	if len(ws) == 2 {
+		b.kvRan++
+	}
 	s, T, err := b.merged(x, ws, outs[0].DType())
 	if err != nil {
 		return false, err
@@ -105,6 +109,9 @@ func (b *mergingCPU) GateUpSiLUMerged(out, x, wg, wu *runtime.Tensor) (bool, err
 //     up still merge;
 //   - loaded without the offload engine (one allocation per tensor) nothing
 //     is adjacent and everything falls back;
+//   - the last layer of a forward returning fewer rows than it packs (its
+//     queries made for those rows alone) merges k and v where they are
+//     adjacent (Llama), not across Qwen2's biases;
 //
 // and every forward's logits are those of each sequence alone on the plain
 // CPU backend within 1e-5.
@@ -173,6 +180,25 @@ func TestMergedGEMMWiring(t *testing.T) {
 				}
 				if mb.minRows < 2 {
 					t.Errorf("a merged call of %d rows: one-token forwards must not call it", mb.minRows)
+				}
+
+				// The last layer making its returned rows' queries alone
+				// merges its keys' and values' GEMMs where they are back to
+				// back (Llama's units), else makes them one by one (Qwen2's
+				// biases lie between).
+				m.FullLastLayer = false
+				kb := &mergingCPU{CPUBackend: cb}
+				kc, err := m.NewPagedCache(kb, 64, 4)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer kc.Close()
+				checkBatched(t, runBatched(t, m, kb, kc, ps), want)
+				if fx.qkvMerges && kb.kvRan == 0 {
+					t.Errorf("the last layer's k and v never merged (q/k/v merged %d, not %d)", kb.qkvRan, kb.qkvNot)
+				}
+				if !fx.qkvMerges && kb.kvRan != 0 {
+					t.Errorf("k and v merged %d times with biases between them", kb.kvRan)
 				}
 			})
 		})

@@ -150,10 +150,7 @@ func (a *Attention) attendKept(b kernels.Backend, w *workspace, out, h *runtime.
 	m := a.Node().Tree().Root().(*Model)
 	return nn.Call(a, func() error {
 		k, v := rows(w.k, T), rows(w.v, T)
-		if err := a.K.Forward(b, k, h); err != nil {
-			return err
-		}
-		if err := a.V.Forward(b, v, h); err != nil {
+		if err := a.projectKV(b, h, k, v); err != nil {
 			return err
 		}
 		hk := rows(w.sel, N)
@@ -183,4 +180,26 @@ func (a *Attention) attendKept(b kernels.Backend, w *workspace, out, h *runtime.
 		}
 		return a.output(b, out, att, acc)
 	})
+}
+
+// projectKV makes the keys and values of every row of h: one GEMM where
+// the backend merges the two (kernels.MergedMatMuler: their weights lie
+// back to back, as the offload engine's units pack them), else one each.
+func (a *Attention) projectKV(b kernels.Backend, h, k, v *runtime.Tensor) error {
+	if f, ok := b.(kernels.MergedMatMuler); ok && merges(b, h, false, a.K, a.V) {
+		ran, err := f.MatMulMerged([]*runtime.Tensor{k, v}, h, []*runtime.Tensor{a.K.Weight.Tensor(), a.V.Weight.Tensor()})
+		if err != nil {
+			return err
+		}
+		if ran {
+			if err := a.K.AddBias(b, k); err != nil {
+				return err
+			}
+			return a.V.AddBias(b, v)
+		}
+	}
+	if err := a.K.Forward(b, k, h); err != nil {
+		return err
+	}
+	return a.V.Forward(b, v, h)
 }
