@@ -11,10 +11,7 @@ source .devtools/env.sh
 out=${1:?}; mkdir -p "$out"
 source bench/lib.sh
 BUDGET=440
-log build
-build_cuda
-export FT_KERNEL_CACHE=${FT_KERNEL_CACHE:-bin/kernels}
-make_models
+start_call
 log issue15
 R="--model $m --budgets resident"
 BT=60 one batch NOOP=1 -- $R --batch 64,256 --context 512 --iters 5 --warmup 2
