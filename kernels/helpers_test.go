@@ -123,3 +123,25 @@ func randTensors(t *testing.T, dev runtime.Device, rng *rand.Rand) func(dt runti
 		return x
 	}
 }
+
+// cpuF32 returns a CPU backend on a fresh device (closed at the test's end)
+// and a maker of F32 tensors on it holding a copy of v (freed at the end).
+func cpuF32(t *testing.T) (*CPUBackend, func(v []float32, shape ...int) *runtime.Tensor) {
+	t.Helper()
+	dev := runtime.NewCPU(0)
+	t.Cleanup(func() { dev.Close() })
+	b, err := NewCPUBackend(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, func(v []float32, shape ...int) *runtime.Tensor {
+		t.Helper()
+		tt, err := runtime.NewTensor(dev, runtime.F32, shape, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tt.Buffer().Free)
+		copy(tt.F32(), v)
+		return tt
+	}
+}

@@ -36,22 +36,8 @@ func TestVarlenContigPackedKV(t *testing.T) {
 
 	const H, K, d = 4, 2, 8
 	r := rand.New(rand.NewPCG(3, 9))
-	dev := runtime.NewCPU(0)
-	defer dev.Close()
-	b, err := NewCPUBackend(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, tensor := cpuF32(t)
 	T := int(qStarts[len(qStarts)-1])
-	tensor := func(v []float32, shape ...int) *runtime.Tensor {
-		tt, err := runtime.NewTensor(dev, runtime.F32, shape, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(tt.Buffer().Free)
-		copy(tt.F32(), v)
-		return tt
-	}
 	q, k, v := randF32(r, T*H*d), randF32(r, T*K*d), randF32(r, T*K*d)
 	qt, kt, vt, out := tensor(q, T, H, d), tensor(k, T, K, d), tensor(v, T, K, d), tensor(nil, T, H, d)
 	for _, window := range []int{0, 2, 4} {

@@ -139,24 +139,10 @@ func TestPagedAttentionBadInput(t *testing.T) {
 func TestRoPEStoreKVAt(t *testing.T) {
 	const H, K, d, P = 4, 2, 8, 40
 	r := rand.New(rand.NewPCG(3, 9))
-	dev := runtime.NewCPU(0)
-	defer dev.Close()
-	b, err := NewCPUBackend(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, tensor := cpuF32(t)
 	inv, err := RopeInvFreq(d, 10000, RopeScaling{})
 	if err != nil {
 		t.Fatal(err)
-	}
-	tensor := func(v []float32, shape ...int) *runtime.Tensor {
-		tt, err := runtime.NewTensor(dev, runtime.F32, shape, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(tt.Buffer().Free)
-		copy(tt.F32(), v)
-		return tt
 	}
 	positions := []int32{0, 7, 3, 100, 4, 5}
 	slots := []int32{39, 0, 12, 13, 5, 6}
@@ -213,24 +199,10 @@ func TestRoPEStoreKVAt(t *testing.T) {
 func TestRoPEStoreKVAtHalves(t *testing.T) {
 	const H, K, d, P = 4, 2, 8, 40
 	r := rand.New(rand.NewPCG(5, 2))
-	dev := runtime.NewCPU(0)
-	defer dev.Close()
-	b, err := NewCPUBackend(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, tensor := cpuF32(t)
 	inv, err := RopeInvFreq(d, 10000, RopeScaling{})
 	if err != nil {
 		t.Fatal(err)
-	}
-	tensor := func(v []float32, shape ...int) *runtime.Tensor {
-		tt, err := runtime.NewTensor(dev, runtime.F32, shape, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(tt.Buffer().Free)
-		copy(tt.F32(), v)
-		return tt
 	}
 	positions := []int32{3, 0, 511, 8}
 	slots := []int32{2, 30, 39, 7}

@@ -19,22 +19,8 @@ import (
 // llama3-scaled table, positions 0 and the last row. Bad operands are
 // errors naming what is wrong.
 func TestProjectRoPEStoreKVCPU(t *testing.T) {
-	dev := runtime.NewCPU(0)
-	defer dev.Close()
-	b, err := NewCPUBackend(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, tensor := cpuF32(t)
 	r := rand.New(rand.NewPCG(5, 21))
-	tensor := func(v []float32, shape ...int) *runtime.Tensor {
-		tt, err := runtime.NewTensor(dev, runtime.F32, shape, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(tt.Buffer().Free)
-		copy(tt.F32(), v)
-		return tt
-	}
 	for _, c := range []struct {
 		H, KV, d, D, C, pos int
 		bias                bool
@@ -149,22 +135,8 @@ func TestProjectRoPEStoreKVCPU(t *testing.T) {
 // same position do (bit for bit, GQA shapes), and a bad k is an error
 // naming RoPE's operand after q was rotated.
 func TestRoPEQK(t *testing.T) {
-	dev := runtime.NewCPU(0)
-	defer dev.Close()
-	b, err := NewCPUBackend(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, tensor := cpuF32(t)
 	r := rand.New(rand.NewPCG(9, 2))
-	tensor := func(v []float32, shape ...int) *runtime.Tensor {
-		tt, err := runtime.NewTensor(dev, runtime.F32, shape, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(tt.Buffer().Free)
-		copy(tt.F32(), v)
-		return tt
-	}
 	const T, H, KV, d, pos = 3, 4, 2, 8, 11
 	inv, err := RopeInvFreq(d, 10000, RopeScaling{})
 	if err != nil {
