@@ -138,7 +138,9 @@ func TestRunModelBatchUsage(t *testing.T) {
 
 // TestBenchBatch: bench --batch prints a row per budget and batch size
 // with the step time (the median of the timed steps, each given) and
-// tokens/s, offloaded and resident; a bad size is a usage error.
+// tokens/s, offloaded and resident, and for an offloaded budget its plan's
+// streamed bytes, link speed, floor and the step over that floor (in the
+// table too; "-" for resident rows); a bad size is a usage error.
 func TestBenchBatch(t *testing.T) {
 	code, out, errOut := run(t, "bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0,resident",
 		"--batch", "1,3", "--context", "5", "--iters", "2", "--warmup", "0", "--json")
@@ -159,6 +161,27 @@ func TestBenchBatch(t *testing.T) {
 		if len(r.StepsMs) != 2 || r.MinMs != min(r.StepsMs[0], r.StepsMs[1]) || r.StepMs != (r.StepsMs[0]+r.StepsMs[1])/2 {
 			t.Errorf("row %d: steps %v, min %v, median %v; want the 2 timed steps, their minimum and median", i, r.StepsMs, r.MinMs, r.StepMs)
 		}
+		if r.Budget == "resident" {
+			if r.FloorMs != 0 || r.StreamedBytes != 0 || r.MeasuredVsFlr != 0 {
+				t.Errorf("row %d: a resident row with plan figures %+v", i, r)
+			}
+			continue
+		}
+		// Budget 0 streams every layer: the plan's floor is at least their
+		// copy time over the measured curve, and the row reads against it.
+		if r.StreamedUnits == 0 || r.StreamedBytes <= 0 || r.H2DGBps <= 0 || r.TransferMs <= 0 || r.FloorMs < r.TransferMs*0.999 || r.PredictedMs < r.FloorMs*0.999 {
+			t.Errorf("row %d: plan figures %+v: want streamed bytes, their copy time, a floor at least that and a prediction at least the floor", i, r)
+		}
+		if want := r.StepMs / r.FloorMs; math.Abs(r.MeasuredVsFlr-want) > 1e-9*want {
+			t.Errorf("row %d: measured over floor %v, want step/floor = %v", i, r.MeasuredVsFlr, want)
+		}
+	}
+	code, text, errOut := run(t, "bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0,resident",
+		"--batch", "2", "--context", "5", "--iters", "1", "--warmup", "0")
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	if code != 0 || len(lines) < 4 || !strings.Contains(lines[1], "floor ms") || !strings.Contains(lines[1], "meas/flr") ||
+		!strings.HasPrefix(lines[2], "0 ") || strings.HasSuffix(strings.TrimSpace(lines[2]), "-") || !strings.HasSuffix(strings.TrimSpace(lines[3]), "-") {
+		t.Errorf("bench --batch's table (exit %d, %s):\n%s", code, errOut, text)
 	}
 	if code, _, errOut := run(t, "bench", "--batch", "1,0"); code != 2 || !strings.Contains(errOut, `"0" is not a positive batch size`) {
 		t.Errorf("--batch 1,0: exit %d, %s", code, errOut)

@@ -38,6 +38,17 @@ type batchBenchRow struct {
 	ResidentUnits int `json:"resident_units"`
 	StreamedUnits int `json:"streamed_units"`
 	HostUnits     int `json:"host_units"`
+	// The offloaded budgets' plan in force after the measured steps, made
+	// at the batch's tokens a forward (all 0 when resident): the bytes it
+	// streams a step, their copy time over the measured curve, the link's
+	// speed, the plan's floor (the larger of its compute and that copy
+	// time) and prediction, and the median step over the floor.
+	StreamedBytes int64   `json:"streamed_bytes,omitempty"`
+	H2DGBps       float64 `json:"h2d_gbps,omitempty"`
+	TransferMs    float64 `json:"transfer_floor_ms,omitempty"`
+	FloorMs       float64 `json:"floor_ms,omitempty"`
+	PredictedMs   float64 `json:"predicted_ms,omitempty"`
+	MeasuredVsFlr float64 `json:"measured_over_floor,omitempty"`
 	// PrefillTokens is each sequence's prompt length with --mode prefill
 	// (each step prefills Batch sequences of it packed in one forward, and
 	// TokensPerSec counts the prompt tokens); 0 for decode steps.
@@ -98,14 +109,19 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "%s on %s, batched decode at context %d, %d layers\n", sess.name(), dev.Name(), o.context, model.Cfg.NumHiddenLayers)
 	}
 	if !o.jsonOut {
-		fmt.Fprintf(stdout, "%-12s %6s %5s %5s %5s %10s %10s %12s %10s\n", "budget", "batch", "res", "str", "host", "step ms", "min ms", "tokens/s", "KV MiB")
+		fmt.Fprintf(stdout, "%-12s %6s %5s %5s %5s %10s %10s %12s %10s %9s %9s %9s\n", "budget", "batch", "res", "str", "host", "step ms", "min ms", "tokens/s", "KV MiB",
+			"H2D GB/s", "floor ms", "meas/flr")
 	}
 	emit := func(row batchBenchRow) error {
 		if o.jsonOut {
 			return json.NewEncoder(stdout).Encode(row)
 		}
-		_, err := fmt.Fprintf(stdout, "%-12s %6d %5d %5d %5d %10.2f %10.2f %12.1f %10.1f\n", row.Budget, row.Batch, row.ResidentUnits,
-			row.StreamedUnits, row.HostUnits, row.StepMs, row.MinMs, row.TokensPerSec, float64(row.KVBytes)/(1<<20))
+		plan := fmt.Sprintf(" %9s %9s %9s", "-", "-", "-") // resident: no plan
+		if row.FloorMs > 0 {
+			plan = fmt.Sprintf(" %9.1f %9.2f %9.3f", row.H2DGBps, row.FloorMs, row.MeasuredVsFlr)
+		}
+		_, err := fmt.Fprintf(stdout, "%-12s %6d %5d %5d %5d %10.2f %10.2f %12.1f %10.1f%s\n", row.Budget, row.Batch, row.ResidentUnits,
+			row.StreamedUnits, row.HostUnits, row.StepMs, row.MinMs, row.TokensPerSec, float64(row.KVBytes)/(1<<20), plan)
 		if err != nil || len(row.StepsMs) < 2 {
 			return err
 		}
@@ -153,6 +169,15 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 			if manager != "" {
 				mg := offload.GetOffloadManager(manager)
 				row.ResidentUnits, row.StreamedUnits, row.HostUnits = len(mg.ResidentUnits()), len(mg.OffloadUnits()), len(mg.HostUnits())
+				f, err := planFiguresOf(manager)
+				if err != nil {
+					return fmt.Errorf("budget %s, batch %d: %w", budget, B, err)
+				}
+				row.StreamedBytes, row.H2DGBps, row.TransferMs = f.streamedBytes, f.h2dGBps, f.transferMs
+				row.FloorMs, row.PredictedMs = f.floorMs, f.predictedMs
+				if f.floorMs > 0 {
+					row.MeasuredVsFlr = med / f.floorMs
+				}
 			}
 			if err := emit(row); err != nil {
 				return err

@@ -370,39 +370,64 @@ func benchShape(mode string, tokens, context int) string {
 	return fmt.Sprintf("prefill of %d tokens", tokens)
 }
 
-// fillPlanRow copies the plan and memory figures of manager name into row.
-func fillPlanRow(row *benchRow, name string, dev runtime.Device) error {
+// planFigures are what the plan in force of an offload manager places and
+// predicts: its units resident, streamed and on the host, its transfer
+// blocks, the bytes it streams a forward and their copy time over the
+// measured curve, the link's speed at the curve's largest copy, and the
+// plan's floor and prediction.
+type planFigures struct {
+	budget                                    int64
+	slots, resident, streamed, host           int
+	streamedBytes                             int64
+	transferMs, h2dGBps, floorMs, predictedMs float64
+}
+
+// planFiguresOf reads the plan in force of manager name.
+func planFiguresOf(name string) (planFigures, error) {
+	var f planFigures
 	mgr := offload.GetOffloadManager(name)
 	plan, err := mgr.Plan()
 	if err != nil {
-		return err
+		return f, err
 	}
 	in, err := mgr.PlanInput()
 	if err != nil {
-		return err
+		return f, err
 	}
-	usage, err := mgr.GPUMemoryUsage()
-	if err != nil {
-		return err
-	}
-	row.BudgetBytes = in.Budget
-	row.Slots = plan.Slots
+	f.budget, f.slots = in.Budget, plan.Slots
 	for u, res := range plan.Resident {
 		if plan.IsHost(u) {
-			row.HostUnits++
+			f.host++
 		} else if res {
-			row.ResidentUnits++
+			f.resident++
 		} else {
-			row.StreamedUnits++
-			row.StreamedBytes += in.Units[u].LinkBytes() // packed, with --stream-codec exp4
-			row.TransferMs += in.Curve.Time(in.Units[u].LinkBytes()) * 1e3
+			f.streamed++
+			f.streamedBytes += in.Units[u].LinkBytes() // packed, with --stream-codec exp4
+			f.transferMs += in.Curve.Time(in.Units[u].LinkBytes()) * 1e3
 		}
 	}
 	if pts := in.Curve.Points; len(pts) > 0 {
 		last := pts[len(pts)-1]
-		row.H2DGBps = float64(last.Bytes) / last.Seconds / 1e9
+		f.h2dGBps = float64(last.Bytes) / last.Seconds / 1e9
 	}
-	row.FloorMs, row.PredictedMs = plan.FloorSec*1e3, plan.PredictedSec*1e3
+	f.floorMs, f.predictedMs = plan.FloorSec*1e3, plan.PredictedSec*1e3
+	return f, nil
+}
+
+// fillPlanRow copies the plan and memory figures of manager name into row.
+func fillPlanRow(row *benchRow, name string, dev runtime.Device) error {
+	f, err := planFiguresOf(name)
+	if err != nil {
+		return err
+	}
+	usage, err := offload.GetOffloadManager(name).GPUMemoryUsage()
+	if err != nil {
+		return err
+	}
+	row.BudgetBytes, row.Slots = f.budget, f.slots
+	row.ResidentUnits, row.StreamedUnits, row.HostUnits = f.resident, f.streamed, f.host
+	row.StreamedBytes, row.TransferMs, row.H2DGBps = f.streamedBytes, f.transferMs, f.h2dGBps
+	row.FloorMs, row.PredictedMs = f.floorMs, f.predictedMs
 	row.DeviceBytes, row.HostMappedBytes = usage.TotalBytes, usage.HostMappedBytes
 	row.PinnedBytes = dev.HostMemory().InUse
 	return nil
