@@ -92,6 +92,18 @@ func (p PassInfo) Steady() bool {
 	return p.Seq > 0 && p.Phase == PhaseInference && p.Measured == 0 && !p.Suspended && !p.PlanChanged && !p.AfterChange
 }
 
+// OnOwnPlan reports whether the plan in force during the pass was made for
+// the pass's own tokens-per-forward bucket (TokenCounter): their counts
+// differ by less than the factor that opens another bucket. Passes of a
+// new size run the previous plan until theirs is measured, made and
+// switched to; without counts (plans not keyed) it reports true.
+func (p PassInfo) OnOwnPlan() bool {
+	if p.Tokens <= 0 || p.PlanTokens <= 0 {
+		return true
+	}
+	return p.Tokens < p.PlanTokens*tokenFactor && p.PlanTokens < p.Tokens*tokenFactor
+}
+
 // String is a one-line account, e.g. "pass 9 INFERENCE T=1, plan 15/7/10
 // (res/str/host) for T=1, steady".
 func (p PassInfo) String() string {

@@ -5,6 +5,21 @@ import (
 	"testing"
 )
 
+// TestPassInfoOnOwnPlan: a pass runs its own bucket's plan when its tokens
+// and the plan's differ by less than the factor that opens another bucket
+// (4), or when either count is unknown.
+func TestPassInfoOnOwnPlan(t *testing.T) {
+	for _, c := range []struct {
+		tokens, plan int
+		want         bool
+	}{{256, 256, true}, {256, 64, false}, {64, 256, false}, {255, 64, true}, {64, 255, true}, {1, 3, true}, {1, 4, false}, {0, 64, true}, {256, 0, true}} {
+		p := PassInfo{Seq: 3, Phase: PhaseInference, Tokens: c.tokens, PlanTokens: c.plan}
+		if got := p.OnOwnPlan(); got != c.want {
+			t.Errorf("pass of %d tokens under a plan for %d: OnOwnPlan %v, want %v", c.tokens, c.plan, got, c.want)
+		}
+	}
+}
+
 // TestPassInfoSteady: only an INFERENCE pass that measured nothing, ran
 // with profiling on, and had no placement change before or after it is
 // steady, and its line says so; each other kind says why it is not.

@@ -188,6 +188,39 @@ func TestBenchBatch(t *testing.T) {
 	}
 }
 
+// TestBenchBatchSettles: an offloaded budget's batch sizes four times apart
+// fall in different plan buckets; before timing each, bench --batch runs
+// decode steps until the engine's last pass is steady under the plan of
+// the batch's own size, so no timed step is a measuring or switching one
+// (unsteady_steps 0, not unsettled), and the larger sizes needed settling
+// steps (their bucket measured, planned and switched to). Resident rows
+// have nothing to settle.
+func TestBenchBatchSettles(t *testing.T) {
+	code, out, errOut := run(t, "bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0,resident",
+		"--batch", "1,4,16", "--context", "5", "--iters", "3", "--warmup", "0", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	rows := batchRows(t, out)
+	if len(rows) != 6 {
+		t.Fatalf("%d rows, want 6:\n%s", len(rows), out)
+	}
+	for _, r := range rows {
+		if r.Budget == "resident" {
+			if r.SettleSteps != 0 || r.Unsettled || r.UnsteadySteps != 0 {
+				t.Errorf("resident row %+v: settling figures", r)
+			}
+			continue
+		}
+		if r.Unsettled || r.UnsteadySteps != 0 || len(r.StepsMs) != 3 {
+			t.Errorf("batch %d: unsettled %v, %d unsteady timed steps of %d; want a steady engine at every timed step", r.Batch, r.Unsettled, r.UnsteadySteps, len(r.StepsMs))
+		}
+		if r.Batch > 1 && (r.SettleSteps == 0 || r.SettleSteps >= maxSettleSteps) {
+			t.Errorf("batch %d (a new bucket): %d settling steps, want some and fewer than %d", r.Batch, r.SettleSteps, maxSettleSteps)
+		}
+	}
+}
+
 // TestBenchBatchKVCache: bench --batch takes --kv-cache (a device flag):
 // the cache is that size when it holds every sequence, a usage error naming
 // what is needed when it does not; bench without --batch refuses it.

@@ -49,6 +49,18 @@ type batchBenchRow struct {
 	FloorMs       float64 `json:"floor_ms,omitempty"`
 	PredictedMs   float64 `json:"predicted_ms,omitempty"`
 	MeasuredVsFlr float64 `json:"measured_over_floor,omitempty"`
+	// SettleSteps are the decode steps run after the warm-ups of an
+	// offloaded budget before the timed ones, until the engine's last pass
+	// was steady under the plan of the batch's own size (a new size's
+	// bucket is measured, planned and switched to over several passes:
+	// offload.TokenCounter); maxSettleSteps of them and still unsettled
+	// sets Unsettled.
+	SettleSteps int  `json:"settle_steps,omitempty"`
+	Unsettled   bool `json:"unsettled,omitempty"`
+	// UnsteadySteps counts the timed steps of an offloaded budget whose
+	// pass was not steady under the plan of its own size (a measuring
+	// pass, a replan's change of placement): their times are in StepsMs.
+	UnsteadySteps int `json:"unsteady_steps,omitempty"`
 	// PrefillTokens is each sequence's prompt length with --mode prefill
 	// (each step prefills Batch sequences of it packed in one forward, and
 	// TokensPerSec counts the prompt tokens); 0 for decode steps.
@@ -129,7 +141,18 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 		for i, ms := range row.StepsMs {
 			steps[i] = strconv.FormatFloat(ms, 'f', 2, 64)
 		}
-		_, err = fmt.Fprintf(stdout, "%12s steps ms, in order: %s\n", "", strings.Join(steps, " "))
+		note := ""
+		if row.SettleSteps > 0 || row.Unsettled || row.UnsteadySteps > 0 {
+			note = fmt.Sprintf(" (after %d settling steps", row.SettleSteps)
+			if row.Unsettled {
+				note += ", the engine still unsettled"
+			}
+			if row.UnsteadySteps > 0 {
+				note += fmt.Sprintf("; %d not steady", row.UnsteadySteps)
+			}
+			note += ")"
+		}
+		_, err = fmt.Fprintf(stdout, "%12s steps ms, in order: %s%s\n", "", strings.Join(steps, " "), note)
 		return err
 	}
 	// manager names the offload manager of the budget being measured ("" when
@@ -150,19 +173,28 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 			var times []float64
 			var kvBytes int64
 			var err error
+			var settleSteps, unsteady int
+			var unsettled bool
 			perStep := B // tokens a step makes (decode) or takes (prefill)
 			if prefill {
 				times, kvBytes, err = measureBatchPrefill(m, backend, B, o.tokens, warm, o.iters, uint64(B), kp)
 				perStep = B * o.tokens
 			} else {
-				times, kvBytes, err = measureBatchSteps(m, backend, B, o.context, warm, o.iters, uint64(B), d.kvCache, pause, kp)
+				var settle func() bool
+				if manager != "" {
+					mg := offload.GetOffloadManager(manager)
+					settle = func() bool { p := mg.LastPass(); return p.Steady() && p.OnOwnPlan() }
+				}
+				var r batchSteps
+				r, err = measureBatchSteps(m, backend, B, o.context, warm, o.iters, uint64(B), d.kvCache, pause, settle, kp)
+				times, kvBytes, settleSteps, unsettled, unsteady = r.times, r.kvBytes, r.settle, r.unsettled, r.unsteady
 			}
 			if err != nil {
 				return fmt.Errorf("budget %s, batch %d: %w", budget, B, err)
 			}
 			med := medianOf(times)
 			row := batchBenchRow{Budget: budget, Batch: B, Context: o.context, StepMs: med, MinMs: slices.Min(times), StepsMs: times,
-				TokensPerSec: float64(perStep) / (med / 1e3), KVBytes: kvBytes}
+				TokensPerSec: float64(perStep) / (med / 1e3), KVBytes: kvBytes, SettleSteps: settleSteps, Unsettled: unsettled, UnsteadySteps: unsteady}
 			if prefill {
 				row.Context, row.PrefillTokens = 0, o.tokens
 			}
@@ -182,7 +214,7 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 			if err := emit(row); err != nil {
 				return err
 			}
-			warm = o.warm // the engine is past profiling after the first size
+			warm = o.warm // the engine is past profiling after the first size; a new size's bucket settles (settle)
 		}
 		return nil
 	}
@@ -258,14 +290,33 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 	return nil
 }
 
+// maxSettleSteps bounds the steps measureBatchSteps runs waiting for an
+// offloaded budget's engine to settle at a batch size (a new bucket: one
+// warm-up and Config.ProfilingIters measured passes, then
+// tokenSwitchPasses before the switch and one after it; 32 leaves room for
+// a replan's passes too).
+const maxSettleSteps = 32
+
+// batchSteps is what measureBatchSteps measured: the timed steps' wall
+// times (ms), the settling steps run, whether the engine was still not
+// settled after them, the timed steps it was not settled at, and the KV
+// cache's bytes.
+type batchSteps struct {
+	times            []float64
+	settle, unsteady int
+	unsettled        bool
+	kvBytes          int64
+}
+
 // measureBatchSteps prefills B sequences of context random tokens (packed
-// several to a forward), then times warm+iters decode steps of all B at
-// once, returning the measured steps' wall times (ms) and the KV cache's
-// bytes. The cache holds every sequence's positions, or with kvFlag
-// (--kv-cache) that memory, which must hold them. pause, when set, pauses
-// the offload engine's profiling for the prefills (PauseProfiling) and
-// returns the resume.
-func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, iters int, seed uint64, kvFlag string, pause func() func(), kp *kernelProfiler) ([]float64, int64, error) {
+// several to a forward), then runs warm decode steps of all B at once,
+// then, with settle set, more until settle reports true (at most
+// maxSettleSteps), then times iters more (batchSteps). The
+// cache holds every sequence's positions, or with kvFlag (--kv-cache) that
+// memory, which must hold them. pause, when set, pauses the offload
+// engine's profiling for the prefills (PauseProfiling) and returns the
+// resume.
+func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, iters int, seed uint64, kvFlag string, pause func() func(), settle func() bool, kp *kernelProfiler) (batchSteps, error) {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	randIDs := func(n int) []int32 {
 		ids := make([]int32, n)
@@ -278,21 +329,24 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 	if kp != nil {
 		steps++ // the profiled step
 	}
+	if settle != nil {
+		steps += maxSettleSteps
+	}
 	perSeq := (context + steps + kvcache.DefaultBlockSize - 1) / kvcache.DefaultBlockSize
 	blocks := B * perSeq
 	if kvFlag != "" {
 		n, err := kvCacheBlocksFromFlag(kvFlag, m, b)
 		if err != nil {
-			return nil, 0, err
+			return batchSteps{}, err
 		}
 		if n < blocks {
-			return nil, 0, usagef("--kv-cache %s holds %d KV blocks; %d sequences of %d positions need %d", kvFlag, n, B, context+steps, blocks)
+			return batchSteps{}, usagef("--kv-cache %s holds %d KV blocks; %d sequences of %d positions need %d", kvFlag, n, B, context+steps, blocks)
 		}
 		blocks = n
 	}
 	cache, err := m.NewPagedCache(b, blocks, 0)
 	if err != nil {
-		return nil, 0, err
+		return batchSteps{}, err
 	}
 	defer cache.Close()
 	seqs := make([]*kvcache.Seq, B)
@@ -348,34 +402,47 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 		err := prefill()
 		resume()
 		if err != nil {
-			return nil, 0, err
+			return batchSteps{}, err
 		}
 	}
-	var out []float64
-	for i := 0; i < warm+iters; i++ {
+	decode := func() (float64, error) { // one token more for every sequence
 		entries := make([]decoder.BatchEntry, B)
 		for j, s := range seqs {
 			entries[j] = decoder.BatchEntry{Seq: s, IDs: randIDs(1)}
 		}
-		ms, err := step(entries)
-		if err != nil {
-			return nil, 0, err
+		return step(entries)
+	}
+	for range warm {
+		if _, err := decode(); err != nil {
+			return batchSteps{}, err
 		}
-		if i >= warm {
-			out = append(out, ms)
+	}
+	var r batchSteps
+	for settle != nil && !settle() && r.settle < maxSettleSteps {
+		if _, err := decode(); err != nil {
+			return batchSteps{}, err
+		}
+		r.settle++
+	}
+	r.unsettled = settle != nil && !settle()
+	for range iters {
+		ms, err := decode()
+		if err != nil {
+			return batchSteps{}, err
+		}
+		r.times = append(r.times, ms)
+		if settle != nil && !settle() {
+			r.unsteady++
 		}
 	}
 	if kp != nil {
-		entries := make([]decoder.BatchEntry, B)
-		for j, s := range seqs {
-			entries[j] = decoder.BatchEntry{Seq: s, IDs: randIDs(1)}
-		}
-		title := fmt.Sprintf("one batched decode step of %d sequences at context %d", B, context+warm+iters)
-		if err := kp.profile(title, func() error { _, err := step(entries); return err }); err != nil {
-			return nil, 0, err
+		title := fmt.Sprintf("one batched decode step of %d sequences at context %d", B, context+warm+r.settle+iters)
+		if err := kp.profile(title, func() error { _, err := decode(); return err }); err != nil {
+			return batchSteps{}, err
 		}
 	}
-	return out, cache.Bytes(), nil
+	r.kvBytes = cache.Bytes()
+	return r, nil
 }
 
 // measureBatchPrefill times packed prefills: each step is one ForwardBatch
