@@ -115,8 +115,8 @@ func checkRows(t *testing.T, when string, cs []rowCheck) {
 // the rows whose logits it returns past its keys and values — the first
 // step of the plans packs 39 prompt rows for 4 sequences, and the last
 // layer's k_proj and v_proj take 39 rows, its q_proj, o_proj and down_proj
-// 4 (their queries attend alone, as decode steps), while every other
-// layer's take 39 —
+// 4 (their queries attend alone, as decode steps; under FT_LAST_LAYER=
+// attend-all its q_proj 39, o_proj 4), while every other layer's take 39 —
 // and gives the logits of the full last layer (FullLastLayer) bit for bit
 // at every step (the later steps read every layer's cached keys and
 // values, the last layer's included), with o_proj and down_proj writing a
@@ -141,12 +141,20 @@ func TestBatchLastLayerRows(t *testing.T) {
 		}
 		want, fullRows := run(true)
 		got, rows := run(false)
-		for i := range want {
-			if len(got[i]) != len(want[i]) {
-				t.Fatalf("sequence %d: %d forwards, %d with the full last layer", i, len(got[i]), len(want[i]))
-			}
-			for s := range want[i] {
-				sameBits(t, fmt.Sprintf("sequence %d forward %d", i, s), got[i][s], want[i][s])
+		t.Setenv("FT_LAST_LAYER", "attend-all") // every row's queries, the rest on the kept rows
+		gotAll, allRows := run(false)
+		t.Setenv("FT_LAST_LAYER", "")
+		for _, c := range []struct {
+			what string
+			got  [][][]float32
+		}{{"", got}, {"attend-all: ", gotAll}} {
+			for i := range want {
+				if len(c.got[i]) != len(want[i]) {
+					t.Fatalf("%ssequence %d: %d forwards, %d with the full last layer", c.what, i, len(c.got[i]), len(want[i]))
+				}
+				for s := range want[i] {
+					sameBits(t, fmt.Sprintf("%ssequence %d forward %d", c.what, i, s), c.got[i][s], want[i][s])
+				}
 			}
 		}
 		prompt := 0
@@ -165,6 +173,8 @@ func TestBatchLastLayerRows(t *testing.T) {
 			{"the last layer's o_proj", rows, last.Attn.O.Weight.Tensor(), 4},
 			{"the last layer's down_proj", rows, last.MLP.Down.Weight.Tensor(), 4},
 			{"the full last layer's down_proj", fullRows, last.MLP.Down.Weight.Tensor(), prompt},
+			{"attend-all: the last layer's q_proj", allRows, last.Attn.Q.Weight.Tensor(), prompt},
+			{"attend-all: the last layer's o_proj", allRows, last.Attn.O.Weight.Tensor(), 4},
 		})
 	})
 }
