@@ -170,14 +170,11 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 			if o.kernelProfile && manager == "" {
 				kp = &kernelProfiler{w: stdout, dev: backend.Device()}
 			}
-			var times []float64
-			var kvBytes int64
+			var r batchSteps
 			var err error
-			var settleSteps, unsteady int
-			var unsettled bool
 			perStep := B // tokens a step makes (decode) or takes (prefill)
 			if prefill {
-				times, kvBytes, err = measureBatchPrefill(m, backend, B, o.tokens, warm, o.iters, uint64(B), kp)
+				r.times, r.kvBytes, err = measureBatchPrefill(m, backend, B, o.tokens, warm, o.iters, uint64(B), kp)
 				perStep = B * o.tokens
 			} else {
 				var settle func() bool
@@ -185,16 +182,14 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 					mg := offload.GetOffloadManager(manager)
 					settle = func() bool { p := mg.LastPass(); return p.Steady() && p.OnOwnPlan() }
 				}
-				var r batchSteps
 				r, err = measureBatchSteps(m, backend, B, o.context, warm, o.iters, uint64(B), d.kvCache, pause, settle, kp)
-				times, kvBytes, settleSteps, unsettled, unsteady = r.times, r.kvBytes, r.settle, r.unsettled, r.unsteady
 			}
 			if err != nil {
 				return fmt.Errorf("budget %s, batch %d: %w", budget, B, err)
 			}
-			med := medianOf(times)
-			row := batchBenchRow{Budget: budget, Batch: B, Context: o.context, StepMs: med, MinMs: slices.Min(times), StepsMs: times,
-				TokensPerSec: float64(perStep) / (med / 1e3), KVBytes: kvBytes, SettleSteps: settleSteps, Unsettled: unsettled, UnsteadySteps: unsteady}
+			med := medianOf(r.times)
+			row := batchBenchRow{Budget: budget, Batch: B, Context: o.context, StepMs: med, MinMs: slices.Min(r.times), StepsMs: r.times,
+				TokensPerSec: float64(perStep) / (med / 1e3), KVBytes: r.kvBytes, SettleSteps: r.settle, Unsettled: r.unsettled, UnsteadySteps: r.unsteady}
 			if prefill {
 				row.Context, row.PrefillTokens = 0, o.tokens
 			}
