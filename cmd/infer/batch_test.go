@@ -142,15 +142,7 @@ func TestRunModelBatchUsage(t *testing.T) {
 // streamed bytes, link speed, floor and the step over that floor (in the
 // table too; "-" for resident rows); a bad size is a usage error.
 func TestBenchBatch(t *testing.T) {
-	code, out, errOut := run(t, "bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0,resident",
-		"--batch", "1,3", "--context", "5", "--iters", "2", "--warmup", "0", "--json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	rows := batchRows(t, out)
-	if len(rows) != 4 {
-		t.Fatalf("%d rows, want 4 (2 budgets × 2 sizes):\n%s", len(rows), out)
-	}
+	rows := cpuBatchRows(t, 4, "1,3", "2")
 	for i, r := range rows {
 		if r.Batch != []int{1, 3}[i%2] || r.Budget != []string{"0", "resident"}[i/2] || r.StepMs <= 0 || r.KVBytes <= 0 {
 			t.Errorf("row %d: %+v", i, r)
@@ -196,15 +188,7 @@ func TestBenchBatch(t *testing.T) {
 // steps (their bucket measured, planned and switched to). Resident rows
 // have nothing to settle.
 func TestBenchBatchSettles(t *testing.T) {
-	code, out, errOut := run(t, "bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0,resident",
-		"--batch", "1,4,16", "--context", "5", "--iters", "3", "--warmup", "0", "--json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	rows := batchRows(t, out)
-	if len(rows) != 6 {
-		t.Fatalf("%d rows, want 6:\n%s", len(rows), out)
-	}
+	rows := cpuBatchRows(t, 6, "1,4,16", "3")
 	for _, r := range rows {
 		if r.Budget == "resident" {
 			if r.SettleSteps != 0 || r.Unsettled || r.UnsteadySteps != 0 {
@@ -434,6 +418,23 @@ func TestRunModelBatchDecodeRate(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "FT_SCHED_GRAPH") {
 		t.Errorf("FT_SCHED_GRAPH=yes: exit %d, stderr %s", code, errOut)
 	}
+}
+
+// cpuBatchRows runs bench --batch sizes --json on the bundled model on the
+// CPU (budgets 0 and resident, context 5, iters timed steps, no warm-up)
+// and returns its want rows.
+func cpuBatchRows(t *testing.T, want int, sizes, iters string) []batchBenchRow {
+	t.Helper()
+	code, out, errOut := run(t, "bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0,resident",
+		"--batch", sizes, "--context", "5", "--iters", iters, "--warmup", "0", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	rows := batchRows(t, out)
+	if len(rows) != want {
+		t.Fatalf("%d rows, want %d (2 budgets × the sizes %s):\n%s", len(rows), want, sizes, out)
+	}
+	return rows
 }
 
 // batchRows reads bench --batch --json's output, a row a line.
