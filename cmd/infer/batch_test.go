@@ -185,10 +185,12 @@ func TestBenchBatch(t *testing.T) {
 // decode steps until the engine's last pass is steady under the plan of
 // the batch's own size, so no timed step is a measuring or switching one
 // (unsteady_steps 0, not unsettled), and the larger sizes needed settling
-// steps (their bucket measured, planned and switched to). Resident rows
-// have nothing to settle.
+// steps (their bucket measured, planned and switched to); the same for
+// packed prefills (--mode prefill), whose first step of a size must not
+// be judged by the last size's pass. Resident rows have nothing to settle.
 func TestBenchBatchSettles(t *testing.T) {
 	rows := cpuBatchRows(t, 6, "1,4,16", "3")
+	rows = append(rows, cpuBatchRows(t, 6, "1,4,16", "3", "--mode", "prefill", "--tokens", "8")...) // packed prefills of 8, 32, 128 tokens
 	for _, r := range rows {
 		if r.Budget == "resident" {
 			if r.SettleSteps != 0 || r.Unsettled || r.UnsteadySteps != 0 {
@@ -421,12 +423,13 @@ func TestRunModelBatchDecodeRate(t *testing.T) {
 }
 
 // cpuBatchRows runs bench --batch sizes --json on the bundled model on the
-// CPU (budgets 0 and resident, context 5, iters timed steps, no warm-up)
-// and returns its want rows.
-func cpuBatchRows(t *testing.T, want int, sizes, iters string) []batchBenchRow {
+// CPU (budgets 0 and resident, context 5, iters timed steps, no warm-up;
+// more flags in extra) and returns its want rows.
+func cpuBatchRows(t *testing.T, want int, sizes, iters string, extra ...string) []batchBenchRow {
 	t.Helper()
-	code, out, errOut := run(t, "bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0,resident",
-		"--batch", sizes, "--context", "5", "--iters", iters, "--warmup", "0", "--json")
+	args := append([]string{"bench", "--device", "cpu", "--device-memory", "64MiB", "--budgets", "0,resident",
+		"--batch", sizes, "--context", "5", "--iters", iters, "--warmup", "0", "--json"}, extra...)
+	code, out, errOut := run(t, args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}

@@ -170,18 +170,18 @@ func benchBatch(o *benchOptions, stdout io.Writer) error {
 			if o.kernelProfile && manager == "" {
 				kp = &kernelProfiler{w: stdout, dev: backend.Device()}
 			}
+			var settle func() bool // an offloaded budget's engine steady under the plan of this size
+			if manager != "" {
+				mg := offload.GetOffloadManager(manager)
+				settle = func() bool { p := mg.LastPass(); return p.Steady() && p.OnOwnPlan() }
+			}
 			var r batchSteps
 			var err error
 			perStep := B // tokens a step makes (decode) or takes (prefill)
 			if prefill {
-				r.times, r.kvBytes, err = measureBatchPrefill(m, backend, B, o.tokens, warm, o.iters, uint64(B), kp)
+				r, err = measureBatchPrefill(m, backend, B, o.tokens, warm, o.iters, uint64(B), settle, kp)
 				perStep = B * o.tokens
 			} else {
-				var settle func() bool
-				if manager != "" {
-					mg := offload.GetOffloadManager(manager)
-					settle = func() bool { p := mg.LastPass(); return p.Steady() && p.OnOwnPlan() }
-				}
 				r, err = measureBatchSteps(m, backend, B, o.context, warm, o.iters, uint64(B), d.kvCache, pause, settle, kp)
 			}
 			if err != nil {
@@ -303,6 +303,37 @@ type batchSteps struct {
 	kvBytes          int64
 }
 
+// timeSteps runs warm untimed steps, then, with settle set, more until
+// settle reports true after a step of this size (at most maxSettleSteps),
+// then iters timed ones: the batchSteps of those (no KV bytes).
+func timeSteps(step func() (float64, error), warm, iters int, settle func() bool) (batchSteps, error) {
+	var r batchSteps
+	for range warm {
+		if _, err := step(); err != nil {
+			return r, err
+		}
+	}
+	// Before any step of this size settle reads the last size's pass.
+	for settle != nil && (warm+r.settle == 0 || !settle()) && r.settle < maxSettleSteps {
+		if _, err := step(); err != nil {
+			return r, err
+		}
+		r.settle++
+	}
+	r.unsettled = settle != nil && !settle()
+	for range iters {
+		ms, err := step()
+		if err != nil {
+			return r, err
+		}
+		r.times = append(r.times, ms)
+		if settle != nil && !settle() {
+			r.unsteady++
+		}
+	}
+	return r, nil
+}
+
 // measureBatchSteps prefills B sequences of context random tokens (packed
 // several to a forward), then runs warm decode steps of all B at once,
 // then, with settle set, more until settle reports true (at most
@@ -407,28 +438,9 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 		}
 		return step(entries)
 	}
-	for range warm {
-		if _, err := decode(); err != nil {
-			return batchSteps{}, err
-		}
-	}
-	var r batchSteps
-	for settle != nil && !settle() && r.settle < maxSettleSteps {
-		if _, err := decode(); err != nil {
-			return batchSteps{}, err
-		}
-		r.settle++
-	}
-	r.unsettled = settle != nil && !settle()
-	for range iters {
-		ms, err := decode()
-		if err != nil {
-			return batchSteps{}, err
-		}
-		r.times = append(r.times, ms)
-		if settle != nil && !settle() {
-			r.unsteady++
-		}
+	r, err := timeSteps(decode, warm, iters, settle)
+	if err != nil {
+		return batchSteps{}, err
 	}
 	if kp != nil {
 		title := fmt.Sprintf("one batched decode step of %d sequences at context %d", B, context+warm+r.settle+iters)
@@ -443,13 +455,14 @@ func measureBatchSteps(m *decoder.Model, b kernels.Backend, B, context, warm, it
 // measureBatchPrefill times packed prefills: each step is one ForwardBatch
 // of B fresh sequences of tokens random ids each (no padding), their first
 // tokens picked as a server would, then the sequences freed. With kp set,
-// one more step runs under a kernel profile.
-func measureBatchPrefill(m *decoder.Model, b kernels.Backend, B, tokens, warm, iters int, seed uint64, kp *kernelProfiler) ([]float64, int64, error) {
+// one more step runs under a kernel profile. With settle set, steps run
+// after the warm ones until it reports true, as measureBatchSteps's do.
+func measureBatchPrefill(m *decoder.Model, b kernels.Backend, B, tokens, warm, iters int, seed uint64, settle func() bool, kp *kernelProfiler) (batchSteps, error) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	perSeq := (tokens + kvcache.DefaultBlockSize - 1) / kvcache.DefaultBlockSize
 	cache, err := m.NewPagedCache(b, B*perSeq, 0)
 	if err != nil {
-		return nil, 0, err
+		return batchSteps{}, err
 	}
 	defer cache.Close()
 	picks := make([]int32, B)
@@ -487,21 +500,16 @@ func measureBatchPrefill(m *decoder.Model, b kernels.Backend, B, tokens, warm, i
 		}
 		return float64(time.Since(start).Microseconds()) / 1e3, nil
 	}
-	var out []float64
-	for i := 0; i < warm+iters; i++ {
-		ms, err := step()
-		if err != nil {
-			return nil, 0, err
-		}
-		if i >= warm {
-			out = append(out, ms)
-		}
+	r, err := timeSteps(step, warm, iters, settle)
+	if err != nil {
+		return batchSteps{}, err
 	}
 	if kp != nil {
 		title := fmt.Sprintf("one packed prefill of %d sequences × %d tokens", B, tokens)
 		if err := kp.profile(title, func() error { _, err := step(); return err }); err != nil {
-			return nil, 0, err
+			return batchSteps{}, err
 		}
 	}
-	return out, cache.Bytes(), nil
+	r.kvBytes = cache.Bytes()
+	return r, nil
 }
